@@ -1,0 +1,161 @@
+// Memory accounting. Every device byte has an owner: each allocation is tagged with the
+// category of the innermost MemoryCategoryScope, so no call site passes it by hand.
+// The categories always add up to allocated bytes; reserved - allocated is fragmentation.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "leantrain/device.h"
+
+namespace lt {
+
+enum class Category : uint8_t { Parameter, Gradient, OptimizerState, Activation, Input, Workspace, Other };
+inline constexpr int kNumCategories = 7;
+const char* category_name(Category c);  // "parameter", "gradient", "optimizer_state", ...
+
+Category current_category();
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(Category c);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  Category prev_;
+};
+
+// The op on whose behalf memory is being allocated (recorded in the history). Op front-ends set it.
+const char* current_op();
+class OpNameScope {
+ public:
+  explicit OpNameScope(const char* name);
+  ~OpNameScope();
+
+ private:
+  const char* prev_;
+};
+
+// A counter with its peak, and the running totals of what went in and out.
+struct Stat {
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void increase(int64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void decrease(int64_t n) {
+    current -= n;
+    freed += n;
+  }
+  void reset_peak() { peak = current; }
+};
+
+// Names follow PyTorch's CUDA allocator stats so users can compare.
+struct MemoryStats {
+  Stat allocated_bytes;   // live blocks, as rounded by the allocator
+  Stat reserved_bytes;    // segments held from the device
+  Stat requested_bytes;   // live blocks, as requested
+  std::array<Stat, kNumCategories> category{};  // allocated_bytes split by owner
+  int64_t num_allocs = 0, num_frees = 0, num_segments = 0;
+  int64_t num_alloc_retries = 0, num_ooms = 0;
+};
+
+// One entry of the allocation history (memory snapshots, the trace-equality test).
+struct MemoryEvent {
+  enum class Action : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+  Action action;
+  uint64_t addr;
+  int64_t size;       // rounded (segment size for segment events)
+  int64_t requested;  // as asked
+  Category category;
+  int stream;
+  const char* op;     // static string
+};
+const char* action_name(MemoryEvent::Action a);
+
+struct Block {
+  void* ptr = nullptr;   // host-usable pointer (CPU), device pointer (CUDA), nullptr (meta)
+  uint64_t addr = 0;     // the address reported in stats/history (fake on meta)
+  int64_t size = 0;      // rounded
+  int64_t requested = 0;
+  Category category = Category::Other;
+  int stream = 0;
+  void* handle = nullptr;  // allocator-private
+};
+
+// 512-byte rounding, as the CUDA caching allocator does (and the CPU allocator, so traces match).
+inline int64_t round_allocation(int64_t n) { return n <= 0 ? 512 : (n + 511) / 512 * 512; }
+
+class Allocator {
+ public:
+  explicit Allocator(Device d) : device_(d) {}
+  virtual ~Allocator() = default;
+
+  // Category comes from the current scope. Throws OutOfMemoryError with a breakdown.
+  Block allocate(int64_t nbytes);
+  void deallocate(const Block& b);
+  // Moves a live block's bytes to another category (e.g. a backward temporary becoming a .grad).
+  void retag(Block& b, Category to);
+  virtual void empty_cache() {}
+  // Caps what this allocator may reserve (simulates a smaller device). <0: no cap.
+  virtual void set_limit(int64_t bytes) { limit_ = bytes; }
+  int64_t limit() const { return limit_; }
+
+  Device device() const { return device_; }
+  MemoryStats stats() const;
+  void reset_peak_stats();
+  void set_history(bool on);
+  bool history_enabled() const { return history_on_; }
+  std::vector<MemoryEvent> history() const;
+  void clear_history();
+  // One-line-per-category breakdown, for OOM errors and the end-of-run table.
+  std::string breakdown() const;
+
+ protected:
+  // Implementations fill ptr/addr/handle and report segments through note_segment_*.
+  // Called with mu_ held. Return false when the device has no room (after any retry).
+  virtual bool do_allocate(Block& b) = 0;
+  virtual void do_free(const Block& b) = 0;
+  void note_segment_alloc(uint64_t addr, int64_t size);
+  void note_segment_free(uint64_t addr, int64_t size);
+  void note_retry() { ++stats_.num_alloc_retries; }
+
+  Device device_;
+  MemoryStats stats_;
+  int64_t limit_ = -1;
+  mutable std::mutex mu_;
+
+ private:
+  void record(MemoryEvent::Action a, uint64_t addr, int64_t size, int64_t requested, Category c, int stream);
+  bool history_on_ = false;
+  std::vector<MemoryEvent> history_;
+};
+
+// The allocator that serves a device. Created on first use.
+Allocator& allocator_for(Device d);
+// Replaces a device's allocator (the planner points `meta` at a simulated CUDA allocator).
+// Only allowed while nothing is allocated on that device.
+void set_allocator(Device d, std::unique_ptr<Allocator> a);
+
+// Backing memory of a tensor; frees its block through its allocator when the last view dies.
+struct Storage {
+  Block block;
+  Allocator* allocator = nullptr;  // nullptr: memory not owned (e.g. a caller's buffer)
+  Device device;
+
+  Storage(Block b, Allocator* a, Device d) : block(b), allocator(a), device(d) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return block.ptr; }
+  int64_t nbytes() const { return block.requested; }
+};
+
+std::shared_ptr<Storage> allocate_storage(int64_t nbytes, Device d);
+
+}  // namespace lt

@@ -1,0 +1,102 @@
+// Differentiable ops. Each validates its inputs (clear lt::Error on a bad shape/dtype/device),
+// allocates its outputs in the current memory category, dispatches to the backend of the
+// inputs' device, and records an autograd node when grad mode is on and an input requires grad.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "leantrain/random.h"
+#include "leantrain/tensor.h"
+
+namespace lt {
+
+// ---- creation (not recorded) ----
+Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = Device::cpu());
+// Host values converted to `dtype`.
+Tensor from_vector(const std::vector<float>& v, const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor from_vector(const std::vector<double>& v, const Shape& shape, DType dtype = DType::F64, Device device = Device::cpu());
+Tensor from_ints(const std::vector<int64_t>& v, const Shape& shape, DType dtype = DType::I64, Device device = Device::cpu());
+// Counter-based random numbers drawn on the target device (no host copy).
+Tensor randn(const Shape& shape, Generator& gen, float std = 1.0f, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor rand_uniform(const Shape& shape, Generator& gen, float lo, float hi, DType dtype = DType::F32, Device device = Device::cpu());
+// In place, not recorded.
+void fill_(const Tensor& t, double value);
+void copy_(const Tensor& dst, const Tensor& src);  // same shape; casts dtype; crosses devices
+
+// ---- shape and layout (views where possible) ----
+Tensor reshape(const Tensor& x, const Shape& shape);  // one -1 allowed
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);  // negative/clamped like Python
+Tensor select(const Tensor& x, int64_t dim, int64_t index);             // drops `dim`
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor contiguous(const Tensor& x);
+Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, Device device);
+Tensor expand(const Tensor& x, const Shape& shape);  // broadcast view (stride 0)
+// [B, C, H, W] -> [B, (H/p)*(W/p), C*p*p], patches in row-major order, each flattened (c, i, j)
+// exactly as a Conv2d(kernel=stride=p) weight [D, C, p, p] flattens.
+Tensor patchify(const Tensor& images, int64_t patch);
+
+// ---- elementwise (broadcasting like NumPy) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, double s);
+Tensor add_scalar(const Tensor& x, double s);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { Tanh, Erf };
+Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
+Tensor silu(const Tensor& x);
+Tensor pow_scalar(const Tensor& x, double p);
+// In place `a += b` (not recorded; for gradient accumulation and optimizers).
+void add_(const Tensor& a, const Tensor& b);
+
+// ---- reductions ----
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor sum_all(const Tensor& x);   // scalar (shape [])
+Tensor mean_all(const Tensor& x);
+// Sums `x` down to `shape` (inverse of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+Tensor argmax(const Tensor& x);    // over the last dim, i64, not recorded
+
+// ---- matrix products ----
+// a [..., M, K] @ b [..., K, N] with broadcast batch dims; trans_* transposes the last two dims.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x [..., in] @ w[out, in]^T + bias[out] (bias may be undefined): PyTorch/HF Linear layout.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+
+// ---- normalisation, softmax, attention ----
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6);
+Tensor softmax(const Tensor& x);  // over the last dim
+// q [B,H,Tq,D], k/v [B,H,Tk,D]; key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
+// scale <= 0 means 1/sqrt(D). Never materialises the Tq×Tk matrix on the GPU.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+
+// ---- embeddings ----
+Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range
+Tensor rotary_embedding(const Tensor& x, double base = 10000.0, int64_t pos_offset = 0);  // x [B,H,T,D]
+
+// ---- loss and regularisation ----
+enum class Reduction { Mean, Sum, None };
+// logits [N, V], targets i64 [N]; mean is over non-ignored rows. Never builds full-vocabulary
+// fp32 probabilities beyond one row at a time on the GPU.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::Mean);
+// Identity when !training or p == 0. The mask is regenerated in backward from (seed, offset).
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+}  // namespace lt

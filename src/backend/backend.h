@@ -1,0 +1,135 @@
+// The kernel interface every backend implements. Op front-ends (src/ops/) validate shapes,
+// allocate every output through the allocator, then call one of these; so the allocation
+// sequence is the same on every backend by construction, and a backend never allocates
+// tensors itself. `meta` implements all of them as no-ops.
+//
+// Conventions: outputs are preallocated and contiguous unless noted; inputs are contiguous
+// unless noted; floating storage may be f32, f64 (CPU only), f16 or bf16 with f32 accumulation
+// (f64 on f64). Auxiliary statistics (mean, rstd, lse, losses) are always f32 (f64 when the
+// inputs are f64, so gradchecks stay exact).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "leantrain/tensor.h"
+
+namespace lt {
+
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+
+enum class UnaryOp : uint8_t {
+  Scale,      // x * alpha
+  AddScalar,  // x + alpha
+  Neg, Exp, Log, Sqrt, Rsqrt, Square, Tanh, Sigmoid, Relu,
+  GeluTanh,   // 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+  GeluErf,    // 0.5x(1+erf(x/sqrt2))
+  Silu,       // x*sigmoid(x)
+  PowScalar,  // x^alpha
+};
+
+enum class RandomKind : uint8_t { Normal, Uniform };
+
+// Row-major GEMM, batched: C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] (+ bias[n]).
+// op(A) is M×K (A stored M×K, or K×M when trans_a); op(B) is K×N (stored K×N, or N×K when trans_b).
+// Batch strides are in elements; 0 broadcasts one matrix over the batch.
+struct GemmDesc {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;              // 1-based, for bias correction
+  float grad_scale = 1.0f;   // gradients are multiplied by this first (unscaling, clipping)
+};
+
+struct SgdArgs {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first_step;           // momentum buffer is initialised with the gradient
+  float grad_scale = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // --- data movement ---
+  virtual void fill(const Tensor& out, double value) = 0;
+  // dst and src: same shape, any strides (dst may be a strided view), dtype cast allowed.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;  // dst contiguous, raw bytes
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;          // src contiguous, raw bytes
+  virtual void fill_random(const Tensor& out, RandomKind kind, float a, float b, uint64_t seed, uint64_t offset) = 0;
+  virtual void synchronize() {}
+
+  // --- elementwise ---
+  // a and b carry out's shape, with stride 0 on broadcast dimensions; out may alias a.
+  virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void unary(UnaryOp op, const Tensor& out, const Tensor& x, float alpha) = 0;
+  // dx = dy * d op(x)/dx
+  virtual void unary_backward(UnaryOp op, const Tensor& dx, const Tensor& dy, const Tensor& x, float alpha) = 0;
+  // out = x * keep / (1 - p), keep = rng_uniform(seed, offset + i) >= p
+  virtual void dropout(const Tensor& out, const Tensor& x, float p, uint64_t seed, uint64_t offset) = 0;
+
+  // --- reductions ---
+  // out has in's rank with size 1 on reduced dims; sums over those dims (accumulating in f32/f64).
+  virtual void reduce_sum(const Tensor& out, const Tensor& in) = 0;
+  virtual void argmax_lastdim(const Tensor& out_i64, const Tensor& x) = 0;
+  // out (f32 [1]) += sum of squares of each tensor (grad clipping, overflow checks).
+  virtual void sum_squares(const Tensor& out, std::span<const Tensor> xs) = 0;
+
+  // --- matrix products ---
+  virtual void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) = 0;
+
+  // --- normalisation, softmax ---
+  // x [N, C]; w, b [C] (b may be undefined); mean, rstd [N].
+  virtual void layernorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                             const Tensor& w, const Tensor& b, float eps) = 0;
+  // dw, db may be undefined (not needed); written, not accumulated.
+  virtual void layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                             const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  virtual void rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                           const Tensor& rstd) = 0;
+  virtual void softmax_fwd(const Tensor& y, const Tensor& x) = 0;  // over the last dim
+  virtual void softmax_bwd(const Tensor& dx, const Tensor& dy, const Tensor& y) = 0;
+
+  // --- attention ---
+  // q [B,H,Tq,D], k/v [B,H,Tk,D], out [B,H,Tq,D], lse [B,H,Tq]. mask: u8 [B,Tk], 1 = attend, or
+  // undefined. Causal aligns the last query with the last key (query i sees keys <= i + Tk - Tq).
+  virtual void attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& mask, bool causal, float scale) = 0;
+  virtual void attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const Tensor& mask, bool causal, float scale) = 0;
+
+  // --- embeddings ---
+  // ids i32/i64 [N] (validated by the front-end), weight [V, C], out [N, C].
+  virtual void embedding_fwd(const Tensor& out, const Tensor& ids, const Tensor& weight) = 0;
+  virtual void embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids) = 0;  // dweight zeroed
+  // x [B,H,T,D], rotate-half convention: pairs (i, i + D/2), angle = (pos_offset + t) * base^(-2i/D).
+  // inverse rotates by the negative angle (the backward).
+  virtual void rope(const Tensor& out, const Tensor& x, float base, int64_t pos_offset, bool inverse) = 0;
+
+  // --- loss ---
+  // logits [N, V], targets i64 [N]; loss [N] (0 where ignored), lse [N].
+  virtual void cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+                                 int64_t ignore_index) = 0;
+  // dlogits = (softmax - onehot) * dloss[row] (0 where ignored); dloss f32 [N].
+  virtual void cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                 const Tensor& lse, const Tensor& targets, int64_t ignore_index) = 0;
+
+  // --- optimizers: one call updates every tensor of the group ---
+  virtual void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                          std::span<const Tensor> v, const AdamWArgs& args) = 0;
+  // momentum_bufs may be empty when momentum == 0.
+  virtual void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                        std::span<const Tensor> momentum_bufs, const SgdArgs& args) = 0;
+};
+
+Backend& backend_for(Device d);
+
+}  // namespace lt

@@ -1,0 +1,74 @@
+// GEMM through OpenBLAS for f32/f64; f16/bf16 operands are widened to f32 scratch first
+// (host scratch, outside the allocator: the CPU is the reference, not a prediction target).
+#include <cblas.h>
+
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_common.h"
+
+namespace lt {
+using namespace cpu;
+
+namespace {
+
+template <class T> std::vector<float> widen(const T* p, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load(p, i);
+  return out;
+}
+
+int64_t extent(const Tensor& t) { return t.numel(); }
+
+}  // namespace
+
+void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
+  const CBLAS_TRANSPOSE ta = d.trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = d.trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = int(d.trans_a ? d.m : d.k);
+  const int ldb = int(d.trans_b ? d.k : d.n);
+  const int ldc = int(d.n);
+  auto add_bias = [&](auto* cp, const auto* bp) {
+    for (int64_t bi = 0; bi < d.batch; ++bi)
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < d.n; ++j) cp[bi * d.stride_c + i * d.n + j] += bp[j];
+  };
+  if (c.dtype() == DType::F64) {
+    const double* pa = a.data<double>();
+    const double* pb = b.data<double>();
+    double* pc = c.data<double>();
+    for (int64_t i = 0; i < d.batch; ++i)
+      cblas_dgemm(CblasRowMajor, ta, tb, int(d.m), int(d.n), int(d.k), d.alpha, pa + i * d.stride_a, lda,
+                  pb + i * d.stride_b, ldb, d.beta, pc + i * d.stride_c, ldc);
+    if (bias.defined()) add_bias(pc, bias.data<double>());
+    return;
+  }
+  if (c.dtype() == DType::F32) {
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* pc = c.data<float>();
+    for (int64_t i = 0; i < d.batch; ++i)
+      cblas_sgemm(CblasRowMajor, ta, tb, int(d.m), int(d.n), int(d.k), d.alpha, pa + i * d.stride_a, lda,
+                  pb + i * d.stride_b, ldb, d.beta, pc + i * d.stride_c, ldc);
+    if (bias.defined()) add_bias(pc, bias.data<float>());
+    return;
+  }
+  // 16-bit storage: compute in f32, round once on store.
+  dispatch_float(c.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<float> fa = widen(a.data<T>(), extent(a));
+    std::vector<float> fb = widen(b.data<T>(), extent(b));
+    std::vector<float> fc = widen(c.data<T>(), extent(c));
+    for (int64_t i = 0; i < d.batch; ++i)
+      cblas_sgemm(CblasRowMajor, ta, tb, int(d.m), int(d.n), int(d.k), d.alpha, fa.data() + i * d.stride_a, lda,
+                  fb.data() + i * d.stride_b, ldb, d.beta, fc.data() + i * d.stride_c, ldc);
+    if (bias.defined()) {
+      std::vector<float> fbias = widen(bias.data<T>(), bias.numel());
+      add_bias(fc.data(), fbias.data());
+    }
+    T* pc = c.data<T>();
+    for (int64_t i = 0; i < extent(c); ++i) store(pc, i, fc[size_t(i)]);
+  });
+}
+
+}  // namespace lt

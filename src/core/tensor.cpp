@@ -1,0 +1,116 @@
+#include "leantrain/tensor.h"
+
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+
+namespace lt {
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape)
+    LT_CHECK(d >= 0, "negative dimension in shape " + shape_str(shape), "sizes must be >= 0", "fix the shape");
+  if (dtype == DType::F64 && device.is_cuda())
+    fail("f64 is not supported on CUDA", "leantrain keeps f64 for CPU reference checks", "use f32, bf16 or f16");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->storage = allocate_storage(lt::numel(shape) * int64_t(dtype_size(dtype)), device);
+  return Tensor(std::move(impl));
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[size_t(wrap_dim(d, dim()))]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (size_t i = impl_->shape.size(); i-- > 0;) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expect) return false;
+    expect *= impl_->shape[i];
+  }
+  return true;
+}
+
+Category Tensor::category() const { return impl_->storage->block.category; }
+
+void* Tensor::raw_data() const {
+  void* base = impl_->storage->data();
+  if (!base) return nullptr;
+  return static_cast<char*>(base) + impl_->offset * int64_t(dtype_size(impl_->dtype));
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  if (on)
+    LT_CHECK(is_floating(dtype()), "cannot require grad of a " + std::string(dtype_name(dtype())) + " tensor",
+             "only floating tensors have gradients", "cast to a floating dtype first");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook h) {
+  LT_CHECK(is_leaf(), "post-accumulate-grad hooks go on leaf tensors", "this tensor was produced by an op",
+           "register the hook on the parameter");
+  impl_->post_accumulate_grad_hooks.push_back(std::move(h));
+}
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward(*this, grad, retain_graph); }
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->dtype = impl_->dtype;
+  impl->device = impl_->device;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::to(Device d) const { return to_device(*this, d); }
+Tensor Tensor::to(DType t) const { return cast(*this, t); }
+Tensor Tensor::contiguous() const { return lt::contiguous(*this); }
+Tensor Tensor::clone() const {
+  Tensor out = lt::empty(shape(), dtype(), device());
+  copy_(out, *this);
+  return out;
+}
+
+static Tensor host_copy(const Tensor& t, DType want) {
+  LT_CHECK(!t.device().is_meta(), "cannot read values of a meta tensor", "meta tensors have shapes only",
+           "run on cpu or cuda to get values");
+  MemoryCategoryScope s(Category::Other);
+  NoGradGuard ng;
+  return cast(to_device(t, Device::cpu()), want).contiguous();
+}
+
+std::vector<float> Tensor::to_float_vector() const {
+  Tensor h = host_copy(*this, DType::F32);
+  return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+}
+std::vector<double> Tensor::to_double_vector() const {
+  Tensor h = host_copy(*this, DType::F64);
+  return std::vector<double>(h.data<double>(), h.data<double>() + h.numel());
+}
+std::vector<int64_t> Tensor::to_int_vector() const {
+  Tensor h = host_copy(*this, DType::I64);
+  return std::vector<int64_t>(h.data<int64_t>(), h.data<int64_t>() + h.numel());
+}
+double Tensor::item() const {
+  LT_CHECK(numel() == 1, "item() needs a one-element tensor", "this one has shape " + shape_str(shape()),
+           "reduce it first");
+  return to_double_vector()[0];
+}
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->offset = offset;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = base.dtype();
+  impl->device = base.device();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace lt

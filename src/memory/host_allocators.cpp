@@ -1,0 +1,33 @@
+#include "memory/host_allocators.h"
+
+#include <cstdlib>
+
+namespace lt {
+
+bool CpuAllocator::do_allocate(Block& b) {
+  if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
+  void* p = std::aligned_alloc(64, size_t(b.size));
+  if (!p) return false;
+  b.ptr = p;
+  b.addr = reinterpret_cast<uint64_t>(p);
+  note_segment_alloc(b.addr, b.size);
+  return true;
+}
+
+void CpuAllocator::do_free(const Block& b) {
+  note_segment_free(b.addr, b.size);
+  std::free(b.ptr);
+}
+
+bool MetaAllocator::do_allocate(Block& b) {
+  if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
+  b.ptr = nullptr;
+  b.addr = next_addr_;
+  next_addr_ += uint64_t(b.size);
+  note_segment_alloc(b.addr, b.size);
+  return true;
+}
+
+void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
+
+}  // namespace lt

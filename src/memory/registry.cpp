@@ -1,0 +1,53 @@
+#include <map>
+#include <mutex>
+
+#include "leantrain/error.h"
+#include "memory/host_allocators.h"
+
+namespace lt {
+
+// Defined by the CUDA backend (or its stub when built without CUDA).
+std::unique_ptr<Allocator> make_cuda_allocator(int device_index);
+
+namespace {
+std::mutex g_mu;
+std::map<std::pair<int, int>, std::unique_ptr<Allocator>>& table() {
+  static auto* t = new std::map<std::pair<int, int>, std::unique_ptr<Allocator>>();  // never destroyed: tensors may outlive main
+  return *t;
+}
+std::pair<int, int> key(Device d) { return {int(d.type), d.index}; }
+}  // namespace
+
+Allocator& allocator_for(Device d) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& t = table();
+  auto it = t.find(key(d));
+  if (it != t.end()) return *it->second;
+  std::unique_ptr<Allocator> a;
+  switch (d.type) {
+    case DeviceType::CPU: a = std::make_unique<CpuAllocator>(); break;
+    case DeviceType::Meta: a = std::make_unique<MetaAllocator>(); break;
+    case DeviceType::CUDA: a = make_cuda_allocator(d.index); break;
+  }
+  Allocator& ref = *a;
+  t.emplace(key(d), std::move(a));
+  return ref;
+}
+
+void set_allocator(Device d, std::unique_ptr<Allocator> a) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& t = table();
+  auto it = t.find(key(d));
+  if (it != t.end()) {
+    LT_CHECK(it->second->stats().allocated_bytes.current == 0, "cannot replace the allocator of " + d.str(),
+             "tensors are still allocated on it", "free them first");
+    // Keep the old one alive: storages hold raw pointers to their allocator.
+    static std::vector<std::unique_ptr<Allocator>> graveyard;
+    graveyard.push_back(std::move(it->second));
+    it->second = std::move(a);
+  } else {
+    t.emplace(key(d), std::move(a));
+  }
+}
+
+}  // namespace lt

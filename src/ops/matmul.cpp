@@ -1,0 +1,106 @@
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+// Batch dims of a [..., r, c] tensor.
+Shape batch_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b) {
+  Device dev = common_device("matmul", {a_in, b_in});
+  check_same_dtype("matmul", a_in, b_in);
+  check_floating("matmul", a_in);
+  LT_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: operands need at least 2 dimensions",
+           "got " + shape_str(a_in.shape()) + " and " + shape_str(b_in.shape()), "reshape them");
+  const int64_t m = trans_a ? a_in.size(-1) : a_in.size(-2);
+  const int64_t ka = trans_a ? a_in.size(-2) : a_in.size(-1);
+  const int64_t kb = trans_b ? b_in.size(-1) : b_in.size(-2);
+  const int64_t n = trans_b ? b_in.size(-2) : b_in.size(-1);
+  LT_CHECK(ka == kb, "matmul: inner dimensions differ",
+           shape_str(a_in.shape()) + (trans_a ? "^T" : "") + " @ " + shape_str(b_in.shape()) + (trans_b ? "^T" : ""),
+           "make the contracted dimensions equal");
+  Shape batch = broadcast_shapes("matmul", batch_of(a_in), batch_of(b_in));
+  const int64_t nb = numel(batch);
+  // Operands are made contiguous; a broadcast operand (whole batch from one matrix) keeps stride 0.
+  Tensor a = contiguous(a_in), b = contiguous(b_in);
+  const bool a_bcast = numel(batch_of(a)) == 1 && nb > 1;
+  const bool b_bcast = numel(batch_of(b)) == 1 && nb > 1;
+  LT_CHECK((a_bcast || batch_of(a) == batch || numel(batch_of(a)) == nb) &&
+               (b_bcast || batch_of(b) == batch || numel(batch_of(b)) == nb),
+           "matmul: partial batch broadcasting is not supported",
+           shape_str(a_in.shape()) + " @ " + shape_str(b_in.shape()), "expand the operands to one batch shape");
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), dev);
+  GemmDesc d;
+  d.batch = nb;
+  d.m = m;
+  d.n = n;
+  d.k = ka;
+  d.trans_a = trans_a;
+  d.trans_b = trans_b;
+  d.stride_a = a_bcast ? 0 : m * ka;
+  d.stride_b = b_bcast ? 0 : ka * n;
+  d.stride_c = m * n;
+  backend_for(dev).gemm(out, a, b, d, Tensor());
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Tensor sa = need_b ? a : Tensor();
+  Tensor sb = need_a ? b : Tensor();
+  Shape as = a.shape(), bs = b.shape();
+  record(out, "matmul", {a, b}, [=](const Tensor& g) {
+    Tensor ga, gb;
+    // C = op(A) op(B): dA = dC op(B)^T (transposed back if A was), dB likewise.
+    if (need_a) ga = trans_a ? matmul(sb, g, trans_b, true) : matmul(g, sb, false, !trans_b);
+    if (need_b) gb = trans_b ? matmul(g, sa, true, trans_a) : matmul(sa, g, !trans_a, false);
+    if (ga.defined() && ga.shape() != as) ga = sum_to(ga, as);
+    if (gb.defined() && gb.shape() != bs) gb = sum_to(gb, bs);
+    return std::vector<Tensor>{ga, gb};
+  });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Device dev = common_device("linear", {x, w, bias});
+  check_same_dtype("linear", x, w);
+  check_rank("linear", w, 2, "weight");
+  LT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input features differ from the weight's",
+           "input " + shape_str(x.shape()) + ", weight " + shape_str(w.shape()), "match in_features");
+  if (bias.defined()) {
+    check_same_dtype("linear", x, bias);
+    LT_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias shape " + shape_str(bias.shape()),
+             "expected [" + std::to_string(w.size(0)) + "]", "match out_features");
+  }
+  const int64_t in = w.size(1), outf = w.size(0);
+  Tensor xc = contiguous(x);
+  const int64_t rows = xc.numel() / in;
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), dev);
+  GemmDesc d;
+  d.m = rows;
+  d.n = outf;
+  d.k = in;
+  d.trans_b = true;
+  backend_for(dev).gemm(out, xc, w, d, bias);
+  const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  Tensor sx = need_w ? xc : Tensor();
+  Tensor sw = need_x ? w : Tensor();
+  Shape xs = x.shape();
+  record(out, "linear", {xc, w, bias}, [=](const Tensor& g) {
+    Tensor g2 = reshape(g, {rows, outf});
+    Tensor gx, gw, gb;
+    if (need_x) gx = reshape(matmul(g2, sw), xs);                      // [rows,out] @ [out,in]
+    if (need_w) gw = matmul(g2, reshape(sx, {rows, in}), true, false);  // [out,rows] @ [rows,in]
+    if (need_b) gb = sum_to(g2, {outf});
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+}  // namespace lt

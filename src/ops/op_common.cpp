@@ -1,0 +1,65 @@
+#include "ops/op_common.h"
+
+namespace lt::detail {
+
+Device common_device(const char* op, const std::vector<Tensor>& xs) {
+  Device d;
+  bool have = false;
+  for (const Tensor& x : xs) {
+    if (!x.defined()) continue;
+    if (!have) { d = x.device(); have = true; continue; }
+    LT_CHECK(x.device() == d, std::string(op) + ": inputs are on different devices",
+             "got " + d.str() + " and " + x.device().str(), "move them to one device with .to()");
+  }
+  LT_ASSERT(have);
+  return d;
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  LT_CHECK(a.dtype() == b.dtype(), std::string(op) + ": dtype mismatch",
+           std::string("got ") + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()), "cast one with .to(dtype)");
+}
+
+void check_floating(const char* op, const Tensor& x) {
+  LT_CHECK(is_floating(x.dtype()), std::string(op) + ": needs a floating tensor",
+           std::string("got ") + dtype_name(x.dtype()), "cast to f32, bf16 or f16");
+}
+
+void check_rank(const char* op, const Tensor& x, int64_t rank, const char* name) {
+  LT_CHECK(x.dim() == rank, std::string(op) + ": " + name + " must have " + std::to_string(rank) + " dimensions",
+           "got shape " + shape_str(x.shape()), "reshape it");
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    LT_CHECK(da == db || da == 1 || db == 1, std::string(op) + ": shapes do not broadcast",
+             shape_str(a) + " vs " + shape_str(b), "make trailing dimensions equal or 1");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor expand_view(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  size_t r = shape.size(), xr = x.shape().size();
+  LT_ASSERT(xr <= r);
+  Shape strides(r, 0);
+  for (size_t i = 0; i < xr; ++i) {
+    size_t o = i + (r - xr);
+    strides[o] = x.shape()[i] == 1 && shape[o] != 1 ? 0 : x.strides()[i];
+  }
+  return make_view(x, shape, strides, x.offset());
+}
+
+Tensor contiguous_data(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_of(x).copy(out, x);
+  return out;
+}
+
+}  // namespace lt::detail
