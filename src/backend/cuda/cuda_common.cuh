@@ -1,0 +1,71 @@
+// Shared by the CUDA kernels: error checks that become lt::Error, typed load/store with
+// f32 accumulation, dtype dispatch, the current stream.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "leantrain/error.h"
+#include "leantrain/tensor.h"
+
+namespace lt::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t e, const char* what, const char* file, int line);
+
+// The stream every kernel of this process uses (one compute stream; side streams are explicit).
+cudaStream_t current_stream();
+
+template <class T> __device__ __forceinline__ float to_f32(T v) { return float(v); }
+template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f32(float v) { return T(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half(v); }
+
+// Calls f(T{}) with T the device storage type of a floating dtype (f32, f16, bf16).
+template <class F> void dispatch_float(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
+    case DType::F16: f(__half{}); return;
+    default:
+      fail(std::string("dtype ") + dtype_name(t) + " is not supported on CUDA", "CUDA kernels take f32, bf16 or f16",
+           "cast the tensor first");
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __syncthreads();  // partial[] may still be read by a previous call
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = lane < nwarps ? partial[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+}  // namespace lt::cuda
+
+#define LT_CUDA_CHECK(expr)                                                          \
+  do {                                                                               \
+    cudaError_t e_ = (expr);                                                         \
+    if (e_ != cudaSuccess) ::lt::cuda::throw_cuda_error(e_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// After every launch: a launch-configuration error becomes an lt::Error naming the kernel.
+#define LT_CUDA_LAUNCH_CHECK(name) LT_CUDA_CHECK(cudaGetLastError())
