@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Parity with PyTorch on the GPU machine.
+
+For each model (HF GPT2LMHeadModel and torchvision VisionTransformer, a small one and a
+full-size one) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
+as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and writes its logits,
+loss and every parameter gradient, and this script compares them with PyTorch's. Then both run
+50 AdamW steps on the same batches and the loss curves are compared.
+
+Usage: python3 bench/peers/parity.py [--bench build-cuda/leantrain_bench] [--out DIR] [--quick]
+Writes one JSON with every comparison to DIR (default bench/results).
+"""
+import argparse, json, os, subprocess, sys, tempfile, time
+
+import torch
+from safetensors.torch import save_file, load_file
+
+
+def rel_err(a, b):
+    a = a.double(); b = b.double()
+    if not torch.isfinite(a).all():
+        return float("inf")
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def gpt2_model(cfg, dtype):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    c = GPT2Config(n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
+                   n_positions=cfg["n_positions"], vocab_size=cfg["vocab_size"],
+                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new")
+    try:
+        c._attn_implementation = "eager"
+    except Exception:
+        pass
+    return GPT2LMHeadModel(c).to(device="cuda", dtype=dtype)
+
+
+def vit_model(cfg, dtype):
+    from torchvision.models.vision_transformer import VisionTransformer
+    m = VisionTransformer(image_size=cfg["image_size"], patch_size=cfg["patch_size"],
+                          num_layers=cfg["num_hidden_layers"], num_heads=cfg["num_attention_heads"],
+                          hidden_dim=cfg["hidden_size"], mlp_dim=cfg["intermediate_size"],
+                          num_classes=cfg["num_labels"], dropout=0.0, attention_dropout=0.0)
+    # torchvision zero-inits the head; give it random weights so its gradients carry information.
+    with torch.no_grad():
+        m.heads.head.weight.normal_(0, 0.02)
+    return m.to(device="cuda", dtype=dtype)
+
+
+def batches(kind, cfg, n, b, gen):
+    if kind == "gpt2":
+        T = cfg["seq"]
+        ids = torch.randint(0, cfg["vocab_size"], (n, b, T + 1), generator=gen)
+        return {"input_ids": ids[..., :-1].contiguous(), "labels": ids[..., 1:].contiguous()}
+    C, H = 3, cfg["image_size"]
+    return {"images": torch.randn(n, b, C, H, H, generator=gen),
+            "labels": torch.randint(0, cfg["num_labels"], (n, b), generator=gen)}
+
+
+def torch_loss(kind, model, batch, i, dtype):
+    if kind == "gpt2":
+        logits = model(input_ids=batch["input_ids"][i].cuda()).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                 batch["labels"][i].cuda().reshape(-1))
+    else:
+        logits = model(batch["images"][i].cuda().to(dtype))
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"][i].cuda())
+    return logits, loss
+
+
+def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    torch.manual_seed(1234)
+    model = (gpt2_model if kind == "gpt2" else vit_model)(cfg, dtype)
+    params = {k: v for k, v in model.named_parameters()}
+    weights = {k: v.detach().contiguous().cpu() for k, v in params.items()}
+    gen = torch.Generator().manual_seed(99)
+    b = cfg["batch"]
+    data = batches(kind, cfg, max(steps, 1), b, gen)
+    paths = {k: os.path.join(tmp, f"{name}-{dtype_name}-{k}") for k in ("w", "b", "cfg", "out")}
+    save_file(weights, paths["w"] + ".safetensors")
+    save_file(data, paths["b"] + ".safetensors")
+    with open(paths["cfg"] + ".json", "w") as f:
+        json.dump({k: v for k, v in cfg.items() if k not in ("batch", "seq")}, f)
+    cmd = [args.bench, "parity", "--kind", kind, "--config", paths["cfg"] + ".json",
+           "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
+           "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
+           "--out", paths["out"] + ".safetensors"]
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lt_time = time.time() - t0
+    if proc.returncode != 0:
+        return {"case": name, "dtype": dtype_name, "ok": False, "error": (proc.stderr or proc.stdout)[-2000:]}
+    ours = load_file(paths["out"] + ".safetensors")
+
+    # PyTorch: forward/backward on batch 0.
+    logits, loss = torch_loss(kind, model, data, 0, dtype)
+    loss.backward()
+    res = {"case": name, "dtype": dtype_name, "leantrain_seconds": round(lt_time, 2)}
+    res["logits_rel_err"] = rel_err(ours["logits"].float().reshape(logits.shape).cuda(), logits.float())
+    res["loss_torch"] = float(loss)
+    res["loss_leantrain"] = float(ours["loss"].reshape(-1)[0])
+    worst, worst_name, missing = 0.0, None, []
+    for k, p in params.items():
+        key = "grad." + k
+        if key not in ours:
+            missing.append(k)
+            continue
+        e = rel_err(ours[key].float().reshape(p.shape).cuda(), p.grad.float())
+        if e > worst:
+            worst, worst_name = e, k
+    res["grad_worst_rel_err"] = worst
+    res["grad_worst_param"] = worst_name
+    res["grads_missing"] = missing
+    res["num_params"] = len(params)
+
+    # 50 AdamW steps on the same batches.
+    if steps > 0:
+        torch.manual_seed(1234)
+        model = (gpt2_model if kind == "gpt2" else vit_model)(cfg, dtype)
+        model.load_state_dict({k: v.cuda() for k, v in weights.items()}, strict=False)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        curve = []
+        for i in range(steps):
+            opt.zero_grad(set_to_none=True)
+            _, l = torch_loss(kind, model, data, i, dtype)
+            l.backward()
+            opt.step()
+            curve.append(float(l))
+        ours_curve = [float(x) for x in ours["losses"].reshape(-1)]
+        res["curve_torch"] = curve
+        res["curve_leantrain"] = ours_curve
+        res["curve_max_abs_diff"] = max(abs(a - b) for a, b in zip(curve, ours_curve)) if ours_curve else None
+    tol = {"f32": (1e-4, 1e-3, 1e-3), "bf16": (3e-2, 6e-2, 5e-2)}[dtype_name]
+    res["tolerances"] = {"logits": tol[0], "grads": tol[1], "curve_abs": tol[2]}
+    res["ok"] = (res["logits_rel_err"] <= tol[0] and res["grad_worst_rel_err"] <= tol[1] and not missing and
+                 (steps == 0 or (res["curve_max_abs_diff"] is not None and res["curve_max_abs_diff"] <= tol[2])))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default="build-cuda/leantrain_bench")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--quick", action="store_true", help="small models only")
+    args = ap.parse_args()
+    cases = [
+        ("gpt2-small", "gpt2", dict(n_embd=128, n_layer=2, n_head=4, n_positions=128, vocab_size=512, batch=4, seq=64), 50),
+        ("vit-small", "vit", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                  image_size=32, patch_size=8, num_labels=10, layer_norm_eps=1e-6, batch=8), 50),
+    ]
+    if not args.quick:
+        cases += [
+            ("gpt2-124m", "gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, batch=2, seq=256), 0),
+            ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                                     image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),
+        ]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, kind, cfg, steps in cases:
+            for dt in ("f32", "bf16"):
+                r = run_case(args, name, kind, cfg, dt, steps, 1e-3, tmp)
+                results.append(r)
+                brief = {k: r.get(k) for k in ("case", "dtype", "ok", "logits_rel_err", "grad_worst_rel_err",
+                                               "grad_worst_param", "curve_max_abs_diff", "error")}
+                print(json.dumps(brief), flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    doc = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "torch": torch.__version__, "results": results}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"parity-{commit or 'nocommit'}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    ok = sum(r.get("ok", False) for r in results)
+    print(f"parity: {ok} passed, {len(results) - ok} failed -> {path}")
+    sys.exit(0 if ok == len(results) else 1)
+
+
+if __name__ == "__main__":
+    main()
