@@ -30,4 +30,8 @@ bool MetaAllocator::do_allocate(Block& b) {
 
 void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
 
+std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity) {
+  return std::make_unique<SimulatedCudaAllocator>(capacity);
+}
+
 }  // namespace lt

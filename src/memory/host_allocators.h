@@ -1,7 +1,9 @@
 // The CPU allocator (aligned malloc, reserved == allocated) and the simple meta allocator
 // (no memory, fake addresses, same rounding): a step on meta yields the CPU's allocation trace.
+// The simulated CUDA allocator is the meta variant the planner uses to predict a GPU run.
 #pragma once
 #include "leantrain/memory.h"
+#include "memory/caching_policy.h"
 
 namespace lt {
 
@@ -25,5 +27,18 @@ class MetaAllocator final : public Allocator {
  private:
   uint64_t next_addr_ = 0x10000000000ull;
 };
+
+// Meta allocator running the CUDA caching policy over fake segments: a dry-run with it predicts
+// a GPU run's reserved bytes (segments, splits, cache) and, given the GPU memory free to the run
+// as `capacity` (<0: unlimited), its retries and OOMs.
+class SimulatedCudaAllocator final : public CachingAllocator {
+ public:
+  explicit SimulatedCudaAllocator(int64_t capacity = -1)
+      : CachingAllocator(Device::meta(), std::make_unique<FakeSegmentSource>(capacity)) {}
+};
+
+// For the planner: set_allocator(Device::meta(), make_simulated_cuda_allocator(free_bytes)).
+// The default meta allocator stays the simple MetaAllocator.
+std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity = -1);
 
 }  // namespace lt
