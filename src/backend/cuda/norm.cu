@@ -1,0 +1,384 @@
+// LayerNorm, RMSNorm and softmax over the last dim, f32 accumulation for every storage type.
+//
+// Row kernels: one warp per row (rows are short: C is the model width), packed 16-byte
+// accesses when the row length and pointers allow, and two passes over the row (mean, then
+// the centred variance) instead of sum/sum-of-squares, which cancels badly. Re-reads of the
+// row hit L1. Softmax rows may be long (any length): one block per row above 1024.
+//
+// Parameter gradients (dw, db) are column sums over all rows. Without scratch memory (the
+// backend never allocates) and without atomics (not deterministic), each block owns a strip
+// of 8 columns and loops over every row; the 128 row-phases of the block are combined by a
+// fixed-order tree in shared memory, so the result is bitwise reproducible.
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/row_kernels.cuh"
+
+namespace lt {
+using namespace cuda;
+using namespace cuda::rk;
+
+namespace {
+
+constexpr int kRowWarps = 4;       // rows (warps) per block in the row kernels
+constexpr int kColStrip = 8;       // columns per block in the column-sum kernels
+constexpr int kColPhases = 128;    // row phases per block in the column-sum kernels
+
+// ---------------------------------------------------------------- LayerNorm / RMSNorm forward
+
+// RMS = true: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); mean is not written.
+template <class T, int P, bool RMS>
+__global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
+                                const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                int64_t N, int C, float eps) {
+  const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
+  if (row >= N) return;  // the whole warp leaves; there is no block barrier below
+  const int lane = threadIdx.x;
+  const T* xr = x + row * C;
+  T* yr = y + row * C;
+  float mu = 0.0f;
+  if (!RMS) {
+    float s = 0.0f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+      float v[P];
+      load_f32<T, P>(xr + c, v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) s += v[k];
+    }
+    mu = warp_sum(s) / float(C);
+  }
+  float s2 = 0.0f;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    float v[P];
+    load_f32<T, P>(xr + c, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) s2 += (v[k] - mu) * (v[k] - mu);
+  }
+  const float rs = 1.0f / sqrtf(warp_sum(s2) / float(C) + eps);
+  for (int c = lane * P; c < C; c += 32 * P) {
+    float v[P], wv[P], bv[P];
+    load_f32<T, P>(xr + c, v);
+    load_f32<T, P>(w + c, wv);
+    if (b) {
+      load_f32<T, P>(b + c, bv);
+    } else {
+#pragma unroll
+      for (int k = 0; k < P; ++k) bv[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = (v[k] - mu) * rs * wv[k] + bv[k];
+    store_f32<T, P>(yr + c, v);
+  }
+  if (lane == 0) {
+    if (mean) mean[row] = mu;
+    if (rstd) rstd[row] = rs;
+  }
+}
+
+// ---------------------------------------------------------------- LayerNorm / RMSNorm backward: dx
+
+// g = dy * w, xhat = (x - mean) * rstd (mean = 0 for RMS):
+// LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); RMSNorm drops the mean(g) term.
+template <class T, int P, bool RMS>
+__global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
+                                   const T* __restrict__ w, const float* __restrict__ mean,
+                                   const float* __restrict__ rstd, int64_t N, int C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
+  if (row >= N) return;
+  const int lane = threadIdx.x;
+  const T* xr = x + row * C;
+  const T* dyr = dy + row * C;
+  const float mu = RMS ? 0.0f : mean[row], rs = rstd[row];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    float xv[P], gv[P], wv[P];
+    load_f32<T, P>(xr + c, xv);
+    load_f32<T, P>(dyr + c, gv);
+    load_f32<T, P>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float g = gv[k] * wv[k];
+      sg += g;
+      sgx += g * (xv[k] - mu) * rs;
+    }
+  }
+  const float mg = RMS ? 0.0f : warp_sum(sg) / float(C);
+  const float mgx = warp_sum(sgx) / float(C);
+  T* dxr = dx + row * C;
+  for (int c = lane * P; c < C; c += 32 * P) {
+    float xv[P], gv[P], wv[P];
+    load_f32<T, P>(xr + c, xv);
+    load_f32<T, P>(dyr + c, gv);
+    load_f32<T, P>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) gv[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
+    store_f32<T, P>(dxr + c, gv);
+  }
+}
+
+// ---------------------------------------------------------------- dw, db: deterministic column sums
+
+// dw[c] = sum_r dy[r,c] * xhat[r,c], db[c] = sum_r dy[r,c]. Block = kColStrip columns x
+// kColPhases row phases; thread (tx, ty) sums rows ty, ty + kColPhases, ... of column tx,
+// then the phases are added by a fixed tree. dw or db may be null.
+template <class T, bool RMS>
+__global__ void __launch_bounds__(kColStrip* kColPhases)
+    norm_bwd_dwdb_kernel(T* __restrict__ dw, T* __restrict__ db, const T* __restrict__ dy,
+                         const T* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd,
+                         int64_t N, int C) {
+  __shared__ float red_w[kColPhases][kColStrip + 1], red_b[kColPhases][kColStrip + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kColStrip + tx;
+  float aw = 0.0f, ab = 0.0f;
+  if (c < C) {
+#pragma unroll 8
+    for (int64_t r = ty; r < N; r += kColPhases) {
+      const float g = to_f32(dy[r * C + c]);
+      const float mu = RMS ? 0.0f : mean[r];
+      aw += g * (to_f32(x[r * C + c]) - mu) * rstd[r];
+      ab += g;
+    }
+  }
+  red_w[ty][tx] = aw;
+  red_b[ty][tx] = ab;
+  for (int s = kColPhases / 2; s > 0; s >>= 1) {
+    __syncthreads();  // the previous level's writes are visible; nobody reads the upper half after this level
+    if (ty < s) {
+      red_w[ty][tx] += red_w[ty + s][tx];
+      red_b[ty][tx] += red_b[ty + s][tx];
+    }
+  }
+  if (ty == 0 && c < C) {  // row 0 was last written by this same thread
+    if (dw) dw[c] = from_f32<T>(red_w[0][tx]);
+    if (db) db[c] = from_f32<T>(red_b[0][tx]);
+  }
+}
+
+// ---------------------------------------------------------------- softmax
+
+// One row per warp (BLOCK = false, blockDim (32, kRowWarps)) or per block (BLOCK = true,
+// blockDim (256)). y = exp(x - max) / sum.
+template <class T, int P, bool BLOCK>
+__global__ void softmax_fwd_kernel(T* __restrict__ y, const T* __restrict__ x, int64_t N, int64_t L) {
+  const int64_t row = BLOCK ? int64_t(blockIdx.x) : int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
+  if (!BLOCK && row >= N) return;
+  const int tid = threadIdx.x, nt = BLOCK ? blockDim.x : 32;
+  const T* xr = x + row * L;
+  OnlineMax<T> st;
+  for (int64_t c = int64_t(tid) * P; c < L; c += int64_t(nt) * P) {
+    float v[P];
+    load_f32<T, P>(xr + c, v);
+    st.template add<P>(v);
+  }
+  if (BLOCK) st.block_reduce();
+  else st.warp_reduce();
+  const float inv = st.s > 0.0f ? 1.0f / st.s : 0.0f;
+  T* yr = y + row * L;
+  for (int64_t c = int64_t(tid) * P; c < L; c += int64_t(nt) * P) {
+    float v[P];
+    load_f32<T, P>(xr + c, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = st.m == -INFINITY ? 0.0f : exp_acc<T>(v[k] - st.m) * inv;
+    store_f32<T, P>(yr + c, v);
+  }
+}
+
+// dx = y * (dy - sum(dy * y)).
+template <class T, int P, bool BLOCK>
+__global__ void softmax_bwd_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ y, int64_t N,
+                                   int64_t L) {
+  const int64_t row = BLOCK ? int64_t(blockIdx.x) : int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
+  if (!BLOCK && row >= N) return;
+  const int tid = threadIdx.x, nt = BLOCK ? blockDim.x : 32;
+  const T* yr = y + row * L;
+  const T* dyr = dy + row * L;
+  float dot = 0.0f, unused = 0.0f;
+  for (int64_t c = int64_t(tid) * P; c < L; c += int64_t(nt) * P) {
+    float yv[P], gv[P];
+    load_f32<T, P>(yr + c, yv);
+    load_f32<T, P>(dyr + c, gv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) dot += yv[k] * gv[k];
+  }
+  if (BLOCK) block_sum2(dot, unused);
+  else dot = warp_sum(dot);
+  T* dxr = dx + row * L;
+  for (int64_t c = int64_t(tid) * P; c < L; c += int64_t(nt) * P) {
+    float yv[P], gv[P];
+    load_f32<T, P>(yr + c, yv);
+    load_f32<T, P>(dyr + c, gv);
+#pragma unroll
+    for (int k = 0; k < P; ++k) gv[k] = yv[k] * (gv[k] - dot);
+    store_f32<T, P>(dxr + c, gv);
+  }
+}
+
+// ---------------------------------------------------------------- launch helpers
+
+void check_rows(const char* op, const Tensor& t, int64_t N, int64_t C, const char* name) {
+  LT_CHECK(t.defined() && t.numel() == N * C && t.is_contiguous(),
+           std::string(op) + ": " + name + " is not a contiguous [" + std::to_string(N) + ", " + std::to_string(C) +
+               "] tensor",
+           "the CUDA kernel expects row-major rows of the normalised size", "");
+}
+void check_vec(const char* op, const Tensor& t, int64_t n, DType dt, const char* name) {
+  LT_CHECK(t.numel() == n && t.dtype() == dt && t.is_contiguous(),
+           std::string(op) + ": " + name + " must be a contiguous " + dtype_name(dt) + " vector of " +
+               std::to_string(n) + " elements",
+           "the CUDA kernel reads/writes it directly", "");
+}
+int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
+
+// Whether packs of P = 16/sizeof(T) elements can be used for rows of length C.
+template <class T> bool can_vectorise(int64_t C, std::initializer_list<const void*> ptrs) {
+  if (C % kVec<T> != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+dim3 row_grid(int64_t N) { return dim3(unsigned((N + kRowWarps - 1) / kRowWarps)); }
+
+template <class T, bool RMS>
+void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
+                     const Tensor& b, float eps) {
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  if (N == 0) return;
+  T* py = y.data<T>();
+  const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.defined() ? b.data<T>() : nullptr;
+  float* pm = mean.defined() ? mean.data<float>() : nullptr;
+  float* pr = rstd.defined() ? rstd.data<float>() : nullptr;
+  const dim3 block(32, kRowWarps);
+  if (can_vectorise<T>(C, {py, px, pw, pb}))
+    norm_fwd_kernel<T, kVec<T>, RMS><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pw, pb, N, int(C), eps);
+  else
+    norm_fwd_kernel<T, 1, RMS><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pw, pb, N, int(C), eps);
+  LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
+}
+
+template <class T, bool RMS>
+void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  const T *pdy = dy.data<T>(), *px = x.data<T>(), *pw = w.data<T>();
+  const float* pm = RMS ? nullptr : mean.data<float>();
+  const float* pr = rstd.data<float>();
+  if (dx.defined() && N > 0) {
+    T* pdx = dx.data<T>();
+    const dim3 block(32, kRowWarps);
+    if (can_vectorise<T>(C, {pdx, pdy, px, pw}))
+      norm_bwd_dx_kernel<T, kVec<T>, RMS><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, px, pw, pm, pr, N, int(C));
+    else
+      norm_bwd_dx_kernel<T, 1, RMS><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, px, pw, pm, pr, N, int(C));
+    LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
+  }
+  T* pdw = dw.defined() ? dw.data<T>() : nullptr;
+  T* pdb = db.defined() ? db.data<T>() : nullptr;
+  if (pdw || pdb) {  // N == 0 still writes zeros
+    const dim3 grid(unsigned((C + kColStrip - 1) / kColStrip)), block(kColStrip, kColPhases);
+    norm_bwd_dwdb_kernel<T, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
+    LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_kernel");
+  }
+}
+
+void check_norm(const char* op, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t C = last_dim(x);
+  LT_CHECK(C > 0 && C <= (int64_t(1) << 30), std::string(op) + ": row length " + std::to_string(C),
+           "the CUDA kernel takes rows of 1 to 2^30 elements", "");
+  const int64_t N = x.numel() / C;
+  check_rows(op, x, N, C, "x");
+  check_rows(op, y, N, C, "y/dx");
+  LT_CHECK(y.dtype() == x.dtype(), std::string(op) + ": dtype mismatch", "input and output must share a dtype", "");
+  check_vec(op, w, C, x.dtype(), "weight");
+  if (b.defined()) check_vec(op, b, C, x.dtype(), "bias");
+}
+
+template <bool BWD> void launch_softmax(const Tensor& out, const Tensor& a, const Tensor& y) {
+  const char* op = BWD ? "softmax_bwd" : "softmax_fwd";
+  const int64_t L = last_dim(a), N = L == 0 ? 0 : a.numel() / L;
+  check_rows(op, a, N, L, "input");
+  check_rows(op, out, N, L, "output");
+  if (BWD) check_rows(op, y, N, L, "y");
+  LT_CHECK(out.dtype() == a.dtype() && (!BWD || y.dtype() == a.dtype()), std::string(op) + ": dtype mismatch",
+           "all operands must share a dtype", "");
+  if (N == 0 || L == 0) return;
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data<T>();
+    const T* pa = a.data<T>();
+    const T* py = BWD ? y.data<T>() : nullptr;
+    const bool vec = can_vectorise<T>(L, {po, pa, py});
+    const bool block = L > 1024;
+    const dim3 grid = block ? dim3(unsigned(N)) : row_grid(N);
+    const dim3 threads = block ? dim3(256) : dim3(32, kRowWarps);
+    LT_CHECK(!block || N < (int64_t(1) << 31), std::string(op) + ": too many rows", "grid limit", "");
+    auto go = [&](auto vtag, auto btag) {
+      constexpr int P = decltype(vtag)::value;
+      constexpr bool B = decltype(btag)::value;
+      if constexpr (BWD) softmax_bwd_kernel<T, P, B><<<grid, threads, 0, current_stream()>>>(po, pa, py, N, L);
+      else softmax_fwd_kernel<T, P, B><<<grid, threads, 0, current_stream()>>>(po, pa, N, L);
+    };
+    using V = std::integral_constant<int, kVec<T>>;
+    using S = std::integral_constant<int, 1>;
+    if (vec && block) go(V{}, std::true_type{});
+    else if (vec) go(V{}, std::false_type{});
+    else if (block) go(S{}, std::true_type{});
+    else go(S{}, std::false_type{});
+    LT_CUDA_LAUNCH_CHECK(BWD ? "softmax_bwd_kernel" : "softmax_fwd_kernel");
+  });
+}
+
+}  // namespace
+
+void CudaBackend::layernorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                const Tensor& w, const Tensor& b, float eps) {
+  check_norm("layernorm_fwd", y, x, w, b);
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  if (mean.defined()) check_vec("layernorm_fwd", mean, N, DType::F32, "mean");
+  if (rstd.defined()) check_vec("layernorm_fwd", rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_fwd<decltype(tag), false>(y, mean, rstd, x, w, b, eps); });
+}
+
+void CudaBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                                const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_bwd";
+  check_norm(op, dy, x, w, Tensor());
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  if (dx.defined()) check_rows(op, dx, N, C, "dx");
+  if (dw.defined()) check_vec(op, dw, C, x.dtype(), "dw");
+  if (db.defined()) check_vec(op, db, C, x.dtype(), "db");
+  LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "layernorm_bwd: dx dtype", "dx must have x's dtype", "");
+  check_vec(op, mean, N, DType::F32, "mean");
+  check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_bwd<decltype(tag), false>(dx, dw, db, dy, x, w, mean, rstd); });
+}
+
+void CudaBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  check_norm("rmsnorm_fwd", y, x, w, Tensor());
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  if (rstd.defined()) check_vec("rmsnorm_fwd", rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, w, Tensor(), eps); });
+}
+
+void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& rstd) {
+  const char* op = "rmsnorm_bwd";
+  check_norm(op, dy, x, w, Tensor());
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  if (dx.defined()) check_rows(op, dx, N, C, "dx");
+  if (dw.defined()) check_vec(op, dw, C, x.dtype(), "dw");
+  LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "rmsnorm_bwd: dx dtype", "dx must have x's dtype", "");
+  check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) {
+    launch_norm_bwd<decltype(tag), true>(dx, dw, Tensor(), dy, x, w, Tensor(), rstd);
+  });
+}
+
+void CudaBackend::softmax_fwd(const Tensor& y, const Tensor& x) { launch_softmax<false>(y, x, Tensor()); }
+
+void CudaBackend::softmax_bwd(const Tensor& dx, const Tensor& dy, const Tensor& y) { launch_softmax<true>(dx, dy, y); }
+
+}  // namespace lt
