@@ -1,8 +1,95 @@
-// STUB: replaced by the optimizer implementation.
+// Reference optimizer kernels: the exact update every backend must reproduce.
+//
+// AdamW (torch.optim.AdamW, amsgrad off), with g = grad * grad_scale and t = args.step:
+//   p = p * (1 - lr*wd);  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+//   p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// SGD (torch.optim.SGD), with g = grad * grad_scale:
+//   g = g + wd*p;  buf = first_step ? g : momentum*buf + (1-dampening)*g   (when momentum != 0)
+//   g = nesterov ? g + momentum*buf : buf;  p = p - lr*g
+// Math is f32 (f64 when the parameter is f64, so tests can compare exactly with a reference);
+// parameters and grads share one dtype, state tensors may have another (e.g. bf16 states).
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
-#include "leantrain/error.h"
+#include "backend/cpu/cpu_common.h"
+
 namespace lt {
-#define TODO fail("not implemented yet", __func__, "")
-void CpuBackend::adamw_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, const AdamWArgs&) { TODO; }
-void CpuBackend::sgd_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, const SgdArgs&) { TODO; }
+using namespace cpu;
+
+namespace {
+
+// Calls f(T{}, S{}) with the storage types of the parameter and the state.
+template <class F> void dispatch_param_state(DType param, DType state, F&& f) {
+  dispatch_float(param, [&](auto p) { dispatch_float(state, [&](auto s) { f(p, s); }); });
 }
+
+template <class T, class S>
+void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWArgs& a) {
+  using A = acc_t<T>;
+  T* p = param.data<T>();
+  const T* g = grad.data<T>();
+  S* pm = m.data<S>();
+  S* pv = v.data<S>();
+  const A lr = a.lr, b1 = a.beta1, b2 = a.beta2, eps = a.eps, gs = a.grad_scale;
+  const A decay = A(1) - lr * A(a.weight_decay);
+  const A bc1 = A(1) - A(std::pow(double(a.beta1), double(a.step)));
+  const A bc2_sqrt = A(std::sqrt(1.0 - std::pow(double(a.beta2), double(a.step))));
+  const A step_size = lr / bc1;
+  const int64_t n = param.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const A gi = A(ld(g, i)) * gs;
+    const A mi = b1 * A(ld(pm, i)) + (A(1) - b1) * gi;
+    const A vi = b2 * A(ld(pv, i)) + (A(1) - b2) * gi * gi;
+    const A denom = std::sqrt(vi) / bc2_sqrt + eps;
+    st(p, i, acc_t<T>(A(ld(p, i)) * decay - step_size * mi / denom));
+    st(pm, i, acc_t<S>(mi));
+    st(pv, i, acc_t<S>(vi));
+  }
+}
+
+template <class T, class S>
+void sgd_one(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdArgs& a) {
+  using A = acc_t<T>;
+  T* p = param.data<T>();
+  const T* g = grad.data<T>();
+  S* pb = buf.defined() ? buf.data<S>() : nullptr;
+  const A lr = a.lr, mom = a.momentum, damp = a.dampening, wd = a.weight_decay, gs = a.grad_scale;
+  const int64_t n = param.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const A pi = ld(p, i);
+    A gi = A(ld(g, i)) * gs + wd * pi;
+    if (pb) {
+      const A bi = a.first_step ? gi : mom * A(ld(pb, i)) + (A(1) - damp) * gi;
+      st(pb, i, acc_t<S>(bi));
+      gi = a.nesterov ? gi + mom * bi : bi;
+    }
+    st(p, i, acc_t<T>(pi - lr * gi));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                            std::span<const Tensor> v, const AdamWArgs& args) {
+  LT_ASSERT(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    dispatch_param_state(params[k].dtype(), m[k].dtype(), [&](auto t, auto s) {
+      adamw_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], v[k], args);
+    });
+  }
+}
+
+void CpuBackend::sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                          std::span<const Tensor> momentum_bufs, const SgdArgs& args) {
+  LT_ASSERT(grads.size() == params.size());
+  LT_ASSERT(momentum_bufs.empty() || momentum_bufs.size() == params.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    Tensor buf = momentum_bufs.empty() ? Tensor() : momentum_bufs[k];
+    DType sd = buf.defined() ? buf.dtype() : params[k].dtype();
+    dispatch_param_state(params[k].dtype(), sd, [&](auto t, auto s) {
+      sgd_one<decltype(t), decltype(s)>(params[k], grads[k], buf, args);
+    });
+  }
+}
+
+}  // namespace lt

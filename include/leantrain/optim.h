@@ -1,0 +1,188 @@
+// Optimizers, gradient clipping and learning-rate schedules.
+//
+// An optimizer owns a list of named parameters (split into groups that may override the weight
+// decay) and, per parameter, its state tensors and step count. State is allocated lazily at the
+// first update, on the parameter's device, inside MemoryCategoryScope(Category::OptimizerState).
+// step() makes one backend call per group (a fused multi-tensor kernel on the GPU); parameters
+// without a grad are skipped, as in PyTorch. step_param() updates one parameter, for the
+// optimizer step inside backward (called from a post-accumulate-grad hook).
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "leantrain/tensor.h"
+
+namespace lt {
+
+using NamedTensor = std::pair<std::string, Tensor>;
+
+struct ParamGroup {
+  std::vector<NamedTensor> params;
+  std::optional<double> weight_decay;  // unset: the optimizer's
+};
+
+// A checkpointable optimizer state: "<param name>.<state name>" -> tensor (e.g. "h.0.attn.c_attn.weight.exp_avg"),
+// "<param name>.step" -> i64 [1] on the CPU, and the step count (the largest per-parameter step).
+struct OptimizerStateDict {
+  std::map<std::string, Tensor> tensors;
+  int64_t step = 0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual const char* name() const = 0;  // "sgd", "adamw", ...
+
+  // Updates every parameter that has a grad. Gradients are multiplied by grad_scale first
+  // (clip coefficient, 1/loss scale) inside the update: no extra pass over them.
+  void step(float grad_scale = 1.0f);
+  // Updates one parameter (must have a grad), e.g. from a post-accumulate-grad hook.
+  void step_param(const Tensor& param, float grad_scale = 1.0f);
+  void zero_grad(bool set_to_none = true);
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t step_count() const;  // largest per-parameter step
+  std::vector<Tensor> params() const;
+  // Bytes of state allocated so far (0 before the first step).
+  int64_t state_bytes() const;
+
+  OptimizerStateDict state_dict() const;
+  // Copies the saved state into this optimizer's (allocating it where needed). Throws lt::Error
+  // on a key that matches no parameter, a missing state tensor, or a shape mismatch.
+  void load_state_dict(const OptimizerStateDict& sd);
+
+ protected:
+  // One parameter and what the optimizer keeps for it.
+  struct Slot {
+    std::string name;
+    Tensor param;
+    std::vector<Tensor> state;  // empty until the first update (or load)
+    int64_t step = 0;           // updates applied so far
+    double weight_decay = 0;
+  };
+
+  Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind);
+  // Names of the state tensors, in the order state_for() allocates them.
+  virtual std::vector<std::string> state_names() const = 0;
+  // Allocates zeroed state for `param` (called under the OptimizerState scope, on its device).
+  virtual std::vector<Tensor> make_state(const Tensor& param) const = 0;
+  // One backend call updating `slots` (same device, same step, same weight decay, all with grads).
+  virtual void update(const std::vector<Slot*>& slots, float grad_scale) = 0;
+
+ private:
+  void update_batch(std::vector<Slot*>& slots, float grad_scale);
+  void ensure_state(Slot& s);
+
+  std::vector<std::vector<Slot>> groups_;
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // param -> (group, slot)
+  double lr_;
+};
+
+// torch.optim.SGD: g += wd*p; buf = momentum*buf + (1-dampening)*g (buf = g at the first step);
+// g = nesterov ? g + momentum*buf : buf; p -= lr*g. State: "momentum_buffer" (only when momentum != 0).
+struct SgdOptions {
+  double lr = 1e-2;
+  double momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  std::optional<DType> state_dtype;  // unset: the parameter's dtype
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, const SgdOptions& o);
+  SGD(std::vector<NamedTensor> params, const SgdOptions& o) : SGD(std::vector<ParamGroup>{{std::move(params), {}}}, o) {}
+  const char* name() const override { return "sgd"; }
+  const SgdOptions& options() const { return opt_; }
+
+ protected:
+  std::vector<std::string> state_names() const override;
+  std::vector<Tensor> make_state(const Tensor& param) const override;
+  void update(const std::vector<Slot*>& slots, float grad_scale) override;
+
+ private:
+  SgdOptions opt_;
+};
+
+// torch.optim.AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+// p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). State: "exp_avg", "exp_avg_sq".
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+  std::optional<DType> state_dtype;  // unset: the parameter's dtype
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o);
+  AdamW(std::vector<NamedTensor> params, const AdamWOptions& o)
+      : AdamW(std::vector<ParamGroup>{{std::move(params), {}}}, o) {}
+  const char* name() const override { return "adamw"; }
+  const AdamWOptions& options() const { return opt_; }
+
+ protected:
+  std::vector<std::string> state_names() const override;
+  std::vector<Tensor> make_state(const Tensor& param) const override;
+  void update(const std::vector<Slot*>& slots, float grad_scale) override;
+
+ private:
+  AdamWOptions opt_;
+};
+
+// Everything a run's config says about the optimizer; make_optimizer picks the class by name.
+struct OptimizerConfig {
+  std::string name = "adamw";  // "adamw" | "sgd"
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;        // adamw
+  double momentum = 0, dampening = 0;                    // sgd
+  bool nesterov = false;                                 // sgd
+  std::optional<DType> state_dtype;
+};
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups);
+
+// Splits parameters the usual way for transformers: weights with >= 2 dims decay, biases and
+// norm weights (< 2 dims) do not (weight_decay 0).
+std::vector<ParamGroup> decay_groups(const std::vector<NamedTensor>& params);
+
+// ---- gradient clipping ----
+
+struct GradNorm {
+  double norm = 0;         // global L2 norm of the gradients (times pre_scale); NaN/inf if any is
+  float clip_coef = 1;     // min(1, max_norm / (norm + 1e-6))
+  float grad_scale = 1;    // pre_scale * clip_coef: pass this to Optimizer::step
+  bool finite() const;
+};
+// Global norm over every parameter's grad (those without one are skipped), computed by the
+// backend's sum_squares per device. Gradients are not modified: the optimizer applies
+// grad_scale inside its step. pre_scale is a factor the grads still carry (1/loss scale).
+// max_norm <= 0 only measures. On the meta device the norm is 0 (no data) and grad_scale pre_scale.
+GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, float pre_scale = 1.0f);
+
+// ---- learning-rate schedules (Hugging Face get_*_schedule_with_warmup semantics) ----
+
+enum class LrScheduleKind { Constant, WarmupConstant, WarmupLinear, WarmupCosine };
+LrScheduleKind parse_lr_schedule(const std::string& s);  // "constant", "warmup-constant", "linear", "cosine"
+const char* lr_schedule_name(LrScheduleKind k);
+
+// lr(step) for the 0-based index of the optimizer step about to run: linear warmup from 0 over
+// `warmup_steps` (lr(0) = 0 when warmup_steps > 0, as in HF), then constant, linear or cosine decay
+// from lr to min_lr, reached at total_steps and held after it.
+struct LrSchedule {
+  LrScheduleKind kind = LrScheduleKind::Constant;
+  double lr = 1e-3;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // needed by linear and cosine
+  double min_lr = 0;
+  double at(int64_t step) const;
+};
+
+}  // namespace lt

@@ -1,0 +1,186 @@
+// The Optimizer base: parameter bookkeeping, lazy state, batching of backend calls, state dicts.
+// Subclasses only say which state they keep and how one batch is updated, so Lion, 8-bit and
+// bf16-state variants slot in without touching the step logic.
+#include "leantrain/optim.h"
+
+#include <unordered_set>
+
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+
+namespace lt {
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind)
+    : lr_(lr) {
+  LT_CHECK(lr >= 0, std::string(kind) + ": learning rate " + std::to_string(lr) + " is negative",
+           "the update would climb the loss", "pass lr >= 0");
+  std::unordered_set<std::string> names;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    double wd = groups[gi].weight_decay.value_or(default_weight_decay);
+    LT_CHECK(wd >= 0, std::string(kind) + ": weight decay " + std::to_string(wd) + " is negative",
+             "decay must shrink the weights", "pass weight_decay >= 0");
+    std::vector<Slot> slots;
+    for (auto& [name, t] : groups[gi].params) {
+      LT_CHECK(t.defined(), std::string(kind) + ": parameter '" + name + "' is undefined", "it has no tensor",
+               "pass the model's parameters");
+      LT_CHECK(is_floating(t.dtype()), std::string(kind) + ": parameter '" + name + "' is " + dtype_name(t.dtype()),
+               "only floating tensors can be optimized", "pass floating parameters");
+      LT_CHECK(t.is_contiguous(), std::string(kind) + ": parameter '" + name + "' is not contiguous",
+               "the update kernels walk parameters linearly", "pass leaf tensors, not views");
+      LT_CHECK(names.insert(name).second, std::string(kind) + ": parameter name '" + name + "' appears twice",
+               "state dict keys would collide", "give each parameter a unique name");
+      LT_CHECK(!index_.count(t.impl()), std::string(kind) + ": parameter '" + name + "' is listed twice",
+               "a parameter may belong to one group only", "remove the duplicate");
+      index_[t.impl()] = {gi, slots.size()};
+      slots.push_back(Slot{name, t, {}, 0, wd});
+    }
+    groups_.push_back(std::move(slots));
+  }
+}
+
+void Optimizer::ensure_state(Slot& s) {
+  if (!s.state.empty() || state_names().empty()) return;
+  MemoryCategoryScope scope(Category::OptimizerState);
+  s.state = make_state(s.param);
+}
+
+// Updates slots that all have grads: allocates missing state, then one backend call per run of
+// slots sharing (device, step); normally that is one call for the whole group.
+void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
+  for (Slot* s : slots) {
+    Tensor g = s->param.grad();
+    const std::string who = std::string(name()) + ": gradient of '" + s->name + "'";
+    LT_CHECK(g.shape() == s->param.shape() && g.dtype() == s->param.dtype() && g.device() == s->param.device(),
+             who + " does not match its parameter",
+             "grad " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) + " on " + g.device().str() + " vs param " +
+                 shape_str(s->param.shape()) + " " + dtype_name(s->param.dtype()) + " on " + s->param.device().str(),
+             "set grads of the parameter's shape, dtype and device");
+    LT_CHECK(g.is_contiguous(), who + " is not contiguous", "the update kernels walk gradients linearly",
+             "store a contiguous gradient");
+    ensure_state(*s);
+  }
+  std::vector<bool> done(slots.size(), false);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<Slot*> batch;
+    for (size_t j = i; j < slots.size(); ++j) {
+      if (done[j] || slots[j]->step != slots[i]->step || !(slots[j]->param.device() == slots[i]->param.device()))
+        continue;
+      batch.push_back(slots[j]);
+      done[j] = true;
+    }
+    update(batch, grad_scale);
+    for (Slot* s : batch) ++s->step;
+  }
+}
+
+void Optimizer::step(float grad_scale) {
+  for (auto& group : groups_) {
+    std::vector<Slot*> ready;
+    for (Slot& s : group)
+      if (s.param.grad().defined()) ready.push_back(&s);
+    if (!ready.empty()) update_batch(ready, grad_scale);
+  }
+}
+
+void Optimizer::step_param(const Tensor& param, float grad_scale) {
+  auto it = index_.find(param.impl());
+  LT_CHECK(it != index_.end(), std::string(name()) + ": step_param on a tensor this optimizer does not own",
+           "it was not among the parameters passed at construction", "pass one of the optimizer's parameters");
+  Slot& s = groups_[it->second.first][it->second.second];
+  LT_CHECK(s.param.grad().defined(), std::string(name()) + ": step_param on '" + s.name + "', which has no grad",
+           "the update needs a gradient", "call it after the gradient is accumulated");
+  std::vector<Slot*> one{&s};
+  update_batch(one, grad_scale);
+}
+
+void Optimizer::zero_grad(bool set_to_none) { lt::zero_grad(params(), set_to_none); }
+
+std::vector<Tensor> Optimizer::params() const {
+  std::vector<Tensor> out;
+  for (const auto& group : groups_)
+    for (const Slot& s : group) out.push_back(s.param);
+  return out;
+}
+
+int64_t Optimizer::step_count() const {
+  int64_t m = 0;
+  for (const auto& group : groups_)
+    for (const Slot& s : group) m = std::max(m, s.step);
+  return m;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& group : groups_)
+    for (const Slot& s : group)
+      for (const Tensor& t : s.state) n += t.nbytes();
+  return n;
+}
+
+OptimizerStateDict Optimizer::state_dict() const {
+  OptimizerStateDict sd;
+  const std::vector<std::string> names = state_names();
+  MemoryCategoryScope scope(Category::Other);  // the host step counters are not device state
+  for (const auto& group : groups_) {
+    for (const Slot& s : group) {
+      if (s.step == 0 && s.state.empty()) continue;
+      for (size_t k = 0; k < s.state.size(); ++k) sd.tensors[s.name + "." + names[k]] = s.state[k];
+      sd.tensors[s.name + ".step"] = from_ints({s.step}, {1});
+    }
+  }
+  sd.step = step_count();
+  return sd;
+}
+
+void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
+  const std::vector<std::string> names = state_names();
+  const std::string who = std::string(name()) + " state";
+  std::unordered_set<std::string> used;
+  for (auto& group : groups_) {
+    for (Slot& s : group) {
+      std::vector<const Tensor*> found;
+      for (const std::string& n : names) {
+        auto it = sd.tensors.find(s.name + "." + n);
+        if (it == sd.tensors.end()) continue;
+        found.push_back(&it->second);
+        used.insert(it->first);
+      }
+      auto step_it = sd.tensors.find(s.name + ".step");
+      int64_t step = -1;
+      if (step_it != sd.tensors.end()) {
+        used.insert(step_it->first);
+        LT_CHECK(step_it->second.numel() == 1, who + ": '" + step_it->first + "' is not a scalar",
+                 "shape " + shape_str(step_it->second.shape()), "save the step as one value");
+        step = int64_t(step_it->second.item());
+      }
+      LT_CHECK(found.empty() || found.size() == names.size(),
+               who + ": '" + s.name + "' has " + std::to_string(found.size()) + " of " + std::to_string(names.size()) +
+                   " state tensors",
+               "the checkpoint is incomplete or from another optimizer", "resume with the optimizer that saved it");
+      if (found.empty()) {
+        s.state.clear();
+        s.step = step >= 0 ? step : (names.empty() ? sd.step : 0);
+        LT_CHECK(names.empty() || s.step == 0, who + ": '" + s.name + "' has step " + std::to_string(s.step) +
+                                                   " but no state tensors",
+                 "the checkpoint is incomplete or from another optimizer", "resume with the optimizer that saved it");
+        continue;
+      }
+      ensure_state(s);
+      for (size_t k = 0; k < names.size(); ++k) {
+        LT_CHECK(found[k]->shape() == s.state[k].shape(), who + ": '" + s.name + "." + names[k] + "' has shape " +
+                                                              shape_str(found[k]->shape()),
+                 "the parameter needs " + shape_str(s.state[k].shape()),
+                 "resume with the model configuration that saved it");
+        copy_(s.state[k], *found[k]);
+      }
+      s.step = step >= 0 ? step : sd.step;
+    }
+  }
+  for (const auto& [key, t] : sd.tensors)
+    LT_CHECK(used.count(key), who + ": key '" + key + "' matches no parameter",
+             "the checkpoint is from another model or optimizer", "resume with the configuration that saved it");
+}
+
+}  // namespace lt
