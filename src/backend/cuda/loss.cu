@@ -1,0 +1,175 @@
+// Cross-entropy over a vocabulary row, one block per row.
+//
+// Forward: each thread keeps an online (max, sum of exp) over its share of the row, merged
+// across the block in a fixed order; lse = max + log(sum), loss = lse - logit[target].
+// Backward: dlogits = (exp(logit - lse) - onehot) * dloss[row], computed and written in the
+// same pass that reads the logits, so no f32 probability tensor ever exists. Each element is
+// read and written by the same thread, so dlogits may alias logits (in-place backward).
+//
+// Rows of an odd vocabulary (GPT-2: 50257) start at any 2-byte boundary; each row is split
+// into a scalar head up to the next 16-byte boundary, a body of 16-byte packs, and a tail.
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/row_kernels.cuh"
+
+namespace lt {
+using namespace cuda;
+using namespace cuda::rk;
+
+namespace {
+
+// Elements before the first 16-byte boundary of a row (0 when packs are not used).
+template <class T, int P> __device__ __forceinline__ int64_t row_head(const T* row, int64_t V) {
+  if (P == 1) return 0;
+  const int64_t h = int64_t((16u - (reinterpret_cast<uintptr_t>(row) & 15u)) & 15u) / int64_t(sizeof(T));
+  return h < V ? h : V;
+}
+
+// Visits a row as head (scalars), body (P-packs), tail (scalars); f(j, v[n]) gets n values at column j.
+template <class T, int P, class FS, class FP>
+__device__ __forceinline__ void for_row(const T* row, int64_t V, FS&& scalar, FP&& pack) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int64_t head = row_head<T, P>(row, V);
+  const int64_t npack = (V - head) / P;
+  for (int64_t j = tid; j < head; j += nt) scalar(j, to_f32(row[j]));
+#pragma unroll 4
+  for (int64_t k = tid; k < npack; k += nt) {
+    float v[P];
+    load_f32<T, P>(row + head + k * P, v);
+    pack(head + k * P, v);
+  }
+  for (int64_t j = head + npack * P + tid; j < V; j += nt) scalar(j, to_f32(row[j]));
+}
+
+template <class T, int P, class I>
+__global__ void ce_fwd_kernel(float* __restrict__ loss, float* __restrict__ lse, const T* __restrict__ logits,
+                              const I* __restrict__ targets, int64_t V, int64_t ignore_index) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * V;
+  OnlineMax<T> st;
+  for_row<T, P>(
+      row, V,
+      [&](int64_t, float v) {
+        const float a[1] = {v};
+        st.template add<1>(a);
+      },
+      [&](int64_t, const float(&v)[P]) { st.template add<P>(v); });
+  st.block_reduce();
+  if (threadIdx.x == 0) {
+    const float l = st.s > 0.0f ? st.m + logf(st.s) : -INFINITY;
+    lse[r] = l;
+    const int64_t t = int64_t(targets[r]);
+    float out;
+    if (t == ignore_index) out = 0.0f;
+    else if (t < 0 || t >= V) out = NAN;  // the front-end validates targets; never read out of bounds
+    else out = l - to_f32(row[t]);
+    loss[r] = out;
+  }
+}
+
+// No __restrict__: dlogits may alias logits.
+template <class T, int P, class I>
+__global__ void ce_bwd_kernel(T* dlogits, const float* __restrict__ dloss, const T* logits,
+                              const float* __restrict__ lse, const I* __restrict__ targets, int64_t V,
+                              int64_t ignore_index) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * V;
+  T* drow = dlogits + r * V;
+  const int64_t t = int64_t(targets[r]);
+  const bool ignored = t == ignore_index;
+  const float scale = ignored ? 0.0f : dloss[r];
+  const float l = lse[r];
+  auto grad = [&](int64_t j, float x) {
+    return ignored ? 0.0f : (exp_acc<T>(x - l) - (j == t ? 1.0f : 0.0f)) * scale;
+  };
+  for_row<T, P>(
+      row, V, [&](int64_t j, float x) { drow[j] = from_f32<T>(grad(j, x)); },
+      [&](int64_t j, const float(&v)[P]) {
+        float d[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k) d[k] = grad(j + k, v[k]);
+        store_f32<T, P>(drow + j, d);
+      });
+}
+
+// Threads per row: enough for one pack each, 32 to 512.
+int ce_threads(int64_t V, int P) {
+  int n = 32;
+  while (n < 512 && int64_t(n) * P < V) n *= 2;
+  return n;
+}
+
+void check_ce(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& a, const char* an,
+              const Tensor& b, const char* bn) {
+  LT_CHECK(logits.dim() == 2 && logits.is_contiguous(),
+           std::string(op) + ": logits must be a contiguous [N, V] tensor", "the CUDA kernel reads rows directly",
+           "");
+  const int64_t N = logits.size(0);
+  LT_CHECK(N < (int64_t(1) << 31), std::string(op) + ": too many rows", "one block per row (grid limit 2^31)", "");
+  LT_CHECK(targets.numel() == N && targets.is_contiguous() &&
+               (targets.dtype() == DType::I64 || targets.dtype() == DType::I32),
+           std::string(op) + ": targets must be a contiguous i64/i32 [" + std::to_string(N) + "] tensor",
+           "one class index per row", "");
+  for (auto [t, name] : {std::pair{&a, an}, std::pair{&b, bn}})
+    LT_CHECK(t->dtype() == DType::F32 && t->numel() == N && t->is_contiguous(),
+             std::string(op) + ": " + name + " must be a contiguous f32 [" + std::to_string(N) + "] tensor",
+             "per-row statistics are f32", "");
+}
+
+template <class F> void dispatch_index(DType t, F&& f) {
+  if (t == DType::I64) f(int64_t{});
+  else f(int32_t{});
+}
+
+}  // namespace
+
+void CudaBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                    const Tensor& targets, int64_t ignore_index) {
+  check_ce("cross_entropy_fwd", logits, targets, loss, "loss", lse, "lse");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (N == 0) return;
+  LT_CHECK(V > 0, "cross_entropy_fwd: empty vocabulary", "logits need at least one class", "");
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(targets.dtype(), [&](auto itag) {
+      using I = decltype(itag);
+      constexpr int P = kVec<T>;
+      ce_fwd_kernel<T, P, I><<<unsigned(N), ce_threads(V, P), 0, current_stream()>>>(
+          loss.data<float>(), lse.data<float>(), logits.data<T>(), targets.data<I>(), V, ignore_index);
+      LT_CUDA_LAUNCH_CHECK("ce_fwd_kernel");
+    });
+  });
+}
+
+void CudaBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                    const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
+  check_ce("cross_entropy_bwd", logits, targets, dloss, "dloss", lse, "lse");
+  LT_CHECK(dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
+           "cross_entropy_bwd: dlogits must be contiguous with the logits' shape and dtype",
+           "the kernel writes it row by row", "");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  if (N == 0 || V == 0) return;
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index(targets.dtype(), [&](auto itag) {
+      using I = decltype(itag);
+      constexpr int P = kVec<T>;
+      // Packs need both rows at the same 16-byte phase (true for allocator-aligned tensors).
+      const auto gap = reinterpret_cast<uintptr_t>(dlogits.raw_data()) - reinterpret_cast<uintptr_t>(logits.raw_data());
+      const bool vec = (gap & 15u) == 0;
+      if (vec)
+        ce_bwd_kernel<T, P, I><<<unsigned(N), ce_threads(V, P), 0, current_stream()>>>(
+            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V,
+            ignore_index);
+      else
+        ce_bwd_kernel<T, 1, I><<<unsigned(N), ce_threads(V, 1), 0, current_stream()>>>(
+            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V,
+            ignore_index);
+      LT_CUDA_LAUNCH_CHECK("ce_bwd_kernel");
+    });
+  });
+}
+
+}  // namespace lt
