@@ -1,5 +1,6 @@
 // Shared by the CUDA kernels: error checks that become lt::Error, typed load/store with
-// f32 accumulation, dtype dispatch, the current stream.
+// f32 accumulation, dtype dispatch, the current stream. The host-only parts (LT_CUDA_CHECK,
+// LT_CUDA_LAUNCH_CHECK, current_stream) live in cuda_context.h so that .cpp files can use them.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -7,15 +8,11 @@
 
 #include <string>
 
+#include "backend/cuda/cuda_context.h"
 #include "leantrain/error.h"
 #include "leantrain/tensor.h"
 
 namespace lt::cuda {
-
-[[noreturn]] void throw_cuda_error(cudaError_t e, const char* what, const char* file, int line);
-
-// The stream every kernel of this process uses (one compute stream; side streams are explicit).
-cudaStream_t current_stream();
 
 template <class T> __device__ __forceinline__ float to_f32(T v) { return float(v); }
 template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -60,12 +57,3 @@ __device__ __forceinline__ float block_sum(float v) {
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 }  // namespace lt::cuda
-
-#define LT_CUDA_CHECK(expr)                                                          \
-  do {                                                                               \
-    cudaError_t e_ = (expr);                                                         \
-    if (e_ != cudaSuccess) ::lt::cuda::throw_cuda_error(e_, #expr, __FILE__, __LINE__); \
-  } while (0)
-
-// After every launch: a launch-configuration error becomes an lt::Error naming the kernel.
-#define LT_CUDA_LAUNCH_CHECK(name) LT_CUDA_CHECK(cudaGetLastError())

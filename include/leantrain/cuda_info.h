@@ -1,0 +1,36 @@
+// GPU memory that lives outside leantrain's caching allocator (the CUDA context, library
+// handles), measured with cudaMemGetInfo when a device is first used, so reports can show it
+// on its own line next to the allocator's categories. CPU-only builds have stand-ins that
+// report "CUDA unavailable".
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace lt {
+
+// cuBLASLt workspace held by the CUDA backend per device, allocated from the caching allocator
+// (category `workspace`) at the first GEMM on that device. A meta dry-run that predicts a
+// GPU run allocates the same bytes at the same point.
+inline constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;
+
+struct CudaMemoryInfo {
+  int device = 0;
+  std::string name;             // e.g. "NVIDIA H100 80GB HBM3"
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;       // now
+  int64_t context_bytes = 0;    // in use right after context creation (other processes' memory included)
+  int64_t library_bytes = 0;    // growth from creating the compute stream and the cuBLASLt handle
+  int64_t reserved_bytes = 0;   // held by leantrain's caching allocator now
+  int64_t workspace_bytes = 0;  // cuBLASLt workspace, part of reserved_bytes
+};
+
+// Initialises the device if needed. Throws lt::Error when CUDA is unavailable.
+CudaMemoryInfo cuda_memory_info(int device = 0);
+// One line: "cuda:0 NVIDIA H100 80GB HBM3: context 510 MiB, cuBLASLt 8 MiB, ...".
+std::string cuda_memory_summary(int device = 0);
+
+// TF32 tensor cores for f32 GEMMs: off by default, so f32 results match the CPU to ~1e-5.
+void cuda_set_allow_tf32(bool on);
+bool cuda_allow_tf32();
+
+}  // namespace lt
