@@ -1,0 +1,326 @@
+// Modules: parameters and submodules registered under names, so every parameter has the dotted
+// name PyTorch / Hugging Face give it ("transformer.h.3.attn.c_attn.weight") and every module a
+// path ("transformer.h.3"). Checkpoint files, optimizers and activation checkpointing (which
+// selects modules by regex over paths and wraps their forward) all key on these names.
+//
+// Parameters are created where they will live: on the target device, in the target dtype,
+// inside MemoryCategoryScope(Category::Parameter), drawn by the counter-based generator on that
+// device. No host copy, so building a model on `meta` costs nothing and on a GPU costs exactly
+// its parameter bytes.
+#pragma once
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "leantrain/ops.h"
+
+namespace lt::nn {
+
+// ---------------------------------------------------------------- parameter creation
+
+struct InitOptions {
+  Device device = Device::cpu();
+  DType dtype = DType::F32;
+  uint64_t seed = 0;
+};
+
+// How one parameter's initial values are drawn.
+struct Init {
+  enum class Kind { Normal, Uniform, Zeros, Ones } kind = Kind::Normal;
+  double a = 0.02;  // Normal: std; Uniform: bound (values in [-a, a))
+  static Init normal(double std) { return {Kind::Normal, std}; }
+  static Init uniform(double bound) { return {Kind::Uniform, bound}; }
+  static Init xavier_uniform(int64_t fan_in, int64_t fan_out);
+  static Init zeros() { return {Kind::Zeros, 0.0}; }
+  static Init ones() { return {Kind::Ones, 0.0}; }
+};
+
+// Creates parameters (requires_grad, Category::Parameter) in construction order from one
+// generator, so a model built with one seed has the same values on every device.
+class ParamFactory {
+ public:
+  explicit ParamFactory(const InitOptions& o) : opts_(o), gen_(o.seed) {}
+  Tensor make(const Shape& shape, const Init& init);
+  // A distinct seed for each dropout module (derived, does not consume parameter counters).
+  uint64_t next_seed();
+  Device device() const { return opts_.device; }
+  DType dtype() const { return opts_.dtype; }
+
+ private:
+  InitOptions opts_;
+  Generator gen_;
+  uint64_t seeds_ = 0;
+};
+
+// ---------------------------------------------------------------- Module
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The reference class name ("Linear", "GPT2Block", ...): lets features select modules by kind.
+  virtual const char* type_name() const { return "Module"; }
+
+  // Parameters in registration order (own first, then children's), each tensor once: a tied
+  // weight appears under its first name only, as in PyTorch's named_parameters().
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // The slots that hold the parameters, for features that replace a parameter (sharding,
+  // quantization): assigning through a slot changes what the owning module uses.
+  std::vector<std::pair<std::string, Tensor*>> named_parameter_slots();
+  // Every module in pre-order with its path; the root's path is "".
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  Module* find_module(const std::string& path);  // nullptr when absent
+  Tensor parameter(const std::string& name) const;  // throws lt::Error when absent
+  int64_t num_parameters() const;
+  int64_t parameter_bytes() const;
+
+  // Training mode (dropout on) for this module and all below it.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Forward wrapping: when set, the module's forward runs as wrapper(self, x, forward) instead
+  // of forward(x). Other arguments (masks) are bound inside `forward`. Activation
+  // checkpointing installs wrappers on the modules its regex selects.
+  using ForwardFn = std::function<Tensor(const Tensor&)>;
+  using ForwardWrapper = std::function<Tensor(Module& self, const Tensor& x, const ForwardFn& forward)>;
+  void set_forward_wrapper(ForwardWrapper w) { wrapper_ = std::move(w); }
+  const ForwardWrapper& forward_wrapper() const { return wrapper_; }
+
+  // Maps a tensor name found in a checkpoint file to this module's parameter name ("" = skip
+  // it). Models override it to accept reference checkpoints (e.g. GPT-2 files without the
+  // "transformer." prefix, or with causal-mask buffers).
+  virtual std::string checkpoint_key_to_name(const std::string& key) const { return key; }
+
+ protected:
+  // Registers a parameter; the returned reference stays valid for the module's lifetime.
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  // Runs forward(x), through the wrapper if one is set. `forward` must capture by value: a
+  // checkpointing wrapper keeps it to recompute during backward.
+  Tensor call_forward(const Tensor& x, const ForwardFn& forward);
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void check_new_name(const std::string& name) const;
+  void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
+
+  std::deque<std::pair<std::string, Tensor>> params_;  // deque: references stay valid
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+  ForwardWrapper wrapper_;
+};
+
+// A module with one tensor in, one out; operator() goes through the forward wrapper.
+class UnaryModule : public Module {
+ public:
+  Tensor operator()(const Tensor& x) {
+    return call_forward(x, [this](const Tensor& in) { return forward(in); });
+  }
+  virtual Tensor forward(const Tensor& x) = 0;
+};
+
+// Children named "0", "1", ... (or given names, as torchvision's "encoder_layer_0").
+class ModuleList : public Module {
+ public:
+  const char* type_name() const override { return "ModuleList"; }
+  void append(std::shared_ptr<Module> m, const std::string& name = "");
+  size_t size() const { return children().size(); }
+  Module& operator[](size_t i) const { return *children()[i].second; }
+  template <class M>
+  M& at(size_t i) const { return dynamic_cast<M&>(*children()[i].second); }
+};
+
+// ---------------------------------------------------------------- layers
+
+// OutIn: torch.nn.Linear, weight [out, in]. InOut: Hugging Face Conv1D (GPT-2), weight [in, out].
+enum class WeightLayout { OutIn, InOut };
+
+struct LinearOptions {
+  bool bias = true;
+  WeightLayout layout = WeightLayout::OutIn;
+  Init weight_init = Init::normal(0.02);
+  Init bias_init = Init::zeros();
+};
+
+class Linear : public UnaryModule {
+ public:
+  Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o = {});
+  const char* type_name() const override { return layout_ == WeightLayout::InOut ? "Conv1D" : "Linear"; }
+  Tensor forward(const Tensor& x) override;  // [..., in] -> [..., out]
+  const Tensor& weight() const { return *weight_; }
+  Tensor bias() const { return bias_ ? *bias_ : Tensor(); }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  WeightLayout layout_;
+  Tensor* weight_ = nullptr;
+  Tensor* bias_ = nullptr;
+};
+
+class LayerNorm : public UnaryModule {
+ public:
+  LayerNorm(ParamFactory& pf, int64_t dim, double eps = 1e-5, bool bias = true);
+  const char* type_name() const override { return "LayerNorm"; }
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double eps_;
+  Tensor* weight_ = nullptr;
+  Tensor* bias_ = nullptr;
+};
+
+class RMSNorm : public UnaryModule {
+ public:
+  RMSNorm(ParamFactory& pf, int64_t dim, double eps = 1e-6);
+  const char* type_name() const override { return "RMSNorm"; }
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double eps_;
+  Tensor* weight_ = nullptr;
+};
+
+// ids (i32/i64) [...] -> [..., dim].
+class Embedding : public UnaryModule {
+ public:
+  Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& init = Init::normal(0.02));
+  const char* type_name() const override { return "Embedding"; }
+  Tensor forward(const Tensor& ids) override;
+  const Tensor& weight() const { return *weight_; }
+
+ private:
+  Tensor* weight_ = nullptr;
+};
+
+// Identity in eval mode or when p == 0. Each Dropout owns its generator, so a wrapper that
+// recomputes a forward (checkpointing) can save and restore generator() to redraw one mask.
+class Dropout : public UnaryModule {
+ public:
+  Dropout(double p, uint64_t seed) : p_(p), gen_(seed) {}
+  const char* type_name() const override { return "Dropout"; }
+  Tensor forward(const Tensor& x) override;
+  Generator& generator() { return gen_; }
+  double p() const { return p_; }
+
+ private:
+  double p_;
+  Generator gen_;
+};
+
+// Conv2d with kernel == stride == patch, as lt::patchify + a linear over the flattened kernel:
+// images [B, C, H, W] -> [B, (H/p)(W/p), D]. weight [D, C, p, p], bias [D] (torch layout).
+class PatchEmbedding : public UnaryModule {
+ public:
+  PatchEmbedding(ParamFactory& pf, int64_t channels, int64_t dim, int64_t patch, const Init& weight_init);
+  const char* type_name() const override { return "Conv2d"; }
+  Tensor forward(const Tensor& images) override;
+
+ private:
+  int64_t channels_, dim_, patch_;
+  Tensor* weight_ = nullptr;
+  Tensor* bias_ = nullptr;
+};
+
+// fc1 -> GELU -> fc2 -> dropout, with the child names of the reference model.
+struct MlpOptions {
+  int64_t dim = 0, hidden = 0;
+  GeluApprox approx = GeluApprox::Tanh;
+  WeightLayout layout = WeightLayout::OutIn;
+  Init fc1_init = Init::normal(0.02), fc2_init = Init::normal(0.02);
+  double dropout = 0.0;
+  std::string fc1_name = "c_fc", fc2_name = "c_proj", dropout_name = "dropout";
+};
+
+class Mlp : public UnaryModule {
+ public:
+  Mlp(ParamFactory& pf, const MlpOptions& o);
+  const char* type_name() const override { return "MLP"; }
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  GeluApprox approx_;
+  std::shared_ptr<Linear> fc1_, fc2_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+// Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention.
+// key_padding_mask: u8 [B, T], 1 = attend, or undefined.
+class SelfAttention : public Module {
+ public:
+  SelfAttention(int64_t dim, int64_t heads, bool causal);
+  Tensor operator()(const Tensor& x, const Tensor& key_padding_mask = Tensor()) {
+    return call_forward(x, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  }
+  virtual Tensor forward(const Tensor& x, const Tensor& key_padding_mask) = 0;
+  int64_t heads() const { return heads_; }
+
+ protected:
+  // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
+  Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const;
+  int64_t dim_, heads_;
+  bool causal_;
+};
+
+// GPT-2 naming: c_attn (Conv1D [C, 3C]), c_proj (Conv1D [C, C]), resid_dropout.
+class CausalSelfAttention : public SelfAttention {
+ public:
+  CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout, const Init& proj_init);
+  const char* type_name() const override { return "GPT2Attention"; }
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+
+ private:
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+// torch.nn.MultiheadAttention naming: in_proj_weight [3D, D], in_proj_bias [3D], out_proj (Linear).
+class MultiheadSelfAttention : public SelfAttention {
+ public:
+  MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal = false);
+  const char* type_name() const override { return "MultiheadAttention"; }
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+
+ private:
+  Tensor* in_proj_weight_ = nullptr;
+  Tensor* in_proj_bias_ = nullptr;
+  std::shared_ptr<Linear> out_proj_;
+};
+
+// Pre-norm transformer block: x += attn(ln_1(x)); x += mlp(ln_2(x)). Children keep the
+// reference names (GPT-2: ln_1, attn, ln_2, mlp; torchvision: ln_1, self_attention, ln_2, mlp).
+struct BlockNames {
+  std::string ln_1 = "ln_1", attn = "attn", ln_2 = "ln_2", mlp = "mlp";
+};
+
+class PreNormBlock : public Module {
+ public:
+  PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, std::shared_ptr<SelfAttention> attn,
+               std::shared_ptr<UnaryModule> ln_2, std::shared_ptr<UnaryModule> mlp, const BlockNames& names = {});
+  const char* type_name() const override { return type_; }
+  Tensor operator()(const Tensor& x, const Tensor& key_padding_mask = Tensor()) {
+    return call_forward(x, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  }
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+
+ private:
+  const char* type_;
+  std::shared_ptr<UnaryModule> ln_1_, ln_2_, mlp_;
+  std::shared_ptr<SelfAttention> attn_;
+};
+
+}  // namespace lt::nn

@@ -1,0 +1,53 @@
+// Self-attention in the two reference namings. Both produce one fused projection [B, T, 3C]
+// (q | k | v along the last dim, as GPT-2's c_attn and torch's in_proj do) and share attend().
+#include <cmath>
+
+#include "leantrain/error.h"
+#include "leantrain/nn.h"
+
+namespace lt::nn {
+
+SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim), heads_(heads), causal_(causal) {
+  LT_CHECK(heads > 0 && dim % heads == 0, "attention: hidden size " + std::to_string(dim),
+           "is not divisible by " + std::to_string(heads) + " heads", "choose a head count that divides it");
+}
+
+Tensor SelfAttention::attend(const Tensor& qkv, const Tensor& mask) const {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = dim_ / heads_;
+  // [B, T, 3, H, D] -> [3, B, H, T, D]: q, k, v are then views along dim 0.
+  Tensor x = permute(reshape(qkv, {B, T, 3, heads_, D}), {2, 0, 3, 1, 4});
+  Tensor q = contiguous(select(x, 0, 0)), k = contiguous(select(x, 0, 1)), v = contiguous(select(x, 0, 2));
+  Tensor o = scaled_dot_product_attention(q, k, v, causal_, mask);  // [B, H, T, D]
+  return reshape(transpose(o, 1, 2), {B, T, dim_});
+}
+
+CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout,
+                                         const Init& proj_init)
+    : SelfAttention(dim, heads, true) {
+  c_attn_ = register_module("c_attn", std::make_shared<Linear>(pf, dim, 3 * dim,
+                                                                LinearOptions{.layout = WeightLayout::InOut}));
+  c_proj_ = register_module(
+      "c_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.layout = WeightLayout::InOut, .weight_init = proj_init}));
+  drop_ = register_module("resid_dropout", std::make_shared<Dropout>(resid_dropout, pf.next_seed()));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+  return (*drop_)((*c_proj_)(attend((*c_attn_)(x), mask)));
+}
+
+MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal)
+    : SelfAttention(dim, heads, causal) {
+  // torch.nn.MultiheadAttention's init: xavier in_proj, zero biases, kaiming-uniform out_proj.
+  in_proj_weight_ = &register_parameter("in_proj_weight", pf.make({3 * dim, dim}, Init::xavier_uniform(dim, 3 * dim)));
+  in_proj_bias_ = &register_parameter("in_proj_bias", pf.make({3 * dim}, Init::zeros()));
+  out_proj_ = register_module(
+      "out_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.weight_init = Init::uniform(1.0 / std::sqrt(double(dim)))}));
+}
+
+Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+  LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
+           "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
+  return (*out_proj_)(attend(linear(x, *in_proj_weight_, *in_proj_bias_), mask));
+}
+
+}  // namespace lt::nn

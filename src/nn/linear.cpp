@@ -1,0 +1,28 @@
+// Linear in both reference layouts. The Conv1D layout [in, out] (GPT-2) runs as x @ W + b so
+// checkpoints load without a transpose; the torch layout [out, in] uses lt::linear.
+#include "leantrain/error.h"
+#include "leantrain/nn.h"
+
+namespace lt::nn {
+
+Linear::Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o)
+    : in_(in), out_(out), layout_(o.layout) {
+  LT_CHECK(in > 0 && out > 0, "Linear: features must be positive",
+           "got in=" + std::to_string(in) + ", out=" + std::to_string(out), "check the model config");
+  Shape ws = layout_ == WeightLayout::OutIn ? Shape{out, in} : Shape{in, out};
+  weight_ = &register_parameter("weight", pf.make(ws, o.weight_init));
+  if (o.bias) bias_ = &register_parameter("bias", pf.make({out}, o.bias_init));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  if (layout_ == WeightLayout::OutIn) return linear(x, *weight_, bias());
+  LT_CHECK(x.dim() >= 1 && x.size(-1) == in_, "Conv1D: input has " + std::to_string(x.size(-1)) + " features",
+           "the layer expects " + std::to_string(in_), "check the model's hidden size");
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  Tensor y = matmul(reshape(x, {-1, in_}), *weight_);
+  if (bias_) y = add(y, *bias_);
+  return reshape(y, out_shape);
+}
+
+}  // namespace lt::nn
