@@ -1,0 +1,133 @@
+// Models with the exact parameter names and shapes of their reference implementations, so
+// reference checkpoints load by name: GPT-2 as transformers' GPT2LMHeadModel, ViT as
+// torchvision's VisionTransformer. Each is built from a config struct, a preset name or a
+// Hugging Face-style config.json.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "leantrain/nn.h"
+
+namespace lt::models {
+
+// What the training loop and the CLI see of any model.
+class Model : public nn::Module {
+ public:
+  // GPT-2: token ids i32/i64 [B, T] -> logits [B, T, V]; mask u8/i64 [B, T] (1 = real token).
+  // ViT: images [B, C, H, W] (any floating dtype; cast to the parameters') -> logits [B, classes].
+  virtual Tensor forward(const Tensor& input, const Tensor& mask = Tensor()) = 0;
+  // Mean cross-entropy of forward(input) against targets (i64, -100 = ignored). For GPT-2 the
+  // targets are already shifted ([B, T], target t is the token after input t).
+  Tensor loss(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
+  virtual std::string model_type() const = 0;  // "gpt2", "vit"
+  virtual std::string config_json() const = 0;  // Hugging Face-style config.json text
+  // Where the parameters live and their dtype.
+  Device device() const;
+  DType dtype() const;
+};
+
+// ---------------------------------------------------------------- GPT-2
+
+struct GPT2Config {
+  int64_t vocab_size = 50257, n_positions = 1024, n_embd = 768, n_layer = 12, n_head = 12;
+  int64_t n_inner = 0;  // MLP width; 0 (null in config.json) means 4 * n_embd
+  double layer_norm_epsilon = 1e-5;
+  std::string activation_function = "gelu_new";  // gelu_new / gelu_pytorch_tanh (tanh), gelu (erf)
+  double resid_pdrop = 0.1, embd_pdrop = 0.1;
+  // Accepted for config compatibility but not applied: attention has no probability dropout.
+  double attn_pdrop = 0.1;
+
+  static GPT2Config preset(const std::string& name);  // "gpt2-124m", "gpt2-tiny"
+  static GPT2Config from_json(const std::string& text);  // HF keys; missing keys keep defaults
+  std::string to_json() const;
+  void validate() const;  // throws lt::Error naming the bad field
+  GeluApprox gelu_approx() const;
+  int64_t mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+};
+
+// transformers' GPT2LMHeadModel: transformer.{wte, wpe, drop, h.{i}, ln_f}; lm_head tied to wte
+// (not a separate parameter).
+class GPT2 : public Model {
+ public:
+  GPT2(const GPT2Config& cfg, const nn::InitOptions& init);
+  const char* type_name() const override { return "GPT2LMHeadModel"; }
+  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
+  // Final hidden states [B, T, C] (after ln_f). pos_offset: position of ids[:, 0] (for a KV cache).
+  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  std::string model_type() const override { return "gpt2"; }
+  std::string config_json() const override { return cfg_.to_json(); }
+  // Accepts both GPT2LMHeadModel and GPT2Model files: adds "transformer.", skips the tied
+  // lm_head.weight and the attn.bias / attn.masked_bias buffers of older checkpoints.
+  std::string checkpoint_key_to_name(const std::string& key) const override;
+  const GPT2Config& config() const { return cfg_; }
+
+  // Autoregressive sampling under InferenceModeGuard (no activations kept), in eval mode.
+  // Returns prompt + new tokens. temperature <= 0: greedy; top_k <= 0: full vocabulary.
+  // The context is cropped to the last n_positions tokens. on_token sees each new token.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
+                                int64_t top_k = 0, uint64_t seed = 0,
+                                const std::function<void(int64_t)>& on_token = nullptr);
+
+ private:
+  GPT2Config cfg_;
+  std::shared_ptr<nn::Embedding> wte_, wpe_;
+  std::shared_ptr<nn::Dropout> drop_;
+  std::shared_ptr<nn::ModuleList> h_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+};
+
+// Draws one token from logits: temperature scaling, top-k filtering, then inverse-CDF sampling
+// with the counter-based uniform rng_uniform(seed, counter). temperature <= 0 picks the argmax.
+int64_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, uint64_t seed,
+                     uint64_t counter);
+
+// ---------------------------------------------------------------- ViT
+
+struct ViTConfig {
+  int64_t image_size = 224, patch_size = 16, num_channels = 3;
+  int64_t hidden_size = 768, num_hidden_layers = 12, num_attention_heads = 12, intermediate_size = 3072;
+  int64_t num_labels = 1000;
+  double layer_norm_eps = 1e-6;
+  double dropout = 0.0;  // after the position embedding and in the MLP (torchvision's `dropout`)
+
+  static ViTConfig preset(const std::string& name);  // "vit-tiny", "vit-b-16", "vit-l-16"
+  // HF ViTConfig keys; num_labels may also come from id2label. Missing keys keep defaults.
+  static ViTConfig from_json(const std::string& text);
+  std::string to_json() const;
+  void validate() const;
+  int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+};
+
+// torchvision's VisionTransformer: conv_proj, class_token, encoder.{pos_embedding,
+// layers.encoder_layer_{i}, ln}, heads.head. Pre-LN, GELU (erf), classification from token 0.
+class ViT : public Model {
+ public:
+  ViT(const ViTConfig& cfg, const nn::InitOptions& init);
+  const char* type_name() const override { return "VisionTransformer"; }
+  Tensor forward(const Tensor& images, const Tensor& mask = Tensor()) override;
+  std::string model_type() const override { return "vit"; }
+  std::string config_json() const override { return cfg_.to_json(); }
+  const ViTConfig& config() const { return cfg_; }
+
+ private:
+  ViTConfig cfg_;
+  std::shared_ptr<nn::PatchEmbedding> conv_proj_;
+  Tensor* class_token_ = nullptr;
+  Tensor* pos_embedding_ = nullptr;
+  std::shared_ptr<nn::Dropout> drop_;
+  std::shared_ptr<nn::ModuleList> layers_;
+  std::shared_ptr<nn::LayerNorm> ln_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+// ---------------------------------------------------------------- factory
+
+std::vector<std::string> preset_names();
+// A preset name, or a path to a config.json ("model_type": "gpt2" / "vit"; without it the keys
+// decide). Throws lt::Error for an unknown name, a missing file or a bad config.
+std::shared_ptr<Model> create_model(const std::string& preset_or_config_path, const nn::InitOptions& init);
+std::shared_ptr<Model> create_model_from_json(const std::string& config_text, const nn::InitOptions& init);
+
+}  // namespace lt::models

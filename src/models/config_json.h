@@ -1,0 +1,47 @@
+// Typed reads of config.json fields with one-line errors naming the key.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "leantrain/error.h"
+
+namespace lt::models::detail {
+
+inline nlohmann::json parse_config(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  LT_CHECK(!j.is_discarded(), "config.json is not valid JSON", "the parser rejected it", "fix the file");
+  LT_CHECK(j.is_object(), "config.json must be a JSON object", "found " + std::string(j.type_name()),
+           "write {\"key\": value, ...}");
+  return j;
+}
+
+inline void read_int(const nlohmann::json& j, const char* key, int64_t& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  LT_CHECK(it->is_number_integer(), std::string("config.json: '") + key + "' must be an integer",
+           "found " + it->dump(), "write a whole number");
+  out = it->get<int64_t>();
+}
+
+inline void read_double(const nlohmann::json& j, const char* key, double& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  LT_CHECK(it->is_number(), std::string("config.json: '") + key + "' must be a number", "found " + it->dump(),
+           "write a number");
+  out = it->get<double>();
+}
+
+inline void read_string(const nlohmann::json& j, const char* key, std::string& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  LT_CHECK(it->is_string(), std::string("config.json: '") + key + "' must be a string", "found " + it->dump(),
+           "quote the value");
+  out = it->get<std::string>();
+}
+
+inline void check_positive(const char* model, const char* key, int64_t v) {
+  LT_CHECK(v > 0, std::string(model) + " config: " + key + " = " + std::to_string(v), "it must be positive",
+           "fix the config");
+}
+
+}  // namespace lt::models::detail

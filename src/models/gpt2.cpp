@@ -1,0 +1,97 @@
+// GPT-2 as transformers' GPT2LMHeadModel: pre-LN blocks, learned positions, GELU (tanh) MLP,
+// Conv1D weights stored [in, out], and an LM head tied to wte (logits = h @ wte^T), so the
+// parameter list is exactly the reference one and a Hugging Face checkpoint loads by name.
+#include <cmath>
+#include <numeric>
+
+#include "leantrain/error.h"
+#include "leantrain/models.h"
+
+namespace lt::models {
+
+namespace {
+
+// transformers' GPT2Model: the "transformer." subtree.
+class Gpt2Body : public nn::Module {
+ public:
+  const char* type_name() const override { return "GPT2Model"; }
+  Gpt2Body(const GPT2Config& c, nn::ParamFactory& pf) {
+    // Reference init: normal(0.02) everywhere, residual projections scaled by 1/sqrt(2 n_layer).
+    const nn::Init proj_init = nn::Init::normal(0.02 / std::sqrt(2.0 * double(c.n_layer)));
+    wte = register_module("wte", std::make_shared<nn::Embedding>(pf, c.vocab_size, c.n_embd));
+    wpe = register_module("wpe", std::make_shared<nn::Embedding>(pf, c.n_positions, c.n_embd));
+    drop = register_module("drop", std::make_shared<nn::Dropout>(c.embd_pdrop, pf.next_seed()));
+    h = register_module("h", std::make_shared<nn::ModuleList>());
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      auto ln_1 = std::make_shared<nn::LayerNorm>(pf, c.n_embd, c.layer_norm_epsilon);
+      auto attn = std::make_shared<nn::CausalSelfAttention>(pf, c.n_embd, c.n_head, c.resid_pdrop, proj_init);
+      auto ln_2 = std::make_shared<nn::LayerNorm>(pf, c.n_embd, c.layer_norm_epsilon);
+      nn::MlpOptions mo{.dim = c.n_embd,
+                        .hidden = c.mlp_width(),
+                        .approx = c.gelu_approx(),
+                        .layout = nn::WeightLayout::InOut,
+                        .fc1_init = nn::Init::normal(0.02),
+                        .fc2_init = proj_init,
+                        .dropout = c.resid_pdrop};
+      auto mlp = std::make_shared<nn::Mlp>(pf, mo);
+      h->append(std::make_shared<nn::PreNormBlock>("GPT2Block", ln_1, attn, ln_2, mlp));
+    }
+    ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(pf, c.n_embd, c.layer_norm_epsilon));
+  }
+  std::shared_ptr<nn::Embedding> wte, wpe;
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::ModuleList> h;
+  std::shared_ptr<nn::LayerNorm> ln_f;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+GPT2::GPT2(const GPT2Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+  cfg_.validate();
+  nn::ParamFactory pf(init);
+  auto body = register_module("transformer", std::make_shared<Gpt2Body>(cfg_, pf));
+  wte_ = body->wte;
+  wpe_ = body->wpe;
+  drop_ = body->drop;
+  h_ = body->h;
+  ln_f_ = body->ln_f;
+}
+
+Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           "GPT-2 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
+           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  const int64_t B = ids.size(0), T = ids.size(1);
+  LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.n_positions,
+           "GPT-2 input: sequence of " + std::to_string(pos_offset + T) + " tokens",
+           "the model has n_positions = " + std::to_string(cfg_.n_positions), "use a shorter sequence");
+  Tensor mask = mask_in;
+  if (mask.defined()) {
+    LT_CHECK(mask.shape() == Shape({B, T}), "GPT-2 attention mask has shape " + shape_str(mask.shape()),
+             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
+    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
+  }
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), pos_offset);
+  Tensor pos_ids = from_ints(pos, {T}, DType::I64, ids.device());
+  Tensor x = (*drop_)(add((*wte_)(ids), (*wpe_)(pos_ids)));  // [B,T,C] + [T,C]
+  for (size_t i = 0; i < h_->size(); ++i) x = h_->at<nn::PreNormBlock>(i)(x, mask);
+  return (*ln_f_)(x);
+}
+
+Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
+  return linear(hidden_states(ids, mask), wte_->weight(), Tensor());  // tied head: [B,T,C] @ [V,C]^T
+}
+
+std::string GPT2::checkpoint_key_to_name(const std::string& key) const {
+  if (ends_with(key, ".attn.bias") || ends_with(key, ".attn.masked_bias")) return "";  // causal-mask buffers
+  if (key == "lm_head.weight") return "";  // tied to transformer.wte.weight
+  if (key.rfind("transformer.", 0) == 0) return key;
+  return "transformer." + key;  // saved from GPT2Model
+}
+
+}  // namespace lt::models

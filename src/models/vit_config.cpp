@@ -1,0 +1,91 @@
+#include <nlohmann/json.hpp>
+
+#include "leantrain/models.h"
+#include "models/config_json.h"
+
+namespace lt::models {
+using namespace detail;
+
+ViTConfig ViTConfig::preset(const std::string& name) {
+  ViTConfig c;  // defaults are ViT-B/16 (224x224x3, 1000 classes)
+  if (name == "vit-b-16") return c;
+  if (name == "vit-l-16") {
+    c.hidden_size = 1024;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 16;
+    c.intermediate_size = 4096;
+    return c;
+  }
+  if (name == "vit-tiny") {  // Fashion-MNIST on a laptop CPU: 16 patches of 7x7, ~0.15M parameters
+    c.image_size = 28;
+    c.patch_size = 7;
+    c.num_channels = 1;
+    c.hidden_size = 64;
+    c.num_hidden_layers = 4;
+    c.num_attention_heads = 4;
+    c.intermediate_size = 128;
+    c.num_labels = 10;
+    return c;
+  }
+  fail("unknown ViT preset '" + name + "'", "known: vit-tiny, vit-b-16, vit-l-16", "use one of those or a config.json");
+}
+
+ViTConfig ViTConfig::from_json(const std::string& text) {
+  nlohmann::json j = parse_config(text);
+  ViTConfig c;
+  read_int(j, "image_size", c.image_size);
+  read_int(j, "patch_size", c.patch_size);
+  read_int(j, "num_channels", c.num_channels);
+  read_int(j, "hidden_size", c.hidden_size);
+  read_int(j, "num_hidden_layers", c.num_hidden_layers);
+  read_int(j, "num_attention_heads", c.num_attention_heads);
+  read_int(j, "intermediate_size", c.intermediate_size);
+  if (auto it = j.find("id2label"); it != j.end() && it->is_object()) c.num_labels = int64_t(it->size());
+  read_int(j, "num_labels", c.num_labels);
+  read_double(j, "layer_norm_eps", c.layer_norm_eps);
+  read_double(j, "hidden_dropout_prob", c.dropout);
+  std::string act = "gelu";
+  read_string(j, "hidden_act", act);
+  LT_CHECK(act == "gelu", "ViT config: hidden_act '" + act + "' is not supported",
+           "the torchvision ViT MLP uses exact (erf) GELU", "set hidden_act to \"gelu\"");
+  c.validate();
+  return c;
+}
+
+std::string ViTConfig::to_json() const {
+  nlohmann::json j = {{"model_type", "vit"},
+                      {"image_size", image_size},
+                      {"patch_size", patch_size},
+                      {"num_channels", num_channels},
+                      {"hidden_size", hidden_size},
+                      {"num_hidden_layers", num_hidden_layers},
+                      {"num_attention_heads", num_attention_heads},
+                      {"intermediate_size", intermediate_size},
+                      {"num_labels", num_labels},
+                      {"layer_norm_eps", layer_norm_eps},
+                      {"hidden_dropout_prob", dropout},
+                      {"hidden_act", "gelu"}};
+  return j.dump(2);
+}
+
+void ViTConfig::validate() const {
+  check_positive("ViT", "image_size", image_size);
+  check_positive("ViT", "patch_size", patch_size);
+  check_positive("ViT", "num_channels", num_channels);
+  check_positive("ViT", "hidden_size", hidden_size);
+  check_positive("ViT", "num_hidden_layers", num_hidden_layers);
+  check_positive("ViT", "num_attention_heads", num_attention_heads);
+  check_positive("ViT", "intermediate_size", intermediate_size);
+  check_positive("ViT", "num_labels", num_labels);
+  LT_CHECK(image_size % patch_size == 0, "ViT config: image_size " + std::to_string(image_size),
+           "is not divisible by patch_size " + std::to_string(patch_size), "choose a patch size that divides it");
+  LT_CHECK(hidden_size % num_attention_heads == 0, "ViT config: hidden_size " + std::to_string(hidden_size),
+           "is not divisible by num_attention_heads " + std::to_string(num_attention_heads),
+           "choose a head count that divides it");
+  LT_CHECK(layer_norm_eps > 0, "ViT config: layer_norm_eps must be positive", "got " + std::to_string(layer_norm_eps),
+           "use e.g. 1e-6");
+  LT_CHECK(dropout >= 0 && dropout < 1, "ViT config: hidden_dropout_prob = " + std::to_string(dropout),
+           "a dropout probability is in [0, 1)", "fix the config");
+}
+
+}  // namespace lt::models
