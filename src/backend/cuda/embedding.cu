@@ -1,0 +1,310 @@
+// Embedding gather, its deterministic backward, and rotary position embedding (RoPE).
+//
+// embedding_bwd: dweight[v] = sum of dout[n] over the positions n with ids[n] == v. Atomics
+// would make the f32 sum order (and so the bf16 result) depend on timing, and the backend has
+// no scratch to sort the ids into. Instead each block owns a range of VB vocabulary rows (and a
+// column chunk): it scans all the ids, keeps the positions that fall in its range in a
+// shared-memory list (in position order, via a block prefix sum), counting-sorts that list by
+// row (stably, so each row's positions stay in increasing n), and then one warp per row adds
+// the dout rows in that order in f32 registers and writes the row once. The sum order is the
+// position order: bitwise reproducible, and exact f32 accumulation. If one block's range gets
+// more than kEmbCap hits (a very frequent id, e.g. padding), it flushes the list into dweight
+// (read-add-write) and goes on, which costs one extra rounding per flush, still deterministic.
+//
+// rope: rotate-half pairs (i, i + D/2) by angle (pos_offset + t) * base^(-2i/D), computed in
+// double so long positions keep full f32 accuracy.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/row_kernels.cuh"
+
+namespace lt {
+using namespace cuda;
+using namespace cuda::rk;
+
+namespace {
+
+// ---------------------------------------------------------------- forward: gather rows
+
+template <class T, int P, class I>
+__global__ void embedding_fwd_kernel(T* __restrict__ out, const I* __restrict__ ids, const T* __restrict__ w,
+                                     int64_t N, int64_t V, int64_t C) {
+  const int64_t cp = C / P, total = N * cp;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / cp, c = (i - n * cp) * P;
+    const int64_t id = int64_t(ids[n]);
+    Pack<T, P> val;
+    if (id >= 0 && id < V) {  // validated by the front-end; never read out of bounds
+      val = *reinterpret_cast<const Pack<T, P>*>(w + id * C + c);
+    } else {
+#pragma unroll
+      for (int k = 0; k < P; ++k) val.v[k] = from_f32<T>(0.0f);
+    }
+    *reinterpret_cast<Pack<T, P>*>(out + n * C + c) = val;
+  }
+}
+
+// ---------------------------------------------------------------- backward: scan, sort, sum
+
+constexpr int kEmbThreads = 256;
+constexpr int kEmbWarps = kEmbThreads / 32;
+constexpr int kEmbMaxVB = 256;               // vocabulary rows per block, at most (row offsets fit a u8)
+constexpr int kEmbIdsPerThread = 4;          // consecutive ids examined per thread per scan step
+constexpr int kEmbChunk = kEmbThreads * kEmbIdsPerThread;
+constexpr int kEmbCap = 4096;                // hit-list capacity (>= kEmbChunk)
+static_assert(kEmbCap >= kEmbChunk, "a scan step must always fit an empty list");
+
+// Exclusive prefix sum over the block (kEmbThreads threads, in thread order); total gets the sum.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* tot, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  __syncthreads();  // tot[] may still be read by a previous call
+  if (lane == 31) tot[warp] = incl;
+  __syncthreads();
+  int off = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kEmbWarps; ++w) {
+    const int t = tot[w];
+    if (w < warp) off += t;
+    total += t;
+  }
+  return off + incl - v;
+}
+
+// Grid: x = vocabulary ranges of VB rows, y = column chunks of 32 * P columns.
+template <class T, int P, class I>
+__global__ void __launch_bounds__(kEmbThreads)
+    embedding_bwd_kernel(T* __restrict__ dw, const T* __restrict__ dout, const I* __restrict__ ids, int64_t N,
+                         int64_t V, int C, int VB) {
+  __shared__ int list_n[kEmbCap];       // hit positions, in increasing n
+  __shared__ uint8_t list_v[kEmbCap];   // their row within the block's range
+  __shared__ int sorted_n[kEmbCap];     // positions grouped by row, increasing n within a row
+  __shared__ int cnt[kEmbMaxVB], start[kEmbMaxVB], cur[kEmbMaxVB];
+  __shared__ int tot[kEmbWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t v0 = int64_t(blockIdx.x) * VB;
+  const int vb = int(V - v0 < VB ? V - v0 : VB);  // rows in this block's range
+  const int c = int(blockIdx.y) * (32 * P) + lane * P;
+
+  if (tid < kEmbMaxVB) cnt[tid] = 0;  // ordered before any atomicAdd by the scan's barriers
+
+  // Sums the listed hits into dweight and empties the list. Called by every thread.
+  auto flush = [&](int len) {
+    __syncthreads();  // list_* and cnt are complete
+    int total;
+    const int my_cnt = tid < vb ? cnt[tid] : 0;
+    const int my_start = block_exclusive_scan(my_cnt, tot, total);
+    if (tid < vb) {
+      start[tid] = my_start;
+      cur[tid] = my_start;
+    }
+    __syncthreads();
+    if (warp == 0) {  // stable counting-sort placement, 32 hits at a time in list order
+      for (int i0 = 0; i0 < len; i0 += 32) {
+        const int i = i0 + lane;
+        const bool valid = i < len;
+        const int v = valid ? int(list_v[i]) : -1 - lane;  // invalid lanes never match anyone
+        const unsigned peers = __match_any_sync(0xffffffffu, v);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (valid) sorted_n[cur[v] + rank] = list_n[i];
+        __syncwarp();  // every lane has read cur[v] before the group's last lane advances it
+        if (valid && lane == 31 - __clz(peers)) cur[v] += __popc(peers);
+        __syncwarp();
+      }
+    }
+    __syncthreads();  // sorted_n is complete
+    for (int v = warp; v < vb; v += kEmbWarps) {
+      const int n_v = cnt[v];
+      if (n_v == 0 || c >= C) continue;
+      const int* idx = sorted_n + start[v];
+      float acc[P];
+#pragma unroll
+      for (int k = 0; k < P; ++k) acc[k] = 0.0f;
+      int e = 0;
+      for (; e + 4 <= n_v; e += 4) {  // four rows in flight, added in order
+        float a[4][P];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_f32<T, P>(dout + int64_t(idx[e + u]) * C + c, a[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int k = 0; k < P; ++k) acc[k] += a[u][k];
+      }
+      for (; e < n_v; ++e) {
+        float a[P];
+        load_f32<T, P>(dout + int64_t(idx[e]) * C + c, a);
+#pragma unroll
+        for (int k = 0; k < P; ++k) acc[k] += a[k];
+      }
+      T* dst = dw + (v0 + v) * int64_t(C) + c;  // owned by this warp alone
+      float old[P];
+      load_f32<T, P>(dst, old);
+#pragma unroll
+      for (int k = 0; k < P; ++k) old[k] += acc[k];
+      store_f32<T, P>(dst, old);
+    }
+    __syncthreads();  // nobody reads cnt, start, sorted_n or the list any more
+    if (tid < kEmbMaxVB) cnt[tid] = 0;
+    __syncthreads();
+  };
+
+  int len = 0;  // hits in the list; the same value in every thread
+  for (int64_t base = 0; base < N; base += kEmbChunk) {
+    int hit[kEmbIdsPerThread];
+    int mine = 0;
+#pragma unroll
+    for (int k = 0; k < kEmbIdsPerThread; ++k) {
+      const int64_t n = base + int64_t(tid) * kEmbIdsPerThread + k;
+      hit[k] = -1;
+      if (n < N) {
+        const int64_t d = int64_t(ids[n]) - v0;
+        if (d >= 0 && d < vb) {
+          hit[k] = int(d);
+          ++mine;
+        }
+      }
+    }
+    int total;
+    int pos = block_exclusive_scan(mine, tot, total);
+    if (len + total > kEmbCap) {  // uniform: len and total are the same in every thread
+      flush(len);
+      len = 0;
+    }
+    pos += len;
+#pragma unroll
+    for (int k = 0; k < kEmbIdsPerThread; ++k) {
+      if (hit[k] < 0) continue;
+      list_n[pos] = int(base + int64_t(tid) * kEmbIdsPerThread + k);
+      list_v[pos] = uint8_t(hit[k]);
+      atomicAdd(&cnt[hit[k]], 1);  // a count: the order of the increments does not matter
+      ++pos;
+    }
+    len += total;
+  }
+  if (len > 0) flush(len);
+}
+
+// ---------------------------------------------------------------- rope
+
+// Block (32, 8): x = pair index within a row (grid.y covers D/2), y = rows (grid-stride).
+template <class T>
+__global__ void rope_kernel(T* out, const T* x, int64_t rows, int64_t T_len, int D, double base, int64_t pos_offset,
+                            bool inverse) {
+  const int half = D / 2;
+  const int k = int(blockIdx.y) * 32 + threadIdx.x;
+  if (k >= half) return;
+  const double inv_freq = pow(base, -2.0 * double(k) / double(D));
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t t = r % T_len;
+    double s, cth;
+    sincos(double(pos_offset + t) * inv_freq, &s, &cth);
+    const float cs = float(cth), sn = inverse ? -float(s) : float(s);
+    const T* xr = x + r * D;
+    T* orow = out + r * D;
+    const float a = to_f32(xr[k]), b = to_f32(xr[k + half]);  // both read before either write (out may alias x)
+    orow[k] = from_f32<T>(a * cs - b * sn);
+    orow[k + half] = from_f32<T>(b * cs + a * sn);
+  }
+}
+
+template <class F> void dispatch_index(const char* op, DType t, F&& f) {
+  if (t == DType::I64) f(int64_t{});
+  else if (t == DType::I32) f(int32_t{});
+  else fail(std::string(op) + ": ids have dtype " + dtype_name(t), "embedding ids must be i32 or i64", "");
+}
+
+void check_embedding(const char* op, const Tensor& rows, const Tensor& ids, const Tensor& weight) {
+  LT_CHECK(weight.dim() == 2 && weight.is_contiguous(), std::string(op) + ": weight must be a contiguous [V, C] tensor",
+           "the kernel indexes its rows", "");
+  const int64_t C = weight.size(1), N = ids.numel();
+  LT_CHECK(ids.is_contiguous(), std::string(op) + ": ids must be contiguous", "the kernel reads them directly", "");
+  LT_CHECK(rows.numel() == N * C && rows.is_contiguous() && rows.dtype() == weight.dtype(),
+           std::string(op) + ": expected a contiguous " + dtype_name(weight.dtype()) + " [" + std::to_string(N) +
+               ", " + std::to_string(C) + "] tensor of rows",
+           "one row of the weight per id", "");
+}
+
+}  // namespace
+
+void CudaBackend::embedding_fwd(const Tensor& out, const Tensor& ids, const Tensor& weight) {
+  check_embedding("embedding_fwd", out, ids, weight);
+  const int64_t V = weight.size(0), C = weight.size(1), N = ids.numel();
+  if (N == 0 || C == 0) return;
+  dispatch_float(weight.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index("embedding_fwd", ids.dtype(), [&](auto itag) {
+      using I = decltype(itag);
+      T* po = out.data<T>();
+      const T* pw = weight.data<T>();
+      const bool vec = C % kVec<T> == 0 && aligned16(po) && aligned16(pw);
+      const int64_t per_thread = vec ? C / kVec<T> : C;
+      const int64_t blocks = std::min<int64_t>((N * per_thread + 255) / 256, int64_t(1) << 20);
+      if (vec)
+        embedding_fwd_kernel<T, kVec<T>, I><<<unsigned(blocks), 256, 0, current_stream()>>>(po, ids.data<I>(), pw, N, V, C);
+      else
+        embedding_fwd_kernel<T, 1, I><<<unsigned(blocks), 256, 0, current_stream()>>>(po, ids.data<I>(), pw, N, V, C);
+      LT_CUDA_LAUNCH_CHECK("embedding_fwd_kernel");
+    });
+  });
+}
+
+void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids) {
+  check_embedding("embedding_bwd", dout, ids, dweight);
+  const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
+  if (N == 0 || C == 0 || V == 0) return;
+  LT_CHECK(N < (int64_t(1) << 31) && C < (int64_t(1) << 31), "embedding_bwd: more than 2^31 ids or columns",
+           "positions and columns are 32-bit in the kernel", "split the batch");
+  dispatch_float(dweight.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_index("embedding_bwd", ids.dtype(), [&](auto itag) {
+      using I = decltype(itag);
+      T* pdw = dweight.data<T>();
+      const T* pdo = dout.data<T>();
+      const bool vec = C % kVec<T> == 0 && aligned16(pdw) && aligned16(pdo);
+      const int P = vec ? kVec<T> : 1;
+      const int64_t ychunks = (C + 32 * P - 1) / (32 * P);
+      LT_CHECK(ychunks <= 65535, "embedding_bwd: rows too wide", "grid y limit", "");
+      // Smaller vocabulary ranges for small vocabularies (position tables), so that enough blocks run.
+      int vb = kEmbMaxVB;
+      while (vb > 32 && ((V + vb - 1) / vb) * ychunks < 512) vb /= 2;
+      const dim3 grid(unsigned((V + vb - 1) / vb), unsigned(ychunks));
+      if (vec)
+        embedding_bwd_kernel<T, kVec<T>, I><<<grid, kEmbThreads, 0, current_stream()>>>(pdw, pdo, ids.data<I>(), N, V,
+                                                                                        int(C), vb);
+      else
+        embedding_bwd_kernel<T, 1, I><<<grid, kEmbThreads, 0, current_stream()>>>(pdw, pdo, ids.data<I>(), N, V,
+                                                                                  int(C), vb);
+      LT_CUDA_LAUNCH_CHECK("embedding_bwd_kernel");
+    });
+  });
+}
+
+void CudaBackend::rope(const Tensor& out, const Tensor& x, float base, int64_t pos_offset, bool inverse) {
+  LT_CHECK(x.dim() == 4 && x.is_contiguous(), "rope: x must be a contiguous [B, H, T, D] tensor",
+           "the kernel rotates the last dim of each row", "");
+  LT_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype() && out.is_contiguous(),
+           "rope: out must match x's shape and dtype", "the kernel writes it row by row", "");
+  const int64_t D = x.size(3), T_len = x.size(2), rows = x.numel() / (D == 0 ? 1 : D);
+  LT_CHECK(D % 2 == 0, "rope: head dim " + std::to_string(D) + " is odd", "rotate-half pairs i with i + D/2",
+           "use an even head dim");
+  if (x.numel() == 0) return;
+  const int64_t ychunks = (D / 2 + 31) / 32;
+  LT_CHECK(ychunks <= 65535, "rope: head dim too large", "grid y limit", "");
+  const int64_t xblocks = std::min<int64_t>((rows + 7) / 8, int64_t(1) << 20);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    rope_kernel<T><<<dim3(unsigned(xblocks), unsigned(ychunks)), dim3(32, 8), 0, current_stream()>>>(
+        out.data<T>(), x.data<T>(), rows, T_len, int(D), double(base), pos_offset, inverse);
+    LT_CUDA_LAUNCH_CHECK("rope_kernel");
+  });
+}
+
+}  // namespace lt
