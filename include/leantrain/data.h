@@ -1,0 +1,180 @@
+// Data: Fashion-MNIST (IDX files), byte-level text corpora (fortunes or any text), and a
+// DataLoader that shuffles per epoch from a seed, prepares host batches on a worker thread and
+// materialises them on the target device inside MemoryCategoryScope(Category::Input).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "leantrain/tensor.h"
+
+namespace lt {
+
+// ---- Fashion-MNIST / IDX ----
+
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
+// Mean and std of x/255 over the Fashion-MNIST training images.
+inline constexpr float kFashionMnistMean = 0.2860f, kFashionMnistStd = 0.3530f;
+
+// An IDX array of unsigned bytes (the only element type MNIST-style files use).
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;
+};
+// Reads a gzipped (or plain) IDX file. Throws lt::Error naming the file when it is missing,
+// not gzip/IDX (bad magic), has `expect_ndims` != its rank, is truncated, or has trailing bytes.
+IdxArray read_idx(const std::string& path, int expect_ndims);
+
+// Labelled images kept as raw bytes; batches normalise them.
+struct ImageSet {
+  int64_t count = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> pixels;  // count * rows * cols
+  std::vector<uint8_t> labels;  // count
+};
+// An image file [N, R, C] and its label file [N]; throws when the counts differ.
+ImageSet read_idx_images(const std::string& images_path, const std::string& labels_path);
+
+enum class Split { Train, Test };
+// train-images-idx3-ubyte.gz / t10k-... from `dir`. A missing directory or file names the package
+// (apt-get install dataset-fashion-mnist); labels must be 0..9.
+ImageSet load_fashion_mnist(Split split, const std::string& dir = kFashionMnistDir);
+
+// ---- text ----
+
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";  // Debian package `fortunes`
+
+// Token ids 0..255 (one per byte).
+struct TextCorpus {
+  std::vector<uint8_t> train, val;
+};
+// The entries of a fortune file: text between lines that contain only "%" (empty entries dropped).
+std::vector<std::string> parse_fortunes(const std::string& text);
+// Every fortune file in `dir` (skipping *.dat, *.u8, hidden files and subdirectories), in name
+// order; entries are written back separated by "%\n" lines. Every round(1/val_fraction)-th entry
+// goes to validation, so both splits sample every file.
+TextCorpus load_fortunes(const std::string& dir = kFortunesDir, double val_fraction = 0.1);
+// A text file, or every regular file of a directory (name order, hidden files skipped); the last
+// val_fraction of each file goes to validation.
+TextCorpus load_text(const std::string& path, double val_fraction = 0.1);
+
+// ---- datasets ----
+
+// A random-access collection of (input, target) samples. get() must be thread-safe (const, no
+// shared mutable state): the loader's worker thread calls it.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Shape input_shape() const = 0;  // one sample
+  virtual DType input_dtype() const = 0;  // F32 or I64
+  virtual Shape target_shape() const = 0;  // {} for a class label; targets are i64
+  // Writes sample i: numel(input_shape) values of input_dtype at `input`, numel(target_shape) at `target`.
+  virtual void get(int64_t i, void* input, int64_t* target) const = 0;
+};
+
+// Images [1, R, C] as f32 (x/255 - mean)/std, target the class label.
+class ImageDataset : public Dataset {
+ public:
+  explicit ImageDataset(std::shared_ptr<const ImageSet> set, float mean = kFashionMnistMean,
+                        float std = kFashionMnistStd);
+  int64_t size() const override { return set_->count; }
+  Shape input_shape() const override { return {1, set_->rows, set_->cols}; }
+  DType input_dtype() const override { return DType::F32; }
+  Shape target_shape() const override { return {}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+
+ private:
+  std::shared_ptr<const ImageSet> set_;
+  float mean_, std_;
+};
+
+// Windows of seq_len tokens starting every `stride` tokens (default seq_len: no overlap);
+// targets are the same window shifted by one (next-token prediction).
+class TokenWindows : public Dataset {
+ public:
+  TokenWindows(std::shared_ptr<const std::vector<uint8_t>> tokens, int64_t seq_len, int64_t stride = 0);
+  int64_t size() const override { return count_; }
+  Shape input_shape() const override { return {seq_len_}; }
+  DType input_dtype() const override { return DType::I64; }
+  Shape target_shape() const override { return {seq_len_}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+
+ private:
+  std::shared_ptr<const std::vector<uint8_t>> tokens_;
+  int64_t seq_len_, stride_, count_;
+};
+
+// ---- loader ----
+
+struct LoaderOptions {
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;  // true: every batch has batch_size samples
+  int prefetch = 2;        // host batches prepared ahead on a worker thread; 0: on the caller's thread
+  Device device = Device::cpu();
+};
+
+struct Batch {
+  Tensor inputs;   // [B, ...input_shape]
+  Tensor targets;  // [B, ...target_shape], i64
+  int64_t epoch = 0, index = 0;  // index: batch number within the epoch
+};
+
+// Batches in a deterministic order: epoch e visits samples in epoch_order(e) (a pure function of
+// seed and e), so resuming at batch k of epoch e is seek(e, k), which costs one permutation.
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t batches_per_epoch() const { return batches_; }
+  const Dataset& dataset() const { return *ds_; }
+  // The position of the next batch.
+  int64_t epoch() const { return epoch_; }
+  int64_t index() const { return index_; }
+  void seek(int64_t epoch, int64_t index = 0);
+  void seek_step(int64_t step) { seek(step / batches_, step % batches_); }  // step: global batch number
+
+  // The batch at the current position, on the target device; then moves on (past the last batch
+  // of an epoch to the first of the next).
+  Batch next();
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  struct HostBatch {
+    std::vector<uint8_t> inputs;  // raw values of input_dtype
+    std::vector<int64_t> targets;
+    int64_t size = 0, epoch = 0, index = 0;
+  };
+
+ private:
+  HostBatch build(int64_t epoch, int64_t index, std::vector<int64_t>& order, int64_t& order_epoch) const;
+  void start_worker();
+  void stop_worker();
+  void worker_loop(int64_t epoch, int64_t index);
+
+  std::shared_ptr<const Dataset> ds_;
+  LoaderOptions opt_;
+  int64_t batches_ = 0;
+  int64_t epoch_ = 0, index_ = 0;
+  // Used by the caller's thread when prefetch == 0.
+  std::vector<int64_t> order_;
+  int64_t order_epoch_ = -1;
+
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<HostBatch> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false, running_ = false;
+};
+
+}  // namespace lt

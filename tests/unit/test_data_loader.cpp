@@ -1,0 +1,163 @@
+// DataLoader: seeded per-epoch order, determinism with and without the worker thread, cheap
+// skip-ahead, input/target alignment for images and text, the Input memory category.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "leantrain/data.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+
+using namespace lt;
+
+namespace {
+
+// 10 images of 2x3 whose pixels all equal 20*i and label i.
+std::shared_ptr<const ImageSet> tiny_images(int64_t n = 10) {
+  auto s = std::make_shared<ImageSet>();
+  s->count = n;
+  s->rows = 2;
+  s->cols = 3;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 6; ++j) s->pixels.push_back(uint8_t(20 * i));
+    s->labels.push_back(uint8_t(i));
+  }
+  return s;
+}
+
+std::vector<int64_t> labels_of(DataLoader& dl, int64_t batches) {
+  std::vector<int64_t> out;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t v : dl.next().targets.to_int_vector()) out.push_back(v);
+  return out;
+}
+
+LoaderOptions opts(int64_t batch, uint64_t seed, int prefetch, bool drop_last = false) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.seed = seed;
+  o.prefetch = prefetch;
+  o.drop_last = drop_last;
+  return o;
+}
+
+}  // namespace
+
+TEST(DataLoader, ImagesAreNormalisedAndAligned) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images(), 0.5f, 0.25f);
+  DataLoader dl(ds, opts(4, 1, 2));
+  EXPECT_EQ(dl.batches_per_epoch(), 3);
+  Batch b = dl.next();
+  EXPECT_EQ(b.inputs.shape(), (Shape{4, 1, 2, 3}));
+  EXPECT_EQ(b.inputs.dtype(), DType::F32);
+  EXPECT_EQ(b.targets.shape(), (Shape{4}));
+  EXPECT_EQ(b.targets.dtype(), DType::I64);
+  EXPECT_EQ(b.inputs.category(), Category::Input);
+  EXPECT_EQ(b.targets.category(), Category::Input);
+  auto x = b.inputs.to_float_vector();
+  auto y = b.targets.to_int_vector();
+  for (int64_t r = 0; r < 4; ++r)
+    for (int j = 0; j < 6; ++j) EXPECT_FLOAT_EQ(x[size_t(r * 6 + j)], (20.0f * float(y[size_t(r)]) / 255.0f - 0.5f) / 0.25f);
+  dl.next();
+  Batch last = dl.next();  // 10 = 4 + 4 + 2
+  EXPECT_EQ(last.targets.shape(), (Shape{2}));
+  EXPECT_EQ(last.index, 2);
+  EXPECT_EQ(dl.epoch(), 1);
+}
+
+TEST(DataLoader, EpochIsAPermutationThatChangesPerEpochAndSeed) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images(50));
+  DataLoader a(ds, opts(10, 7, 2));
+  auto e0 = labels_of(a, 5), e1 = labels_of(a, 5);
+  EXPECT_EQ(std::set<int64_t>(e0.begin(), e0.end()).size(), 50u);
+  EXPECT_EQ(std::set<int64_t>(e1.begin(), e1.end()).size(), 50u);
+  EXPECT_NE(e0, e1);
+  DataLoader b(ds, opts(10, 8, 2));
+  EXPECT_NE(labels_of(b, 5), e0);
+  LoaderOptions no_shuffle = opts(10, 7, 2);
+  no_shuffle.shuffle = false;
+  DataLoader c(ds, no_shuffle);
+  auto in_order = labels_of(c, 5);
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(in_order[size_t(i)], i);
+}
+
+TEST(DataLoader, DeterministicWithAndWithoutWorker) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images(23));
+  std::vector<std::vector<int64_t>> runs;
+  for (int prefetch : {0, 1, 2, 5}) {
+    DataLoader dl(ds, opts(4, 42, prefetch, /*drop_last=*/true));
+    EXPECT_EQ(dl.batches_per_epoch(), 5);
+    runs.push_back(labels_of(dl, 12));  // crosses two epoch boundaries
+  }
+  for (size_t k = 1; k < runs.size(); ++k) EXPECT_EQ(runs[k], runs[0]);
+}
+
+TEST(DataLoader, SkipAheadMatchesContinuousRun) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images(30));
+  DataLoader full(ds, opts(4, 3, 2));  // 8 batches per epoch
+  auto all = labels_of(full, 8 + 8 + 3);
+  for (int prefetch : {0, 2}) {
+    DataLoader dl(ds, opts(4, 3, prefetch));
+    dl.next();  // the worker is already ahead; seek must discard its queue
+    dl.seek(1, 5);
+    Batch b = dl.next();
+    EXPECT_EQ(b.epoch, 1);
+    EXPECT_EQ(b.index, 5);
+    auto rest = b.targets.to_int_vector();
+    for (int64_t v : labels_of(dl, 10)) rest.push_back(v);
+    // batch 5 of epoch 1 = global batch 13, samples 8*4 + 5*4 - 2 (epoch 0's last batch has 2).
+    std::vector<int64_t> want(all.begin() + (30 + 20), all.end());
+    want.resize(std::min(want.size(), rest.size()));
+    rest.resize(want.size());
+    EXPECT_EQ(rest, want);
+    dl.seek_step(16);
+    EXPECT_EQ(dl.epoch(), 2);
+    EXPECT_EQ(dl.index(), 0);
+  }
+  DataLoader dl(ds, opts(4, 3, 2));
+  EXPECT_THROW(dl.seek(0, 8), Error);
+}
+
+TEST(DataLoader, TextWindowsTargetsAreNextTokens) {
+  auto tokens = std::make_shared<std::vector<uint8_t>>();
+  for (int i = 0; i < 101; ++i) tokens->push_back(uint8_t(i));
+  auto ds = std::make_shared<TokenWindows>(tokens, 10);
+  EXPECT_EQ(ds->size(), 10);
+  DataLoader dl(ds, opts(3, 5, 2, /*drop_last=*/true));
+  std::set<int64_t> starts;
+  for (int k = 0; k < dl.batches_per_epoch(); ++k) {
+    Batch b = dl.next();
+    EXPECT_EQ(b.inputs.shape(), (Shape{3, 10}));
+    EXPECT_EQ(b.targets.shape(), (Shape{3, 10}));
+    EXPECT_EQ(b.inputs.dtype(), DType::I64);
+    auto x = b.inputs.to_int_vector(), y = b.targets.to_int_vector();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(x[size_t(r * 10)] % 10, 0);  // windows start every 10 tokens
+      starts.insert(x[size_t(r * 10)]);
+      for (int t = 0; t < 10; ++t) {
+        EXPECT_EQ(y[size_t(r * 10 + t)], x[size_t(r * 10 + t)] + 1);
+        if (t) EXPECT_EQ(x[size_t(r * 10 + t)], x[size_t(r * 10 + t - 1)] + 1);
+      }
+    }
+  }
+  EXPECT_EQ(starts.size(), 9u);
+  EXPECT_EQ(TokenWindows(tokens, 10, 5).size(), 19);
+  EXPECT_EQ(TokenWindows(tokens, 100).size(), 1);
+  EXPECT_THROW(TokenWindows(tokens, 101), Error);
+}
+
+TEST(DataLoader, MetaDeviceBatchesHaveShapesOnly) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images());
+  LoaderOptions o = opts(5, 0, 1);
+  o.device = Device::meta();
+  DataLoader dl(ds, o);
+  Batch b = dl.next();
+  EXPECT_TRUE(b.inputs.device().is_meta());
+  EXPECT_EQ(b.inputs.shape(), (Shape{5, 1, 2, 3}));
+}
+
+TEST(DataLoader, InvalidOptionsThrow) {
+  auto ds = std::make_shared<ImageDataset>(tiny_images(3));
+  EXPECT_THROW(DataLoader(ds, opts(4, 0, 2, /*drop_last=*/true)), Error);
+  EXPECT_THROW(DataLoader(ds, opts(0, 0, 2)), Error);
+}
