@@ -1,0 +1,230 @@
+// GEMM through cuBLASLt. cuBLASLt is column-major; a row-major C = op(A) op(B) is the
+// column-major C^T = op(B)^T op(A)^T, so our b is cuBLASLt's "A" and our a its "B", and no data
+// moves. f32 runs in plain FP32 (no TF32 unless cuda_set_allow_tf32(true)) so it matches the
+// CPU to ~1e-5; f16/bf16 accumulate in f32. Bias and GELU are fused as epilogues.
+// The 32 MiB workspace comes from the caching allocator once per device (category workspace),
+// so every GPU byte leantrain uses is counted. Algorithms are chosen by cuBLASLt's heuristic
+// once per problem (shape, dtype, layout, alignment) and cached.
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm.h"
+#include "leantrain/cuda_info.h"
+
+namespace lt {
+
+namespace {
+
+std::atomic<bool> g_allow_tf32{false};
+
+std::mutex g_mu;  // guards the workspaces and the algorithm cache
+std::array<Tensor*, 64> g_workspace{};
+std::map<std::string, cublasLtMatmulAlgo_t> g_algos;
+
+// The device's workspace, allocated at its first GEMM and kept (never freed) by the backend.
+void* workspace(int dev) {
+  std::lock_guard<std::mutex> g(g_mu);
+  Tensor*& w = g_workspace[size_t(dev)];
+  if (!w) {
+    MemoryCategoryScope cat(Category::Workspace);
+    OpNameScope name("cublaslt_workspace");
+    w = new Tensor(Tensor::empty({kCublasWorkspaceBytes}, DType::U8, Device::cuda(dev)));
+  }
+  return w->raw_data();
+}
+
+struct Desc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~Desc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+struct Pref {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Pref() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+};
+
+template <class V> void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V& v) {
+  LT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(V)));
+}
+
+// A column-major rows x cols matrix with leading dimension ld, batched with an element stride.
+void make_layout(Layout& out, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                 int64_t stride) {
+  LT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out.l, t, uint64_t(rows), uint64_t(cols), ld));
+  if (batch > 1) {
+    const int32_t count = int32_t(batch);
+    LT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(out.l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    LT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(out.l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+}
+
+// Largest power of two (<= 256) dividing the address and the batch stride in bytes.
+uint32_t alignment(const void* p, int64_t stride_bytes) {
+  const uint64_t v = reinterpret_cast<uint64_t>(p) | uint64_t(stride_bytes) | 256u;
+  return uint32_t(v & (~v + 1));
+}
+
+void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t need) {
+  LT_CHECK(t.defined() && t.device() == Device::cuda(dev), std::string("gemm: ") + name + " is not on cuda:" +
+                                                               std::to_string(dev),
+           t.defined() ? "it is on " + t.device().str() : "it is undefined", "move it with .to()");
+  LT_CHECK(t.dtype() == dt, std::string("gemm: ") + name + " is " + dtype_name(t.dtype()),
+           std::string("the output is ") + dtype_name(dt), "cast the operands to one dtype");
+  LT_CHECK(t.is_contiguous(), std::string("gemm: ") + name + " must be contiguous",
+           "got strides " + shape_str(t.strides()), "call contiguous() first");
+  LT_CHECK(t.numel() >= need, std::string("gemm: ") + name + " is too small for the described product",
+           "needs " + std::to_string(need) + " elements, has " + std::to_string(t.numel()) + " " + shape_str(t.shape()),
+           "check m, n, k, batch and strides");
+}
+
+void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
+              const Tensor& aux) {
+  LT_CHECK(d.batch >= 0 && d.m >= 0 && d.n >= 0 && d.k >= 0 && d.stride_a >= 0 && d.stride_b >= 0 &&
+               d.stride_c >= 0,
+           "gemm: negative size or stride", "batch, m, n, k and strides must be >= 0", "fix the GemmDesc");
+  LT_CHECK(c.defined(), "gemm: c is undefined", "the output must be preallocated", "allocate it first");
+  const DType dt = c.dtype();
+  LT_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, std::string("gemm: ") + dtype_name(dt) + " on CUDA",
+           "CUDA GEMM takes f32, bf16 or f16", "cast the operands");
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  const int64_t nb = d.batch - 1;
+  check_operand(c, dev, "c", dt, nb * d.stride_c + d.m * d.n);
+  check_operand(a, dev, "a", dt, nb * d.stride_a + d.m * d.k);
+  check_operand(b, dev, "b", dt, nb * d.stride_b + d.k * d.n);
+  if (bias.defined()) check_operand(bias, dev, "bias", dt, d.n);
+  if (aux.defined()) {
+    check_operand(aux, dev, "pre_gelu", dt, nb * d.stride_c + d.m * d.n);
+    LT_CHECK(d.n % 8 == 0, "gemm_gelu: pre_gelu output needs n % 8 == 0", "got n = " + std::to_string(d.n),
+             "pad the layer width to a multiple of 8 or skip the fused epilogue");
+  }
+  LT_CHECK(d.k > 0, "gemm: k = 0 is not supported on CUDA", "the product has no inner dimension",
+           "check the operand shapes");
+  // A shared b over a contiguous batch of a is one taller matrix: fold the batch into m.
+  if (d.batch > 1 && d.stride_b == 0 && !d.trans_a && d.stride_a == d.m * d.k && d.stride_c == d.m * d.n) {
+    d.m *= d.batch;
+    d.batch = 1;
+  }
+  const cudaDataType_t ct = dt == DType::F32 ? CUDA_R_32F : dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cublasComputeType_t comp =
+      dt == DType::F32 && g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
+  const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
+
+  Desc desc;
+  LT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, comp, CUDA_R_32F));
+  set_attr(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_attr(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (gelu) epi = aux.defined() ? (bias.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                : (bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+  else if (bias.defined()) epi = CUBLASLT_EPILOGUE_BIAS;
+  set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+  if (bias.defined()) {
+    const void* bp = bias.raw_data();
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bp);
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t(0));  // one bias for every batch
+  }
+  if (aux.defined()) {
+    void* ap = aux.raw_data();
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ap);
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(d.n));
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, int64_t(d.batch > 1 ? d.stride_c : 0));
+  }
+  // Column-major views: b is n x k (ld n) or, transposed, k x n (ld k); a is k x m (ld k) or
+  // m x k (ld m); c is n x m (ld n).
+  Layout la, lb, lc;
+  make_layout(la, ct, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.batch, d.stride_b);
+  make_layout(lb, ct, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.batch, d.stride_a);
+  make_layout(lc, ct, d.n, d.m, d.n, d.batch, d.stride_c);
+
+  const size_t es = dtype_size(dt);
+  const uint32_t al_a = alignment(b.raw_data(), d.stride_b * int64_t(es));
+  const uint32_t al_b = alignment(a.raw_data(), d.stride_a * int64_t(es));
+  const uint32_t al_c = alignment(c.raw_data(), d.stride_c * int64_t(es));
+  const uint32_t al_bias = bias.defined() ? alignment(bias.raw_data(), 0) : 0;
+  const uint32_t al_aux = aux.defined() ? alignment(aux.raw_data(), d.stride_c * int64_t(es)) : 0;
+  char key[256];
+  std::snprintf(key, sizeof key, "%d|%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u", dev, int(dt),
+                int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n, (long long)d.k,
+                (long long)d.batch, (long long)d.stride_a, (long long)d.stride_b, (long long)d.stride_c, int(epi), al_a,
+                al_b, al_c, al_bias, al_aux);
+
+  cuda::DeviceState& ds = cuda::device_state(dev);
+  void* ws = workspace(dev);
+  cublasLtMatmulAlgo_t algo;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_algos.find(key);
+    if (it != g_algos.end()) { algo = it->second; cached = true; }
+  }
+  if (!cached) {
+    Pref pref;
+    LT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    const uint64_t ws_bytes = uint64_t(kCublasWorkspaceBytes);
+    LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                         sizeof ws_bytes));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c}};
+    for (const auto& [attr, v] : aligns)
+      LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &res, &found);
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
+      cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    LT_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "gemm: cuBLASLt has no algorithm for this product",
+             std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|epilogue|alignments)",
+             "make the operands contiguous and 16-byte aligned, or report the shapes");
+    algo = res.algo;
+    std::lock_guard<std::mutex> g(g_mu);
+    g_algos.emplace(key, algo);
+  }
+  const float alpha = d.alpha, beta = d.beta;
+  LT_CUBLAS_CHECK(cublasLtMatmul(ds.lt, desc.d, &alpha, b.raw_data(), la.l, a.raw_data(), lb.l, &beta, c.raw_data(),
+                                 lc.l, c.raw_data(), lc.l, &algo, ws, size_t(kCublasWorkspaceBytes),
+                                 cuda::current_stream()));
+  LT_CUDA_LAUNCH_CHECK("cublasLtMatmul");
+}
+
+}  // namespace
+
+void CudaBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
+  run_gemm(device_index_, c, a, b, d, bias, false, Tensor());
+}
+
+namespace cuda {
+
+void gemm_gelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias,
+               const Tensor& pre_gelu) {
+  LT_CHECK(c.defined() && c.device().is_cuda(), "gemm_gelu: c must be a CUDA tensor",
+           c.defined() ? "it is on " + c.device().str() : "it is undefined", "allocate it on the GPU");
+  DeviceGuard g(c.device().index);
+  run_gemm(c.device().index, c, a, b, d, bias, true, pre_gelu);
+}
+
+int64_t cublaslt_workspace_bytes(int device) {
+  std::lock_guard<std::mutex> g(g_mu);
+  return device >= 0 && device < int(g_workspace.size()) && g_workspace[size_t(device)] ? kCublasWorkspaceBytes : 0;
+}
+
+}  // namespace cuda
+
+void cuda_set_allow_tf32(bool on) { g_allow_tf32.store(on); }
+bool cuda_allow_tf32() { return g_allow_tf32.load(); }
+
+}  // namespace lt

@@ -1,0 +1,118 @@
+// Optimizer steps as ONE fused multi-tensor launch per parameter group (one per 320 tensors for
+// longer groups): the pointer/size/dtype table travels in the kernel parameters. The update is
+// cpu_optim.cpp's, in f32: bias corrections are computed once on the host in double. Each
+// tensor has its own dtype per role (param, grad, states), read at run time; stores round to
+// nearest even, as the CPU does.
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/multi_tensor.cuh"
+
+namespace lt {
+using namespace cuda;
+
+namespace {
+
+constexpr int kMaxTensors = 320;  // 4 lists: ~18 KiB of parameters
+using Table = MtTable<4, kMaxTensors>;
+
+struct AdamWConst {
+  float beta1, beta2, eps, decay, step_size, bc2_sqrt, grad_scale;
+};
+
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq.
+__global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c) {
+  for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int k = mt_find(t, ch);
+    const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
+    const int64_t end = min(start + kMtChunk, t.numel[k]);
+    void* p = t.ptr[0][k];
+    const void* g = t.ptr[1][k];
+    void* m = t.ptr[2][k];
+    void* v = t.ptr[3][k];
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+      const float gi = load_float(g, i, t.dtype[1][k]) * c.grad_scale;
+      const float mi = c.beta1 * load_float(m, i, t.dtype[2][k]) + (1.f - c.beta1) * gi;
+      const float vi = c.beta2 * load_float(v, i, t.dtype[3][k]) + (1.f - c.beta2) * gi * gi;
+      const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+      const float pi = load_float(p, i, t.dtype[0][k]);
+      store_float(p, i, t.dtype[0][k], pi * c.decay - c.step_size * mi / denom);
+      store_float(m, i, t.dtype[2][k], mi);
+      store_float(v, i, t.dtype[3][k], vi);
+    }
+  }
+}
+
+struct SgdConst {
+  float lr, momentum, dampening, weight_decay, grad_scale;
+  bool nesterov, first_step;
+};
+
+// Lists: 0 param, 1 grad, 2 momentum buffer (null when the group has none).
+__global__ void sgd_kernel(Table t, int64_t chunks, SgdConst c) {
+  for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int k = mt_find(t, ch);
+    const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
+    const int64_t end = min(start + kMtChunk, t.numel[k]);
+    void* p = t.ptr[0][k];
+    const void* g = t.ptr[1][k];
+    void* b = t.ptr[2][k];
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+      const float pi = load_float(p, i, t.dtype[0][k]);
+      float gi = load_float(g, i, t.dtype[1][k]) * c.grad_scale + c.weight_decay * pi;
+      if (b) {
+        const float bi = c.first_step ? gi : c.momentum * load_float(b, i, t.dtype[2][k]) + (1.f - c.dampening) * gi;
+        store_float(b, i, t.dtype[2][k], bi);
+        gi = c.nesterov ? gi + c.momentum * bi : bi;
+      }
+      store_float(p, i, t.dtype[0][k], pi - c.lr * gi);
+    }
+  }
+}
+
+unsigned grid_for_chunks(int64_t chunks, int dev) {
+  const int64_t cap = int64_t(device_state(dev).sm_count) * 8;
+  return unsigned(chunks < cap ? chunks : cap);
+}
+
+}  // namespace
+
+void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                             std::span<const Tensor> v, const AdamWArgs& args) {
+  mt_check("adamw_step", device_index_, params, params, "params", false);
+  mt_check("adamw_step", device_index_, params, grads, "grads", false);
+  mt_check("adamw_step", device_index_, params, m, "exp_avg", false);
+  mt_check("adamw_step", device_index_, params, v, "exp_avg_sq", false);
+  LT_CHECK(args.step >= 1, "adamw_step: step " + std::to_string(args.step), "steps count from 1",
+           "pass the 1-based step number");
+  AdamWConst c;
+  c.beta1 = args.beta1;
+  c.beta2 = args.beta2;
+  c.eps = args.eps;
+  c.decay = 1.f - args.lr * args.weight_decay;
+  const float bc1 = 1.f - float(std::pow(double(args.beta1), double(args.step)));  // as cpu_optim.cpp
+  c.bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step))));
+  c.step_size = args.lr / bc1;
+  c.grad_scale = args.grad_scale;
+  const std::span<const Tensor> lists[4] = {params, grads, m, v};
+  mt_for_each_table<4, kMaxTensors>(lists, [&](const Table& t, int64_t chunks) {
+    adamw_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c);
+    LT_CUDA_LAUNCH_CHECK("adamw_kernel");
+  });
+}
+
+void CudaBackend::sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
+                           std::span<const Tensor> momentum_bufs, const SgdArgs& args) {
+  mt_check("sgd_step", device_index_, params, params, "params", false);
+  mt_check("sgd_step", device_index_, params, grads, "grads", false);
+  mt_check("sgd_step", device_index_, params, momentum_bufs, "momentum buffers", true);
+  SgdConst c{args.lr, args.momentum, args.dampening, args.weight_decay, args.grad_scale, args.nesterov,
+             args.first_step};
+  const std::span<const Tensor> lists[4] = {params, grads, momentum_bufs, {}};
+  mt_for_each_table<4, kMaxTensors>(lists, [&](const Table& t, int64_t chunks) {
+    sgd_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c);
+    LT_CUDA_LAUNCH_CHECK("sgd_kernel");
+  });
+}
+
+}  // namespace lt

@@ -1,0 +1,234 @@
+// Reductions. reduce_sum collapses the input's dims into alternating kept/reduced groups and
+// picks a kernel: rows (reduce the trailing group), columns (reduce the leading group: the
+// bias gradient), or a general walk for any other pattern. All accumulate in f32 and write each
+// output once, without atomics, so results are deterministic run to run. sum_squares sums
+// many tensors in one launch into per-block partials, then one block adds them in fixed order.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/multi_tensor.cuh"
+
+namespace lt {
+using namespace cuda;
+
+namespace {
+
+// Sum of each of `rows` contiguous rows of length len; one block per row.
+template <class T> __global__ void reduce_rows_kernel(T* out, const T* in, int64_t rows, int64_t len) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* p = in + r * len;
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) s += load_t(p, j);
+    s = block_sum(s);
+    if (threadIdx.x == 0) store_t(out, r, s);
+  }
+}
+
+// Column sums of a [rows, cols] matrix: a block owns 32 columns; its 8 rows of threads stride
+// down the rows, then combine through shared memory.
+template <class T> __global__ void reduce_cols_kernel(T* out, const T* in, int64_t rows, int64_t cols) {
+  __shared__ float part[8][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.f;
+  if (c < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) s += load_t(in, r * cols + c);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+    for (int y = 0; y < 8; ++y) t += part[y][threadIdx.x];
+    store_t(out, c, t);
+  }
+}
+
+// Any pattern: kept dims (sizes ks, input strides kst) index the output, reduced dims (rs, rst)
+// are summed. Small reductions: one thread per output; large ones: one block per output.
+struct GeneralArgs {
+  int64_t nout, nred;
+  Layout kept, red;
+  Strides kst, rst;
+};
+
+template <class T> __global__ void reduce_general_thread_kernel(T* out, const T* in, GeneralArgs a) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < a.nout; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = strided_offset(o, a.kept, a.kst);
+    float s = 0.f;
+    for (int64_t j = 0; j < a.nred; ++j) s += load_t(in, base + strided_offset(j, a.red, a.rst));
+    store_t(out, o, s);
+  }
+}
+
+template <class T> __global__ void reduce_general_block_kernel(T* out, const T* in, GeneralArgs a) {
+  for (int64_t o = blockIdx.x; o < a.nout; o += gridDim.x) {
+    const int64_t base = strided_offset(o, a.kept, a.kst);
+    float s = 0.f;
+    for (int64_t j = threadIdx.x; j < a.nred; j += blockDim.x) s += load_t(in, base + strided_offset(j, a.red, a.rst));
+    s = block_sum(s);
+    if (threadIdx.x == 0) store_t(out, o, s);
+  }
+}
+
+// First index of the maximum of each row (strict >, as the CPU); one warp per row.
+template <class T> __global__ void argmax_kernel(int64_t* out, const T* x, int64_t rows, int64_t len) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const T* p = x + r * len;
+    float best = -INFINITY;
+    int64_t bi = -1;
+    for (int64_t j = lane; j < len; j += 32) {
+      const float v = load_t(p, j);
+      if (bi < 0 || v > best) { best = v; bi = j; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi >= 0 && (bi < 0 || ov > best || (ov == best && oi < bi))) { best = ov; bi = oi; }
+    }
+    if (lane == 0) out[r] = bi < 0 ? 0 : bi;
+  }
+}
+
+// sum_squares: per-block partial sums in a fixed grid, then one block adds them in order.
+// The partials live in a small static device buffer (part of the module image, not of the
+// allocator): this op has no output big enough to serve as scratch.
+constexpr int kMaxPartials = 1024;
+__device__ float g_sumsq_partials[kMaxPartials];
+
+using SqTable = MtTable<1, 1024>;
+
+__global__ void sum_squares_partial_kernel(SqTable t, int64_t chunks) {
+  float s = 0.f;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int k = mt_find(t, c);
+    const int64_t start = (c - t.first_chunk[k]) * kMtChunk;
+    const int64_t end = min(start + kMtChunk, t.numel[k]);
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = load_float(t.ptr[0][k], i, t.dtype[0][k]);
+      s += v * v;
+    }
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) g_sumsq_partials[blockIdx.x] = s;
+}
+
+__global__ void sum_squares_final_kernel(float* out, int parts) {
+  float s = threadIdx.x < parts ? g_sumsq_partials[threadIdx.x] : 0.f;
+  s = block_sum(s);
+  if (threadIdx.x == 0) out[0] += s;
+}
+
+void check_tensor(const Tensor& t, int dev, const char* op, const char* name) {
+  LT_CHECK(t.defined() && t.device() == Device::cuda(dev),
+           std::string(op) + ": " + name + " is not on cuda:" + std::to_string(dev),
+           t.defined() ? "it is on " + t.device().str() : "it is undefined", "move it with .to()");
+  LT_CHECK(t.is_contiguous(), std::string(op) + ": " + name + " must be contiguous",
+           "got strides " + shape_str(t.strides()), "call contiguous() first");
+}
+
+}  // namespace
+
+void CudaBackend::reduce_sum(const Tensor& out, const Tensor& in) {
+  check_tensor(out, device_index_, "reduce_sum", "out");
+  check_tensor(in, device_index_, "reduce_sum", "in");
+  LT_CHECK(out.dtype() == in.dtype() && out.dim() == in.dim(), "reduce_sum: out must keep in's rank and dtype",
+           shape_str(out.shape()) + " vs " + shape_str(in.shape()), "keep reduced dims as size 1");
+  for (int64_t d = 0; d < in.dim(); ++d)
+    LT_CHECK(out.shape()[size_t(d)] == in.shape()[size_t(d)] || out.shape()[size_t(d)] == 1,
+             "reduce_sum: out shape " + shape_str(out.shape()) + " does not fit in " + shape_str(in.shape()),
+             "each dim must equal in's or be 1", "fix the output shape");
+  const int64_t nout = out.numel();
+  if (nout == 0) return;
+  if (in.numel() == 0) {  // sum over an empty dim
+    fill(out, 0.0);
+    return;
+  }
+  // Groups of adjacent dims that are all kept or all reduced (size-1 dims dropped).
+  std::vector<int64_t> sizes;
+  std::vector<bool> reduced;
+  for (int64_t d = 0; d < in.dim(); ++d) {
+    const int64_t s = in.shape()[size_t(d)];
+    if (s == 1) continue;
+    const bool r = out.shape()[size_t(d)] == 1;
+    if (!sizes.empty() && reduced.back() == r) sizes.back() *= s;
+    else { sizes.push_back(s); reduced.push_back(r); }
+  }
+  const int64_t n = in.numel();
+  const cudaStream_t stream = current_stream();
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data<T>();
+    const T* pi = in.data<T>();
+    const size_t g = sizes.size();
+    if (g == 0 || (g == 1 && !reduced[0])) {  // only size-1 dims "reduced": same shape, a copy
+      LT_CUDA_CHECK(cudaMemcpyAsync(po, pi, size_t(out.nbytes()), cudaMemcpyDeviceToDevice, stream));
+    } else if (reduced.back() && (g == 1 || g == 2)) {  // [kept?, reduced]: row sums
+      const int64_t len = sizes.back();
+      const int threads = len >= 4096 ? 1024 : 256;
+      reduce_rows_kernel<T><<<grid_for(nout, 1, 65535), threads, 0, stream>>>(po, pi, nout, len);
+      LT_CUDA_LAUNCH_CHECK("reduce_rows_kernel");
+    } else if (g == 2 && reduced[0]) {  // [reduced, kept]: column sums
+      const int64_t cols = sizes[1];
+      reduce_cols_kernel<T><<<unsigned((cols + 31) / 32), dim3(32, 8), 0, stream>>>(po, pi, sizes[0], cols);
+      LT_CUDA_LAUNCH_CHECK("reduce_cols_kernel");
+    } else {
+      GeneralArgs a{};
+      a.nout = nout;
+      a.nred = n / nout;
+      Shape ks, kst, rs, rst;
+      int64_t stride = 1;
+      for (size_t i = g; i-- > 0;) {  // contiguous input: strides from the innermost group out
+        (reduced[i] ? rs : ks).insert((reduced[i] ? rs : ks).begin(), sizes[i]);
+        (reduced[i] ? rst : kst).insert((reduced[i] ? rst : kst).begin(), stride);
+        stride *= sizes[i];
+      }
+      LT_CHECK(ks.size() <= size_t(kMaxDims) && rs.size() <= size_t(kMaxDims), "reduce_sum: pattern too complex",
+               "more than " + std::to_string(kMaxDims) + " alternating kept/reduced dims", "reduce in two steps");
+      a.kept.rank = int(ks.size());
+      a.red.rank = int(rs.size());
+      for (size_t i = 0; i < ks.size(); ++i) { a.kept.size[i] = ks[i]; a.kst.s[i] = kst[i]; }
+      for (size_t i = 0; i < rs.size(); ++i) { a.red.size[i] = rs[i]; a.rst.s[i] = rst[i]; }
+      if (a.nred <= 64) {
+        reduce_general_thread_kernel<T><<<grid_for(nout, 256), 256, 0, stream>>>(po, pi, a);
+        LT_CUDA_LAUNCH_CHECK("reduce_general_thread_kernel");
+      } else {
+        reduce_general_block_kernel<T><<<grid_for(nout, 1, 65535), 256, 0, stream>>>(po, pi, a);
+        LT_CUDA_LAUNCH_CHECK("reduce_general_block_kernel");
+      }
+    }
+  });
+}
+
+void CudaBackend::argmax_lastdim(const Tensor& out, const Tensor& x) {
+  check_tensor(out, device_index_, "argmax", "out");
+  check_tensor(x, device_index_, "argmax", "x");
+  LT_CHECK(x.dim() >= 1 && x.size(-1) > 0, "argmax: x needs a non-empty last dim", "got " + shape_str(x.shape()),
+           "pass a tensor with at least one element per row");
+  const int64_t len = x.size(-1), rows = x.numel() / len;
+  LT_CHECK(out.dtype() == DType::I64 && out.numel() == rows, "argmax: out must be i64 with one value per row",
+           std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()), "allocate an i64 output");
+  if (rows == 0) return;
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    argmax_kernel<T><<<grid_for(rows, 8, 65535), 256, 0, current_stream()>>>(out.data<int64_t>(), x.data<T>(), rows, len);
+    LT_CUDA_LAUNCH_CHECK("argmax_kernel");
+  });
+}
+
+void CudaBackend::sum_squares(const Tensor& out, std::span<const Tensor> xs) {
+  check_tensor(out, device_index_, "sum_squares", "out");
+  LT_CHECK(out.dtype() == DType::F32 && out.numel() == 1, "sum_squares: out must be one f32",
+           std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()), "allocate f32 [1]");
+  mt_check("sum_squares", device_index_, xs, xs, "tensors", false);
+  const std::span<const Tensor> lists[1] = {xs};
+  const int sms = device_state(device_index_).sm_count;
+  mt_for_each_table<1, 1024>(lists, [&](const SqTable& t, int64_t chunks) {
+    const int grid = int(std::min<int64_t>({chunks, int64_t(4) * sms, int64_t(kMaxPartials)}));
+    sum_squares_partial_kernel<<<grid, kMtThreads, 0, current_stream()>>>(t, chunks);
+    LT_CUDA_LAUNCH_CHECK("sum_squares_partial_kernel");
+    sum_squares_final_kernel<<<1, kMaxPartials, 0, current_stream()>>>(out.data<float>(), grid);
+    LT_CUDA_LAUNCH_CHECK("sum_squares_final_kernel");
+  });
+}
+
+}  // namespace lt
