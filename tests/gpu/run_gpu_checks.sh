@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU machine check: run from the repo root with a prebuilt build-cuda (nothing is built here).
+#   1. leantrain_tests: every unit test; the shared op test (OpsBackends) covers cuda when a GPU answers;
+#   2. leantrain_gpu_checks: allocator vs cudaMemGetInfo and its meta simulation, CPU-equality
+#      of copies/casts/RNG/dropout, GEMM/reduce/optimizer vs CPU, GEMM and optimizer timings.
+# Failed unit tests are rerun once with LEANTRAIN_CUDA_SYNC=1 (synchronise after every kernel),
+# so an asynchronous CUDA fault is reported at the kernel that caused it.
+# Logs go to $OUT (when set) or /tmp/leantrain-gpu-checks. Exit 0 only when everything passed.
+set -u
+BUILD=${BUILD:-build-cuda}
+LOGS=${OUT:-/tmp}/leantrain-gpu-checks
+mkdir -p "$LOGS"
+for bin in leantrain_tests leantrain_gpu_checks; do
+  if [ ! -x "$BUILD/$bin" ]; then
+    echo "missing $BUILD/$bin: build it on the dev machine with"
+    echo "  cmake -S . -B build-cuda -G Ninja -DLEANTRAIN_CUDA=ON -DCMAKE_BUILD_TYPE=Release && ninja -C build-cuda"
+    exit 2
+  fi
+done
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader 2>/dev/null || echo "(nvidia-smi not available)"
+
+echo "== unit tests ($BUILD/leantrain_tests)"
+start=$(date +%s)
+timeout 300 "./$BUILD/leantrain_tests" --gtest_color=no >"$LOGS/unit.log" 2>&1
+unit_rc=$?
+echo "   exit $unit_rc after $(( $(date +%s) - start ))s, log $LOGS/unit.log"
+grep -E '^\[==========\] [0-9]+ tests? from .* ran|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]+|^\[  FAILED  \] [0-9]+' "$LOGS/unit.log" | sed 's/^/   /'
+cuda_ok=$(grep -cE '^\[       OK \] .*cuda' "$LOGS/unit.log")
+cuda_skip=$(grep -cE '^\[  SKIPPED \] .*cuda' "$LOGS/unit.log")
+echo "   tests with 'cuda' in their name: $cuda_ok passed, $cuda_skip skipped"
+failed=$(grep -E '^\[  FAILED  \] [A-Za-z].*\.' "$LOGS/unit.log" | sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u)
+if [ -n "$failed" ]; then
+  echo "   failed tests:"
+  echo "$failed" | sed 's/^/     /'
+  filter=$(echo "$failed" | paste -sd: -)
+  echo "   rerunning them with LEANTRAIN_CUDA_SYNC=1 -> $LOGS/unit_sync.log"
+  LEANTRAIN_CUDA_SYNC=1 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_filter="$filter" \
+    >"$LOGS/unit_sync.log" 2>&1
+  grep -E 'CUDA error|cuBLAS error|Failure|FAILED' "$LOGS/unit_sync.log" | head -40 | sed 's/^/     /'
+elif [ $unit_rc -ne 0 ]; then
+  echo "   the test binary failed without a failed test (crash or timeout); last lines:"
+  tail -15 "$LOGS/unit.log" | sed 's/^/     /'
+fi
+
+echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
+start=$(date +%s)
+timeout 180 "./$BUILD/leantrain_gpu_checks" >"$LOGS/gpu_checks.log" 2>&1
+gpu_rc=$?
+cat "$LOGS/gpu_checks.log"
+echo "   exit $gpu_rc after $(( $(date +%s) - start ))s"
+
+echo "== summary: unit tests exit $unit_rc, GPU checks exit $gpu_rc"
+[ $unit_rc -eq 0 ] && [ $gpu_rc -eq 0 ]
