@@ -1,0 +1,933 @@
+// Flash-style attention: softmax(scale * Q K^T + mask) V without ever storing the Tq x Tk matrix.
+//
+// Forward (FlashAttention-2 scheme): a block owns 64 queries of one (batch, head), 16 per warp,
+// and walks the key/value tiles (64 keys) once, double-buffered with cp.async. S = Q K^T and
+// O += P V run on tensor cores (mma.sync m16n8k16, f32 accumulators); each row keeps a running
+// max and sum (online softmax) in registers. Saved for backward: lse [B,H,Tq] f32 only.
+//
+// Backward (FlashAttention-2 recomputation, made deterministic without scratch):
+//   1. delta_i = rowsum(dO_i * O_i) is written as one f32 into the first 4 bytes of dq's own
+//      row i: dq has room (D >= 64 16-bit values) and is overwritten by step 3 anyway.
+//   2. one block per 64-key tile loops over the query tiles that can see it, recomputes
+//      P = exp(S - lse), and accumulates dV += P^T dO and dK += dS^T Q in registers.
+//   3. one block per 64-query tile loops over the key tiles, reads its rows' delta first, then
+//      accumulates dQ += dS K in registers and overwrites its own dq rows.
+// No atomics, each output element is written once by one thread: results are reproducible.
+//
+// Masking: key j is visible to query i when mask[b, j] != 0 (if a mask is given) and, if
+// causal, j <= i + Tk - Tq. Masked scores are -inf; a row with no visible key gets O = 0,
+// lse = -inf, and contributes nothing to the gradients (never NaN).
+//
+// f32 inputs and head dims other than 64/128 take a simple SIMT path (one warp per query or
+// key row, f32 all the way) with the same O(T) memory and the same semantics.
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/mma.cuh"
+
+namespace lt {
+using namespace cuda;
+using namespace cuda::mma;
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps; each warp owns 16 rows of the block's tile
+constexpr int kBQ = 64;        // query rows per block (forward, dQ)
+constexpr int kBK = 64;        // key rows per tile (forward, dQ) and per block (dK/dV)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Query rows per tile in the dK/dV kernel: fewer for D = 128 to keep accumulators in registers.
+template <int D> constexpr int bwd_bq() { return D <= 64 ? 64 : 32; }
+
+// Shared tiles are row-major with a row stride of D + 8 elements: the 16-byte skew puts the 8
+// rows read by one ldmatrix phase in 8 different bank groups (no conflicts).
+template <int D> constexpr int row_stride() { return D + 8; }
+
+// Rows [r0, r0 + R) of a row-major [nrows, D] matrix into a shared tile; rows past nrows become zeros.
+template <class T, int D, int R>
+__device__ __forceinline__ void tile_load_async(T* s, const T* g, int r0, int nrows) {
+  constexpr int CH = D / 8, LD = row_stride<D>();
+  for (int i = threadIdx.x; i < R * CH; i += kThreads) {
+    const int r = i / CH, ch = i - r * CH;
+    const bool ok = r0 + r < nrows;
+    cp_async16(s + r * LD + ch * 8, g + int64_t(ok ? r0 + r : 0) * D + ch * 8, ok);
+  }
+}
+
+// ldmatrix row addresses (see mma.cuh for the fragment layouts).
+// A operand: the 16x16 block at (r0, c0) of a row-major tile. Also B via ldmatrix.trans from a
+// tile that stores B as [k][n] (k rows r0.., n cols c0..): regs 0,1 = n-tile c0, regs 2,3 = c0 + 8.
+template <int LD, class T> __device__ __forceinline__ const T* frag_a(const T* s, int r0, int c0, int lane) {
+  return s + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + c0 + (lane >> 4) * 8;
+}
+// B operand from a tile that stores B transposed ([n][k]): n rows n0..n0+15, k cols c0..c0+15;
+// regs 0,1 = (b0, b1) of n-tile n0, regs 2,3 = of n-tile n0 + 8.
+template <int LD, class T> __device__ __forceinline__ const T* frag_bt(const T* s, int n0, int c0, int lane) {
+  return s + (n0 + (lane & 7) + (lane >> 4) * 8) * LD + c0 + ((lane >> 3) & 1) * 8;
+}
+
+// C fragments of n-tiles 2kc, 2kc+1 (16 x 16 f32) -> A fragment of the next product.
+template <class T> __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+// A warp writes its 16 x D f32 accumulator (times mul[row half]) as T into its 16 rows of a
+// shared tile, then copies those rows to global rows [row0, row0 + 16) that are < nrows.
+template <class T, int D>
+__device__ __forceinline__ void store_rows(T* stage, const float (&acc)[D / 8][4], float mul0, float mul1, T* g,
+                                           int row0, int nrows, int lane) {
+  constexpr int LD = row_stride<D>(), CH = D / 8;
+  const int gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    *reinterpret_cast<uint32_t*>(stage + gq * LD + dt * 8 + 2 * t4) = pack2<T>(acc[dt][0] * mul0, acc[dt][1] * mul0);
+    *reinterpret_cast<uint32_t*>(stage + (gq + 8) * LD + dt * 8 + 2 * t4) =
+        pack2<T>(acc[dt][2] * mul1, acc[dt][3] * mul1);
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * CH; i += 32) {
+    const int r = i / CH, ch = i - r * CH;
+    if (row0 + r < nrows)
+      *reinterpret_cast<uint4*>(g + int64_t(row0 + r) * D + ch * 8) =
+          *reinterpret_cast<const uint4*>(stage + r * LD + ch * 8);
+  }
+}
+
+// Zeros rows [row0, row0 + nr) ∩ [0, nrows) of a [nrows, D] matrix (whole block).
+template <class T>
+__device__ __forceinline__ void zero_rows(T* g, int row0, int nr, int nrows, int D) {
+  const int end = min(row0 + nr, nrows);
+  for (int64_t i = int64_t(row0) * D + threadIdx.x; i < int64_t(end) * D; i += blockDim.x) g[i] = from_f32<T>(0.0f);
+}
+
+// ======================================================================== tensor-core forward
+
+// D = 64 fits 4 blocks per SM by shared memory (46 KB each); ask for registers to match.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
+    attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
+                 const T* __restrict__ v, const uint8_t* __restrict__ mask, int H, int Tq, int Tk, bool causal,
+                 float sl2) {
+  constexpr int LD = row_stride<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the output staging area
+  T* Ks = Qs + kBQ * LD;               // [2][kBK][LD]
+  T* Vs = Ks + 2 * kBK * LD;           // [2][kBK][LD]
+  __shared__ uint8_t ok_s[2][kBK];     // key in range and not padded
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;  // heaviest (causal) tiles first
+  const int off = Tk - Tq;
+  const T* qg = q + bh * Tq * D;
+  const T* kg = k + bh * Tk * D;
+  const T* vg = v + bh * Tk * D;
+  T* og = out + bh * Tq * D;
+  float* lg = lse + bh * Tq;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+
+  // Keys [0, kend) can be visible to some query of this block.
+  const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
+  const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
+  if (ntiles == 0) {  // no query of the block sees any key
+    zero_rows(og, q0, kBQ, Tq, D);
+    if (tid < kBQ && q0 + tid < Tq) lg[q0 + tid] = -INFINITY;
+    return;
+  }
+  auto load_kv = [&](int buf, int k0) {
+    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, k0, Tk);
+    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, k0, Tk);
+    if (tid < kBK) {
+      const int key = k0 + tid;
+      ok_s[buf][tid] = key < Tk && (!mrow || mrow[key] != 0);
+    }
+  };
+  tile_load_async<T, D, kBQ>(Qs, qg, q0, Tq);
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int r_lo = q0 + warp * 16 + g;  // this thread's two query rows: r_lo and r_lo + 8
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int buf = j & 1, k0 = j * kBK;
+    if (j + 1 < ntiles) load_kv(buf ^ 1, k0 + kBK);  // buffer buf^1 was released by the last barrier
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the group just committed has landed
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[kk], frag_a<LD>(Qs, warp * 16, kk * 16, lane));
+    }
+    const T* Kb = Ks + buf * kBK * LD;
+    const T* Vb = Vs + buf * kBK * LD;
+
+    float s[kBK / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBK / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kBK / 16; ++np) {
+        uint32_t kb[4];
+        ldsm_x4(kb, frag_bt<LD>(Kb, np * 16, kk * 16, lane));
+        mma16816<T>(s[2 * np], qf[kk], kb[0], kb[1]);
+        mma16816<T>(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+      }
+    }
+
+    // Scale into log2 units and mask (only tiles that touch the diagonal, the end or padding).
+    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off);
+#pragma unroll
+    for (int nt = 0; nt < kBK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * sl2;
+        if (need_mask) {
+          const int kc = nt * 8 + 2 * t4 + (e & 1);
+          const int row = r_lo + (e >> 1) * 8;
+          if (!ok_s[buf][kc] || (causal && k0 + kc > row + off)) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+
+    // Online softmax per row half h (row r_lo + 8h); the 4 lanes of a quad share a row.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kBK / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: exp2(-inf - 0) = 0
+      const float alpha = exp2f(m[h] - m_use);
+      m[h] = m_new;
+      float rs = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kBK / 8; ++nt) {
+        s[nt][2 * h] = exp2f(s[nt][2 * h] - m_use);
+        s[nt][2 * h + 1] = exp2f(s[nt][2 * h + 1] - m_use);
+        rs += s[nt][2 * h] + s[nt][2 * h + 1];
+      }
+      l[h] = l[h] * alpha + rs;  // a per-thread partial; the quad sums it at the end
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * h] *= alpha;
+        o[dt][2 * h + 1] *= alpha;
+      }
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kc = 0; kc < kBK / 16; ++kc) {
+      uint32_t pa[4];
+      c_to_a<T>(pa, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        ldsm_x4_trans(vb, frag_a<LD>(Vb, kc * 16, dp * 16, lane));
+        mma16816<T>(o[2 * dp], pa, vb[0], vb[1]);
+        mma16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // all warps are done with buffer buf before it is refilled
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
+  // Stage through this warp's own 16 rows of Qs (only this warp ever read them).
+  store_rows<T, D>(Qs + warp * 16 * LD, o, inv0, inv1, og, q0 + warp * 16, Tq, lane);
+  if (t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r_lo + 8 * h;
+      if (row < Tq) lg[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+    }
+  }
+}
+
+// ======================================================================== tensor-core backward
+
+// delta_i = sum_d dO[i,d] * O[i,d], stored as f32 in the first 4 bytes of dq row i.
+// D / 8 lanes per row, one 16-byte chunk each.
+template <class T, int D>
+__global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout,
+                               int64_t rows) {
+  constexpr int G = D / 8;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = i / G;
+  const int ch = int(i % G);
+  float s = 0.0f;
+  if (row < rows) {
+    const uint4 a = *reinterpret_cast<const uint4*>(out + row * D + ch * 8);
+    const uint4 c = *reinterpret_cast<const uint4*>(dout + row * D + ch * 8);
+    const T* pa = reinterpret_cast<const T*>(&a);
+    const T* pc = reinterpret_cast<const T*>(&c);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += to_f32(pa[e]) * to_f32(pc[e]);
+  }
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // groups of G aligned lanes
+  if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + row * D) = s;
+}
+
+// dK, dV for one 64-key tile, looping over the query tiles that can see it.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
+                      const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
+                      const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, int H, int Tq, int Tk,
+                      bool causal, float scale, float sl2) {
+  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
+  T* Vs = Ks + kBK * LD;               // [kBK][LD]; later the dV staging area
+  T* Qs = Vs + kBK * LD;               // [2][BQ][LD]
+  T* dOs = Qs + 2 * BQ * LD;           // [2][BQ][LD]
+  __shared__ float lse_s[2][BQ];       // lse * log2(e), +inf for rows that contribute nothing
+  __shared__ float dlt_s[2][BQ];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int k0 = int(blockIdx.y) * kBK;  // causal: low key tiles have the most work; they go first
+  const int off = Tk - Tq;
+  const T* qg = q + bh * Tq * D;
+  const T* kg = k + bh * Tk * D;
+  const T* vg = v + bh * Tk * D;
+  const T* dog = dout + bh * Tq * D;
+  const T* dqg = dq_delta + bh * Tq * D;
+  const float* lg = lse + bh * Tq;
+  T* dkg = dk + bh * Tk * D;
+  T* dvg = dv + bh * Tk * D;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+
+  // Queries before qbeg cannot see any key of this tile (causal).
+  const int qbeg = causal ? max(0, k0 - off) / BQ * BQ : 0;
+  const int ntq = qbeg < Tq ? (Tq - qbeg + BQ - 1) / BQ : 0;
+  if (ntq == 0) {
+    zero_rows(dkg, k0, kBK, Tk, D);
+    zero_rows(dvg, k0, kBK, Tk, D);
+    return;
+  }
+  auto load_q = [&](int buf, int qi0) {
+    tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, qg, qi0, Tq);
+    tile_load_async<T, D, BQ>(dOs + buf * BQ * LD, dog, qi0, Tq);
+    for (int i = tid; i < BQ; i += kThreads) {
+      const int row = qi0 + i;
+      float l2 = INFINITY, dl = 0.0f;
+      if (row < Tq) {
+        const float L = lg[row];
+        if (L != -INFINITY) l2 = L * kLog2e;
+        dl = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
+      }
+      lse_s[buf][i] = l2;
+      dlt_s[buf][i] = dl;
+    }
+  };
+  tile_load_async<T, D, kBK>(Ks, kg, k0, Tk);
+  tile_load_async<T, D, kBK>(Vs, vg, k0, Tk);
+  load_q(0, qbeg);
+  cp_async_commit();
+
+  // This thread's key rows kr and kr + 8; a masked or out-of-range key gets P = 0 (so dK = dV = 0).
+  const int kr = k0 + warp * 16 + g;
+  const bool kok[2] = {kr < Tk && (!mrow || mrow[kr] != 0), kr + 8 < Tk && (!mrow || mrow[kr + 8] != 0)};
+  float dkacc[D / 8][4], dvacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.0f;
+
+  for (int it = 0; it < ntq; ++it) {
+    const int buf = it & 1, qi0 = qbeg + it * BQ;
+    if (it + 1 < ntq) load_q(buf ^ 1, qi0 + BQ);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Qb = Qs + buf * BQ * LD;
+    const T* dOb = dOs + buf * BQ * LD;
+
+    // S^T = K Q^T (16 keys x BQ queries per warp)
+    float st[BQ / 8][4];
+#pragma unroll
+    for (int i = 0; i < BQ / 8; ++i) st[i][0] = st[i][1] = st[i][2] = st[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4];
+      ldsm_x4(ka, frag_a<LD>(Ks, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t qb[4];
+        ldsm_x4(qb, frag_bt<LD>(Qb, np * 16, kk * 16, lane));
+        mma16816<T>(st[2 * np], ka, qb[0], qb[1]);
+        mma16816<T>(st[2 * np + 1], ka, qb[2], qb[3]);
+      }
+    }
+    // P^T = exp2(S^T * scale * log2e - lse * log2e), zero where masked.
+    const bool causal_tile = causal && k0 + kBK - 1 > qi0 + off;
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = nt * 8 + 2 * t4 + (e & 1);
+        const int key = kr + (e >> 1) * 8;
+        float p = exp2f(st[nt][e] * sl2 - lse_s[buf][qc]);
+        if (!kok[e >> 1] || (causal_tile && key > qi0 + qc + off)) p = 0.0f;
+        st[nt][e] = p;
+      }
+    // dV += P^T dO
+#pragma unroll
+    for (int kc = 0; kc < BQ / 16; ++kc) {
+      uint32_t pa[4];
+      c_to_a<T>(pa, st[2 * kc], st[2 * kc + 1]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b4[4];
+        ldsm_x4_trans(b4, frag_a<LD>(dOb, kc * 16, dp * 16, lane));
+        mma16816<T>(dvacc[2 * dp], pa, b4[0], b4[1]);
+        mma16816<T>(dvacc[2 * dp + 1], pa, b4[2], b4[3]);
+      }
+    }
+    // dP^T = V dO^T
+    float dpt[BQ / 8][4];
+#pragma unroll
+    for (int i = 0; i < BQ / 8; ++i) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t va[4];
+      ldsm_x4(va, frag_a<LD>(Vs, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t b4[4];
+        ldsm_x4(b4, frag_bt<LD>(dOb, np * 16, kk * 16, lane));
+        mma16816<T>(dpt[2 * np], va, b4[0], b4[1]);
+        mma16816<T>(dpt[2 * np + 1], va, b4[2], b4[3]);
+      }
+    }
+    // dS^T = P^T * (dP^T - delta)
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - dlt_s[buf][nt * 8 + 2 * t4 + (e & 1)]);
+    // dK += dS^T Q (scaled at the end)
+#pragma unroll
+    for (int kc = 0; kc < BQ / 16; ++kc) {
+      uint32_t da[4];
+      c_to_a<T>(da, dpt[2 * kc], dpt[2 * kc + 1]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b4[4];
+        ldsm_x4_trans(b4, frag_a<LD>(Qb, kc * 16, dp * 16, lane));
+        mma16816<T>(dkacc[2 * dp], da, b4[0], b4[1]);
+        mma16816<T>(dkacc[2 * dp + 1], da, b4[2], b4[3]);
+      }
+    }
+    __syncthreads();  // buffer buf is free for the next prefetch
+  }
+  // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
+  store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, k0 + warp * 16, Tk, lane);
+  store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, k0 + warp * 16, Tk, lane);
+}
+
+// dQ for one 64-query tile, looping over the key tiles it can see.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                    const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask, int H,
+                    int Tq, int Tk, bool causal, float scale, float sl2) {
+  constexpr int LD = row_stride<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the dQ staging area
+  T* dOs = Qs + kBQ * LD;              // [kBQ][LD]
+  T* Ks = dOs + kBQ * LD;              // [2][kBK][LD]
+  T* Vs = Ks + 2 * kBK * LD;           // [2][kBK][LD]
+  __shared__ uint8_t ok_s[2][kBK];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;
+  const int off = Tk - Tq;
+  const T* qg = q + bh * Tq * D;
+  const T* kg = k + bh * Tk * D;
+  const T* vg = v + bh * Tk * D;
+  const T* dog = dout + bh * Tq * D;
+  const float* lg = lse + bh * Tq;
+  T* dqg = dq + bh * Tq * D;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+
+  const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
+  const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
+  if (ntiles == 0) {
+    zero_rows(dqg, q0, kBQ, Tq, D);
+    return;
+  }
+  // Row statistics; delta is read from this warp's own dq rows before anything overwrites them.
+  const int r_lo = q0 + warp * 16 + g;
+  float lse2[2], dlt[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = r_lo + 8 * h;
+    lse2[h] = INFINITY;
+    dlt[h] = 0.0f;
+    if (row < Tq) {
+      const float L = lg[row];
+      if (L != -INFINITY) lse2[h] = L * kLog2e;
+      dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
+    }
+  }
+  auto load_kv = [&](int buf, int k0) {
+    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, k0, Tk);
+    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, k0, Tk);
+    if (tid < kBK) {
+      const int key = k0 + tid;
+      ok_s[buf][tid] = key < Tk && (!mrow || mrow[key] != 0);
+    }
+  };
+  tile_load_async<T, D, kBQ>(Qs, qg, q0, Tq);
+  tile_load_async<T, D, kBQ>(dOs, dog, q0, Tq);
+  load_kv(0, 0);
+  cp_async_commit();
+
+  float dqacc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dqacc[i][0] = dqacc[i][1] = dqacc[i][2] = dqacc[i][3] = 0.0f;
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int buf = j & 1, k0 = j * kBK;
+    if (j + 1 < ntiles) load_kv(buf ^ 1, k0 + kBK);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Kb = Ks + buf * kBK * LD;
+    const T* Vb = Vs + buf * kBK * LD;
+
+    // S = Q K^T and dP = dO V^T (16 queries x 64 keys per warp)
+    float s[kBK / 8][4], dp[kBK / 8][4];
+#pragma unroll
+    for (int i = 0; i < kBK / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[4], da[4];
+      ldsm_x4(qa, frag_a<LD>(Qs, warp * 16, kk * 16, lane));
+      ldsm_x4(da, frag_a<LD>(dOs, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < kBK / 16; ++np) {
+        uint32_t kb[4], vb[4];
+        ldsm_x4(kb, frag_bt<LD>(Kb, np * 16, kk * 16, lane));
+        ldsm_x4(vb, frag_bt<LD>(Vb, np * 16, kk * 16, lane));
+        mma16816<T>(s[2 * np], qa, kb[0], kb[1]);
+        mma16816<T>(s[2 * np + 1], qa, kb[2], kb[3]);
+        mma16816<T>(dp[2 * np], da, vb[0], vb[1]);
+        mma16816<T>(dp[2 * np + 1], da, vb[2], vb[3]);
+      }
+    }
+    // dS = P * (dP - delta), P = exp2(S * scale * log2e - lse * log2e), zero where masked.
+    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off);
+#pragma unroll
+    for (int nt = 0; nt < kBK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        float p = exp2f(s[nt][e] * sl2 - lse2[h]);
+        if (need_mask) {
+          const int kc = nt * 8 + 2 * t4 + (e & 1);
+          if (!ok_s[buf][kc] || (causal && k0 + kc > r_lo + 8 * h + off)) p = 0.0f;
+        }
+        s[nt][e] = p * (dp[nt][e] - dlt[h]);
+      }
+    // dQ += dS K (scaled at the end)
+#pragma unroll
+    for (int kc = 0; kc < kBK / 16; ++kc) {
+      uint32_t a[4];
+      c_to_a<T>(a, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t kb[4];
+        ldsm_x4_trans(kb, frag_a<LD>(Kb, kc * 16, dt * 16, lane));
+        mma16816<T>(dqacc[2 * dt], a, kb[0], kb[1]);
+        mma16816<T>(dqacc[2 * dt + 1], a, kb[2], kb[3]);
+      }
+    }
+    __syncthreads();
+  }
+  // Each warp only ever read its own 16 rows of Qs: stage dQ there.
+  store_rows<T, D>(Qs + warp * 16 * LD, dqacc, scale, scale, dqg, q0 + warp * 16, Tq, lane);
+}
+
+// ======================================================================== SIMT fallback (any D <= 512, f32 too)
+
+constexpr int kSimtWarps = 4;
+constexpr int kSimtMaxD = 512;
+
+// One warp per query row: lanes take 32 keys at a time for the scores, then the head dims for P V.
+// Shared per warp: q (scaled) [D], o [D], p [32].
+template <class T>
+__global__ void __launch_bounds__(kSimtWarps * 32)
+    attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
+                  const T* __restrict__ v, const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq, int Tk, int D,
+                  bool causal, float scale) {
+  extern __shared__ float fsm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;
+  if (row >= rows) return;  // no block barriers in this kernel
+  float* qs = fsm + warp * (2 * D + 32);
+  float* os = qs + D;
+  float* ps = os + D;
+  const int64_t bh = row / Tq;
+  const int i = int(row - bh * Tq);
+  const int b = int(bh / H);
+  const T* kg = k + bh * Tk * D;
+  const T* vg = v + bh * Tk * D;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  for (int d = lane; d < D; d += 32) {
+    qs[d] = to_f32(q[row * D + d]) * scale;
+    os[d] = 0.0f;
+  }
+  __syncwarp();
+  const int kend = causal ? min(Tk, i + Tk - Tq + 1) : Tk;
+  float m = -INFINITY, l = 0.0f;
+  for (int j0 = 0; j0 < kend; j0 += 32) {
+    const int j = j0 + lane;
+    float s = -INFINITY;
+    if (j < kend && (!mrow || mrow[j] != 0)) {
+      const T* kr = kg + int64_t(j) * D;
+      float acc = 0.0f;
+      for (int d = 0; d < D; ++d) acc += qs[d] * to_f32(kr[d]);
+      s = acc;
+    }
+    const float m_new = fmaxf(m, warp_max(s));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = expf(m - m_use);
+    const float p = expf(s - m_use);
+    l = l * alpha + warp_sum(p);
+    m = m_new;
+    ps[lane] = p;
+    __syncwarp();
+    const int nj = min(32, kend - j0);
+    for (int d = lane; d < D; d += 32) {
+      float acc = os[d] * alpha;
+      for (int jj = 0; jj < nj; ++jj) acc += ps[jj] * to_f32(vg[int64_t(j0 + jj) * D + d]);
+      os[d] = acc;
+    }
+    __syncwarp();  // ps is rewritten by the next chunk
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = lane; d < D; d += 32) out[row * D + d] = from_f32<T>(os[d] * inv);
+  if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+// dQ, one warp per query row. Shared per warp: q [D], dO [D], dq [D], ds [32].
+template <class T>
+__global__ void __launch_bounds__(kSimtWarps * 32)
+    attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     const T* __restrict__ out, const T* __restrict__ dout, const float* __restrict__ lse,
+                     const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq, int Tk, int D, bool causal,
+                     float scale) {
+  extern __shared__ float fsm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;
+  if (row >= rows) return;
+  float* qs = fsm + warp * (3 * D + 32);
+  float* dos = qs + D;
+  float* dqs = dos + D;
+  float* dss = dqs + D;
+  const int64_t bh = row / Tq;
+  const int i = int(row - bh * Tq);
+  const int b = int(bh / H);
+  const T* kg = k + bh * Tk * D;
+  const T* vg = v + bh * Tk * D;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  float delta = 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    qs[d] = to_f32(q[row * D + d]);
+    dos[d] = to_f32(dout[row * D + d]);
+    dqs[d] = 0.0f;
+    delta += dos[d] * to_f32(out[row * D + d]);
+  }
+  delta = warp_sum(delta);
+  __syncwarp();
+  const float L = lse[row];
+  const int kend = L == -INFINITY ? 0 : (causal ? min(Tk, i + Tk - Tq + 1) : Tk);  // an empty row has no gradient
+  for (int j0 = 0; j0 < kend; j0 += 32) {
+    const int j = j0 + lane;
+    float ds = 0.0f;
+    if (j < kend && (!mrow || mrow[j] != 0)) {
+      const T* kr = kg + int64_t(j) * D;
+      const T* vr = vg + int64_t(j) * D;
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += qs[d] * to_f32(kr[d]);
+        dp += dos[d] * to_f32(vr[d]);
+      }
+      ds = expf(s * scale - L) * (dp - delta);
+    }
+    dss[lane] = ds;
+    __syncwarp();
+    const int nj = min(32, kend - j0);
+    for (int d = lane; d < D; d += 32) {
+      float acc = dqs[d];
+      for (int jj = 0; jj < nj; ++jj) acc += dss[jj] * to_f32(kg[int64_t(j0 + jj) * D + d]);
+      dqs[d] = acc;
+    }
+    __syncwarp();
+  }
+  for (int d = lane; d < D; d += 32) dq[row * D + d] = from_f32<T>(dqs[d] * scale);
+}
+
+// dK, dV, one warp per key row. Shared per warp: k [D], v [D], dk [D], dv [D], p [32], ds [32].
+template <class T>
+__global__ void __launch_bounds__(kSimtWarps * 32)
+    attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
+                       const T* __restrict__ v, const T* __restrict__ out, const T* __restrict__ dout,
+                       const float* __restrict__ lse, const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq,
+                       int Tk, int D, bool causal, float scale) {
+  extern __shared__ float fsm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;  // over B*H*Tk key rows
+  if (row >= rows) return;
+  float* ks = fsm + warp * (4 * D + 64);
+  float* vs = ks + D;
+  float* dks = vs + D;
+  float* dvs = dks + D;
+  float* ps = dvs + D;
+  float* dss = ps + 32;
+  const int64_t bh = row / Tk;
+  const int j = int(row - bh * Tk);
+  const int b = int(bh / H);
+  const T* qg = q + bh * Tq * D;
+  const T* og = out + bh * Tq * D;
+  const T* dog = dout + bh * Tq * D;
+  const float* lg = lse + bh * Tq;
+  for (int d = lane; d < D; d += 32) {
+    ks[d] = to_f32(k[row * D + d]);
+    vs[d] = to_f32(v[row * D + d]);
+    dks[d] = 0.0f;
+    dvs[d] = 0.0f;
+  }
+  __syncwarp();
+  const bool key_ok = !mask || mask[int64_t(b) * Tk + j] != 0;
+  const int ibeg = key_ok ? (causal ? max(0, j - (Tk - Tq)) : 0) : Tq;  // first query that sees key j
+  for (int i0 = ibeg; i0 < Tq; i0 += 32) {
+    const int i = i0 + lane;
+    float p = 0.0f, ds = 0.0f;
+    if (i < Tq && lg[i] != -INFINITY) {
+      const T* qr = qg + int64_t(i) * D;
+      const T* dor = dog + int64_t(i) * D;
+      const T* orow = og + int64_t(i) * D;
+      float s = 0.0f, dp = 0.0f, delta = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        const float g = to_f32(dor[d]);
+        s += to_f32(qr[d]) * ks[d];
+        dp += g * vs[d];
+        delta += g * to_f32(orow[d]);
+      }
+      p = expf(s * scale - lg[i]);
+      ds = p * (dp - delta);
+    }
+    ps[lane] = p;
+    dss[lane] = ds;
+    __syncwarp();
+    const int ni = min(32, Tq - i0);
+    for (int d = lane; d < D; d += 32) {
+      float av = dvs[d], ak = dks[d];
+      for (int ii = 0; ii < ni; ++ii) {
+        av += ps[ii] * to_f32(dog[int64_t(i0 + ii) * D + d]);
+        ak += dss[ii] * to_f32(qg[int64_t(i0 + ii) * D + d]);
+      }
+      dvs[d] = av;
+      dks[d] = ak;
+    }
+    __syncwarp();
+  }
+  for (int d = lane; d < D; d += 32) {
+    dk[row * D + d] = from_f32<T>(dks[d] * scale);
+    dv[row * D + d] = from_f32<T>(dvs[d]);
+  }
+}
+
+// ======================================================================== launchers
+
+struct AttnDims {
+  int64_t B, H, Tq, Tk, D;
+};
+
+AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                         const Tensor& mask) {
+  LT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, std::string(op) + ": q, k, v must be [B, H, T, D]",
+           "the attention kernel takes 4-D operands", "reshape to [batch, heads, tokens, head_dim]");
+  AttnDims a{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  LT_CHECK(k.shape() == Shape({a.B, a.H, a.Tk, a.D}) && v.shape() == k.shape(),
+           std::string(op) + ": k and v must be [" + std::to_string(a.B) + ", " + std::to_string(a.H) + ", Tk, " +
+               std::to_string(a.D) + "]",
+           "keys and values must match the queries' batch, heads and head dim", "");
+  for (const Tensor* t : {&q, &k, &v})
+    LT_CHECK(t->is_contiguous() && t->dtype() == q.dtype(), std::string(op) + ": q, k, v must be contiguous and of one dtype",
+             "the kernel reads rows directly", "");
+  LT_CHECK(lse.defined() && lse.dtype() == DType::F32 && lse.numel() == a.B * a.H * a.Tq && lse.is_contiguous(),
+           std::string(op) + ": lse must be a contiguous f32 [B, H, Tq] tensor", "the log-sum-exp of each query row", "");
+  if (mask.defined())
+    LT_CHECK(mask.dtype() == DType::U8 && mask.numel() == a.B * a.Tk && mask.is_contiguous(),
+             std::string(op) + ": mask must be a contiguous u8 [B, Tk] tensor", "1 = attend, 0 = padding", "");
+  LT_CHECK(a.D > 0 && a.Tq < (int64_t(1) << 31) - kBQ && a.Tk < (int64_t(1) << 31) - kBK && a.B * a.H < (int64_t(1) << 31) &&
+               a.H > 0,
+           std::string(op) + ": unsupported sizes", "head dim must be positive, T and B*H below 2^31", "");
+  return a;
+}
+
+void check_like(const char* op, const Tensor& t, const Tensor& ref, const char* name) {
+  LT_CHECK(t.defined() && t.shape() == ref.shape() && t.dtype() == ref.dtype() && t.is_contiguous(),
+           std::string(op) + ": " + name + " must be contiguous with shape " + shape_str(ref.shape()),
+           "the kernel writes it row by row", "");
+}
+
+template <class Kern> void allow_smem(Kern kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <class T> constexpr bool is_16bit() { return sizeof(T) == 2; }
+
+bool use_mma(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
+  if (t == DType::F32 || (D != 64 && D != 128)) return false;
+  for (const Tensor* x : ts)
+    if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
+  return true;
+}
+
+template <class T, int D>
+void fwd_mma(const AttnDims& a, T* out, float* lse, const T* q, const T* k, const T* v, const uint8_t* mask,
+             bool causal, float scale) {
+  constexpr int LD = row_stride<D>();
+  const size_t smem = size_t(kBQ + 4 * kBK) * LD * sizeof(T);
+  allow_smem(attn_fwd_mma<T, D>, smem);
+  const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
+  attn_fwd_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, int(a.H), int(a.Tq),
+                                                                  int(a.Tk), causal, scale * kLog2e);
+  LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
+}
+
+template <class T, int D>
+void bwd_mma(const AttnDims& a, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+             const float* lse, const uint8_t* mask, bool causal, float scale) {
+  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
+  const int64_t qrows = a.B * a.H * a.Tq;
+  if (qrows > 0) {  // 1. delta into dq's rows
+    const int64_t threads = qrows * (D / 8);
+    attn_delta_mma<T, D><<<unsigned((threads + 255) / 256), 256, 0, current_stream()>>>(dq, out, dout, qrows);
+    LT_CUDA_LAUNCH_CHECK("attn_delta_mma");
+  }
+  if (a.Tk > 0) {  // 2. dK, dV (with Tq = 0 the kernel writes zeros)
+    const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
+    allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
+    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tk + kBK - 1) / kBK));
+    attn_bwd_dkdv_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(
+        dk, dv, q, k, v, dout, lse, dq, mask, int(a.H), int(a.Tq), int(a.Tk), causal, scale, scale * kLog2e);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
+  }
+  if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
+    const size_t smem = size_t(2 * kBQ + 4 * kBK) * LD * sizeof(T);
+    allow_smem(attn_bwd_dq_mma<T, D>, smem);
+    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
+    attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, int(a.H),
+                                                                      int(a.Tq), int(a.Tk), causal, scale,
+                                                                      scale * kLog2e);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
+  }
+}
+
+unsigned simt_blocks(int64_t rows) { return unsigned((rows + kSimtWarps - 1) / kSimtWarps); }
+
+}  // namespace
+
+void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& mask, bool causal, float scale) {
+  const char* op = "attention_fwd";
+  const AttnDims a = check_attention(op, q, k, v, lse, mask);
+  check_like(op, out, q, "out");
+  if (a.B * a.H * a.Tq == 0) return;
+  const uint8_t* pm = mask.defined() ? mask.data<uint8_t>() : nullptr;
+  dispatch_float(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data<T>();
+    const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
+    if constexpr (is_16bit<T>()) {
+      if (use_mma(q.dtype(), a.D, {&out, &q, &k, &v})) {
+        if (a.D == 64) fwd_mma<T, 64>(a, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else fwd_mma<T, 128>(a, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        return;
+      }
+    }
+    LT_CHECK(a.D <= kSimtMaxD, std::string(op) + ": head dim " + std::to_string(a.D) + " is too large",
+             "the CUDA attention kernels take head dims up to 512", "use more heads");
+    const int64_t rows = a.B * a.H * a.Tq;
+    const size_t smem = size_t(kSimtWarps) * (2 * a.D + 32) * sizeof(float);
+    attn_fwd_simt<T><<<simt_blocks(rows), kSimtWarps * 32, smem, current_stream()>>>(
+        po, lse.data<float>(), pq, pk, pv, pm, rows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+    LT_CUDA_LAUNCH_CHECK("attn_fwd_simt");
+  });
+}
+
+void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                const Tensor& lse, const Tensor& mask, bool causal, float scale) {
+  const char* op = "attention_bwd";
+  const AttnDims a = check_attention(op, q, k, v, lse, mask);
+  check_like(op, dq, q, "dq");
+  check_like(op, dk, k, "dk");
+  check_like(op, dv, v, "dv");
+  check_like(op, dout, q, "dout");
+  check_like(op, out, q, "out");
+  if (a.B * a.H == 0) return;
+  const uint8_t* pm = mask.defined() ? mask.data<uint8_t>() : nullptr;
+  dispatch_float(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+    const T *pdo = dout.data<T>(), *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *po = out.data<T>();
+    const float* pl = lse.data<float>();
+    if constexpr (is_16bit<T>()) {
+      if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
+        if (a.D == 64) bwd_mma<T, 64>(a, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        else bwd_mma<T, 128>(a, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        return;
+      }
+    }
+    LT_CHECK(a.D <= kSimtMaxD, std::string(op) + ": head dim " + std::to_string(a.D) + " is too large",
+             "the CUDA attention kernels take head dims up to 512", "use more heads");
+    const int64_t qrows = a.B * a.H * a.Tq, krows = a.B * a.H * a.Tk;
+    if (qrows > 0) {
+      const size_t smem = size_t(kSimtWarps) * (3 * a.D + 32) * sizeof(float);
+      attn_bwd_dq_simt<T><<<simt_blocks(qrows), kSimtWarps * 32, smem, current_stream()>>>(
+          pdq, pq, pk, pv, po, pdo, pl, pm, qrows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+      LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
+    }
+    if (krows > 0) {
+      const size_t smem = size_t(kSimtWarps) * (4 * a.D + 64) * sizeof(float);
+      attn_bwd_dkdv_simt<T><<<simt_blocks(krows), kSimtWarps * 32, smem, current_stream()>>>(
+          pdk, pdv, pq, pk, pv, po, pdo, pl, pm, krows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+      LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_simt");
+    }
+  });
+}
+
+}  // namespace lt
