@@ -83,7 +83,7 @@ def fwd_block(D, q, k, v, mrow, Tq, Tk, causal, scale, q0, out, lse):
     ntiles = (kend + kBK - 1) // kBK if kend > 0 else 0
     if ntiles == 0:
         for r in range(q0, min(q0 + kBQ, Tq)):
-            out[r] = 0; lse[r] = -np.inf
+            out[r] = 0; lse[r] = np.inf
         return
     Qs = tile_load(q, q0, Tq, kBQ, D)
     for warp in range(4):
@@ -143,7 +143,7 @@ def fwd_block(D, q, k, v, mrow, Tq, Tk, causal, scale, q0, out, lse):
                 for h in range(2):
                     row = r_lo[lane] + 8 * h
                     if row < Tq:
-                        lse[row] = (m[lane, h] + np.log2(l[lane, h])) * LN2 if l[lane, h] > 0 else -np.inf
+                        lse[row] = (m[lane, h] + np.log2(l[lane, h])) * LN2 if l[lane, h] > 0 else np.inf
 
 
 def dkdv_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, k0, dk, dv):
@@ -166,7 +166,7 @@ def dkdv_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, k0, dk, 
         for it in range(ntq):
             qi0 = qbeg + it * BQ
             Qb = tile_load(q, qi0, Tq, BQ, D); dOb = tile_load(do, qi0, Tq, BQ, D)
-            lse_s = np.array([(lse[r] * LOG2E if lse[r] != -np.inf else np.inf) if r < Tq else np.inf
+            lse_s = np.array([(lse[r] * LOG2E if not np.isinf(lse[r]) else np.inf) if r < Tq else np.inf
                               for r in range(qi0, qi0 + BQ)])
             dlt_s = np.array([delta[r] if r < Tq else 0.0 for r in range(qi0, qi0 + BQ)])
             st = [np.zeros((32, 4)) for _ in range(BQ // 8)]
@@ -225,7 +225,7 @@ def dq_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, q0, dq):
             for lane in range(32):
                 row = r_lo[lane] + 8 * h
                 if row < Tq:
-                    if lse[row] != -np.inf:
+                    if not np.isinf(lse[row]):
                         lse2[lane, h] = lse[row] * LOG2E
                     dlt[lane, h] = delta[row]
         dqa = [np.zeros((32, 4)) for _ in range(D // 8)]
@@ -275,7 +275,7 @@ def reference(q, k, v, do, mrow, causal, scale):
     E = np.where(allowed, np.exp(S - mxs), 0)
     l = E.sum(1, keepdims=True)
     P = np.where(l > 0, E / np.where(l > 0, l, 1), 0)
-    lse = np.where(l[:, 0] > 0, mxs[:, 0] + np.log(np.where(l[:, 0] > 0, l[:, 0], 1)), -np.inf)
+    lse = np.where(l[:, 0] > 0, mxs[:, 0] + np.log(np.where(l[:, 0] > 0, l[:, 0], 1)), np.inf)
     O = P @ v
     dV = P.T @ do
     dP = do @ v.T

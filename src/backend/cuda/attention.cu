@@ -15,8 +15,9 @@
 // No atomics, each output element is written once by one thread: results are reproducible.
 //
 // Masking: key j is visible to query i when mask[b, j] != 0 (if a mask is given) and, if
-// causal, j <= i + Tk - Tq. Masked scores are -inf; a row with no visible key gets O = 0,
-// lse = -inf, and contributes nothing to the gradients (never NaN).
+// causal, j <= i + Tk - Tq. Masked scores are -inf; a row with no visible key gets O = 0 and
+// lse = +inf (as the CPU reference), so exp(s - lse) = 0 and it contributes no gradient (never NaN).
+// The backward treats either infinity in lse as such an empty row.
 //
 // f32 inputs and head dims other than 64/128 take a simple SIMT path (one warp per query or
 // key row, f32 all the way) with the same O(T) memory and the same semantics.
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
   if (ntiles == 0) {  // no query of the block sees any key
     zero_rows(og, q0, kBQ, Tq, D);
-    if (tid < kBQ && q0 + tid < Tq) lg[q0 + tid] = -INFINITY;
+    if (tid < kBQ && q0 + tid < Tq) lg[q0 + tid] = INFINITY;
     return;
   }
   auto load_kv = [&](int buf, int k0) {
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = r_lo + 8 * h;
-      if (row < Tq) lg[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      if (row < Tq) lg[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
     }
   }
 }
@@ -335,7 +336,7 @@ __global__ void __launch_bounds__(kThreads)
       float l2 = INFINITY, dl = 0.0f;
       if (row < Tq) {
         const float L = lg[row];
-        if (L != -INFINITY) l2 = L * kLog2e;
+        if (!isinf(L)) l2 = L * kLog2e;
         dl = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
       }
       lse_s[buf][i] = l2;
@@ -480,7 +481,7 @@ __global__ void __launch_bounds__(kThreads)
     zero_rows(dqg, q0, kBQ, Tq, D);
     return;
   }
-  // Row statistics; delta is read from this warp's own dq rows before anything overwrites them.
+  // Row statistics (lse2 = +inf: the row contributes nothing); delta is read from this warp's own dq rows before anything overwrites them.
   const int r_lo = q0 + warp * 16 + g;
   float lse2[2], dlt[2];
 #pragma unroll
@@ -490,7 +491,7 @@ __global__ void __launch_bounds__(kThreads)
     dlt[h] = 0.0f;
     if (row < Tq) {
       const float L = lg[row];
-      if (L != -INFINITY) lse2[h] = L * kLog2e;
+      if (!isinf(L)) lse2[h] = L * kLog2e;
       dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
     }
   }
@@ -634,7 +635,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   for (int d = lane; d < D; d += 32) out[row * D + d] = from_f32<T>(os[d] * inv);
-  if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+  if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : INFINITY;
 }
 
 // dQ, one warp per query row. Shared per warp: q [D], dO [D], dq [D], ds [32].
@@ -668,7 +669,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
   delta = warp_sum(delta);
   __syncwarp();
   const float L = lse[row];
-  const int kend = L == -INFINITY ? 0 : (causal ? min(Tk, i + Tk - Tq + 1) : Tk);  // an empty row has no gradient
+  const int kend = isinf(L) ? 0 : (causal ? min(Tk, i + Tk - Tq + 1) : Tk);  // an empty row has no gradient
   for (int j0 = 0; j0 < kend; j0 += 32) {
     const int j = j0 + lane;
     float ds = 0.0f;
@@ -731,7 +732,7 @@ __global__ void __launch_bounds__(kSimtWarps * 32)
   for (int i0 = ibeg; i0 < Tq; i0 += 32) {
     const int i = i0 + lane;
     float p = 0.0f, ds = 0.0f;
-    if (i < Tq && lg[i] != -INFINITY) {
+    if (i < Tq && !isinf(lg[i])) {
       const T* qr = qg + int64_t(i) * D;
       const T* dor = dog + int64_t(i) * D;
       const T* orow = og + int64_t(i) * D;
