@@ -105,6 +105,7 @@ void SafetensorsReader::parse_header() {
   data_start_ = 8 + int64_t(n);
   const int64_t data_len = size - data_start_;
 
+  if (text.empty() || text[0] != '{') bad_file(path, "the header does not start with '{'");
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
   if (header.is_discarded()) bad_file(path, "the header is not valid JSON");
   if (!header.is_object()) bad_file(path, "the header is JSON but not an object");
