@@ -19,8 +19,9 @@
 // lse = +inf (as the CPU reference), so exp(s - lse) = 0 and it contributes no gradient (never NaN).
 // The backward treats either infinity in lse as such an empty row.
 //
-// f32 inputs and head dims other than 64/128 take a simple SIMT path (one warp per query or
-// key row, f32 all the way) with the same O(T) memory and the same semantics.
+// f32 inputs and head dims other than 64/128 take a SIMT path (a warp owns 4 rows, lanes take
+// 32 partners at a time from a transposed shared-memory chunk, f32 FMA throughout) with the
+// same O(T) memory, the same three backward steps and the same semantics.
 #include <algorithm>
 #include <initializer_list>
 #include <string>
@@ -576,194 +577,319 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<T, D>(Qs + warp * 16 * LD, dqacc, scale, scale, dqg, q0 + warp * 16, Tq, lane);
 }
 
-// ======================================================================== SIMT fallback (any D <= 512, f32 too)
+// ======================================================================== SIMT fallback (f32, any D <= 512)
 
-constexpr int kSimtWarps = 4;
+// A warp owns kRpw rows of one (b, h) (queries, or keys for dK/dV) and walks the other side in
+// chunks of 32, one partner per lane. Each chunk is staged transposed in the warp's shared
+// memory ([D][33] f32, filled by coalesced row reads), so lane j reads its partner's d-th value
+// without bank conflicts, and a lane running over d reads the chunk's values the same way.
+// The warp's own rows sit in shared memory too (read as broadcasts). f32 throughout; only
+// __syncwarp is needed since no data is shared between warps.
+constexpr int kRpw = 4;          // rows per warp
 constexpr int kSimtMaxD = 512;
+constexpr int kTS = 33;          // stride of a transposed chunk: 32 partners + 1 (no bank conflicts)
 
-// One warp per query row: lanes take 32 keys at a time for the scores, then the head dims for P V.
-// Shared per warp: q (scaled) [D], o [D], p [32].
+// Rows [p0, p0 + 32) of a [np, D] matrix, transposed into t[d * kTS + j]; rows past np become zeros.
 template <class T>
-__global__ void __launch_bounds__(kSimtWarps * 32)
-    attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
-                  const T* __restrict__ v, const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq, int Tk, int D,
-                  bool causal, float scale) {
-  extern __shared__ float fsm[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;
-  if (row >= rows) return;  // no block barriers in this kernel
-  float* qs = fsm + warp * (2 * D + 32);
-  float* os = qs + D;
-  float* ps = os + D;
-  const int64_t bh = row / Tq;
-  const int i = int(row - bh * Tq);
-  const int b = int(bh / H);
-  const T* kg = k + bh * Tk * D;
-  const T* vg = v + bh * Tk * D;
-  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  for (int d = lane; d < D; d += 32) {
-    qs[d] = to_f32(q[row * D + d]) * scale;
-    os[d] = 0.0f;
+__device__ __forceinline__ void stage_t(float* t, const T* g, int p0, int np, int D, int lane) {
+  for (int j = 0; j < 32; ++j) {
+    const bool ok = p0 + j < np;
+    const T* row = g + int64_t(ok ? p0 + j : 0) * D;
+    for (int d = lane; d < D; d += 32) t[d * kTS + j] = ok ? to_f32(row[d]) : 0.0f;
   }
-  __syncwarp();
-  const int kend = causal ? min(Tk, i + Tk - Tq + 1) : Tk;
-  float m = -INFINITY, l = 0.0f;
-  for (int j0 = 0; j0 < kend; j0 += 32) {
-    const int j = j0 + lane;
-    float s = -INFINITY;
-    if (j < kend && (!mrow || mrow[j] != 0)) {
-      const T* kr = kg + int64_t(j) * D;
-      float acc = 0.0f;
-      for (int d = 0; d < D; ++d) acc += qs[d] * to_f32(kr[d]);
-      s = acc;
-    }
-    const float m_new = fmaxf(m, warp_max(s));
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = expf(m - m_use);
-    const float p = expf(s - m_use);
-    l = l * alpha + warp_sum(p);
-    m = m_new;
-    ps[lane] = p;
-    __syncwarp();
-    const int nj = min(32, kend - j0);
-    for (int d = lane; d < D; d += 32) {
-      float acc = os[d] * alpha;
-      for (int jj = 0; jj < nj; ++jj) acc += ps[jj] * to_f32(vg[int64_t(j0 + jj) * D + d]);
-      os[d] = acc;
-    }
-    __syncwarp();  // ps is rewritten by the next chunk
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int d = lane; d < D; d += 32) out[row * D + d] = from_f32<T>(os[d] * inv);
-  if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : INFINITY;
+}
+// The warp's rows [r0, r0 + kRpw) of a [n, D] matrix into s[r * D + d] (times mul); rows past n are zeros.
+template <class T>
+__device__ __forceinline__ void stage_rows(float* s, const T* g, int r0, int n, int D, int lane, float mul) {
+  for (int r = 0; r < kRpw; ++r)
+    for (int d = lane; d < D; d += 32) s[r * D + d] = r0 + r < n ? to_f32(g[int64_t(r0 + r) * D + d]) * mul : 0.0f;
 }
 
-// dQ, one warp per query row. Shared per warp: q [D], dO [D], dq [D], ds [32].
+// delta (f32) kept in the first 4 bytes of a dq row, written as two 16-bit halves so that a row
+// of 16-bit values (2-byte aligned) works too. Needs D * sizeof(T) >= 4.
+__device__ __forceinline__ void put_delta(void* row, float v) {
+  const uint32_t u = __float_as_uint(v);
+  static_cast<uint16_t*>(row)[0] = uint16_t(u & 0xffffu);
+  static_cast<uint16_t*>(row)[1] = uint16_t(u >> 16);
+}
+__device__ __forceinline__ float get_delta(const void* row) {
+  const uint16_t* h = static_cast<const uint16_t*>(row);
+  return __uint_as_float(uint32_t(h[0]) | (uint32_t(h[1]) << 16));
+}
+
+// Warp w of the grid: its (b, h) and first row.
+struct WarpRows {
+  int64_t bh;
+  int r0;
+};
+__device__ __forceinline__ bool warp_rows(int64_t nwarps, int groups, WarpRows& w) {
+  const int64_t id = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (id >= nwarps) return false;
+  w.bh = id / groups;
+  w.r0 = int(id - w.bh * groups) * kRpw;
+  return true;
+}
+
+// Per-warp shared floats of each kernel.
+__host__ __device__ inline int64_t simt_fwd_floats(int64_t D) { return D * kTS + 2 * kRpw * D + kRpw * 32; }
+__host__ __device__ inline int64_t simt_dq_floats(int64_t D) { return 2 * D * kTS + 3 * kRpw * D + kRpw * 32; }
+__host__ __device__ inline int64_t simt_dkdv_floats(int64_t D) { return 2 * D * kTS + 4 * kRpw * D + 2 * kRpw * 32; }
+
 template <class T>
-__global__ void __launch_bounds__(kSimtWarps * 32)
-    attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                     const T* __restrict__ out, const T* __restrict__ dout, const float* __restrict__ lse,
-                     const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq, int Tk, int D, bool causal,
-                     float scale) {
+__global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
+                              const T* __restrict__ k, const T* __restrict__ v, const uint8_t* __restrict__ mask,
+                              int64_t nwarps, int groups, int H, int Tq, int Tk, int D, bool causal, float scale) {
   extern __shared__ float fsm[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;
-  if (row >= rows) return;
-  float* qs = fsm + warp * (3 * D + 32);
-  float* dos = qs + D;
-  float* dqs = dos + D;
-  float* dss = dqs + D;
-  const int64_t bh = row / Tq;
-  const int i = int(row - bh * Tq);
-  const int b = int(bh / H);
-  const T* kg = k + bh * Tk * D;
-  const T* vg = v + bh * Tk * D;
+  WarpRows w;
+  if (!warp_rows(nwarps, groups, w)) return;  // no block barriers in this kernel
+  const int lane = threadIdx.x & 31;
+  float* kt = fsm + (threadIdx.x >> 5) * simt_fwd_floats(D);
+  float* qs = kt + D * kTS;
+  float* os = qs + kRpw * D;
+  float* ps = os + kRpw * D;
+  const int b = int(w.bh / H), off = Tk - Tq;
+  const T* kg = k + w.bh * Tk * D;
+  const T* vg = v + w.bh * Tk * D;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  float delta = 0.0f;
-  for (int d = lane; d < D; d += 32) {
-    qs[d] = to_f32(q[row * D + d]);
-    dos[d] = to_f32(dout[row * D + d]);
-    dqs[d] = 0.0f;
-    delta += dos[d] * to_f32(out[row * D + d]);
-  }
-  delta = warp_sum(delta);
-  __syncwarp();
-  const float L = lse[row];
-  const int kend = isinf(L) ? 0 : (causal ? min(Tk, i + Tk - Tq + 1) : Tk);  // an empty row has no gradient
+  stage_rows(qs, q + w.bh * Tq * D, w.r0, Tq, D, lane, scale);
+  for (int i = lane; i < kRpw * D; i += 32) os[i] = 0.0f;
+  const int last = min(w.r0 + kRpw, Tq) - 1;  // the warp's last real row
+  const int kend = causal ? min(Tk, last + off + 1) : Tk;
+  float m[kRpw], l[kRpw];
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) { m[r] = -INFINITY; l[r] = 0.0f; }
   for (int j0 = 0; j0 < kend; j0 += 32) {
+    __syncwarp();  // the previous chunk is no longer read
+    stage_t(kt, kg, j0, Tk, D, lane);
+    __syncwarp();
     const int j = j0 + lane;
-    float ds = 0.0f;
-    if (j < kend && (!mrow || mrow[j] != 0)) {
-      const T* kr = kg + int64_t(j) * D;
-      const T* vr = vg + int64_t(j) * D;
-      float s = 0.0f, dp = 0.0f;
-      for (int d = 0; d < D; ++d) {
-        s += qs[d] * to_f32(kr[d]);
-        dp += dos[d] * to_f32(vr[d]);
+    const bool key_ok = j < kend && (!mrow || mrow[j] != 0);
+    float s[kRpw] = {};
+    for (int d = 0; d < D; ++d) {
+      const float kv = kt[d * kTS + lane];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) s[r] += qs[r * D + d] * kv;
+    }
+    float alpha[kRpw];
+#pragma unroll
+    for (int r = 0; r < kRpw; ++r) {
+      const int row = w.r0 + r;
+      const bool ok = key_ok && row < Tq && (!causal || j <= row + off);
+      const float x = ok ? s[r] : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(x));
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = expf(m[r] - m_use);
+      const float p = expf(x - m_use);
+      l[r] = l[r] * alpha[r] + warp_sum(p);
+      m[r] = m_new;
+      ps[r * 32 + lane] = p;
+    }
+    __syncwarp();
+    const int nj = min(32, Tk - j0);
+    for (int d = lane; d < D; d += 32) {
+      float acc[kRpw];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) acc[r] = os[r * D + d] * alpha[r];
+      for (int jj = 0; jj < nj; ++jj) {
+        const float vv = to_f32(vg[int64_t(j0 + jj) * D + d]);
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r) acc[r] += ps[r * 32 + jj] * vv;
       }
-      ds = expf(s * scale - L) * (dp - delta);
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) os[r * D + d] = acc[r];
     }
-    dss[lane] = ds;
-    __syncwarp();
-    const int nj = min(32, kend - j0);
-    for (int d = lane; d < D; d += 32) {
-      float acc = dqs[d];
-      for (int jj = 0; jj < nj; ++jj) acc += dss[jj] * to_f32(kg[int64_t(j0 + jj) * D + d]);
-      dqs[d] = acc;
-    }
-    __syncwarp();
   }
-  for (int d = lane; d < D; d += 32) dq[row * D + d] = from_f32<T>(dqs[d] * scale);
+  T* og = out + w.bh * Tq * D;
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) {
+    const int row = w.r0 + r;
+    if (row >= Tq) break;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int d = lane; d < D; d += 32) og[int64_t(row) * D + d] = from_f32<T>(os[r * D + d] * inv);
+    if (lane == 0) lse[w.bh * Tq + row] = l[r] > 0.0f ? m[r] + logf(l[r]) : INFINITY;
+  }
 }
 
-// dK, dV, one warp per key row. Shared per warp: k [D], v [D], dk [D], dv [D], p [32], ds [32].
+// delta_i = sum_d dO[i,d] * O[i,d] into dq row i (warp per row).
 template <class T>
-__global__ void __launch_bounds__(kSimtWarps * 32)
-    attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
-                       const T* __restrict__ v, const T* __restrict__ out, const T* __restrict__ dout,
-                       const float* __restrict__ lse, const uint8_t* __restrict__ mask, int64_t rows, int H, int Tq,
-                       int Tk, int D, bool causal, float scale) {
-  extern __shared__ float fsm[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kSimtWarps + warp;  // over B*H*Tk key rows
+__global__ void attn_delta_simt(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout,
+                                int64_t rows, int D) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
-  float* ks = fsm + warp * (4 * D + 64);
-  float* vs = ks + D;
-  float* dks = vs + D;
-  float* dvs = dks + D;
-  float* ps = dvs + D;
-  float* dss = ps + 32;
-  const int64_t bh = row / Tk;
-  const int j = int(row - bh * Tk);
-  const int b = int(bh / H);
-  const T* qg = q + bh * Tq * D;
-  const T* og = out + bh * Tq * D;
-  const T* dog = dout + bh * Tq * D;
-  const float* lg = lse + bh * Tq;
-  for (int d = lane; d < D; d += 32) {
-    ks[d] = to_f32(k[row * D + d]);
-    vs[d] = to_f32(v[row * D + d]);
-    dks[d] = 0.0f;
-    dvs[d] = 0.0f;
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += to_f32(dout[row * D + d]) * to_f32(out[row * D + d]);
+  s = warp_sum(s);
+  if (lane == 0) put_delta(dq + row * D, s);
+}
+
+// dQ: a warp owns kRpw query rows; lanes take keys.
+template <class T>
+__global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
+                                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
+                                 const uint8_t* __restrict__ mask, int64_t nwarps, int groups, int H, int Tq, int Tk,
+                                 int D, bool causal, float scale) {
+  extern __shared__ float fsm[];
+  WarpRows w;
+  if (!warp_rows(nwarps, groups, w)) return;
+  const int lane = threadIdx.x & 31;
+  float* kt = fsm + (threadIdx.x >> 5) * simt_dq_floats(D);
+  float* vt = kt + D * kTS;
+  float* qs = vt + D * kTS;
+  float* dos = qs + kRpw * D;
+  float* dqs = dos + kRpw * D;
+  float* ps = dqs + kRpw * D;
+  const int b = int(w.bh / H), off = Tk - Tq;
+  const T* kg = k + w.bh * Tk * D;
+  const T* vg = v + w.bh * Tk * D;
+  T* dqg = dq + w.bh * Tq * D;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  // Row statistics first: delta lives in the dq rows this warp overwrites at the end.
+  float L[kRpw], delta[kRpw];
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) {
+    const int row = w.r0 + r;
+    L[r] = row < Tq ? lse[w.bh * Tq + row] : INFINITY;
+    delta[r] = row < Tq ? get_delta(dqg + int64_t(row) * D) : 0.0f;
   }
-  __syncwarp();
-  const bool key_ok = !mask || mask[int64_t(b) * Tk + j] != 0;
-  const int ibeg = key_ok ? (causal ? max(0, j - (Tk - Tq)) : 0) : Tq;  // first query that sees key j
+  stage_rows(qs, q + w.bh * Tq * D, w.r0, Tq, D, lane, 1.0f);
+  stage_rows(dos, dout + w.bh * Tq * D, w.r0, Tq, D, lane, 1.0f);
+  for (int i = lane; i < kRpw * D; i += 32) dqs[i] = 0.0f;
+  const int last = min(w.r0 + kRpw, Tq) - 1;
+  const int kend = causal ? min(Tk, last + off + 1) : Tk;
+  for (int j0 = 0; j0 < kend; j0 += 32) {
+    __syncwarp();
+    stage_t(kt, kg, j0, Tk, D, lane);
+    stage_t(vt, vg, j0, Tk, D, lane);
+    __syncwarp();
+    const int j = j0 + lane;
+    const bool key_ok = j < kend && (!mrow || mrow[j] != 0);
+    float s[kRpw] = {}, dp[kRpw] = {};
+    for (int d = 0; d < D; ++d) {
+      const float kv = kt[d * kTS + lane], vv = vt[d * kTS + lane];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) {
+        s[r] += qs[r * D + d] * kv;
+        dp[r] += dos[r * D + d] * vv;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRpw; ++r) {
+      const int row = w.r0 + r;
+      const bool ok = key_ok && row < Tq && !isinf(L[r]) && (!causal || j <= row + off);
+      ps[r * 32 + lane] = ok ? expf(s[r] * scale - L[r]) * (dp[r] - delta[r]) : 0.0f;
+    }
+    __syncwarp();
+    const int nj = min(32, Tk - j0);
+    for (int d = lane; d < D; d += 32) {
+      float acc[kRpw];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) acc[r] = dqs[r * D + d];
+      for (int jj = 0; jj < nj; ++jj) {
+        const float kv = kt[d * kTS + jj];
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r) acc[r] += ps[r * 32 + jj] * kv;
+      }
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) dqs[r * D + d] = acc[r];
+    }
+  }
+  __syncwarp();  // every lane has read its deltas (above) before any lane overwrites the rows
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) {
+    const int row = w.r0 + r;
+    if (row >= Tq) break;
+    for (int d = lane; d < D; d += 32) dqg[int64_t(row) * D + d] = from_f32<T>(dqs[r * D + d] * scale);
+  }
+}
+
+// dK, dV: a warp owns kRpw key rows; lanes take queries.
+template <class T>
+__global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
+                                   const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                                   const float* __restrict__ lse, const T* __restrict__ dq_delta,
+                                   const uint8_t* __restrict__ mask, int64_t nwarps, int groups, int H, int Tq,
+                                   int Tk, int D, bool causal, float scale) {
+  extern __shared__ float fsm[];
+  WarpRows w;
+  if (!warp_rows(nwarps, groups, w)) return;
+  const int lane = threadIdx.x & 31;
+  float* qt = fsm + (threadIdx.x >> 5) * simt_dkdv_floats(D);
+  float* dot = qt + D * kTS;
+  float* ks = dot + D * kTS;
+  float* vs = ks + kRpw * D;
+  float* dks = vs + kRpw * D;
+  float* dvs = dks + kRpw * D;
+  float* ps = dvs + kRpw * D;
+  float* dss = ps + kRpw * 32;
+  const int b = int(w.bh / H), off = Tk - Tq;
+  const T* qg = q + w.bh * Tq * D;
+  const T* dog = dout + w.bh * Tq * D;
+  const T* dlg = dq_delta + w.bh * Tq * D;
+  const float* lg = lse + w.bh * Tq;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  stage_rows(ks, k + w.bh * Tk * D, w.r0, Tk, D, lane, 1.0f);
+  stage_rows(vs, v + w.bh * Tk * D, w.r0, Tk, D, lane, 1.0f);
+  for (int i = lane; i < kRpw * D; i += 32) dks[i] = dvs[i] = 0.0f;
+  bool kok[kRpw];
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) kok[r] = w.r0 + r < Tk && (!mrow || mrow[w.r0 + r] != 0);
+  const int ibeg = causal ? max(0, w.r0 - off) / 32 * 32 : 0;  // queries before it see none of these keys
   for (int i0 = ibeg; i0 < Tq; i0 += 32) {
+    __syncwarp();
+    stage_t(qt, qg, i0, Tq, D, lane);
+    stage_t(dot, dog, i0, Tq, D, lane);
+    __syncwarp();
     const int i = i0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i < Tq && !isinf(lg[i])) {
-      const T* qr = qg + int64_t(i) * D;
-      const T* dor = dog + int64_t(i) * D;
-      const T* orow = og + int64_t(i) * D;
-      float s = 0.0f, dp = 0.0f, delta = 0.0f;
-      for (int d = 0; d < D; ++d) {
-        const float g = to_f32(dor[d]);
-        s += to_f32(qr[d]) * ks[d];
-        dp += g * vs[d];
-        delta += g * to_f32(orow[d]);
-      }
-      p = expf(s * scale - lg[i]);
-      ds = p * (dp - delta);
+    float L = INFINITY, dl = 0.0f;
+    if (i < Tq) {
+      L = lg[i];
+      dl = get_delta(dlg + int64_t(i) * D);
     }
-    ps[lane] = p;
-    dss[lane] = ds;
+    float s[kRpw] = {}, dp[kRpw] = {};
+    for (int d = 0; d < D; ++d) {
+      const float qv = qt[d * kTS + lane], gv = dot[d * kTS + lane];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) {
+        s[r] += ks[r * D + d] * qv;
+        dp[r] += vs[r * D + d] * gv;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRpw; ++r) {
+      const bool ok = kok[r] && i < Tq && !isinf(L) && (!causal || w.r0 + r <= i + off);
+      const float p = ok ? expf(s[r] * scale - L) : 0.0f;
+      ps[r * 32 + lane] = p;
+      dss[r * 32 + lane] = p * (dp[r] - dl);
+    }
     __syncwarp();
     const int ni = min(32, Tq - i0);
     for (int d = lane; d < D; d += 32) {
-      float av = dvs[d], ak = dks[d];
+      float av[kRpw], ak[kRpw];
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) { av[r] = dvs[r * D + d]; ak[r] = dks[r * D + d]; }
       for (int ii = 0; ii < ni; ++ii) {
-        av += ps[ii] * to_f32(dog[int64_t(i0 + ii) * D + d]);
-        ak += dss[ii] * to_f32(qg[int64_t(i0 + ii) * D + d]);
+        const float gv = dot[d * kTS + ii], qv = qt[d * kTS + ii];
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r) {
+          av[r] += ps[r * 32 + ii] * gv;
+          ak[r] += dss[r * 32 + ii] * qv;
+        }
       }
-      dvs[d] = av;
-      dks[d] = ak;
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) { dvs[r * D + d] = av[r]; dks[r * D + d] = ak[r]; }
     }
-    __syncwarp();
   }
-  for (int d = lane; d < D; d += 32) {
-    dk[row * D + d] = from_f32<T>(dks[d] * scale);
-    dv[row * D + d] = from_f32<T>(dvs[d]);
+  T* dkg = dk + w.bh * Tk * D;
+  T* dvg = dv + w.bh * Tk * D;
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) {
+    const int row = w.r0 + r;
+    if (row >= Tk) break;
+    for (int d = lane; d < D; d += 32) {
+      dkg[int64_t(row) * D + d] = from_f32<T>(dks[r * D + d] * scale);
+      dvg[int64_t(row) * D + d] = from_f32<T>(dvs[r * D + d]);
+    }
   }
 }
 
@@ -857,7 +983,31 @@ void bwd_mma(const AttnDims& a, T* dq, T* dk, T* dv, const T* dout, const T* q, 
   }
 }
 
-unsigned simt_blocks(int64_t rows) { return unsigned((rows + kSimtWarps - 1) / kSimtWarps); }
+// Launch shape of a SIMT kernel: warps of kRpw rows over B*H*T rows, as many warps per block
+// (1 to 4) as fit 96 KB of shared memory.
+struct SimtLaunch {
+  int64_t nwarps;
+  int groups, wpb;
+  size_t smem;
+  unsigned blocks() const { return unsigned((nwarps + wpb - 1) / wpb); }
+};
+template <class Kern> SimtLaunch simt_launch(Kern kernel, int64_t bh, int64_t T, int64_t floats_per_warp) {
+  SimtLaunch l;
+  l.groups = int((T + kRpw - 1) / kRpw);
+  l.nwarps = bh * l.groups;
+  const size_t per_warp = size_t(floats_per_warp) * sizeof(float);
+  l.wpb = int(std::clamp<size_t>(96 * 1024 / per_warp, 1, 4));
+  l.smem = per_warp * size_t(l.wpb);
+  allow_smem(kernel, l.smem);
+  return l;
+}
+
+void check_simt(const char* op, const AttnDims& a, DType t) {
+  LT_CHECK(a.D <= kSimtMaxD, std::string(op) + ": head dim " + std::to_string(a.D) + " is too large",
+           "the CUDA attention kernels take head dims up to 512", "use more heads");
+  LT_CHECK(a.D * int64_t(dtype_size(t)) >= 4, std::string(op) + ": head dim " + std::to_string(a.D) + " in " + dtype_name(t),
+           "the backward keeps a 4-byte statistic in each dq row", "use a head dim of at least 2");
+}
 
 }  // namespace
 
@@ -879,12 +1029,11 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
         return;
       }
     }
-    LT_CHECK(a.D <= kSimtMaxD, std::string(op) + ": head dim " + std::to_string(a.D) + " is too large",
-             "the CUDA attention kernels take head dims up to 512", "use more heads");
-    const int64_t rows = a.B * a.H * a.Tq;
-    const size_t smem = size_t(kSimtWarps) * (2 * a.D + 32) * sizeof(float);
-    attn_fwd_simt<T><<<simt_blocks(rows), kSimtWarps * 32, smem, current_stream()>>>(
-        po, lse.data<float>(), pq, pk, pv, pm, rows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+    check_simt(op, a, q.dtype());
+    const SimtLaunch L = simt_launch(attn_fwd_simt<T>, a.B * a.H, a.Tq, simt_fwd_floats(a.D));
+    attn_fwd_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
+        po, lse.data<float>(), pq, pk, pv, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal,
+        scale);
     LT_CUDA_LAUNCH_CHECK("attn_fwd_simt");
   });
 }
@@ -913,20 +1062,25 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
         return;
       }
     }
-    LT_CHECK(a.D <= kSimtMaxD, std::string(op) + ": head dim " + std::to_string(a.D) + " is too large",
-             "the CUDA attention kernels take head dims up to 512", "use more heads");
+    check_simt(op, a, q.dtype());
+    // Same three steps as the tensor-core path: delta into dq rows, dK/dV, then dQ.
     const int64_t qrows = a.B * a.H * a.Tq, krows = a.B * a.H * a.Tk;
     if (qrows > 0) {
-      const size_t smem = size_t(kSimtWarps) * (3 * a.D + 32) * sizeof(float);
-      attn_bwd_dq_simt<T><<<simt_blocks(qrows), kSimtWarps * 32, smem, current_stream()>>>(
-          pdq, pq, pk, pv, po, pdo, pl, pm, qrows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
-      LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
+      attn_delta_simt<T><<<unsigned((qrows + 7) / 8), 256, 0, current_stream()>>>(pdq, po, pdo, qrows, int(a.D));
+      LT_CUDA_LAUNCH_CHECK("attn_delta_simt");
     }
     if (krows > 0) {
-      const size_t smem = size_t(kSimtWarps) * (4 * a.D + 64) * sizeof(float);
-      attn_bwd_dkdv_simt<T><<<simt_blocks(krows), kSimtWarps * 32, smem, current_stream()>>>(
-          pdk, pdv, pq, pk, pv, po, pdo, pl, pm, krows, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+      const SimtLaunch L = simt_launch(attn_bwd_dkdv_simt<T>, a.B * a.H, a.Tk, simt_dkdv_floats(a.D));
+      attn_bwd_dkdv_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
+          pdk, pdv, pq, pk, pv, pdo, pl, pdq, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal,
+          scale);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_simt");
+    }
+    if (qrows > 0) {
+      const SimtLaunch L = simt_launch(attn_bwd_dq_simt<T>, a.B * a.H, a.Tq, simt_dq_floats(a.D));
+      attn_bwd_dq_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
+          pdq, pq, pk, pv, pdo, pl, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+      LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
     }
   });
 }
