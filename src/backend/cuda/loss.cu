@@ -103,7 +103,7 @@ int ce_threads(int64_t V, int P) {
 
 void check_ce(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& a, const char* an,
               const Tensor& b, const char* bn) {
-  LT_CHECK(logits.dim() == 2 && logits.is_contiguous(),
+  LT_CHECK(logits.defined() && targets.defined() && logits.dim() == 2 && logits.is_contiguous(),
            std::string(op) + ": logits must be a contiguous [N, V] tensor", "the CUDA kernel reads rows directly",
            "");
   const int64_t N = logits.size(0);
@@ -113,7 +113,7 @@ void check_ce(const char* op, const Tensor& logits, const Tensor& targets, const
            std::string(op) + ": targets must be a contiguous i64/i32 [" + std::to_string(N) + "] tensor",
            "one class index per row", "");
   for (auto [t, name] : {std::pair{&a, an}, std::pair{&b, bn}})
-    LT_CHECK(t->dtype() == DType::F32 && t->numel() == N && t->is_contiguous(),
+    LT_CHECK(t->defined() && t->dtype() == DType::F32 && t->numel() == N && t->is_contiguous(),
              std::string(op) + ": " + name + " must be a contiguous f32 [" + std::to_string(N) + "] tensor",
              "per-row statistics are f32", "");
 }
@@ -146,7 +146,7 @@ void CudaBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const
 void CudaBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                     const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
   check_ce("cross_entropy_bwd", logits, targets, dloss, "dloss", lse, "lse");
-  LT_CHECK(dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
+  LT_CHECK(dlogits.defined() && dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
            "cross_entropy_bwd: dlogits must be contiguous with the logits' shape and dtype",
            "the kernel writes it row by row", "");
   const int64_t N = logits.size(0), V = logits.size(1);

@@ -225,7 +225,7 @@ void check_rows(const char* op, const Tensor& t, int64_t N, int64_t C, const cha
            "the CUDA kernel expects row-major rows of the normalised size", "");
 }
 void check_vec(const char* op, const Tensor& t, int64_t n, DType dt, const char* name) {
-  LT_CHECK(t.numel() == n && t.dtype() == dt && t.is_contiguous(),
+  LT_CHECK(t.defined() && t.numel() == n && t.dtype() == dt && t.is_contiguous(),
            std::string(op) + ": " + name + " must be a contiguous " + dtype_name(dt) + " vector of " +
                std::to_string(n) + " elements",
            "the CUDA kernel reads/writes it directly", "");
