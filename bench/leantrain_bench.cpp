@@ -1,0 +1,209 @@
+// The leantrain side of the GPU benches (run by scripts under bench/, next to PyTorch peers).
+//   parity     load weights + batches written by bench/peers/parity.py, write logits, loss,
+//              every parameter gradient, and the loss curve of N AdamW steps
+//   throughput GPT-2 training steps on random tokens; one JSON line with ms/step, tokens/s,
+//              MFU, peak allocated and reserved bytes
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "leantrain/models.h"
+#include "leantrain/ops.h"
+#include "leantrain/optim.h"
+#include "leantrain/safetensors.h"
+
+using namespace lt;
+
+namespace {
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv, int first) {
+  std::map<std::string, std::string> f;
+  for (int i = first; i < argc; ++i) {
+    std::string k = argv[i];
+    LT_CHECK(k.rfind("--", 0) == 0 && i + 1 < argc, "bad argument '" + k + "'", "flags are --name value",
+             "see bench/leantrain_bench.cpp");
+    f[k.substr(2)] = argv[++i];
+  }
+  return f;
+}
+
+std::string need(const std::map<std::string, std::string>& f, const std::string& k) {
+  auto it = f.find(k);
+  LT_CHECK(it != f.end(), "missing --" + k, "this mode needs it", "pass --" + k);
+  return it->second;
+}
+
+std::string get(const std::map<std::string, std::string>& f, const std::string& k, const std::string& dflt) {
+  auto it = f.find(k);
+  return it == f.end() ? dflt : it->second;
+}
+
+std::string read_text(const std::string& path) {
+  FILE* fp = std::fopen(path.c_str(), "rb");
+  LT_CHECK(fp, "cannot open " + path, "fopen failed", "check the path");
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, fp)) > 0) s.append(buf, n);
+  std::fclose(fp);
+  return s;
+}
+
+// Batch i of a stacked [N, ...] tensor.
+Tensor batch_at(const Tensor& stacked, int64_t i) { return contiguous(select(stacked, 0, i)); }
+
+int parity(const std::map<std::string, std::string>& f) {
+  const Device dev = Device::parse(get(f, "device", "cuda"));
+  const DType dtype = parse_dtype(get(f, "dtype", "f32"));
+  const int64_t steps = std::stoll(get(f, "steps", "0"));
+  const double lr = std::stod(get(f, "lr", "1e-3"));
+  std::string cfg = read_text(need(f, "config"));
+  if (cfg.find("model_type") == std::string::npos) {  // tell the factory which family
+    size_t brace = cfg.find('{');
+    cfg.insert(brace + 1, "\"model_type\": \"" + need(f, "kind") + "\", ");
+  }
+  nn::InitOptions init{dev, dtype, 0};
+  std::shared_ptr<models::Model> model;
+  {
+    MemoryCategoryScope s(Category::Parameter);
+    model = models::create_model_from_json(cfg, init);
+  }
+  model->eval();  // dropout off (PyTorch side has p = 0 too)
+  const std::string weights = need(f, "weights");
+  io::load_module(*model, weights);
+  std::map<std::string, Tensor> data;
+  {
+    MemoryCategoryScope s(Category::Input);
+    data = io::load_safetensors(need(f, "batches"), dev);
+  }
+  const bool gpt = model->model_type() == "gpt2";
+  const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
+  const Tensor& ys = data.at("labels");
+  for (auto& p : model->parameters()) p.set_requires_grad(true);
+
+  std::vector<std::pair<std::string, Tensor>> out;
+  {
+    MemoryCategoryScope s(Category::Activation);
+    Tensor x = batch_at(xs, 0), y = batch_at(ys, 0);
+    Tensor logits = model->forward(x);
+    Tensor loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(y, {-1}));
+    loss.backward();
+    out.push_back({"logits", cast(logits.detach(), DType::F32)});
+    out.push_back({"loss", reshape(cast(loss.detach(), DType::F32), {1})});
+  }
+  for (auto& [name, p] : model->named_parameters()) {
+    LT_CHECK(p.grad().defined(), "no gradient for " + name, "backward did not reach it", "check the model");
+    out.push_back({"grad." + name, cast(p.grad(), DType::F32)});
+  }
+  if (steps > 0) {
+    io::load_module(*model, weights);  // the same start as PyTorch's fresh model
+    zero_grad(model->parameters(), true);
+    AdamWOptions o;
+    o.lr = lr;
+    o.weight_decay = 0.0;
+    AdamW opt(model->named_parameters(), o);
+    std::vector<float> curve;
+    for (int64_t i = 0; i < steps; ++i) {
+      Tensor loss;
+      {
+        MemoryCategoryScope s(Category::Activation);
+        Tensor logits = model->forward(batch_at(xs, i));
+        loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(batch_at(ys, i), {-1}));
+        loss.backward();
+      }
+      opt.step();
+      opt.zero_grad(true);
+      curve.push_back(float(loss.item()));
+    }
+    out.push_back({"losses", from_vector(curve, {steps})});
+  }
+  io::save_safetensors(need(f, "out"), out);
+  std::printf("parity: wrote %zu tensors to %s\n", out.size(), need(f, "out").c_str());
+  return 0;
+}
+
+int throughput(const std::map<std::string, std::string>& f) {
+  const Device dev = Device::parse(get(f, "device", "cuda"));
+  const DType dtype = parse_dtype(get(f, "dtype", "bf16"));
+  const int64_t B = std::stoll(get(f, "batch", "16")), T = std::stoll(get(f, "seq", "1024"));
+  const int64_t warmup = std::stoll(get(f, "warmup", "5")), steps = std::stoll(get(f, "steps", "20"));
+  nn::InitOptions init{dev, dtype, 0};
+  std::shared_ptr<models::Model> model;
+  {
+    MemoryCategoryScope s(Category::Parameter);
+    model = models::create_model(get(f, "model", "gpt2-124m"), init);
+  }
+  model->eval();  // no dropout: the PyTorch peer runs with p = 0
+  for (auto& p : model->parameters()) p.set_requires_grad(true);
+  AdamWOptions o;
+  o.lr = 3e-4;
+  o.weight_decay = 0.1;
+  o.state_dtype = DType::F32;
+  AdamW opt(decay_groups(model->named_parameters()), o);
+  const auto& cfg = dynamic_cast<models::GPT2&>(*model).config();
+  const int64_t V = cfg.vocab_size;
+  Generator gen(7);
+  Backend& be = backend_for(dev);
+  std::vector<double> ms;
+  double last_loss = 0;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    Tensor x, y;
+    {
+      MemoryCategoryScope s(Category::Input);
+      Tensor r = rand_uniform({B, T + 1}, gen, 0.0f, float(V) - 0.5f, DType::F32, dev);
+      Tensor ids = cast(r, DType::I64);
+      x = contiguous(slice(ids, 1, 0, T));
+      y = contiguous(slice(ids, 1, 1, T + 1));
+    }
+    if (i == warmup) allocator_for(dev).reset_peak_stats();
+    be.synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor loss;
+    {
+      MemoryCategoryScope s(Category::Activation);
+      loss = model->loss(x, y);
+      loss.backward();
+    }
+    opt.step();
+    opt.zero_grad(true);
+    be.synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (i + 1 == warmup + steps) last_loss = loss.item();
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const double n_params = double(model->num_parameters());
+  const double flops_per_token = 6 * n_params + 12.0 * double(cfg.n_layer) * double(T) * double(cfg.n_embd);
+  const double tok_s = double(B * T) / (med / 1e3);
+  MemoryStats st = allocator_for(dev).stats();
+  std::printf(
+      "{\"system\": \"leantrain\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
+      "\"peak_allocated\": %lld, \"peak_reserved\": %lld, \"final_loss\": %.4f, \"batch\": %lld, \"seq\": %lld, "
+      "\"steps\": %lld}\n",
+      dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
+      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string mode = argc > 1 ? argv[1] : "";
+    auto flags = parse_flags(argc, argv, 2);
+    if (mode == "parity") return parity(flags);
+    if (mode == "throughput") return throughput(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput --flag value ...\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());
+    return 1;
+  }
+}
