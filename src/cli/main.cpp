@@ -1,2 +1,4 @@
-#include <cstdio>
-int main() { std::puts("leantrain: CLI not built yet"); return 0; }
+// `leantrain`: see cli/cli.h. All the work (and every catch) is in lt::cli::run.
+#include "cli/cli.h"
+
+int main(int argc, char** argv) { return lt::cli::run(argc, argv); }

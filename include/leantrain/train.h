@@ -1,0 +1,127 @@
+// A training run: what to train (RunConfig), the loop that trains it (train()), its checkpoints
+// and the reports it prints (progress line, memory summary). The CLI is a thin layer over this.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "leantrain/device.h"
+#include "leantrain/error.h"
+#include "leantrain/memory.h"
+
+namespace lt {
+
+// A mistake in how leantrain was asked to run (bad flag value, bad combination): exit code 2.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct RunConfig {
+  // What to train.
+  std::string model = "vit-tiny";  // a preset name
+  std::string model_config;        // a Hugging Face config.json; replaces `model` when set
+  std::string data;                // fashion-mnist | fortunes | PATH; empty: the model's default
+  int64_t seq_len = 0;             // GPT context; 0: min(128, the model's n_positions)
+  // Overrides of the preset's sizes (0: keep the preset's): the demo's small ViT uses these.
+  int64_t dim = 0, depth = 0, heads = 0, patch = 0, mlp_dim = 0;
+
+  // How much.
+  int64_t batch = 128;
+  int64_t micro_batch = 0;  // 0: equal to batch (no accumulation)
+  int64_t steps = 0;        // 0: derived from epochs
+  double epochs = 0;        // used when steps == 0 (0 and 0: one epoch)
+
+  // How.
+  std::string optimizer = "adamw";  // sgd | adamw
+  double lr = 1e-3;
+  double momentum = 0.9;       // sgd
+  double weight_decay = 0.05;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  std::string schedule = "cosine";  // constant | cosine
+  int64_t warmup = 0;               // linear warmup steps
+  double min_lr_ratio = 0.0;        // cosine ends at lr * min_lr_ratio
+  double clip = 0.0;                // max global gradient norm; 0: off
+  uint64_t seed = 0;
+
+  // Evaluation, checkpoints, reports.
+  int64_t eval_every = 0;    // steps; 0: only at the end
+  int64_t eval_batches = 0;  // cap on evaluation batches; 0: the whole split
+  std::string save;          // checkpoint directory, written at each evaluation and at the end
+  std::string resume;        // checkpoint directory to continue from
+  std::string device = "auto";  // cpu | cuda | cuda:N | auto
+  int64_t log_every = 0;        // plain-progress period in steps; 0: about 20 lines per run
+  std::string metrics;          // JSON-lines file with every step's loss (for comparisons)
+  int64_t debug_nan_at_step = 0;  // testing only: make the loss NaN at this step
+};
+
+// Checks values and combinations; throws UsageError naming the flag to change.
+void validate(const RunConfig& cfg);
+// auto -> cuda when a GPU answers, else cpu; otherwise Device::parse (a UsageError when unknown).
+Device resolve_device(const std::string& spec);
+
+// The config as stored in a checkpoint (JSON text) and back. Unknown keys are ignored.
+std::string config_to_json(const RunConfig& cfg);
+RunConfig config_from_json(const std::string& json);
+
+// What the loop reports as it goes.
+struct ProgressInfo {
+  int64_t step = 0, total_steps = 0;
+  double epoch = 0;
+  double loss = 0, lr = 0;
+  double items_per_s = 0;  // images/s or tokens/s
+  const char* unit = "img/s";
+  double elapsed_s = 0, eta_s = 0;
+  int64_t mem_current = 0, mem_peak = 0;  // allocated bytes on the run's device
+};
+struct EvalInfo {
+  int64_t step = 0;
+  double loss = 0;
+  std::optional<double> accuracy;  // classifiers only
+};
+struct RunResult {
+  int64_t steps = 0;       // the last step trained (counting resumed ones)
+  double final_loss = 0;   // last training loss
+  std::optional<EvalInfo> eval;  // the last evaluation
+  double seconds = 0;      // wall time of this process's part of the run
+  std::vector<double> losses;    // training loss of each step this process ran
+  Device device;
+  MemoryStats memory;            // the device's allocator at the end, with the model still alive
+};
+
+// Receives reports; the CLI prints them. All callbacks are optional.
+struct RunObserver {
+  std::function<void(const std::string&)> on_message;  // one-off lines ("model: ...")
+  std::function<void(const ProgressInfo&)> on_step;
+  std::function<void(const EvalInfo&)> on_eval;
+  std::function<void(const std::string& dir, int64_t step)> on_save;
+};
+
+// Runs the whole training; throws lt::Error (UsageError, NumericError, ...) on failure.
+// A NumericError leaves the last checkpoint untouched.
+RunResult train(const RunConfig& cfg, const RunObserver& obs = {});
+
+// Sampling from a saved GPT checkpoint, in inference mode.
+struct GenerateConfig {
+  std::string checkpoint;
+  std::string prompt;
+  int64_t max_new_tokens = 100;
+  double temperature = 1.0;
+  int64_t top_k = 0;  // 0: no cut
+  uint64_t seed = 0;
+  std::string device = "auto";
+};
+// Returns prompt + sampled text; on_text, when given, receives each new piece as it is sampled.
+std::string generate_text(const GenerateConfig& cfg,
+                          const std::function<void(const std::string&)>& on_text = nullptr);
+
+// torch.cuda.memory_summary-like table of the device's allocator: allocated/reserved/requested
+// rows, then one row per category, each with current and peak.
+std::string memory_summary(Device d);                          // the allocator's stats now
+std::string memory_summary(Device d, const MemoryStats& stats);  // a snapshot of them
+std::string format_bytes(int64_t bytes);
+std::string format_duration(double seconds);  // "1m05s", "12.3s", "2h03m"
+
+}  // namespace lt

@@ -1,0 +1,34 @@
+// `leantrain generate`: samples from a GPT checkpoint written by `leantrain train --save`.
+// The prompt is printed first, then each sampled piece as soon as it exists.
+#include "cli/cli.h"
+
+namespace lt::cli {
+
+void add_generate_flags(CLI::App& cmd, GenerateConfig& c) {
+  cmd.footer("Example: leantrain generate --checkpoint runs/gpt --prompt \"The \" --max-new-tokens 200 --top-k 40");
+  cmd.add_option("--checkpoint", c.checkpoint, "Checkpoint directory written by 'leantrain train --save'")->required();
+  cmd.add_option("--prompt", c.prompt, "Text to continue")->capture_default_str();
+  cmd.add_option("--max-new-tokens", c.max_new_tokens, "Tokens (bytes) to sample")->capture_default_str();
+  cmd.add_option("--temperature", c.temperature, "Softmax temperature (0: greedy)")->capture_default_str();
+  cmd.add_option("--top-k", c.top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
+  cmd.add_option("--seed", c.seed, "Sampling seed")->capture_default_str();
+  cmd.add_option("--device", c.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+}
+
+int run_generate(const GenerateConfig& cfg) {
+  bool started = false;
+  generate_text(cfg, [&](const std::string& piece) {
+    if (!started) {
+      std::fputs(cfg.prompt.c_str(), stdout);
+      started = true;
+    }
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+  });
+  if (!started) std::fputs(cfg.prompt.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace lt::cli

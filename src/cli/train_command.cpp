@@ -1,0 +1,82 @@
+// `leantrain train`: one flag per RunConfig field, then the run with its progress, final metrics
+// and the memory table. The defaults are the demo (a small ViT on Fashion-MNIST).
+#include "cli/cli.h"
+#include "train/progress.h"
+
+namespace lt::cli {
+
+void add_train_flags(CLI::App& cmd, RunConfig& c) {
+  cmd.footer("Example: leantrain train --model gpt2-tiny --data fortunes --steps 200 --lr 3e-4 --save runs/gpt");
+  const char* what = "Model and data";
+  cmd.add_option("--model", c.model, "Preset: vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
+  cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a directory/file (default: fashion-mnist for ViT, fortunes for GPT)")
+      ->group(what);
+  cmd.add_option("--seq-len", c.seq_len, "GPT context length (0: min(128, the model's))")->capture_default_str()->group(what);
+  cmd.add_option("--dim", c.dim, "Override the preset's width (0: keep)")->group(what);
+  cmd.add_option("--depth", c.depth, "Override the preset's number of blocks (0: keep)")->group(what);
+  cmd.add_option("--heads", c.heads, "Override the preset's attention heads (0: keep)")->group(what);
+  cmd.add_option("--patch", c.patch, "Override the ViT patch size (0: keep)")->group(what);
+  cmd.add_option("--mlp-dim", c.mlp_dim, "Override the MLP width (0: keep)")->group(what);
+
+  what = "Batching and length";
+  cmd.add_option("--batch", c.batch, "Samples per optimizer step")->capture_default_str()->group(what);
+  cmd.add_option("--micro-batch", c.micro_batch, "Samples per forward/backward; the batch is accumulated (0: = batch)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--steps", c.steps, "Optimizer steps (0: from --epochs)")->capture_default_str()->group(what);
+  cmd.add_option("--epochs", c.epochs, "Passes over the training data, may be fractional (used when --steps is 0)")
+      ->capture_default_str()->group(what);
+
+  what = "Optimizer";
+  cmd.add_option("--optimizer", c.optimizer, "sgd or adamw")->capture_default_str()->group(what);
+  cmd.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str()->group(what);
+  cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()->group(what);
+  cmd.add_option("--weight-decay", c.weight_decay, "Decoupled weight decay")->capture_default_str()->group(what);
+  cmd.add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str()->group(what);
+  cmd.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str()->group(what);
+  cmd.add_option("--eps", c.eps, "AdamW epsilon")->capture_default_str()->group(what);
+  cmd.add_option("--schedule", c.schedule, "constant or cosine")->capture_default_str()->group(what);
+  cmd.add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str()->group(what);
+  cmd.add_option("--min-lr-ratio", c.min_lr_ratio, "Cosine ends at lr * this")->capture_default_str()->group(what);
+  cmd.add_option("--clip", c.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()->group(what);
+  cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str()->group(what);
+
+  what = "Evaluation, checkpoints, output";
+  cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
+  cmd.add_option("--eval-batches", c.eval_batches, "Cap evaluation at N batches (0: the whole split)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--save", c.save, "Checkpoint directory, written at each evaluation and at the end")->group(what);
+  cmd.add_option("--resume", c.resume, "Continue the run saved in this checkpoint directory")->group(what);
+  cmd.add_option("--device", c.device, "cpu, cuda, cuda:N or auto")->capture_default_str()->group(what);
+  cmd.add_option("--log-every", c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--metrics", c.metrics, "Write each step's loss to this JSON-lines file")->group(what);
+  cmd.add_option("--debug-nan-at-step", c.debug_nan_at_step, "testing: poison the loss at this step")->group("");
+}
+
+int run_train(RunConfig cfg) {
+  validate(cfg);
+  ProgressPrinter printer(stdout, is_terminal(stdout), cfg.log_every);
+  RunObserver obs;
+  obs.on_message = [&](const std::string& s) { printer.message(s); };
+  obs.on_step = [&](const ProgressInfo& p) { printer.step(p); };
+  obs.on_eval = [&](const EvalInfo& e) { printer.eval(e); };
+  obs.on_save = [&](const std::string& dir, int64_t step) {
+    printer.message("saved checkpoint " + dir + " (step " + std::to_string(step) + ")");
+  };
+  RunResult r = train(cfg, obs);
+  printer.finish();
+
+  std::printf("\nfinal: steps %lld | train loss %.4f", (long long)r.steps, r.final_loss);
+  if (r.eval) {
+    if (r.eval->accuracy) std::printf(" | test loss %.4f | test accuracy %.2f%%", r.eval->loss, 100.0 * *r.eval->accuracy);
+    else std::printf(" | validation loss %.4f", r.eval->loss);
+  }
+  std::printf(" | time %s\n\n", format_duration(r.seconds).c_str());
+  std::fputs(memory_summary(r.device, r.memory).c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace lt::cli

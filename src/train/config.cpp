@@ -1,0 +1,133 @@
+// RunConfig: validation (every message names the flag to change) and its JSON form, which a
+// checkpoint stores so that --resume and `generate` know what was trained.
+#include <cmath>
+#include <algorithm>
+#include <numeric>
+#include <nlohmann/json.hpp>
+
+#include "leantrain/train.h"
+
+namespace lt {
+
+namespace {
+
+[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
+  throw UsageError(std::move(what), std::move(why), std::move(fix));
+}
+
+void check_positive(int64_t v, const char* flag) {
+  if (v <= 0) usage(std::string(flag) + " " + std::to_string(v), "it must be a positive integer", std::string("pass ") + flag + " 1 or more");
+}
+void check_non_negative(int64_t v, const char* flag) {
+  if (v < 0) usage(std::string(flag) + " " + std::to_string(v), "it must not be negative", std::string("pass ") + flag + " 0 or more");
+}
+void check_finite(double v, const char* flag) {
+  if (!std::isfinite(v)) usage(std::string(flag) + " " + std::to_string(v), "it must be a finite number", std::string("pass a finite ") + flag);
+}
+
+int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, cap); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  if (c.model.empty() && c.model_config.empty())
+    usage("no model given", "--model is empty", "pass --model vit-tiny or --config config.json");
+  check_positive(c.batch, "--batch");
+  check_non_negative(c.micro_batch, "--micro-batch");
+  int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+  if (c.batch % mb != 0)
+    usage("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batch " + std::to_string(mb),
+          "a step accumulates a whole number of micro-batches",
+          "pick a micro-batch that divides the batch, e.g. --micro-batch " +
+              std::to_string(largest_divisor_at_most(c.batch, mb)));
+  check_non_negative(c.steps, "--steps");
+  check_finite(c.epochs, "--epochs");
+  if (c.epochs < 0) usage("--epochs " + std::to_string(c.epochs), "it must not be negative", "pass --epochs 1 or more");
+  check_finite(c.lr, "--lr");
+  if (c.lr <= 0) usage("--lr " + std::to_string(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
+  if (c.optimizer != "sgd" && c.optimizer != "adamw")
+    usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd and adamw", "pass --optimizer sgd or --optimizer adamw");
+  check_finite(c.momentum, "--momentum");
+  if (c.momentum < 0 || c.momentum >= 1) usage("--momentum " + std::to_string(c.momentum), "it must be in [0, 1)", "pass e.g. --momentum 0.9");
+  check_finite(c.weight_decay, "--weight-decay");
+  if (c.weight_decay < 0) usage("--weight-decay " + std::to_string(c.weight_decay), "it must not be negative", "pass e.g. --weight-decay 0.01");
+  for (auto [v, flag] : {std::pair{c.beta1, "--beta1"}, std::pair{c.beta2, "--beta2"}})
+    if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + std::to_string(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
+  if (!(c.eps > 0)) usage("--eps " + std::to_string(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
+  if (c.schedule != "constant" && c.schedule != "cosine")
+    usage("unknown schedule '" + c.schedule + "'", "the schedules are constant and cosine", "pass --schedule constant or --schedule cosine");
+  check_non_negative(c.warmup, "--warmup");
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + std::to_string(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
+  check_finite(c.clip, "--clip");
+  if (c.clip < 0) usage("--clip " + std::to_string(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
+  check_non_negative(c.eval_every, "--eval-every");
+  check_non_negative(c.eval_batches, "--eval-batches");
+  check_non_negative(c.log_every, "--log-every");
+  check_non_negative(c.seq_len, "--seq-len");
+  for (auto [v, flag] : {std::pair{c.dim, "--dim"}, std::pair{c.depth, "--depth"}, std::pair{c.heads, "--heads"},
+                         std::pair{c.patch, "--patch"}, std::pair{c.mlp_dim, "--mlp-dim"}})
+    check_non_negative(v, flag);
+  if (c.dim && c.heads && c.dim % c.heads)
+    usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
+          "each head gets dim/heads channels", "pick a head count that divides the width");
+  resolve_device(c.device);
+}
+
+Device resolve_device(const std::string& spec) {
+  if (spec == "auto") return cuda_available() ? Device::cuda(0) : Device::cpu();
+  Device d;
+  try {
+    d = Device::parse(spec);
+  } catch (const Error& e) {
+    usage(e.what_part(), e.why(), e.fix());
+  }
+  if (d.is_meta()) usage("--device meta", "meta has no data, so it cannot train", "pass --device cpu, cuda or auto");
+  if (d.is_cuda()) {
+    if (!cuda_available())
+      throw Error("--device " + spec, "this binary has no CUDA backend or no GPU answers",
+                  "pass --device cpu (or auto)");
+    if (d.index >= cuda_device_count())
+      usage("--device " + spec, "there are only " + std::to_string(cuda_device_count()) + " GPUs",
+            "pass --device cuda:0 .. cuda:" + std::to_string(cuda_device_count() - 1));
+  }
+  return d;
+}
+
+// Field list shared by both directions, so a field cannot be saved and not restored.
+#define LT_RUN_CONFIG_FIELDS(X)                                                                            \
+  X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
+  X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
+  X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
+  X(device) X(log_every) X(metrics)
+
+std::string config_to_json(const RunConfig& c) {
+  nlohmann::json j;
+#define X(f) j[#f] = c.f;
+  LT_RUN_CONFIG_FIELDS(X)
+#undef X
+  return j.dump(2);
+}
+
+RunConfig config_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    fail("run config is not valid JSON", e.what(), "the checkpoint is damaged; save it again");
+  }
+  RunConfig c;
+  try {
+#define X(f) if (j.contains(#f)) j.at(#f).get_to(c.f);
+    LT_RUN_CONFIG_FIELDS(X)
+#undef X
+  } catch (const std::exception& e) {
+    fail("run config has a field of the wrong type", e.what(), "the checkpoint is damaged; save it again");
+  }
+  return c;
+}
+
+}  // namespace lt

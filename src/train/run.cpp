@@ -1,0 +1,124 @@
+// lt::train: the run around the step. Builds the task and trainer, restores a checkpoint, then
+// steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace lt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Each step's loss as JSON lines; appended when resuming, so the file holds the whole curve.
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool append) {
+    if (path.empty()) return;
+    f_.open(path, append ? std::ios::app : std::ios::trunc);
+    if (!f_) fail("cannot write metrics file '" + path + "'", "it could not be opened", "pass another --metrics path");
+  }
+  void step(int64_t step, const StepOutcome& o) {
+    if (!f_.is_open()) return;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
+                  (long long)step, o.loss, o.lr, o.grad_norm);
+    f_ << buf << std::flush;
+  }
+  void eval(const EvalInfo& e) {
+    if (!f_.is_open()) return;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"eval_loss\": %.17g", (long long)e.step, e.loss);
+    f_ << buf;
+    if (e.accuracy) f_ << ", \"eval_accuracy\": " << *e.accuracy;
+    f_ << "}\n" << std::flush;
+  }
+
+ private:
+  std::ofstream f_;
+};
+
+void say(const RunObserver& obs, const std::string& s) {
+  if (obs.on_message) obs.on_message(s);
+}
+
+}  // namespace
+
+RunResult train(const RunConfig& cfg, const RunObserver& obs) {
+  validate(cfg);
+  Device device = resolve_device(cfg.device);
+  allocator_for(device).reset_peak_stats();
+  std::unique_ptr<Task> task = make_task(cfg, device);
+  Trainer trainer(cfg, *task);
+  if (!cfg.resume.empty()) {
+    load_checkpoint(cfg.resume, trainer);
+    say(obs, "resumed from " + cfg.resume + " at step " + std::to_string(trainer.steps_done()));
+  }
+  const int64_t total = trainer.total_steps();
+  if (trainer.steps_done() >= total)
+    throw UsageError("nothing to train: the checkpoint is at step " + std::to_string(trainer.steps_done()),
+                     "--steps is " + std::to_string(total), "pass a larger --steps to continue training");
+  trainer.start();
+  say(obs, task->description);
+  char line[200];
+  int64_t mb = cfg.micro_batch ? cfg.micro_batch : cfg.batch;
+  std::snprintf(line, sizeof line, "training %lld steps on %s: batch %lld (%lld x micro-batch %lld), %s lr %.3g, %s schedule",
+                (long long)total, device.str().c_str(), (long long)cfg.batch, (long long)(cfg.batch / mb),
+                (long long)mb, cfg.optimizer.c_str(), cfg.lr, cfg.schedule.c_str());
+  say(obs, line);
+
+  MetricsFile metrics(cfg.metrics, !cfg.resume.empty());
+  RunResult result;
+  result.device = device;
+  auto t0 = Clock::now();
+  const int64_t first = trainer.steps_done();
+  int64_t items = 0;
+  auto evaluate_and_save = [&]() {
+    EvalInfo e = trainer.evaluate();
+    result.eval = e;
+    metrics.eval(e);
+    if (obs.on_eval) obs.on_eval(e);
+    if (!cfg.save.empty()) {
+      save_checkpoint(cfg.save, trainer);
+      if (obs.on_save) obs.on_save(cfg.save, trainer.steps_done());
+    }
+  };
+  while (trainer.steps_done() < total) {
+    StepOutcome o = trainer.step();
+    const int64_t s = trainer.steps_done();
+    items += o.items;
+    result.losses.push_back(o.loss);
+    result.final_loss = o.loss;
+    metrics.step(s, o);
+    if (obs.on_step) {
+      double el = seconds_since(t0);
+      MemoryStats ms = allocator_for(device).stats();
+      ProgressInfo p;
+      p.step = s;
+      p.total_steps = total;
+      p.epoch = trainer.epochs_done();
+      p.loss = o.loss;
+      p.lr = o.lr;
+      p.items_per_s = el > 0 ? double(items) / el : 0;
+      p.unit = task->unit;
+      p.elapsed_s = el;
+      p.eta_s = el / double(s - first) * double(total - s);
+      p.mem_current = ms.allocated_bytes.current;
+      p.mem_peak = ms.allocated_bytes.peak;
+      obs.on_step(p);
+    }
+    if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < total) evaluate_and_save();
+  }
+  evaluate_and_save();
+  result.memory = allocator_for(device).stats();
+  result.steps = trainer.steps_done();
+  result.seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace lt

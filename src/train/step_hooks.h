@@ -1,0 +1,38 @@
+// Extension points of the training step. A memory technique that changes the step does it by
+// overriding some of these, not by editing the loop:
+//   mixed precision + loss scaling: scale_loss, grad_pre_scale, after_backward (skip on overflow),
+//     after_step (update the scale), state (the scale goes into the checkpoint);
+//   activation checkpointing: on_start installs forward wrappers on the selected modules;
+//   optimizer step inside backward: on_start registers post-accumulate-grad hooks that call
+//     Optimizer::step_param, and owns_optimizer_step() tells the loop not to step again;
+//   sharding: after_backward reduce-scatters gradients, after_step all-gathers parameters.
+#pragma once
+#include <string>
+
+#include "leantrain/tensor.h"
+
+namespace lt {
+
+class Trainer;
+
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  virtual const char* name() const = 0;
+  // Once, after the model and optimizer exist and before the first step.
+  virtual void on_start(Trainer&) {}
+  // The loss each micro-batch backpropagates (already divided by the accumulation count).
+  virtual Tensor scale_loss(const Tensor& loss) { return loss; }
+  // A factor the gradients still carry after backward (1 / loss scale); the optimizer removes it.
+  virtual float grad_pre_scale() const { return 1.0f; }
+  // After all micro-batches' backward. Return false to skip this optimizer step (e.g. overflow).
+  virtual bool after_backward(Trainer&) { return true; }
+  // True when this hook already stepped the optimizer during backward.
+  virtual bool owns_optimizer_step() const { return false; }
+  virtual void after_step(Trainer&, bool applied) {}
+  // Checkpointed state (JSON text), e.g. the loss scale.
+  virtual std::string state() const { return ""; }
+  virtual void load_state(const std::string&) {}
+};
+
+}  // namespace lt

@@ -1,0 +1,36 @@
+// A task pairs a model with its data: the training loader (micro-batches in a resumable order),
+// the held-out split, and what evaluation reports. The trainer sees only this, so a new model
+// family (BERT, LLaMA) or data set is a new branch of make_task, not a new loop.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "leantrain/data.h"
+#include "leantrain/models.h"
+#include "leantrain/train.h"
+
+namespace lt {
+
+struct Task {
+  std::shared_ptr<models::Model> model;   // parameters on the run's device
+  std::unique_ptr<DataLoader> train;      // batches of the micro-batch size, shuffled, drop_last
+  std::shared_ptr<const Dataset> held_out;  // Fashion-MNIST test split, or validation text
+  bool classifier = false;                // accuracy is reported
+  const char* unit = "img/s";             // "img/s" or "tok/s"
+  std::string tokenizer;                  // "bytes" for text models, "" for images
+  std::string description;                // one line for the log
+  Device device;
+
+  // Images or tokens in a batch (for throughput).
+  int64_t items(const Batch& b) const { return classifier ? b.inputs.size(0) : b.inputs.numel(); }
+};
+
+// Builds the model (parameters under Category::Parameter, on `device`) and loads the data.
+// The preset's image size, channels and classes follow the data; --dim etc. override sizes.
+std::unique_ptr<Task> make_task(const RunConfig& cfg, Device device);
+
+// Loss (and accuracy) over the held-out split in batches of batch_size, at most max_batches
+// (0: all). Call under InferenceModeGuard with the model in eval mode.
+EvalInfo evaluate_task(Task& task, int64_t batch_size, int64_t max_batches);
+
+}  // namespace lt

@@ -1,0 +1,155 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "leantrain/autograd.h"
+
+namespace lt {
+
+namespace {
+
+std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector<NamedTensor>& named) {
+  OptimizerConfig oc;
+  oc.name = c.optimizer;
+  oc.lr = c.lr;
+  oc.weight_decay = c.weight_decay;
+  oc.beta1 = c.beta1;
+  oc.beta2 = c.beta2;
+  oc.eps = c.eps;
+  oc.momentum = c.optimizer == "sgd" ? c.momentum : 0.0;
+  // Biases and norm weights do not decay, as in every transformer recipe.
+  return make_optimizer(oc, decay_groups(named));
+}
+
+LrSchedule build_schedule(const RunConfig& c, int64_t total) {
+  LrSchedule s;
+  s.lr = c.lr;
+  s.warmup_steps = c.warmup;
+  s.total_steps = total;
+  s.min_lr = c.lr * c.min_lr_ratio;
+  if (c.schedule == "cosine") s.kind = LrScheduleKind::WarmupCosine;
+  else s.kind = c.warmup > 0 ? LrScheduleKind::WarmupConstant : LrScheduleKind::Constant;
+  return s;
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+}  // namespace
+
+int64_t total_steps_for(const RunConfig& c, int64_t steps_per_epoch) {
+  if (c.steps > 0) return c.steps;
+  double epochs = c.epochs > 0 ? c.epochs : 1.0;
+  return std::max<int64_t>(1, int64_t(std::ceil(epochs * double(steps_per_epoch))));
+}
+
+int64_t steps_per_epoch(const RunConfig& c, int64_t micro_batches) {
+  int64_t k = c.batch / (c.micro_batch ? c.micro_batch : c.batch);
+  return std::max<int64_t>(1, micro_batches / k);
+}
+
+Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
+  auto named = model().named_parameters();
+  for (auto& [n, p] : named) params_.push_back(p);
+  opt_ = build_optimizer(cfg_, named);
+  total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));
+  schedule_ = build_schedule(cfg_, total_steps_);
+  micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
+  model().train();
+}
+
+double Trainer::epochs_done() const {
+  const DataLoader& l = *task_.train;
+  return double(l.epoch()) + double(l.index()) / double(l.batches_per_epoch());
+}
+
+void Trainer::start() {
+  for (auto& h : hooks_) h->on_start(*this);
+}
+
+StepOutcome Trainer::step() {
+  StepOutcome out;
+  const int64_t k = cfg_.batch / micro_batch_;
+  const int64_t step_number = step_ + 1;  // 1-based, as printed
+  double loss_sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    Batch b;
+    {
+      MemoryCategoryScope in(Category::Input);
+      b = loader().next();
+    }
+    MemoryCategoryScope act(Category::Activation);
+    Tensor loss = model().loss(b.inputs, b.targets);
+    if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
+    double value = loss.item();
+    if (!std::isfinite(value)) {
+      std::string where = "at step " + std::to_string(step_number) +
+                          (k > 1 ? " (micro-batch " + std::to_string(i + 1) + " of " + std::to_string(k) + ")" : "");
+      throw NumericError("the training loss is " + std::string(std::isnan(value) ? "NaN" : "infinite") + " " + where,
+                         "training diverged" + (step_ > 0 ? std::string() : std::string(" at once")),
+                         "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+                             ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
+    }
+    loss_sum += value;
+    out.items += task_.items(b);
+    Tensor scaled = k > 1 ? scale(loss, 1.0 / double(k)) : loss;
+    for (auto& h : hooks_) scaled = h->scale_loss(scaled);
+    b = Batch();  // the inputs are not needed by backward unless a node saved them
+    loss = Tensor();
+    scaled.backward();
+  }
+  out.loss = loss_sum / double(k);
+
+  bool apply = true;
+  for (auto& h : hooks_) apply = h->after_backward(*this) && apply;
+  bool owned = false;
+  for (auto& h : hooks_) owned = owned || h->owns_optimizer_step();
+
+  out.lr = schedule_.at(step_);
+  opt_->set_lr(out.lr);
+  if (apply && !owned) {
+    float pre = 1.0f;
+    for (auto& h : hooks_) pre *= h->grad_pre_scale();
+    GradNorm gn;
+    {
+      MemoryCategoryScope ws(Category::Workspace);
+      gn = clip_grad_norm(params_, cfg_.clip, pre);
+    }
+    out.grad_norm = gn.norm;
+    if (!gn.finite())
+      throw NumericError("the gradient norm is " + fmt(gn.norm) + " at step " + std::to_string(step_number),
+                         "training diverged (the loss was " + fmt(out.loss) + ")",
+                         "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+                             ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
+    MemoryCategoryScope st(Category::OptimizerState);
+    opt_->step(gn.grad_scale);
+  }
+  out.applied = apply;
+  opt_->zero_grad(true);
+  for (auto& h : hooks_) h->after_step(*this, apply);
+  ++step_;
+  return out;
+}
+
+EvalInfo Trainer::evaluate() {
+  InferenceModeGuard inference;
+  MemoryCategoryScope act(Category::Activation);
+  model().eval();
+  EvalInfo e;
+  try {
+    e = evaluate_task(task_, micro_batch_, cfg_.eval_batches);
+  } catch (...) {
+    model().train();
+    throw;
+  }
+  model().train();
+  e.step = step_;
+  return e;
+}
+
+}  // namespace lt

@@ -1,0 +1,65 @@
+// The training step, in one place: micro-batches of forward + backward (gradient accumulation),
+// then clipping and the optimizer update, with StepHooks at each seam. Memory categories are set
+// here, so every byte of a step lands under its owner: batches under input, forward/backward
+// temporaries under activation, .grad under gradient, optimizer state under optimizer_state.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "leantrain/optim.h"
+#include "train/step_hooks.h"
+#include "train/task.h"
+
+namespace lt {
+
+struct StepOutcome {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  bool applied = true;   // false when a hook skipped the update
+  int64_t items = 0;     // images or tokens consumed
+};
+
+class Trainer {
+ public:
+  Trainer(const RunConfig& cfg, Task& task);
+
+  void add_hook(std::unique_ptr<StepHook> h) { hooks_.push_back(std::move(h)); }
+  // Runs on_start of every hook; call once before the first step.
+  void start();
+  // One optimizer step. Throws NumericError (naming the step) when the loss is NaN/inf.
+  StepOutcome step();
+  // Held-out evaluation under inference mode; the model is back in training mode after.
+  EvalInfo evaluate();
+
+  int64_t steps_done() const { return step_; }
+  int64_t total_steps() const { return total_steps_; }
+  double epochs_done() const;
+
+  Task& task() { return task_; }
+  models::Model& model() { return *task_.model; }
+  Optimizer& optimizer() { return *opt_; }
+  DataLoader& loader() { return *task_.train; }
+  const std::vector<std::unique_ptr<StepHook>>& hooks() const { return hooks_; }
+  const RunConfig& config() const { return cfg_; }
+  Device device() const { return task_.device; }
+
+  // Restores the step counter (the rest is restored by the checkpoint reader).
+  void set_steps_done(int64_t s) { step_ = s; }
+
+ private:
+  RunConfig cfg_;
+  Task& task_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<Optimizer> opt_;
+  LrSchedule schedule_;
+  std::vector<std::unique_ptr<StepHook>> hooks_;
+  int64_t step_ = 0, total_steps_ = 0, micro_batch_ = 0;
+};
+
+// Steps a run takes: --steps, else ceil(--epochs x steps per epoch), one epoch by default.
+int64_t total_steps_for(const RunConfig& cfg, int64_t steps_per_epoch);
+// Optimizer steps in one pass over `micro_batches` micro-batches (at least 1).
+int64_t steps_per_epoch(const RunConfig& cfg, int64_t micro_batches);
+
+}  // namespace lt
