@@ -83,7 +83,8 @@ Tensor ViT::forward(const Tensor& images_in, const Tensor& mask) {
   x = concat({expand(*class_token_, {B, 1, D}), x}, 1);
   x = (*drop_)(add(x, *pos_embedding_));
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x);
-  x = select((*ln_)(x), 1, 0);  // class token [B, D]
+  // LayerNorm is per token, so normalising only the class token equals torchvision's ln-then-slice.
+  x = (*ln_)(select(x, 1, 0));  // [B, D]
   return (*head_)(x);
 }
 
