@@ -62,4 +62,26 @@ Tensor contiguous_data(const Tensor& x) {
   return out;
 }
 
+Tensor rows_view(const Tensor& x) {
+  LT_ASSERT(x.is_contiguous() && x.dim() >= 1);
+  const int64_t last = x.size(-1);
+  const int64_t rows = last == 0 ? 0 : x.numel() / last;
+  return make_view(x, {rows, last}, {last, 1}, x.offset());
+}
+
+std::vector<int64_t> read_indices(const Tensor& ids) {
+  LT_ASSERT(ids.is_contiguous() && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32));
+  if (ids.device().is_meta()) return {};
+  const int64_t n = ids.numel();
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  if (ids.dtype() == DType::I64) {
+    backend_of(ids).copy_to_host(out.data(), ids);
+  } else {
+    std::vector<int32_t> tmp(static_cast<size_t>(n));
+    backend_of(ids).copy_to_host(tmp.data(), ids);
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = tmp[size_t(i)];
+  }
+  return out;
+}
+
 }  // namespace lt::detail

@@ -24,4 +24,12 @@ Tensor contiguous_data(const Tensor& x);
 
 inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 
+// Dtype of auxiliary statistics (mean, rstd, lse, per-row loss): f32, or f64 for f64 inputs.
+inline DType aux_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+// A contiguous view of x as [numel / last, last] (row-wise kernels take 2-D operands).
+Tensor rows_view(const Tensor& x);
+// Host copy of a contiguous i32/i64 index tensor, read without the allocator (so the
+// allocation trace is the same on every backend). Empty on meta: there are no values.
+std::vector<int64_t> read_indices(const Tensor& ids);
+
 }  // namespace lt::detail

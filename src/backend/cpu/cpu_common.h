@@ -2,6 +2,7 @@
 // and a strided index walker.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "leantrain/dtype.h"
@@ -31,6 +32,12 @@ template <class T> inline acc_t<T> ld(const T* p, int64_t i) { return acc_t<T>(l
 template <> inline double ld<double>(const double* p, int64_t i) { return p[i]; }
 template <class T> inline void st(T* p, int64_t i, acc_t<T> v) { store(p, i, float(v)); }
 template <> inline void st<double>(double* p, int64_t i, double v) { p[i] = v; }
+
+// Auxiliary statistics (mean, rstd, lse, per-row losses) are stored in the accumulation type.
+template <class A> A* aux_data(const Tensor& t) {
+  LT_ASSERT(t.dtype() == (std::is_same_v<A, double> ? DType::F64 : DType::F32));
+  return t.data<A>();
+}
 
 // Calls f(T{}) with T the C++ storage type of a floating dtype.
 template <class F> void dispatch_float(DType t, F&& f) {

@@ -1,12 +1,191 @@
-// STUB: replaced by the norms/softmax implementation.
+// Row-wise layer norm, RMS norm and softmax: x is [N, C], one row at a time. Each row is
+// widened once into an accumulation-type buffer (f32, f64 for f64), so 16-bit storage
+// rounds only on the final store. Variance is two-pass (sum of (x - mean)^2): it does
+// not cancel catastrophically the way E[x^2] - E[x]^2 does for rows with a large mean.
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "backend/cpu/cpu_backend.h"
-#include "leantrain/error.h"
+#include "backend/cpu/cpu_common.h"
+
 namespace lt {
-#define TODO fail("not implemented yet", __func__, "")
-void CpuBackend::layernorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { TODO; }
-void CpuBackend::layernorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { TODO; }
-void CpuBackend::rmsnorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) { TODO; }
-void CpuBackend::rmsnorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { TODO; }
-void CpuBackend::softmax_fwd(const Tensor&, const Tensor&) { TODO; }
-void CpuBackend::softmax_bwd(const Tensor&, const Tensor&, const Tensor&) { TODO; }
+using namespace cpu;
+
+namespace {
+
+// Row count and width of a [..., C] operand.
+struct Rows {
+  int64_t n, c;
+  explicit Rows(const Tensor& x) : n(0), c(x.size(-1)) { n = c ? x.numel() / c : 0; }
+};
+
+template <class T> void widen_row(std::vector<acc_t<T>>& buf, const T* p, int64_t c) {
+  for (int64_t j = 0; j < c; ++j) buf[size_t(j)] = ld(p, j);
 }
+
+// A [C] vector in the accumulation type (all ones when undefined).
+template <class T> std::vector<acc_t<T>> widen_vec(const Tensor& t, int64_t c, acc_t<T> fill) {
+  std::vector<acc_t<T>> out(size_t(c), fill);
+  if (t.defined()) widen_row(out, t.data<T>(), c);
+  return out;
+}
+
+template <class T> void store_vec(const Tensor& t, const std::vector<acc_t<T>>& v) {
+  if (!t.defined()) return;
+  T* p = t.data<T>();
+  for (size_t j = 0; j < v.size(); ++j) st(p, int64_t(j), v[j]);
+}
+
+}  // namespace
+
+void CpuBackend::layernorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                               const Tensor& w, const Tensor& b, float eps) {
+  const Rows r(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1)), bv = widen_vec<T>(b, r.c, A(0));
+    std::vector<A> row(size_t(r.c));
+    A* pm = aux_data<A>(mean);
+    A* pr = aux_data<A>(rstd);
+    for (int64_t i = 0; i < r.n; ++i) {
+      widen_row(row, x.data<T>() + i * r.c, r.c);
+      A s = 0;
+      for (A v : row) s += v;
+      const A mu = s / A(r.c);
+      A ss = 0;
+      for (A v : row) ss += (v - mu) * (v - mu);
+      const A rs = A(1) / std::sqrt(ss / A(r.c) + A(eps));
+      T* py = y.data<T>() + i * r.c;
+      for (int64_t j = 0; j < r.c; ++j) st(py, j, (row[size_t(j)] - mu) * rs * wv[size_t(j)] + bv[size_t(j)]);
+      pm[i] = mu;
+      pr[i] = rs;
+    }
+  });
+}
+
+// With xhat = (x - mean) * rstd and g = dy * w:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dw = sum_rows dy * xhat, db = sum_rows dy.
+void CpuBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                               const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const Rows r(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1));
+    std::vector<A> xh(size_t(r.c)), g(size_t(r.c)), dwv(size_t(r.c), A(0)), dbv(size_t(r.c), A(0));
+    const A* pm = aux_data<A>(mean);
+    const A* pr = aux_data<A>(rstd);
+    for (int64_t i = 0; i < r.n; ++i) {
+      const T* px = x.data<T>() + i * r.c;
+      const T* pdy = dy.data<T>() + i * r.c;
+      A sg = 0, sgx = 0;
+      for (int64_t j = 0; j < r.c; ++j) {
+        const A d = ld(pdy, j);
+        xh[size_t(j)] = (ld(px, j) - pm[i]) * pr[i];
+        g[size_t(j)] = d * wv[size_t(j)];
+        sg += g[size_t(j)];
+        sgx += g[size_t(j)] * xh[size_t(j)];
+        dwv[size_t(j)] += d * xh[size_t(j)];
+        dbv[size_t(j)] += d;
+      }
+      sg /= A(r.c);
+      sgx /= A(r.c);
+      T* pdx = dx.data<T>() + i * r.c;
+      for (int64_t j = 0; j < r.c; ++j) st(pdx, j, pr[i] * (g[size_t(j)] - sg - xh[size_t(j)] * sgx));
+    }
+    store_vec<T>(dw, dwv);
+    store_vec<T>(db, dbv);
+  });
+}
+
+void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+  const Rows r(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1));
+    std::vector<A> row(size_t(r.c));
+    for (int64_t i = 0; i < r.n; ++i) {
+      widen_row(row, x.data<T>() + i * r.c, r.c);
+      A ss = 0;
+      for (A v : row) ss += v * v;
+      const A rs = A(1) / std::sqrt(ss / A(r.c) + A(eps));
+      T* py = y.data<T>() + i * r.c;
+      for (int64_t j = 0; j < r.c; ++j) st(py, j, row[size_t(j)] * rs * wv[size_t(j)]);
+      aux_data<A>(rstd)[i] = rs;
+    }
+  });
+}
+
+// xhat = x * rstd, g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows dy * xhat.
+void CpuBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                             const Tensor& rstd) {
+  const Rows r(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1));
+    std::vector<A> xh(size_t(r.c)), g(size_t(r.c)), dwv(size_t(r.c), A(0));
+    const A* pr = aux_data<A>(rstd);
+    for (int64_t i = 0; i < r.n; ++i) {
+      const T* px = x.data<T>() + i * r.c;
+      const T* pdy = dy.data<T>() + i * r.c;
+      A sgx = 0;
+      for (int64_t j = 0; j < r.c; ++j) {
+        const A d = ld(pdy, j);
+        xh[size_t(j)] = ld(px, j) * pr[i];
+        g[size_t(j)] = d * wv[size_t(j)];
+        sgx += g[size_t(j)] * xh[size_t(j)];
+        dwv[size_t(j)] += d * xh[size_t(j)];
+      }
+      sgx /= A(r.c);
+      T* pdx = dx.data<T>() + i * r.c;
+      for (int64_t j = 0; j < r.c; ++j) st(pdx, j, pr[i] * (g[size_t(j)] - xh[size_t(j)] * sgx));
+    }
+    store_vec<T>(dw, dwv);
+  });
+}
+
+// A row that is all -inf (everything masked) gives zeros rather than 0/0.
+void CpuBackend::softmax_fwd(const Tensor& y, const Tensor& x) {
+  const Rows r(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    std::vector<A> row(size_t(r.c));
+    for (int64_t i = 0; i < r.n; ++i) {
+      widen_row(row, x.data<T>() + i * r.c, r.c);
+      A mx = -std::numeric_limits<A>::infinity();
+      for (A v : row) mx = v > mx ? v : mx;
+      T* py = y.data<T>() + i * r.c;
+      if (mx == -std::numeric_limits<A>::infinity()) {
+        for (int64_t j = 0; j < r.c; ++j) st(py, j, A(0));
+        continue;
+      }
+      A s = 0;
+      for (A& v : row) s += (v = std::exp(v - mx));
+      for (int64_t j = 0; j < r.c; ++j) st(py, j, row[size_t(j)] / s);
+    }
+  });
+}
+
+// dx = y * (dy - sum(dy * y))
+void CpuBackend::softmax_bwd(const Tensor& dx, const Tensor& dy, const Tensor& y) {
+  const Rows r(y);
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    for (int64_t i = 0; i < r.n; ++i) {
+      const T* py = y.data<T>() + i * r.c;
+      const T* pdy = dy.data<T>() + i * r.c;
+      A dot = 0;
+      for (int64_t j = 0; j < r.c; ++j) dot += ld(py, j) * ld(pdy, j);
+      T* pdx = dx.data<T>() + i * r.c;
+      for (int64_t j = 0; j < r.c; ++j) st(pdx, j, ld(py, j) * (ld(pdy, j) - dot));
+    }
+  });
+}
+
+}  // namespace lt

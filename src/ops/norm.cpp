@@ -1,0 +1,104 @@
+// layer_norm, rms_norm and softmax over the last dim. The kernels see 2-D [rows, C] views;
+// statistics (mean, rstd) are kept in f32 (f64 for f64) and saved for the backward, which
+// needs them with x and w. Nothing is saved when no gradient will flow.
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+// Checks that an affine parameter is a [C] vector of x's dtype.
+void check_affine(const char* op, const Tensor& x, const Tensor& p, const char* name) {
+  check_same_dtype(op, x, p);
+  LT_CHECK(p.dim() == 1 && p.size(0) == x.size(-1),
+           std::string(op) + ": " + name + " has shape " + shape_str(p.shape()),
+           "it must be [" + std::to_string(x.size(-1)) + "] to match the last dim of input " + shape_str(x.shape()),
+           "create it with the normalised size");
+}
+
+void check_norm_input(const char* op, const Tensor& x) {
+  check_floating(op, x);
+  LT_CHECK(x.dim() >= 1 && x.size(-1) > 0, std::string(op) + ": input of shape " + shape_str(x.shape()),
+           "it needs a non-empty last dimension to normalise over", "pass a tensor shaped [..., C]");
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in, double eps) {
+  OpNameScope op("layer_norm");
+  Device dev = common_device("layer_norm", {x, w_in, b_in});
+  check_norm_input("layer_norm", x);
+  LT_CHECK(w_in.defined(), "layer_norm: no weight", "the kernels need a [C] weight", "pass ones([C]) for none");
+  check_affine("layer_norm", x, w_in, "weight");
+  if (b_in.defined()) check_affine("layer_norm", x, b_in, "bias");
+  Tensor xc = contiguous(x), w = contiguous(w_in), b = b_in.defined() ? contiguous(b_in) : Tensor();
+  const int64_t C = x.size(-1), N = x.numel() / C;
+  const DType aux = aux_dtype(x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+  Tensor mu = Tensor::empty({N}, aux, dev);
+  Tensor rstd = Tensor::empty({N}, aux, dev);
+  backend_for(dev).layernorm_fwd(rows_view(y), mu, rstd, rows_view(xc), w, b, float(eps));
+  const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = b.defined() && b.requires_grad();
+  // The kernel path (dx or dw) reads x, w, mean, rstd; a bias-only gradient reads nothing.
+  const bool kernel = need_x || need_w;
+  Tensor sx = kernel ? xc : Tensor(), sw = kernel ? w : Tensor();
+  Tensor smu = kernel ? mu : Tensor(), srstd = kernel ? rstd : Tensor();
+  Shape xs = x.shape();
+  record(y, "layer_norm", {xc, w, b}, [=](const Tensor& g) {
+    Tensor g2 = rows_view(contiguous_data(g));
+    Tensor dx, dw, db;
+    if (kernel) {
+      dx = Tensor::empty(xs, g.dtype(), g.device());
+      if (need_w) dw = Tensor::empty({C}, g.dtype(), g.device());
+      if (need_b) db = Tensor::empty({C}, g.dtype(), g.device());
+      backend_of(g).layernorm_bwd(rows_view(dx), dw, db, g2, rows_view(sx), sw, smu, srstd);
+      if (!need_x) dx = Tensor();
+    } else {
+      db = sum_to(g2, {C});
+    }
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
+  OpNameScope op("rms_norm");
+  Device dev = common_device("rms_norm", {x, w_in});
+  check_norm_input("rms_norm", x);
+  LT_CHECK(w_in.defined(), "rms_norm: no weight", "the kernels need a [C] weight", "pass ones([C]) for none");
+  check_affine("rms_norm", x, w_in, "weight");
+  Tensor xc = contiguous(x), w = contiguous(w_in);
+  const int64_t C = x.size(-1), N = x.numel() / C;
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+  Tensor rstd = Tensor::empty({N}, aux_dtype(x.dtype()), dev);
+  backend_for(dev).rmsnorm_fwd(rows_view(y), rstd, rows_view(xc), w, float(eps));
+  const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
+  Shape xs = x.shape();
+  record(y, "rms_norm", {xc, w}, [=](const Tensor& g) {
+    Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
+    Tensor dw = need_w ? Tensor::empty({C}, g.dtype(), g.device()) : Tensor();
+    backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(xc), w, rstd);
+    return std::vector<Tensor>{need_x ? dx : Tensor(), dw};
+  });
+  return y;
+}
+
+Tensor softmax(const Tensor& x) {
+  OpNameScope op("softmax");
+  check_norm_input("softmax", x);
+  Tensor xc = contiguous(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  backend_of(x).softmax_fwd(rows_view(y), rows_view(xc));
+  // The backward reads only the output: dx = y * (dy - sum(dy * y)).
+  Tensor sy = y.detach();
+  record(y, "softmax", {xc}, [sy](const Tensor& g) {
+    Tensor dx = Tensor::empty(sy.shape(), g.dtype(), g.device());
+    backend_of(g).softmax_bwd(rows_view(dx), rows_view(contiguous_data(g)), rows_view(sy));
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+}  // namespace lt
