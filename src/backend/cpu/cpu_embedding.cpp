@@ -1,9 +1,81 @@
-// STUB: replaced by the embedding/rope implementation.
+// Embedding gather/scatter and rotary position embedding on the CPU.
+// The scatter groups positions by token id (a stable sort), so each weight row is summed in
+// the accumulation type and rounded once, in position order: deterministic, and no [V, C]
+// f32 scratch for 16-bit tables. dweight arrives zeroed (the front-end fills it); only rows
+// that some id touches are written.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
 #include "backend/cpu/cpu_backend.h"
-#include "leantrain/error.h"
+#include "backend/cpu/cpu_common.h"
+
 namespace lt {
-#define TODO fail("not implemented yet", __func__, "")
-void CpuBackend::embedding_fwd(const Tensor&, const Tensor&, const Tensor&) { TODO; }
-void CpuBackend::embedding_bwd(const Tensor&, const Tensor&, const Tensor&) { TODO; }
-void CpuBackend::rope(const Tensor&, const Tensor&, float, int64_t, bool) { TODO; }
+using namespace cpu;
+
+void CpuBackend::embedding_fwd(const Tensor& out, const Tensor& ids, const Tensor& weight) {
+  const int64_t n = ids.numel(), c = weight.size(1);
+  const size_t row_bytes = size_t(c) * dtype_size(weight.dtype());
+  const char* w = static_cast<const char*>(weight.raw_data());
+  char* o = static_cast<char*>(out.raw_data());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = load_index(ids, i);
+    LT_ASSERT(id >= 0 && id < weight.size(0));
+    std::memcpy(o + size_t(i) * row_bytes, w + size_t(id) * row_bytes, row_bytes);
+  }
 }
+
+void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids) {
+  const int64_t n = ids.numel(), c = dweight.size(1);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return load_index(ids, a) < load_index(ids, b); });
+  dispatch_float(dweight.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    T* dw = dweight.data<T>();
+    const T* g = dout.data<T>();
+    std::vector<A> acc(static_cast<size_t>(c));
+    for (size_t s = 0; s < order.size();) {
+      const int64_t id = load_index(ids, order[s]);
+      LT_ASSERT(id >= 0 && id < dweight.size(0));
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (; s < order.size() && load_index(ids, order[s]) == id; ++s)
+        for (int64_t j = 0; j < c; ++j) acc[size_t(j)] += ld(g, order[s] * c + j);
+      for (int64_t j = 0; j < c; ++j) st(dw, id * c + j, acc[size_t(j)]);
+    }
+  });
+}
+
+// Rotate-half: pairs (j, j + D/2) turn by (pos_offset + t) * base^(-2j/D). Angles are taken
+// in double, so long positions keep their precision in the reference.
+void CpuBackend::rope(const Tensor& out, const Tensor& x, float base, int64_t pos_offset, bool inverse) {
+  const int64_t bh = x.size(0) * x.size(1), t_len = x.size(2), d = x.size(3), half = d / 2;
+  std::vector<double> cs(size_t(t_len * half)), sn(size_t(t_len * half));
+  for (int64_t t = 0; t < t_len; ++t)
+    for (int64_t j = 0; j < half; ++j) {
+      const double angle = double(pos_offset + t) * std::pow(double(base), -2.0 * double(j) / double(d));
+      cs[size_t(t * half + j)] = std::cos(angle);
+      sn[size_t(t * half + j)] = inverse ? -std::sin(angle) : std::sin(angle);
+    }
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (int64_t r = 0; r < bh * t_len; ++r) {
+      const int64_t t = r % t_len, row = r * d;
+      for (int64_t j = 0; j < half; ++j) {
+        const A c = A(cs[size_t(t * half + j)]), s = A(sn[size_t(t * half + j)]);
+        const A x1 = ld(px, row + j), x2 = ld(px, row + j + half);
+        st(po, row + j, x1 * c - x2 * s);
+        st(po, row + j + half, x2 * c + x1 * s);
+      }
+    }
+  });
+}
+
+}  // namespace lt

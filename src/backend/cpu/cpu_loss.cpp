@@ -1,8 +1,60 @@
-// STUB: replaced by the cross-entropy implementation.
+// Cross-entropy from logits, one row at a time: loss = lse - x[target] with
+// lse = max + log(sum exp(x - max)). The backward rebuilds softmax from the saved lse, so
+// probabilities never exist beyond the row being processed.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "backend/cpu/cpu_backend.h"
-#include "leantrain/error.h"
+#include "backend/cpu/cpu_common.h"
+
 namespace lt {
-#define TODO fail("not implemented yet", __func__, "")
-void CpuBackend::cross_entropy_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) { TODO; }
-void CpuBackend::cross_entropy_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) { TODO; }
+using namespace cpu;
+
+void CpuBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+                                   int64_t ignore_index) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    A* pl = aux_data<A>(loss);
+    A* plse = aux_data<A>(lse);
+    std::vector<A> row(static_cast<size_t>(v));
+    for (int64_t i = 0; i < n; ++i) {
+      const T* px = logits.data<T>() + i * v;
+      A mx = ld(px, 0);
+      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[size_t(j)] = ld(px, j));
+      A s = 0;
+      for (A x : row) s += std::exp(x - mx);
+      plse[i] = mx + std::log(s);
+      const int64_t t = load_index(targets, i);
+      if (t == ignore_index) {
+        pl[i] = 0;
+        continue;
+      }
+      LT_ASSERT(t >= 0 && t < v);
+      pl[i] = plse[i] - row[size_t(t)];
+    }
+  });
 }
+
+// dlogits = (softmax - onehot(target)) * dloss[row]; ignored rows get 0.
+void CpuBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                   const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
+  const int64_t n = logits.size(0), v = logits.size(1);
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const A* pd = aux_data<A>(dloss);
+    const A* plse = aux_data<A>(lse);
+    for (int64_t i = 0; i < n; ++i) {
+      const T* px = logits.data<T>() + i * v;
+      T* pg = dlogits.data<T>() + i * v;
+      const int64_t t = load_index(targets, i);
+      const A d = t == ignore_index ? A(0) : pd[i];
+      for (int64_t j = 0; j < v; ++j) st(pg, j, d * (std::exp(ld(px, j) - plse[i]) - A(j == t ? 1 : 0)));
+    }
+  });
+}
+
+}  // namespace lt

@@ -1,0 +1,73 @@
+// Cross-entropy from logits. The kernel writes one f32 loss and one lse per row, so no
+// probability tensor is ever allocated; the backward rebuilds softmax from logits and lse.
+// The mean divides by the number of non-ignored rows, counted on the host from the targets
+// (they are read anyway to check their range; meta has no values and uses N).
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, Reduction reduction) {
+  OpNameScope op("cross_entropy");
+  Device dev = common_device("cross_entropy", {logits_in, targets_in});
+  check_floating("cross_entropy", logits_in);
+  LT_CHECK(logits_in.dim() >= 2 && logits_in.size(-1) > 0,
+           "cross_entropy: logits have shape " + shape_str(logits_in.shape()),
+           "they must be [N, V] (or [..., V]) with V > 0", "reshape the logits");
+  Shape row_shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
+  LT_CHECK(targets_in.shape() == row_shape && (targets_in.dtype() == DType::I64 || targets_in.dtype() == DType::I32),
+           std::string("cross_entropy: targets are ") + dtype_name(targets_in.dtype()) + " " +
+               shape_str(targets_in.shape()),
+           "logits " + shape_str(logits_in.shape()) + " need i64 targets " + shape_str(row_shape),
+           "pass one class index per row");
+  const int64_t V = logits_in.size(-1), N = numel(row_shape);
+  Tensor targets = contiguous_data(cast(targets_in, DType::I64));
+  int64_t count = N;
+  if (!dev.is_meta()) {
+    count = 0;
+    for (int64_t t : read_indices(targets)) {
+      if (t == ignore_index) continue;
+      LT_CHECK(t >= 0 && t < V, "cross_entropy: target " + std::to_string(t) + " is out of range",
+               "there are " + std::to_string(V) + " classes and ignore_index is " + std::to_string(ignore_index),
+               "check the labels against the vocabulary size");
+      ++count;
+    }
+  }
+  Tensor logits = contiguous(logits_in);
+  Tensor logits2 = rows_view(logits), targets1 = make_view(targets, {N}, {1}, targets.offset());
+  const DType aux = aux_dtype(logits.dtype());
+  Tensor rows = Tensor::empty({N}, aux, dev);
+  Tensor lse = Tensor::empty({N}, aux, dev);
+  Backend& be = backend_for(dev);
+  be.cross_entropy_fwd(rows, lse, logits2, targets1, ignore_index);
+  Tensor out;
+  // An all-ignored batch gives loss 0 and zero gradients (not 0/0).
+  const double inv = reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
+  if (reduction == Reduction::None) {
+    out = make_view(rows, row_shape, contiguous_strides(row_shape), 0);
+  } else {
+    Tensor total = Tensor::empty({1}, aux, dev);
+    be.reduce_sum(total, rows);
+    out = Tensor::empty({}, aux, dev);
+    be.unary(UnaryOp::Scale, out, total, float(inv));
+  }
+  const Shape ls = logits.shape();
+  record(out, "cross_entropy", {logits}, [=](const Tensor& g) {
+    Backend& b = backend_of(g);
+    Tensor gc = contiguous_data(g);
+    Tensor dloss = gc;
+    if (reduction != Reduction::None) {  // broadcast the scalar gradient (times 1/count) to the rows
+      Tensor gs = Tensor::empty({}, gc.dtype(), gc.device());
+      b.unary(UnaryOp::Scale, gs, gc, float(inv));
+      dloss = Tensor::empty({N}, gc.dtype(), gc.device());
+      b.copy(dloss, expand_view(gs, {N}));
+    }
+    Tensor dlogits = Tensor::empty(ls, logits2.dtype(), g.device());
+    b.cross_entropy_bwd(rows_view(dlogits), make_view(dloss, {N}, {1}, dloss.offset()), logits2, lse, targets1,
+                        ignore_index);
+    return std::vector<Tensor>{dlogits};
+  });
+  return out;
+}
+
+}  // namespace lt
