@@ -1,0 +1,94 @@
+// Float64 gradchecks of norms, softmax, attention, embeddings, cross-entropy and dropout.
+#include "unit/gradcheck.h"
+
+using namespace lt;
+using namespace lt::test;
+
+namespace {
+
+using V = std::vector<Tensor>;
+
+TEST(Gradcheck, LayerNorm) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return layer_norm(x[0], x[1], x[2]); },
+                        {rand64({2, 3, 8}, 1), rand64({8}, 2), rand64({8}, 3)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return layer_norm(x[0], x[1], Tensor(), 1e-3); },
+                        {rand64({4, 6}, 4), rand64({6}, 5)}));
+}
+
+TEST(Gradcheck, LayerNormPartialGrads) {
+  Tensor w = rand64({6}, 7), b = rand64({6}, 8);
+  w.set_requires_grad(false);
+  EXPECT_TRUE(gradcheck([&](const V& x) { return layer_norm(x[0], w, x[1]); }, {rand64({3, 6}, 6), b}));
+  Tensor x = rand64({3, 6}, 9);
+  x.set_requires_grad(false);
+  EXPECT_TRUE(gradcheck([&](const V& p) { return layer_norm(x, p[0], p[1]); }, {rand64({6}, 10), rand64({6}, 11)}));
+  // Bias only: no kernel backward, just the row sum.
+  EXPECT_TRUE(gradcheck([&](const V& p) { return layer_norm(x, w, p[0]); }, {rand64({6}, 12)}));
+}
+
+TEST(Gradcheck, RmsNorm) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return rms_norm(x[0], x[1]); }, {rand64({2, 3, 8}, 13), rand64({8}, 14)}));
+}
+
+TEST(Gradcheck, Softmax) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return softmax(x[0]); }, {rand64({3, 7}, 15)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return softmax(transpose(x[0], 0, 1)); }, {rand64({5, 3}, 16)}));
+}
+
+V qkv(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, uint64_t seed) {
+  return {rand64({B, H, Tq, D}, seed), rand64({B, H, Tk, D}, seed + 1), rand64({B, H, Tk, D}, seed + 2)};
+}
+
+TEST(Gradcheck, Attention) {
+  for (bool causal : {false, true})
+    EXPECT_TRUE(gradcheck([=](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal); },
+                          qkv(2, 2, 5, 5, 4, 17)))
+        << "causal " << causal;
+}
+
+TEST(Gradcheck, AttentionPaddedAndCrossLength) {
+  // Batch 0 attends to keys 0, 2, 3, 5; batch 1 to none (its output and gradients are 0).
+  Tensor mask = from_ints({1, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0}, {2, 6}, DType::U8);
+  for (bool causal : {false, true}) {
+    EXPECT_TRUE(gradcheck([&](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, mask); },
+                          qkv(2, 1, 6, 6, 3, 20)))
+        << "padded causal " << causal;
+    // Tq < Tk (a new chunk over a longer context) and Tq > Tk (early queries see nothing).
+    EXPECT_TRUE(gradcheck([=](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal); },
+                          qkv(1, 2, 3, 7, 4, 23)))
+        << "Tq<Tk causal " << causal;
+    EXPECT_TRUE(gradcheck([=](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], causal, {}, 0.3); },
+                          qkv(1, 2, 5, 3, 4, 26)))
+        << "Tq>Tk causal " << causal;
+  }
+}
+
+TEST(Gradcheck, Embedding) {
+  Tensor ids = from_ints({3, 0, 3, 4, 1, 3}, {2, 3});
+  EXPECT_TRUE(gradcheck([&](const V& x) { return embedding(ids, x[0]); }, {rand64({5, 4}, 29)}));
+}
+
+TEST(Gradcheck, Rotary) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return rotary_embedding(x[0], 100.0, 3); }, {rand64({2, 2, 5, 6}, 30)}));
+}
+
+TEST(Gradcheck, CrossEntropy) {
+  Tensor targets = from_ints({2, -100, 0, 4, 4}, {5});
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+    EXPECT_TRUE(gradcheck([&](const V& x) { return cross_entropy(x[0], targets, -100, r); }, {rand64({5, 6}, 31)}))
+        << "reduction " << int(r);
+  // A custom ignore index and [B, T, V] logits.
+  Tensor t3 = from_ints({1, 5, 0, 5}, {2, 2});
+  EXPECT_TRUE(gradcheck([&](const V& x) { return cross_entropy(x[0], t3, 5); }, {rand64({2, 2, 5}, 32)}));
+}
+
+TEST(Gradcheck, Dropout) {
+  EXPECT_TRUE(gradcheck(
+      [](const V& x) {
+        Generator gen(42);  // the same mask at every evaluation
+        return dropout(x[0], 0.4, true, gen);
+      },
+      {rand64({4, 5}, 33)}));
+}
+
+}  // namespace
