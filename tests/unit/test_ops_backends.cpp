@@ -1,0 +1,358 @@
+// One table of op cases, each run on every backend that is built and available (cpu, meta,
+// and cuda when a GPU answers) for each dtype, forward and backward, against the CPU result
+// computed in f64 from the same inputs (rounded to the dtype under test first, so only the
+// op's own rounding counts). On meta, output/gradient shapes and the allocation trace
+// (action, size, requested, category, in order) must equal the CPU's for the same dtype.
+// Inputs are fresh every run; the seed is printed, and LT_TEST_SEED=<seed> replays a run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <random>
+
+#include "leantrain/autograd.h"
+#include "leantrain/ops.h"
+
+using namespace lt;
+
+namespace {
+
+// ---- the op table ----
+// Shapes keep reductions from ending in a handful of near-cancelling sums (one scalar that
+// sums random signs has an unbounded relative error in any dtype): broadcast operands have
+// several elements, and whole-tensor sums run over positive values.
+
+enum class Kind { Normal, Positive, Ids, Targets, Mask };
+struct In {
+  Shape shape;
+  Kind kind = Kind::Normal;
+  bool grad = true;
+  int64_t classes = 0;  // ids and targets: values in [0, classes)
+};
+In F(Shape s) { return {s}; }
+In Fc(Shape s) { return {s, Kind::Normal, false}; }       // floating, no gradient
+In Pos(Shape s) { return {s, Kind::Positive}; }           // in [0.5, 2]: log, sqrt, pow, divisors
+In Ids(Shape s, int64_t v) { return {s, Kind::Ids, false, v}; }
+In Tgt(Shape s, int64_t v) { return {s, Kind::Targets, false, v}; }  // about 1 in 4 is -100
+In Mask(Shape s) { return {s, Kind::Mask, false}; }       // u8 [B, Tk]; the last batch sees nothing
+
+using V = std::vector<Tensor>;
+struct OpCase {
+  std::string name;
+  std::vector<In> inputs;
+  std::function<Tensor(const V&)> fn;
+};
+
+Tensor sdpa(const V& x, bool causal, bool masked, double scale = 0.0) {
+  return scaled_dot_product_attention(x[0], x[1], x[2], causal, masked ? x[3] : Tensor(), scale);
+}
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = {
+      // elementwise
+      {"add_bcast", {F({3, 4, 5}), F({4, 1})}, [](const V& x) { return add(x[0], x[1]); }},
+      {"sub_bcast", {F({5}), F({2, 3, 5})}, [](const V& x) { return sub(x[0], x[1]); }},
+      {"mul_bcast", {F({4, 1, 16}), F({12, 1})}, [](const V& x) { return mul(x[0], x[1]); }},
+      {"div_bcast", {F({8, 32}), Pos({32})}, [](const V& x) { return div(x[0], x[1]); }},
+      {"mul_const", {F({6, 7}), Fc({7})}, [](const V& x) { return mul(x[0], x[1]); }},
+      {"scale", {F({33})}, [](const V& x) { return scale(x[0], -0.7); }},
+      {"add_scalar", {F({33})}, [](const V& x) { return add_scalar(x[0], 1.5); }},
+      {"neg", {F({33})}, [](const V& x) { return neg(x[0]); }},
+      {"exp", {F({33})}, [](const V& x) { return exp(x[0]); }},
+      {"log", {Pos({33})}, [](const V& x) { return log(x[0]); }},
+      {"sqrt", {Pos({33})}, [](const V& x) { return sqrt(x[0]); }},
+      {"tanh", {F({33})}, [](const V& x) { return tanh(x[0]); }},
+      {"sigmoid", {F({33})}, [](const V& x) { return sigmoid(x[0]); }},
+      {"relu", {F({33})}, [](const V& x) { return relu(x[0]); }},
+      {"gelu_tanh", {F({33})}, [](const V& x) { return gelu(x[0], GeluApprox::Tanh); }},
+      {"gelu_erf", {F({33})}, [](const V& x) { return gelu(x[0], GeluApprox::Erf); }},
+      {"silu", {F({33})}, [](const V& x) { return silu(x[0]); }},
+      {"pow", {Pos({33})}, [](const V& x) { return pow_scalar(x[0], 1.7); }},
+      {"exp_strided", {F({4, 6})}, [](const V& x) { return exp(transpose(x[0], 0, 1)); }},
+      // matrix products
+      {"matmul", {F({5, 7}), F({7, 3})}, [](const V& x) { return matmul(x[0], x[1]); }},
+      {"matmul_batched", {F({2, 3, 4, 5}), F({2, 3, 5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
+      {"matmul_ta", {F({2, 5, 4}), F({2, 5, 3})}, [](const V& x) { return matmul(x[0], x[1], true, false); }},
+      {"matmul_tb", {F({2, 4, 5}), F({2, 3, 5})}, [](const V& x) { return matmul(x[0], x[1], false, true); }},
+      {"matmul_tab", {F({5, 4}), F({3, 5})}, [](const V& x) { return matmul(x[0], x[1], true, true); }},
+      {"matmul_bcast", {F({4, 5}), F({3, 5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
+      {"matmul_bcast_b", {F({2, 3, 4, 5}), F({5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
+      {"linear", {F({2, 3, 8}), F({5, 8}), F({5})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
+      {"linear_nobias", {F({6, 8}), F({5, 8})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      // reductions
+      {"sum_keepdim", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {0, 2}, true); }},
+      {"sum_last", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {-1}); }},
+      {"mean_mid", {F({3, 4, 5})}, [](const V& x) { return mean(x[0], {1}); }},
+      {"sum_all", {Pos({6, 7})}, [](const V& x) { return sum_all(x[0]); }},
+      {"mean_all", {Pos({6, 7})}, [](const V& x) { return mean_all(x[0]); }},
+      {"sum_to", {F({2, 3, 4})}, [](const V& x) { return sum_to(x[0], {3, 1}); }},
+      {"argmax", {Fc({5, 9})}, [](const V& x) { return argmax(x[0]); }},
+      // shape and layout
+      {"reshape", {F({2, 3, 4})}, [](const V& x) { return reshape(x[0], {4, -1}); }},
+      {"permute", {F({2, 3, 4})}, [](const V& x) { return permute(x[0], {2, 0, 1}); }},
+      {"transpose_contig", {F({3, 5})}, [](const V& x) { return contiguous(transpose(x[0], 0, 1)); }},
+      {"slice", {F({2, 6, 3})}, [](const V& x) { return slice(x[0], 1, 1, -1); }},
+      {"select", {F({2, 3, 4})}, [](const V& x) { return select(x[0], 2, -1); }},
+      {"concat", {F({2, 1, 3}), F({2, 4, 3})}, [](const V& x) { return concat({x[0], x[1]}, 1); }},
+      {"expand", {F({3, 1})}, [](const V& x) { return expand(x[0], {2, 3, 4}); }},
+      {"cast", {F({9})}, [](const V& x) { return cast(scale(cast(x[0], DType::F32), 2.0), x[0].dtype()); }},
+      {"patchify", {F({2, 3, 8, 8})}, [](const V& x) { return patchify(x[0], 4); }},
+      // norms and softmax
+      {"layer_norm", {F({4, 6, 32}), F({32}), F({32})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"layer_norm_nobias", {F({5, 16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], Tensor()); }},
+      {"layer_norm_const_w", {F({5, 16}), Fc({16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm", {F({4, 6, 32}), F({32})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
+      {"softmax", {F({3, 5, 17})}, [](const V& x) { return softmax(x[0]); }},
+      // attention
+      {"attention", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, false, false); }},
+      {"attention_causal", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, true, false); }},
+      {"attention_padded", {F({2, 2, 6, 8}), F({2, 2, 6, 8}), F({2, 2, 6, 8}), Mask({2, 6})},
+       [](const V& x) { return sdpa(x, false, true); }},
+      {"attention_causal_padded", {F({3, 2, 6, 8}), F({3, 2, 6, 8}), F({3, 2, 6, 8}), Mask({3, 6})},
+       [](const V& x) { return sdpa(x, true, true, 0.2); }},
+      {"attention_tq_lt_tk", {F({2, 2, 3, 8}), F({2, 2, 9, 8}), F({2, 2, 9, 8})}, [](const V& x) { return sdpa(x, true, false); }},
+      {"attention_tq_gt_tk", {F({1, 2, 9, 8}), F({1, 2, 4, 8}), F({1, 2, 4, 8})}, [](const V& x) { return sdpa(x, true, false); }},
+      {"attention_permuted_q", {F({2, 5, 3, 8}), F({2, 3, 5, 8}), F({2, 3, 5, 8})},
+       [](const V& x) { return scaled_dot_product_attention(permute(x[0], {0, 2, 1, 3}), x[1], x[2], false); }},
+      // embeddings
+      {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
+      {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},
+      // loss and regularisation
+      {"cross_entropy_mean", {F({9, 13}), Tgt({9}, 13)}, [](const V& x) { return cross_entropy(x[0], x[1]); }},
+      {"cross_entropy_sum", {F({9, 13}), Tgt({9}, 13)},
+       [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::Sum); }},
+      {"cross_entropy_none", {F({2, 5, 13}), Tgt({2, 5}, 13)},
+       [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::None); }},
+      {"dropout", {F({8, 9})},
+       [](const V& x) {
+         Generator gen(1234);
+         return dropout(x[0], 0.3, true, gen);
+       }},
+  };
+  return cases;
+}
+
+// ---- inputs ----
+
+uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("LT_TEST_SEED");
+    uint64_t s = env ? std::strtoull(env, nullptr, 10)
+                     : (uint64_t(std::random_device{}()) << 32) ^
+                           uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+    std::printf("[ops_backends] seed %llu (LT_TEST_SEED=%llu reproduces this run)\n", (unsigned long long)s,
+                (unsigned long long)s);
+    return s;
+  }();
+  return seed;
+}
+
+using Values = std::vector<std::vector<double>>;
+
+Values make_inputs(const OpCase& c, std::mt19937_64& rng) {
+  Values vals;
+  for (const In& in : c.inputs) {
+    std::vector<double> v(size_t(numel(in.shape)));
+    std::normal_distribution<double> normal;
+    std::uniform_real_distribution<double> pos(0.5, 2.0), unit;
+    for (double& e : v) {
+      switch (in.kind) {
+        case Kind::Normal: e = normal(rng); break;
+        case Kind::Positive: e = pos(rng); break;
+        case Kind::Ids: e = double(std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng)); break;
+        case Kind::Targets:
+          e = unit(rng) < 0.25 ? -100.0 : double(std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng));
+          break;
+        case Kind::Mask: e = unit(rng) < 0.7 ? 1.0 : 0.0; break;
+      }
+    }
+    if (in.kind == Kind::Mask) {  // the last batch attends to nothing: its rows must come out 0
+      const int64_t tk = in.shape[1];
+      for (int64_t j = 0; j < tk; ++j) v[v.size() - size_t(tk) + size_t(j)] = 0.0;
+    }
+    vals.push_back(std::move(v));
+  }
+  return vals;
+}
+
+std::vector<int64_t> as_ints(const std::vector<double>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+
+// Values as the dtype under test stores them.
+std::vector<double> round_to(const std::vector<double>& v, DType dt) {
+  return from_vector(v, {int64_t(v.size())}, dt).to_double_vector();
+}
+
+V build(const OpCase& c, const Values& vals, Device dev, DType dt) {
+  V xs;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const In& in = c.inputs[i];
+    Tensor t;
+    if (in.kind == Kind::Normal || in.kind == Kind::Positive) {
+      t = from_vector(vals[i], in.shape, dt, dev);
+      if (in.grad) t.set_requires_grad(true);
+    } else {
+      t = from_ints(as_ints(vals[i]), in.shape, in.kind == Kind::Mask ? DType::U8 : DType::I64, dev);
+    }
+    xs.push_back(t);
+  }
+  return xs;
+}
+
+// ---- one run: forward, backward, read back ----
+
+struct Result {
+  std::vector<Shape> shapes;                 // output, then the gradient of each grad input
+  std::vector<std::vector<double>> values;   // same order; empty on meta
+  std::vector<bool> defined;
+  std::vector<MemoryEvent> trace;
+};
+
+Result run(const OpCase& c, const Values& vals, const std::vector<double>& gout, Device dev, DType dt) {
+  V xs = build(c, vals, dev, dt);
+  Allocator& alloc = allocator_for(dev);
+  alloc.clear_history();
+  alloc.set_history(true);
+  Tensor y = c.fn(xs);
+  alloc.set_history(false);  // the upstream gradient is an input, not the op's allocation
+  Tensor g = y.requires_grad() ? from_vector(gout, y.shape(), y.dtype(), dev) : Tensor();
+  alloc.set_history(true);
+  if (y.requires_grad()) y.backward(g);
+  alloc.set_history(false);
+  Result r;
+  r.trace = alloc.history();
+  alloc.clear_history();
+  auto add = [&](const Tensor& t) {
+    r.defined.push_back(t.defined());
+    r.shapes.push_back(t.defined() ? t.shape() : Shape{});
+    r.values.push_back(t.defined() && !dev.is_meta() ? t.to_double_vector() : std::vector<double>{});
+  };
+  add(y);
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (c.inputs[i].grad) add(xs[i].grad());
+  return r;
+}
+
+// ---- comparison ----
+
+double tolerance(DType dt) {
+  switch (dt) {
+    case DType::F64: return 1e-12;
+    case DType::F32: return 1e-5;
+    case DType::BF16: return 1e-2;
+    case DType::F16: return 5e-3;
+    default: return 0;
+  }
+}
+
+// ||a - ref|| / ||ref||; NaN or inf anywhere makes it infinite, so it never passes.
+double rel_error(const std::vector<double>& a, const std::vector<double>& ref) {
+  if (a.size() != ref.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-6);
+}
+
+std::string event_str(const MemoryEvent& e) {
+  return std::string(action_name(e.action)) + " size " + std::to_string(e.size) + " requested " +
+         std::to_string(e.requested) + " " + category_name(e.category) + " (op " + (e.op ? e.op : "") + ")";
+}
+
+bool same_event(const MemoryEvent& a, const MemoryEvent& b) {
+  return a.action == b.action && a.size == b.size && a.requested == b.requested && a.category == b.category;
+}
+
+// ---- the parametrised test ----
+
+struct Param {
+  size_t index;
+  DeviceType device;
+  DType dtype;
+};
+
+std::vector<Param> all_params() {
+  std::vector<Param> ps;
+  for (size_t i = 0; i < op_cases().size(); ++i) {
+    for (DType dt : {DType::F64, DType::F32, DType::BF16, DType::F16}) ps.push_back({i, DeviceType::CPU, dt});
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) ps.push_back({i, DeviceType::Meta, dt});
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) ps.push_back({i, DeviceType::CUDA, dt});
+  }
+  return ps;
+}
+
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << op_cases()[p.index].name << " on " << Device{p.device, 0}.str() << " in " << dtype_name(p.dtype);
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  const char* dev = p.device == DeviceType::CPU ? "cpu" : p.device == DeviceType::Meta ? "meta" : "cuda";
+  return op_cases()[p.index].name + "_" + dev + "_" + dtype_name(p.dtype);
+}
+
+class OpsBackends : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OpsBackends, MatchesCpuReference) {
+  const Param& p = GetParam();
+  const OpCase& c = op_cases()[p.index];
+  if (p.device == DeviceType::CUDA && !cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const Device dev = p.device == DeviceType::CUDA ? Device::cuda() : Device{p.device, 0};
+  const uint64_t seed = run_seed() ^ std::hash<std::string>{}(c.name);
+  SCOPED_TRACE("seed " + std::to_string(run_seed()));
+  std::mt19937_64 rng(seed);
+  Values vals = make_inputs(c, rng);
+  for (size_t i = 0; i < vals.size(); ++i)
+    if (c.inputs[i].kind == Kind::Normal || c.inputs[i].kind == Kind::Positive) vals[i] = round_to(vals[i], p.dtype);
+  Shape out_shape;
+  {
+    NoGradGuard ng;
+    out_shape = c.fn(build(c, vals, Device::cpu(), DType::F64)).shape();
+  }
+  // Upstream gradient: random signs, magnitudes in [0.5, 1.5] (no f16 subnormals downstream).
+  std::vector<double> gout(size_t(numel(out_shape)));
+  std::uniform_real_distribution<double> mag(0.5, 1.5), unit;
+  for (double& e : gout) e = (unit(rng) < 0.5 ? -1.0 : 1.0) * mag(rng);
+  gout = round_to(gout, p.dtype);
+
+  if (p.device == DeviceType::Meta) {
+    Result cpu = run(c, vals, gout, Device::cpu(), p.dtype);
+    Result meta = run(c, vals, gout, dev, p.dtype);
+    ASSERT_EQ(meta.shapes, cpu.shapes);
+    ASSERT_EQ(meta.defined, cpu.defined);
+    EXPECT_FALSE(cpu.trace.empty());
+    const size_t n = std::min(cpu.trace.size(), meta.trace.size());
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_event(meta.trace[i], cpu.trace[i]))
+          << "allocation " << i << ": meta " << event_str(meta.trace[i]) << ", cpu " << event_str(cpu.trace[i]);
+    ASSERT_EQ(meta.trace.size(), cpu.trace.size()) << "trace lengths differ";
+    return;
+  }
+  Result ref = run(c, vals, gout, Device::cpu(), DType::F64);
+  Result got = run(c, vals, gout, dev, p.dtype);
+  ASSERT_EQ(got.shapes, ref.shapes);
+  ASSERT_EQ(got.defined, ref.defined);
+  for (size_t k = 0; k < ref.values.size(); ++k) {
+    if (!ref.defined[k]) continue;
+    const double err = rel_error(got.values[k], ref.values[k]);
+    EXPECT_TRUE(err <= tolerance(p.dtype))
+        << (k == 0 ? "output" : "gradient " + std::to_string(k - 1)) << ": relative error " << err << " > "
+        << tolerance(p.dtype);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpsBackends, ::testing::ValuesIn(all_params()), param_name);
+
+// The comparison must be able to fail: NaN and a wrong value do not pass.
+TEST(OpsBackendsHarness, ErrorMeasureRejectsNanAndWrongValues) {
+  EXPECT_FALSE(rel_error({1.0, NAN}, {1.0, 2.0}) <= 1.0);
+  EXPECT_FALSE(rel_error({1.0, 2.0}, {1.0, NAN}) <= 1.0);
+  EXPECT_GT(rel_error({1.0, 2.1}, {1.0, 2.0}), tolerance(DType::BF16));
+  EXPECT_LT(rel_error({1.0, 2.0 + 1e-7}, {1.0, 2.0}), tolerance(DType::F32));
+}
+
+}  // namespace
