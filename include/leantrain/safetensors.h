@@ -87,7 +87,8 @@ struct LoadResult {
 // Checks every name, shape and dtype before writing anything, then streams each tensor into
 // its parameter on the parameter's device. Errors name the tensor and give both shapes/dtypes.
 LoadResult load_module(nn::Module& module, const std::string& path, const LoadOptions& options = {});
-// Saves named_parameters() (a tied weight once, under its first name).
+// Saves named_parameters() (a tied weight once, under its first name), with metadata
+// "format": "pt" added unless given, so transformers' from_pretrained accepts the file.
 void save_module(const nn::Module& module, const std::string& path,
                  const std::map<std::string, std::string>& metadata = {});
 

@@ -75,7 +75,10 @@ LoadResult load_module(nn::Module& module, const std::string& path, const LoadOp
 }
 
 void save_module(const nn::Module& module, const std::string& path, const std::map<std::string, std::string>& metadata) {
-  save_safetensors(path, module.named_parameters(), metadata);
+  // transformers' from_pretrained rejects a file whose metadata lacks a known "format".
+  std::map<std::string, std::string> meta = metadata;
+  meta.emplace("format", "pt");
+  save_safetensors(path, module.named_parameters(), meta);
 }
 
 }  // namespace lt::io

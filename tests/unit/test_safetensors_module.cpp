@@ -58,7 +58,7 @@ TEST(SafetensorsModule, SaveLoadRoundTrip) {
   std::string path = temp_file("net.safetensors").string();
   Net a({.seed = 1}), b({.seed = 2});
   EXPECT_FALSE(same_values(a, b));
-  io::save_module(a, path, {{"format", "pt"}});
+  io::save_module(a, path, {{"step", "3"}});
   io::LoadResult r = io::load_module(b, path);
   EXPECT_TRUE(same_values(a, b));
   EXPECT_EQ(r.loaded, (std::vector<std::string>{"fc.weight", "fc.bias", "ln.weight", "ln.bias"}));
@@ -66,7 +66,9 @@ TEST(SafetensorsModule, SaveLoadRoundTrip) {
   // Loading writes into the existing parameters: same storage, still a leaf that requires grad.
   EXPECT_TRUE(b.fc->weight().requires_grad());
   EXPECT_EQ(b.fc->weight().category(), Category::Parameter);
-  EXPECT_EQ(io::SafetensorsReader(path).metadata().at("format"), "pt");
+  auto meta = io::SafetensorsReader(path).metadata();
+  EXPECT_EQ(meta.at("format"), "pt");  // added for transformers' from_pretrained
+  EXPECT_EQ(meta.at("step"), "3");
 }
 
 TEST(SafetensorsModule, MismatchesAreErrorsAndLeaveTheModuleUntouched) {
