@@ -13,6 +13,8 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim
 }
 
 Tensor SelfAttention::attend(const Tensor& qkv, const Tensor& mask) const {
+  LT_CHECK(qkv.dim() == 3 && qkv.size(2) == 3 * dim_, "attention: input must be [B, T, " + std::to_string(dim_) + "]",
+           "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
   const int64_t B = qkv.size(0), T = qkv.size(1), D = dim_ / heads_;
   // [B, T, 3, H, D] -> [3, B, H, T, D]: q, k, v are then views along dim 0.
   Tensor x = permute(reshape(qkv, {B, T, 3, heads_, D}), {2, 0, 3, 1, 4});
