@@ -150,6 +150,8 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   Shape b = broadcast_shapes("expand", x.shape(), shape);
   LT_CHECK(b == shape, "expand: cannot expand " + shape_str(x.shape()) + " to " + shape_str(shape),
            "only size-1 dimensions expand", "fix the target shape");
+  // expand_view returns x itself for an equal shape; recording on it would rewrite x's history.
+  if (x.shape() == shape) return x;
   Tensor out = expand_view(x, shape);
   Shape in_shape = x.shape();
   record(out, "expand", {x}, [in_shape](const Tensor& g) { return std::vector<Tensor>{sum_to(g, in_shape)}; });

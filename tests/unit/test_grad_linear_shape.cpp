@@ -72,3 +72,16 @@ TEST(Gradcheck, ExpandCastPatchify) {
 }
 
 }  // namespace
+
+namespace {
+
+// expand to the same shape is the identity and must leave a leaf a leaf.
+TEST(ShapeOps, ExpandToSameShapeKeepsLeaf) {
+  Tensor x = rand64({2, 3}, 35);
+  Tensor y = expand(x, {2, 3});
+  EXPECT_TRUE(x.is_leaf());
+  sum_all(y).backward();
+  EXPECT_EQ(x.grad().to_double_vector(), std::vector<double>(6, 1.0));
+}
+
+}  // namespace
