@@ -54,6 +54,8 @@ struct RunConfig {
   std::string device = "auto";  // cpu | cuda | cuda:N | auto
   int64_t log_every = 0;        // plain-progress period in steps; 0: about 20 lines per run
   std::string metrics;          // JSON-lines file with every step's loss (for comparisons)
+  int64_t stop_at = 0;            // end this process after this step (0: at the end); the schedule
+                                  // still spans --steps, so --resume continues the same curve
   int64_t debug_nan_at_step = 0;  // testing only: make the loss NaN at this step
 };
 

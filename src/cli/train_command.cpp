@@ -52,6 +52,8 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--log-every", c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")
       ->capture_default_str()->group(what);
   cmd.add_option("--metrics", c.metrics, "Write each step's loss to this JSON-lines file")->group(what);
+  cmd.add_option("--stop-at", c.stop_at, "End this process after step N (the schedule still spans --steps; --resume continues)")
+      ->group(what);
   cmd.add_option("--debug-nan-at-step", c.debug_nan_at_step, "testing: poison the loss at this step")->group("");
 }
 

@@ -68,6 +68,7 @@ void validate(const RunConfig& c) {
   check_non_negative(c.eval_batches, "--eval-batches");
   check_non_negative(c.log_every, "--log-every");
   check_non_negative(c.seq_len, "--seq-len");
+  check_non_negative(c.stop_at, "--stop-at");
   for (auto [v, flag] : {std::pair{c.dim, "--dim"}, std::pair{c.depth, "--depth"}, std::pair{c.heads, "--heads"},
                          std::pair{c.patch, "--patch"}, std::pair{c.mlp_dim, "--mlp-dim"}})
     check_non_negative(v, flag);

@@ -1,5 +1,6 @@
 // lt::train: the run around the step. Builds the task and trainer, restores a checkpoint, then
 // steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,9 +61,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     say(obs, "resumed from " + cfg.resume + " at step " + std::to_string(trainer.steps_done()));
   }
   const int64_t total = trainer.total_steps();
-  if (trainer.steps_done() >= total)
+  const int64_t end = cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total;
+  if (trainer.steps_done() >= end)
     throw UsageError("nothing to train: the checkpoint is at step " + std::to_string(trainer.steps_done()),
-                     "--steps is " + std::to_string(total), "pass a larger --steps to continue training");
+                     cfg.stop_at > 0 && cfg.stop_at < total ? "--stop-at is " + std::to_string(cfg.stop_at)
+                                                             : "--steps is " + std::to_string(total),
+                     "pass a larger --steps to continue training");
   trainer.start();
   say(obs, task->description);
   char line[200];
@@ -71,6 +75,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
                 (long long)total, device.str().c_str(), (long long)cfg.batch, (long long)(cfg.batch / mb),
                 (long long)mb, cfg.optimizer.c_str(), cfg.lr, cfg.schedule.c_str());
   say(obs, line);
+  if (end < total) say(obs, "stopping after step " + std::to_string(end) + " (--stop-at); --resume continues the run");
 
   MetricsFile metrics(cfg.metrics, !cfg.resume.empty());
   RunResult result;
@@ -88,7 +93,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       if (obs.on_save) obs.on_save(cfg.save, trainer.steps_done());
     }
   };
-  while (trainer.steps_done() < total) {
+  while (trainer.steps_done() < end) {
     StepOutcome o = trainer.step();
     const int64_t s = trainer.steps_done();
     items += o.items;
@@ -107,12 +112,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       p.items_per_s = el > 0 ? double(items) / el : 0;
       p.unit = task->unit;
       p.elapsed_s = el;
-      p.eta_s = el / double(s - first) * double(total - s);
+      p.eta_s = el / double(s - first) * double(end - s);
       p.mem_current = ms.allocated_bytes.current;
       p.mem_peak = ms.allocated_bytes.peak;
       obs.on_step(p);
     }
-    if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < total) evaluate_and_save();
+    if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) evaluate_and_save();
   }
   evaluate_and_save();
   result.memory = allocator_for(device).stats();

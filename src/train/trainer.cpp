@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "leantrain/autograd.h"
@@ -34,10 +35,18 @@ LrSchedule build_schedule(const RunConfig& c, int64_t total) {
   return s;
 }
 
+// Short numbers for messages: "NaN", "inf", "3e-4", "1.5e5".
 std::string fmt(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
+  std::string s = buf;
+  for (const char* from : {"e+0", "e+", "e-0"}) {
+    size_t p = s.find(from);
+    if (p != std::string::npos) s.replace(p, std::strlen(from), std::string(from) == "e-0" ? "e-" : "e");
+  }
+  return s;
 }
 
 }  // namespace

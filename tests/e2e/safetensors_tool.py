@@ -1,0 +1,98 @@
+"""Reads and damages safetensors files for the e2e tests, with the standard library only.
+
+  check FILE            parse FILE the way Python's `safetensors` package does (8-byte header
+                        length, JSON header, dtypes, contiguous data offsets); print "name dtype shape"
+  truncate FILE N       keep the first N bytes
+  bad-header FILE       replace the JSON header with garbage of the same length
+  to-f64 FILE NAME      rewrite tensor NAME as F64 (a valid file with the wrong dtype)
+  reshape FILE NAME     give tensor NAME the same bytes in another shape (a valid file, wrong shape)
+  drop FILE NAME        remove tensor NAME (a valid file with a missing tensor)
+"""
+import json
+import struct
+import sys
+
+SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def read(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        raise ValueError("file shorter than 8 bytes")
+    (n,) = struct.unpack("<Q", blob[:8])
+    if 8 + n > len(blob):
+        raise ValueError("header length beyond the file")
+    header = json.loads(blob[8 : 8 + n].decode("utf-8"))
+    data = blob[8 + n :]
+    meta = header.pop("__metadata__", None)
+    tensors = {}
+    end = 0
+    for name, e in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, t = e["data_offsets"]
+        count = 1
+        for d in e["shape"]:
+            count *= d
+        if e["dtype"] not in SIZES:
+            raise ValueError(f"{name}: unknown dtype {e['dtype']}")
+        if b != end or t - b != count * SIZES[e["dtype"]]:
+            raise ValueError(f"{name}: offsets {b}..{t} do not match dtype/shape or leave a gap")
+        end = t
+        tensors[name] = {"dtype": e["dtype"], "shape": e["shape"], "data": data[b:t]}
+    if end != len(data):
+        raise ValueError("data section has trailing bytes")
+    return tensors, meta
+
+
+def write(path, tensors, meta):
+    header, offset = {}, 0
+    if meta is not None:
+        header["__metadata__"] = meta
+    for name, t in tensors.items():
+        header[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [offset, offset + len(t["data"])]}
+        offset += len(t["data"])
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(t["data"] for t in tensors.values()))
+
+
+def main():
+    cmd, path = sys.argv[1], sys.argv[2]
+    if cmd == "check":
+        tensors, meta = read(path)
+        for name, t in tensors.items():
+            print(name, t["dtype"], t["shape"])
+        return
+    if cmd == "truncate":
+        with open(path, "rb") as f:
+            blob = f.read()
+        with open(path, "wb") as f:
+            f.write(blob[: int(sys.argv[3])])
+        return
+    if cmd == "bad-header":
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        (n,) = struct.unpack("<Q", blob[:8])
+        blob[8 : 8 + n] = (b"{not json!" * n)[:n]
+        with open(path, "wb") as f:
+            f.write(blob)
+        return
+    tensors, meta = read(path)
+    name = sys.argv[3]
+    t = tensors[name]
+    if cmd == "to-f64":
+        values = struct.unpack(f"<{len(t['data']) // 4}f", t["data"])
+        t["data"], t["dtype"] = struct.pack(f"<{len(values)}d", *values), "F64"
+    elif cmd == "reshape":
+        count = len(t["data"]) // SIZES[t["dtype"]]
+        t["shape"] = [2, count // 2] if t["shape"] != [2, count // 2] else [count]
+    elif cmd == "drop":
+        del tensors[name]
+    else:
+        sys.exit(f"unknown command {cmd}")
+    write(path, tensors, meta)
+
+
+if __name__ == "__main__":
+    main()
