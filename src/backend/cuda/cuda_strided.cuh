@@ -66,9 +66,14 @@ inline Layout collapse(const Shape& shape, std::vector<Shape>& strides, std::vec
   return l;
 }
 
-// True when the collapsed strides describe a plain contiguous run.
+// True when the strides are the contiguous ones of the layout (index i is element i).
 inline bool is_dense(const Layout& l, const Strides& s) {
-  return l.rank == 0 || (l.rank == 1 && s.s[0] == 1);
+  int64_t expect = 1;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    if (s.s[d] != expect) return false;
+    expect *= l.size[d];
+  }
+  return true;
 }
 
 // Runtime dtype codes for kernels that mix dtypes (copy, multi-tensor optimizers).
