@@ -75,7 +75,8 @@ Tensor argmax(const Tensor& x);    // over the last dim, i64, not recorded
 // a [..., M, K] @ b [..., K, N] with broadcast batch dims; trans_* transposes the last two dims.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x [..., in] @ w[out, in]^T + bias[out] (bias may be undefined): PyTorch/HF Linear layout.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+// weight_in_out: w is [in, out] (Hugging Face Conv1D, GPT-2). The bias rides in the GEMM epilogue.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out = false);
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim

@@ -15,14 +15,7 @@ Linear::Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (layout_ == WeightLayout::OutIn) return linear(x, *weight_, bias());
-  LT_CHECK(x.dim() >= 1 && x.size(-1) == in_, "Conv1D: input has " + std::to_string(x.size(-1)) + " features",
-           "the layer expects " + std::to_string(in_), "check the model's hidden size");
-  Shape out_shape = x.shape();
-  out_shape.back() = out_;
-  Tensor y = matmul(reshape(x, {-1, in_}), *weight_);
-  if (bias_) y = add(y, *bias_);
-  return reshape(y, out_shape);
+  return linear(x, *weight_, bias(), layout_ == WeightLayout::InOut);
 }
 
 }  // namespace lt::nn

@@ -64,19 +64,23 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  OpNameScope op_name("linear");
   Device dev = common_device("linear", {x, w, bias});
   check_same_dtype("linear", x, w);
   check_rank("linear", w, 2, "weight");
-  LT_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input features differ from the weight's",
-           "input " + shape_str(x.shape()) + ", weight " + shape_str(w.shape()), "match in_features");
+  const int64_t in = weight_in_out ? w.size(0) : w.size(1), outf = weight_in_out ? w.size(1) : w.size(0);
+  LT_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input features differ from the weight's",
+           "input " + shape_str(x.shape()) + ", weight " + shape_str(w.shape()) +
+               (weight_in_out ? " ([in, out])" : " ([out, in])"),
+           "match in_features");
   if (bias.defined()) {
     check_same_dtype("linear", x, bias);
-    LT_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias shape " + shape_str(bias.shape()),
-             "expected [" + std::to_string(w.size(0)) + "]", "match out_features");
+    LT_CHECK(bias.dim() == 1 && bias.size(0) == outf, "linear: bias shape " + shape_str(bias.shape()),
+             "expected [" + std::to_string(outf) + "]", "match out_features");
   }
-  const int64_t in = w.size(1), outf = w.size(0);
   Tensor xc = contiguous(x);
+  Tensor wc = contiguous(w);
   const int64_t rows = xc.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = outf;
@@ -85,18 +89,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   d.m = rows;
   d.n = outf;
   d.k = in;
-  d.trans_b = true;
-  backend_for(dev).gemm(out, xc, w, d, bias);
-  const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
+  d.trans_b = !weight_in_out;
+  backend_for(dev).gemm(out, xc, wc, d, bias);
+  const bool need_x = xc.requires_grad(), need_w = wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   Tensor sx = need_w ? xc : Tensor();
-  Tensor sw = need_x ? w : Tensor();
+  Tensor sw = need_x ? wc : Tensor();
   Shape xs = x.shape();
-  record(out, "linear", {xc, w, bias}, [=](const Tensor& g) {
+  record(out, "linear", {xc, wc, bias}, [=](const Tensor& g) {
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gx, gw, gb;
-    if (need_x) gx = reshape(matmul(g2, sw), xs);                      // [rows,out] @ [out,in]
-    if (need_w) gw = matmul(g2, reshape(sx, {rows, in}), true, false);  // [out,rows] @ [rows,in]
+    if (need_x) gx = reshape(matmul(g2, sw, false, weight_in_out), xs);  // [rows,out] @ W^T
+    if (need_w) {
+      Tensor x2 = reshape(sx, {rows, in});
+      gw = weight_in_out ? matmul(x2, g2, true, false)    // [in,rows] @ [rows,out]
+                         : matmul(g2, x2, true, false);   // [out,rows] @ [rows,in]
+    }
     if (need_b) gb = sum_to(g2, {outf});
     return std::vector<Tensor>{gx, gw, gb};
   });

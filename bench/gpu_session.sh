@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call that runs every GPU check and bench we have, in order, each with its own
+# time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
+# in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
+# built there). Sections: tests, parity, throughput (pass a subset as arguments; default all).
+set -u
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-/tmp/leantrain-gpu}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+sections=${*:-tests parity throughput}
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+echo "gpu: $gpu, commit: $commit, sections: $sections"
+
+for s in $sections; do
+  case $s in
+    tests)
+      BUILD=$BUILD OUT=$OUT timeout 420 bash tests/gpu/run_gpu_checks.sh 2>&1 | tail -60
+      ;;
+    parity)
+      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" ${PARITY_ARGS:-} 2>&1 | tail -30
+      ;;
+    throughput)
+      # leantrain and PyTorch alternate, two rounds, same GPU, same config.
+      : > "$OUT/throughput.jsonl"
+      for round in 1 2; do
+        timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m --dtype bf16 \
+          --batch 16 --seq 1024 --warmup 5 --steps 20 2>&1 | tail -3 | tee -a "$OUT/throughput.jsonl"
+        timeout 300 python3 bench/peers/gpt2_throughput_torch.py 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
+        [ "$round" = 1 ] && timeout 400 python3 bench/peers/gpt2_throughput_torch.py --compile 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
+      done
+      ;;
+  esac
+done
+echo "gpu_session done"
