@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs leantrain's Debian 12 dependencies (skipped when they are all present). Works as
+# root, or through sudo for another user. Sourced or run by demo.sh and test.sh.
+set -euo pipefail
+PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
+  dataset-fashion-mnist fortunes)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+command -v python3 >/dev/null || missing+=(python3)  # the e2e tests edit safetensors files with it
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    SUDO=()
+  elif command -v sudo >/dev/null; then
+    SUDO=(sudo)
+  else
+    echo "leantrain: error: missing Debian packages: ${missing[*]}: not root and no sudo (run as root or install them)" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}"
+  "${SUDO[@]}" apt-get update -q
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
