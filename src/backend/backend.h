@@ -52,6 +52,21 @@ struct SgdArgs {
   float grad_scale = 1.0f;
 };
 
+// Lion (Chen et al. 2023), with g = grad * grad_scale:
+//   p = p * (1 - lr*wd) - lr * sign(b1*m + (1-b1)*g);  m = b2*m + (1-b2)*g
+struct LionArgs {
+  float lr, beta1, beta2, weight_decay;
+  float grad_scale = 1.0f;
+};
+
+// An 8-bit block-wise optimizer state (see backend/quant8.h): per tensor, u8 codes of the
+// parameter's size and f32 absmax [ceil(n / 256)]; element i is map[codes[i]] * absmax[i / 256].
+// `map` points to 256 sorted floats in host memory (the optimizer's dynamic map).
+struct QuantState {
+  std::span<const Tensor> codes, absmax;
+  const float* map = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -128,6 +143,15 @@ class Backend {
   // momentum_bufs may be empty when momentum == 0.
   virtual void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,
                         std::span<const Tensor> momentum_bufs, const SgdArgs& args) = 0;
+  // m may be f32/bf16/f16 (bf16 states).
+  virtual void lion_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                         const LionArgs& args) = 0;
+  // 8-bit states: each step dequantises, updates in f32 (as adamw_step / lion_step), then
+  // requantises every 256-element block against its new absmax (nearest code of the map).
+  virtual void adamw8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                              const QuantState& v, const AdamWArgs& args) = 0;
+  virtual void lion8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                             const LionArgs& args) = 0;
 };
 
 Backend& backend_for(Device d);

@@ -54,6 +54,13 @@ class CpuBackend final : public Backend {
                   std::span<const Tensor> v, const AdamWArgs& args) override;
   void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_bufs,
                 const SgdArgs& args) override;
+  // cpu_optim_lean.cpp (Lion, 8-bit block-wise AdamW and Lion)
+  void lion_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                 const LionArgs& args) override;
+  void adamw8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                      const QuantState& v, const AdamWArgs& args) override;
+  void lion8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                     const LionArgs& args) override;
 };
 
 }  // namespace lt

@@ -59,6 +59,13 @@ class CudaBackend final : public Backend {
                   std::span<const Tensor> v, const AdamWArgs& args) override;
   void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> momentum_bufs,
                 const SgdArgs& args) override;
+  // optim_lean.cu (Lion, 8-bit block-wise AdamW and Lion; one fused launch per step)
+  void lion_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                 const LionArgs& args) override;
+  void adamw8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                      const QuantState& v, const AdamWArgs& args) override;
+  void lion8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
+                     const LionArgs& args) override;
 
  private:
   int device_index_;

@@ -40,6 +40,10 @@ class MetaBackend final : public Backend {
   void adamw_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>,
                   const AdamWArgs&) override {}
   void sgd_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, const SgdArgs&) override {}
+  void lion_step(std::span<const Tensor>, std::span<const Tensor>, std::span<const Tensor>, const LionArgs&) override {}
+  void adamw8bit_step(std::span<const Tensor>, std::span<const Tensor>, const QuantState&, const QuantState&,
+                      const AdamWArgs&) override {}
+  void lion8bit_step(std::span<const Tensor>, std::span<const Tensor>, const QuantState&, const LionArgs&) override {}
 };
 
 }  // namespace lt
