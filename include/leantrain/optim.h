@@ -139,13 +139,15 @@ class AdamW : public Optimizer {
 
 // Everything a run's config says about the optimizer; make_optimizer picks the class by name.
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "sgd"
+  std::string name = "adamw";  // "adamw" | "sgd" | "lion" | "adamw8bit" | "lion8bit" (optim_lean.h)
   double lr = 1e-3;
   double weight_decay = 0.0;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;        // adamw
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;        // adamw, adamw8bit
   double momentum = 0, dampening = 0;                    // sgd
   bool nesterov = false;                                 // sgd
-  std::optional<DType> state_dtype;
+  double lion_beta1 = 0.9, lion_beta2 = 0.99;            // lion, lion8bit (the paper's defaults)
+  int64_t min_8bit_size = 4096;                          // adamw8bit, lion8bit: smaller tensors keep f32 state
+  std::optional<DType> state_dtype;                      // adamw, sgd, lion (8-bit ones quantise instead)
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups);
 

@@ -1,6 +1,7 @@
 // Builds an optimizer from a run's config, and the usual decay / no-decay parameter split.
 #include "leantrain/error.h"
 #include "leantrain/optim.h"
+#include "leantrain/optim_lean.h"
 
 namespace lt {
 
@@ -25,7 +26,40 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<
     o.state_dtype = c.state_dtype;
     return std::make_unique<SGD>(std::move(groups), o);
   }
-  fail("unknown optimizer '" + c.name + "'", "leantrain has adamw and sgd", "use --optimizer adamw or sgd");
+  if (c.name == "lion") {
+    LionOptions o;
+    o.lr = c.lr;
+    o.beta1 = c.lion_beta1;
+    o.beta2 = c.lion_beta2;
+    o.weight_decay = c.weight_decay;
+    o.state_dtype = c.state_dtype;
+    return std::make_unique<Lion>(std::move(groups), o);
+  }
+  if (c.name == "adamw8bit" || c.name == "lion8bit")
+    LT_CHECK(!c.state_dtype, c.name + " takes no state dtype (" + dtype_name(*c.state_dtype) + " was asked)",
+             "its states are 8-bit codes, and tensors under min_8bit_size elements keep f32 states",
+             "drop the state dtype, or use adamw or lion with bf16 states");
+  if (c.name == "adamw8bit") {
+    AdamW8bitOptions o;
+    o.lr = c.lr;
+    o.beta1 = c.beta1;
+    o.beta2 = c.beta2;
+    o.eps = c.eps;
+    o.weight_decay = c.weight_decay;
+    o.min_8bit_size = c.min_8bit_size;
+    return std::make_unique<AdamW8bit>(std::move(groups), o);
+  }
+  if (c.name == "lion8bit") {
+    Lion8bitOptions o;
+    o.lr = c.lr;
+    o.beta1 = c.lion_beta1;
+    o.beta2 = c.lion_beta2;
+    o.weight_decay = c.weight_decay;
+    o.min_8bit_size = c.min_8bit_size;
+    return std::make_unique<Lion8bit>(std::move(groups), o);
+  }
+  fail("unknown optimizer '" + c.name + "'", "leantrain has adamw, sgd, lion, adamw8bit and lion8bit",
+       "use --optimizer adamw, sgd, lion, adamw8bit or lion8bit");
 }
 
 std::vector<ParamGroup> decay_groups(const std::vector<NamedTensor>& params) {

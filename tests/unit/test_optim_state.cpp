@@ -106,6 +106,6 @@ TEST(OptimState, DecayGroupsSplitByRank) {
   EXPECT_EQ(groups[1].params[0].first, "b");
   EXPECT_EQ(groups[1].weight_decay.value(), 0.0);
   OptimizerConfig c;
-  c.name = "lion";
+  c.name = "adam";  // a typo of adamw: unknown names throw
   EXPECT_THROW(make_optimizer(c, groups), Error);
 }
