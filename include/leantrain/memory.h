@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,8 +67,9 @@ struct MemoryStats {
 };
 
 // One entry of the allocation history (memory snapshots, the trace-equality test).
+// Retag moves a live block's bytes from `from` to `category` (no memory changes hands).
 struct MemoryEvent {
-  enum class Action : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+  enum class Action : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom, Retag };
   Action action;
   uint64_t addr;
   int64_t size;       // rounded (segment size for segment events)
@@ -75,6 +77,19 @@ struct MemoryEvent {
   Category category;
   int stream;
   const char* op;     // static string
+  uint64_t seq = 0;      // this allocator's event counter: increases by one per recorded event
+  int64_t time_us = 0;   // steady clock, microseconds since the process first recorded an event
+  Category from = Category::Other;  // Retag only: the category the bytes left
+};
+inline constexpr size_t kDefaultHistoryEntries = size_t(1) << 20;  // ~64 MiB of events
+
+// A block in use, with who asked for it (memory snapshots list these per segment).
+struct LiveBlock {
+  uint64_t addr = 0;
+  int64_t size = 0, requested = 0;
+  Category category = Category::Other;
+  int stream = 0;
+  const char* op = "";  // the op that allocated it
 };
 const char* action_name(MemoryEvent::Action a);
 
@@ -111,8 +126,15 @@ class Allocator {
   void reset_peak_stats();
   void set_history(bool on);
   bool history_enabled() const { return history_on_; }
+  // Oldest first. The history is a ring: past max_entries, each new event drops the oldest,
+  // so a long run keeps its most recent events in bounded host memory.
   std::vector<MemoryEvent> history() const;
   void clear_history();
+  void set_history_max_entries(size_t n);  // >= 1; default kDefaultHistoryEntries
+  size_t history_max_entries() const;
+  uint64_t history_dropped() const;  // events dropped by the ring since the last clear_history
+  // Every allocated block, in address order (tracked whether or not the history is on).
+  std::vector<LiveBlock> live_blocks() const;
   // One-line-per-category breakdown, for OOM errors and the end-of-run table.
   std::string breakdown() const;
 
@@ -121,8 +143,8 @@ class Allocator {
   // Called with mu_ held. Return false when the device has no room (after any retry).
   virtual bool do_allocate(Block& b) = 0;
   virtual void do_free(const Block& b) = 0;
-  void note_segment_alloc(uint64_t addr, int64_t size);
-  void note_segment_free(uint64_t addr, int64_t size);
+  void note_segment_alloc(uint64_t addr, int64_t size, int stream = 0);
+  void note_segment_free(uint64_t addr, int64_t size, int stream = 0);
   void note_retry() { ++stats_.num_alloc_retries; }
 
   Device device_;
@@ -131,9 +153,13 @@ class Allocator {
   mutable std::mutex mu_;
 
  private:
-  void record(MemoryEvent::Action a, uint64_t addr, int64_t size, int64_t requested, Category c, int stream);
+  void record(MemoryEvent::Action a, uint64_t addr, int64_t size, int64_t requested, Category c, int stream,
+              Category from = Category::Other);
   bool history_on_ = false;
-  std::vector<MemoryEvent> history_;
+  std::vector<MemoryEvent> history_;  // ring storage; history_head_ is the oldest once full
+  size_t history_head_ = 0, history_max_ = kDefaultHistoryEntries;
+  uint64_t history_seq_ = 0, history_dropped_ = 0;
+  std::map<uint64_t, LiveBlock> live_;  // by address
 };
 
 // The allocator that serves a device. Created on first use.

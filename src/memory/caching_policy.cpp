@@ -86,7 +86,7 @@ CachingAllocator::CBlock* CachingAllocator::map_segment(int stream, int64_t size
   b->size = seg_size;
   s->head = b;
   segments_.push_back(s);
-  note_segment_alloc(addr, seg_size);
+  note_segment_alloc(addr, seg_size, stream);
   return b;
 }
 
@@ -152,7 +152,7 @@ void CachingAllocator::do_free(const Block& b) {
 void CachingAllocator::release_segment(CBlock* whole) {
   Segment* s = whole->seg;
   source_->unmap(s->ptr, s->addr, s->size);
-  note_segment_free(s->addr, s->size);
+  note_segment_free(s->addr, s->size, s->stream);
   std::erase(segments_, s);
   delete whole;
   delete s;

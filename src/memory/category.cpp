@@ -22,6 +22,7 @@ const char* action_name(MemoryEvent::Action a) {
     case MemoryEvent::Action::SegmentAlloc: return "segment_alloc";
     case MemoryEvent::Action::SegmentFree: return "segment_free";
     case MemoryEvent::Action::Oom: return "oom";
+    case MemoryEvent::Action::Retag: return "retag";
   }
   return "?";
 }
