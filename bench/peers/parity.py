@@ -17,10 +17,10 @@ from safetensors.torch import save_file, load_file
 
 
 def rel_err(a, b):
-    a = a.double(); b = b.double()
+    a = a.detach().double(); b = b.detach().double()
     if not torch.isfinite(a).all():
         return float("inf")
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+    return float((a - b).detach().norm() / b.norm().clamp_min(1e-30))
 
 
 def gpt2_model(cfg, dtype):
@@ -144,6 +144,9 @@ def main():
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--quick", action="store_true", help="small models only")
     args = ap.parse_args()
+    # Full f32 on the PyTorch side: its cuDNN convolutions and matmuls may otherwise use TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     cases = [
         ("gpt2-small", "gpt2", dict(n_embd=128, n_layer=2, n_head=4, n_positions=128, vocab_size=512, batch=4, seq=64), 50),
         ("vit-small", "vit", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
