@@ -25,8 +25,8 @@ timeout 300 "./$BUILD/leantrain_tests" --gtest_color=no >"$LOGS/unit.log" 2>&1
 unit_rc=$?
 echo "   exit $unit_rc after $(( $(date +%s) - start ))s, log $LOGS/unit.log"
 grep -E '^\[==========\] [0-9]+ tests? from .* ran|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]+|^\[  FAILED  \] [0-9]+' "$LOGS/unit.log" | sed 's/^/   /'
-cuda_ok=$(grep -cE '^\[       OK \] .*cuda' "$LOGS/unit.log")
-cuda_skip=$(grep -cE '^\[  SKIPPED \] .*cuda' "$LOGS/unit.log")
+cuda_ok=$(grep -E '^\[       OK \] .*cuda' "$LOGS/unit.log" | sed 's/ (.*//' | sort -u | wc -l)
+cuda_skip=$(grep -E '^\[  SKIPPED \] .*cuda' "$LOGS/unit.log" | sed 's/ (.*//' | sort -u | wc -l)
 echo "   tests with 'cuda' in their name: $cuda_ok passed, $cuda_skip skipped"
 failed=$(grep -E '^\[  FAILED  \] [A-Za-z].*\.' "$LOGS/unit.log" | sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u)
 if [ -n "$failed" ]; then
