@@ -85,6 +85,9 @@ StepOutcome Trainer::step() {
   StepOutcome out;
   const int64_t k = cfg_.batch / micro_batch_;
   const int64_t step_number = step_ + 1;  // 1-based, as printed
+  // Set before backward: an optimizer step fused into backward uses it there.
+  out.lr = schedule_.at(step_);
+  opt_->set_lr(out.lr);
   double loss_sum = 0;
   for (int64_t i = 0; i < k; ++i) {
     Batch b;
@@ -119,8 +122,6 @@ StepOutcome Trainer::step() {
   bool owned = false;
   for (auto& h : hooks_) owned = owned || h->owns_optimizer_step();
 
-  out.lr = schedule_.at(step_);
-  opt_->set_lr(out.lr);
   if (apply && !owned) {
     float pre = 1.0f;
     for (auto& h : hooks_) pre *= h->grad_pre_scale();

@@ -38,6 +38,10 @@ if python3 -c "import safetensors, numpy" 2>/dev/null; then
   if python3 -c "from safetensors.numpy import load_file; import sys; assert len(load_file(sys.argv[1])) > 10" \
     "$WORK/vit-ck/model.safetensors"; then ok; else fail "safetensors.numpy cannot load model.safetensors"; fi
 fi
+# A flag given again wins over the checkpoint's setting: --steps 10 trains two more steps.
+expect_ok "$LT" train --resume "$WORK/vit-ck" --steps 10
+expect_grep "^training 10 steps on cpu: batch 16 \(2 x micro-batch 8\)" "$WORK/out"
+expect_grep "final: steps 10" "$WORK/out"
 # Resuming past the end is a usage error.
-expect_error 2 "nothing to train: the checkpoint is at step 8" "$LT" train --resume "$WORK/vit-ck"
+expect_error 2 "nothing to train: the checkpoint is at step 8" "$LT" train --resume "$WORK/gpt-ck"
 finish
