@@ -37,10 +37,18 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str()->group(what);
   cmd.add_option("--eps", c.eps, "AdamW epsilon")->capture_default_str()->group(what);
   cmd.add_option("--schedule", c.schedule, "constant or cosine")->capture_default_str()->group(what);
-  cmd.add_option("--warmup", c.warmup, "Linear warmup steps")->capture_default_str()->group(what);
+  cmd.add_option("--warmup", c.warmup, "Linear warmup steps (-1: 10% of the run)")->capture_default_str()->group(what);
   cmd.add_option("--min-lr-ratio", c.min_lr_ratio, "Cosine ends at lr * this")->capture_default_str()->group(what);
   cmd.add_option("--clip", c.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()->group(what);
   cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str()->group(what);
+
+  what = "Precision";
+  cmd.add_option("--precision", c.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--master-weights", c.master_weights, "fp32: keep f32 master copies of 16-bit parameters (-true policies)")
+      ->capture_default_str()->group(what);
+  cmd.add_flag("--fused-step,!--no-fused-step", c.fused_step, "Run the optimizer step inside backward: no gradient buffer is kept")
+      ->group(what);
 
   what = "Evaluation, checkpoints, output";
   cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);

@@ -69,7 +69,9 @@ TEST(TrainConfig, JsonRoundTrip) {
 
 TEST(TrainConfig, TotalSteps) {
   RunConfig c;
-  EXPECT_EQ(total_steps_for(c, 100), 100);  // one epoch by default
+  EXPECT_EQ(total_steps_for(c, 100), 200);  // the demo's two epochs by default
+  c.epochs = 0;
+  EXPECT_EQ(total_steps_for(c, 100), 100);  // 0 and 0: one epoch
   c.epochs = 2.5;
   EXPECT_EQ(total_steps_for(c, 100), 250);
   c.steps = 7;
