@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 
@@ -84,7 +85,8 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
 }
 
 Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
-  return linear(hidden_states(ids, mask), wte_->weight(), Tensor());  // tied head: [B,T,C] @ [V,C]^T
+  // Tied head: [B,T,C] @ [V,C]^T; under autocast the table is cast for this GEMM only.
+  return linear(hidden_states(ids, mask), autocast(wte_->weight()), Tensor());
 }
 
 std::string GPT2::checkpoint_key_to_name(const std::string& key) const {

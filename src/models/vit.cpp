@@ -3,6 +3,7 @@
 // (eps 1e-6, exact GELU), and the head reads token 0. Names and shapes match torchvision.
 #include <cmath>
 
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 
@@ -76,12 +77,13 @@ Tensor ViT::forward(const Tensor& images_in, const Tensor& mask) {
            "ViT input: images have shape " + shape_str(images_in.shape()),
            "expected [B, " + std::to_string(cfg_.num_channels) + ", " + std::to_string(S) + ", " + std::to_string(S) + "]",
            "resize the images or set image_size/num_channels in the config");
-  const DType dt = class_token_->dtype();
+  // Images go straight to the compute dtype under autocast, else to the parameters'.
+  const DType dt = autocast_dtype().value_or(class_token_->dtype());
   Tensor images = images_in.dtype() == dt ? images_in : cast(images_in, dt);
   const int64_t B = images.size(0), D = cfg_.hidden_size;
   Tensor x = (*conv_proj_)(images);  // [B, N, D]
-  x = concat({expand(*class_token_, {B, 1, D}), x}, 1);
-  x = (*drop_)(add(x, *pos_embedding_));
+  x = concat({expand(autocast(*class_token_), {B, 1, D}), x}, 1);
+  x = (*drop_)(add(x, autocast(*pos_embedding_)));
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x);
   // LayerNorm is per token, so normalising only the class token equals torchvision's ln-then-slice.
   x = (*ln_)(select(x, 1, 0));  // [B, D]

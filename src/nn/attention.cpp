@@ -2,6 +2,7 @@
 // (q | k | v along the last dim, as GPT-2's c_attn and torch's in_proj do) and share attend().
 #include <cmath>
 
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 
@@ -49,7 +50,8 @@ MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, in
 Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
            "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
-  return (*out_proj_)(attend(linear(x, *in_proj_weight_, *in_proj_bias_), mask));
+  Tensor qkv = linear(autocast(x), autocast(*in_proj_weight_), autocast(*in_proj_bias_));
+  return (*out_proj_)(attend(qkv, mask));
 }
 
 }  // namespace lt::nn

@@ -1,5 +1,6 @@
 // Token/position embeddings, dropout and the ViT patch embedding: the layers that turn raw
 // inputs into [B, T, C] activations.
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 
@@ -9,7 +10,8 @@ Embedding::Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& ini
   weight_ = &register_parameter("weight", pf.make({num, dim}, init));
 }
 
-Tensor Embedding::forward(const Tensor& ids) { return embedding(ids, *weight_); }
+// Under autocast the output is cast, not the table: the residual stream starts in 16-bit.
+Tensor Embedding::forward(const Tensor& ids) { return autocast(embedding(ids, *weight_)); }
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training() && p_ > 0.0, gen_); }
 
@@ -25,7 +27,7 @@ Tensor PatchEmbedding::forward(const Tensor& images) {
            "expected [B, " + std::to_string(channels_) + ", H, W]", "check num_channels and the image layout (NCHW)");
   Tensor patches = patchify(images, patch_);  // [B, N, C*p*p], flattened like the conv kernel
   Tensor w = reshape(*weight_, {dim_, channels_ * patch_ * patch_});
-  return linear(patches, w, *bias_);
+  return linear(autocast(patches), autocast(w), autocast(*bias_));
 }
 
 }  // namespace lt::nn

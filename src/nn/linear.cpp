@@ -1,5 +1,6 @@
 // Linear in both reference layouts. The Conv1D layout [in, out] (GPT-2) runs as x @ W + b so
 // checkpoints load without a transpose; the torch layout [out, in] uses lt::linear.
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 
@@ -15,7 +16,8 @@ Linear::Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  return linear(x, *weight_, bias(), layout_ == WeightLayout::InOut);
+  // Under autocast (the -mixed policies) the GEMM runs in 16-bit: see leantrain/autocast.h.
+  return linear(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
 }
 
 }  // namespace lt::nn

@@ -1,3 +1,4 @@
+#include "leantrain/autocast.h"
 #include "leantrain/nn.h"
 
 namespace lt::nn {
@@ -7,12 +8,15 @@ LayerNorm::LayerNorm(ParamFactory& pf, int64_t dim, double eps, bool bias) : eps
   if (bias) bias_ = &register_parameter("bias", pf.make({dim}, Init::zeros()));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, *weight_, bias_ ? *bias_ : Tensor(), eps_); }
+// Under autocast the f32 affine weights follow a 16-bit input; the kernel keeps its statistics in f32.
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_);
+}
 
 RMSNorm::RMSNorm(ParamFactory& pf, int64_t dim, double eps) : eps_(eps) {
   weight_ = &register_parameter("weight", pf.make({dim}, Init::ones()));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, *weight_, eps_); }
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, autocast_like(*weight_, x), eps_); }
 
 }  // namespace lt::nn
