@@ -6,6 +6,12 @@
 // step() makes one backend call per group (a fused multi-tensor kernel on the GPU); parameters
 // without a grad are skipped, as in PyTorch. step_param() updates one parameter, for the
 // optimizer step inside backward (called from a post-accumulate-grad hook).
+//
+// Master weights (the -true precision policies): with set_master_weights(true), each f16/bf16
+// parameter gets an f32 copy ("<param>.master", Category::OptimizerState), created from the
+// parameter at its first update. Each update casts that parameter's gradient to f32 (a Workspace
+// temporary the size of one parameter), updates the copy with f32 state, and writes it back
+// rounded to nearest into the parameter. Every optimizer gets this from the base class.
 #pragma once
 #include <map>
 #include <memory>
@@ -52,8 +58,13 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const;  // largest per-parameter step
   std::vector<Tensor> params() const;
-  // Bytes of state allocated so far (0 before the first step).
+  // Bytes of state allocated so far (0 before the first step), master copies included.
   int64_t state_bytes() const;
+  // Turns master weights on or off; before the first update only. f32/f64 parameters never get one.
+  void set_master_weights(bool on);
+  bool master_weights() const { return master_; }
+  // The f32 master copy of `param` (undefined when it has none yet).
+  Tensor master_of(const Tensor& param) const;
 
   OptimizerStateDict state_dict() const;
   // Copies the saved state into this optimizer's (allocating it where needed). Throws lt::Error
@@ -68,6 +79,7 @@ class Optimizer {
     std::vector<Tensor> state;  // empty until the first update (or load)
     int64_t step = 0;           // updates applied so far
     double weight_decay = 0;
+    Tensor master;              // f32 copy of a 16-bit parameter (master weights), else undefined
   };
 
   Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind);
@@ -80,11 +92,15 @@ class Optimizer {
 
  private:
   void update_batch(std::vector<Slot*>& slots, float grad_scale);
+  void update_master(Slot& s, float grad_scale);
+  bool wants_master(const Slot& s) const;
+  void ensure_master(Slot& s);
   void ensure_state(Slot& s);
 
   std::vector<std::vector<Slot>> groups_;
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // param -> (group, slot)
   double lr_;
+  bool master_ = false;
 };
 
 // torch.optim.SGD: g += wd*p; buf = momentum*buf + (1-dampening)*g (buf = g at the first step);
@@ -148,6 +164,7 @@ struct OptimizerConfig {
   double lion_beta1 = 0.9, lion_beta2 = 0.99;            // lion, lion8bit (the paper's defaults)
   int64_t min_8bit_size = 4096;                          // adamw8bit, lion8bit: smaller tensors keep f32 state
   std::optional<DType> state_dtype;                      // adamw, sgd, lion (8-bit ones quantise instead)
+  bool master_weights = false;                           // f32 copies of f16/bf16 parameters (any optimizer)
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups);
 

@@ -5,7 +5,8 @@
 
 namespace lt {
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups) {
+namespace {
+std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<ParamGroup> groups) {
   if (c.name == "adamw") {
     AdamWOptions o;
     o.lr = c.lr;
@@ -60,6 +61,13 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<
   }
   fail("unknown optimizer '" + c.name + "'", "leantrain has adamw, sgd, lion, adamw8bit and lion8bit",
        "use --optimizer adamw, sgd, lion, adamw8bit or lion8bit");
+}
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups) {
+  std::unique_ptr<Optimizer> o = make_bare(c, std::move(groups));
+  o->set_master_weights(c.master_weights);
+  return o;
 }
 
 std::vector<ParamGroup> decay_groups(const std::vector<NamedTensor>& params) {

@@ -42,7 +42,34 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
 void Optimizer::ensure_state(Slot& s) {
   if (!s.state.empty() || state_names().empty()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
-  s.state = make_state(s.param);
+  // With a master copy the state follows it (f32), as the update runs on the copy.
+  s.state = make_state(s.master.defined() ? s.master : s.param);
+}
+
+bool Optimizer::wants_master(const Slot& s) const {
+  return master_ && (s.param.dtype() == DType::F16 || s.param.dtype() == DType::BF16);
+}
+
+void Optimizer::ensure_master(Slot& s) {
+  if (!wants_master(s) || s.master.defined()) return;
+  MemoryCategoryScope scope(Category::OptimizerState);
+  s.master = Tensor::empty(s.param.shape(), DType::F32, s.param.device());
+  copy_(s.master, s.param);
+}
+
+// One parameter through its master copy: the subclass sees a slot whose parameter is the f32
+// copy and whose gradient is the f32 cast of the 16-bit one, so its kernels need no new dtype
+// combination. Slots go one at a time, so the f32 gradient exists for one parameter at a time.
+void Optimizer::update_master(Slot& s, float grad_scale) {
+  Slot view = s;  // shares the state tensors
+  view.param = s.master;
+  {
+    MemoryCategoryScope ws(Category::Workspace);
+    s.master.set_grad(cast(s.param.grad(), DType::F32));
+  }
+  update({&view}, grad_scale);
+  s.master.set_grad(Tensor());
+  copy_(s.param, s.master);  // round to nearest into the 16-bit parameter
 }
 
 // Updates slots that all have grads: allocates missing state, then one backend call per run of
@@ -58,14 +85,22 @@ void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
              "set grads of the parameter's shape, dtype and device");
     LT_CHECK(g.is_contiguous(), who + " is not contiguous", "the update kernels walk gradients linearly",
              "store a contiguous gradient");
+    ensure_master(*s);
     ensure_state(*s);
   }
   std::vector<bool> done(slots.size(), false);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (done[i]) continue;
+    if (slots[i]->master.defined()) {
+      update_master(*slots[i], grad_scale);
+      ++slots[i]->step;
+      done[i] = true;
+      continue;
+    }
     std::vector<Slot*> batch;
     for (size_t j = i; j < slots.size(); ++j) {
-      if (done[j] || slots[j]->step != slots[i]->step || !(slots[j]->param.device() == slots[i]->param.device()))
+      if (done[j] || slots[j]->master.defined() || slots[j]->step != slots[i]->step ||
+          !(slots[j]->param.device() == slots[i]->param.device()))
         continue;
       batch.push_back(slots[j]);
       done[j] = true;
@@ -116,7 +151,22 @@ int64_t Optimizer::state_bytes() const {
   for (const auto& group : groups_)
     for (const Slot& s : group)
       for (const Tensor& t : s.state) n += t.nbytes();
+  for (const auto& group : groups_)
+    for (const Slot& s : group)
+      if (s.master.defined()) n += s.master.nbytes();
   return n;
+}
+
+void Optimizer::set_master_weights(bool on) {
+  LT_CHECK(step_count() == 0 && state_bytes() == 0, std::string(name()) + ": master weights switched after the first update",
+           "the state already follows the parameters' dtype", "call set_master_weights before the first step");
+  master_ = on;
+}
+
+Tensor Optimizer::master_of(const Tensor& param) const {
+  auto it = index_.find(param.impl());
+  if (it == index_.end()) return Tensor();
+  return groups_[it->second.first][it->second.second].master;
 }
 
 OptimizerStateDict Optimizer::state_dict() const {
@@ -127,6 +177,7 @@ OptimizerStateDict Optimizer::state_dict() const {
     for (const Slot& s : group) {
       if (s.step == 0 && s.state.empty()) continue;
       for (size_t k = 0; k < s.state.size(); ++k) sd.tensors[s.name + "." + names[k]] = s.state[k];
+      if (s.master.defined()) sd.tensors[s.name + ".master"] = s.master;
       sd.tensors[s.name + ".step"] = from_ints({s.step}, {1});
     }
   }
@@ -146,6 +197,18 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
         if (it == sd.tensors.end()) continue;
         found.push_back(&it->second);
         used.insert(it->first);
+      }
+      auto master_it = sd.tensors.find(s.name + ".master");
+      if (master_it != sd.tensors.end()) {
+        used.insert(master_it->first);
+        LT_CHECK(wants_master(s), who + ": '" + master_it->first + "' is an f32 master copy",
+                 "this optimizer keeps none (master weights are for f16/bf16 parameters and must be switched on)",
+                 "resume with the precision and --master-weights fp32 that saved it");
+        LT_CHECK(master_it->second.shape() == s.param.shape(),
+                 who + ": '" + master_it->first + "' has shape " + shape_str(master_it->second.shape()),
+                 "the parameter is " + shape_str(s.param.shape()), "resume with the model configuration that saved it");
+        ensure_master(s);
+        copy_(s.master, master_it->second);
       }
       auto step_it = sd.tensors.find(s.name + ".step");
       int64_t step = -1;
@@ -167,6 +230,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
                  "the checkpoint is incomplete or from another optimizer", "resume with the optimizer that saved it");
         continue;
       }
+      ensure_master(s);  // before the state, which follows the master's dtype
       ensure_state(s);
       for (size_t k = 0; k < names.size(); ++k) {
         LT_CHECK(found[k]->shape() == s.state[k].shape(), who + ": '" + s.name + "." + names[k] + "' has shape " +

@@ -1,0 +1,37 @@
+// The optimizer step inside backward (--fused-step). Each parameter is updated from its
+// post-accumulate-grad hook as soon as its gradient is complete, and that gradient is freed on
+// the spot, so at most one parameter's gradient exists at a time instead of the whole model's.
+//
+// What follows from updating during backward:
+//   - a step's gradient must be complete after one backward: no accumulation over micro-batches;
+//   - nothing that needs all gradients can run before the first update: clipping by the global
+//     norm, or the inf/NaN check that lets a loss scaler skip a step;
+//   - the learning rate (and grad_scale) must be set before backward.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "leantrain/optim.h"
+
+namespace lt {
+
+class FusedStep {
+ public:
+  // Registers a hook on every parameter of `opt`. The hooks act while this object lives (and
+  // `opt` must outlive it); afterwards backward leaves gradients in .grad as usual.
+  explicit FusedStep(Optimizer& opt);
+  ~FusedStep();
+  FusedStep(const FusedStep&) = delete;
+  FusedStep& operator=(const FusedStep&) = delete;
+
+  // Factor applied to every gradient inside the update (1 / loss scale); set before backward.
+  void set_grad_scale(float s);
+  // Parameters stepped since construction.
+  int64_t updates() const;
+
+ private:
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace lt
