@@ -46,6 +46,11 @@ struct RunConfig {
   double clip = 0.0;                // max global gradient norm; 0: off
   uint64_t seed = 0;
 
+  // Precision and where the optimizer step runs (docs/user-guide.md, "Precision").
+  std::string precision = "32-true";    // 32-true | 16-mixed | bf16-mixed | 16-true | bf16-true
+  std::string master_weights = "none";  // fp32: f32 master copies of the 16-bit parameters (-true)
+  bool fused_step = false;              // optimizer step inside backward: no gradient buffer is kept
+
   // Evaluation, checkpoints, reports.
   int64_t eval_every = 0;    // steps; 0: only at the end
   int64_t eval_batches = 0;  // cap on evaluation batches; 0: the whole split

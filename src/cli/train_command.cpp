@@ -42,6 +42,14 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--clip", c.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()->group(what);
   cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str()->group(what);
 
+  what = "Precision";
+  cmd.add_option("--precision", c.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--master-weights", c.master_weights, "fp32: keep f32 master copies of 16-bit parameters (-true policies)")
+      ->capture_default_str()->group(what);
+  cmd.add_flag("--fused-step,!--no-fused-step", c.fused_step, "Run the optimizer step inside backward: no gradient buffer is kept")
+      ->group(what);
+
   what = "Evaluation, checkpoints, output";
   cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
   cmd.add_option("--eval-batches", c.eval_batches, "Cap evaluation at N batches (0: the whole split)")

@@ -90,7 +90,10 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 
 void load_checkpoint(const std::string& dir, Trainer& t) {
   nlohmann::json j = read_state(dir);
-  with_context(dir, [&] { return io::load_module(t.model(), dir + "/model.safetensors"); });
+  // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true).
+  io::LoadOptions lo;
+  lo.allow_cast = true;
+  with_context(dir, [&] { return io::load_module(t.model(), dir + "/model.safetensors", lo); });
 
   OptimizerStateDict sd;
   {

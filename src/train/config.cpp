@@ -5,6 +5,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "leantrain/precision.h"
 #include "leantrain/train.h"
 
 namespace lt {
@@ -29,6 +30,32 @@ int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
   for (int64_t d = std::min(n, cap); d > 1; --d)
     if (n % d == 0) return d;
   return 1;
+}
+
+// --precision, --master-weights and --fused-step, and the pairs that cannot combine.
+void validate_precision(const RunConfig& c) {
+  auto names = precision_names();
+  if (std::find(names.begin(), names.end(), c.precision) == names.end())
+    usage("unknown precision '" + c.precision + "'", "the policies are 32-true, 16-mixed, bf16-mixed, 16-true and bf16-true",
+          "pass e.g. --precision bf16-mixed");
+  if (c.master_weights != "none" && c.master_weights != "fp32")
+    usage("--master-weights " + c.master_weights, "the choices are fp32 and none", "pass --master-weights fp32");
+  if (c.master_weights == "fp32" && !precision_policy(c.precision).low_precision_params())
+    usage("--master-weights fp32 with --precision " + c.precision, "its parameters are already f32",
+          "drop --master-weights, or use --precision bf16-true or 16-true");
+  if (!c.fused_step) return;
+  int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+  if (mb < c.batch)
+    usage("--fused-step with --micro-batch " + std::to_string(mb) + " < --batch " + std::to_string(c.batch),
+          "a fused step updates each parameter during the first micro-batch's backward, before the others' gradients exist",
+          "drop --micro-batch (or --fused-step)");
+  if (c.clip > 0)
+    usage("--fused-step with --clip", "clipping needs the norm of all gradients, but a fused step has updated the first "
+          "parameters before the last gradients exist", "drop --clip (or --fused-step)");
+  if (precision_policy(c.precision).loss_scaling)
+    usage("--fused-step with --precision 16-mixed", "a step with an overflowed gradient must be skipped whole, but a "
+          "fused step has updated the first parameters before the overflow shows",
+          "use --precision bf16-mixed (no loss scaling), or drop --fused-step");
 }
 
 }  // namespace
@@ -75,6 +102,7 @@ void validate(const RunConfig& c) {
   if (c.dim && c.heads && c.dim % c.heads)
     usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
           "each head gets dim/heads channels", "pick a head count that divides the width");
+  validate_precision(c);
   resolve_device(c.device);
 }
 
@@ -103,7 +131,7 @@ Device resolve_device(const std::string& spec) {
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics)
+  X(device) X(log_every) X(metrics) X(precision) X(master_weights) X(fused_step)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

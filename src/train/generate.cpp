@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "leantrain/autograd.h"
+#include "leantrain/precision.h"
 #include "train/checkpoint.h"
 
 namespace lt {
@@ -30,6 +31,7 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
     MemoryCategoryScope p(Category::Parameter);
     nn::InitOptions init;
     init.device = device;
+    init.dtype = precision_policy(read_checkpoint_config(cfg.checkpoint).precision).param_dtype;  // as saved
     model = models::create_model_from_json(read_model_config(cfg.checkpoint), init);
   }
   auto* gpt = dynamic_cast<models::GPT2*>(model.get());

@@ -2,10 +2,12 @@
 // steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
 #include "train/checkpoint.h"
+#include "train/precision_hooks.h"
 #include "train/trainer.h"
 
 namespace lt {
@@ -27,9 +29,17 @@ class MetricsFile {
   void step(int64_t step, const StepOutcome& o) {
     if (!f_.is_open()) return;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
-                  (long long)step, o.loss, o.lr, o.grad_norm);
-    f_ << buf << std::flush;
+    std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": ",
+                  (long long)step, o.loss, o.lr);
+    f_ << buf;
+    // JSON has no inf/NaN: an overflowed (skipped) 16-mixed step writes null.
+    if (std::isfinite(o.grad_norm)) {
+      std::snprintf(buf, sizeof buf, "%.17g", o.grad_norm);
+      f_ << buf;
+    } else {
+      f_ << "null";
+    }
+    f_ << (o.applied ? "" : ", \"skipped\": true") << "}\n" << std::flush;
   }
   void eval(const EvalInfo& e) {
     if (!f_.is_open()) return;
@@ -75,6 +85,10 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
                 (long long)total, device.str().c_str(), (long long)cfg.batch, (long long)(cfg.batch / mb),
                 (long long)mb, cfg.optimizer.c_str(), cfg.lr, cfg.schedule.c_str());
   say(obs, line);
+  if (cfg.precision != "32-true" || cfg.fused_step)
+    say(obs, "precision " + cfg.precision + (cfg.master_weights == "fp32" ? " with f32 master weights" : "") +
+                 (cfg.fused_step ? "; optimizer step fused into backward" : ""));
+  if (std::string w = precision_warning(cfg); !w.empty()) say(obs, w);
   if (end < total) say(obs, "stopping after step " + std::to_string(end) + " (--stop-at); --resume continues the run");
 
   MetricsFile metrics(cfg.metrics, !cfg.resume.empty());

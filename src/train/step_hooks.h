@@ -27,6 +27,9 @@ class StepHook {
   virtual float grad_pre_scale() const { return 1.0f; }
   // After all micro-batches' backward. Return false to skip this optimizer step (e.g. overflow).
   virtual bool after_backward(Trainer&) { return true; }
+  // Called when the gradients hold an inf/NaN. Return true to skip the step (loss scaling) rather
+  // than stop the run with a NumericError. Every hook is asked.
+  virtual bool skip_nonfinite_step(Trainer&) { return false; }
   // True when this hook already stepped the optimizer during backward.
   virtual bool owns_optimizer_step() const { return false; }
   virtual void after_step(Trainer&, bool applied) {}

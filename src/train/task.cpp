@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "leantrain/precision.h"
 #include "models/config_json.h"
 #include "train/task.h"
 
@@ -195,6 +196,7 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   nn::InitOptions init;
   init.device = device;
   init.seed = c.seed;
+  init.dtype = precision_policy(c.precision).param_dtype;  // built in the target dtype, no f32 copy
   if (s.gpt) make_text_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;

@@ -5,7 +5,10 @@
 #include <cstring>
 #include <limits>
 
+#include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
+#include "leantrain/precision.h"
+#include "train/precision_hooks.h"
 
 namespace lt {
 
@@ -20,6 +23,7 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
   oc.beta2 = c.beta2;
   oc.eps = c.eps;
   oc.momentum = c.optimizer == "sgd" ? c.momentum : 0.0;
+  oc.master_weights = c.master_weights == "fp32";
   // Biases and norm weights do not decay, as in every transformer recipe.
   return make_optimizer(oc, decay_groups(named));
 }
@@ -70,6 +74,7 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
   model().train();
+  add_precision_hooks(*this);
 }
 
 double Trainer::epochs_done() const {
@@ -89,6 +94,8 @@ StepOutcome Trainer::step() {
   out.lr = schedule_.at(step_);
   opt_->set_lr(out.lr);
   double loss_sum = 0;
+  // Forward and backward both under the policy's autocast: a recomputed forward sees it too.
+  AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);
   for (int64_t i = 0; i < k; ++i) {
     Batch b;
     {
@@ -131,13 +138,20 @@ StepOutcome Trainer::step() {
       gn = clip_grad_norm(params_, cfg_.clip, pre);
     }
     out.grad_norm = gn.norm;
+    bool skip = false;
     if (!gn.finite())
+      for (auto& h : hooks_) skip = h->skip_nonfinite_step(*this) || skip;
+    if (!gn.finite() && !skip)
       throw NumericError("the gradient norm is " + fmt(gn.norm) + " at step " + std::to_string(step_number),
                          "training diverged (the loss was " + fmt(out.loss) + ")",
                          "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
                              ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
-    MemoryCategoryScope st(Category::OptimizerState);
-    opt_->step(gn.grad_scale);
+    if (skip) {
+      apply = false;  // e.g. a loss-scale overflow: no parameter or state changes
+    } else {
+      MemoryCategoryScope st(Category::OptimizerState);
+      opt_->step(gn.grad_scale);
+    }
   }
   out.applied = apply;
   opt_->zero_grad(true);
@@ -149,6 +163,7 @@ StepOutcome Trainer::step() {
 EvalInfo Trainer::evaluate() {
   InferenceModeGuard inference;
   MemoryCategoryScope act(Category::Activation);
+  AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);
   model().eval();
   EvalInfo e;
   try {
