@@ -2,7 +2,8 @@
 //   parity     load weights + batches written by bench/peers/parity.py, write logits, loss,
 //              every parameter gradient, and the loss curve of N AdamW steps
 //   throughput GPT-2 training steps on random tokens; one JSON line with ms/step, tokens/s,
-//              MFU, peak allocated and reserved bytes
+//              MFU, peak allocated and reserved bytes; --precision (e.g. bf16-mixed, the
+//              BENCHMARKS.md config) overrides --dtype, --master-weights fp32 for the -true ones
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,11 +12,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
+#include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 
 using namespace lt;
@@ -130,7 +133,10 @@ int parity(const std::map<std::string, std::string>& f) {
 
 int throughput(const std::map<std::string, std::string>& f) {
   const Device dev = Device::parse(get(f, "device", "cuda"));
-  const DType dtype = parse_dtype(get(f, "dtype", "bf16"));
+  // --precision NAME: the policy decides the parameter dtype, autocast and loss scaling.
+  const bool has_policy = f.count("precision") > 0;
+  const PrecisionPolicy policy = precision_policy(get(f, "precision", "32-true"));
+  const DType dtype = has_policy ? policy.param_dtype : parse_dtype(get(f, "dtype", "bf16"));
   const int64_t B = std::stoll(get(f, "batch", "16")), T = std::stoll(get(f, "seq", "1024"));
   const int64_t warmup = std::stoll(get(f, "warmup", "5")), steps = std::stoll(get(f, "steps", "20"));
   nn::InitOptions init{dev, dtype, 0};
@@ -146,6 +152,8 @@ int throughput(const std::map<std::string, std::string>& f) {
   o.weight_decay = 0.1;
   o.state_dtype = DType::F32;
   AdamW opt(decay_groups(model->named_parameters()), o);
+  opt.set_master_weights(get(f, "master-weights", "none") == "fp32");
+  GradScaler scaler;  // used by 16-mixed only
   const auto& cfg = dynamic_cast<models::GPT2&>(*model).config();
   const int64_t V = cfg.vocab_size;
   Generator gen(7);
@@ -167,10 +175,17 @@ int throughput(const std::map<std::string, std::string>& f) {
     Tensor loss;
     {
       MemoryCategoryScope s(Category::Activation);
+      AutocastGuard autocast(policy.compute_dtype);
       loss = model->loss(x, y);
-      loss.backward();
+      (policy.loss_scaling ? scale(loss, scaler.scale()) : loss).backward();
     }
-    opt.step();
+    if (policy.loss_scaling) {  // the trainer's scheme: the norm pass finds overflow, the step unscales
+      GradNorm gn = clip_grad_norm(model->parameters(), 0.0, float(1.0 / scaler.scale()));
+      if (gn.finite()) opt.step(gn.grad_scale);
+      scaler.update(!gn.finite());
+    } else {
+      opt.step();
+    }
     opt.zero_grad(true);
     be.synchronize();
     auto t1 = std::chrono::steady_clock::now();
@@ -184,10 +199,10 @@ int throughput(const std::map<std::string, std::string>& f) {
   const double tok_s = double(B * T) / (med / 1e3);
   MemoryStats st = allocator_for(dev).stats();
   std::printf(
-      "{\"system\": \"leantrain\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
+      "{\"system\": \"leantrain\", \"precision\": \"%s\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
       "\"peak_allocated\": %lld, \"peak_reserved\": %lld, \"final_loss\": %.4f, \"batch\": %lld, \"seq\": %lld, "
       "\"steps\": %lld}\n",
-      dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
+      has_policy ? policy.name.c_str() : "", dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
       (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps);
   return 0;
 }
