@@ -1,0 +1,179 @@
+// --fused-step: the optimizer step inside backward gives the same parameters as the usual step,
+// bit for bit on the CPU, while at most one parameter's gradient exists at a time.
+#include <gtest/gtest.h>
+
+#include "leantrain/fused_step.h"
+#include "leantrain/models.h"
+#include "precision_test_util.h"
+
+using namespace lt;
+using namespace lt::test;
+
+namespace {
+
+std::shared_ptr<models::GPT2> small_gpt() {
+  models::GPT2Config cfg = models::GPT2Config::preset("gpt2-tiny");
+  cfg.n_embd = 32;
+  cfg.n_layer = 2;
+  cfg.n_head = 2;
+  cfg.n_positions = 16;
+  cfg.resid_pdrop = cfg.embd_pdrop = 0.1;  // dropout on: both runs must draw the same masks
+  nn::InitOptions init;
+  init.seed = 5;
+  MemoryCategoryScope p(Category::Parameter);
+  return std::make_shared<models::GPT2>(cfg, init);
+}
+
+std::unique_ptr<Optimizer> optimizer_for(const std::string& name, models::Model& m) {
+  OptimizerConfig oc;
+  oc.name = name;
+  oc.lr = name == "sgd" ? 0.05 : 3e-3;
+  oc.momentum = name == "sgd" ? 0.9 : 0.0;
+  oc.weight_decay = 0.1;
+  return make_optimizer(oc, decay_groups(m.named_parameters()));
+}
+
+std::pair<Tensor, Tensor> batch(int step) {
+  std::vector<int64_t> ids(2 * 16), next(2 * 16);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int64_t((i * 37 + 11 + 13 * step) % 256);
+    next[i] = int64_t((i * 53 + 5 + 7 * step) % 256);
+  }
+  return {from_ints(ids, {2, 16}), from_ints(next, {2, 16})};
+}
+
+std::vector<Tensor> state_tensors(const Optimizer& o) {
+  std::vector<Tensor> out;
+  for (auto& [k, t] : o.state_dict().tensors) out.push_back(t);
+  return out;
+}
+
+int64_t largest_bytes(const std::vector<Tensor>& ps) {
+  int64_t m = 0;
+  for (const Tensor& p : ps) m = std::max(m, round_allocation(p.nbytes()));
+  return m;
+}
+
+}  // namespace
+
+TEST(FusedStep, SameParametersAsTheUnfusedStepBitwise) {
+  for (const char* name : {"sgd", "adamw"}) {
+    auto a = small_gpt(), b = small_gpt();
+    auto opt_a = optimizer_for(name, *a), opt_b = optimizer_for(name, *b);
+    FusedStep fused(*opt_b);
+    const int64_t n = int64_t(b->parameters().size());
+    for (int step = 0; step < 4; ++step) {
+      auto [x, y] = batch(step);
+      const double lr = (step + 1) * (std::string(name) == "sgd" ? 0.01 : 1e-3);
+      opt_a->set_lr(lr);
+      opt_b->set_lr(lr);  // before backward: that is where the fused step runs
+      MemoryCategoryScope act(Category::Activation);
+      a->loss(x, y).backward();
+      opt_a->step();
+      opt_a->zero_grad();
+      b->loss(x, y).backward();
+      EXPECT_EQ(fused.updates(), n * (step + 1)) << name;
+      for (const Tensor& p : b->parameters()) EXPECT_FALSE(p.grad().defined()) << name;  // freed in the hook
+    }
+    EXPECT_EQ(bytes_of(a->parameters()), bytes_of(b->parameters())) << name;
+    EXPECT_EQ(bytes_of(state_tensors(*opt_a)), bytes_of(state_tensors(*opt_b))) << name;
+    EXPECT_EQ(opt_a->step_count(), opt_b->step_count());
+  }
+}
+
+TEST(FusedStep, GradientPeakIsTheLargestSingleParameter) {
+  for (bool fuse : {false, true}) {
+    auto m = small_gpt();
+    auto opt = optimizer_for("adamw", *m);
+    std::unique_ptr<FusedStep> fused;
+    if (fuse) fused = std::make_unique<FusedStep>(*opt);
+    auto [x, y] = batch(0);
+    std::vector<Tensor> params = m->parameters();
+    allocator_for(Device::cpu()).reset_peak_stats();
+    const int64_t g0 = category_current(Category::Gradient);
+    {
+      MemoryCategoryScope act(Category::Activation);
+      m->loss(x, y).backward();
+    }
+    if (!fuse) opt->step();
+    const int64_t peak = category_peak(Category::Gradient) - g0;
+    if (fuse) {
+      // wte [256, 32] f32: one parameter's gradient, not the model's.
+      EXPECT_EQ(peak, largest_bytes(params));
+      EXPECT_EQ(peak, 256 * 32 * 4);
+    } else {
+      EXPECT_EQ(peak, rounded_bytes(params, 4));
+    }
+    opt->zero_grad();
+  }
+}
+
+TEST(FusedStep, DisarmedWhenDestroyed) {
+  auto m = small_gpt();
+  auto opt = optimizer_for("sgd", *m);
+  { FusedStep fused(*opt); }
+  auto before = bytes_of(m->parameters());
+  auto [x, y] = batch(0);
+  m->loss(x, y).backward();
+  EXPECT_EQ(bytes_of(m->parameters()), before);
+  for (const Tensor& p : m->parameters()) EXPECT_TRUE(p.grad().defined());  // backward as usual
+}
+
+// The trainer with --fused-step against the usual step, alone and composed with other switches.
+TEST(FusedStep, TrainerRunsMatchTheUnfusedOnes) {
+  TempDir tmp;
+  struct Case {
+    std::string optimizer, precision, master;
+  };
+  for (const Case& k : {Case{"adamw", "32-true", "none"}, Case{"sgd", "32-true", "none"},
+                        Case{"adamw", "bf16-mixed", "none"}, Case{"adamw", "bf16-true", "fp32"}}) {
+    RunConfig c = tiny_gpt(tmp.path);
+    c.optimizer = k.optimizer;
+    c.precision = k.precision;
+    c.master_weights = k.master;
+    RunResult plain = train(c);
+    c.fused_step = true;
+    RunResult fused = train(c);
+    EXPECT_EQ(fused.losses, plain.losses) << k.optimizer << " " << k.precision;  // bit for bit
+    TrainerRun r(c);  // the model, to know its largest parameter
+    const int64_t bytes = k.precision == "bf16-true" ? 2 : 4;
+    int64_t largest = 0, all = 0;
+    for (const Tensor& p : r->model().parameters()) {
+      largest = std::max(largest, round_allocation(p.numel() * bytes));
+      all += round_allocation(p.numel() * bytes);
+    }
+    EXPECT_EQ(fused.memory.category[int(Category::Gradient)].peak, largest) << k.precision;
+    EXPECT_EQ(plain.memory.category[int(Category::Gradient)].peak, all) << k.precision;
+  }
+}
+
+TEST(FusedStep, RefusedCombinationsAreUsageErrors) {
+  RunConfig c;
+  c.device = "cpu";
+  c.fused_step = true;
+  c.batch = 16;
+  auto message = [](const RunConfig& cfg) -> std::string {
+    try {
+      validate(cfg);
+    } catch (const UsageError& e) {
+      return std::string(e.what()) + " | " + e.why() + " | " + e.fix();
+    }
+    return "";
+  };
+  EXPECT_EQ(message(c), "");
+  RunConfig acc = c;
+  acc.micro_batch = 4;
+  EXPECT_NE(message(acc).find("--fused-step with --micro-batch 4 < --batch 16"), std::string::npos) << message(acc);
+  RunConfig clip = c;
+  clip.clip = 1.0;
+  EXPECT_NE(message(clip).find("--fused-step with --clip"), std::string::npos);
+  EXPECT_NE(message(clip).find("norm of all gradients"), std::string::npos);
+  RunConfig scaled = c;
+  scaled.precision = "16-mixed";
+  EXPECT_NE(message(scaled).find("--fused-step with --precision 16-mixed"), std::string::npos);
+  EXPECT_NE(message(scaled).find("bf16-mixed"), std::string::npos);
+  RunConfig ok = c;
+  ok.precision = "bf16-true";
+  ok.master_weights = "fp32";
+  EXPECT_EQ(message(ok), "");
+}
