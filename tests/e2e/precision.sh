@@ -1,0 +1,48 @@
+# --precision, --master-weights and --fused-step through the CLI: runs, what they print and save,
+# resume and generate in 16-bit, and the combinations refused with a usage error.
+source "$(dirname "$0")/common.bash" "$@"
+TOOL="python3 $(dirname "$0")/safetensors_tool.py"
+GPT=(--model gpt2-tiny --dim 32 --depth 2 --heads 2 --batch 4 --seq-len 32 --eval-batches 1 --device cpu)
+
+losses() { grep '"loss"' "$1" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/'; }
+
+expect_ok "$LT" train "${GPT[@]}" --steps 3 --precision bf16-mixed --metrics "$WORK/mixed.jsonl"
+expect_grep "^precision bf16-mixed$" "$WORK/out"
+if python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$WORK/mixed.jsonl"; then ok; else
+  fail "metrics of a bf16-mixed run are not JSON lines"; fi
+
+expect_ok "$LT" train "${GPT[@]}" --steps 2 --precision 16-mixed --metrics "$WORK/m16.jsonl"
+if python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$WORK/m16.jsonl"; then ok; else
+  fail "metrics of a 16-mixed run are not JSON lines"; fi
+
+expect_ok "$LT" train "${GPT[@]}" --steps 2 --precision 16-true
+expect_grep "^warning: --precision 16-true trains in f16 without loss scaling" "$WORK/out"
+
+# bf16-true with master weights: 16-bit weights in the model file, f32 masters in the optimizer's;
+# --resume alone restores the policy; generate builds the model in bf16.
+expect_ok "$LT" train "${GPT[@]}" --steps 4 --stop-at 2 --precision bf16-true --master-weights fp32 --save "$WORK/ck"
+expect_grep "^precision bf16-true with f32 master weights$" "$WORK/out"
+$TOOL check "$WORK/ck/model.safetensors" >"$WORK/names" && ok || fail "model.safetensors does not parse"
+expect_grep "^transformer.wte.weight BF16 \[256, 32\]" "$WORK/names" "model.safetensors tensors"
+$TOOL check "$WORK/ck/optimizer.safetensors" >"$WORK/names" && ok || fail "optimizer.safetensors does not parse"
+expect_grep "^transformer.wte.weight.master F32 \[256, 32\]" "$WORK/names" "optimizer.safetensors tensors"
+expect_ok "$LT" train --resume "$WORK/ck"
+expect_grep "^precision bf16-true with f32 master weights$" "$WORK/out"
+expect_grep "final: steps 4" "$WORK/out"
+expect_ok "$LT" generate --checkpoint "$WORK/ck" --prompt "the " --max-new-tokens 5 --device cpu
+
+# The fused step trains the same curve as the usual step.
+expect_ok "$LT" train "${GPT[@]}" --steps 3 --metrics "$WORK/plain.jsonl"
+expect_ok "$LT" train "${GPT[@]}" --steps 3 --fused-step --metrics "$WORK/fused.jsonl"
+expect_grep "optimizer step fused into backward" "$WORK/out"
+losses "$WORK/plain.jsonl" >"$WORK/a"
+losses "$WORK/fused.jsonl" >"$WORK/b"
+if [ "$(wc -l <"$WORK/a")" = 3 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else
+  fail "fused-step losses differ"; paste "$WORK/a" "$WORK/b" >&2; fi
+
+expect_error 2 "unknown precision 'fp16'" "$LT" train --precision fp16
+expect_error 2 "--master-weights fp32 with --precision 32-true: its parameters are already f32" "$LT" train --master-weights fp32
+expect_error 2 "--fused-step with --micro-batch 4 < --batch 16" "$LT" train --fused-step --batch 16 --micro-batch 4
+expect_error 2 "--fused-step with --clip: clipping needs the norm of all gradients" "$LT" train --fused-step --clip 1
+expect_error 2 "--fused-step with --precision 16-mixed" "$LT" train --fused-step --precision 16-mixed
+finish
