@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "leantrain/cuda_info.h"
+
 namespace lt {
 
 bool CpuAllocator::do_allocate(Block& b) {
@@ -29,6 +31,24 @@ bool MetaAllocator::do_allocate(Block& b) {
 }
 
 void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
+
+void SimulatedCudaAllocator::ensure_gemm_workspace() {
+  if (has_workspace_) return;
+  MemoryCategoryScope cat(Category::Workspace);
+  OpNameScope name("cublaslt_workspace");  // the op name the CUDA backend records
+  workspace_ = allocate(kCublasWorkspaceBytes);
+  has_workspace_ = true;
+}
+
+void SimulatedCudaAllocator::release_gemm_workspace() {
+  if (!has_workspace_) return;
+  has_workspace_ = false;
+  deallocate(workspace_);
+}
+
+void simulate_gemm_workspace() {
+  if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->ensure_gemm_workspace();
+}
 
 std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity) {
   return std::make_unique<SimulatedCudaAllocator>(capacity);

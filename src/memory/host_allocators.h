@@ -35,7 +35,22 @@ class SimulatedCudaAllocator final : public CachingAllocator {
  public:
   explicit SimulatedCudaAllocator(int64_t capacity = -1)
       : CachingAllocator(Device::meta(), std::make_unique<FakeSegmentSource>(capacity)) {}
+  ~SimulatedCudaAllocator() override { release_gemm_workspace(); }
+
+  // The CUDA backend takes kCublasWorkspaceBytes (category workspace) from its allocator at the
+  // first GEMM and keeps it; the meta backend's gemm calls this so a dry-run holds the same
+  // bytes from the same point. Released only by the planner, before it swaps allocators back.
+  void ensure_gemm_workspace();
+  void release_gemm_workspace();
+  bool has_gemm_workspace() const { return has_workspace_; }
+
+ private:
+  Block workspace_;
+  bool has_workspace_ = false;
 };
+
+// Called by the meta backend at every GEMM: the workspace mirror when meta simulates CUDA.
+void simulate_gemm_workspace();
 
 // For the planner: set_allocator(Device::meta(), make_simulated_cuda_allocator(free_bytes)).
 // The default meta allocator stays the simple MetaAllocator.

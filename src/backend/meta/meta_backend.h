@@ -2,6 +2,7 @@
 // step on meta makes exactly the allocations a real step makes, with no memory and no compute.
 #pragma once
 #include "backend/backend.h"
+#include "memory/host_allocators.h"
 
 namespace lt {
 
@@ -19,7 +20,10 @@ class MetaBackend final : public Backend {
   void reduce_sum(const Tensor&, const Tensor&) override {}
   void argmax_lastdim(const Tensor&, const Tensor&) override {}
   void sum_squares(const Tensor&, std::span<const Tensor>) override {}
-  void gemm(const Tensor&, const Tensor&, const Tensor&, const GemmDesc&, const Tensor&) override {}
+  // Mirrors the CUDA backend's cuBLASLt workspace (taken at the first GEMM) when meta simulates CUDA.
+  void gemm(const Tensor&, const Tensor&, const Tensor&, const GemmDesc&, const Tensor&) override {
+    simulate_gemm_workspace();
+  }
   void layernorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                      float) override {}
   void layernorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
