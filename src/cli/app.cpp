@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/cli.h"
+#include "leantrain/plan.h"
 #include "train/checkpoint.h"
 
 namespace lt::cli {
@@ -14,9 +15,17 @@ struct Commands {
   std::unique_ptr<CLI::App> app;
   CLI::App* train = nullptr;
   CLI::App* generate = nullptr;
+  CLI::App* plan = nullptr;
 };
 
-Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg) {
+// Flags of train and plan that live outside RunConfig.
+struct Extras {
+  std::string fit, metrics_json;
+  RunConfig pcfg;
+  PlanFlags plan;
+};
+
+Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   Commands c;
   c.app = std::make_unique<CLI::App>(
       "leantrain trains transformers (ViT, GPT-2) with little memory and says where every byte goes.\n"
@@ -26,9 +35,14 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg) {
   c.app->set_version_flag("--version", "leantrain 0.1.0");
   c.train = c.app->add_subcommand("train", "Train a model (default: the ViT demo on Fashion-MNIST)");
   add_train_flags(*c.train, tcfg);
+  add_fit_flag(*c.train, x.fit);
+  c.train->add_option("--metrics-json", x.metrics_json, "Write the run's measured memory peaks to this JSON file at the end")
+      ->group("Evaluation, checkpoints, output");
   c.generate = c.app->add_subcommand("generate", "Sample text from a saved GPT checkpoint");
   add_generate_flags(*c.generate, gcfg);
-  // `plan` and `profile` will be added here the same way: flags bound to a config, one runner.
+  c.plan = c.app->add_subcommand("plan", "Predict a run's GPU memory (peaks, categories, total) without a GPU; --budget fits one");
+  add_plan_flags(*c.plan, x.pcfg, x.plan);
+  // `profile` will be added here the same way: flags bound to a config, one runner.
   return c;
 }
 
@@ -36,7 +50,7 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg) {
 std::string command_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "train" || a == "generate") return a;
+    if (a == "train" || a == "generate" || a == "plan") return a;
     if (a.rfind("-", 0) != 0) return "";
   }
   return "";
@@ -45,12 +59,14 @@ std::string command_of(int argc, char** argv) {
 int dispatch(int argc, char** argv) {
   RunConfig tcfg;
   GenerateConfig gcfg;
-  Commands c = make_app(tcfg, gcfg);
+  Extras x;
+  Commands c = make_app(tcfg, gcfg, x);
   try {
     c.app->parse(argc, argv);
     if (c.train->parsed() && !tcfg.resume.empty()) {
       RunConfig base = read_checkpoint_config(tcfg.resume);
-      Commands again = make_app(base, gcfg);
+      Extras x2;
+      Commands again = make_app(base, gcfg, x2);
       again.app->parse(argc, argv);
       base.resume = tcfg.resume;
       tcfg = base;
@@ -60,7 +76,16 @@ int dispatch(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return report_parse_error(e, command_of(argc, argv));
   }
-  if (c.train->parsed()) return run_train(tcfg);
+  if (c.train->parsed()) {
+    try {
+      int rc = x.fit.empty() ? run_train(tcfg) : run_train_fit(tcfg, x.fit);
+      if (rc == 0 && !x.metrics_json.empty()) write_run_memory_json(x.metrics_json, tcfg);
+      return rc;
+    } catch (const OutOfMemoryError& e) {  // name what grew and the plan that fits (docs/memory-model.md)
+      throw OutOfMemoryError(e.what_part(), oom_guidance(tcfg, e), "");
+    }
+  }
+  if (c.plan->parsed()) return run_plan(x.pcfg, x.plan);
   if (c.generate->parsed()) return run_generate(gcfg);
   std::fputs(c.app->help().c_str(), stdout);
   return 0;

@@ -21,6 +21,19 @@ int run(int argc, char** argv);
 void add_train_flags(CLI::App& cmd, RunConfig& cfg);
 int run_train(RunConfig cfg);
 
+// `plan` (src/cli/plan_command.cpp): the train flags plus the plan's own.
+struct PlanFlags {
+  std::string device_type = "cuda";
+  std::string context;  // --context-bytes; empty: the measured constant
+  std::string budget;   // --budget; empty: just plan
+  bool json = false;
+};
+void add_plan_flags(CLI::App& cmd, RunConfig& cfg, PlanFlags& p);
+int run_plan(const RunConfig& cfg, const PlanFlags& p);
+// train --fit BUDGET and --metrics-json PATH (both handled by app.cpp around run_train).
+void add_fit_flag(CLI::App& train, std::string& fit);
+int run_train_fit(RunConfig cfg, const std::string& fit);
+
 void add_generate_flags(CLI::App& cmd, GenerateConfig& cfg);
 int run_generate(const GenerateConfig& cfg);
 

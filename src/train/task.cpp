@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "leantrain/precision.h"
+#include "data/synthetic.h"
 #include "models/config_json.h"
 #include "train/task.h"
 
@@ -103,10 +104,37 @@ std::string millions(int64_t n) {
   return buf;
 }
 
+// --data synthetic: the preset's own image size and channels, 10 classes (the memory ladder's),
+// 8 steps' worth of training samples and 2 micro-batches of held-out ones.
+void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
+  auto& v = s.vit_cfg;
+  v.num_labels = 10;
+  v.validate();
+  {
+    MemoryCategoryScope p(Category::Parameter);
+    t.model = std::make_shared<models::ViT>(v, init);
+  }
+  const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+  t.classifier = true;
+  t.unit = "img/s";
+  t.held_out = std::make_shared<SyntheticImages>(2 * mb, v.num_channels, v.image_size, v.num_labels, c.seed + 1);
+  LoaderOptions lo;
+  lo.batch_size = mb;
+  lo.seed = c.seed;
+  lo.drop_last = true;
+  lo.device = init.device;
+  auto train = std::make_shared<SyntheticImages>(8 * c.batch, v.num_channels, v.image_size, v.num_labels, c.seed);
+  t.train = std::make_unique<DataLoader>(train, lo);
+  t.description = "model " + s.name + ": ViT, " + millions(t.model->num_parameters()) + " parameters (" +
+                  std::to_string(v.image_size) + "x" + std::to_string(v.image_size) + "x" +
+                  std::to_string(v.num_channels) + " images); data synthetic";
+}
+
 void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   if (c.data == "fortunes")
     usage("--data fortunes is text", s.name + " is an image classifier", "pass --data fashion-mnist, or a GPT model");
   if (c.seq_len) usage("--seq-len " + std::to_string(c.seq_len), "it applies to GPT models", "drop --seq-len");
+  if (c.data == kSyntheticData) return make_synthetic_image_task(t, s, c, init);
   std::string dir = c.data.empty() || c.data == "fashion-mnist" ? kFashionMnistDir : c.data;
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));
   auto test = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Test, dir));
@@ -157,6 +185,25 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(g.n_positions) + " positions",
           "pass --seq-len " + std::to_string(g.n_positions) + " or less");
   g.validate();
+  if (c.data == kSyntheticData) {  // random ids over the model's whole vocabulary
+    {
+      MemoryCategoryScope p(Category::Parameter);
+      t.model = std::make_shared<models::GPT2>(g, init);
+    }
+    const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+    t.unit = "tok/s";
+    t.tokenizer = "bytes";
+    t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, g.vocab_size, c.seed + 1);
+    LoaderOptions lo;
+    lo.batch_size = mb;
+    lo.seed = c.seed;
+    lo.drop_last = true;
+    lo.device = init.device;
+    t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, g.vocab_size, c.seed), lo);
+    t.description = "model " + s.name + ": GPT-2, " + millions(t.model->num_parameters()) + " parameters (context " +
+                    std::to_string(seq) + "); data synthetic";
+    return;
+  }
   std::string source = c.data.empty() || c.data == "fortunes" ? kFortunesDir : c.data;
   TextCorpus corpus = source == kFortunesDir ? load_fortunes(source) : load_text(source);
   {
@@ -222,8 +269,13 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
     int64_t classes = logits.size(logits.dim() - 1);
     Tensor flat = reshape(logits, {-1, classes});
     Tensor targets = reshape(b.targets, {-1});
-    loss_sum += cross_entropy(flat, targets, -100, Reduction::Sum).item();
+    Tensor batch_loss = cross_entropy(flat, targets, -100, Reduction::Sum);
     count += targets.numel();
+    if (t.device.is_meta()) {  // a plan's dry-run: the same allocations, no values to read
+      Tensor pred = t.classifier ? argmax(flat) : Tensor();
+      continue;
+    }
+    loss_sum += batch_loss.item();
     if (t.classifier) {
       std::vector<int64_t> pred = argmax(flat).to_int_vector(), want = targets.to_int_vector();
       for (size_t k = 0; k < pred.size(); ++k) correct += pred[k] == want[k];

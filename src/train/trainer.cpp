@@ -105,7 +105,7 @@ StepOutcome Trainer::step() {
     MemoryCategoryScope act(Category::Activation);
     Tensor loss = model().loss(b.inputs, b.targets);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
-    double value = loss.item();
+    double value = device().is_meta() ? 0.0 : loss.item();  // a plan's dry-run has no values
     if (!std::isfinite(value)) {
       std::string where = "at step " + std::to_string(step_number) +
                           (k > 1 ? " (micro-batch " + std::to_string(i + 1) + " of " + std::to_string(k) + ")" : "");

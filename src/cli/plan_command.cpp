@@ -1,0 +1,73 @@
+// `leantrain plan`: every `train` flag, plus what the plan needs (target device type, context,
+// JSON, a budget to fit). `train --fit BUDGET` plans the same way, then trains the chosen config.
+#include <cstdio>
+
+#include "cli/cli.h"
+#include "leantrain/plan.h"
+
+namespace lt::cli {
+
+void add_plan_flags(CLI::App& cmd, RunConfig& c, PlanFlags& p) {
+  add_train_flags(cmd, c);
+  cmd.footer("Example: leantrain plan --model vit-l-16 --data synthetic --batch 64 --budget 8GiB");
+  const char* what = "Plan";
+  cmd.add_option("--device-type", p.device_type, "The device the run will use: cuda (caching allocator) or cpu")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--context-bytes", p.context, "CUDA context + stream/cuBLASLt bytes outside the allocator (default 529MiB)")
+      ->group(what);
+  cmd.add_option("--budget", p.budget, "Find the cheapest configuration whose total fits this much memory, e.g. 8GiB")
+      ->group(what);
+  cmd.add_flag("--json", p.json, "Print one JSON object instead of the report")->group(what);
+}
+
+void add_fit_flag(CLI::App& train, std::string& fit) {
+  train.add_option("--fit", fit, "Plan first and train the cheapest configuration that fits this budget, e.g. 8GiB")
+      ->group("Evaluation, checkpoints, output");
+}
+
+namespace {
+
+PlanOptions options_of(const PlanFlags& p) {
+  PlanOptions o;
+  o.device_type = p.device_type;
+  if (!p.context.empty()) o.context_bytes = parse_bytes(p.context, "--context-bytes");
+  return o;
+}
+
+}  // namespace
+
+int run_plan(const RunConfig& cfg, const PlanFlags& p) {
+  PlanOptions o = options_of(p);
+  if (!p.budget.empty()) {
+    FitResult f = fit_budget(cfg, parse_bytes(p.budget, "--budget"), o);
+    const FitCandidate& k = f.candidates[size_t(f.chosen)];
+    if (p.json) {
+      PlanResult r = plan_run(k.config, o);
+      std::string j = plan_json(r);
+      j.pop_back();
+      std::printf("%s, \"budget_bytes\": %lld, \"relative_cost\": %.4f, \"command\": \"%s\"}\n", j.c_str(),
+                  (long long)f.budget, k.cost, command_line(k.config).c_str());
+    } else {
+      std::printf("fitting %s\n%s\nchosen: needs %s of %s, relative step cost %.3f\n  %s\n", format_bytes(f.budget).c_str(),
+                  fit_table(f).c_str(), format_bytes(k.total_needed).c_str(), format_bytes(f.budget).c_str(), k.cost,
+                  command_line(k.config).c_str());
+    }
+    return 0;
+  }
+  PlanResult r = plan_run(cfg, o);
+  std::fputs((p.json ? plan_json(r) + "\n" : plan_text(r)).c_str(), stdout);
+  return 0;
+}
+
+int run_train_fit(RunConfig cfg, const std::string& fit) {
+  std::string device = cfg.device;
+  PlanOptions o;
+  o.device_type = resolve_device(device).is_cuda() ? "cuda" : "cpu";
+  FitResult f = fit_budget(cfg, parse_bytes(fit, "--fit"), o);
+  const FitCandidate& k = f.candidates[size_t(f.chosen)];
+  std::printf("%schosen for %s: %s\n\n", fit_table(f).c_str(), fit.c_str(), command_line(k.config).c_str());
+  std::fflush(stdout);
+  return run_train(k.config);
+}
+
+}  // namespace lt::cli

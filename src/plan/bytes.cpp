@@ -1,0 +1,36 @@
+// Byte sizes on the command line: --budget 8GiB, --context-bytes 529MiB.
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "leantrain/plan.h"
+
+namespace lt {
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  auto bad = [&]() -> int64_t {
+    throw UsageError(flag + " " + text + ": not a size", "sizes are a number with an optional unit",
+                     "write e.g. " + flag + " 8GiB, 8GB or 512MiB");
+  };
+  const char* p = text.c_str();
+  char* end = nullptr;
+  double v = std::strtod(p, &end);
+  if (end == p || !std::isfinite(v) || v < 0) return bad();
+  std::string unit;
+  for (const char* q = end; *q; ++q)
+    if (!std::isspace(static_cast<unsigned char>(*q))) unit += char(std::tolower(static_cast<unsigned char>(*q)));
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3;
+  else if (unit == "mb") mult = 1e6;
+  else if (unit == "gb") mult = 1e9;
+  else if (unit == "tb") mult = 1e12;
+  else return bad();
+  return int64_t(std::llround(v * mult));
+}
+
+}  // namespace lt

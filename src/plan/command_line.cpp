@@ -1,0 +1,72 @@
+// command_line: the `leantrain train` flags that reproduce a config (those that differ from the
+// defaults), so the budget search can print the run it chose.
+#include <sstream>
+
+#include "leantrain/plan.h"
+
+namespace lt {
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+std::string quoted(const std::string& s) {
+  if (!s.empty() && s.find_first_of(" '\"$\\*?|&;<>()") == std::string::npos) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+std::string command_line(const RunConfig& c) {
+  const RunConfig d;
+  std::string s = "leantrain train";
+  auto str = [&](const char* flag, const std::string& v, const std::string& dv) {
+    if (v != dv) s += std::string(" ") + flag + " " + quoted(v);
+  };
+  auto n = [&](const char* flag, double v, double dv) {
+    if (v != dv) s += std::string(" ") + flag + " " + num(v);
+  };
+  if (c.model_config.empty()) str("--model", c.model, d.model);
+  else str("--config", c.model_config, "");
+  str("--data", c.data, d.data);
+  n("--seq-len", double(c.seq_len), double(d.seq_len));
+  n("--dim", double(c.dim), 0);
+  n("--depth", double(c.depth), 0);
+  n("--heads", double(c.heads), 0);
+  n("--patch", double(c.patch), 0);
+  n("--mlp-dim", double(c.mlp_dim), 0);
+  n("--batch", double(c.batch), double(d.batch));
+  n("--micro-batch", double(c.micro_batch), double(d.micro_batch));
+  n("--steps", double(c.steps), double(d.steps));
+  n("--epochs", c.epochs, d.epochs);
+  str("--optimizer", c.optimizer, d.optimizer);
+  n("--lr", c.lr, d.lr);
+  n("--momentum", c.momentum, d.momentum);
+  n("--weight-decay", c.weight_decay, d.weight_decay);
+  n("--beta1", c.beta1, d.beta1);
+  n("--beta2", c.beta2, d.beta2);
+  n("--eps", c.eps, d.eps);
+  str("--schedule", c.schedule, d.schedule);
+  n("--warmup", double(c.warmup), double(d.warmup));
+  n("--min-lr-ratio", c.min_lr_ratio, d.min_lr_ratio);
+  n("--clip", c.clip, d.clip);
+  n("--seed", double(c.seed), double(d.seed));
+  str("--precision", c.precision, d.precision);
+  str("--master-weights", c.master_weights, d.master_weights);
+  if (c.fused_step) s += " --fused-step";
+  str("--checkpoint", c.checkpoint, d.checkpoint);
+  n("--eval-every", double(c.eval_every), double(d.eval_every));
+  n("--eval-batches", double(c.eval_batches), double(d.eval_batches));
+  str("--save", c.save, d.save);
+  str("--device", c.device, d.device);
+  str("--metrics", c.metrics, d.metrics);
+  return s;
+}
+
+}  // namespace lt

@@ -1,0 +1,85 @@
+// The plan's two outputs: a table for people and one JSON object for scripts (bench/
+// plan_vs_measured.sh compares its peaks with `train --metrics-json`, which uses the same keys).
+#include <cstdio>
+
+#include "leantrain/plan.h"
+
+namespace lt {
+
+namespace {
+
+std::string line(const char* label, int64_t bytes, const char* note = "") {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "  %-34s %12s  %15lld B%s\n", label, format_bytes(bytes).c_str(), (long long)bytes, note);
+  return buf;
+}
+
+}  // namespace
+
+std::string plan_text(const PlanResult& r) {
+  std::string s = r.description + "\n";
+  char buf[300];
+  std::snprintf(buf, sizeof buf, "plan for a %s run: %lld optimizer steps and the final evaluation, dry-run on meta in %.1fs\n\n",
+                r.device_type.c_str(), (long long)r.steps, r.seconds);
+  s += buf;
+  s += line("predicted peak allocated", r.peak_allocated);
+  s += line("predicted peak reserved", r.peak_reserved);
+  s += "  peak reached during: " + r.peak_phase + "\n\n";
+  std::snprintf(buf, sizeof buf, "  %-18s %12s %12s %12s\n", "category", "at peak", "peak", "at end");
+  s += buf;
+  for (int i = 0; i < kNumCategories; ++i) {
+    std::snprintf(buf, sizeof buf, "  %-18s %12s %12s %12s\n", category_name(Category(i)), format_bytes(r.at_peak[size_t(i)]).c_str(),
+                  format_bytes(r.stats.category[size_t(i)].peak).c_str(), format_bytes(r.stats.category[size_t(i)].current).c_str());
+    s += buf;
+  }
+  s += "\n";
+  if (r.device_type == "cuda") {
+    s += line("cuBLASLt workspace (in reserved)", r.workspace_bytes);
+    s += line("CUDA context + stream/cuBLASLt", r.context_bytes, "  (outside the allocator; --context-bytes)");
+    s += line("total device memory needed", r.total_needed(), "  (= peak reserved + context)");
+    s += "  not included: NCCL buffers (multi-GPU runs), other processes on the GPU\n";
+  } else {
+    s += line("total memory needed", r.total_needed(), "  (= peak reserved)");
+  }
+  return s;
+}
+
+std::string plan_json(const PlanResult& r) {
+  std::string s = "{";
+  auto num = [&](const char* k, int64_t v, bool comma = true) {
+    s += "\"" + std::string(k) + "\": " + std::to_string(v) + (comma ? ", " : "");
+  };
+  auto str = [&](const char* k, const std::string& v) {
+    std::string e;
+    for (char c : v) {
+      if (c == '"' || c == '\\') e += '\\';
+      if (static_cast<unsigned char>(c) >= 0x20) e += c;
+    }
+    s += "\"" + std::string(k) + "\": \"" + e + "\", ";
+  };
+  str("device_type", r.device_type);
+  str("model", r.config.model_config.empty() ? r.config.model : r.config.model_config);
+  num("parameters", r.parameters);
+  num("steps", r.steps);
+  num("peak_allocated_bytes", r.peak_allocated);
+  num("peak_reserved_bytes", r.peak_reserved);
+  str("peak_phase", r.peak_phase);
+  num("workspace_bytes", r.workspace_bytes);
+  num("context_bytes", r.context_bytes);
+  num("total_needed_bytes", r.total_needed());
+  num("num_alloc_retries", r.stats.num_alloc_retries);
+  for (const char* part : {"at_peak", "peak", "end"}) {
+    s += "\"categories_" + std::string(part) + "\": {";
+    for (int i = 0; i < kNumCategories; ++i) {
+      const Stat& st = r.stats.category[size_t(i)];
+      int64_t v = part[0] == 'a' ? r.at_peak[size_t(i)] : part[0] == 'p' ? st.peak : st.current;
+      s += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(v) + (i + 1 < kNumCategories ? ", " : "");
+    }
+    s += "}, ";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "\"plan_seconds\": %.3f}", r.seconds);
+  return s + buf;
+}
+
+}  // namespace lt

@@ -1,0 +1,119 @@
+// plan_run: the run of lt::train (run.cpp) replayed on the meta device. Same task, same Trainer,
+// same steps and evaluation, so every allocation a GPU run makes is made here, in the same
+// order; only the allocator differs (the CUDA caching policy over fake segments). The peak's
+// phase comes from comparing the peak after each phase, its breakdown from the history.
+#include <algorithm>
+#include <chrono>
+
+#include "leantrain/plan.h"
+#include "memory/host_allocators.h"
+#include "train/activation_checkpointing.h"
+#include "train/trainer.h"
+
+namespace lt {
+
+namespace {
+
+// Points meta at the wanted allocator for the plan and back at a plain one after, also when
+// the plan throws. Meta must hold nothing when swapped (set_allocator checks).
+class MetaAllocatorSwap {
+ public:
+  explicit MetaAllocatorSwap(bool simulate_cuda) {
+    if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
+    else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
+  }
+  ~MetaAllocatorSwap() {
+    if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->release_gemm_workspace();
+    try {
+      set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
+    } catch (...) {  // something outside the plan still holds meta tensors: keep the allocator
+    }
+  }
+};
+
+// Allocated bytes by category at the moment allocated bytes were highest, replayed from the history.
+std::array<int64_t, kNumCategories> breakdown_at_peak(const std::vector<MemoryEvent>& h) {
+  std::array<int64_t, kNumCategories> cur{}, best{};
+  int64_t total = 0, peak = -1;
+  for (const MemoryEvent& e : h) {
+    using A = MemoryEvent::Action;
+    if (e.action == A::Alloc) {
+      cur[int(e.category)] += e.size;
+      total += e.size;
+      if (total > peak) peak = total, best = cur;
+    } else if (e.action == A::Free) {
+      cur[int(e.category)] -= e.size;
+      total -= e.size;
+    } else if (e.action == A::Retag) {
+      cur[int(e.from)] -= e.size;
+      cur[int(e.category)] += e.size;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (opt.device_type != "cuda" && opt.device_type != "cpu")
+    throw UsageError("--device-type " + opt.device_type, "a plan targets a cuda or a cpu run",
+                     "pass --device-type cuda or --device-type cpu");
+  RunConfig cfg = cfg_in;
+  cfg.device = "cpu";  // validated as a run that could start here; the plan itself runs on meta
+  cfg.resume.clear();
+  cfg.save.clear();
+  cfg.metrics.clear();
+  validate(cfg);
+  const bool cuda = opt.device_type == "cuda";
+
+  PlanResult r;
+  r.config = cfg_in;
+  r.device_type = opt.device_type;
+  r.context_bytes = opt.context_bytes >= 0 ? opt.context_bytes : cuda ? kCudaContextBytes + kCudaLibraryBytes : 0;
+  MetaAllocatorSwap swap(cuda);
+  Allocator& al = allocator_for(Device::meta());
+  al.set_history_max_entries(size_t(1) << 24);
+  al.set_history(true);
+  {
+    const Device meta = Device::meta();
+    std::unique_ptr<Task> task = make_task(cfg, meta);
+    apply_activation_checkpointing(*task->model, cfg.checkpoint);  // as train() does, same modules
+    Trainer trainer(cfg, *task);
+    r.description = task->description;
+    r.parameters = task->model->num_parameters();
+    const int64_t total = trainer.total_steps();
+    r.steps = std::min<int64_t>(opt.steps, cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total);
+    int64_t best = al.stats().allocated_bytes.peak;
+    r.peak_phase = "model build";
+    auto note = [&](const std::string& phase) {
+      int64_t p = al.stats().allocated_bytes.peak;
+      if (p > best) best = p, r.peak_phase = phase;
+    };
+    trainer.start();
+    while (trainer.steps_done() < r.steps) {
+      trainer.step();
+      note("step " + std::to_string(trainer.steps_done()));
+      // Evaluations the run makes on the way (--eval-every), as run.cpp schedules them.
+      if (cfg.eval_every > 0 && trainer.steps_done() % cfg.eval_every == 0 && trainer.steps_done() < r.steps) {
+        trainer.evaluate();
+        note("evaluation");
+      }
+    }
+    trainer.evaluate();  // every run evaluates at its end
+    r.evaluates = true;
+    note("evaluation");
+    r.stats = al.stats();
+    r.at_peak = breakdown_at_peak(al.history());
+    for (const LiveBlock& b : al.live_blocks())
+      if (b.category == Category::Workspace && std::string(b.op) == "cublaslt_workspace") r.workspace_bytes += b.size;
+  }
+  al.set_history(false);
+  al.clear_history();
+  r.peak_allocated = r.stats.allocated_bytes.peak;
+  r.peak_reserved = r.stats.reserved_bytes.peak;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace lt

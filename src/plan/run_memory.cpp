@@ -1,0 +1,59 @@
+// After a real run: its measured peaks as JSON (train --metrics-json, same keys as plan --json),
+// and the guidance an out-of-memory error gets (the category that grew most, predicted need
+// versus what the device offers, the plan command that fits).
+#include <fstream>
+
+#include "leantrain/cuda_info.h"
+#include "leantrain/plan.h"
+
+namespace lt {
+
+void write_run_memory_json(const std::string& path, const RunConfig& cfg) {
+  const Device d = resolve_device(cfg.device);
+  const MemoryStats s = allocator_for(d).stats();
+  std::string j = "{\"device\": \"" + d.str() + "\", \"peak_allocated_bytes\": " + std::to_string(s.allocated_bytes.peak) +
+                  ", \"peak_reserved_bytes\": " + std::to_string(s.reserved_bytes.peak) +
+                  ", \"num_alloc_retries\": " + std::to_string(s.num_alloc_retries) + ", \"categories_peak\": {";
+  for (int i = 0; i < kNumCategories; ++i)
+    j += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(s.category[size_t(i)].peak) +
+         (i + 1 < kNumCategories ? ", " : "");
+  j += "}}\n";
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) fail("cannot write --metrics-json " + path, "it could not be opened", "pass another path");
+  f << j;
+}
+
+std::string oom_guidance(const RunConfig& cfg, const OutOfMemoryError& e) {
+  const Device d = resolve_device(cfg.device);
+  const MemoryStats s = allocator_for(d).stats();
+  // The run reset the peaks at its start, so a category's peak is how far it grew in this run.
+  int grew = 0;
+  for (int i = 1; i < kNumCategories; ++i)
+    if (s.category[size_t(i)].peak > s.category[size_t(grew)].peak) grew = i;
+  std::string msg = e.why() + "; grew most: " + category_name(Category(grew)) + " (peak " +
+                    format_bytes(s.category[size_t(grew)].peak) + ")";
+  int64_t available = -1;
+  if (d.is_cuda()) {
+    try {
+      CudaMemoryInfo info = cuda_memory_info(d.index);
+      available = info.total_bytes;  // the plan's total includes the context, so compare with the whole device
+    } catch (const Error&) {
+    }
+  }
+  std::string plan_cmd = command_line(cfg);
+  plan_cmd.replace(0, std::string("leantrain train").size(), "leantrain plan");
+  try {
+    PlanResult p = plan_run(cfg, PlanOptions{d.is_cuda() ? "cuda" : "cpu"});
+    msg += "; predicted need " + format_bytes(p.total_needed());
+  } catch (const std::exception&) {
+  }
+  if (available > 0) {
+    msg += " versus " + format_bytes(available) + " on " + d.str();
+    plan_cmd += " --budget " + std::to_string(available / (1 << 20)) + "MiB";
+  } else {
+    plan_cmd += " --budget <device memory>";
+  }
+  return msg + " (run `" + plan_cmd + "` for a configuration that fits)";
+}
+
+}  // namespace lt
