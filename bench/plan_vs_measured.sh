@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Exactness of the memory prediction (BENCHMARKS.md section 3): for each config, the meta
+# dry-run's peaks (`leantrain plan --json`) against a CUDA run's measured ones (`leantrain
+# train --device cuda --steps 2 --metrics-json`), same flags, synthetic data. Builds nothing:
+#   LT=build-gpu/leantrain bash bench/plan_vs_measured.sh
+# Writes plan_vs_measured.{md,json} to $OUT (when set) and bench/results/. The CUDA context
+# and library handles are outside the allocator and outside both figures.
+set -u
+cd "$(dirname "$0")/.."
+LT=${LT:-build-gpu/leantrain}
+RES=bench/results
+mkdir -p "$RES"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+COMMON="--data synthetic --steps 2 --eval-batches 1 --log-every 1"
+VIT="--model vit-l-16"
+CONFIGS=(
+  "rung1 fp32 adamw b64|$VIT --batch 64 --optimizer adamw"
+  "rung2 16-mixed|$VIT --batch 64 --optimizer adamw --precision 16-mixed"
+  "rung3 bf16-true|$VIT --batch 64 --optimizer adamw --precision bf16-true"
+  "rung4 + batch 16|$VIT --batch 16 --optimizer adamw --precision bf16-true"
+  "rung5 + micro-batch 4|$VIT --batch 16 --micro-batch 4 --optimizer adamw --precision bf16-true"
+  "rung6 + sgd|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true"
+  "rung7 + checkpoint blocks|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true --checkpoint blocks"
+  "rung8 + micro-batch 1|$VIT --batch 16 --micro-batch 1 --optimizer sgd --precision bf16-true --checkpoint blocks"
+  "gpt2-124m bf16-mixed b16x1024|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed"
+)
+rows="$WORK/rows.jsonl"
+: >"$rows"
+for entry in "${CONFIGS[@]}"; do
+  name=${entry%%|*}
+  flags=${entry#*|}
+  echo "== $name: $flags" >&2
+  # shellcheck disable=SC2086
+  "$LT" plan $flags $COMMON --json >"$WORK/plan.json" 2>"$WORK/plan.err" || { echo "plan failed: $(cat "$WORK/plan.err")" >&2; }
+  # shellcheck disable=SC2086
+  "$LT" train $flags $COMMON --device cuda --metrics-json "$WORK/run.json" >"$WORK/run.log" 2>&1 ||
+    { echo "train failed: $(tail -1 "$WORK/run.log")" >&2; rm -f "$WORK/run.json"; }
+  python3 - "$name" "$flags" "$WORK/plan.json" "$WORK/run.json" >>"$rows" <<'PY'
+import json, os, sys
+name, flags, pp, rp = sys.argv[1:]
+def load(p):
+    try: return json.load(open(p))
+    except Exception: return None
+p, r = load(pp), load(rp)
+row = {"config": name, "flags": flags}
+for k in ("peak_allocated_bytes", "peak_reserved_bytes"):
+    row["predicted_" + k] = p[k] if p else None
+    row["measured_" + k] = r[k] if r else None
+    row["diff_" + k] = (p[k] - r[k]) if p and r else None
+if p: row["plan_seconds"] = p["plan_seconds"]; row["predicted_total_needed_bytes"] = p["total_needed_bytes"]
+print(json.dumps(row))
+PY
+done
+python3 - "$rows" "$RES" "${OUT:-}" "$LT" <<'PY'
+import json, subprocess, sys
+rows_path, res, out, lt = sys.argv[1:]
+rows = [json.loads(l) for l in open(rows_path)]
+gib = lambda b: "n/a" if b is None else f"{b / 2**30:.3f} GiB"
+d = lambda b: "n/a" if b is None else f"{b:+d} B"
+try: gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+except Exception: gpu = "unknown"
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+md = [f"# plan vs measured ({gpu}, commit {commit})", "",
+      "| config | predicted alloc | measured alloc | diff | predicted reserved | measured reserved | diff |",
+      "|---|---|---|---|---|---|---|"]
+for r in rows:
+    md.append(f"| {r['config']} | {gib(r['predicted_peak_allocated_bytes'])} | {gib(r['measured_peak_allocated_bytes'])} | "
+              f"{d(r['diff_peak_allocated_bytes'])} | {gib(r['predicted_peak_reserved_bytes'])} | "
+              f"{gib(r['measured_peak_reserved_bytes'])} | {d(r['diff_peak_reserved_bytes'])} |")
+md += ["", "CUDA context and library handles are outside both columns (plan reports them on their own line)."]
+text = "\n".join(md) + "\n"
+print(text)
+doc = {"gpu": gpu, "commit": commit, "rows": rows}
+for dest in filter(None, [res, out]):
+    open(f"{dest}/plan_vs_measured.md", "w").write(text)
+    json.dump(doc, open(f"{dest}/plan_vs_measured.json", "w"), indent=1)
+PY
