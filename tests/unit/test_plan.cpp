@@ -126,6 +126,24 @@ TEST(Plan, BudgetSearchTradesComputeForMemory) {
   }
 }
 
+TEST(Plan, OomGuidanceNamesTheCategoryAndThePlan) {
+  RunConfig c = tiny_vit();
+  Allocator& cpu = allocator_for(Device::cpu());
+  cpu.set_limit(cpu.stats().reserved_bytes.current + 64 * 1024);  // room for less than the model's step
+  std::string msg;
+  try {
+    train(c);
+  } catch (const OutOfMemoryError& e) {
+    msg = oom_guidance(c, e);
+  }
+  cpu.set_limit(-1);
+  ASSERT_FALSE(msg.empty()) << "the run did not run out of memory";
+  EXPECT_NE(msg.find("grew most: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("predicted need"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("leantrain plan --model vit-tiny --data synthetic"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--budget"), std::string::npos) << msg;
+}
+
 TEST(Plan, BadDeviceTypeIsAUsageError) {
   EXPECT_THROW(plan_run(tiny_vit(), PlanOptions{"tpu"}), UsageError);
 }
