@@ -236,6 +236,18 @@ class PatchEmbedding : public UnaryModule {
   Tensor* bias_ = nullptr;
 };
 
+// GELU as a module (Hugging Face's `act`, torchvision's MLP "1"), so that features can select
+// it by path (selective checkpointing recomputes it).
+class Gelu : public UnaryModule {
+ public:
+  explicit Gelu(GeluApprox approx) : approx_(approx) {}
+  const char* type_name() const override { return "GELU"; }
+  Tensor forward(const Tensor& x) override { return gelu(x, approx_); }
+
+ private:
+  GeluApprox approx_;
+};
+
 // fc1 -> GELU -> fc2 -> dropout, with the child names of the reference model.
 struct MlpOptions {
   int64_t dim = 0, hidden = 0;
@@ -243,7 +255,7 @@ struct MlpOptions {
   WeightLayout layout = WeightLayout::OutIn;
   Init fc1_init = Init::normal(0.02), fc2_init = Init::normal(0.02);
   double dropout = 0.0;
-  std::string fc1_name = "c_fc", fc2_name = "c_proj", dropout_name = "dropout";
+  std::string fc1_name = "c_fc", fc2_name = "c_proj", dropout_name = "dropout", act_name = "act";
 };
 
 class Mlp : public UnaryModule {
@@ -253,9 +265,26 @@ class Mlp : public UnaryModule {
   Tensor forward(const Tensor& x) override;
 
  private:
-  GeluApprox approx_;
   std::shared_ptr<Linear> fc1_, fc2_;
+  std::shared_ptr<Gelu> act_;
   std::shared_ptr<Dropout> drop_;
+};
+
+// The attention core, without parameters: fused projection qkv [B, T, 3C] (q | k | v) ->
+// split heads, lt::scaled_dot_product_attention, merge heads -> [B, T, C]. A module of its
+// own so that selective checkpointing can recompute it. key_padding_mask: u8 [B, T] or undefined.
+class AttentionCore : public Module {
+ public:
+  AttentionCore(int64_t dim, int64_t heads, bool causal) : dim_(dim), heads_(heads), causal_(causal) {}
+  const char* type_name() const override { return "ScaledDotProductAttention"; }
+  Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
+    return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  }
+  Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const;
+
+ private:
+  int64_t dim_, heads_;
+  bool causal_;
 };
 
 // Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention.
@@ -271,9 +300,12 @@ class SelfAttention : public Module {
 
  protected:
   // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
-  Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const;
+  Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const { return (*core_)(qkv, key_padding_mask); }
+  // Subclasses register the core (child "core") after their input projection.
+  void register_core() { core_ = register_module("core", std::make_shared<AttentionCore>(dim_, heads_, causal_)); }
   int64_t dim_, heads_;
   bool causal_;
+  std::shared_ptr<AttentionCore> core_;
 };
 
 // GPT-2 naming: c_attn (Conv1D [C, 3C]), c_proj (Conv1D [C, C]), resid_dropout.

@@ -33,7 +33,8 @@ class VitEncoder : public nn::Module {
                         .dropout = c.dropout,
                         .fc1_name = "0",
                         .fc2_name = "3",
-                        .dropout_name = "4"};
+                        .dropout_name = "4",
+                        .act_name = "1"};
       auto mlp = std::make_shared<nn::Mlp>(pf, mo);
       layers->append(std::make_shared<nn::PreNormBlock>("EncoderBlock", ln_1, attn, ln_2, mlp,
                                                         nn::BlockNames{.attn = "self_attention"}),

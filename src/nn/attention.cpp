@@ -13,7 +13,7 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim
            "is not divisible by " + std::to_string(heads) + " heads", "choose a head count that divides it");
 }
 
-Tensor SelfAttention::attend(const Tensor& qkv, const Tensor& mask) const {
+Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
   LT_CHECK(qkv.dim() == 3 && qkv.size(2) == 3 * dim_, "attention: input must be [B, T, " + std::to_string(dim_) + "]",
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
   const int64_t B = qkv.size(0), T = qkv.size(1), D = dim_ / heads_;
@@ -29,6 +29,7 @@ CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t 
     : SelfAttention(dim, heads, true) {
   c_attn_ = register_module("c_attn", std::make_shared<Linear>(pf, dim, 3 * dim,
                                                                 LinearOptions{.layout = WeightLayout::InOut}));
+  register_core();
   c_proj_ = register_module(
       "c_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.layout = WeightLayout::InOut, .weight_init = proj_init}));
   drop_ = register_module("resid_dropout", std::make_shared<Dropout>(resid_dropout, pf.next_seed()));
@@ -43,6 +44,7 @@ MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, in
   // torch.nn.MultiheadAttention's init: xavier in_proj, zero biases, kaiming-uniform out_proj.
   in_proj_weight_ = &register_parameter("in_proj_weight", pf.make({3 * dim, dim}, Init::xavier_uniform(dim, 3 * dim)));
   in_proj_bias_ = &register_parameter("in_proj_bias", pf.make({3 * dim}, Init::zeros()));
+  register_core();
   out_proj_ = register_module(
       "out_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.weight_init = Init::uniform(1.0 / std::sqrt(double(dim)))}));
 }

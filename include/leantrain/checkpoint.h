@@ -1,0 +1,78 @@
+// Activation checkpointing (recomputation): a region's forward runs under no-grad, so none of
+// its intermediates are saved; only its inputs are kept. One node stands for the region: its
+// backward re-runs the forward with grad enabled (random generators rewound, so dropout draws
+// the same masks), then backpropagates through that fresh subgraph. Parameter gradients reach
+// the parameters' AccumulateGrad nodes as usual, so post-accumulate-grad hooks still fire.
+//
+// (Not to be confused with the training checkpoints that --save writes.)
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "leantrain/autograd.h"
+#include "leantrain/random.h"
+
+namespace lt {
+
+struct CheckpointOptions {
+  // Tensors the region reads besides its inputs whose gradients must flow (its parameters).
+  // Their gradients are accumulated by the recomputation; they also make the region recorded
+  // when no input requires grad (frozen input, trainable weights).
+  std::vector<Tensor> params;
+  // Generators the region draws from: their offsets are saved at the forward and restored for
+  // the recomputation, then put back, so the stream continues as if nothing was recomputed.
+  std::vector<Generator*> generators;
+  // Other tensors the region reads (attention masks): kept alive until the backward. They get
+  // no gradient, so they must not require one.
+  std::vector<Tensor> captured;
+  const char* name = "checkpoint";
+};
+
+using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+
+// Runs fn(inputs) keeping only `inputs`; the backward recomputes it. When grad mode is off or
+// nothing requires grad this is just fn(inputs). fn must be deterministic given the inputs,
+// parameters and generator offsets (all leantrain ops are).
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& opts = {});
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
+                  const CheckpointOptions& opts = {});
+
+}  // namespace lt
+
+namespace lt::nn {
+
+class Module;  // leantrain/nn.h
+
+// Every Dropout generator in the subtree of m (m included): what a recomputation must rewind.
+std::vector<Generator*> dropout_generators(Module& m);
+
+// Makes m's forward a checkpointed region (its parameters and dropout generators included).
+// Composes with a wrapper already installed (it runs inside the region). Throws when m's
+// forward does not go through call_forward (a model root, a ModuleList): nothing would run it.
+void checkpoint_module(Module& m);
+// Whether m's forward goes through its wrapper (so checkpoint_module can act on it).
+bool has_wrappable_forward(Module& m);
+
+// --checkpoint values:
+//   none        nothing
+//   blocks      every transformer block
+//   every:K     blocks 0, K, 2K, ... (K >= 1)
+//   selective   inside every block, the norms, the MLP activation and the attention core
+//               (matmul outputs stay saved)
+//   REGEX       modules whose path std::regex_match-es it (ECMAScript syntax)
+struct CheckpointSpec {
+  enum class Mode { None, Blocks, Every, Selective, Regex } mode = Mode::None;
+  int64_t every = 1;
+  std::string text;  // as given
+};
+// Checks the syntax (a bad every:K, an invalid regex, "auto"); throws lt::Error.
+CheckpointSpec parse_checkpoint_spec(const std::string& spec);
+// The module paths the spec selects in root, outermost only (a selected module inside another
+// selected one is dropped: the outer recomputation covers it). Throws when a regex or mode
+// matches nothing, or a regex matches a module that cannot be wrapped.
+std::vector<std::string> select_checkpoint_modules(Module& root, const std::string& spec);
+// Selects and installs; returns the selected paths (empty for none).
+std::vector<std::string> apply_checkpointing(Module& root, const std::string& spec);
+
+}  // namespace lt::nn

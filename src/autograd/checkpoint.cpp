@@ -1,0 +1,134 @@
+// Checkpointed regions. The forward runs under no-grad and keeps only the inputs (plus the
+// generators' offsets); the region's node re-runs it with grad enabled during backward and
+// runs a nested backward through the fresh subgraph. Why nested and not grafted: the engine
+// counts dependencies once, up front, so a subgraph born mid-backward needs its own pass.
+// The inputs' gradients are caught by CaptureNodes standing in for the inputs' producers (not
+// leaves with AccumulateGrad: that would retag them as gradients and run leaf hooks); the
+// parameters' gradients go to their real AccumulateGrad nodes, hooks included.
+#include "leantrain/checkpoint.h"
+
+#include "leantrain/error.h"
+
+namespace lt {
+
+namespace {
+
+// Stands in for an input's producer during the recomputation; keeps the gradient it receives.
+struct CaptureNode final : Node {
+  Tensor grad;
+  std::vector<Tensor> apply(const Tensor& g) override {
+    grad = g;
+    return {};
+  }
+};
+
+std::vector<uint64_t> offsets_of(const std::vector<Generator*>& gens) {
+  std::vector<uint64_t> out;
+  out.reserve(gens.size());
+  for (Generator* g : gens) out.push_back(g->offset);
+  return out;
+}
+
+void set_offsets(const std::vector<Generator*>& gens, const std::vector<uint64_t>& offs) {
+  for (size_t i = 0; i < gens.size(); ++i) gens[i]->offset = offs[i];
+}
+
+// A root for the nested backward that carries the recomputed graph but not the output buffer,
+// which nothing in backward reads: it is freed before the backward starts.
+Tensor graph_handle(const Tensor& out) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = out.shape();
+  impl->strides = out.strides();
+  impl->dtype = out.dtype();
+  impl->device = out.device();
+  impl->requires_grad = true;
+  impl->grad_fn = out.grad_fn();
+  return Tensor(impl);
+}
+
+// The recomputation: returns one gradient per input (undefined where none), then none for params.
+std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<Tensor>& saved,
+                                       const std::vector<bool>& need, const std::vector<Generator*>& gens,
+                                       const std::vector<uint64_t>& forward_offsets, size_t n_params,
+                                       const Tensor& grad_out) {
+  MemoryCategoryScope act(Category::Activation);  // recomputed tensors are activations
+  std::vector<std::shared_ptr<CaptureNode>> caps(saved.size());
+  Tensor handle;
+  {
+    std::vector<Tensor> xs;
+    xs.reserve(saved.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      Tensor x = saved[i].defined() ? saved[i].detach() : Tensor();
+      if (need[i]) {
+        caps[i] = std::make_shared<CaptureNode>();
+        caps[i]->name = "CheckpointInput";
+        x.impl()->requires_grad = true;
+        x.impl()->grad_fn = caps[i];
+      }
+      xs.push_back(std::move(x));
+    }
+    const std::vector<uint64_t> now = offsets_of(gens);
+    set_offsets(gens, forward_offsets);
+    Tensor out;
+    {
+      EnableGradGuard grad_on;
+      try {
+        out = fn(xs);
+      } catch (...) {
+        set_offsets(gens, now);
+        throw;
+      }
+    }
+    set_offsets(gens, now);
+    LT_CHECK(out.shape() == grad_out.shape(), "checkpoint: the recomputed output has shape " + shape_str(out.shape()),
+             "the forward gave " + shape_str(grad_out.shape()) + "; the region is not deterministic",
+             "checkpoint only regions whose result depends on their inputs, parameters and generators alone");
+    if (out.requires_grad()) handle = graph_handle(out);
+  }  // the recomputed output and the input handles go; the subgraph holds what it saved
+  if (handle.defined()) run_backward(handle, grad_out, false);
+  std::vector<Tensor> grads(saved.size() + n_params);
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (caps[i]) grads[i] = std::move(caps[i]->grad);
+  return grads;
+}
+
+}  // namespace
+
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& opts) {
+  std::vector<Tensor> edges = inputs;
+  edges.insert(edges.end(), opts.params.begin(), opts.params.end());
+  if (!needs_grad(edges)) return fn(inputs);
+  for (const Tensor& t : opts.captured)
+    LT_CHECK(!t.defined() || !t.requires_grad(), std::string(opts.name) + ": a captured tensor requires grad",
+             "captured tensors (masks) get no gradient from the recomputation",
+             "pass it as an input, or detach it");
+
+  const std::vector<uint64_t> offsets = offsets_of(opts.generators);
+  std::vector<Tensor> saved;  // detached: the region's node must not keep the inputs' graphs alive twice
+  std::vector<bool> need;
+  for (const Tensor& x : inputs) {
+    saved.push_back(x.defined() ? x.detach() : Tensor());
+    need.push_back(x.defined() && x.requires_grad());
+  }
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = fn(saved);
+  }
+  // A fresh handle: fn may return one of its inputs (an identity region), whose impl must not
+  // gain this node as its grad_fn.
+  out = out.detach();
+  std::vector<Generator*> gens = opts.generators;
+  std::vector<Tensor> captured = opts.captured;
+  const size_t n_params = opts.params.size();
+  record(out, opts.name, edges, [fn, saved, need, gens, offsets, n_params, captured](const Tensor& g) {
+    return recompute_backward(fn, saved, need, gens, offsets, n_params, g);
+  });
+  return out;
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x, const CheckpointOptions& opts) {
+  return checkpoint([fn](const std::vector<Tensor>& xs) { return fn(xs[0]); }, std::vector<Tensor>{x}, opts);
+}
+
+}  // namespace lt
