@@ -50,6 +50,9 @@ struct RunConfig {
   std::string precision = "32-true";    // 32-true | 16-mixed | bf16-mixed | 16-true | bf16-true
   std::string master_weights = "none";  // fp32: f32 master copies of the 16-bit parameters (-true)
   bool fused_step = false;              // optimizer step inside backward: no gradient buffer is kept
+  // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |
+  // selective | a regex over module paths.
+  std::string checkpoint = "none";
 
   // Evaluation, checkpoints, reports.
   int64_t eval_every = 0;    // steps; 0: only at the end

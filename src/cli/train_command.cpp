@@ -49,6 +49,11 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
       ->capture_default_str()->group(what);
   cmd.add_flag("--fused-step,!--no-fused-step", c.fused_step, "Run the optimizer step inside backward: no gradient buffer is kept")
       ->group(what);
+  what = "Activation checkpointing";
+  cmd.add_option("--checkpoint", c.checkpoint,
+                 "Activation checkpointing: none, blocks, every:K, selective, or a regex over module paths "
+                 "(e.g. 'transformer\\.h\\.[0-5]')")
+      ->capture_default_str()->group(what);
 
   what = "Evaluation, checkpoints, output";
   cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);

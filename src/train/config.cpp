@@ -5,6 +5,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "leantrain/checkpoint.h"
 #include "leantrain/precision.h"
 #include "leantrain/train.h"
 
@@ -63,6 +64,11 @@ void validate_precision(const RunConfig& c) {
 void validate(const RunConfig& c) {
   if (c.model.empty() && c.model_config.empty())
     usage("no model given", "--model is empty", "pass --model vit-tiny or --config config.json");
+  try {
+    nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
+  } catch (const Error& e) {
+    usage(e.what_part(), e.why(), e.fix());
+  }
   check_positive(c.batch, "--batch");
   check_non_negative(c.micro_batch, "--micro-batch");
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -131,7 +137,7 @@ Device resolve_device(const std::string& spec) {
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics) X(precision) X(master_weights) X(fused_step)
+  X(device) X(log_every) X(metrics) X(precision) X(master_weights) X(fused_step) X(checkpoint)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

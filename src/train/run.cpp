@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "train/activation_checkpointing.h"
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
 #include "train/trainer.h"
@@ -65,6 +66,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   Device device = resolve_device(cfg.device);
   allocator_for(device).reset_peak_stats();
   std::unique_ptr<Task> task = make_task(cfg, device);
+  const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint);
   Trainer trainer(cfg, *task);
   if (!cfg.resume.empty()) {
     load_checkpoint(cfg.resume, trainer);
@@ -89,6 +91,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     say(obs, "precision " + cfg.precision + (cfg.master_weights == "fp32" ? " with f32 master weights" : "") +
                  (cfg.fused_step ? "; optimizer step fused into backward" : ""));
   if (std::string w = precision_warning(cfg); !w.empty()) say(obs, w);
+  if (!checkpointing.empty()) say(obs, checkpointing);
   if (end < total) say(obs, "stopping after step " + std::to_string(end) + " (--stop-at); --resume continues the run");
 
   MetricsFile metrics(cfg.metrics, !cfg.resume.empty());
