@@ -60,7 +60,10 @@ int report_parse_error(const CLI::ParseError& e, const std::string& command, std
       }
       p = q == std::string::npos ? args.size() : q + 1;
     }
-    if (command.empty())
+    if (command.empty() && first.rfind("-", 0) == 0)
+      print(err, "unknown flag '" + first + "': flags go after a command, e.g. 'leantrain train " + first +
+                     "' (run 'leantrain --help')");
+    else if (command.empty())
       print(err, "unknown command '" + first + "': the commands are train and generate (run 'leantrain --help')");
     else if (first.rfind("-", 0) == 0)
       print(err, "unknown flag '" + first + "': 'leantrain " + command + "' has no such option (run '" + help +

@@ -4,6 +4,7 @@ source "$(dirname "$0")/common.bash" "$@"
 expect_error 2 "unknown flag '--no-such-flag'.*leantrain train --help" "$LT" train --no-such-flag
 expect_error 2 "unknown flag '--lr-max'" "$LT" train --lr-max 3
 expect_error 2 "unknown command 'trian'" "$LT" trian
+expect_error 2 "unknown flag '--lr': flags go after a command" "$LT" --lr 3
 expect_error 2 "unexpected argument 'extra'" "$LT" train extra
 expect_error 2 "bad value: --batch = abc" "$LT" train --batch abc
 expect_error 2 "missing value" "$LT" train --batch
