@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The memory ladder (BENCHMARKS.md section 1) on the GPU machine: for each rung, leantrain then
+# PyTorch (bench/peers/vit_ladder_torch.py), same model (ViT-L/16, 224x224x3, 10 classes), same
+# batch and steps (6), synthetic images. Then leantrain-only rungs. One JSON line per run to
+# $OUT/ladder.jsonl. Run from the repo root with prebuilt binaries in $BUILD (default build-gpu).
+set -u
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-/tmp/leantrain-ladder}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+LT="./$BUILD/leantrain train --config bench/configs/vit-l-16-10cls.json --data synthetic --device cuda --steps 6
+    --eval-batches 1 --log-every 6 --weight-decay 0 --warmup 0"
+rung_flags() {
+  case $1 in
+    1) echo "--precision 32-true --optimizer adamw --lr 5e-5 --batch 64" ;;
+    2) echo "--precision 16-mixed --optimizer adamw --lr 5e-5 --batch 64" ;;
+    3) echo "--precision bf16-true --optimizer adamw --lr 5e-5 --batch 64" ;;
+    4) echo "--precision bf16-true --optimizer adamw --lr 5e-5 --batch 16" ;;
+    5) echo "--precision bf16-true --optimizer adamw --lr 5e-5 --batch 16 --micro-batch 4" ;;
+    6) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 4" ;;
+    7) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 4 --checkpoint blocks" ;;
+    8) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 1 --checkpoint blocks" ;;
+    # leantrain only: 8-bit AdamW in place of Adam (rung 5's config), and the fused step (which
+    # keeps no gradient buffer, so it cannot accumulate: batch 1, SGD, checkpointed blocks).
+    8bit) echo "--precision bf16-true --optimizer adamw8bit --lr 5e-5 --batch 16 --micro-batch 4" ;;
+    fused) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 1 --checkpoint blocks --fused-step" ;;
+  esac
+}
+: > "$OUT/ladder.jsonl"
+for r in ${RUNGS:-1 2 3 4 5 6 7 8 8bit fused}; do
+  start=$(date +%s.%N)
+  # shellcheck disable=SC2046
+  timeout 300 $LT $(rung_flags "$r") --metrics-json "$OUT/lt-$r.json" > "$OUT/lt-$r.log" 2>&1
+  rc=$?
+  secs=$(echo "$(date +%s.%N) - $start" | bc)
+  python3 - "$r" "$rc" "$OUT/lt-$r.json" "$OUT/lt-$r.log" "$(rung_flags "$r")" >> "$OUT/ladder.jsonl" <<'PY'
+import json, re, sys
+r, rc, path, log, flags = sys.argv[1:]
+row = {"system": "leantrain", "rung": r, "rc": int(rc), "flags": flags}
+text = open(log).read()
+try:
+    row.update(json.load(open(path)))
+    # Throughput as the progress line of the last step prints it.
+    rates = re.findall(r"step 6/6 .*?\| ([0-9.]+) img/s", text)
+    row["img_per_s"] = float(rates[-1]) if rates else None
+except Exception:
+    row["error"] = text[-600:]
+print(json.dumps(row))
+PY
+  tail -1 "$OUT/ladder.jsonl"
+  case $r in [1-8])
+    timeout 300 python3 bench/peers/vit_ladder_torch.py --rung "$r" 2>"$OUT/pt-$r.err" | tail -1 | tee -a "$OUT/ladder.jsonl" ;;
+  esac
+done
+echo "ladder done"
