@@ -109,7 +109,10 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     const FitCandidate* best = nullptr;
     for (auto& k : f.candidates)
       if (k.planned && (!best || k.total_needed < best->total_needed)) best = &k;
-    std::string need = best ? format_bytes(best->total_needed) + " (" + describe(best->config) + ")" : "unknown";
+    std::string d = best ? describe(best->config) : "";
+    while (!d.empty() && d.back() == ' ') d.pop_back();
+    for (size_t p; (p = d.find("  ")) != std::string::npos;) d.erase(p, 1);
+    std::string need = best ? format_bytes(best->total_needed) + " (" + d + ")" : "unknown";
     fail("no configuration fits in " + format_bytes(budget),
          "the smallest candidate needs " + need + ", context included",
          "raise --budget, shrink --batch or --seq-len, or use a smaller model");
