@@ -35,7 +35,8 @@ struct RunConfig {
   double epochs = 2;        // used when steps == 0
 
   // How.
-  std::string optimizer = "adamw";  // sgd | adamw
+  std::string optimizer = "adamw";  // sgd | adamw | lion | adamw8bit | lion8bit
+  std::string state_dtype = "auto";  // optimizer moments: auto (the parameter's dtype) | f32 | bf16
   double lr = 2e-3;
   double momentum = 0.9;       // sgd
   double weight_decay = 0.05;

@@ -29,7 +29,7 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
       ->capture_default_str()->group(what);
 
   what = "Optimizer";
-  cmd.add_option("--optimizer", c.optimizer, "sgd or adamw")->capture_default_str()->group(what);
+  cmd.add_option("--optimizer", c.optimizer, "sgd, adamw, lion, adamw8bit or lion8bit")->capture_default_str()->group(what);
   cmd.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str()->group(what);
   cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()->group(what);
   cmd.add_option("--weight-decay", c.weight_decay, "Decoupled weight decay")->capture_default_str()->group(what);
@@ -45,6 +45,9 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   what = "Precision";
   cmd.add_option("--precision", c.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
       ->capture_default_str()->group(what);
+  cmd.add_option("--state-dtype", c.state_dtype, "Optimizer moments: auto (the parameter's dtype), f32 or bf16")
+      ->capture_default_str()
+      ->group(what);
   cmd.add_option("--master-weights", c.master_weights, "fp32: keep f32 master copies of 16-bit parameters (-true policies)")
       ->capture_default_str()->group(what);
   cmd.add_flag("--fused-step,!--no-fused-step", c.fused_step, "Run the optimizer step inside backward: no gradient buffer is kept")

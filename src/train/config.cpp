@@ -82,8 +82,15 @@ void validate(const RunConfig& c) {
   if (c.epochs < 0) usage("--epochs " + std::to_string(c.epochs), "it must not be negative", "pass --epochs 1 or more");
   check_finite(c.lr, "--lr");
   if (c.lr <= 0) usage("--lr " + std::to_string(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
-  if (c.optimizer != "sgd" && c.optimizer != "adamw")
-    usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd and adamw", "pass --optimizer sgd or --optimizer adamw");
+  if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "adamw8bit" &&
+      c.optimizer != "lion8bit")
+    usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd, adamw, lion, adamw8bit and lion8bit",
+          "pass one of those to --optimizer");
+  if (c.state_dtype != "auto" && c.state_dtype != "f32" && c.state_dtype != "bf16")
+    usage("--state-dtype " + c.state_dtype, "the choices are auto, f32 and bf16", "pass --state-dtype bf16");
+  if (c.state_dtype != "auto" && c.optimizer.find("8bit") != std::string::npos)
+    usage("--state-dtype with --optimizer " + c.optimizer, "8-bit optimizers quantise their own state",
+          "drop --state-dtype or pick adamw/lion/sgd");
   check_finite(c.momentum, "--momentum");
   if (c.momentum < 0 || c.momentum >= 1) usage("--momentum " + std::to_string(c.momentum), "it must be in [0, 1)", "pass e.g. --momentum 0.9");
   check_finite(c.weight_decay, "--weight-decay");
@@ -137,7 +144,7 @@ Device resolve_device(const std::string& spec) {
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics) X(precision) X(master_weights) X(fused_step) X(checkpoint)
+  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;
