@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs leantrain's Debian 12 dependencies (skipped when they are all present). Works as
 # root, or through sudo for another user. Sourced or run by demo.sh and test.sh.
+# `deps.sh --tests` adds what only the tests need: headless Chromium renders the HTML memory report.
 set -euo pipefail
 PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
   dataset-fashion-mnist fortunes)
+if [ "${1:-}" = "--tests" ]; then PKGS+=(chromium); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

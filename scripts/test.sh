@@ -3,7 +3,7 @@
 # scripts) with ctest. Installs missing Debian dependencies first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh --tests
 bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "$(nproc)"
