@@ -55,6 +55,27 @@ auto with_context(const std::string& dir, F&& f) {
   }
 }
 
+// Every weight in DIR/model.safetensors has one dtype, f32, bf16 or f16, as a save writes them;
+// anything else means the file was altered, and casting it would hide that.
+void check_weight_dtypes(const std::string& dir) {
+  const std::string path = dir + "/model.safetensors";
+  with_context(dir, [&] {
+    io::SafetensorsReader r(path);
+    const io::TensorEntry* first = nullptr;
+    for (const io::TensorEntry& e : r.entries()) {
+      bool known = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+      if (!known || (first && e.dtype != first->dtype))
+        fail("'" + path + "' has tensor '" + e.name + "' in " + dtype_safetensors_name(e.dtype),
+             first && known ? std::string("the other weights are ") + dtype_safetensors_name(first->dtype) +
+                                  ", and a checkpoint holds one dtype"
+                            : "leantrain saves weights as F32, BF16 or F16",
+             "pass a checkpoint directory written by 'leantrain train --save'");
+      if (!first) first = &e;
+    }
+    return 0;
+  });
+}
+
 }  // namespace
 
 RunConfig read_checkpoint_config(const std::string& dir) { return config_from_json(read_state(dir)["config"].dump()); }
@@ -90,7 +111,9 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 
 void load_checkpoint(const std::string& dir, Trainer& t) {
   nlohmann::json j = read_state(dir);
-  // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true).
+  // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
+  // only from a file leantrain could have written: one dtype, of a precision it trains in.
+  check_weight_dtypes(dir);
   io::LoadOptions lo;
   lo.allow_cast = true;
   with_context(dir, [&] { return io::load_module(t.model(), dir + "/model.safetensors", lo); });
