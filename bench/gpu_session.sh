@@ -2,7 +2,8 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput (pass a subset as arguments; default all).
+# built there). Sections: tests, parity, throughput, cli, ladder, plan (pass a subset as
+# arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp/leantrain-gpu}
@@ -26,11 +27,31 @@ for s in $sections; do
       # leantrain and PyTorch alternate, two rounds, same GPU, same config.
       : > "$OUT/throughput.jsonl"
       for round in 1 2; do
-        timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m --dtype bf16 \
+        # bf16-mixed as BENCHMARKS.md: f32 parameters and AdamW state, bf16 compute (autocast).
+        timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m --precision bf16-mixed \
           --batch 16 --seq 1024 --warmup 5 --steps 20 2>&1 | tail -3 | tee -a "$OUT/throughput.jsonl"
+        [ "$round" = 1 ] && timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m \
+          --precision bf16-true --master-weights fp32 --batch 16 --seq 1024 --warmup 5 --steps 20 2>&1 | tail -3 |
+          tee -a "$OUT/throughput.jsonl"
         timeout 300 python3 bench/peers/gpt2_throughput_torch.py 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
         [ "$round" = 1 ] && timeout 400 python3 bench/peers/gpt2_throughput_torch.py --compile 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
       done
+      ;;
+    cli)
+      # The CLI on the GPU: the demo (ViT on Fashion-MNIST) and a GPT-2 on fortunes, with the
+      # progress lines and the memory table; then generation from the saved GPT.
+      timeout 240 "./$BUILD/leantrain" train --device cuda --log-every 100 2>&1 | tail -32 | tee "$OUT/demo-cuda.log"
+      timeout 200 "./$BUILD/leantrain" train --device cuda --model gpt2-tiny --data fortunes --steps 300 --batch 32 \
+        --lr 2e-3 --warmup 30 --precision bf16-mixed --save "$OUT/gpt" --log-every 100 2>&1 | tail -30 | tee "$OUT/gpt-cuda.log"
+      timeout 60 "./$BUILD/leantrain" generate --checkpoint "$OUT/gpt" --prompt "The " --max-new-tokens 120 --top-k 40 \
+        2>&1 | tail -8 | tee -a "$OUT/gpt-cuda.log"
+      rm -rf "$OUT/gpt"
+      ;;
+    ladder)
+      BUILD=$BUILD OUT=$OUT timeout 560 bash bench/ladder.sh 2>&1 | tail -25
+      ;;
+    plan)
+      LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25
       ;;
   esac
 done
