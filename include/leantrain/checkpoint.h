@@ -58,8 +58,8 @@ bool has_wrappable_forward(Module& m);
 //   none        nothing
 //   blocks      every transformer block
 //   every:K     blocks 0, K, 2K, ... (K >= 1)
-//   selective   inside every block, the norms, the MLP activation and the attention core
-//               (matmul outputs stay saved)
+//   selective   inside every block, the norms and the attention core (matmul outputs and
+//               matmul inputs stay saved; GELU is left alone: recomputing it saves nothing)
 //   REGEX       modules whose path std::regex_match-es it (ECMAScript syntax)
 struct CheckpointSpec {
   enum class Mode { None, Blocks, Every, Selective, Regex } mode = Mode::None;

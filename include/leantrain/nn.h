@@ -237,7 +237,7 @@ class PatchEmbedding : public UnaryModule {
 };
 
 // GELU as a module (Hugging Face's `act`, torchvision's MLP "1"), so that features can select
-// it by path (selective checkpointing recomputes it).
+// it by path (e.g. a --checkpoint regex).
 class Gelu : public UnaryModule {
  public:
   explicit Gelu(GeluApprox approx) : approx_(approx) {}

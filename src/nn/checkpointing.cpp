@@ -17,10 +17,12 @@ const char* kModes = "none, blocks, every:K, selective, or a regular expression 
 
 bool is_block(Module& m) { return dynamic_cast<PreNormBlock*>(&m) != nullptr; }
 
-// What `selective` recomputes inside a block: cheap to redo, and none of them is a matmul.
+// What `selective` recomputes inside a block: the norms (their statistics go) and the attention
+// core (q, k, v, its output and the log-sum-exp go; the fused qkv stays). Not GELU: the Linear
+// after it keeps its output and GELU's own input is what a region would keep, so recomputing it
+// saves no byte and costs time (docs/activation-checkpointing.md has the figures).
 bool is_selective_target(Module& m) {
-  return dynamic_cast<LayerNorm*>(&m) || dynamic_cast<RMSNorm*>(&m) || dynamic_cast<Gelu*>(&m) ||
-         dynamic_cast<AttentionCore*>(&m);
+  return dynamic_cast<LayerNorm*>(&m) || dynamic_cast<RMSNorm*>(&m) || dynamic_cast<AttentionCore*>(&m);
 }
 
 bool inside(const std::string& path, const std::string& outer) {

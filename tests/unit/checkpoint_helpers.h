@@ -27,6 +27,15 @@ inline models::ViTConfig vit_tiny_dropout() {
   return c;
 }
 
+// torchvision starts the classifier at zero, which zeroes every gradient below it at the first
+// step: give it values so that the comparisons see real gradients.
+inline void randomize_vit_head(models::ViT& m) {
+  NoGradGuard ng;
+  Tensor w = m.parameter("heads.head.weight");
+  Generator g(99);
+  copy_(w, randn(w.shape(), g, 0.2f, w.dtype(), w.device()));
+}
+
 inline Tensor ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device d = Device::cpu()) {
   std::vector<int64_t> v(size_t(B * T));
   for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t(rng_mix64(seed * 1000 + i) % uint64_t(V));

@@ -6,10 +6,11 @@
 //   + LayerNorm mean and rstd (4 N f32) + attention log-sum-exp (H N f32)
 // Checkpointed, it keeps only its output (its input is the previous block's output), so
 //   blocks:    saved per checkpointed block = 16 C s N + (4 + H) 4 N
-// Selective recomputes the norms (their stats go), the attention core (q, k, v, o and the lse
-// go, the fused qkv (3C) is kept instead) and GELU (its input and output stay saved, by itself
-// and by the next Linear: nothing goes), so
+// Selective recomputes the norms (their stats go; their outputs stay, saved by the next Linear)
+// and the attention core (q, k, v, o and the lse go, the fused qkv (3C) is kept instead), so
 //   selective: saved per block = C s N + (4 + H) 4 N
+// GELU alone would save nothing: its input is what the region keeps, its output the next
+// Linear keeps (checked below through a regex).
 // With N a multiple of 128 every tensor is a whole number of 512-byte allocator blocks, and with
 // the vocabulary large the peak is in the loss head in every mode, where all saved activations
 // are alive: the peak falls by exactly the saved bytes.
@@ -70,13 +71,12 @@ TEST(CheckpointMemory, PeakFallsByTheClosedForm) {
     int64_t saved;
   };
   for (Case c : {Case{"blocks", kL * kBlockSaved}, Case{"every:2", 2 * kBlockSaved}, Case{"every:3", 2 * kBlockSaved},
-                 Case{"transformer\\.h\\.2", kBlockSaved}, Case{"selective", kL * kSelectiveSaved}}) {
+                 Case{"transformer\\.h\\.2", kBlockSaved}, Case{"selective", kL * kSelectiveSaved},
+                 Case{".*\\.mlp\\.act", 0}}) {
     const Peaks p = step_peaks(c.spec);
     EXPECT_EQ(none.activation - p.activation, c.saved) << c.spec;
     EXPECT_EQ(none.allocated - p.allocated, c.saved) << c.spec;
   }
-  // The figures the docs quote (gpt2 C=32, 4 blocks, 128 tokens): 1.02 MiB of 2.x MiB saved.
-  EXPECT_EQ(kL * kBlockSaved, 1064960);
 }
 
 // The dry run predicts a checkpointed run: the same allocations, in the same order, as the CPU.

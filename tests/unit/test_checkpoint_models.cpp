@@ -4,6 +4,7 @@
 // the gradient away as a fused optimizer step does.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "checkpoint_helpers.h"
@@ -30,6 +31,7 @@ Grads gpt_grads(const std::string& spec, int micro_batches = 1) {
 Grads vit_grads(const std::string& spec, int micro_batches = 1) {
   models::ViTConfig c = vit_tiny_dropout();
   models::ViT m(c, {.seed = 4});
+  randomize_vit_head(m);
   nn::apply_checkpointing(m, spec);
   for (int i = 0; i < micro_batches; ++i) m.loss(images(3, c, 30 + uint64_t(i)), labels(3, 10, 40 + uint64_t(i))).backward();
   return grad_bits(m);
@@ -40,6 +42,8 @@ void expect_same(const Grads& ref, const Grads& got, const std::string& what) {
   for (size_t i = 0; i < ref.size(); ++i) {
     ASSERT_EQ(ref[i].first, got[i].first);
     ASSERT_FALSE(ref[i].second.empty()) << ref[i].first << " has no gradient";
+    ASSERT_TRUE(std::any_of(ref[i].second.begin(), ref[i].second.end(), [](uint32_t b) { return (b << 1) != 0; }))
+        << ref[i].first << ": an all-zero gradient would make the comparison vacuous";
     EXPECT_TRUE(ref[i].second == got[i].second) << what << ": gradient of " << ref[i].first << " differs";
   }
 }
