@@ -143,6 +143,23 @@ TEST(CheckpointModels, RecomputationKeepsTheForwardsAutocast) {
   EXPECT_NE(ref[5].second, gpt_grads("none")[5].second) << "autocast changes the gradients";
 }
 
+// A wrapper installed before (a sharding gather, say) runs inside the region: once in the
+// forward, once more in the recomputation, with the same result.
+TEST(CheckpointModels, ComposesWithAnEarlierWrapper) {
+  models::GPT2 m(gpt2_tiny_dropout(), {.seed = 3});
+  int calls = 0;
+  nn::Module* block = m.find_module("transformer.h.1");
+  block->set_forward_wrapper([&calls](nn::Module&, const Tensor& x, const nn::Module::ForwardFn& f) {
+    ++calls;
+    return f(x);
+  });
+  nn::checkpoint_module(*block);
+  m.loss(ids(2, 16, 256, 10), ids(2, 16, 256, 20)).backward();
+  EXPECT_EQ(calls, 2);
+  Grads ref = gpt_grads("none");
+  expect_same(ref, grad_bits(m), "wrapped and checkpointed");
+}
+
 // Evaluation and generation run under inference mode: the wrapper steps aside.
 TEST(CheckpointModels, InferenceModeRecordsNothing) {
   models::GPT2 m(gpt2_tiny_dropout(), {.seed = 3});
