@@ -29,11 +29,9 @@ rung_flags() {
 }
 : > "$OUT/ladder.jsonl"
 for r in ${RUNGS:-1 2 3 4 5 6 7 8 8bit fused}; do
-  start=$(date +%s.%N)
   # shellcheck disable=SC2046
   timeout 300 $LT $(rung_flags "$r") --metrics-json "$OUT/lt-$r.json" > "$OUT/lt-$r.log" 2>&1
   rc=$?
-  secs=$(echo "$(date +%s.%N) - $start" | bc)
   python3 - "$r" "$rc" "$OUT/lt-$r.json" "$OUT/lt-$r.log" "$(rung_flags "$r")" >> "$OUT/ladder.jsonl" <<'PY'
 import json, re, sys
 r, rc, path, log, flags = sys.argv[1:]
