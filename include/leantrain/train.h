@@ -54,6 +54,10 @@ struct RunConfig {
   // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |
   // selective | a regex over module paths.
   std::string checkpoint = "none";
+  // Memory visibility (outputs of this invocation; not saved with the run):
+  bool memory_history = false;  // record every alloc/free (category, size, stream, op)
+  std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step
+  std::string memory_report;    // a self-contained HTML timeline stacked by category
 
   // Evaluation, checkpoints, reports.
   int64_t eval_every = 0;    // steps; 0: only at the end

@@ -1,6 +1,7 @@
 // Builds the command tree and dispatches. --resume parses twice: the checkpoint's saved config
 // becomes the defaults, so `leantrain train --resume DIR` continues the same run and any flag
 // given again on the command line still wins.
+#include "leantrain/memory_snapshot.h"
 #include <memory>
 
 #include "cli/cli.h"
@@ -56,6 +57,11 @@ std::string command_of(int argc, char** argv) {
   return "";
 }
 
+void write_report(const RunConfig& c) {
+  write_memory_report_html(allocator_for(resolve_device(c.device)), c.memory_report, "leantrain train " + c.model);
+  std::printf("memory report: %s\n", c.memory_report.c_str());
+}
+
 int dispatch(int argc, char** argv) {
   RunConfig tcfg;
   GenerateConfig gcfg;
@@ -80,8 +86,10 @@ int dispatch(int argc, char** argv) {
     try {
       int rc = x.fit.empty() ? run_train(tcfg) : run_train_fit(tcfg, x.fit);
       if (rc == 0 && !x.metrics_json.empty()) write_run_memory_json(x.metrics_json, tcfg);
+      if (!tcfg.memory_report.empty()) write_report(tcfg);
       return rc;
     } catch (const OutOfMemoryError& e) {  // name what grew and the plan that fits (docs/memory-model.md)
+      if (!tcfg.memory_report.empty()) write_report(tcfg);  // the timeline up to the OOM is what helps most
       throw OutOfMemoryError(e.what_part(), oom_guidance(tcfg, e), "");
     }
   }

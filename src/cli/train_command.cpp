@@ -58,6 +58,14 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "(e.g. 'transformer\\.h\\.[0-5]')")
       ->capture_default_str()->group(what);
 
+  what = "Memory visibility";
+  cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")
+      ->group(what);
+  cmd.add_option("--memory-snapshot", c.memory_snapshot,
+                 "After the last step write PATH.json and PATH.pickle (PyTorch memory_viz schema)")
+      ->group(what);
+  cmd.add_option("--memory-report", c.memory_report, "Write a self-contained HTML memory timeline by category")
+      ->group(what);
   what = "Evaluation, checkpoints, output";
   cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
   cmd.add_option("--eval-batches", c.eval_batches, "Cap evaluation at N batches (0: the whole split)")

@@ -1,5 +1,6 @@
 // lt::train: the run around the step. Builds the task and trainer, restores a checkpoint, then
 // steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
+#include "leantrain/memory_snapshot.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,13 @@
 #include "train/trainer.h"
 
 namespace lt {
+
+// The pickle beside a snapshot: memory_viz reads pickles only.
+std::string pickle_path_for(const std::string& json_path) {
+  const std::string ext = ".json";
+  bool has_ext = json_path.size() > ext.size() && json_path.compare(json_path.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? json_path.substr(0, json_path.size() - ext.size()) : json_path) + ".pickle";
+}
 
 namespace {
 
@@ -65,6 +73,10 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   validate(cfg);
   Device device = resolve_device(cfg.device);
   allocator_for(device).reset_peak_stats();
+  if (cfg.memory_history || !cfg.memory_snapshot.empty() || !cfg.memory_report.empty()) {
+    allocator_for(device).clear_history();  // from here on, parameter creation included
+    allocator_for(device).set_history(true);
+  }
   std::unique_ptr<Task> task = make_task(cfg, device);
   const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint);
   Trainer trainer(cfg, *task);
@@ -139,6 +151,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       obs.on_step(p);
     }
     if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) evaluate_and_save();
+  }
+  if (!cfg.memory_snapshot.empty()) {  // while the model and optimizer state are still alive
+    write_memory_snapshot(allocator_for(device), cfg.memory_snapshot);
+    write_memory_snapshot_pickle(allocator_for(device), pickle_path_for(cfg.memory_snapshot));
+    say(obs, "memory snapshot: " + cfg.memory_snapshot + " (+ " + pickle_path_for(cfg.memory_snapshot) +
+                 " for pytorch.org/memory_viz)");
   }
   evaluate_and_save();
   result.memory = allocator_for(device).stats();
