@@ -6,6 +6,7 @@
 // Inputs are fresh every run; the seed is printed, and LT_TEST_SEED=<seed> replays a run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -30,6 +31,7 @@ struct In {
   Kind kind = Kind::Normal;
   bool grad = true;
   int64_t classes = 0;  // ids and targets: values in [0, classes)
+  std::vector<double> fixed;  // a mask given as values (0 or 1) instead of drawn
 };
 In F(Shape s) { return {s}; }
 In Fc(Shape s) { return {s, Kind::Normal, false}; }       // floating, no gradient
@@ -37,6 +39,20 @@ In Pos(Shape s) { return {s, Kind::Positive}; }           // in [0.5, 2]: log, s
 In Ids(Shape s, int64_t v) { return {s, Kind::Ids, false, v}; }
 In Tgt(Shape s, int64_t v) { return {s, Kind::Targets, false, v}; }  // about 1 in 4 is -100
 In Mask(Shape s) { return {s, Kind::Mask, false}; }       // u8 [B, Tk]; the last batch sees nothing
+
+// A fixed key-padding mask [B, Tk] (B >= 3) whose patterns every run checks, whatever the seed:
+// batch 0 masks every third key, the last key and, for Tk > 64, keys 63 and 64 (the edges of
+// the GPU's 64-key tiles); batch 1 sees the single key Tk / 2 (its softmax is constant, so its
+// dq and dk are exactly zero); batches 2.. see nothing (zero outputs and gradients, lse = +inf).
+// With causal, batch 1's queries before Tk / 2 see no key at all.
+In FixedMask(int64_t b, int64_t tk) {
+  std::vector<double> m(size_t(b * tk), 0.0);
+  for (int64_t j = 0; j < tk; ++j) {
+    m[size_t(j)] = (j % 3 == 2 || j == tk - 1 || (tk > 64 && (j == 63 || j == 64))) ? 0.0 : 1.0;
+    m[size_t(tk + j)] = j == tk / 2 ? 1.0 : 0.0;
+  }
+  return {{b, tk}, Kind::Mask, false, 0, m};
+}
 
 using V = std::vector<Tensor>;
 struct OpCase {
@@ -112,6 +128,10 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return sdpa(x, false, true); }},
       {"attention_causal_padded", {F({3, 2, 6, 8}), F({3, 2, 6, 8}), F({3, 2, 6, 8}), Mask({3, 6})},
        [](const V& x) { return sdpa(x, true, true, 0.2); }},
+      {"attention_fixed_mask", {F({3, 2, 6, 8}), F({3, 2, 6, 8}), F({3, 2, 6, 8}), FixedMask(3, 6)},
+       [](const V& x) { return sdpa(x, false, true); }},
+      {"attention_causal_fixed_mask", {F({3, 2, 6, 8}), F({3, 2, 6, 8}), F({3, 2, 6, 8}), FixedMask(3, 6)},
+       [](const V& x) { return sdpa(x, true, true); }},
       {"attention_tq_lt_tk", {F({2, 2, 3, 8}), F({2, 2, 9, 8}), F({2, 2, 9, 8})}, [](const V& x) { return sdpa(x, true, false); }},
       {"attention_tq_gt_tk", {F({1, 2, 9, 8}), F({1, 2, 4, 8}), F({1, 2, 4, 8})}, [](const V& x) { return sdpa(x, true, false); }},
       {"attention_permuted_q", {F({2, 5, 3, 8}), F({2, 3, 5, 8}), F({2, 3, 5, 8})},
@@ -128,6 +148,10 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return sdpa(x, true, false); }},
       {"attention_d128_padded", {F({2, 1, 65, 128}), F({2, 1, 65, 128}), F({2, 1, 65, 128}), Mask({2, 65})},
        [](const V& x) { return sdpa(x, false, true); }},
+      {"attention_d64_fixed_mask", {F({3, 1, 70, 64}), F({3, 1, 70, 64}), F({3, 1, 70, 64}), FixedMask(3, 70)},
+       [](const V& x) { return sdpa(x, false, true); }},
+      {"attention_d64_causal_fixed_mask", {F({3, 1, 70, 64}), F({3, 1, 70, 64}), F({3, 1, 70, 64}), FixedMask(3, 70)},
+       [](const V& x) { return sdpa(x, true, true); }},
       {"attention_d80", {F({1, 2, 40, 80}), F({1, 2, 40, 80}), F({1, 2, 40, 80})}, [](const V& x) { return sdpa(x, true, false); }},
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
@@ -181,8 +205,24 @@ Values make_inputs(const OpCase& c, std::mt19937_64& rng) {
         case Kind::Mask: e = unit(rng) < 0.7 ? 1.0 : 0.0; break;
       }
     }
-    if (in.kind == Kind::Mask) {  // the last batch attends to nothing: its rows must come out 0
-      const int64_t tk = in.shape[1];
+    if (in.kind == Kind::Mask && !in.fixed.empty()) {
+      v = in.fixed;
+    } else if (in.kind == Kind::Mask) {
+      // Every other batch sees at least two keys: with a single visible key the softmax is
+      // constant, dq and dk are exactly zero, and a whole-tensor reference of zeros would judge
+      // the op's rounding noise (about 1e-7 in f32) against the 1e-6 floor of rel_error.
+      // FixedMask covers that pattern next to a batch that is not degenerate.
+      const int64_t nb = in.shape[0], tk = in.shape[1];
+      for (int64_t b = 0; b + 1 < nb; ++b) {
+        auto seen = [&] {
+          int64_t n = 0;
+          for (int64_t j = 0; j < tk; ++j) n += v[size_t(b * tk + j)] != 0.0;
+          return n;
+        };
+        while (seen() < std::min<int64_t>(2, tk))
+          for (int64_t j = 0; j < tk; ++j) v[size_t(b * tk + j)] = unit(rng) < 0.7 ? 1.0 : 0.0;
+      }
+      // the last batch attends to nothing: its rows must come out 0
       for (int64_t j = 0; j < tk; ++j) v[v.size() - size_t(tk) + size_t(j)] = 0.0;
     }
     vals.push_back(std::move(v));
