@@ -71,7 +71,8 @@ struct FitResult {
 // naming the smallest candidate's need.
 FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& opt = {});
 std::string fit_table(const FitResult& f);
-// The flags that reproduce `c` where they differ from the defaults: "leantrain train --model ...".
+// The command that reproduces `c`: "leantrain train --model M ..." (or --config PATH), the model
+// always named, every other flag only where it differs from the default.
 std::string command_line(const RunConfig& c);
 
 // train --metrics-json: the device allocator's peaks after a run, as plan --json names them.

@@ -112,8 +112,15 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     std::string d = best ? describe(best->config) : "";
     while (!d.empty() && d.back() == ' ') d.pop_back();
     for (size_t p; (p = d.find("  ")) != std::string::npos;) d.erase(p, 1);
-    std::string need = best ? format_bytes(best->total_needed) + " (" + d + ")" : "unknown";
-    fail("no configuration fits in " + format_bytes(budget),
+    // A need just over the budget rounds to the same figure ("fits in 34.00 MiB ... needs 34.00 MiB"):
+    // then both are given in bytes too, so the message shows by how much it missed.
+    std::string have = format_bytes(budget), need = best ? format_bytes(best->total_needed) : "unknown";
+    if (best && have == need) {
+      have += " (" + std::to_string(budget) + " B)";
+      need += " (" + std::to_string(best->total_needed) + " B)";
+    }
+    if (best) need += " (" + d + ")";
+    fail("no configuration fits in " + have,
          "the smallest candidate needs " + need + ", context included",
          "raise --budget, shrink --batch or --seq-len, or use a smaller model");
   }

@@ -1,5 +1,7 @@
-// command_line: the `leantrain train` flags that reproduce a config (those that differ from the
-// defaults), so the budget search can print the run it chose.
+// command_line: the `leantrain train` flags that reproduce a config, so the budget search can
+// print the run it chose and an OOM can suggest the plan to run. --model (or --config) is always
+// written, so the command names its model and can be pasted as is; every other flag only where
+// it differs from the default.
 #include <sstream>
 
 #include "leantrain/plan.h"
@@ -32,8 +34,8 @@ std::string command_line(const RunConfig& c) {
   auto n = [&](const char* flag, double v, double dv) {
     if (v != dv) s += std::string(" ") + flag + " " + num(v);
   };
-  if (c.model_config.empty()) str("--model", c.model, d.model);
-  else str("--config", c.model_config, "");
+  if (c.model_config.empty()) s += " --model " + quoted(c.model);  // even when it is the default
+  else s += " --config " + quoted(c.model_config);
   str("--data", c.data, d.data);
   n("--seq-len", double(c.seq_len), double(d.seq_len));
   n("--dim", double(c.dim), 0);
