@@ -9,39 +9,24 @@
 #include <fstream>
 
 #include "leantrain/train.h"
+#include "train_test_util.h"
 
 using namespace lt;
+using lt::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("lt-ckpt-train-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 RunConfig tiny_gpt(const fs::path& dir) {
-  std::string text;
-  for (int i = 0; i < 300; ++i) text += "pack my box with " + std::to_string(i % 5) + " dozen liquor jugs\n";
-  std::ofstream(dir / "text.txt") << text;
-  RunConfig c;
-  c.model = "gpt2-tiny";
-  c.dim = 32;
+  RunConfig c = lt::test::tiny_gpt(dir);
   c.depth = 4;
-  c.heads = 2;
-  c.data = (dir / "text.txt").string();
   c.seq_len = 32;
-  c.batch = 8;
   c.steps = 3;
-  c.lr = 3e-3;
-  c.eval_batches = 1;
-  c.device = "cpu";
+  c.warmup = RunConfig{}.warmup;
+  c.schedule = RunConfig{}.schedule;
   return c;
 }
+
 
 int64_t activation_peak(const RunResult& r) { return r.memory.category[size_t(Category::Activation)].peak; }
 

@@ -4,7 +4,7 @@
 
 #include "leantrain/fused_step.h"
 #include "leantrain/models.h"
-#include "precision_test_util.h"
+#include "train_test_util.h"
 
 using namespace lt;
 using namespace lt::test;

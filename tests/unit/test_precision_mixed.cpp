@@ -8,7 +8,7 @@
 
 #include "leantrain/autocast.h"
 #include "leantrain/models.h"
-#include "precision_test_util.h"
+#include "train_test_util.h"
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
 

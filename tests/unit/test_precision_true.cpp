@@ -7,7 +7,7 @@
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
 #include "leantrain/safetensors.h"
-#include "precision_test_util.h"
+#include "train_test_util.h"
 
 using namespace lt;
 using namespace lt::test;

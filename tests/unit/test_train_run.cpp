@@ -10,39 +10,19 @@
 #include <nlohmann/json.hpp>
 
 #include "leantrain/train.h"
+#include "train_test_util.h"
 
 using namespace lt;
+using lt::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("lt-train-test-" + std::to_string(::getpid()) + "-" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 RunConfig tiny_gpt(const fs::path& dir) {
-  std::string text;
-  for (int i = 0; i < 400; ++i) text += "the quick brown fox " + std::to_string(i % 7) + " jumps over the lazy dog\n";
-  std::ofstream(dir / "text.txt") << text;
-  RunConfig c;
-  c.model = "gpt2-tiny";
-  c.dim = 32;
-  c.depth = 2;
-  c.heads = 2;
-  c.data = (dir / "text.txt").string();
-  c.seq_len = 16;
-  c.batch = 8;
+  RunConfig c = lt::test::tiny_gpt(dir);
   c.steps = 6;
-  c.lr = 3e-3;
   c.warmup = 2;
-  c.eval_batches = 1;
-  c.device = "cpu";
+  c.schedule = RunConfig{}.schedule;
   return c;
 }
 

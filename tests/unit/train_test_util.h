@@ -1,5 +1,5 @@
-// Shared by the precision and fused-step tests: a tiny GPT run on a generated text file (no data
-// set needed), built as a Trainer so tests can reach the model, optimizer and hooks.
+// Shared by the training-loop tests (run, precision, fused step, checkpointing): a tiny GPT run on
+// a generated text file (no data set needed), and a Trainer so tests can reach inside a step.
 #pragma once
 #include <unistd.h>
 
@@ -20,13 +20,14 @@ struct TempDir {
   std::filesystem::path path;
   TempDir() {
     path = std::filesystem::temp_directory_path() /
-           ("lt-prec-test-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this)));
+           ("lt-train-test-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(this)));
     std::filesystem::create_directories(path);
   }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
 
 // gpt2-tiny narrowed to dim 32, depth 2: its largest parameters (wte, wpe) are [256, 32].
+// Constant lr, no warmup, 4 steps; tests override what they vary.
 inline RunConfig tiny_gpt(const std::filesystem::path& dir) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the quick brown fox " + std::to_string(i % 7) + " jumps over the lazy dog\n";
