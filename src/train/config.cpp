@@ -64,6 +64,9 @@ void validate_precision(const RunConfig& c) {
 void validate(const RunConfig& c) {
   if (c.model.empty() && c.model_config.empty())
     usage("no model given", "--model is empty", "pass --model vit-tiny or --config config.json");
+  if (c.memory_history && c.memory_snapshot.empty() && c.memory_report.empty())
+    usage("--memory-history has nowhere to go", "the history is written by --memory-snapshot or --memory-report",
+          "add --memory-report mem.html or --memory-snapshot mem.json");
   try {
     nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
   } catch (const Error& e) {

@@ -10,6 +10,7 @@ expect_error 2 "bad value: --batch = abc" "$LT" train --batch abc
 expect_error 2 "missing value" "$LT" train --batch
 expect_error 2 "unknown optimizer 'adam'.*sgd, adamw, lion, adamw8bit and lion8bit" "$LT" train --optimizer adam
 expect_error 2 "--state-dtype f16.*auto, f32 and bf16" "$LT" train --state-dtype f16
+expect_error 2 "--memory-history has nowhere to go.*--memory-report" "$LT" train --memory-history
 expect_error 2 "--state-dtype with --optimizer adamw8bit" "$LT" train --optimizer adamw8bit --state-dtype bf16
 expect_error 2 "unknown schedule 'linear'" "$LT" train --schedule linear
 expect_error 2 "--batch 10 is not divisible by --micro-batch 4.*--micro-batch 2" "$LT" train --batch 10 --micro-batch 4
