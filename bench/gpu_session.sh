@@ -49,6 +49,10 @@ for s in $sections; do
       ;;
     ladder)
       BUILD=$BUILD OUT=$OUT timeout 560 bash bench/ladder.sh 2>&1 | tail -25
+      # The plot (README's ladder figure): $OUT/ladder.svg from the JSON lines just written.
+      python3 bench/plot_ladder.py "$OUT/ladder.jsonl" --gpu "$gpu" --commit "$commit" \
+        --pytorch-label "PyTorch $(python3 -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" \
+        -o "$OUT/ladder.svg" 2>&1 | tail -2
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25

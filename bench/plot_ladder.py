@@ -175,7 +175,7 @@ def main():
     ap.add_argument("--model", help="model line under the title (default: from the results file)")
     ap.add_argument("--pytorch-label", default="PyTorch", help="legend name of the peer (e.g. 'PyTorch 2.11')")
     args = ap.parse_args()
-    NAMES["pytorch"] = args.pytorch_label
+    NAMES["pytorch"] = args.pytorch_label.strip() or "PyTorch"
 
     meta, runs = load(args.results)
     data, rungs = figures(runs)
