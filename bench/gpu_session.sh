@@ -2,8 +2,8 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan (pass a subset as
-# arguments; default: tests parity throughput).
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, accuracy (pass a subset
+# as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp/leantrain-gpu}
@@ -53,6 +53,12 @@ for s in $sections; do
       python3 bench/plot_ladder.py "$OUT/ladder.jsonl" --gpu "$gpu" --commit "$commit" \
         --pytorch-label "PyTorch $(python3 -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" \
         -o "$OUT/ladder.svg" 2>&1 | tail -2
+      ;;
+    accuracy)
+      # Accuracy through the ladder's techniques (vit-tiny on Fashion-MNIST, same seed, same
+      # effective batch; sized for under 5 minutes on an H200, not yet timed there):
+      # $OUT/accuracy_ladder.{jsonl,md}, logs in $OUT/acc/.
+      BUILD=$BUILD OUT=$OUT DEVICE=${DEVICE:-cuda} timeout 570 bash bench/accuracy_ladder.sh 2>&1 | tail -25
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25
