@@ -17,6 +17,7 @@ struct Commands {
   CLI::App* train = nullptr;
   CLI::App* generate = nullptr;
   CLI::App* plan = nullptr;
+  CLI::App* profile = nullptr;
 };
 
 // Flags of train and plan that live outside RunConfig.
@@ -24,6 +25,8 @@ struct Extras {
   std::string fit, metrics_json;
   RunConfig pcfg;
   PlanFlags plan;
+  RunConfig prof_cfg;
+  ProfileFlags profile;
 };
 
 Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
@@ -43,7 +46,9 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   add_generate_flags(*c.generate, gcfg);
   c.plan = c.app->add_subcommand("plan", "Predict a run's GPU memory (peaks, categories, total) without a GPU; --budget fits one");
   add_plan_flags(*c.plan, x.pcfg, x.plan);
-  // `profile` will be added here the same way: flags bound to a config, one runner.
+  c.profile = c.app->add_subcommand(
+      "profile", "Measure, module by module, the memory that activation checkpointing saves and the time it adds");
+  add_profile_flags(*c.profile, x.prof_cfg, x.profile);
   return c;
 }
 
@@ -51,7 +56,7 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
 std::string command_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "train" || a == "generate" || a == "plan") return a;
+    if (a == "train" || a == "generate" || a == "plan" || a == "profile") return a;
     if (a.rfind("-", 0) != 0) return "";
   }
   return "";
@@ -94,6 +99,7 @@ int dispatch(int argc, char** argv) {
     }
   }
   if (c.plan->parsed()) return run_plan(x.pcfg, x.plan);
+  if (c.profile->parsed()) return run_profile(x.prof_cfg, x.profile);
   if (c.generate->parsed()) return run_generate(gcfg);
   std::fputs(c.app->help().c_str(), stdout);
   return 0;

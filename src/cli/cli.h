@@ -34,6 +34,16 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p);
 void add_fit_flag(CLI::App& train, std::string& fit);
 int run_train_fit(RunConfig cfg, const std::string& fit);
 
+// `profile` (src/cli/profile_command.cpp): the train flags plus which modules, steps and files.
+struct ProfileFlags {
+  std::string modules = "sublayers";
+  int64_t warmup = 2, timed = 5;
+  std::string json, svg;
+  CLI::App* cmd = nullptr;  // to tell which train flags were given (those a profile refuses)
+};
+void add_profile_flags(CLI::App& cmd, RunConfig& cfg, ProfileFlags& p);
+int run_profile(const RunConfig& cfg, const ProfileFlags& p);
+
 void add_generate_flags(CLI::App& cmd, GenerateConfig& cfg);
 int run_generate(const GenerateConfig& cfg);
 

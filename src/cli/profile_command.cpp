@@ -1,0 +1,106 @@
+// `leantrain profile`: every `train` flag that shapes the run (model, data, batch, precision,
+// optimizer, device), plus which modules to try, how many steps to time, and the two files.
+// Flags of `train` that make no sense here (a fixed --checkpoint, --save, --steps, ...) are
+// usage errors rather than silently ignored. Output paths are checked before the first run, so
+// a long profile never ends in "cannot write".
+#include <unistd.h>
+
+#include <cstdio>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "io/file_io.h"
+#include "profile/profile.h"
+
+namespace lt::cli {
+
+void add_profile_flags(CLI::App& cmd, RunConfig& c, ProfileFlags& p) {
+  add_train_flags(cmd, c);
+  p.cmd = &cmd;
+  cmd.footer("Example: leantrain profile --model gpt2-tiny --data synthetic --batch 8 --json prof.json --svg prof.svg");
+  const char* what = "Profile";
+  cmd.add_option("--modules", p.modules,
+                 "What to try checkpointing, one module at a time: blocks, sublayers (each block, its attention, its "
+                 "MLP) or a regex over module paths")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--warmup-steps", p.warmup, "Untimed optimizer steps before the timed ones, per run")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--timed-steps", p.timed, "Timed optimizer steps per run; the step time is their median")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--json", p.json, "Write every row (bytes saved measured and predicted, ms added) to this JSON file")
+      ->group(what);
+  cmd.add_option("--svg", p.svg, "Write the memory-saved versus time-added scatter to this SVG file")->group(what);
+}
+
+namespace {
+
+// `train` flags that a profile does not use: naming one is a usage error.
+constexpr const char* kNotForProfile[] = {"--steps", "--epochs", "--checkpoint", "--resume", "--save", "--stop-at",
+                                          "--eval-every", "--eval-batches", "--metrics", "--memory-history",
+                                          "--memory-snapshot", "--memory-report", "--log-every"};
+
+void refuse_unused_flags(const ProfileFlags& p) {
+  if (!p.cmd) return;
+  for (const char* f : kNotForProfile) {
+    const CLI::Option* o = p.cmd->get_option_no_throw(f);
+    if (!o || o->count() == 0) continue;
+    const std::string flag = f;
+    std::string fix = "drop " + flag;
+    if (flag == "--steps" || flag == "--epochs") fix += "; --warmup-steps and --timed-steps set the steps of each run";
+    if (flag == "--checkpoint") fix += "; profile checkpoints each module in turn (--modules chooses which)";
+    throw UsageError(flag + " does not apply to 'leantrain profile'",
+                     "profile makes short runs of its own and writes only its table, --json and --svg", fix);
+  }
+}
+
+// The file can be created or replaced: its directory exists and is writable, and it is not a
+// directory itself. Checked before the runs start.
+void check_writable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError("cannot write " + flag + " " + path, "it is a directory", "pass a file path, e.g. " + path + "/profile" +
+                     (flag == "--svg" ? ".svg" : ".json"));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError("cannot write " + flag + " " + path, "the directory " + dir + " does not exist",
+                     "create it first or pass another path");
+  if (::access(dir.c_str(), W_OK) != 0 || (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0))
+    throw UsageError("cannot write " + flag + " " + path, "permission denied", "pass a path in a writable directory");
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  io::detail::AtomicFile f(path);
+  f.write(text.data(), int64_t(text.size()));
+  f.commit();
+}
+
+}  // namespace
+
+int run_profile(const RunConfig& cfg, const ProfileFlags& p) {
+  refuse_unused_flags(p);
+  check_writable(p.json, "--json");
+  check_writable(p.svg, "--svg");
+  ProfileOptions o;
+  o.modules = p.modules;
+  o.warmup_steps = p.warmup;
+  o.timed_steps = p.timed;
+  ProfileResult r = profile_run(cfg, o, [](const std::string& line) {
+    std::fprintf(stderr, "profile: %s\n", line.c_str());
+    std::fflush(stderr);
+  });
+  std::fputs(profile_table(r).c_str(), stdout);
+  if (!p.json.empty()) {
+    write_file(p.json, profile_json(r));
+    std::printf("json: %s\n", p.json.c_str());
+  }
+  if (!p.svg.empty()) {
+    write_file(p.svg, profile_svg(r));
+    std::printf("svg: %s\n", p.svg.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace lt::cli
