@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, accuracy (pass a subset
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy (pass a subset
 # as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -62,6 +62,9 @@ for s in $sections; do
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25
+      ;;
+    cost)
+      BUILD=$BUILD OUT=$OUT timeout 560 bash bench/cost_model.sh 2>&1 | tail -25
       ;;
   esac
 done

@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,38 +40,91 @@ struct PlanResult {
   int64_t context_bytes = 0;
   int64_t total_needed() const { return peak_reserved + context_bytes; }
   double seconds = 0;        // how long the plan took
+  // The cost model's prediction for this config (set by add_cost_prediction; 0 when not run).
+  double predicted_step_seconds = 0, forward_flops = 0, recompute_flops = 0;
 };
 
 // Dry-runs `cfg` on meta. Throws UsageError for bad flags, as `train` would.
 PlanResult plan_run(const RunConfig& cfg, const PlanOptions& opt = {});
 std::string plan_text(const PlanResult& r);  // the human report
 std::string plan_json(const PlanResult& r);  // one JSON object
+// Profiles the model (one meta forward) and fills r's predicted_step_seconds and FLOPs.
+void add_cost_prediction(PlanResult& r);
 
 // "8GiB", "8 GB", "512MiB", "1.5G" (K/M/G/T: binary), plain bytes. UsageError naming `flag`.
 int64_t parse_bytes(const std::string& text, const std::string& flag);
 
-// The relative cost model of the budget search (docs/memory-model.md, "Fitting a budget"):
-// compute of one optimizer step of `c`, in units of the same step of `base`. One function so it
-// can be checked against measured step times.
-double relative_step_cost(const RunConfig& c, const RunConfig& base);
+// ---------------------------------------------------------------- the budget search
+// docs/memory-model.md, "Fitting a budget".
+
+// One module the search can checkpoint, with what checkpointing it adds to the units before it
+// in the order: activation bytes freed and forward FLOPs recomputed, per sample.
+struct CheckpointUnit {
+  std::string path;   // "transformer.h.3.mlp"
+  std::string block;  // "transformer.h.3"
+  std::string rel;    // "mlp" ("" for the block itself)
+  std::string type;   // "MLP"
+  int64_t saved_bytes = 0;
+  double flops = 0;
+};
+// A model as the search sees it, measured on meta at micro-batch 1 (plan/checkpoint_units.cpp).
+struct CheckpointProfile {
+  std::string precision;
+  std::vector<std::string> blocks;            // transformer block paths
+  std::vector<CheckpointUnit> order;          // most bytes saved per recompute FLOP first
+  std::map<std::string, double> module_flops; // forward FLOPs per sample of each wrappable module
+  double forward_flops = 0;                   // the whole model's forward FLOPs per sample
+  int64_t tokens_per_sample = 1;              // rows a block sees per sample (GEMM size)
+  int64_t module_calls = 0;                   // wrappable module calls in one forward (launch overhead)
+  int64_t parameters = 0, parameter_tensors = 0, parameter_bytes = 0;
+  double checkpoint_flops = 0;                // recompute FLOPs per sample of the profiled config's --checkpoint
+  int measurements = 0;                       // meta forwards it took
+  double recompute_flops(size_t k) const;     // per sample, of the first k units
+  int64_t saved_bytes(size_t k) const;        // per sample, of the first k units (additive estimate)
+  double flops_of(const std::vector<std::string>& paths) const;
+  std::string spec(size_t k) const;           // the --checkpoint value selecting the first k units
+};
+// measure_units false: only FLOPs and sizes (one forward), no per-module checkpoint measurements.
+CheckpointProfile profile_model(const RunConfig& cfg, bool measure_units = true);
+
+// The cost model (src/plan/cost_model.cpp, constants in one place there): a step's time on the
+// reference GPU (H200, leantrain's kernels), in seconds, and its parts.
+struct StepCost {
+  double compute = 0, recompute = 0, micro_batches = 0, optimizer = 0, fused = 0;  // seconds
+  double penalty = 0;           // lower-precision optimizer state: a preference, not time
+  double recompute_flops = 0;   // per optimizer step
+  double seconds() const { return compute + recompute + micro_batches + optimizer + fused; }
+  double cost() const { return seconds() + penalty; }  // what the search minimises
+};
+// `recompute_flops` per sample (CheckpointProfile::recompute_flops or flops_of); `base` names the
+// optimizer and state precision the user asked for (a leaner state pays a penalty against it).
+StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, double recompute_flops, const RunConfig& base);
 
 struct FitCandidate {
   RunConfig config;
+  std::string state;    // optimizer state: "f32", "bf16" or "8-bit"
+  size_t units = 0;     // checkpointed: the first `units` of the profile's order
   bool planned = false, fits = false, pareto = false;
-  std::string skipped;  // why it was not planned (dominated, refused combination)
-  int64_t peak_reserved = 0, total_needed = 0;
-  double cost = 0;
+  std::string skipped;  // why it was not planned (refused combination)
+  int64_t peak_allocated = 0, peak_reserved = 0, total_needed = 0;
+  double time = 0;      // predicted step time relative to the given config
+  double cost = 0;      // time plus the state-precision penalty, relative: what is minimised
+  double recompute_flops = 0;  // per optimizer step
 };
 struct FitResult {
   int64_t budget = 0;
-  std::vector<FitCandidate> candidates;  // in the order considered (cheapest first)
+  std::vector<FitCandidate> candidates;  // every candidate planned, in the order planned
   int chosen = -1;                       // index into candidates; -1 when nothing fits
+  CheckpointProfile profile;             // of the chosen precision (the given one when none fits)
+  int plans = 0;                         // meta dry runs made
+  double seconds = 0;                    // the whole search
 };
-// Searches precision, micro-batch, activation checkpointing and the fused step for the cheapest
-// config whose total (peak reserved + context) fits `budget`. Throws lt::Error when none fits,
-// naming the smallest candidate's need.
+// Searches precision x micro-batch x optimizer-state precision x fused step x checkpoint set
+// (prefixes of the profile's order, bisected) for the cheapest config whose total (peak reserved
+// + context) fits `budget`. Throws lt::Error when none fits, naming the closest candidate.
 FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& opt = {});
-std::string fit_table(const FitResult& f);
+std::string fit_table(const FitResult& f);  // the Pareto table, chosen marked
+std::string fit_json(const FitResult& f);   // "candidates": [...] and the checkpoint order
 // The command that reproduces `c`: "leantrain train --model M ..." (or --config PATH), the model
 // always named, every other flag only where it differs from the default.
 std::string command_line(const RunConfig& c);

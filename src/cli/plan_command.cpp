@@ -15,7 +15,7 @@ void add_plan_flags(CLI::App& cmd, RunConfig& c, PlanFlags& p) {
       ->capture_default_str()->group(what);
   cmd.add_option("--context-bytes", p.context, "CUDA context + stream/cuBLASLt bytes outside the allocator (default 529MiB)")
       ->group(what);
-  cmd.add_option("--budget", p.budget, "Find the cheapest configuration whose total fits this much memory, e.g. 8GiB")
+  cmd.add_option("--budget", p.budget, "Search precision, micro-batch, checkpoint set, optimizer-state precision and fused step for the cheapest configuration that fits this much memory, e.g. 8GiB")
       ->group(what);
   cmd.add_flag("--json", p.json, "Print one JSON object instead of the report")->group(what);
 }
@@ -43,18 +43,25 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     const FitCandidate& k = f.candidates[size_t(f.chosen)];
     if (p.json) {
       PlanResult r = plan_run(k.config, o);
+      add_cost_prediction(r);
       std::string j = plan_json(r);
       j.pop_back();
-      std::printf("%s, \"budget_bytes\": %lld, \"relative_cost\": %.4f, \"command\": \"%s\"}\n", j.c_str(),
-                  (long long)f.budget, k.cost, command_line(k.config).c_str());
+      std::string cmd;
+      for (char c : command_line(k.config)) {
+        if (c == '"' || c == '\\') cmd += '\\';
+        cmd += c;
+      }
+      std::printf("%s, \"budget_bytes\": %lld, \"relative_time\": %.4f, \"relative_cost\": %.4f, \"command\": \"%s\", %s}\n",
+                  j.c_str(), (long long)f.budget, k.time, k.cost, cmd.c_str(), fit_json(f).c_str());
     } else {
-      std::printf("fitting %s\n%s\nchosen: needs %s of %s, relative step cost %.3f\n  %s\n", format_bytes(f.budget).c_str(),
-                  fit_table(f).c_str(), format_bytes(k.total_needed).c_str(), format_bytes(f.budget).c_str(), k.cost,
-                  command_line(k.config).c_str());
+      std::printf("fitting %s\n%s\nchosen: needs %s of %s, predicted step time %.3f of the given config's\n  %s\n",
+                  format_bytes(f.budget).c_str(), fit_table(f).c_str(), format_bytes(k.total_needed).c_str(),
+                  format_bytes(f.budget).c_str(), k.time, command_line(k.config).c_str());
     }
     return 0;
   }
   PlanResult r = plan_run(cfg, o);
+  add_cost_prediction(r);
   std::fputs((p.json ? plan_json(r) + "\n" : plan_text(r)).c_str(), stdout);
   return 0;
 }

@@ -1,23 +1,31 @@
-// fit_budget: candidates over precision x micro-batch x checkpointing x fused step, ordered by
-// the cost model (cheapest first) and planned on meta in that order; the first that fits wins.
-// A candidate is skipped without planning when a candidate that is at least as lean on every
-// memory axis (same precision, micro-batch no larger, checkpointing no lighter, fused no less)
-// was planned and did not fit, or when validate() refuses the combination.
+// fit_budget: the cheapest config that fits a memory budget.
+//
+// Knobs: precision (the given one, bf16-mixed, bf16-true) x micro-batch (divisors of --batch) x
+// optimizer-state precision (the given one, bf16 moments, the 8-bit variant of the optimizer) x
+// fused step, and for each such combination a checkpoint set: the first k units of the model's
+// checkpoint order (profile_model: most activation bytes saved per recompute FLOP first).
+//
+// Combinations are taken cheapest first by their cost with nothing checkpointed (a lower bound:
+// checkpointing only adds recompute). For each, the need falls as k grows and the cost rises,
+// so: plan k = 0; if it does not fit, plan the largest k still cheaper than the best found so
+// far; if that fits, bisect for the smallest k that fits. The search stops when a combination's
+// lower bound is no cheaper than the best. A combination is skipped without planning when one
+// at least as lean on every axis could not fit even with everything checkpointed, or when
+// validate() refuses it (the fused step with accumulation, clipping or 16-mixed). Every plan is
+// a full meta dry run, so the chosen candidate's need is exact; the order and the bisection only
+// decide which candidates get planned.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "leantrain/plan.h"
+#include "leantrain/precision.h"
 
 namespace lt {
 
 namespace {
-
-int checkpoint_rank(const std::string& s) {
-  if (s == "none" || s.empty()) return 0;
-  if (s == "selective") return 1;
-  if (s.rfind("every:", 0) == 0) return 2;
-  return 3;  // blocks
-}
 
 std::vector<int64_t> micro_batches(int64_t batch) {
   std::vector<int64_t> out;
@@ -26,77 +34,224 @@ std::vector<int64_t> micro_batches(int64_t batch) {
   return out;  // largest first
 }
 
-std::vector<RunConfig> enumerate(const RunConfig& base) {
-  std::vector<std::string> precisions = {base.precision};
-  for (const char* p : {"bf16-mixed", "bf16-true"})
-    if (base.precision != p) precisions.push_back(p);
-  std::vector<std::string> ckpts = {base.checkpoint.empty() ? "none" : base.checkpoint};
-  for (const char* c : {"none", "selective", "every:2", "blocks"})
-    if (ckpts[0] != c) ckpts.push_back(c);
-  std::vector<RunConfig> out;
-  for (const auto& p : precisions)
-    for (int64_t mb : micro_batches(base.batch))
-      for (const auto& ck : ckpts)
-        for (bool fused : {false, true}) {
-          RunConfig c = base;
-          c.precision = p;
-          if (p != base.precision) c.master_weights = "none";
-          c.micro_batch = mb == base.batch ? 0 : mb;
-          c.checkpoint = ck;
-          c.fused_step = fused;
-          out.push_back(c);
-        }
+// The optimizer state a config keeps: "f32", "bf16" or "8-bit"; rank: leaner is higher.
+std::string state_of(const RunConfig& c) {
+  if (c.optimizer.find("8bit") != std::string::npos) return "8-bit";
+  if (c.state_dtype == "f32") return "f32";
+  if (c.state_dtype == "bf16") return "bf16";
+  return precision_policy(c.precision).low_precision_params() ? "16-bit" : "f32";
+}
+int state_rank(const std::string& s) { return s == "f32" ? 0 : s == "8-bit" ? 2 : 1; }
+
+bool has_state(const RunConfig& c) { return c.optimizer != "sgd" || c.momentum > 0; }
+
+// The state precisions to try for `c` (its precision set): the user's, then bf16, then 8-bit.
+std::vector<RunConfig> state_variants(const RunConfig& c) {
+  std::vector<RunConfig> out = {c};
+  if (!has_state(c)) return out;
+  if (state_rank(state_of(c)) == 0) {
+    RunConfig b = c;
+    b.state_dtype = "bf16";
+    out.push_back(b);
+  }
+  if (c.optimizer == "adamw" || c.optimizer == "lion") {
+    RunConfig e = c;
+    e.optimizer += "8bit";
+    e.state_dtype = "auto";
+    out.push_back(e);
+  }
   return out;
 }
 
-bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {  // a uses no more memory than b, axis by axis
-  auto mb = [](const RunConfig& c) { return c.micro_batch ? c.micro_batch : c.batch; };
-  return a.precision == b.precision && a.master_weights == b.master_weights && mb(a) <= mb(b) &&
-         checkpoint_rank(a.checkpoint) >= checkpoint_rank(b.checkpoint) && (a.fused_step || !b.fused_step);
+int64_t mb_of(const RunConfig& c) { return c.micro_batch ? c.micro_batch : c.batch; }
+
+// a needs no more memory than b on every axis (checkpointing aside).
+bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {
+  return a.precision == b.precision && mb_of(a) <= mb_of(b) && state_rank(state_of(a)) >= state_rank(state_of(b)) &&
+         (a.fused_step || !b.fused_step);
 }
 
-std::string describe(const RunConfig& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%-10s mb %-4lld ckpt %-9s%s", c.precision.c_str(),
-                (long long)(c.micro_batch ? c.micro_batch : c.batch), c.checkpoint.c_str(), c.fused_step ? " fused" : "");
+bool valid(RunConfig c) {
+  c.device = "cpu";
+  try {
+    validate(c);
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
+std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
+  if (k.units == 0) return "none";
+  if (k.config.checkpoint == "blocks") return "blocks";
+  return std::to_string(k.units) + (p ? "/" + std::to_string(p->order.size()) : "") + " units";
+}
+
+std::string describe(const FitCandidate& k) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s, micro-batch %lld, %s state (%s), checkpoint %s%s", k.config.precision.c_str(),
+                (long long)mb_of(k.config), k.state.c_str(), k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(),
+                k.config.fused_step ? ", fused step" : "");
   return buf;
+}
+
+std::string json_str(const std::string& v) {
+  std::string e = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') e += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) e += c;
+  }
+  return e + "\"";
 }
 
 }  // namespace
 
 FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
   FitResult f;
   f.budget = budget;
-  for (RunConfig& c : enumerate(base)) {
-    FitCandidate k;
-    k.cost = relative_step_cost(c, base);
-    k.config = std::move(c);
-    f.candidates.push_back(std::move(k));
+  {
+    RunConfig v = base;
+    v.device = "cpu";
+    validate(v);  // the user's flags first: their errors, not a candidate's
   }
-  std::stable_sort(f.candidates.begin(), f.candidates.end(),
-                   [](const FitCandidate& a, const FitCandidate& b) { return a.cost < b.cost; });
-  std::vector<const FitCandidate*> failed;
-  for (size_t i = 0; i < f.candidates.size() && f.chosen < 0; ++i) {
-    FitCandidate& k = f.candidates[i];
-    bool dominated = std::any_of(failed.begin(), failed.end(),
-                                 [&](const FitCandidate* y) { return leaner_or_equal(y->config, k.config); });
-    if (dominated) {
-      k.skipped = "a leaner candidate did not fit";
-      continue;
+  // Profiles per precision, made when first needed (FLOPs and sizes do not depend on it, the
+  // bytes each unit saves do).
+  std::map<std::string, CheckpointProfile> profiles;
+  auto profile = [&](const std::string& precision) -> const CheckpointProfile& {
+    auto it = profiles.find(precision);
+    if (it != profiles.end()) return it->second;
+    RunConfig c = base;
+    c.precision = precision;
+    if (precision != base.precision) c.master_weights = "none";
+    return profiles.emplace(precision, profile_model(c)).first->second;
+  };
+  const CheckpointProfile& bp = profile(base.precision);
+  const double base_seconds = predict_step_cost(base, bp, bp.checkpoint_flops, base).seconds();
+
+  // The combinations, cheapest lower bound first.
+  std::vector<std::string> precisions = {base.precision};
+  for (const char* p : {"bf16-mixed", "bf16-true"})
+    if (base.precision != p) precisions.push_back(p);
+  struct Combo {
+    RunConfig cfg;
+    double bound;
+  };
+  std::vector<Combo> combos;
+  for (const auto& p : precisions)
+    for (int64_t mb : micro_batches(base.batch)) {
+      RunConfig c = base;
+      c.precision = p;
+      if (p != base.precision) c.master_weights = "none";
+      c.micro_batch = mb == base.batch ? 0 : mb;
+      c.checkpoint = "none";
+      for (RunConfig s : state_variants(c))
+        for (bool fused : {false, true}) {
+          s.fused_step = fused;
+          if (!valid(s)) continue;
+          combos.push_back({s, predict_step_cost(s, bp, 0, base).cost()});
+        }
     }
+  std::stable_sort(combos.begin(), combos.end(), [](const Combo& a, const Combo& b) { return a.bound < b.bound; });
+
+  auto plan = [&](const RunConfig& c, size_t k) -> FitCandidate& {
+    const CheckpointProfile& p = profile(c.precision);
+    FitCandidate cand;
+    cand.config = c;
+    cand.config.checkpoint = p.spec(k);
+    cand.units = std::min(k, p.order.size());
+    cand.state = state_of(c);
+    const StepCost sc = predict_step_cost(cand.config, p, p.recompute_flops(k), base);
+    cand.time = sc.seconds() / base_seconds;
+    cand.cost = sc.cost() / base_seconds;
+    cand.recompute_flops = sc.recompute_flops;
     try {
-      PlanResult r = plan_run(k.config, opt);
-      k.planned = true;
-      k.peak_reserved = r.peak_reserved;
-      k.total_needed = r.total_needed();
-      k.fits = k.total_needed <= budget;
-    } catch (const UsageError& e) {  // a pair that cannot combine (e.g. fused step with accumulation)
-      k.skipped = "refused: " + std::string(e.why());
+      PlanResult r = plan_run(cand.config, opt);
+      ++f.plans;
+      cand.planned = true;
+      cand.peak_allocated = r.peak_allocated;
+      cand.peak_reserved = r.peak_reserved;
+      cand.total_needed = r.total_needed();
+      cand.fits = cand.total_needed <= budget;
+    } catch (const UsageError& e) {
+      cand.skipped = "refused: " + std::string(e.why());
+    }
+    f.candidates.push_back(std::move(cand));
+    return f.candidates.back();
+  };
+
+  // The leanest combinations of a precision (micro-batch 1, leanest state, or fused; everything
+  // checkpointed) are planned once, when a combination of that
+  // precision first fails with nothing checkpointed: those that do not fit rule out every
+  // combination at least as heavy.
+  std::vector<RunConfig> hopeless;
+  std::vector<std::string> checked;
+  auto check_precision = [&](const std::string& p) {
+    if (std::find(checked.begin(), checked.end(), p) != checked.end()) return;
+    checked.push_back(p);
+    for (const Combo& c : combos) {  // the minimal combinations: none other is leaner
+      if (c.cfg.precision != p) continue;
+      const bool minimal = std::none_of(combos.begin(), combos.end(), [&](const Combo& o) {
+        return &o != &c && leaner_or_equal(o.cfg, c.cfg) && !leaner_or_equal(c.cfg, o.cfg);
+      });
+      if (!minimal) continue;
+      FitCandidate& k = plan(c.cfg, profile(p).order.size());
+      if (k.planned && !k.fits) hopeless.push_back(c.cfg);
+    }
+  };
+
+  double best = std::numeric_limits<double>::infinity();
+  for (const Combo& combo : combos) {
+    if (combo.bound >= best) break;
+    if (std::any_of(hopeless.begin(), hopeless.end(), [&](const RunConfig& h) { return leaner_or_equal(h, combo.cfg); }))
+      continue;
+    const CheckpointProfile& p = profile(combo.cfg.precision);
+    const size_t n = p.order.size();
+    auto cost_at = [&](size_t k) {
+      RunConfig c = combo.cfg;
+      c.checkpoint = k ? "some" : "none";
+      return predict_step_cost(c, p, p.recompute_flops(k), base).cost() / base_seconds;
+    };
+    auto fits_at = [&](size_t k) -> std::pair<bool, int> {
+      // Already planned (the leanest-combination check)?
+      for (size_t i = 0; i < f.candidates.size(); ++i) {
+        const FitCandidate& c = f.candidates[i];
+        if (c.planned && c.units == k && c.config.precision == combo.cfg.precision && mb_of(c.config) == mb_of(combo.cfg) &&
+            c.config.optimizer == combo.cfg.optimizer && c.config.state_dtype == combo.cfg.state_dtype &&
+            c.config.fused_step == combo.cfg.fused_step)
+          return {c.fits, int(i)};
+      }
+      FitCandidate& c = plan(combo.cfg, k);
+      return {c.planned && c.fits, int(f.candidates.size() - 1)};
+    };
+    size_t kmax = n;
+    while (kmax > 0 && cost_at(kmax) >= best) --kmax;
+    if (cost_at(0) >= best) continue;
+    auto [fit0, i0] = fits_at(0);
+    if (fit0) {
+      best = f.candidates[size_t(i0)].cost, f.chosen = i0;
       continue;
     }
-    if (k.fits) f.chosen = int(i);
-    else failed.push_back(&k);
+    check_precision(combo.cfg.precision);
+    if (std::any_of(hopeless.begin(), hopeless.end(), [&](const RunConfig& h) { return leaner_or_equal(h, combo.cfg); }))
+      continue;
+    if (kmax == 0) continue;
+    auto [fitk, ik] = fits_at(kmax);
+    if (!fitk) {
+      if (kmax == n) hopeless.push_back(combo.cfg);
+      continue;
+    }
+    size_t lo = 0, hi = kmax;
+    int hi_index = ik;
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      auto [fm, im] = fits_at(mid);
+      if (fm) hi = mid, hi_index = im;
+      else lo = mid;
+    }
+    best = f.candidates[size_t(hi_index)].cost, f.chosen = hi_index;
   }
+
   // Pareto: no other planned candidate is both cheaper (or equal) and smaller (or equal), one strictly.
   for (auto& a : f.candidates) {
     if (!a.planned) continue;
@@ -105,46 +260,107 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
              (b.cost < a.cost || b.total_needed < a.total_needed);
     });
   }
+  f.profile = f.chosen >= 0 ? profile(f.candidates[size_t(f.chosen)].config.precision) : bp;
+  f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (f.chosen < 0) {
-    const FitCandidate* best = nullptr;
+    const FitCandidate* best_k = nullptr;
     for (auto& k : f.candidates)
-      if (k.planned && (!best || k.total_needed < best->total_needed)) best = &k;
-    std::string d = best ? describe(best->config) : "";
-    while (!d.empty() && d.back() == ' ') d.pop_back();
-    for (size_t p; (p = d.find("  ")) != std::string::npos;) d.erase(p, 1);
+      if (k.planned && (!best_k || k.total_needed < best_k->total_needed)) best_k = &k;
     // A need just over the budget rounds to the same figure ("fits in 34.00 MiB ... needs 34.00 MiB"):
     // then both are given in bytes too, so the message shows by how much it missed.
-    std::string have = format_bytes(budget), need = best ? format_bytes(best->total_needed) : "unknown";
-    if (best && have == need) {
+    std::string have = format_bytes(budget), need = best_k ? format_bytes(best_k->total_needed) : "unknown";
+    if (best_k && have == need) {
       have += " (" + std::to_string(budget) + " B)";
-      need += " (" + std::to_string(best->total_needed) + " B)";
+      need += " (" + std::to_string(best_k->total_needed) + " B)";
     }
-    if (best) need += " (" + d + ")";
-    fail("no configuration fits in " + have,
-         "the smallest candidate needs " + need + ", context included",
+    if (best_k) need += " (" + describe(*best_k) + ")";
+    fail("no configuration fits in " + have, "the closest candidate needs " + need + ", context included",
          "raise --budget, shrink --batch or --seq-len, or use a smaller model");
   }
   return f;
 }
 
 std::string fit_table(const FitResult& f) {
-  std::string s = "candidates, cheapest first (cost: step time relative to the given config; need: peak reserved + context)\n";
-  char buf[300];
-  std::snprintf(buf, sizeof buf, "  %-42s %7s %12s  %s\n", "precision / micro-batch / checkpoint / step", "cost", "need", "");
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < f.candidates.size(); ++i)
+    if (f.candidates[i].planned) idx.push_back(i);
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return f.candidates[a].cost < f.candidates[b].cost; });
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%d candidates planned in %.1fs, cheapest first (time: predicted step time relative to the given config;\n"
+                "cost: time + the penalty of a leaner optimizer state; need: peak reserved + context; *: Pareto front)\n",
+                f.plans, f.seconds);
+  std::string s = buf;
+  std::snprintf(buf, sizeof buf, "  %-10s %5s %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6s %6s %11s\n", "precision", "mb", "state",
+                "optimizer", "checkpoint", "fused", "allocated", "reserved", "need", "fits", "time", "cost", "recompute");
   s += buf;
+  for (size_t i : idx) {
+    const FitCandidate& k = f.candidates[i];
+    char flops[32];
+    const double rf = k.recompute_flops;
+    if (rf >= 1e12) std::snprintf(flops, sizeof flops, "%.3g TFLOP", rf / 1e12);
+    else if (rf >= 1e9) std::snprintf(flops, sizeof flops, "%.3g GFLOP", rf / 1e9);
+    else if (rf > 0) std::snprintf(flops, sizeof flops, "%.3g MFLOP", rf / 1e6);
+    else std::snprintf(flops, sizeof flops, "0");
+    std::snprintf(buf, sizeof buf, "%c %-10s %5lld %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6.3f %6.3f %11s%s\n",
+                  k.pareto ? '*' : ' ', k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
+                  k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? "yes" : "no",
+                  format_bytes(k.peak_allocated).c_str(), format_bytes(k.peak_reserved).c_str(),
+                  format_bytes(k.total_needed).c_str(), k.fits ? "yes" : "no", k.time, k.cost, flops,
+                  int(i) == f.chosen ? "  <- chosen" : "");
+    s += buf;
+  }
+  const CheckpointProfile& p = f.profile;
+  if (!p.order.empty()) {
+    s += "checkpoint order (" + p.precision + ", per sample: activation bytes saved / recompute FLOPs; " +
+         std::to_string(p.order.size()) + " units, " + std::to_string(p.measurements) + " meta forwards):";
+    const std::string* last = nullptr;
+    int shown = 0;
+    for (const CheckpointUnit& u : p.order) {
+      if (last && u.rel == *last) continue;  // the same module in the next block: one entry per kind
+      last = &u.rel;
+      if (shown++ == 6) {
+        s += " ...";
+        break;
+      }
+      std::snprintf(buf, sizeof buf, "%s %s (%s) %s / %.3g MFLOP", shown > 1 ? "," : "", u.rel.empty() ? "block" : u.rel.c_str(),
+                    u.type.c_str(), format_bytes(u.saved_bytes).c_str(), u.flops / 1e6);
+      s += buf;
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+std::string fit_json(const FitResult& f) {
+  std::string s = "\"candidates\": [";
+  bool first = true;
+  char buf[200];
   for (size_t i = 0; i < f.candidates.size(); ++i) {
     const FitCandidate& k = f.candidates[i];
     if (!k.planned) continue;
-    std::string mark = int(i) == f.chosen ? "<- chosen" : k.fits ? "fits" : "over budget";
-    if (k.pareto) mark += " (pareto)";
-    std::snprintf(buf, sizeof buf, "  %-42s %7.3f %12s  %s\n", describe(k.config).c_str(), k.cost,
-                  format_bytes(k.total_needed).c_str(), mark.c_str());
+    s += first ? "{" : ", {";
+    first = false;
+    s += "\"precision\": " + json_str(k.config.precision) + ", \"micro_batch\": " + std::to_string(mb_of(k.config)) +
+         ", \"state\": " + json_str(k.state) + ", \"optimizer\": " + json_str(k.config.optimizer) +
+         ", \"state_dtype\": " + json_str(k.config.state_dtype) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +
+         ", \"checkpoint\": " + json_str(k.config.checkpoint) + ", \"checkpoint_units\": " + std::to_string(k.units) +
+         ", \"peak_allocated_bytes\": " + std::to_string(k.peak_allocated) + ", \"peak_reserved_bytes\": " +
+         std::to_string(k.peak_reserved) + ", \"total_needed_bytes\": " + std::to_string(k.total_needed) +
+         ", \"fits\": " + (k.fits ? "true" : "false") + ", \"pareto\": " + (k.pareto ? "true" : "false") +
+         ", \"chosen\": " + (int(i) == f.chosen ? "true" : "false");
+    std::snprintf(buf, sizeof buf, ", \"relative_time\": %.5f, \"relative_cost\": %.5f, \"recompute_flops\": %.6g}", k.time, k.cost,
+                  k.recompute_flops);
     s += buf;
   }
-  size_t skipped = size_t(std::count_if(f.candidates.begin(), f.candidates.end(),
-                                        [](const FitCandidate& k) { return !k.planned && !k.skipped.empty(); }));
-  s += "  (" + std::to_string(skipped) + " candidates skipped: dominated by one that did not fit, or refused combinations)\n";
-  return s;
+  s += "], \"checkpoint_order\": [";
+  for (size_t i = 0; i < f.profile.order.size(); ++i) {
+    const CheckpointUnit& u = f.profile.order[i];
+    std::snprintf(buf, sizeof buf, "\"saved_bytes\": %lld, \"flops\": %.6g}", (long long)u.saved_bytes, u.flops);
+    s += (i ? ", {" : "{") + std::string("\"path\": ") + json_str(u.path) + ", \"type\": " + json_str(u.type) + ", " + buf;
+  }
+  std::snprintf(buf, sizeof buf, "], \"plans\": %d, \"search_seconds\": %.3f", f.plans, f.seconds);
+  return s + buf;
 }
 
 }  // namespace lt

@@ -48,6 +48,7 @@ std::string command_line(const RunConfig& c) {
   n("--steps", double(c.steps), double(d.steps));
   n("--epochs", c.epochs, d.epochs);
   str("--optimizer", c.optimizer, d.optimizer);
+  str("--state-dtype", c.state_dtype, d.state_dtype);
   n("--lr", c.lr, d.lr);
   n("--momentum", c.momentum, d.momentum);
   n("--weight-decay", c.weight_decay, d.weight_decay);

@@ -1,51 +1,116 @@
-// The budget search's cost model, in one function so it can be checked against measured step
-// times (docs/memory-model.md, "Fitting a budget"). A step's time is modelled as
-//   precision_factor x (1 + recompute) x (1 + per-micro-batch overhead x micro-batches / batch)
-// relative to the same product for the base config:
-//  - precision: f32 GEMMs run at 1; bf16/f16 tensor cores at about 0.5 with autocast (-mixed,
-//    casts and f32 norms remain) and 0.45 with the model in 16 bits (-true);
-//  - recompute: checkpointing re-runs the selected forward during backward, i.e. one extra
-//    forward (~1/3 of forward + backward) over the share of blocks selected (all: blocks,
-//    half: every:2); selective recomputes only attention/elementwise parts (~0.1);
-//  - accumulation: each micro-batch pays a fixed launch/optimizer-independent overhead worth
-//    kMicroBatchOverhead samples of compute, so small micro-batches cost more per sample;
-//  - the fused step moves the same optimizer FLOPs into backward: no change.
-#include <cstdlib>
+// The budget search's cost model: one optimizer step's time on the reference GPU (an H200 running
+// leantrain's own kernels), from the model's FLOPs and sizes (CheckpointProfile) and the config.
+//
+//   step = compute + recompute + micro-batch overhead + optimizer + fused-step overhead
+//   compute    = 3 F b / (R[precision] e(n))          F: forward FLOPs per sample (op shapes),
+//   recompute  =   F_r b / (R[precision] e(n))         F_r: recomputed FLOPs per sample
+//                e(n) = n / (n + kHalfEfficiencyRows)  n = micro-batch x tokens per sample: small
+//                                                      micro-batches make small, slower GEMMs
+//   micro-batch overhead = k (kSecondsPerModuleCall x module calls       k micro-batches: launches
+//                           + kWeightPasses x parameter bytes / kBandwidth)   and weight re-reads
+//   optimizer  = parameters x bytes moved per parameter x seconds per byte (plain or 8-bit kernel)
+//   fused      = kFusedSecondsPerTensor x parameter tensors  (one update launch per parameter)
+//
+// Every constant is in kCost below; bench/cost_model.sh measures step times on the GPU and prints
+// them against these predictions (docs/memory-model.md, "The cost model"). The first values come
+// from the memory ladder's H200 throughputs (bench/results/ladder-vitl16-h200-c68e6ec.json):
+// ViT-L/16 bf16-true at batch 64 and 16 fix R and kHalfEfficiencyRows, micro-batch 4 the
+// per-micro-batch overhead, AdamW vs SGD and AdamW8bit the optimizer's seconds per byte, the
+// fused-step rung its per-tensor overhead.
+//
+// A leaner optimizer state (bf16 moments, 8-bit) is never chosen for speed: it pays a penalty of
+// kStatePenalty of the step plus whatever optimizer time it would save, so the search takes it
+// only when memory needs it. The penalty is a preference (state precision can cost accuracy), not
+// time: StepCost keeps it apart, and the bench compares seconds() only.
+#include <algorithm>
 
 #include "leantrain/plan.h"
+#include "leantrain/precision.h"
 
 namespace lt {
 
 namespace {
 
-constexpr double kMicroBatchOverhead = 2.0;  // samples of compute a micro-batch costs in fixed overhead
+struct CostConstants {
+  double flops_per_s_f32 = 17.5e12;    // 32-true, plain FP32 GEMMs (no TF32)
+  double flops_per_s_mixed = 180e12;   // 16-mixed, bf16-mixed (autocast: casts, f32 norms)
+  double flops_per_s_16 = 191e12;      // 16-true, bf16-true
+  double half_efficiency_rows = 900;   // GEMM rows (tokens) at which a GEMM runs at half its rate
+  double seconds_per_module_call = 2.5e-6;  // launches per module call per micro-batch, fwd + bwd
+  double weight_passes = 4;            // per micro-batch: forward read, backward read, grad read+write
+  double bandwidth = 3.0e12;           // bytes/s for weight re-reads
+  double optimizer_s_per_byte = 3.8e-12;       // sgd/adamw/lion kernels, per byte moved
+  double optimizer_8bit_s_per_byte = 0.7e-12;  // adamw8bit/lion8bit block kernels
+  double fused_seconds_per_tensor = 40e-6;     // --fused-step: one update per parameter in backward
+  double state_penalty_bf16 = 0.03;    // of the step: preference for the user's state precision
+  double state_penalty_8bit = 0.05;
+};
+constexpr CostConstants kCost;
 
-double precision_factor(const std::string& p) {
-  if (p == "32-true") return 1.0;
-  if (p == "16-mixed" || p == "bf16-mixed") return 0.5;
-  return 0.45;  // 16-true, bf16-true
+double flops_per_s(const std::string& p) {
+  if (p == "32-true") return kCost.flops_per_s_f32;
+  if (p == "16-mixed" || p == "bf16-mixed") return kCost.flops_per_s_mixed;
+  return kCost.flops_per_s_16;
 }
 
-double recompute_share(const std::string& spec) {
-  if (spec.empty() || spec == "none") return 0.0;
-  if (spec == "blocks") return 1.0 / 3.0;
-  if (spec.rfind("every:", 0) == 0) {
-    long k = std::strtol(spec.c_str() + 6, nullptr, 10);
-    return k > 0 ? (1.0 / 3.0) / double(k) : 1.0 / 3.0;
-  }
-  if (spec == "selective") return 0.1;
-  return 1.0 / 3.0;  // a regex: assume whole blocks
+// Bytes an optimizer step moves per parameter: parameter read and write, gradient read, each
+// moment read and written.
+double optimizer_bytes(const RunConfig& c) {
+  const PrecisionPolicy pol = precision_policy(c.precision);
+  const double pb = pol.low_precision_params() && c.master_weights != "fp32" ? 2 : 4;
+  const double gb = pol.low_precision_params() ? 2 : 4;
+  const bool eight = c.optimizer.find("8bit") != std::string::npos;
+  double sb = c.state_dtype == "f32" ? 4 : c.state_dtype == "bf16" ? 2 : pb;
+  if (eight) sb = 1 + 4.0 / 256;  // u8 codes + an f32 absmax per 256
+  double moments = 0;
+  if (c.optimizer == "adamw" || c.optimizer == "adamw8bit") moments = 2;
+  else if (c.optimizer == "lion" || c.optimizer == "lion8bit") moments = 1;
+  else if (c.optimizer == "sgd") moments = c.momentum > 0 ? 1 : 0;
+  return 2 * pb + gb + moments * 2 * sb;
 }
 
-double step_time(const RunConfig& c) {
-  const double mb = double(c.micro_batch ? c.micro_batch : c.batch);
-  const double k = double(c.batch) / mb;
-  return precision_factor(c.precision) * (1.0 + recompute_share(c.checkpoint)) *
-         (1.0 + kMicroBatchOverhead * k / double(c.batch));
+double optimizer_seconds(const RunConfig& c, const CheckpointProfile& m) {
+  const bool eight = c.optimizer.find("8bit") != std::string::npos;
+  return double(m.parameters) * optimizer_bytes(c) * (eight ? kCost.optimizer_8bit_s_per_byte : kCost.optimizer_s_per_byte);
+}
+
+bool leaner_state(const RunConfig& c, const RunConfig& base) {
+  return c.optimizer != base.optimizer || c.state_dtype != base.state_dtype;
 }
 
 }  // namespace
 
-double relative_step_cost(const RunConfig& c, const RunConfig& base) { return step_time(c) / step_time(base); }
+StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, double recompute_flops, const RunConfig& base) {
+  StepCost s;
+  const double mb = double(c.micro_batch ? c.micro_batch : c.batch);
+  const double k = double(c.batch) / mb;
+  const double rows = mb * double(std::max<int64_t>(m.tokens_per_sample, 1));
+  const double rate = flops_per_s(c.precision) * rows / (rows + kCost.half_efficiency_rows);
+  s.compute = 3 * m.forward_flops * double(c.batch) / rate;
+  s.recompute_flops = recompute_flops * double(c.batch);
+  s.recompute = s.recompute_flops / rate;
+  // Parameter bytes as the run holds them: the profile's are in its own precision's dtype.
+  const double pbytes = double(m.parameters) * (precision_policy(c.precision).low_precision_params() ? 2 : 4);
+  s.micro_batches = k * (kCost.seconds_per_module_call * double(m.module_calls) + kCost.weight_passes * pbytes / kCost.bandwidth);
+  s.optimizer = optimizer_seconds(c, m);
+  s.fused = c.fused_step ? kCost.fused_seconds_per_tensor * double(m.parameter_tensors) : 0;
+  if (leaner_state(c, base)) {
+    RunConfig asked = c;
+    asked.optimizer = base.optimizer;
+    asked.state_dtype = base.state_dtype;
+    const bool eight = c.optimizer.find("8bit") != std::string::npos;
+    s.penalty = (eight ? kCost.state_penalty_8bit : kCost.state_penalty_bf16) * s.seconds() +
+                std::max(0.0, optimizer_seconds(asked, m) - s.optimizer);
+  }
+  return s;
+}
+
+void add_cost_prediction(PlanResult& r) {
+  const CheckpointProfile m = profile_model(r.config, false);
+  const StepCost s = predict_step_cost(r.config, m, m.checkpoint_flops, r.config);
+  r.predicted_step_seconds = s.seconds();
+  r.forward_flops = m.forward_flops * double(r.config.batch);
+  r.recompute_flops = s.recompute_flops;
+}
 
 }  // namespace lt

@@ -41,6 +41,11 @@ std::string plan_text(const PlanResult& r) {
   } else {
     s += line("total memory needed", r.total_needed(), "  (= peak reserved)");
   }
+  if (r.predicted_step_seconds > 0) {
+    std::snprintf(buf, sizeof buf, "\n  cost model: %.4g s per step on the reference GPU (forward %.3g TFLOP, recompute %.3g TFLOP per step)\n",
+                  r.predicted_step_seconds, r.forward_flops / 1e12, r.recompute_flops / 1e12);
+    s += buf;
+  }
   return s;
 }
 
@@ -77,7 +82,12 @@ std::string plan_json(const PlanResult& r) {
     }
     s += "}, ";
   }
-  char buf[64];
+  char buf[200];
+  if (r.predicted_step_seconds > 0) {
+    std::snprintf(buf, sizeof buf, "\"predicted_step_seconds\": %.6g, \"forward_flops\": %.6g, \"recompute_flops\": %.6g, ",
+                  r.predicted_step_seconds, r.forward_flops, r.recompute_flops);
+    s += buf;
+  }
   std::snprintf(buf, sizeof buf, "\"plan_seconds\": %.3f}", r.seconds);
   return s + buf;
 }

@@ -1,5 +1,5 @@
-# leantrain plan: the report and its JSON, the 7B-parameter plan in under a minute with no
-# weights in memory, the budget search, and one-line errors for bad plan flags.
+# leantrain plan: the report and its JSON, the 7B-parameter plan (and budget search) in under a
+# minute with no weights in memory, the budget search, and one-line errors for bad plan flags.
 source "$(dirname "$0")/common.bash" "$@"
 DATA=$(cd "$(dirname "$0")/../data" && pwd)
 
@@ -38,12 +38,42 @@ assert j["peak_allocated_bytes"] > 16 * j["parameters"], j
 PY
 echo "7B plan: ${took}s"
 
-# Budget: generous picks a cheap config; impossible is one clear line naming the smallest need.
+# Budget: generous picks a cheap config; impossible is one clear line naming the closest need.
 expect_ok "$LT" plan --model vit-tiny --data synthetic --batch 8 --budget 80GiB
 expect_grep "<- chosen" "$WORK/out" "budget table"
 expect_grep "^  leantrain train " "$WORK/out" "chosen command line"
-expect_error 1 "no configuration fits in 1\.00 MiB: the smallest candidate needs" \
+for col in allocated reserved need fits time recompute; do expect_grep "$col" "$WORK/out" "budget table column $col"; done
+expect_error 1 "no configuration fits in 1\.00 MiB: the closest candidate needs" \
   "$LT" plan --model vit-tiny --data synthetic --batch 8 --budget 1MiB
+
+# Tight (cpu, exact bytes): a checkpoint set from the per-module order; the chosen command line
+# runs as printed, and --json carries the candidates and the order.
+expect_ok "$LT" plan --model vit-tiny --data synthetic --batch 64 --device-type cpu --json
+need=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['total_needed_bytes'])" "$WORK/out")
+expect_ok "$LT" plan --model vit-tiny --data synthetic --batch 64 --device-type cpu --budget $((need - 1)) --json
+python3 - "$WORK/out" "$need" > "$WORK/cmd" <<'PY' || fail "tight budget json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["total_needed_bytes"] <= int(sys.argv[2]) - 1, j["total_needed_bytes"]
+chosen = [c for c in j["candidates"] if c["chosen"]]
+assert len(chosen) == 1 and chosen[0]["fits"], chosen
+assert chosen[0]["total_needed_bytes"] == j["total_needed_bytes"], chosen
+assert all(k in chosen[0] for k in ("peak_allocated_bytes", "peak_reserved_bytes", "relative_time", "recompute_flops"))
+assert j["checkpoint_order"] and j["checkpoint_order"][0]["saved_bytes"] > 0, j["checkpoint_order"][:2]
+print(j["command"])
+PY
+cmd=$(cat "$WORK/cmd")
+echo "chosen: $cmd"
+eval "$LT ${cmd#leantrain } --steps 1 --eval-batches 1 --device cpu" > "$WORK/run.log" 2>&1 && ok || fail "the chosen command line runs: $cmd"
+
+# The 7B config under a budget that needs checkpointing and a leaner state: still under a minute.
+start=$(date +%s)
+expect_ok "$LT" plan --config "$DATA/gpt2-7b/config.json" --data synthetic --batch 1 --seq-len 2048 --precision bf16-true \
+  --budget 40GiB
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 60 ] && ok || fail "7B budget search took ${took}s (limit 60s)"
+expect_grep "<- chosen" "$WORK/out" "7B budget table"
+echo "7B budget search: ${took}s"
 
 expect_error 2 "--budget 8XB: not a size" "$LT" plan --model vit-tiny --budget 8XB
 expect_error 2 "--context-bytes lots: not a size" "$LT" plan --model vit-tiny --data synthetic --context-bytes lots

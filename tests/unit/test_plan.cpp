@@ -2,6 +2,9 @@
 // rounding, the cuBLASLt workspace mirror, the cost model and the budget search.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <set>
+
 #include "leantrain/cuda_info.h"
 #include "leantrain/ops.h"
 #include "leantrain/plan.h"
@@ -93,14 +96,80 @@ TEST(Plan, ParseBytes) {
 
 TEST(Plan, CostModelOrdersTheKnobs) {
   RunConfig b = tiny_vit();
-  EXPECT_DOUBLE_EQ(relative_step_cost(b, b), 1.0);
-  RunConfig ck = b, mb = b, bf = b;
-  ck.checkpoint = "blocks";
+  b.batch = 64;
+  const CheckpointProfile m = profile_model(b, false);
+  EXPECT_GT(m.forward_flops, 0);
+  auto t = [&](const RunConfig& c, double recompute = 0) {
+    return predict_step_cost(c, m, recompute, b).cost() / predict_step_cost(b, m, 0, b).seconds();
+  };
+  EXPECT_DOUBLE_EQ(t(b), 1.0);
+  RunConfig mb = b, bf = b, st = b, q = b, fu = b;
   mb.micro_batch = 1;
   bf.precision = "bf16-mixed";
-  EXPECT_GT(relative_step_cost(ck, b), 1.0);
-  EXPECT_GT(relative_step_cost(mb, b), 1.0);
-  EXPECT_LT(relative_step_cost(bf, b), 1.0);
+  st.state_dtype = "bf16";
+  q.optimizer = "adamw8bit";
+  fu.fused_step = true;
+  EXPECT_GT(t(b, m.forward_flops / 3), 1.0);  // recomputing a third of the forward
+  EXPECT_GT(t(b, m.forward_flops / 3), t(b, m.forward_flops / 6));
+  EXPECT_GT(t(mb), 1.0);
+  EXPECT_LT(t(bf), 1.0);
+  EXPECT_GT(t(st), 1.0);  // a leaner state is never cheaper: its penalty outweighs any time it saves
+  EXPECT_GT(t(q), 1.0);
+  EXPECT_GT(t(q), t(st));
+  EXPECT_GT(t(fu), 1.0);
+  const StepCost s = predict_step_cost(q, m, 0, b);
+  EXPECT_GT(s.penalty, 0);
+  EXPECT_GT(s.seconds(), 0);
+}
+
+// The ViT's block modules differ (norms, attention, its core, the MLP and their Linears): the
+// order puts the most bytes saved per recompute FLOP first, and every prefix is a --checkpoint
+// value the run accepts.
+TEST(Plan, CheckpointOrderIsByBytesSavedPerFlop) {
+  RunConfig c = tiny_vit();
+  const CheckpointProfile p = profile_model(c);
+  ASSERT_EQ(p.blocks.size(), 4u);  // vit-tiny: 4 identical blocks, one measured
+  ASSERT_FALSE(p.order.empty());
+  EXPECT_LT(p.measurements, 30) << "identical blocks share one measurement";
+  std::set<std::string> kinds;
+  double best = 0;
+  for (const CheckpointUnit& u : p.order) {
+    kinds.insert(u.rel);
+    EXPECT_GT(u.saved_bytes, 0) << u.path;
+    EXPECT_GT(u.flops, 0) << u.path;
+    best = std::max(best, double(u.saved_bytes) / u.flops);
+  }
+  EXPECT_GE(kinds.size(), 2u);
+  EXPECT_DOUBLE_EQ(double(p.order[0].saved_bytes) / p.order[0].flops, best);
+  // The modules differ in bytes per FLOP: the first kind is strictly better than the last.
+  const CheckpointUnit& last = p.order.back();
+  EXPECT_GT(double(p.order[0].saved_bytes) / p.order[0].flops, double(last.saved_bytes) / last.flops);
+  // The same module of every block in a row, block 0 first.
+  for (size_t i = 0; i < p.blocks.size(); ++i) EXPECT_EQ(p.order[i].block, p.blocks[i]);
+  // FLOPs from op shapes: a block is at least the sum of its children; the model more than its blocks.
+  double blocks = 0;
+  for (const std::string& b : p.blocks) blocks += p.module_flops.at(b);
+  EXPECT_GT(p.forward_flops, blocks);
+  EXPECT_EQ(p.spec(0), "none");
+  // Each prefix is a runnable --checkpoint: the plan accepts it, and the predicted activation
+  // peak falls (or stays) as more is checkpointed.
+  int64_t prev = std::numeric_limits<int64_t>::max();
+  for (size_t k : {size_t(0), p.order.size() / 2, p.order.size()}) {
+    RunConfig ck = c;
+    ck.batch = 64;
+    ck.checkpoint = p.spec(k);
+    PlanResult r = plan_run(ck, PlanOptions{"cpu"});
+    EXPECT_LE(r.peak_allocated, prev) << ck.checkpoint;
+    prev = r.peak_allocated;
+    if (k == p.order.size()) EXPECT_NE(ck.checkpoint.find("encoder"), std::string::npos) << ck.checkpoint;
+  }
+  // Checkpointing the first unit in every block frees what the profile measured, per sample.
+  RunConfig none = c, first = c;
+  none.batch = first.batch = 1;
+  first.checkpoint = p.spec(p.blocks.size());
+  const int64_t act0 = plan_run(none, PlanOptions{"cpu"}).stats.category[int(Category::Activation)].peak;
+  const int64_t act1 = plan_run(first, PlanOptions{"cpu"}).stats.category[int(Category::Activation)].peak;
+  EXPECT_GT(act0, act1);
 }
 
 TEST(Plan, BudgetSearchTradesComputeForMemory) {
@@ -114,38 +183,78 @@ TEST(Plan, BudgetSearchTradesComputeForMemory) {
   FitResult loose = fit_budget(b, 1024 * MiB, o);
   ASSERT_GE(loose.chosen, 0);
   const FitCandidate& l = loose.candidates[size_t(loose.chosen)];
-  EXPECT_EQ(loose.chosen, 0);  // the cheapest candidate fits: nothing costlier is planned
-  for (size_t i = 1; i < loose.candidates.size(); ++i) EXPECT_FALSE(loose.candidates[i].planned) << i;
+  EXPECT_EQ(loose.plans, 1);  // the cheapest candidate fits: nothing costlier is planned
+  EXPECT_EQ(l.config.optimizer, "adamw");
+  EXPECT_EQ(l.config.state_dtype, "auto");  // state precision only when needed
+  EXPECT_EQ(l.units, 0u);
   // A budget equal to the need fits.
-  EXPECT_EQ(fit_budget(b, l.total_needed, o).chosen, 0);
+  EXPECT_EQ(fit_budget(b, l.total_needed, o).plans, 1);
   // Tight: one byte under the generous choice's need forces a leaner, costlier config.
   FitResult tight = fit_budget(b, l.total_needed - 1, o);
-  ASSERT_GT(tight.chosen, 0);
+  ASSERT_GE(tight.chosen, 0);
   const FitCandidate& t = tight.candidates[size_t(tight.chosen)];
   EXPECT_TRUE(t.fits);
   EXPECT_LE(t.total_needed, l.total_needed - 1);
-  EXPECT_GE(l.total_needed - t.total_needed, 4 * 2 * MiB) << "the candidates should differ by several segments";
   EXPECT_GT(t.cost, l.cost);
-  EXPECT_FALSE(tight.candidates[0].fits);
-  EXPECT_EQ(fit_budget(b, t.total_needed, o).chosen, tight.chosen);  // exactly its need: the same choice
-  EXPECT_NE(fit_table(tight).find("<- chosen"), std::string::npos);
+  // The chosen config, planned again on its own, fits: the search reports exact needs.
+  RunConfig again = t.config;
+  EXPECT_EQ(plan_run(again, o).total_needed(), t.total_needed);
+  EXPECT_EQ(fit_budget(b, t.total_needed, o).candidates[0].config.precision, tight.candidates[0].config.precision);
+  const std::string table = fit_table(tight);
+  for (const char* col : {"allocated", "reserved", "need", "fits", "time", "recompute", "<- chosen"})
+    EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
+  const std::string json = fit_json(tight);
+  EXPECT_NE(json.find("\"chosen\": true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"checkpoint_order\": [{"), std::string::npos) << json;
   const std::string cmd = command_line(t.config);
   EXPECT_EQ(cmd.rfind("leantrain train --model vit-tiny", 0), 0u) << cmd;
   EXPECT_NE(cmd.find("--batch 256"), std::string::npos) << cmd;
   // Impossible: every cuda plan reserves the 32 MiB workspace and at least one 2 MiB segment.
-  // (Batch 8, so the search that plans every candidate stays quick.) The need rounds to the
-  // budget's figure, so the message gives both in bytes.
+  // (Batch 8, so the search stays quick.) The need rounds to the budget's figure, so the message
+  // gives both in bytes.
   const int64_t floor = kCublasWorkspaceBytes + 2 * MiB;
   try {
     fit_budget(tiny_vit(), floor - 1, o);
     FAIL() << "a budget under the workspace and one segment fits nothing";
   } catch (const Error& e) {
     const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
     EXPECT_NE(m.find("no configuration fits in " + format_bytes(floor - 1) + " (" + std::to_string(floor - 1) + " B)"),
               std::string::npos) << m;
-    EXPECT_NE(m.find("the smallest candidate needs " + format_bytes(floor) + " (" + std::to_string(floor) + " B)"),
+    EXPECT_NE(m.find("the closest candidate needs " + format_bytes(floor) + " (" + std::to_string(floor) + " B)"),
               std::string::npos) << m;
+    EXPECT_NE(m.find("micro-batch "), std::string::npos) << m;  // the closest candidate's config
   }
+}
+
+// Optimizer-state precision is a last resort: a budget that the user's state can meet keeps it;
+// one byte less than the leanest config with the user's state takes the 8-bit variant.
+TEST(Plan, StatePrecisionOnlyWhenNeeded) {
+  RunConfig b = tiny_vit();
+  b.batch = 1;  // activations small, so parameters, gradients and state dominate
+  b.precision = "bf16-true";
+  const PlanOptions cpu{"cpu"};  // exact bytes, no segments or context
+  FitResult g = fit_budget(b, int64_t(1) << 40, cpu);
+  const FitCandidate& gc = g.candidates[size_t(g.chosen)];
+  EXPECT_EQ(gc.config.optimizer, "adamw");
+  EXPECT_EQ(gc.config.state_dtype, "auto");
+  // The leanest need with the user's AdamW state: fused step, each checkpoint prefix.
+  const CheckpointProfile p = profile_model(b);
+  int64_t lean = std::numeric_limits<int64_t>::max();
+  for (size_t k = 0; k <= p.order.size(); ++k) {
+    RunConfig c = b;
+    c.fused_step = true;
+    c.checkpoint = p.spec(k);
+    lean = std::min(lean, plan_run(c, cpu).total_needed());
+  }
+  FitResult t = fit_budget(b, lean - 1, cpu);
+  ASSERT_GE(t.chosen, 0);
+  const FitCandidate& tc = t.candidates[size_t(t.chosen)];
+  EXPECT_EQ(tc.config.optimizer, "adamw8bit") << command_line(tc.config);
+  EXPECT_EQ(tc.state, "8-bit");
+  EXPECT_LE(tc.total_needed, lean - 1);
+  EXPECT_EQ(plan_run(tc.config, cpu).total_needed(), tc.total_needed);
+  EXPECT_NE(fit_table(t).find("8-bit"), std::string::npos);
 }
 
 TEST(Plan, OomGuidanceNamesTheCategoryAndThePlan) {
