@@ -115,6 +115,9 @@ class Backend {
   // --- attention ---
   // q [B,H,Tq,D], k/v [B,H,Tk,D], out [B,H,Tq,D], lse [B,H,Tq]. mask: u8 [B,Tk], 1 = attend, or
   // undefined. Causal aligns the last query with the last key (query i sees keys <= i + Tk - Tq).
+  // q, k, v, out, dq, dk, dv, dout may be strided views (stride 1 on D, any batch/head/time
+  // strides: e.g. heads of a packed [B, T, 3C] qkv); outputs must not overlap each other or the
+  // inputs. lse and mask are contiguous.
   virtual void attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& mask, bool causal, float scale) = 0;
   virtual void attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,

@@ -3,9 +3,13 @@
 // cost is the GEMMs plus O(Tq*Tk) elementwise work. 16-bit operands are widened to f32 once.
 // A query that sees no key (all masked, or causal with Tq > Tk) outputs zeros and gets
 // lse = +inf, so exp(s - lse) = 0 in the backward and its gradients vanish too.
+// Operands may be strided [B, H, T, D] views (unit stride on D), e.g. the heads of a packed qkv:
+// rows are gathered into (and results scattered from) per-(b, h) scratch.
 #include <cblas.h>
 
 #include <cmath>
+#include <initializer_list>
+#include <string>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -29,34 +33,51 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               alpha, a, int(ta ? m : k), b, int(tb ? k : n), 0.0, c, int(n));
 }
 
-// One [rows, D] slice of a [B, H, T, D] tensor, in the accumulation type: a pointer into the
-// tensor when it already has that type, else a widened copy.
+// Where row t of (b, h) starts in a [B, H, T, D] view with unit stride on D (any batch, head
+// and time strides: the heads of a packed qkv are such views).
+struct Rows {
+  int64_t h, sb, sh, st;
+  explicit Rows(const Tensor& t)
+      : h(t.defined() ? t.size(1) : 1), sb(t.defined() ? t.strides()[0] : 0), sh(t.defined() ? t.strides()[1] : 0),
+        st(t.defined() ? t.strides()[2] : 0) {}
+  int64_t base(int64_t bh) const { return (bh / h) * sb + (bh % h) * sh; }
+};
+
+// One [T, D] slice of a [B, H, T, D] tensor, in the accumulation type: a pointer into the
+// tensor when it already has that type and its rows are packed, else a gathered (widened) copy.
 template <class T> class Slice {
  public:
   using A = acc_t<T>;
-  Slice(const Tensor& t, int64_t len) : t_(t), len_(len) {
+  Slice(const Tensor& t, int64_t rows, int64_t d) : t_(t), rows_(rows), d_(d), r_(t) {
     if (!t.defined()) return;
-    if constexpr (!std::is_same_v<T, A>) buf_.resize(size_t(len));
+    direct_ = std::is_same_v<T, A> && (r_.st == d || rows == 1);
+    if (!direct_) buf_.resize(size_t(rows * d));
   }
   const A* load(int64_t bh) {
-    const T* p = t_.data<T>() + bh * len_;
+    const T* p = t_.data<T>() + r_.base(bh);
     if constexpr (std::is_same_v<T, A>) {
-      return p;
-    } else {
-      for (int64_t i = 0; i < len_; ++i) buf_[size_t(i)] = ld(p, i);
-      return buf_.data();
+      if (direct_) return p;
     }
+    for (int64_t t = 0; t < rows_; ++t)
+      for (int64_t i = 0; i < d_; ++i) buf_[size_t(t * d_ + i)] = ld(p + t * r_.st, i);
+    return buf_.data();
   }
 
  private:
   const Tensor& t_;
-  int64_t len_;
+  int64_t rows_, d_;
+  Rows r_;
+  bool direct_ = false;
   std::vector<A> buf_;
 };
 
-template <class T, class A> void store_slice(const Tensor& t, int64_t bh, const std::vector<A>& v) {
-  T* p = t.data<T>() + bh * int64_t(v.size());
-  for (size_t i = 0; i < v.size(); ++i) st(p, int64_t(i), v[i]);
+// v holds [T, D] rows for (b, h) of t.
+template <class T, class A> void store_slice(const Tensor& t, int64_t bh, int64_t d, const std::vector<A>& v) {
+  const Rows r(t);
+  T* p = t.data<T>() + r.base(bh);
+  const int64_t rows = int64_t(v.size()) / d;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < d; ++j) st(p + i * r.st, j, v[size_t(i * d + j)]);
 }
 
 // The keys query i may see: j <= last and mask[j] != 0.
@@ -93,15 +114,24 @@ struct Dims {
   }
 };
 
+// Every [B, H, T, D] operand must have unit stride on D (rows are read as spans).
+void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    LT_CHECK(!t->defined() || (t->dim() == 4 && (t->strides()[3] == 1 || t->size(3) == 1)),
+             std::string(op) + ": an operand of shape " + shape_str(t->shape()) + " is not a [B, H, T, D] view with unit stride on D",
+             "the kernel reads and writes each row of D values as one span", "make the head dim contiguous");
+}
+
 }  // namespace
 
 void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                const Tensor& v, const Tensor& mask, bool causal, float scale) {
+  check_rows("attention_fwd", {&out, &q, &k, &v});
   const Dims n(q, k);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    Slice<T> qs(q, n.tq * n.d), ks(k, n.tk * n.d), vs(v, n.tk * n.d);
+    Slice<T> qs(q, n.tq, n.d), ks(k, n.tk, n.d), vs(v, n.tk, n.d);
     std::vector<A> s(size_t(n.tq * n.tk)), o(size_t(n.tq * n.d));
     A* plse = aux_data<A>(lse);
     for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
@@ -109,7 +139,7 @@ void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tenso
       blas(false, true, n.tq, n.tk, n.d, A(scale), qs.load(bh), ks.load(bh), s.data());
       for (int64_t i = 0; i < n.tq; ++i) plse[bh * n.tq + i] = softmax_row(s.data() + i * n.tk, i, vis);
       blas(false, false, n.tq, n.d, n.tk, A(1), s.data(), vs.load(bh), o.data());
-      store_slice<T>(out, bh, o);
+      store_slice<T>(out, bh, n.d, o);
     }
   });
 }
@@ -120,11 +150,12 @@ void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tenso
 void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& lse, const Tensor& mask, bool causal, float scale) {
+  check_rows("attention_bwd", {&dq, &dk, &dv, &dout, &q, &k, &v, &out});
   const Dims n(q, k);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    Slice<T> qs(q, n.tq * n.d), ks(k, n.tk * n.d), vs(v, n.tk * n.d), dos(dout, n.tq * n.d);
+    Slice<T> qs(q, n.tq, n.d), ks(k, n.tk, n.d), vs(v, n.tk, n.d), dos(dout, n.tq, n.d);
     std::vector<A> p(size_t(n.tq * n.tk)), dp(size_t(n.tq * n.tk));
     std::vector<A> gq(size_t(n.tq * n.d)), gk(size_t(n.tk * n.d)), gv(size_t(n.tk * n.d));
     const A* plse = aux_data<A>(lse);
@@ -151,9 +182,9 @@ void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
       }
       blas(false, false, n.tq, n.d, n.tk, A(scale), dp.data(), kp, gq.data());
       blas(true, false, n.tk, n.d, n.tq, A(scale), dp.data(), qp, gk.data());
-      store_slice<T>(dq, bh, gq);
-      store_slice<T>(dk, bh, gk);
-      store_slice<T>(dv, bh, gv);
+      store_slice<T>(dq, bh, n.d, gq);
+      store_slice<T>(dk, bh, n.d, gk);
+      store_slice<T>(dv, bh, n.d, gv);
     }
   });
 }

@@ -19,6 +19,11 @@
 // lse = +inf (as the CPU reference), so exp(s - lse) = 0 and it contributes no gradient (never NaN).
 // The backward treats either infinity in lse as such an empty row.
 //
+// Operands are [B, H, T, D] views with unit stride on D and any batch/head/time strides (Rows):
+// the heads of a packed qkv [B, T, 3C] are read in place, and out, dq, dk, dv are written
+// straight into [B, T, C] / [B, T, 3C] buffers. A row's D values stay contiguous, so every load
+// and store is the one a contiguous operand gets; only the row base address is computed from strides.
+//
 // f32 inputs and head dims other than 64/128 take a SIMT path (a warp owns 4 rows, lanes take
 // 32 partners at a time from a transposed shared-memory chunk, f32 FMA throughout) with the
 // same O(T) memory, the same three backward steps and the same semantics.
@@ -49,14 +54,28 @@ template <int D> constexpr int bwd_bq() { return D <= 64 ? 64 : 32; }
 // rows read by one ldmatrix phase in 8 different bank groups (no conflicts).
 template <int D> constexpr int row_stride() { return D + 8; }
 
-// Rows [r0, r0 + R) of a row-major [nrows, D] matrix into a shared tile; rows past nrows become zeros.
+// Element strides of a [B, H, T, D] operand with unit stride on D: row (b, h, t) starts at
+// b*sb + h*sh + t*st. Contiguous: sb = H*T*D, sh = T*D, st = D. The heads of a packed qkv
+// [B, T, 3C] (and of out/dout [B, T, C]): sb = T*W, sh = D, st = W (W = 3C or C). Each row of D
+// values stays contiguous, so the loads below are the same 16-byte / coalesced ones; only the
+// row base address differs.
+struct Rows {
+  int64_t sb, sh, st;
+  // Offset of row 0 of (b, h) = (bh / H, bh % H).
+  __device__ __forceinline__ int64_t head(int64_t bh, int H) const {
+    const int64_t b = bh / H;
+    return b * sb + (bh - b * H) * sh;
+  }
+};
+
+// Rows [r0, r0 + R) of a [nrows, D] matrix (row stride ld) into a shared tile; rows past nrows become zeros.
 template <class T, int D, int R>
-__device__ __forceinline__ void tile_load_async(T* s, const T* g, int r0, int nrows) {
+__device__ __forceinline__ void tile_load_async(T* s, const T* g, int64_t ld, int r0, int nrows) {
   constexpr int CH = D / 8, LD = row_stride<D>();
   for (int i = threadIdx.x; i < R * CH; i += kThreads) {
     const int r = i / CH, ch = i - r * CH;
     const bool ok = r0 + r < nrows;
-    cp_async16(s + r * LD + ch * 8, g + int64_t(ok ? r0 + r : 0) * D + ch * 8, ok);
+    cp_async16(s + r * LD + ch * 8, g + int64_t(ok ? r0 + r : 0) * ld + ch * 8, ok);
   }
 }
 
@@ -81,10 +100,10 @@ template <class T> __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], cons
 }
 
 // A warp writes its 16 x D f32 accumulator (times mul[row half]) as T into its 16 rows of a
-// shared tile, then copies those rows to global rows [row0, row0 + 16) that are < nrows.
+// shared tile, then copies those rows to global rows [row0, row0 + 16) (row stride ld) that are < nrows.
 template <class T, int D>
 __device__ __forceinline__ void store_rows(T* stage, const float (&acc)[D / 8][4], float mul0, float mul1, T* g,
-                                           int row0, int nrows, int lane) {
+                                           int64_t ld, int row0, int nrows, int lane) {
   constexpr int LD = row_stride<D>(), CH = D / 8;
   const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -97,16 +116,19 @@ __device__ __forceinline__ void store_rows(T* stage, const float (&acc)[D / 8][4
   for (int i = lane; i < 16 * CH; i += 32) {
     const int r = i / CH, ch = i - r * CH;
     if (row0 + r < nrows)
-      *reinterpret_cast<uint4*>(g + int64_t(row0 + r) * D + ch * 8) =
+      *reinterpret_cast<uint4*>(g + int64_t(row0 + r) * ld + ch * 8) =
           *reinterpret_cast<const uint4*>(stage + r * LD + ch * 8);
   }
 }
 
-// Zeros rows [row0, row0 + nr) ∩ [0, nrows) of a [nrows, D] matrix (whole block).
+// Zeros rows [row0, row0 + nr) ∩ [0, nrows) of a [nrows, D] matrix with row stride ld (whole block).
 template <class T>
-__device__ __forceinline__ void zero_rows(T* g, int row0, int nr, int nrows, int D) {
+__device__ __forceinline__ void zero_rows(T* g, int64_t ld, int row0, int nr, int nrows, int D) {
   const int end = min(row0 + nr, nrows);
-  for (int64_t i = int64_t(row0) * D + threadIdx.x; i < int64_t(end) * D; i += blockDim.x) g[i] = from_f32<T>(0.0f);
+  for (int i = threadIdx.x; i < (end - row0) * D; i += blockDim.x) {
+    const int r = i / D;
+    g[int64_t(row0 + r) * ld + (i - r * D)] = from_f32<T>(0.0f);
+  }
 }
 
 // ======================================================================== tensor-core forward
@@ -115,8 +137,8 @@ __device__ __forceinline__ void zero_rows(T* g, int row0, int nr, int nrows, int
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
     attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
-                 const T* __restrict__ v, const uint8_t* __restrict__ mask, int H, int Tq, int Tk, bool causal,
-                 float sl2) {
+                 const T* __restrict__ v, const uint8_t* __restrict__ mask, Rows so, Rows sq, Rows sk, Rows sv, int H,
+                 int Tq, int Tk, bool causal, float sl2) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the output staging area
@@ -129,10 +151,10 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   const int b = int(bh / H);
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;  // heaviest (causal) tiles first
   const int off = Tk - Tq;
-  const T* qg = q + bh * Tq * D;
-  const T* kg = k + bh * Tk * D;
-  const T* vg = v + bh * Tk * D;
-  T* og = out + bh * Tq * D;
+  const T* qg = q + sq.head(bh, H);
+  const T* kg = k + sk.head(bh, H);
+  const T* vg = v + sv.head(bh, H);
+  T* og = out + so.head(bh, H);
   float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
@@ -140,19 +162,19 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
   const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
   if (ntiles == 0) {  // no query of the block sees any key
-    zero_rows(og, q0, kBQ, Tq, D);
+    zero_rows(og, so.st, q0, kBQ, Tq, D);
     if (tid < kBQ && q0 + tid < Tq) lg[q0 + tid] = INFINITY;
     return;
   }
   auto load_kv = [&](int buf, int k0) {
-    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, k0, Tk);
-    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, k0, Tk);
+    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, sk.st, k0, Tk);
+    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, sv.st, k0, Tk);
     if (tid < kBK) {
       const int key = k0 + tid;
       ok_s[buf][tid] = key < Tk && (!mrow || mrow[key] != 0);
     }
   };
-  tile_load_async<T, D, kBQ>(Qs, qg, q0, Tq);
+  tile_load_async<T, D, kBQ>(Qs, qg, sq.st, q0, Tq);
   load_kv(0, 0);
   cp_async_commit();
 
@@ -255,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   }
   const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
   // Stage through this warp's own 16 rows of Qs (only this warp ever read them).
-  store_rows<T, D>(Qs + warp * 16 * LD, o, inv0, inv1, og, q0 + warp * 16, Tq, lane);
+  store_rows<T, D>(Qs + warp * 16 * LD, o, inv0, inv1, og, so.st, q0 + warp * 16, Tq, lane);
   if (t4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -270,16 +292,17 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
 // delta_i = sum_d dO[i,d] * O[i,d], stored as f32 in the first 4 bytes of dq row i.
 // D / 8 lanes per row, one 16-byte chunk each.
 template <class T, int D>
-__global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout,
-                               int64_t rows) {
+__global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout, Rows sdq,
+                               Rows so, Rows sdo, int H, int Tq, int64_t rows) {
   constexpr int G = D / 8;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row = i / G;
+  const int64_t row = i / G;  // (bh, t) = (row / Tq, row % Tq)
   const int ch = int(i % G);
+  const int64_t bh = row / Tq, t = row - bh * Tq;
   float s = 0.0f;
   if (row < rows) {
-    const uint4 a = *reinterpret_cast<const uint4*>(out + row * D + ch * 8);
-    const uint4 c = *reinterpret_cast<const uint4*>(dout + row * D + ch * 8);
+    const uint4 a = *reinterpret_cast<const uint4*>(out + so.head(bh, H) + t * so.st + ch * 8);
+    const uint4 c = *reinterpret_cast<const uint4*>(dout + sdo.head(bh, H) + t * sdo.st + ch * 8);
     const T* pa = reinterpret_cast<const T*>(&a);
     const T* pc = reinterpret_cast<const T*>(&c);
 #pragma unroll
@@ -287,7 +310,7 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
   }
 #pragma unroll
   for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // groups of G aligned lanes
-  if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + row * D) = s;
+  if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + sdq.head(bh, H) + t * sdq.st) = s;
 }
 
 // dK, dV for one 64-key tile, looping over the query tiles that can see it.
@@ -295,8 +318,9 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
-                      const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, int H, int Tq, int Tk,
-                      bool causal, float scale, float sl2) {
+                      const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
+                      Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int Tq, int Tk, bool causal, float scale,
+                      float sl2) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
@@ -311,41 +335,41 @@ __global__ void __launch_bounds__(kThreads)
   const int b = int(bh / H);
   const int k0 = int(blockIdx.y) * kBK;  // causal: low key tiles have the most work; they go first
   const int off = Tk - Tq;
-  const T* qg = q + bh * Tq * D;
-  const T* kg = k + bh * Tk * D;
-  const T* vg = v + bh * Tk * D;
-  const T* dog = dout + bh * Tq * D;
-  const T* dqg = dq_delta + bh * Tq * D;
+  const T* qg = q + sq.head(bh, H);
+  const T* kg = k + sk.head(bh, H);
+  const T* vg = v + sv.head(bh, H);
+  const T* dog = dout + sdo.head(bh, H);
+  const T* dqg = dq_delta + sdq.head(bh, H);
   const float* lg = lse + bh * Tq;
-  T* dkg = dk + bh * Tk * D;
-  T* dvg = dv + bh * Tk * D;
+  T* dkg = dk + sdk.head(bh, H);
+  T* dvg = dv + sdv.head(bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
   // Queries before qbeg cannot see any key of this tile (causal).
   const int qbeg = causal ? max(0, k0 - off) / BQ * BQ : 0;
   const int ntq = qbeg < Tq ? (Tq - qbeg + BQ - 1) / BQ : 0;
   if (ntq == 0) {
-    zero_rows(dkg, k0, kBK, Tk, D);
-    zero_rows(dvg, k0, kBK, Tk, D);
+    zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
+    zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
     return;
   }
   auto load_q = [&](int buf, int qi0) {
-    tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, qg, qi0, Tq);
-    tile_load_async<T, D, BQ>(dOs + buf * BQ * LD, dog, qi0, Tq);
+    tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, qg, sq.st, qi0, Tq);
+    tile_load_async<T, D, BQ>(dOs + buf * BQ * LD, dog, sdo.st, qi0, Tq);
     for (int i = tid; i < BQ; i += kThreads) {
       const int row = qi0 + i;
       float l2 = INFINITY, dl = 0.0f;
       if (row < Tq) {
         const float L = lg[row];
         if (!isinf(L)) l2 = L * kLog2e;
-        dl = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
+        dl = *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
       }
       lse_s[buf][i] = l2;
       dlt_s[buf][i] = dl;
     }
   };
-  tile_load_async<T, D, kBK>(Ks, kg, k0, Tk);
-  tile_load_async<T, D, kBK>(Vs, vg, k0, Tk);
+  tile_load_async<T, D, kBK>(Ks, kg, sk.st, k0, Tk);
+  tile_load_async<T, D, kBK>(Vs, vg, sv.st, k0, Tk);
   load_q(0, qbeg);
   cp_async_commit();
 
@@ -445,16 +469,17 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // buffer buf is free for the next prefetch
   }
   // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
-  store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, k0 + warp * 16, Tk, lane);
-  store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, k0 + warp * 16, Tk, lane);
+  store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
+  store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
 }
 
 // dQ for one 64-query tile, looping over the key tiles it can see.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                    const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask, int H,
-                    int Tq, int Tk, bool causal, float scale, float sl2) {
+                    const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask,
+                    Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal, float scale,
+                    float sl2) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the dQ staging area
@@ -468,18 +493,18 @@ __global__ void __launch_bounds__(kThreads)
   const int b = int(bh / H);
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;
   const int off = Tk - Tq;
-  const T* qg = q + bh * Tq * D;
-  const T* kg = k + bh * Tk * D;
-  const T* vg = v + bh * Tk * D;
-  const T* dog = dout + bh * Tq * D;
+  const T* qg = q + sq.head(bh, H);
+  const T* kg = k + sk.head(bh, H);
+  const T* vg = v + sv.head(bh, H);
+  const T* dog = dout + sdo.head(bh, H);
   const float* lg = lse + bh * Tq;
-  T* dqg = dq + bh * Tq * D;
+  T* dqg = dq + sdq.head(bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
   const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
   const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
   if (ntiles == 0) {
-    zero_rows(dqg, q0, kBQ, Tq, D);
+    zero_rows(dqg, sdq.st, q0, kBQ, Tq, D);
     return;
   }
   // Row statistics (lse2 = +inf: the row contributes nothing); delta is read from this warp's own dq rows before anything overwrites them.
@@ -493,19 +518,19 @@ __global__ void __launch_bounds__(kThreads)
     if (row < Tq) {
       const float L = lg[row];
       if (!isinf(L)) lse2[h] = L * kLog2e;
-      dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * D);
+      dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
     }
   }
   auto load_kv = [&](int buf, int k0) {
-    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, k0, Tk);
-    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, k0, Tk);
+    tile_load_async<T, D, kBK>(Ks + buf * kBK * LD, kg, sk.st, k0, Tk);
+    tile_load_async<T, D, kBK>(Vs + buf * kBK * LD, vg, sv.st, k0, Tk);
     if (tid < kBK) {
       const int key = k0 + tid;
       ok_s[buf][tid] = key < Tk && (!mrow || mrow[key] != 0);
     }
   };
-  tile_load_async<T, D, kBQ>(Qs, qg, q0, Tq);
-  tile_load_async<T, D, kBQ>(dOs, dog, q0, Tq);
+  tile_load_async<T, D, kBQ>(Qs, qg, sq.st, q0, Tq);
+  tile_load_async<T, D, kBQ>(dOs, dog, sdo.st, q0, Tq);
   load_kv(0, 0);
   cp_async_commit();
 
@@ -574,7 +599,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
   // Each warp only ever read its own 16 rows of Qs: stage dQ there.
-  store_rows<T, D>(Qs + warp * 16 * LD, dqacc, scale, scale, dqg, q0 + warp * 16, Tq, lane);
+  store_rows<T, D>(Qs + warp * 16 * LD, dqacc, scale, scale, dqg, sdq.st, q0 + warp * 16, Tq, lane);
 }
 
 // ======================================================================== SIMT fallback (f32, any D <= 512)
@@ -589,20 +614,21 @@ constexpr int kRpw = 4;          // rows per warp
 constexpr int kSimtMaxD = 512;
 constexpr int kTS = 33;          // stride of a transposed chunk: 32 partners + 1 (no bank conflicts)
 
-// Rows [p0, p0 + 32) of a [np, D] matrix, transposed into t[d * kTS + j]; rows past np become zeros.
+// Rows [p0, p0 + 32) of a [np, D] matrix (row stride ld), transposed into t[d * kTS + j]; rows past np become zeros.
 template <class T>
-__device__ __forceinline__ void stage_t(float* t, const T* g, int p0, int np, int D, int lane) {
+__device__ __forceinline__ void stage_t(float* t, const T* g, int64_t ld, int p0, int np, int D, int lane) {
   for (int j = 0; j < 32; ++j) {
     const bool ok = p0 + j < np;
-    const T* row = g + int64_t(ok ? p0 + j : 0) * D;
+    const T* row = g + int64_t(ok ? p0 + j : 0) * ld;
     for (int d = lane; d < D; d += 32) t[d * kTS + j] = ok ? to_f32(row[d]) : 0.0f;
   }
 }
-// The warp's rows [r0, r0 + kRpw) of a [n, D] matrix into s[r * D + d] (times mul); rows past n are zeros.
+// The warp's rows [r0, r0 + kRpw) of a [n, D] matrix (row stride ld) into s[r * D + d] (times mul); rows past n are zeros.
 template <class T>
-__device__ __forceinline__ void stage_rows(float* s, const T* g, int r0, int n, int D, int lane, float mul) {
+__device__ __forceinline__ void stage_rows(float* s, const T* g, int64_t ld, int r0, int n, int D, int lane,
+                                           float mul) {
   for (int r = 0; r < kRpw; ++r)
-    for (int d = lane; d < D; d += 32) s[r * D + d] = r0 + r < n ? to_f32(g[int64_t(r0 + r) * D + d]) * mul : 0.0f;
+    for (int d = lane; d < D; d += 32) s[r * D + d] = r0 + r < n ? to_f32(g[int64_t(r0 + r) * ld + d]) * mul : 0.0f;
 }
 
 // delta (f32) kept in the first 4 bytes of a dq row, written as two 16-bit halves so that a row
@@ -638,7 +664,8 @@ __host__ __device__ inline int64_t simt_dkdv_floats(int64_t D) { return 2 * D * 
 template <class T>
 __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                               const T* __restrict__ k, const T* __restrict__ v, const uint8_t* __restrict__ mask,
-                              int64_t nwarps, int groups, int H, int Tq, int Tk, int D, bool causal, float scale) {
+                              Rows so, Rows sq, Rows sk, Rows sv, int64_t nwarps, int groups, int H, int Tq, int Tk,
+                              int D, bool causal, float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;  // no block barriers in this kernel
@@ -648,10 +675,10 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
   float* os = qs + kRpw * D;
   float* ps = os + kRpw * D;
   const int b = int(w.bh / H), off = Tk - Tq;
-  const T* kg = k + w.bh * Tk * D;
-  const T* vg = v + w.bh * Tk * D;
+  const T* kg = k + sk.head(w.bh, H);
+  const T* vg = v + sv.head(w.bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  stage_rows(qs, q + w.bh * Tq * D, w.r0, Tq, D, lane, scale);
+  stage_rows(qs, q + sq.head(w.bh, H), sq.st, w.r0, Tq, D, lane, scale);
   for (int i = lane; i < kRpw * D; i += 32) os[i] = 0.0f;
   const int last = min(w.r0 + kRpw, Tq) - 1;  // the warp's last real row
   const int kend = causal ? min(Tk, last + off + 1) : Tk;
@@ -660,7 +687,7 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
   for (int r = 0; r < kRpw; ++r) { m[r] = -INFINITY; l[r] = 0.0f; }
   for (int j0 = 0; j0 < kend; j0 += 32) {
     __syncwarp();  // the previous chunk is no longer read
-    stage_t(kt, kg, j0, Tk, D, lane);
+    stage_t(kt, kg, sk.st, j0, Tk, D, lane);
     __syncwarp();
     const int j = j0 + lane;
     const bool key_ok = j < kend && (!mrow || mrow[j] != 0);
@@ -691,7 +718,7 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
 #pragma unroll
       for (int r = 0; r < kRpw; ++r) acc[r] = os[r * D + d] * alpha[r];
       for (int jj = 0; jj < nj; ++jj) {
-        const float vv = to_f32(vg[int64_t(j0 + jj) * D + d]);
+        const float vv = to_f32(vg[int64_t(j0 + jj) * sv.st + d]);
 #pragma unroll
         for (int r = 0; r < kRpw; ++r) acc[r] += ps[r * 32 + jj] * vv;
       }
@@ -699,36 +726,39 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
       for (int r = 0; r < kRpw; ++r) os[r * D + d] = acc[r];
     }
   }
-  T* og = out + w.bh * Tq * D;
+  T* og = out + so.head(w.bh, H);
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) {
     const int row = w.r0 + r;
     if (row >= Tq) break;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    for (int d = lane; d < D; d += 32) og[int64_t(row) * D + d] = from_f32<T>(os[r * D + d] * inv);
+    for (int d = lane; d < D; d += 32) og[int64_t(row) * so.st + d] = from_f32<T>(os[r * D + d] * inv);
     if (lane == 0) lse[w.bh * Tq + row] = l[r] > 0.0f ? m[r] + logf(l[r]) : INFINITY;
   }
 }
 
 // delta_i = sum_d dO[i,d] * O[i,d] into dq row i (warp per row).
 template <class T>
-__global__ void attn_delta_simt(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout,
-                                int64_t rows, int D) {
+__global__ void attn_delta_simt(T* __restrict__ dq, const T* __restrict__ out, const T* __restrict__ dout, Rows sdq,
+                                Rows so, Rows sdo, int H, int Tq, int64_t rows, int D) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
+  const int64_t bh = row / Tq, t = row - bh * Tq;
+  const T* o = out + so.head(bh, H) + t * so.st;
+  const T* g = dout + sdo.head(bh, H) + t * sdo.st;
   const int lane = threadIdx.x & 31;
   float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += to_f32(dout[row * D + d]) * to_f32(out[row * D + d]);
+  for (int d = lane; d < D; d += 32) s += to_f32(g[d]) * to_f32(o[d]);
   s = warp_sum(s);
-  if (lane == 0) put_delta(dq + row * D, s);
+  if (lane == 0) put_delta(dq + sdq.head(bh, H) + t * sdq.st, s);
 }
 
 // dQ: a warp owns kRpw query rows; lanes take keys.
 template <class T>
 __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                                  const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
-                                 const uint8_t* __restrict__ mask, int64_t nwarps, int groups, int H, int Tq, int Tk,
-                                 int D, bool causal, float scale) {
+                                 const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo,
+                                 int64_t nwarps, int groups, int H, int Tq, int Tk, int D, bool causal, float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -740,9 +770,9 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   float* dqs = dos + kRpw * D;
   float* ps = dqs + kRpw * D;
   const int b = int(w.bh / H), off = Tk - Tq;
-  const T* kg = k + w.bh * Tk * D;
-  const T* vg = v + w.bh * Tk * D;
-  T* dqg = dq + w.bh * Tq * D;
+  const T* kg = k + sk.head(w.bh, H);
+  const T* vg = v + sv.head(w.bh, H);
+  T* dqg = dq + sdq.head(w.bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
   // Row statistics first: delta lives in the dq rows this warp overwrites at the end.
   float L[kRpw], delta[kRpw];
@@ -750,17 +780,17 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   for (int r = 0; r < kRpw; ++r) {
     const int row = w.r0 + r;
     L[r] = row < Tq ? lse[w.bh * Tq + row] : INFINITY;
-    delta[r] = row < Tq ? get_delta(dqg + int64_t(row) * D) : 0.0f;
+    delta[r] = row < Tq ? get_delta(dqg + int64_t(row) * sdq.st) : 0.0f;
   }
-  stage_rows(qs, q + w.bh * Tq * D, w.r0, Tq, D, lane, 1.0f);
-  stage_rows(dos, dout + w.bh * Tq * D, w.r0, Tq, D, lane, 1.0f);
+  stage_rows(qs, q + sq.head(w.bh, H), sq.st, w.r0, Tq, D, lane, 1.0f);
+  stage_rows(dos, dout + sdo.head(w.bh, H), sdo.st, w.r0, Tq, D, lane, 1.0f);
   for (int i = lane; i < kRpw * D; i += 32) dqs[i] = 0.0f;
   const int last = min(w.r0 + kRpw, Tq) - 1;
   const int kend = causal ? min(Tk, last + off + 1) : Tk;
   for (int j0 = 0; j0 < kend; j0 += 32) {
     __syncwarp();
-    stage_t(kt, kg, j0, Tk, D, lane);
-    stage_t(vt, vg, j0, Tk, D, lane);
+    stage_t(kt, kg, sk.st, j0, Tk, D, lane);
+    stage_t(vt, vg, sv.st, j0, Tk, D, lane);
     __syncwarp();
     const int j = j0 + lane;
     const bool key_ok = j < kend && (!mrow || mrow[j] != 0);
@@ -799,7 +829,7 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   for (int r = 0; r < kRpw; ++r) {
     const int row = w.r0 + r;
     if (row >= Tq) break;
-    for (int d = lane; d < D; d += 32) dqg[int64_t(row) * D + d] = from_f32<T>(dqs[r * D + d] * scale);
+    for (int d = lane; d < D; d += 32) dqg[int64_t(row) * sdq.st + d] = from_f32<T>(dqs[r * D + d] * scale);
   }
 }
 
@@ -808,8 +838,9 @@ template <class T>
 __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
                                    const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                                    const float* __restrict__ lse, const T* __restrict__ dq_delta,
-                                   const uint8_t* __restrict__ mask, int64_t nwarps, int groups, int H, int Tq,
-                                   int Tk, int D, bool causal, float scale) {
+                                   const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq, Rows sk, Rows sv,
+                                   Rows sdo, Rows sdq, int64_t nwarps, int groups, int H, int Tq, int Tk, int D,
+                                   bool causal, float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -823,13 +854,13 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
   float* ps = dvs + kRpw * D;
   float* dss = ps + kRpw * 32;
   const int b = int(w.bh / H), off = Tk - Tq;
-  const T* qg = q + w.bh * Tq * D;
-  const T* dog = dout + w.bh * Tq * D;
-  const T* dlg = dq_delta + w.bh * Tq * D;
+  const T* qg = q + sq.head(w.bh, H);
+  const T* dog = dout + sdo.head(w.bh, H);
+  const T* dlg = dq_delta + sdq.head(w.bh, H);
   const float* lg = lse + w.bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  stage_rows(ks, k + w.bh * Tk * D, w.r0, Tk, D, lane, 1.0f);
-  stage_rows(vs, v + w.bh * Tk * D, w.r0, Tk, D, lane, 1.0f);
+  stage_rows(ks, k + sk.head(w.bh, H), sk.st, w.r0, Tk, D, lane, 1.0f);
+  stage_rows(vs, v + sv.head(w.bh, H), sv.st, w.r0, Tk, D, lane, 1.0f);
   for (int i = lane; i < kRpw * D; i += 32) dks[i] = dvs[i] = 0.0f;
   bool kok[kRpw];
 #pragma unroll
@@ -837,14 +868,14 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
   const int ibeg = causal ? max(0, w.r0 - off) / 32 * 32 : 0;  // queries before it see none of these keys
   for (int i0 = ibeg; i0 < Tq; i0 += 32) {
     __syncwarp();
-    stage_t(qt, qg, i0, Tq, D, lane);
-    stage_t(dot, dog, i0, Tq, D, lane);
+    stage_t(qt, qg, sq.st, i0, Tq, D, lane);
+    stage_t(dot, dog, sdo.st, i0, Tq, D, lane);
     __syncwarp();
     const int i = i0 + lane;
     float L = INFINITY, dl = 0.0f;
     if (i < Tq) {
       L = lg[i];
-      dl = get_delta(dlg + int64_t(i) * D);
+      dl = get_delta(dlg + int64_t(i) * sdq.st);
     }
     float s[kRpw] = {}, dp[kRpw] = {};
     for (int d = 0; d < D; ++d) {
@@ -880,15 +911,15 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
       for (int r = 0; r < kRpw; ++r) { dvs[r * D + d] = av[r]; dks[r * D + d] = ak[r]; }
     }
   }
-  T* dkg = dk + w.bh * Tk * D;
-  T* dvg = dv + w.bh * Tk * D;
+  T* dkg = dk + sdk.head(w.bh, H);
+  T* dvg = dv + sdv.head(w.bh, H);
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) {
     const int row = w.r0 + r;
     if (row >= Tk) break;
     for (int d = lane; d < D; d += 32) {
-      dkg[int64_t(row) * D + d] = from_f32<T>(dks[r * D + d] * scale);
-      dvg[int64_t(row) * D + d] = from_f32<T>(dvs[r * D + d]);
+      dkg[int64_t(row) * sdk.st + d] = from_f32<T>(dks[r * D + d] * scale);
+      dvg[int64_t(row) * sdv.st + d] = from_f32<T>(dvs[r * D + d]);
     }
   }
 }
@@ -898,6 +929,11 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
 struct AttnDims {
   int64_t B, H, Tq, Tk, D;
 };
+
+// Rows of an operand (shape checked by the caller); unit stride on D is required.
+Rows rows_of(const Tensor& t) { return {t.strides()[0], t.strides()[1], t.strides()[2]}; }
+
+bool unit_d(const Tensor& t) { return t.dim() == 4 && (t.strides()[3] == 1 || t.size(3) == 1); }
 
 AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                          const Tensor& mask) {
@@ -909,8 +945,11 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
                std::to_string(a.D) + "]",
            "keys and values must match the queries' batch, heads and head dim", "");
   for (const Tensor* t : {&q, &k, &v})
-    LT_CHECK(t->is_contiguous() && t->dtype() == q.dtype(), std::string(op) + ": q, k, v must be contiguous and of one dtype",
-             "the kernel reads rows directly", "");
+    LT_CHECK(unit_d(*t) && t->dtype() == q.dtype(),
+             std::string(op) + ": q, k, v must be of one dtype with unit stride on the head dim (strides " +
+                 shape_str(t->strides()) + ")",
+             "the kernel reads each row of D values as one span (batch, head and time strides are free)",
+             "make the head dim contiguous");
   LT_CHECK(lse.defined() && lse.dtype() == DType::F32 && lse.numel() == a.B * a.H * a.Tq && lse.is_contiguous(),
            std::string(op) + ": lse must be a contiguous f32 [B, H, Tq] tensor", "the log-sum-exp of each query row", "");
   if (mask.defined())
@@ -923,9 +962,10 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
 }
 
 void check_like(const char* op, const Tensor& t, const Tensor& ref, const char* name) {
-  LT_CHECK(t.defined() && t.shape() == ref.shape() && t.dtype() == ref.dtype() && t.is_contiguous(),
-           std::string(op) + ": " + name + " must be contiguous with shape " + shape_str(ref.shape()),
-           "the kernel writes it row by row", "");
+  LT_CHECK(t.defined() && t.shape() == ref.shape() && t.dtype() == ref.dtype() && unit_d(t),
+           std::string(op) + ": " + name + " must be " + dtype_name(ref.dtype()) + " " + shape_str(ref.shape()) +
+               " with unit stride on the head dim",
+           "the kernel writes it row by row (batch, head and time strides are free)", "");
 }
 
 template <class Kern> void allow_smem(Kern kernel, size_t bytes) {
@@ -935,33 +975,48 @@ template <class Kern> void allow_smem(Kern kernel, size_t bytes) {
 
 template <class T> constexpr bool is_16bit() { return sizeof(T) == 2; }
 
+// The tensor-core kernels move rows in 16-byte chunks: every row of every operand must start
+// 16-byte aligned (base pointer and the strides of dims longer than 1 in multiples of 8 elements).
 bool use_mma(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
   if (t == DType::F32 || (D != 64 && D != 128)) return false;
-  for (const Tensor* x : ts)
+  for (const Tensor* x : ts) {
     if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
+    for (int d = 0; d < 3; ++d)
+      if (x->size(d) > 1 && x->strides()[size_t(d)] % 8 != 0) return false;
+  }
   return true;
 }
 
+// Row layouts of every operand (see Rows).
+struct FwdRows {
+  Rows o, q, k, v;
+};
+struct BwdRows {
+  Rows dq, dk, dv, dout, q, k, v, o;
+};
+
 template <class T, int D>
-void fwd_mma(const AttnDims& a, T* out, float* lse, const T* q, const T* k, const T* v, const uint8_t* mask,
-             bool causal, float scale) {
+void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q, const T* k, const T* v,
+             const uint8_t* mask, bool causal, float scale) {
   constexpr int LD = row_stride<D>();
   const size_t smem = size_t(kBQ + 4 * kBK) * LD * sizeof(T);
   allow_smem(attn_fwd_mma<T, D>, smem);
   const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
-  attn_fwd_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, int(a.H), int(a.Tq),
-                                                                  int(a.Tk), causal, scale * kLog2e);
+  attn_fwd_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
+                                                                  int(a.Tq), int(a.Tk), causal, scale * kLog2e);
   LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
 }
 
 template <class T, int D>
-void bwd_mma(const AttnDims& a, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-             const float* lse, const uint8_t* mask, bool causal, float scale) {
+void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
+             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   const int64_t qrows = a.B * a.H * a.Tq;
   if (qrows > 0) {  // 1. delta into dq's rows
     const int64_t threads = qrows * (D / 8);
-    attn_delta_mma<T, D><<<unsigned((threads + 255) / 256), 256, 0, current_stream()>>>(dq, out, dout, qrows);
+    attn_delta_mma<T, D><<<unsigned((threads + 255) / 256), 256, 0, current_stream()>>>(dq, out, dout, r.dq, r.o,
+                                                                                         r.dout, int(a.H), int(a.Tq),
+                                                                                         qrows);
     LT_CUDA_LAUNCH_CHECK("attn_delta_mma");
   }
   if (a.Tk > 0) {  // 2. dK, dV (with Tq = 0 the kernel writes zeros)
@@ -969,16 +1024,17 @@ void bwd_mma(const AttnDims& a, T* dq, T* dk, T* dv, const T* dout, const T* q, 
     allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
     const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tk + kBK - 1) / kBK));
     attn_bwd_dkdv_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(
-        dk, dv, q, k, v, dout, lse, dq, mask, int(a.H), int(a.Tq), int(a.Tk), causal, scale, scale * kLog2e);
+        dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), int(a.Tq), int(a.Tk),
+        causal, scale, scale * kLog2e);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
     const size_t smem = size_t(2 * kBQ + 4 * kBK) * LD * sizeof(T);
     allow_smem(attn_bwd_dq_mma<T, D>, smem);
     const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
-    attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, int(a.H),
-                                                                      int(a.Tq), int(a.Tk), causal, scale,
-                                                                      scale * kLog2e);
+    attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k,
+                                                                      r.v, r.dout, int(a.H), int(a.Tq), int(a.Tk),
+                                                                      causal, scale, scale * kLog2e);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
   }
 }
@@ -1017,6 +1073,7 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
   const AttnDims a = check_attention(op, q, k, v, lse, mask);
   check_like(op, out, q, "out");
   if (a.B * a.H * a.Tq == 0) return;
+  const FwdRows r{rows_of(out), rows_of(q), rows_of(k), rows_of(v)};
   const uint8_t* pm = mask.defined() ? mask.data<uint8_t>() : nullptr;
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -1024,16 +1081,16 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
     const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&out, &q, &k, &v})) {
-        if (a.D == 64) fwd_mma<T, 64>(a, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
-        else fwd_mma<T, 128>(a, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        if (a.D == 64) fwd_mma<T, 64>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else fwd_mma<T, 128>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
         return;
       }
     }
     check_simt(op, a, q.dtype());
     const SimtLaunch L = simt_launch(attn_fwd_simt<T>, a.B * a.H, a.Tq, simt_fwd_floats(a.D));
     attn_fwd_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
-        po, lse.data<float>(), pq, pk, pv, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal,
-        scale);
+        po, lse.data<float>(), pq, pk, pv, pm, r.o, r.q, r.k, r.v, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk),
+        int(a.D), causal, scale);
     LT_CUDA_LAUNCH_CHECK("attn_fwd_simt");
   });
 }
@@ -1049,6 +1106,7 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
   check_like(op, dout, q, "dout");
   check_like(op, out, q, "out");
   if (a.B * a.H == 0) return;
+  const BwdRows r{rows_of(dq), rows_of(dk), rows_of(dv), rows_of(dout), rows_of(q), rows_of(k), rows_of(v), rows_of(out)};
   const uint8_t* pm = mask.defined() ? mask.data<uint8_t>() : nullptr;
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -1057,8 +1115,8 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     const float* pl = lse.data<float>();
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
-        if (a.D == 64) bwd_mma<T, 64>(a, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
-        else bwd_mma<T, 128>(a, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
         return;
       }
     }
@@ -1066,20 +1124,22 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     // Same three steps as the tensor-core path: delta into dq rows, dK/dV, then dQ.
     const int64_t qrows = a.B * a.H * a.Tq, krows = a.B * a.H * a.Tk;
     if (qrows > 0) {
-      attn_delta_simt<T><<<unsigned((qrows + 7) / 8), 256, 0, current_stream()>>>(pdq, po, pdo, qrows, int(a.D));
+      attn_delta_simt<T><<<unsigned((qrows + 7) / 8), 256, 0, current_stream()>>>(pdq, po, pdo, r.dq, r.o, r.dout,
+                                                                                  int(a.H), int(a.Tq), qrows, int(a.D));
       LT_CUDA_LAUNCH_CHECK("attn_delta_simt");
     }
     if (krows > 0) {
       const SimtLaunch L = simt_launch(attn_bwd_dkdv_simt<T>, a.B * a.H, a.Tk, simt_dkdv_floats(a.D));
       attn_bwd_dkdv_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
-          pdk, pdv, pq, pk, pv, pdo, pl, pdq, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal,
-          scale);
+          pdk, pdv, pq, pk, pv, pdo, pl, pdq, pm, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, L.nwarps, L.groups, int(a.H),
+          int(a.Tq), int(a.Tk), int(a.D), causal, scale);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_simt");
     }
     if (qrows > 0) {
       const SimtLaunch L = simt_launch(attn_bwd_dq_simt<T>, a.B * a.H, a.Tq, simt_dq_floats(a.D));
       attn_bwd_dq_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
-          pdq, pq, pk, pv, pdo, pl, pm, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+          pdq, pq, pk, pv, pdo, pl, pm, r.dq, r.q, r.k, r.v, r.dout, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk),
+          int(a.D), causal, scale);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
     }
   });
