@@ -271,7 +271,7 @@ class Mlp : public UnaryModule {
 };
 
 // The attention core, without parameters: fused projection qkv [B, T, 3C] (q | k | v) ->
-// split heads, lt::scaled_dot_product_attention, merge heads -> [B, T, C]. A module of its
+// lt::self_attention_packed (heads read and merged in place, no copies) -> [B, T, C]. A module of its
 // own so that selective checkpointing can recompute it. key_padding_mask: u8 [B, T] or undefined.
 class AttentionCore : public Module {
  public:

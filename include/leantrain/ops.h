@@ -86,6 +86,12 @@ Tensor softmax(const Tensor& x);  // over the last dim
 // scale <= 0 means 1/sqrt(D). Never materialises the Tq×Tk matrix on the GPU.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+// Self-attention on the fused projection, with no copies: qkv [B, T, 3*H*D] holds q | k | v
+// along the last dim (heads inside each, as GPT-2's c_attn and torch's in_proj produce it);
+// returns out [B, T, H*D] contiguous (heads merged). The kernels read q, k, v as strided views
+// of qkv and write out and (backward) one dqkv [B, T, 3*H*D] directly. Saves qkv, out and lse.
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, const Tensor& key_padding_mask = Tensor(),
+                             double scale = 0.0);
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range

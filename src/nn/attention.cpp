@@ -16,12 +16,9 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim
 Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
   LT_CHECK(qkv.dim() == 3 && qkv.size(2) == 3 * dim_, "attention: input must be [B, T, " + std::to_string(dim_) + "]",
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
-  const int64_t B = qkv.size(0), T = qkv.size(1), D = dim_ / heads_;
-  // [B, T, 3, H, D] -> [3, B, H, T, D]: q, k, v are then views along dim 0.
-  Tensor x = permute(reshape(qkv, {B, T, 3, heads_, D}), {2, 0, 3, 1, 4});
-  Tensor q = contiguous(select(x, 0, 0)), k = contiguous(select(x, 0, 1)), v = contiguous(select(x, 0, 2));
-  Tensor o = scaled_dot_product_attention(q, k, v, causal_, mask);  // [B, H, T, D]
-  return reshape(transpose(o, 1, 2), {B, T, dim_});
+  // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
+  // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
+  return self_attention_packed(qkv, heads_, causal_, mask);
 }
 
 CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout,

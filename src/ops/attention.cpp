@@ -53,4 +53,67 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   return out;
 }
 
+namespace {
+
+// [B, H, T, D] view of the heads of a [B, T, W] row-major tensor whose heads start `col`
+// elements into each row: (b, h, t, d) -> b*T*W + t*W + col + h*D + d. Not recorded.
+Tensor heads_view(const Tensor& x, int64_t H, int64_t D, int64_t col) {
+  const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+  return make_view(x, {B, H, T, D}, {T * W, D, W, 1}, x.offset() + col);
+}
+
+}  // namespace
+
+// Self-attention straight from the fused projection: q, k, v are strided views of qkv and the
+// kernels write out [B, T, C] (heads merged) directly, so no copy is made and no tensor of the
+// split or merged heads is saved. Saved: qkv (the projection's output, which is saved nowhere
+// else), out (the next Linear saves it anyway) and lse. The backward writes dq, dk and dv
+// straight into one dqkv buffer [B, T, 3C].
+Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, const Tensor& mask_in, double scale) {
+  const char* name = "self_attention_packed";
+  OpNameScope op("attention");
+  Device dev = common_device(name, {qkv_in, mask_in});
+  check_floating(name, qkv_in);
+  check_rank(name, qkv_in, 3, "qkv [B, T, 3C]");
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), W = qkv_in.size(2);
+  LT_CHECK(W > 0 && W % 3 == 0,
+           std::string(name) + ": qkv's last dim " + std::to_string(W) + " (shape " + shape_str(qkv_in.shape()) +
+               ") is not divisible by 3",
+           "q, k and v are packed along it as [q | k | v], each C = heads * head_dim wide",
+           "pass the fused projection's output [B, T, 3C]");
+  const int64_t C = W / 3;
+  LT_CHECK(heads > 0 && C % heads == 0,
+           std::string(name) + ": width C = " + std::to_string(C) + " (qkv " + shape_str(qkv_in.shape()) +
+               ") is not divisible by " + std::to_string(heads) + " heads",
+           "each of q, k, v is split into heads of equal size C / heads",
+           "use a head count that divides the model width");
+  LT_CHECK(T > 0, std::string(name) + ": empty sequence (qkv " + shape_str(qkv_in.shape()) + ")",
+           "attention needs at least one token", "pass T >= 1");
+  const int64_t H = heads, D = C / heads;
+  if (mask_in.defined()) {
+    LT_CHECK(mask_in.dtype() == DType::U8 && mask_in.shape() == Shape({B, T}),
+             std::string(name) + ": key_padding_mask is " + dtype_name(mask_in.dtype()) + " " +
+                 shape_str(mask_in.shape()),
+             "it must be u8 [B, T] = [" + std::to_string(B) + ", " + std::to_string(T) + "] with 1 = attend",
+             "build it from the attention mask as u8");
+  }
+  const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
+  Tensor qkv = contiguous(qkv_in);  // a no-op for a Linear's output
+  Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
+  Tensor out = Tensor::empty({B, T, C}, qkv.dtype(), dev);
+  Tensor lse = Tensor::empty({B, H, T}, aux_dtype(qkv.dtype()), dev);
+  backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
+                                 heads_view(qkv, H, D, 2 * C), mask, causal, sc);
+  Tensor so = out.detach();
+  record(out, "attention", {qkv}, [=](const Tensor& g) {
+    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());
+    Tensor gc = contiguous_data(g);
+    backend_of(g).attention_bwd(heads_view(dqkv, H, D, 0), heads_view(dqkv, H, D, C), heads_view(dqkv, H, D, 2 * C),
+                                heads_view(gc, H, D, 0), heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
+                                heads_view(qkv, H, D, 2 * C), heads_view(so, H, D, 0), lse, mask, causal, sc);
+    return std::vector<Tensor>{dqkv};
+  });
+  return out;
+}
+
 }  // namespace lt

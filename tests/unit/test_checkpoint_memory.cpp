@@ -1,14 +1,17 @@
 // What checkpointing saves, in closed form, and that the meta device sees the same allocations.
 //
 // A GPT-2 block (width C, H heads) over N = B*T tokens in f32 (s = 4 bytes) keeps for backward:
-//   ln_1 out (C), q, k, v (3C), attention out (C), its head-merged copy (C), residual h (C),
-//   ln_2 out (C), MLP up (4C), GELU out (4C), block output (C)       = 17 C s N bytes
+//   ln_1 out (C), qkv (3C, read in place by the packed attention op), attention out (C, heads
+//   merged by the kernel, also c_proj's input), residual h (C), ln_2 out (C), MLP up (4C),
+//   GELU out (4C), block output (C)                                  = 16 C s N bytes
 //   + LayerNorm mean and rstd (4 N f32) + attention log-sum-exp (H N f32)
+// (The copy-based attention before it kept q, k, v copies, a head-major output and its merged
+// copy instead of qkv and out: 17 C s N.)
 // Checkpointed, it keeps only its output (its input is the previous block's output), so
-//   blocks:    saved per checkpointed block = 16 C s N + (4 + H) 4 N
+//   blocks:    saved per checkpointed block = 15 C s N + (4 + H) 4 N
 // Selective recomputes the norms (their stats go; their outputs stay, saved by the next Linear)
-// and the attention core (q, k, v, o and the lse go, the fused qkv (3C) is kept instead), so
-//   selective: saved per block = C s N + (4 + H) 4 N
+// and the attention core (only its lse goes: qkv is the region's input, out is kept by c_proj), so
+//   selective: saved per block = (4 + H) 4 N
 // GELU alone would save nothing: its input is what the region keeps, its output the next
 // Linear keeps (checked below through a regex).
 // With N a multiple of 128 every tensor is a whole number of 512-byte allocator blocks, and with
@@ -60,8 +63,8 @@ Peaks step_peaks(const std::string& spec, Device d = Device::cpu()) {
 
 constexpr int64_t kN = kB * kT, kS = 4;
 constexpr int64_t kStats = (4 + kH) * 4 * kN;
-constexpr int64_t kBlockSaved = 16 * kC * kS * kN + kStats;
-constexpr int64_t kSelectiveSaved = kC * kS * kN + kStats;
+constexpr int64_t kBlockSaved = 15 * kC * kS * kN + kStats;
+constexpr int64_t kSelectiveSaved = kStats;
 
 TEST(CheckpointMemory, PeakFallsByTheClosedForm) {
   static_assert(kN % 128 == 0, "keeps every tensor a whole number of 512-byte blocks");

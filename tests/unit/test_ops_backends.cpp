@@ -153,6 +153,27 @@ const std::vector<OpCase>& op_cases() {
       {"attention_d64_causal_fixed_mask", {F({3, 1, 70, 64}), F({3, 1, 70, 64}), F({3, 1, 70, 64}), FixedMask(3, 70)},
        [](const V& x) { return sdpa(x, true, true); }},
       {"attention_d80", {F({1, 2, 40, 80}), F({1, 2, 40, 80}), F({1, 2, 40, 80})}, [](const V& x) { return sdpa(x, true, false); }},
+      // packed self-attention: q, k, v read in place from qkv [B, T, 3*H*D] (strided rows: batch
+      // T*3C, head D, time 3C), out written [B, T, H*D], one dqkv buffer; D = 64/128 take the
+      // tensor-core kernels on the GPU, the rest the SIMT path; T = 197 is ViT's ragged length
+      {"attention_packed", {F({2, 7, 3 * 3 * 16})}, [](const V& x) { return self_attention_packed(x[0], 3, false); }},
+      {"attention_packed_causal_padded", {F({3, 6, 3 * 2 * 8}), Mask({3, 6})},
+       [](const V& x) { return self_attention_packed(x[0], 2, true, x[1], 0.2); }},
+      {"attention_packed_fixed_mask", {F({3, 6, 3 * 2 * 8}), FixedMask(3, 6)},
+       [](const V& x) { return self_attention_packed(x[0], 2, false, x[1]); }},
+      {"attention_packed_d32_t197", {F({2, 197, 3 * 2 * 32})}, [](const V& x) { return self_attention_packed(x[0], 2, false); }},
+      {"attention_packed_d64_t197", {F({2, 197, 3 * 2 * 64})}, [](const V& x) { return self_attention_packed(x[0], 2, false); }},
+      {"attention_packed_d64_causal", {F({2, 130, 3 * 2 * 64})}, [](const V& x) { return self_attention_packed(x[0], 2, true); }},
+      {"attention_packed_d64_causal_padded", {F({2, 70, 3 * 2 * 64}), Mask({2, 70})},
+       [](const V& x) { return self_attention_packed(x[0], 2, true, x[1]); }},
+      {"attention_packed_d64_fixed_mask", {F({3, 70, 3 * 1 * 64}), FixedMask(3, 70)},
+       [](const V& x) { return self_attention_packed(x[0], 1, false, x[1]); }},
+      {"attention_packed_d64_causal_fixed_mask", {F({3, 70, 3 * 2 * 64}), FixedMask(3, 70)},
+       [](const V& x) { return self_attention_packed(x[0], 2, true, x[1]); }},
+      {"attention_packed_d128_causal", {F({1, 96, 3 * 2 * 128})}, [](const V& x) { return self_attention_packed(x[0], 2, true); }},
+      {"attention_packed_d128_padded", {F({2, 65, 3 * 1 * 128}), Mask({2, 65})},
+       [](const V& x) { return self_attention_packed(x[0], 1, false, x[1]); }},
+      {"attention_packed_d80", {F({1, 40, 3 * 2 * 80})}, [](const V& x) { return self_attention_packed(x[0], 2, true); }},
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
       {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},
