@@ -4,6 +4,9 @@
 //   throughput GPT-2 training steps on random tokens; one JSON line with ms/step, tokens/s,
 //              MFU, peak allocated and reserved bytes; --precision (e.g. bf16-mixed, the
 //              BENCHMARKS.md config) overrides --dtype, --master-weights fp32 for the -true ones
+//   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
+//              on this thread, then DataLoader::next() with --workers N on --device (default
+//              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "data/synthetic.h"
+#include "leantrain/data.h"
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
@@ -207,6 +212,37 @@ int throughput(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// Host time of synthetic image batches: what the training loop waits for when data is the bottleneck.
+int loader(const std::map<std::string, std::string>& f) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  const int64_t batch = std::stoll(get(f, "batch", "64")), size = std::stoll(get(f, "size", "224"));
+  const int64_t batches = std::stoll(get(f, "batches", "8"));
+  const int workers = std::stoi(get(f, "workers", "1"));
+  auto ds = std::make_shared<SyntheticImages>(batch * batches, 3, size, 10, 0);
+  std::vector<float> x(size_t(3 * size * size));
+  int64_t y = 0;
+  auto t = Clock::now();
+  for (int64_t i = 0; i < batch; ++i) ds->get(i, x.data(), &y);
+  const double serial_ms = ms_since(t);
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.drop_last = true;
+  o.workers = workers;
+  o.device = Device::parse(get(f, "device", "meta"));
+  DataLoader dl(ds, o);
+  t = Clock::now();
+  dl.next();
+  const double first_ms = ms_since(t);
+  t = Clock::now();
+  for (int64_t b = 1; b < batches; ++b) dl.next();
+  const double steady_ms = ms_since(t) / double(batches - 1);
+  std::printf("{\"mode\": \"loader\", \"batch\": %lld, \"size\": %lld, \"workers\": %d, \"serial_batch_ms\": %.1f, "
+              "\"first_next_ms\": %.1f, \"steady_next_ms\": %.1f}\n",
+              (long long)batch, (long long)size, workers, serial_ms, first_ms, steady_ms);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,7 +251,8 @@ int main(int argc, char** argv) {
     auto flags = parse_flags(argc, argv, 2);
     if (mode == "parity") return parity(flags);
     if (mode == "throughput") return throughput(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput --flag value ...\n");
+    if (mode == "loader") return loader(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

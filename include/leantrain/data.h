@@ -1,5 +1,5 @@
 // Data: Fashion-MNIST (IDX files), byte-level text corpora (fortunes or any text), and a
-// DataLoader that shuffles per epoch from a seed, prepares host batches on a worker thread and
+// DataLoader that shuffles per epoch from a seed, prepares host batches on worker threads and
 // materialises them on the target device inside MemoryCategoryScope(Category::Input).
 #pragma once
 #include <condition_variable>
@@ -66,7 +66,7 @@ TextCorpus load_text(const std::string& path, double val_fraction = 0.1);
 // ---- datasets ----
 
 // A random-access collection of (input, target) samples. get() must be thread-safe (const, no
-// shared mutable state): the loader's worker thread calls it.
+// shared mutable state): the loader's worker threads call it concurrently.
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -112,12 +112,17 @@ class TokenWindows : public Dataset {
 
 // ---- loader ----
 
+// The default number of loader threads: min(8, hardware threads - 1), at least 1 (one core is
+// left to the training loop, which launches the device work).
+int default_loader_workers();
+
 struct LoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;  // true: every batch has batch_size samples
-  int prefetch = 2;        // host batches prepared ahead on a worker thread; 0: on the caller's thread
+  int prefetch = 2;        // host batches prepared ahead by the worker threads; 0: on the caller's thread
+  int workers = 1;         // threads building them; each batch is split among them (same batches for any count)
   Device device = Device::cpu();
 };
 
@@ -129,6 +134,8 @@ struct Batch {
 
 // Batches in a deterministic order: epoch e visits samples in epoch_order(e) (a pure function of
 // seed and e), so resuming at batch k of epoch e is seek(e, k), which costs one permutation.
+// The content of a batch is the same for any number of workers and any prefetch depth: workers
+// write disjoint rows of it, and batches are handed out in order.
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options);
@@ -145,7 +152,8 @@ class DataLoader {
   void seek_step(int64_t step) { seek(step / batches_, step % batches_); }  // step: global batch number
 
   // The batch at the current position, on the target device; then moves on (past the last batch
-  // of an epoch to the first of the next).
+  // of an epoch to the first of the next). Device tensors are allocated here, on the caller's
+  // thread, so device allocations happen in program order whatever the workers do.
   Batch next();
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
@@ -156,10 +164,17 @@ class DataLoader {
   };
 
  private:
-  HostBatch build(int64_t epoch, int64_t index, std::vector<int64_t>& order, int64_t& order_epoch) const;
-  void start_worker();
-  void stop_worker();
-  void worker_loop(int64_t epoch, int64_t index);
+  // A batch being built: its rows are cut into chunks that workers claim one at a time.
+  struct Slot {
+    HostBatch h;
+    std::shared_ptr<const std::vector<int64_t>> order;  // of h.epoch
+    int64_t chunk_rows = 0, chunks = 0, claimed = 0, done = 0;
+  };
+  void fill_rows(HostBatch& h, const std::vector<int64_t>& order, int64_t r0, int64_t r1) const;
+  void open_slot();  // under mu_: the batch at (next_epoch_, next_index_)
+  void start_workers();
+  void stop_workers();
+  void worker_loop();
 
   std::shared_ptr<const Dataset> ds_;
   LoaderOptions opt_;
@@ -169,10 +184,14 @@ class DataLoader {
   std::vector<int64_t> order_;
   int64_t order_epoch_ = -1;
 
-  std::thread worker_;
+  std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<HostBatch> queue_;
+  std::deque<std::unique_ptr<Slot>> slots_;  // in batch order; at most `prefetch`
+  int64_t next_epoch_ = 0, next_index_ = 0;  // the next slot's position
+  std::shared_ptr<const std::vector<int64_t>> order_cache_;  // the newest epoch's order
+  int64_t order_cache_epoch_ = -1;
+  std::vector<HostBatch> spare_;  // buffers of consumed batches, reused (no page faults per batch)
   std::exception_ptr error_;
   bool stop_ = false, running_ = false;
 };

@@ -1,9 +1,13 @@
-// DataLoader: seeded per-epoch order, determinism with and without the worker thread, cheap
-// skip-ahead, input/target alignment for images and text, the Input memory category.
+// DataLoader: seeded per-epoch order, determinism with and without worker threads (and for any
+// number of them), cheap skip-ahead, input/target alignment for images and text, the Input
+// memory category, worker errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <set>
 
+#include "data/synthetic.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -160,4 +164,129 @@ TEST(DataLoader, InvalidOptionsThrow) {
   auto ds = std::make_shared<ImageDataset>(tiny_images(3));
   EXPECT_THROW(DataLoader(ds, opts(4, 0, 2, /*drop_last=*/true)), Error);
   EXPECT_THROW(DataLoader(ds, opts(0, 0, 2)), Error);
+}
+
+namespace {
+
+// Every value of every batch (inputs as raw bytes, targets) and its position.
+struct Seen {
+  int64_t epoch, index;
+  std::vector<uint8_t> inputs;
+  std::vector<int64_t> targets;
+  bool operator==(const Seen&) const = default;
+};
+
+std::vector<Seen> drain(DataLoader& dl, int64_t batches) {
+  std::vector<Seen> out;
+  for (int64_t b = 0; b < batches; ++b) {
+    Batch x = dl.next();
+    Seen s{x.epoch, x.index, std::vector<uint8_t>(size_t(x.inputs.nbytes())), x.targets.to_int_vector()};
+    std::memcpy(s.inputs.data(), x.inputs.raw_data(), s.inputs.size());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+LoaderOptions with_workers(LoaderOptions o, int workers) {
+  o.workers = workers;
+  return o;
+}
+
+// Throws when asked for sample `bad`.
+class FailingDataset : public Dataset {
+ public:
+  explicit FailingDataset(int64_t bad) : bad_(bad) {}
+  int64_t size() const override { return 40; }
+  Shape input_shape() const override { return {3}; }
+  DType input_dtype() const override { return DType::F32; }
+  Shape target_shape() const override { return {}; }
+  void get(int64_t i, void* input, int64_t* target) const override {
+    if (i == bad_) fail("sample " + std::to_string(i) + " is unreadable", "the test says so", "none");
+    float* x = static_cast<float*>(input);
+    for (int k = 0; k < 3; ++k) x[k] = float(i);
+    *target = i;
+  }
+
+ private:
+  int64_t bad_;
+};
+
+}  // namespace
+
+// Synthetic ViT-like images (every value differs), 21 samples in batches of 4 (the last of each
+// epoch has 1): any worker count and prefetch depth gives the same bytes, across two epoch
+// boundaries.
+TEST(DataLoader, SameBatchesForAnyWorkerCount) {
+  auto ds = std::make_shared<SyntheticImages>(21, 3, 8, 10, 5);
+  DataLoader ref(ds, opts(4, 9, 0));  // built on the caller's thread
+  const auto want = drain(ref, 15);
+  EXPECT_EQ(want[5].index, 5);
+  EXPECT_EQ(want[5].targets.size(), 1u);
+  EXPECT_EQ(want[6].epoch, 1);
+  for (int workers : {1, 2, 3, 4, 7})
+    for (int prefetch : {1, 2, 5}) {
+      DataLoader dl(ds, with_workers(opts(4, 9, prefetch), workers));
+      EXPECT_TRUE(drain(dl, 15) == want) << workers << " workers, prefetch " << prefetch;
+    }
+}
+
+// Resume: seeking (also while workers are ahead, and back to an earlier epoch) gives what a
+// continuous run gives at that position, with 1 and with 4 workers.
+TEST(DataLoader, SeekIsTheSameForAnyWorkerCount) {
+  auto ds = std::make_shared<SyntheticImages>(30, 3, 4, 10, 1);
+  DataLoader full(ds, opts(4, 3, 0, /*drop_last=*/true));  // 7 batches per epoch
+  const auto all = drain(full, 3 * 7);
+  for (int workers : {1, 4}) {
+    DataLoader dl(ds, with_workers(opts(4, 3, 2, /*drop_last=*/true), workers));
+    drain(dl, 3);  // the workers are ahead; seek drops their batches
+    dl.seek(1, 5);
+    auto got = drain(dl, 6);  // crosses into epoch 2
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 7 + 5)) << workers << " workers";
+    dl.seek_step(2);
+    got = drain(dl, 2);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 2)) << workers << " workers";
+  }
+}
+
+TEST(DataLoader, WorkerErrorsReachTheCaller) {
+  auto ds = std::make_shared<FailingDataset>(13);
+  for (int workers : {1, 4}) {
+    DataLoader dl(ds, with_workers(opts(5, 0, 2), workers));
+    dl.seek(0, 0);
+    bool threw = false;
+    try {
+      for (int b = 0; b < dl.batches_per_epoch(); ++b) dl.next();
+    } catch (const Error& e) {
+      threw = std::string(e.what()).find("sample 13 is unreadable") != std::string::npos;
+    }
+    EXPECT_TRUE(threw) << workers << " workers";
+  }  // and the destructor joins the workers
+  LoaderOptions bad = opts(5, 0, 2);
+  bad.workers = 0;
+  EXPECT_THROW(DataLoader(std::make_shared<FailingDataset>(-1), bad), Error);
+  EXPECT_GE(default_loader_workers(), 1);
+  EXPECT_LE(default_loader_workers(), 8);
+}
+
+// The synthetic images are roughly N(0, 1) and a pure function of (seed, index).
+TEST(SyntheticImages, MeanZeroVarianceOne) {
+  SyntheticImages ds(4, 3, 64, 10, 0);
+  std::vector<float> x(3 * 64 * 64), again(x.size());
+  double sum = 0, sq = 0;
+  int64_t label = 0, label_again = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    ds.get(i, x.data(), &label);
+    for (float v : x) {
+      sum += v;
+      sq += double(v) * v;
+      EXPECT_LT(std::abs(v), 3.0f);
+    }
+    ds.get(i, again.data(), &label_again);
+    EXPECT_EQ(x, again);
+    EXPECT_EQ(label, label_again);
+    EXPECT_TRUE(label >= 0 && label < 10);
+  }
+  const double n = 4.0 * double(x.size()), mean = sum / n;
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(sq / n - mean * mean, 1.0, 0.02);
 }
