@@ -21,6 +21,8 @@ namespace lt {
 
 void write_memory_snapshot(const Allocator& a, const std::string& json_path);
 void write_memory_snapshot_pickle(const Allocator& a, const std::string& pickle_path);
+// The pickle written beside a snapshot JSON: out.json -> out.pickle (memory_viz reads pickles only).
+std::string pickle_path_for(const std::string& json_path);
 void write_memory_report_html(const Allocator& a, const std::string& html_path,
                               const std::string& title = "leantrain memory report");
 

@@ -23,6 +23,9 @@ struct PlanOptions {
   std::string device_type = "cuda";  // cuda: simulated caching allocator; cpu: reserved == allocated
   int64_t steps = 2;                 // optimizer steps dry-run (capped by --steps when that is smaller)
   int64_t context_bytes = -1;        // -1: kCudaContextBytes + kCudaLibraryBytes on cuda, 0 on cpu
+  // Write the config's --memory-snapshot / --memory-report from the dry run (the predicted
+  // timeline). Off for the budget search's many candidate runs.
+  bool write_memory_files = false;
 };
 
 struct PlanResult {

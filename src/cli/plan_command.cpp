@@ -60,6 +60,7 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     }
     return 0;
   }
+  o.write_memory_files = true;  // --memory-snapshot / --memory-report from the predicted trace
   PlanResult r = plan_run(cfg, o);
   add_cost_prediction(r);
   std::fputs((p.json ? plan_json(r) + "\n" : plan_text(r)).c_str(), stdout);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "leantrain/memory_snapshot.h"
 #include "leantrain/plan.h"
 #include "memory/host_allocators.h"
+#include "plan/memory_report_html.h"
 #include "train/activation_checkpointing.h"
 #include "train/trainer.h"
 
@@ -100,9 +102,16 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
         note("evaluation");
       }
     }
+    // The same files a run writes, at the same moments (run.cpp, app.cpp), from the predicted trace.
+    if (opt.write_memory_files && !cfg.memory_snapshot.empty()) {
+      write_memory_snapshot(al, cfg.memory_snapshot);
+      write_memory_snapshot_pickle(al, pickle_path_for(cfg.memory_snapshot));
+    }
     trainer.evaluate();  // every run evaluates at its end
     r.evaluates = true;
     note("evaluation");
+    if (opt.write_memory_files && !cfg.memory_report.empty())
+      write_memory_report_html(al, cfg.memory_report, "leantrain plan " + cfg.model + " (predicted, " + opt.device_type + ")");
     r.stats = al.stats();
     r.at_peak = breakdown_at_peak(al.history());
     for (const LiveBlock& b : al.live_blocks())

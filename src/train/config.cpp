@@ -2,6 +2,7 @@
 // checkpoint stores so that --resume and `generate` know what was trained.
 #include <cmath>
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,16 @@ void validate(const RunConfig& c) {
   if (c.memory_history && c.memory_snapshot.empty() && c.memory_report.empty())
     usage("--memory-history has nowhere to go", "the history is written by --memory-snapshot or --memory-report",
           "add --memory-report mem.html or --memory-snapshot mem.json");
+  // Output files written at the end of a run: a missing directory is found before the run, not after it.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--memory-snapshot", c.memory_snapshot},
+                                   {"--memory-report", c.memory_report}, {"--metrics", c.metrics}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+      usage(std::string(flag) + " " + path, "the directory '" + dir.string() + "' does not exist",
+            "create it first or pass a path in an existing directory");
+  }
   try {
     nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
   } catch (const Error& e) {
