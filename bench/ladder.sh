@@ -3,6 +3,8 @@
 # PyTorch (bench/peers/vit_ladder_torch.py), same model (ViT-L/16, 224x224x3, 10 classes), same
 # batch and steps (6), synthetic images. Then leantrain-only rungs. One JSON line per run to
 # $OUT/ladder.jsonl. Run from the repo root with prebuilt binaries in $BUILD (default build-gpu).
+# img_per_s is the steady-state rate, computed as the peer computes it: (steps - 1) * batch over
+# the seconds of steps 2..6 (from --metrics; each step's end is synchronised with the device).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp/leantrain-ladder}
@@ -30,18 +32,26 @@ rung_flags() {
 : > "$OUT/ladder.jsonl"
 for r in ${RUNGS:-1 2 3 4 5 6 7 8 8bit fused}; do
   # shellcheck disable=SC2046
-  timeout 300 $LT $(rung_flags "$r") --metrics-json "$OUT/lt-$r.json" > "$OUT/lt-$r.log" 2>&1
+  rm -f "$OUT/lt-$r.metrics.jsonl"
+  timeout 300 $LT $(rung_flags "$r") --metrics-json "$OUT/lt-$r.json" --metrics "$OUT/lt-$r.metrics.jsonl" \
+    > "$OUT/lt-$r.log" 2>&1
   rc=$?
-  python3 - "$r" "$rc" "$OUT/lt-$r.json" "$OUT/lt-$r.log" "$(rung_flags "$r")" >> "$OUT/ladder.jsonl" <<'PY'
+  python3 - "$r" "$rc" "$OUT/lt-$r.json" "$OUT/lt-$r.log" "$(rung_flags "$r")" "$OUT/lt-$r.metrics.jsonl" \
+    >> "$OUT/ladder.jsonl" <<'PY'
 import json, re, sys
-r, rc, path, log, flags = sys.argv[1:]
+r, rc, path, log, flags, metrics = sys.argv[1:]
 row = {"system": "leantrain", "rung": r, "rc": int(rc), "flags": flags}
 text = open(log).read()
 try:
     row.update(json.load(open(path)))
-    # Throughput as the progress line of the last step prints it.
+    # As bench/peers/vit_ladder_torch.py: (steps - 1) * batch / seconds of steps 2..N.
+    secs = [json.loads(l)["seconds"] for l in open(metrics) if '"loss"' in l]
+    batch = int(re.search(r"--batch (\d+)", flags).group(1))
+    row["img_per_s"] = round((len(secs) - 1) * batch / sum(secs[1:]), 1)
+    row["step_seconds"] = secs
+    # The progress line of the last step (the same steady-state rate, rounded).
     rates = re.findall(r"step 6/6 .*?\| ([0-9.]+) img/s", text)
-    row["img_per_s"] = float(rates[-1]) if rates else None
+    row["img_per_s_progress"] = float(rates[-1]) if rates else None
 except Exception:
     row["error"] = text[-600:]
 print(json.dumps(row))

@@ -70,6 +70,9 @@ struct RunConfig {
   int64_t stop_at = 0;            // end this process after this step (0: at the end); the schedule
                                   // still spans --steps, so --resume continues the same curve
   int64_t debug_nan_at_step = 0;  // testing only: make the loss NaN at this step
+  // Threads that build host batches (a property of this machine, not saved with the run);
+  // 0: default_loader_workers(). Batches are the same for any count.
+  int64_t workers = 0;
 };
 
 // Checks values and combinations; throws UsageError naming the flag to change.
@@ -86,7 +89,9 @@ struct ProgressInfo {
   int64_t step = 0, total_steps = 0;
   double epoch = 0;
   double loss = 0, lr = 0;
-  double items_per_s = 0;  // images/s or tokens/s
+  // Images/s or tokens/s over this process's steps, leaving out its first step once it has run
+  // two or more (the first pays for cuBLAS heuristics and allocator growth): steady state.
+  double items_per_s = 0;
   const char* unit = "img/s";
   double elapsed_s = 0, eta_s = 0;
   int64_t mem_current = 0, mem_peak = 0;  // allocated bytes on the run's device
@@ -102,6 +107,10 @@ struct RunResult {
   std::optional<EvalInfo> eval;  // the last evaluation
   double seconds = 0;      // wall time of this process's part of the run
   std::vector<double> losses;    // training loss of each step this process ran
+  std::vector<double> step_seconds;  // wall time of each of those steps, device work included
+  const char* unit = "img/s";        // or "tok/s"
+  double items_per_s = 0;            // over all of this process's steps
+  double steady_items_per_s = 0;     // leaving out its first step when it ran two or more
   Device device;
   MemoryStats memory;            // the device's allocator at the end, with the model still alive
 };
@@ -117,6 +126,9 @@ struct RunObserver {
 // Runs the whole training; throws lt::Error (UsageError, NumericError, ...) on failure.
 // A NumericError leaves the last checkpoint untouched.
 RunResult train(const RunConfig& cfg, const RunObserver& obs = {});
+// The result of the last train() that finished in this process, or nullptr (read by
+// train --metrics-json for the throughput keys).
+const RunResult* last_run_result();
 
 // Sampling from a saved GPT checkpoint, in inference mode.
 struct GenerateConfig {

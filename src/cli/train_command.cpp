@@ -1,6 +1,7 @@
 // `leantrain train`: one flag per RunConfig field, then the run with its progress, final metrics
 // and the memory table. The defaults are the demo (a small ViT on Fashion-MNIST).
 #include "cli/cli.h"
+#include "leantrain/data.h"
 #include "train/progress.h"
 
 namespace lt::cli {
@@ -27,6 +28,18 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--steps", c.steps, "Optimizer steps (0: from --epochs)")->capture_default_str()->group(what);
   cmd.add_option("--epochs", c.epochs, "Passes over the training data, may be fractional (used when --steps is 0)")
       ->capture_default_str()->group(what);
+  // 0 and negatives are refused here; RunConfig's 0 (the default) means min(8, hardware threads - 1).
+  cmd.add_option_function<int64_t>(
+         "--workers",
+         [&c](const int64_t& n) {
+           if (n < 1)
+             throw UsageError("--workers " + std::to_string(n), "it counts the threads that build batches",
+                              "pass --workers 1 or more; without it, this machine uses " +
+                                  std::to_string(default_loader_workers()));
+           c.workers = n;
+         },
+         "Threads building batches (default: min(8, hardware threads - 1)); batches are the same for any count")
+      ->group(what);
 
   what = "Optimizer";
   cmd.add_option("--optimizer", c.optimizer, "sgd, adamw, lion, adamw8bit or lion8bit")->capture_default_str()->group(what);

@@ -1,6 +1,8 @@
-// After a real run: its measured peaks as JSON (train --metrics-json, same keys as plan --json),
+// After a real run: its measured peaks as JSON (train --metrics-json, same keys as plan --json,
+// plus the run's throughput),
 // and the guidance an out-of-memory error gets (the category that grew most, predicted need
 // versus what the device offers, the plan command that fits).
+#include <cstdio>
 #include <fstream>
 
 #include "leantrain/cuda_info.h"
@@ -17,7 +19,14 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg) {
   for (int i = 0; i < kNumCategories; ++i)
     j += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(s.category[size_t(i)].peak) +
          (i + 1 < kNumCategories ? ", " : "");
-  j += "}}\n";
+  j += "}";
+  if (const RunResult* r = last_run_result()) {  // throughput of the run, as its progress line reports it
+    char buf[200];
+    std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r->unit,
+                  r->items_per_s, r->steady_items_per_s);
+    j += buf;
+  }
+  j += "}\n";
   std::ofstream f(path, std::ios::trunc);
   if (!f) fail("cannot write --metrics-json " + path, "it could not be opened", "pass another path");
   f << j;

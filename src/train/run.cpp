@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
+#include "backend/backend.h"
 #include "train/activation_checkpointing.h"
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
@@ -27,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Each step's loss as JSON lines; appended when resuming, so the file holds the whole curve.
+// Each step's loss (and wall seconds) as JSON lines; appended when resuming, so the file holds
+// the whole curve.
 class MetricsFile {
  public:
   MetricsFile(const std::string& path, bool append) {
@@ -35,7 +38,7 @@ class MetricsFile {
     f_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!f_) fail("cannot write metrics file '" + path + "'", "it could not be opened", "pass another --metrics path");
   }
-  void step(int64_t step, const StepOutcome& o) {
+  void step(int64_t step, const StepOutcome& o, double seconds) {
     if (!f_.is_open()) return;
     char buf[160];
     std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": ",
@@ -48,7 +51,8 @@ class MetricsFile {
     } else {
       f_ << "null";
     }
-    f_ << (o.applied ? "" : ", \"skipped\": true") << "}\n" << std::flush;
+    std::snprintf(buf, sizeof buf, "%s, \"seconds\": %.6f}\n", o.applied ? "" : ", \"skipped\": true", seconds);
+    f_ << buf << std::flush;
   }
   void eval(const EvalInfo& e) {
     if (!f_.is_open()) return;
@@ -65,6 +69,11 @@ class MetricsFile {
 
 void say(const RunObserver& obs, const std::string& s) {
   if (obs.on_message) obs.on_message(s);
+}
+
+std::optional<RunResult>& last_result() {
+  static std::optional<RunResult> r;
+  return r;
 }
 
 }  // namespace
@@ -109,14 +118,15 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   MetricsFile metrics(cfg.metrics, !cfg.resume.empty());
   RunResult result;
   result.device = device;
+  result.unit = task->unit;
   auto t0 = Clock::now();
   const int64_t first = trainer.steps_done();
-  int64_t items = 0;
-  double eval_seconds = 0;  // kept out of the throughput figure
+  // Throughput counts the steps' own seconds (evaluations and saves are left out). The steady
+  // rate leaves out this process's first step, as bench/peers/*_torch.py do.
+  int64_t items = 0, steady_items = 0;
+  double step_seconds = 0, steady_seconds = 0;
   auto evaluate_and_save = [&]() {
-    auto te = Clock::now();
     EvalInfo e = trainer.evaluate();
-    eval_seconds += seconds_since(te);
     result.eval = e;
     metrics.eval(e);
     if (obs.on_eval) obs.on_eval(e);
@@ -126,12 +136,21 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     }
   };
   while (trainer.steps_done() < end) {
+    const auto ts = Clock::now();
     StepOutcome o = trainer.step();
+    backend_for(device).synchronize();  // the optimizer's kernels belong to this step's time
+    const double sec = seconds_since(ts);
     const int64_t s = trainer.steps_done();
     items += o.items;
+    step_seconds += sec;
+    if (s - first >= 2) {
+      steady_items += o.items;
+      steady_seconds += sec;
+    }
     result.losses.push_back(o.loss);
+    result.step_seconds.push_back(sec);
     result.final_loss = o.loss;
-    metrics.step(s, o);
+    metrics.step(s, o, sec);
     if (obs.on_step) {
       double el = seconds_since(t0);
       MemoryStats ms = allocator_for(device).stats();
@@ -141,8 +160,8 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       p.epoch = trainer.epochs_done();
       p.loss = o.loss;
       p.lr = o.lr;
-      double train_s = el - eval_seconds;
-      p.items_per_s = train_s > 0 ? double(items) / train_s : 0;
+      p.items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds
+                      : step_seconds > 0 ? double(items) / step_seconds : 0;
       p.unit = task->unit;
       p.elapsed_s = el;
       p.eta_s = el / double(s - first) * double(end - s);  // evaluations included
@@ -162,7 +181,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   result.memory = allocator_for(device).stats();
   result.steps = trainer.steps_done();
   result.seconds = seconds_since(t0);
+  result.items_per_s = step_seconds > 0 ? double(items) / step_seconds : 0;
+  result.steady_items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds : result.items_per_s;
+  last_result() = result;
   return result;
 }
+
+const RunResult* last_run_result() { return last_result() ? &*last_result() : nullptr; }
 
 }  // namespace lt

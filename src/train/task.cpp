@@ -98,6 +98,14 @@ void apply_overrides(ModelSpec& s, const RunConfig& c) {
   }
 }
 
+// --workers, or min(8, hardware threads - 1) when not given.
+int loader_workers(const RunConfig& c) {
+  if (c.workers < 0)
+    usage("--workers " + std::to_string(c.workers), "it counts the threads that build batches",
+          "pass --workers 1 or more");
+  return c.workers > 0 ? int(std::min<int64_t>(c.workers, 1024)) : default_loader_workers();
+}
+
 std::string millions(int64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
@@ -123,6 +131,7 @@ void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::In
   lo.seed = c.seed;
   lo.drop_last = true;
   lo.device = init.device;
+  lo.workers = loader_workers(c);
   auto train = std::make_shared<SyntheticImages>(8 * c.batch, v.num_channels, v.image_size, v.num_labels, c.seed);
   t.train = std::make_unique<DataLoader>(train, lo);
   t.description = "model " + s.name + ": ViT, " + millions(t.model->num_parameters()) + " parameters (" +
@@ -161,6 +170,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   lo.seed = c.seed;
   lo.drop_last = true;
   lo.device = init.device;
+  lo.workers = loader_workers(c);
   t.train = std::make_unique<DataLoader>(std::make_shared<ImageDataset>(train), lo);
   char buf[300];
   std::snprintf(buf, sizeof buf,
@@ -199,6 +209,7 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     lo.seed = c.seed;
     lo.drop_last = true;
     lo.device = init.device;
+    lo.workers = loader_workers(c);
     t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, g.vocab_size, c.seed), lo);
     t.description = "model " + s.name + ": GPT-2, " + millions(t.model->num_parameters()) + " parameters (context " +
                     std::to_string(seq) + "); data synthetic";
@@ -221,6 +232,7 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   lo.seed = c.seed;
   lo.drop_last = true;
   lo.device = init.device;
+  lo.workers = loader_workers(c);
   auto windows = std::make_shared<TokenWindows>(train_tokens, seq);
   t.train = std::make_unique<DataLoader>(windows, lo);
   char buf[300];
@@ -240,6 +252,7 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   apply_overrides(s, c);
   auto t = std::make_unique<Task>();
   t->device = device;
+  t->loader_workers = loader_workers(c);
   nn::InitOptions init;
   init.device = device;
   init.seed = c.seed;
@@ -258,6 +271,7 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
   lo.batch_size = batch_size;
   lo.shuffle = false;
   lo.device = t.device;
+  lo.workers = t.loader_workers;
   DataLoader loader(t.held_out, lo);
   int64_t n = loader.batches_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);

@@ -20,6 +20,7 @@ struct Task {
   std::string tokenizer;                  // "bytes" for text models, "" for images
   std::string description;                // one line for the log
   Device device;
+  int loader_workers = 1;                 // threads building batches (--workers)
 
   // Images or tokens in a batch (for throughput).
   int64_t items(const Batch& b) const { return classifier ? b.inputs.size(0) : b.inputs.numel(); }
