@@ -100,6 +100,11 @@ std::string checkpoint_regex_for(const std::string& s) {
   return o;
 }
 
+bool ProfileResult::drifted() const {
+  const double lo = std::min(baseline_first_ms, baseline_last_ms), hi = std::max(baseline_first_ms, baseline_last_ms);
+  return lo > 0 && hi > 1.1 * lo;
+}
+
 double ProfileRow::bytes_per_ms() const {
   return ms_added > 0 ? double(saved_measured) / ms_added : std::numeric_limits<double>::quiet_NaN();
 }
@@ -225,10 +230,17 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
   }
   std::vector<Measured> measured(n);
   for (size_t i = 0; i < n; ++i) {
-    if (progress) progress("measuring " + std::to_string(i + 1) + "/" + std::to_string(n) + " on " + r.device.str() + ": " +
-                           cands[i].module);
+    if (progress) progress("measuring " + std::to_string(i + 1) + "/" + std::to_string(n + 1) + " on " + r.device.str() +
+                           ": " + cands[i].module);
     measured[i] = run_one(cfg, cands[i].checkpoint, r.device, opt, true);
   }
+  // The baseline once more, last: its two medians show whether the machine's speed drifted.
+  if (progress) progress("measuring " + std::to_string(n + 1) + "/" + std::to_string(n + 1) + " on " + r.device.str() +
+                         ": (none) again, for drift");
+  const Measured again = run_one(cfg, "none", r.device, opt, true);
+  r.baseline_first_ms = median(measured[0].step_ms);
+  r.baseline_last_ms = median(again.step_ms);
+  measured[0].step_ms.insert(measured[0].step_ms.end(), again.step_ms.begin(), again.step_ms.end());
 
   auto row_of = [&](size_t i) {
     ProfileRow w;

@@ -47,6 +47,10 @@ struct ProfileResult {
   std::string modules_note; // what set of modules was profiled, in words
   ProfileRow baseline;      // no checkpointing (saved 0, ms_added 0)
   std::vector<ProfileRow> rows;  // one per module, then "all blocks" when the model has blocks
+  // The baseline is timed first and again last; their medians differ by more than 10% when
+  // the machine's speed drifted during the profile (other work on it): the times are suspect.
+  double baseline_first_ms = 0, baseline_last_ms = 0;
+  bool drifted() const;
   int pick = -1;            // index into rows: the suggested single choice (see profile_pick), -1: none
   double seconds = 0;
   bool cpu() const { return !device.is_cuda(); }

@@ -98,7 +98,12 @@ std::string profile_table(const ProfileResult& r) {
        " timed per run, step time = median of the timed steps, device synchronised around each\n";
   s += "baseline (no checkpointing): peak allocated " + format_bytes(b.peak_measured) + " (predicted " +
        format_bytes(b.peak_predicted) + "), step " + fmt("%.2f ms", b.median_ms) + ", " +
-       fmt("%.0f ", b.items_per_s) + r.unit + "\n\n";
+       fmt("%.0f ", b.items_per_s) + r.unit + " (median of its runs first and last: " + fmt("%.2f", r.baseline_first_ms) +
+       fmt(" and %.2f ms)\n", r.baseline_last_ms);
+  if (r.drifted())
+    s += "warning: the baseline's step time drifted by more than 10% between the first and the last run: the machine\n"
+         "  was busy with other work, so the times added are unreliable (the bytes are not affected); run it again\n";
+  s += "\n";
 
   size_t wmod = 6;
   for (const ProfileRow& w : r.rows) wmod = std::max(wmod, w.module.size());
@@ -158,6 +163,9 @@ std::string profile_json(const ProfileResult& r) {
   j["warmup_steps"] = r.options.warmup_steps;
   j["timed_steps"] = r.options.timed_steps;
   j["unit"] = r.unit;
+  j["baseline_first_ms"] = r.baseline_first_ms;
+  j["baseline_last_ms"] = r.baseline_last_ms;
+  j["timing_drifted"] = r.drifted();
   j["baseline"] = row_json(r.baseline, false);
   j["rows"] = nlohmann::json::array();
   for (size_t i = 0; i < r.rows.size(); ++i) j["rows"].push_back(row_json(r.rows[i], int(i) == r.pick));
@@ -173,7 +181,8 @@ std::string profile_svg(const ProfileResult& r) {
   c.title = "Activation checkpointing, one module at a time: memory saved vs step time added";
   c.subtitle = r.description + "\n" + r.device.str() + (r.cpu() ? " (CPU figures)" : "") + " | baseline step " +
                fmt("%.2f ms", r.baseline.median_ms) + ", peak " + format_bytes(r.baseline.peak_measured) +
-               (prefix.empty() ? "" : " | labels under '" + prefix + "'");
+               (prefix.empty() ? "" : " | labels under '" + prefix + "'") +
+               (r.drifted() ? " | WARNING: timing drifted, times unreliable" : "");
   c.x_label = std::string("activation memory saved (") + unit + ", peak allocated)";
   c.y_label = "step time added (ms, median of " + std::to_string(r.options.timed_steps) + ")";
   c.highlight_name = "suggested";
