@@ -15,6 +15,9 @@ namespace lt {
 struct Node {
   std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr where no gradient flows
   const char* name = "";
+  // Applied with an undefined gradient when none arrived (instead of skipped): the node that
+  // finishes a two-output op (add_layer_norm) must run when only its other output got one.
+  bool apply_without_grad = false;
   virtual ~Node() = default;
   // One gradient per entry of `next` (undefined where none).
   virtual std::vector<Tensor> apply(const Tensor& grad_out) = 0;

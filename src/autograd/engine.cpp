@@ -136,6 +136,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       pending.erase(it);
       OpNameScope op(n->name);
       outs = n->apply(gin);
+    } else if (n->apply_without_grad) {
+      OpNameScope op(n->name);
+      outs = n->apply(Tensor());
     }
     // A node that received no gradient still releases its children's dependency counts.
     if (!retain_graph) n->release();
