@@ -82,6 +82,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6);
 Tensor softmax(const Tensor& x);  // over the last dim
+// Residual add fused with the norm after it (pre-norm blocks: h = x + f(x); ln_2(h)):
+// sum = x + residual (same shape and dtype) and y = norm(sum), forward in one pass, backward
+// d(sum) = d(sum)_in + norm_backward(dy) in one pass: the gradient of both x and residual.
+struct AddNormResult {
+  Tensor sum, y;
+};
+AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
+                             double eps = 1e-5);
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6);
 // q [B,H,Tq,D], k/v [B,H,Tk,D]; key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
 // scale <= 0 means 1/sqrt(D). Never materialises the Tq×Tk matrix on the GPU.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,

@@ -109,6 +109,18 @@ class Backend {
   virtual void rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) = 0;
   virtual void rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                            const Tensor& rstd) = 0;
+  // Residual add fused with the norm: sum = x + r (rounded to the storage type), then the norm
+  // of that stored sum as above. x, r, sum [N, C]. Backward: dsum = ds + the norm's dx, where
+  // ds (the incoming gradient of sum) may be undefined; dw, db as in the unfused backward.
+  virtual void add_layernorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                 const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, float eps) = 0;
+  virtual void add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                                 const Tensor& ds, const Tensor& sum, const Tensor& w, const Tensor& mean,
+                                 const Tensor& rstd) = 0;
+  virtual void add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x,
+                               const Tensor& r, const Tensor& w, float eps) = 0;
+  virtual void add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds,
+                               const Tensor& sum, const Tensor& w, const Tensor& rstd) = 0;
   virtual void softmax_fwd(const Tensor& y, const Tensor& x) = 0;  // over the last dim
   virtual void softmax_bwd(const Tensor& dx, const Tensor& dy, const Tensor& y) = 0;
 

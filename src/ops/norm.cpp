@@ -85,6 +85,97 @@ Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
   return y;
 }
 
+namespace {
+
+// The fused residual add + norm has two outputs, and the engine's nodes have one gradient
+// each. So sum's node does the work and y's node only parks dy for it: y's node has an edge
+// to sum's node, which therefore runs after it, and sum's node runs even when sum itself got
+// no gradient (apply_without_grad). dy absent: the gradient of sum passes through unchanged.
+struct ParkedGrad {
+  Tensor dy;
+};
+
+AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& r, const Tensor& w_in,
+                       const Tensor& b_in, double eps) {
+  OpNameScope name(op);
+  Device dev = common_device(op, {x, r, w_in, b_in});
+  check_norm_input(op, x);
+  check_same_dtype(op, x, r);
+  LT_CHECK(x.shape() == r.shape(),
+           std::string(op) + ": x has shape " + shape_str(x.shape()) + " but residual has " + shape_str(r.shape()),
+           "the fused add does not broadcast: both addends must have one shape",
+           "broadcast the smaller one with expand(), or call add() and then the norm");
+  LT_CHECK(w_in.defined(), std::string(op) + ": no weight", "the kernels need a [C] weight", "pass ones([C]) for none");
+  check_affine(op, x, w_in, "weight");
+  if (b_in.defined()) check_affine(op, x, b_in, "bias");
+  // x and r are only read here (the backward saves the sum), so unrecorded copies do if needed.
+  Tensor xc = contiguous_data(x), rc = contiguous_data(r);
+  Tensor w = contiguous(w_in), b = b_in.defined() ? contiguous(b_in) : Tensor();
+  const int64_t C = x.size(-1), N = x.numel() / C;
+  const DType aux = aux_dtype(x.dtype());
+  // The unfused add + norm allocate the same four tensors in this order.
+  AddNormResult out{Tensor::empty(x.shape(), x.dtype(), dev), Tensor::empty(x.shape(), x.dtype(), dev)};
+  Tensor mu = rms ? Tensor() : Tensor::empty({N}, aux, dev);
+  Tensor rstd = Tensor::empty({N}, aux, dev);
+  if (rms) backend_for(dev).add_rmsnorm_fwd(rows_view(out.sum), rows_view(out.y), rstd, rows_view(xc), rows_view(rc), w, float(eps));
+  else backend_for(dev).add_layernorm_fwd(rows_view(out.sum), rows_view(out.y), mu, rstd, rows_view(xc), rows_view(rc), w, b, float(eps));
+
+  const bool need_x = x.requires_grad(), need_r = r.requires_grad(), need_w = w.requires_grad();
+  const bool need_b = b.defined() && b.requires_grad();
+  // The kernel path (d(sum) or dw) reads the sum, w, mean, rstd; a bias-only gradient reads nothing.
+  const bool kernel = need_x || need_r || need_w;
+  Tensor ssum = kernel ? out.sum.detach() : Tensor(), sw = kernel ? w : Tensor();
+  Tensor smu = kernel ? mu : Tensor(), srstd = kernel ? rstd : Tensor();
+  auto parked = std::make_shared<ParkedGrad>();
+  Shape xs = x.shape();
+  std::vector<Tensor> inputs{x, r, w};
+  if (!rms) inputs.push_back(b);
+  record(out.sum, op, inputs, [=](const Tensor& ds) {
+    Tensor dy = std::move(parked->dy);
+    parked->dy = Tensor();
+    std::vector<Tensor> grads(rms ? 3 : 4);
+    if (!dy.defined()) {
+      grads[0] = need_x ? ds : Tensor();
+      grads[1] = need_r ? ds : Tensor();
+      return grads;
+    }
+    Tensor dy2 = rows_view(contiguous_data(dy));
+    if (kernel) {
+      Tensor dsum = Tensor::empty(xs, dy.dtype(), dy.device());
+      Tensor dw = need_w ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
+      Tensor db = need_b ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
+      Tensor ds2 = ds.defined() ? rows_view(contiguous_data(ds)) : Tensor();
+      if (rms) backend_of(dy).add_rmsnorm_bwd(rows_view(dsum), dw, dy2, ds2, rows_view(ssum), sw, srstd);
+      else backend_of(dy).add_layernorm_bwd(rows_view(dsum), dw, db, dy2, ds2, rows_view(ssum), sw, smu, srstd);
+      grads[0] = need_x ? dsum : Tensor();
+      grads[1] = need_r ? dsum : Tensor();
+      grads[2] = dw;
+      if (!rms) grads[3] = db;
+    } else {
+      grads[3] = sum_to(dy2, {C});
+    }
+    return grads;
+  });
+  if (out.sum.grad_fn()) {
+    out.sum.grad_fn()->apply_without_grad = true;
+    record(out.y, op, {out.sum}, [parked](const Tensor& dy) {
+      parked->dy = dy;
+      return std::vector<Tensor>(1);
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps) {
+  return add_norm("add_layer_norm", false, x, residual, w, b, eps);
+}
+
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps) {
+  return add_norm("add_rms_norm", true, x, residual, w, Tensor(), eps);
+}
+
 Tensor softmax(const Tensor& x) {
   OpNameScope op("softmax");
   check_norm_input("softmax", x);

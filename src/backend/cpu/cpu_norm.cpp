@@ -148,6 +148,36 @@ void CpuBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& d
   });
 }
 
+// The fused residual add + norm, defined as exactly what add() and the norm compute apart:
+// the sum is stored (rounded to the storage type) and normalised as stored, and the gradient
+// of the sum is the norm's dx (rounded) plus the incoming one, added by the same add kernel.
+// So on the CPU the fused op is bitwise the unfused pair (checkpointing modes that fuse and
+// modes that do not give identical gradients); the GPU does each direction in one pass.
+void CpuBackend::add_layernorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, float eps) {
+  binary(BinaryOp::Add, sum, x, r);
+  layernorm_fwd(y, mean, rstd, sum, w, b, eps);
+}
+
+void CpuBackend::add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                                   const Tensor& ds, const Tensor& sum, const Tensor& w, const Tensor& mean,
+                                   const Tensor& rstd) {
+  layernorm_bwd(dsum, dw, db, dy, sum, w, mean, rstd);
+  if (ds.defined()) binary(BinaryOp::Add, dsum, dsum, ds);  // out may alias a
+}
+
+void CpuBackend::add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x,
+                                 const Tensor& r, const Tensor& w, float eps) {
+  binary(BinaryOp::Add, sum, x, r);
+  rmsnorm_fwd(y, rstd, sum, w, eps);
+}
+
+void CpuBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds,
+                                 const Tensor& sum, const Tensor& w, const Tensor& rstd) {
+  rmsnorm_bwd(dsum, dw, dy, sum, w, rstd);
+  if (ds.defined()) binary(BinaryOp::Add, dsum, dsum, ds);  // out may alias a
+}
+
 // A row that is all -inf (everything masked) gives zeros rather than 0/0.
 void CpuBackend::softmax_fwd(const Tensor& y, const Tensor& x) {
   const Rows r(x);

@@ -37,6 +37,14 @@ class CudaBackend final : public Backend {
   void rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) override;
   void rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                    const Tensor& rstd) override;
+  void add_layernorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& r, const Tensor& w, const Tensor& b, float eps) override;
+  void add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
+                         const Tensor& sum, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& r,
+                       const Tensor& w, float eps) override;
+  void add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds, const Tensor& sum,
+                       const Tensor& w, const Tensor& rstd) override;
   void softmax_fwd(const Tensor& y, const Tensor& x) override;
   void softmax_bwd(const Tensor& dx, const Tensor& dy, const Tensor& y) override;
   // attention.cu (flash-style, no TxT matrix)

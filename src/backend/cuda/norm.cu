@@ -5,6 +5,12 @@
 // the centred variance) instead of sum/sum-of-squares, which cancels badly. Re-reads of the
 // row hit L1. Softmax rows may be long (any length): one block per row above 1024.
 //
+// Fused residual add (add_layernorm / add_rmsnorm): the first pass over the row reads x and r,
+// rounds x + r to the storage type, writes it to `sum` and takes the statistics of that stored
+// value; the later passes re-read `sum` (the thread's own writes, L1-hot). The backward's dx
+// pass adds the incoming gradient of `sum` before its one rounding. So the separate add
+// kernel (forward) and the gradient-sum kernel (backward) are gone.
+//
 // Parameter gradients (dw, db) are column sums over all rows. Without scratch memory (the
 // backend never allocates) and without atomics (not deterministic), each block owns a strip
 // of 8 columns and loops over every row; the 128 row-phases of the block are combined by a
@@ -29,22 +35,39 @@ constexpr int kColPhases = 128;    // row phases per block in the column-sum ker
 
 // ---------------------------------------------------------------- LayerNorm / RMSNorm forward
 
+// P elements of the row input at c: x itself or, with ADD, x + r rounded to T, also stored to sum.
+template <class T, int P, bool ADD>
+__device__ __forceinline__ void load_input(const T* __restrict__ x, const T* __restrict__ r, T* sum, int64_t i,
+                                           float (&v)[P]) {
+  load_f32<T, P>(x + i, v);
+  if (ADD) {
+    float u[P];
+    load_f32<T, P>(r + i, u);
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = to_f32(from_f32<T>(v[k] + u[k]));
+    store_f32<T, P>(sum + i, v);
+  }
+}
+
 // RMS = true: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); mean is not written.
-template <class T, int P, bool RMS>
+// ADD = true: the normalised input is sum = x + r, written by the first pass (sum is not
+// __restrict__: the later passes read it back, so its loads must not take the read-only path).
+template <class T, int P, bool RMS, bool ADD>
 __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
-                                const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                                int64_t N, int C, float eps) {
+                                const T* __restrict__ x, const T* __restrict__ r, T* sum, const T* __restrict__ w,
+                                const T* __restrict__ b, int64_t N, int C, float eps) {
   const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
   if (row >= N) return;  // the whole warp leaves; there is no block barrier below
   const int lane = threadIdx.x;
-  const T* xr = x + row * C;
-  T* yr = y + row * C;
+  const int64_t r0 = row * C;
+  const T* xr = ADD ? sum + r0 : x + r0;  // what the passes after the first read
+  T* yr = y + r0;
   float mu = 0.0f;
   if (!RMS) {
     float s = 0.0f;
     for (int c = lane * P; c < C; c += 32 * P) {
       float v[P];
-      load_f32<T, P>(xr + c, v);
+      load_input<T, P, ADD>(x, r, sum, r0 + c, v);
 #pragma unroll
       for (int k = 0; k < P; ++k) s += v[k];
     }
@@ -53,7 +76,8 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
   float s2 = 0.0f;
   for (int c = lane * P; c < C; c += 32 * P) {
     float v[P];
-    load_f32<T, P>(xr + c, v);
+    if (RMS) load_input<T, P, ADD>(x, r, sum, r0 + c, v);
+    else load_f32<T, P>(xr + c, v);
 #pragma unroll
     for (int k = 0; k < P; ++k) s2 += (v[k] - mu) * (v[k] - mu);
   }
@@ -82,9 +106,10 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
 
 // g = dy * w, xhat = (x - mean) * rstd (mean = 0 for RMS):
 // LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); RMSNorm drops the mean(g) term.
-template <class T, int P, bool RMS>
-__global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
-                                   const T* __restrict__ w, const float* __restrict__ mean,
+// ADD: dx = ds + that (the fused add's gradient, shared by both addends), rounded once.
+template <class T, int P, bool RMS, bool ADD>
+__global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ ds,
+                                   const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ mean,
                                    const float* __restrict__ rstd, int64_t N, int C) {
   const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
   if (row >= N) return;
@@ -109,12 +134,16 @@ __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
   const float mgx = warp_sum(sgx) / float(C);
   T* dxr = dx + row * C;
   for (int c = lane * P; c < C; c += 32 * P) {
-    float xv[P], gv[P], wv[P];
+    float xv[P], gv[P], wv[P], sv[P];
     load_f32<T, P>(xr + c, xv);
     load_f32<T, P>(dyr + c, gv);
     load_f32<T, P>(w + c, wv);
+    if (ADD) load_f32<T, P>(ds + row * C + c, sv);
 #pragma unroll
-    for (int k = 0; k < P; ++k) gv[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
+    for (int k = 0; k < P; ++k) {
+      gv[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
+      if (ADD) gv[k] += sv[k];
+    }
     store_f32<T, P>(dxr + c, gv);
   }
 }
@@ -242,37 +271,60 @@ template <class T> bool can_vectorise(int64_t C, std::initializer_list<const voi
 
 dim3 row_grid(int64_t N) { return dim3(unsigned((N + kRowWarps - 1) / kRowWarps)); }
 
+// r and sum undefined: the plain norm of x; defined: the fused add (sum = x + r is normalised).
 template <class T, bool RMS>
-void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     const Tensor& b, float eps) {
+void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& r,
+                     const Tensor& sum, const Tensor& w, const Tensor& b, float eps) {
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (N == 0) return;
   T* py = y.data<T>();
   const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.defined() ? b.data<T>() : nullptr;
+  const T* pr_in = r.defined() ? r.data<T>() : nullptr;
+  T* ps = sum.defined() ? sum.data<T>() : nullptr;
   float* pm = mean.defined() ? mean.data<float>() : nullptr;
   float* pr = rstd.defined() ? rstd.data<float>() : nullptr;
   const dim3 block(32, kRowWarps);
-  if (can_vectorise<T>(C, {py, px, pw, pb}))
-    norm_fwd_kernel<T, kVec<T>, RMS><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pw, pb, N, int(C), eps);
-  else
-    norm_fwd_kernel<T, 1, RMS><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pw, pb, N, int(C), eps);
+  const bool vec = can_vectorise<T>(C, {py, px, pw, pb, pr_in, ps});
+  auto go = [&](auto vtag, auto atag) {
+    constexpr int P = decltype(vtag)::value;
+    constexpr bool ADD = decltype(atag)::value;
+    norm_fwd_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pr_in, ps, pw, pb, N,
+                                                                                int(C), eps);
+  };
+  using V = std::integral_constant<int, kVec<T>>;
+  using S = std::integral_constant<int, 1>;
+  if (ps && vec) go(V{}, std::true_type{});
+  else if (ps) go(S{}, std::true_type{});
+  else if (vec) go(V{}, std::false_type{});
+  else go(S{}, std::false_type{});
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
 }
 
+// ds defined: dx = ds + the norm's dx (the fused add's backward).
 template <class T, bool RMS>
-void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
-                     const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
+                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   const int64_t C = last_dim(x), N = x.numel() / C;
   const T *pdy = dy.data<T>(), *px = x.data<T>(), *pw = w.data<T>();
+  const T* pds = ds.defined() ? ds.data<T>() : nullptr;
   const float* pm = RMS ? nullptr : mean.data<float>();
   const float* pr = rstd.data<float>();
   if (dx.defined() && N > 0) {
     T* pdx = dx.data<T>();
     const dim3 block(32, kRowWarps);
-    if (can_vectorise<T>(C, {pdx, pdy, px, pw}))
-      norm_bwd_dx_kernel<T, kVec<T>, RMS><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, px, pw, pm, pr, N, int(C));
-    else
-      norm_bwd_dx_kernel<T, 1, RMS><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, px, pw, pm, pr, N, int(C));
+    const bool vec = can_vectorise<T>(C, {pdx, pdy, px, pw, pds});
+    auto go = [&](auto vtag, auto atag) {
+      constexpr int P = decltype(vtag)::value;
+      constexpr bool ADD = decltype(atag)::value;
+      norm_bwd_dx_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, pds, px, pw, pm, pr,
+                                                                                     N, int(C));
+    };
+    using V = std::integral_constant<int, kVec<T>>;
+    using S = std::integral_constant<int, 1>;
+    if (pds && vec) go(V{}, std::true_type{});
+    else if (pds) go(S{}, std::true_type{});
+    else if (vec) go(V{}, std::false_type{});
+    else go(S{}, std::false_type{});
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
   }
   T* pdw = dw.defined() ? dw.data<T>() : nullptr;
@@ -294,6 +346,14 @@ void check_norm(const char* op, const Tensor& y, const Tensor& x, const Tensor& 
   LT_CHECK(y.dtype() == x.dtype(), std::string(op) + ": dtype mismatch", "input and output must share a dtype", "");
   check_vec(op, w, C, x.dtype(), "weight");
   if (b.defined()) check_vec(op, b, C, x.dtype(), "bias");
+}
+
+// Every defined operand in `others` has ref's dtype (the fused add's addends, sum and gradients).
+void check_same_dtypes(const char* op, const Tensor& ref, std::initializer_list<Tensor> others) {
+  for (const Tensor& t : others)
+    LT_CHECK(!t.defined() || t.dtype() == ref.dtype(), std::string(op) + ": dtype mismatch",
+             std::string("got ") + dtype_name(t.dtype()) + " next to " + dtype_name(ref.dtype()),
+             "the fused add and its gradients share one storage dtype");
 }
 
 template <bool BWD> void launch_softmax(const Tensor& out, const Tensor& a, const Tensor& y) {
@@ -339,7 +399,9 @@ void CudaBackend::layernorm_fwd(const Tensor& y, const Tensor& mean, const Tenso
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (mean.defined()) check_vec("layernorm_fwd", mean, N, DType::F32, "mean");
   if (rstd.defined()) check_vec("layernorm_fwd", rstd, N, DType::F32, "rstd");
-  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_fwd<decltype(tag), false>(y, mean, rstd, x, w, b, eps); });
+  dispatch_float(x.dtype(), [&](auto tag) {
+    launch_norm_fwd<decltype(tag), false>(y, mean, rstd, x, Tensor(), Tensor(), w, b, eps);
+  });
 }
 
 void CudaBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
@@ -353,14 +415,18 @@ void CudaBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor
   LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "layernorm_bwd: dx dtype", "dx must have x's dtype", "");
   check_vec(op, mean, N, DType::F32, "mean");
   check_vec(op, rstd, N, DType::F32, "rstd");
-  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_bwd<decltype(tag), false>(dx, dw, db, dy, x, w, mean, rstd); });
+  dispatch_float(x.dtype(), [&](auto tag) {
+    launch_norm_bwd<decltype(tag), false>(dx, dw, db, dy, Tensor(), x, w, mean, rstd);
+  });
 }
 
 void CudaBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   check_norm("rmsnorm_fwd", y, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (rstd.defined()) check_vec("rmsnorm_fwd", rstd, N, DType::F32, "rstd");
-  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, w, Tensor(), eps); });
+  dispatch_float(x.dtype(), [&](auto tag) {
+    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, Tensor(), Tensor(), w, Tensor(), eps);
+  });
 }
 
 void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
@@ -373,7 +439,67 @@ void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& 
   LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "rmsnorm_bwd: dx dtype", "dx must have x's dtype", "");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(x.dtype(), [&](auto tag) {
-    launch_norm_bwd<decltype(tag), true>(dx, dw, Tensor(), dy, x, w, Tensor(), rstd);
+    launch_norm_bwd<decltype(tag), true>(dx, dw, Tensor(), dy, Tensor(), x, w, Tensor(), rstd);
+  });
+}
+
+void CudaBackend::add_layernorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, float eps) {
+  const char* op = "add_layernorm_fwd";
+  check_norm(op, y, x, w, b);
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  check_rows(op, r, N, C, "residual");
+  check_rows(op, sum, N, C, "sum");
+  check_same_dtypes(op, x, {r, sum});
+  if (mean.defined()) check_vec(op, mean, N, DType::F32, "mean");
+  if (rstd.defined()) check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) { launch_norm_fwd<decltype(tag), false>(y, mean, rstd, x, r, sum, w, b, eps); });
+}
+
+void CudaBackend::add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                                    const Tensor& ds, const Tensor& sum, const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd) {
+  const char* op = "add_layernorm_bwd";
+  check_norm(op, dy, sum, w, Tensor());
+  const int64_t C = last_dim(sum), N = sum.numel() / C;
+  check_rows(op, dsum, N, C, "dsum");
+  if (ds.defined()) check_rows(op, ds, N, C, "ds");
+  check_same_dtypes(op, sum, {dsum, ds});
+  if (dw.defined()) check_vec(op, dw, C, sum.dtype(), "dw");
+  if (db.defined()) check_vec(op, db, C, sum.dtype(), "db");
+  check_vec(op, mean, N, DType::F32, "mean");
+  check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(sum.dtype(), [&](auto tag) {
+    launch_norm_bwd<decltype(tag), false>(dsum, dw, db, dy, ds, sum, w, mean, rstd);
+  });
+}
+
+void CudaBackend::add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x,
+                                  const Tensor& r, const Tensor& w, float eps) {
+  const char* op = "add_rmsnorm_fwd";
+  check_norm(op, y, x, w, Tensor());
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  check_rows(op, r, N, C, "residual");
+  check_rows(op, sum, N, C, "sum");
+  check_same_dtypes(op, x, {r, sum});
+  if (rstd.defined()) check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(x.dtype(), [&](auto tag) {
+    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, r, sum, w, Tensor(), eps);
+  });
+}
+
+void CudaBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds,
+                                  const Tensor& sum, const Tensor& w, const Tensor& rstd) {
+  const char* op = "add_rmsnorm_bwd";
+  check_norm(op, dy, sum, w, Tensor());
+  const int64_t C = last_dim(sum), N = sum.numel() / C;
+  check_rows(op, dsum, N, C, "dsum");
+  if (ds.defined()) check_rows(op, ds, N, C, "ds");
+  check_same_dtypes(op, sum, {dsum, ds});
+  if (dw.defined()) check_vec(op, dw, C, sum.dtype(), "dw");
+  check_vec(op, rstd, N, DType::F32, "rstd");
+  dispatch_float(sum.dtype(), [&](auto tag) {
+    launch_norm_bwd<decltype(tag), true>(dsum, dw, Tensor(), dy, ds, sum, w, Tensor(), rstd);
   });
 }
 

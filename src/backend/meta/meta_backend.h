@@ -30,6 +30,14 @@ class MetaBackend final : public Backend {
                      const Tensor&, const Tensor&) override {}
   void rmsnorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, float) override {}
   void rmsnorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void add_layernorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&, float) override {}
+  void add_layernorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&, const Tensor&) override {}
+  void add_rmsnorm_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                       float) override {}
+  void add_rmsnorm_bwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                       const Tensor&) override {}
   void softmax_fwd(const Tensor&, const Tensor&) override {}
   void softmax_bwd(const Tensor&, const Tensor&, const Tensor&) override {}
   void attention_fwd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
