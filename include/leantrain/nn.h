@@ -177,6 +177,9 @@ class LayerNorm : public UnaryModule {
   LayerNorm(ParamFactory& pf, int64_t dim, double eps = 1e-5, bool bias = true);
   const char* type_name() const override { return "LayerNorm"; }
   Tensor forward(const Tensor& x) override;
+  // {x + residual, forward(x + residual)} in one fused op (add_layer_norm). Bypasses the forward
+  // wrapper: callers use it only when none is installed.
+  AddNormResult forward_add(const Tensor& x, const Tensor& residual);
 
  private:
   double eps_;
@@ -189,6 +192,7 @@ class RMSNorm : public UnaryModule {
   RMSNorm(ParamFactory& pf, int64_t dim, double eps = 1e-6);
   const char* type_name() const override { return "RMSNorm"; }
   Tensor forward(const Tensor& x) override;
+  AddNormResult forward_add(const Tensor& x, const Tensor& residual);  // as LayerNorm's (add_rms_norm)
 
  private:
   double eps_;

@@ -11,8 +11,21 @@ PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, 
   mlp_ = register_module(names.mlp, std::move(mlp));
 }
 
+// The residual add and ln_2 run as one fused op (add_layer_norm: one pass each way, the same
+// tensors saved) unless ln_2 has a forward wrapper (a checkpointed ln_2 must run through it).
 Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
-  Tensor h = add(x, (*attn_)((*ln_1_)(x), mask));
+  Tensor a = (*attn_)((*ln_1_)(x), mask);
+  if (!ln_2_->forward_wrapper()) {
+    if (auto* ln = dynamic_cast<LayerNorm*>(ln_2_.get())) {
+      auto [h, y] = ln->forward_add(a, x);
+      return add(h, (*mlp_)(y));
+    }
+    if (auto* ln = dynamic_cast<RMSNorm*>(ln_2_.get())) {
+      auto [h, y] = ln->forward_add(a, x);
+      return add(h, (*mlp_)(y));
+    }
+  }
+  Tensor h = add(x, a);
   return add(h, (*mlp_)((*ln_2_)(h)));
 }
 

@@ -13,10 +13,18 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return layer_norm(x, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_);
 }
 
+AddNormResult LayerNorm::forward_add(const Tensor& x, const Tensor& residual) {
+  return add_layer_norm(x, residual, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_);
+}
+
 RMSNorm::RMSNorm(ParamFactory& pf, int64_t dim, double eps) : eps_(eps) {
   weight_ = &register_parameter("weight", pf.make({dim}, Init::ones()));
 }
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, autocast_like(*weight_, x), eps_); }
+
+AddNormResult RMSNorm::forward_add(const Tensor& x, const Tensor& residual) {
+  return add_rms_norm(x, residual, autocast_like(*weight_, x), eps_);
+}
 
 }  // namespace lt::nn
