@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -330,6 +331,38 @@ void timings() {
                 2.0 * double(g.m) * double(g.n) * double(g.k) / (ms * 1e9));
   }
   cuda_set_allow_tf32(false);
+  {
+    // f32 attention forward + backward at ViT-L/16 shape (B = 64, H = 16, T = 197, D = 64):
+    // the register-tiled f32 kernels against the warp-per-4-rows SIMT kernels (forced with
+    // LEANTRAIN_ATTN_F32_SIMT=1, see use_fast_f32_attention). FLOPs counted as 4 B H T^2 D
+    // forward + 10 B H T^2 D backward (the backward's recomputation of S and dP not counted).
+    const int64_t B = 64, H = 16, T = 197, D = 64;
+    Generator gen(7);
+    Tensor q = randn({B, H, T, D}, gen, 1.0f, DType::F32).to(kGpu), k = randn({B, H, T, D}, gen, 1.0f, DType::F32).to(kGpu),
+           v = randn({B, H, T, D}, gen, 1.0f, DType::F32).to(kGpu), dout = randn({B, H, T, D}, gen, 1.0f, DType::F32).to(kGpu);
+    Backend& gpu = backend_for(kGpu);
+    const float sc = 1.0f / std::sqrt(float(D));
+    const double fl_f = 4.0 * double(B * H) * double(T) * double(T) * double(D), fl_b = 2.5 * fl_f;
+    Tensor outs[2], dqs[2];
+    for (int old = 1; old >= 0; --old) {
+      if (old) setenv("LEANTRAIN_ATTN_F32_SIMT", "1", 1);
+      else unsetenv("LEANTRAIN_ATTN_F32_SIMT");
+      Tensor out = empty({B, H, T, D}, DType::F32, kGpu), lse = empty({B, H, T}, DType::F32, kGpu);
+      Tensor dq = empty({B, H, T, D}, DType::F32, kGpu), dk = empty({B, H, T, D}, DType::F32, kGpu),
+             dv = empty({B, H, T, D}, DType::F32, kGpu);
+      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), false, sc); }, 5);
+      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), false, sc); }, 5);
+      std::printf("time attention f32 %s B64 H16 T197 D64: fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s), "
+                  "fwd+bwd %.1f TFLOP/s\n",
+                  old ? "old SIMT path " : "register-tiled", f, fl_f / (f * 1e9), b, fl_b / (b * 1e9),
+                  (fl_f + fl_b) / ((f + b) * 1e9));
+      outs[old] = out;
+      dqs[old] = dq;
+    }
+    unsetenv("LEANTRAIN_ATTN_F32_SIMT");
+    check_close("attention f32: register-tiled output equals the SIMT path's", outs[0], outs[1], 1e-5, 1e-4);
+    check_close("attention f32: register-tiled dq equals the SIMT path's", dqs[0], dqs[1], 1e-5, 1e-4);
+  }
   // The optimizer over GPT-2-small-sized parameters (124M, 148 tensors like the real model).
   std::vector<Tensor> p, g, m, v;
   const int64_t per = 124'000'000 / 148;

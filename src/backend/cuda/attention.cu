@@ -28,6 +28,8 @@
 // 32 partners at a time from a transposed shared-memory chunk, f32 FMA throughout) with the
 // same O(T) memory, the same three backward steps and the same semantics.
 #include <algorithm>
+#include <cstdlib>
+#include <type_traits>
 #include <initializer_list>
 #include <string>
 
@@ -924,6 +926,384 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
   }
 }
 
+// ======================================================================== register-tiled f32 (SIMT)
+
+// The f32 path for head dims 32/64/128 (see use_fast_f32_attention): a block of 256 threads
+// owns a 64-row tile (queries for the forward and dQ, keys for dK/dV) of one (b, h) and walks
+// the other side in 64-row tiles staged in shared memory, row-major with a row stride of D + 4
+// floats. Thread (ty, tx) = (tid / 16, tid % 16) computes the 4 x 4 scores of rows ty + 16 i and
+// columns tx + 16 j with f32 FMA, reading float4 runs of D (the 8 lanes of a quarter warp hit 8
+// distinct bank groups, the A operand is a broadcast); then the 64 x 64 P (or dS) goes through
+// shared memory and the same thread accumulates rows ty + 16 i, columns fcol(tx, c) of the
+// 64 x D product in registers. Same semantics, masking, saved lse and three backward steps
+// (delta in the dq rows) as the other kernels; true f32 arithmetic throughout.
+constexpr int kFT = 256;  // threads
+constexpr int kFB = 64;   // rows per tile (both sides)
+constexpr int kFP = kFB + 4;  // row stride of the 64 x 64 P / dS tile
+template <int D> constexpr int f_ld() { return D + 4; }
+template <int D> constexpr int f_cpt() { return D / 16; }  // output columns per thread
+
+// Column of a thread's c-th output value: float4 runs tx*4 + 64 g for D >= 64, float2 runs for D = 32.
+template <int D> __device__ __forceinline__ int fcol(int tx, int c) {
+  if constexpr (D >= 64) return (c >> 2) * 64 + tx * 4 + (c & 3);
+  else return tx * 2 + c;
+}
+
+// Loads the CPT output columns of one shared row.
+template <int D> __device__ __forceinline__ void f_row(float (&x)[f_cpt<D>()], const float* row, int tx) {
+  if constexpr (D >= 64) {
+#pragma unroll
+    for (int g = 0; g < D / 64; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(row + g * 64 + tx * 4);
+      x[4 * g] = v.x, x[4 * g + 1] = v.y, x[4 * g + 2] = v.z, x[4 * g + 3] = v.w;
+    }
+  } else {
+    const float2 v = *reinterpret_cast<const float2*>(row + tx * 2);
+    x[0] = v.x, x[1] = v.y;
+  }
+}
+
+// Rows [r0, r0 + 64) of a [n, D] f32 matrix (row stride ld, rows 16-byte aligned) into a shared
+// tile with row stride D + 4; rows past n become zeros.
+template <int D> __device__ __forceinline__ void f_load(float* s, const float* g, int64_t ld, int r0, int n) {
+  constexpr int CH = D / 4, LD = f_ld<D>();
+  for (int i = threadIdx.x; i < kFB * CH; i += kFT) {
+    const int r = i / CH, ch = i - r * CH;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r0 + r < n) v = *reinterpret_cast<const float4*>(g + int64_t(r0 + r) * ld + ch * 4);
+    *reinterpret_cast<float4*>(s + r * LD + ch * 4) = v;
+  }
+}
+
+// c[i][j] = sum_d A[ty + 16 i][d] * B[tx + 16 j][d] (both shared, row stride D + 4), d in order.
+template <int D>
+__device__ __forceinline__ void f_abt(float (&c)[4][4], const float* A, const float* B, int ty, int tx) {
+  constexpr int LD = f_ld<D>();
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[i][j] = 0.0f;
+#pragma unroll 2
+  for (int d = 0; d < D; d += 4) {
+    float4 a[4], b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(A + (ty + 16 * i) * LD + d);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = *reinterpret_cast<const float4*>(B + (tx + 16 * j) * LD + d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        c[i][j] = fmaf(a[i].x, b[j].x, c[i][j]);
+        c[i][j] = fmaf(a[i].y, b[j].y, c[i][j]);
+        c[i][j] = fmaf(a[i].z, b[j].z, c[i][j]);
+        c[i][j] = fmaf(a[i].w, b[j].w, c[i][j]);
+      }
+  }
+}
+
+// o[i][c] += sum_{k < kn} P[ty + 16 i][k] * V[k][fcol(tx, c)]  (P row stride kFP, V row stride D + 4;
+// kn is a multiple of 4, rows of V in [valid, kn) are zeros and so are their P entries).
+template <int D>
+__device__ __forceinline__ void f_ab(float (&o)[4][f_cpt<D>()], const float* P, const float* V, int kn, int ty,
+                                     int tx) {
+  constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
+#pragma unroll 1
+  for (int k = 0; k < kn; k += 4) {
+    float4 p[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = *reinterpret_cast<const float4*>(P + (ty + 16 * i) * kFP + k);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      float v[CPT];
+      f_row<D>(v, V + (k + kk) * LD, tx);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float pv = kk == 0 ? p[i].x : kk == 1 ? p[i].y : kk == 2 ? p[i].z : p[i].w;
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) o[i][c] = fmaf(pv, v[c], o[i][c]);
+      }
+    }
+  }
+}
+
+// Writes rows r0 + ty + 16 i (< n) of a 64 x D register tile (times mul) to global (row stride ld).
+template <int D>
+__device__ __forceinline__ void f_store(float* g, int64_t ld, int r0, int n, const float (&o)[4][f_cpt<D>()],
+                                        const float (&mul)[4], int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = r0 + ty + 16 * i;
+    if (r >= n) continue;
+    float* row = g + int64_t(r) * ld;
+    if constexpr (D >= 64) {
+#pragma unroll
+      for (int gq = 0; gq < D / 64; ++gq)
+        *reinterpret_cast<float4*>(row + gq * 64 + tx * 4) =
+            make_float4(o[i][4 * gq] * mul[i], o[i][4 * gq + 1] * mul[i], o[i][4 * gq + 2] * mul[i],
+                        o[i][4 * gq + 3] * mul[i]);
+    } else {
+      *reinterpret_cast<float2*>(row + tx * 2) = make_float2(o[i][0] * mul[i], o[i][1] * mul[i]);
+    }
+  }
+}
+
+// Rounds the count of valid rows of a tile up to a multiple of 4 (the f_ab step).
+__device__ __forceinline__ int f_kn(int valid) { return min(kFB, (valid + 3) & ~3); }
+
+template <int D> constexpr size_t f_fwd_smem() { return size_t(3 * kFB * f_ld<D>() + kFB * kFP) * sizeof(float); }
+template <int D> constexpr size_t f_dq_smem() { return size_t(4 * kFB * f_ld<D>() + kFB * kFP) * sizeof(float); }
+template <int D> constexpr size_t f_dkdv_smem() {
+  return size_t(4 * kFB * f_ld<D>() + 2 * kFB * kFP) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, float* __restrict__ lse,
+                                                    const float* __restrict__ q, const float* __restrict__ k,
+                                                    const float* __restrict__ v, const uint8_t* __restrict__ mask,
+                                                    Rows so, Rows sq, Rows sk, Rows sv, int H, int Tq, int Tk,
+                                                    bool causal, float scale) {
+  constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
+  extern __shared__ __align__(16) float fsm[];
+  float* Qs = fsm;              // [64][LD]
+  float* Ks = Qs + kFB * LD;    // [64][LD]
+  float* Vs = Ks + kFB * LD;    // [64][LD]
+  float* Ps = Vs + kFB * LD;    // [64][kFP]
+  __shared__ uint8_t ok_s[kFB];
+
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int q0 = int(gridDim.y - 1 - blockIdx.y) * kFB;  // heaviest (causal) tiles first
+  const int off = Tk - Tq;
+  const float* kg = k + sk.head(bh, H);
+  const float* vg = v + sv.head(bh, H);
+  float* og = out + so.head(bh, H);
+  float* lg = lse + bh * Tq;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+
+  const int kend = causal ? min(Tk, q0 + kFB + off) : Tk;  // keys [0, kend) can be visible to the block
+  if (kend <= 0) {
+    zero_rows(og, so.st, q0, kFB, Tq, D);
+    if (tid < kFB && q0 + tid < Tq) lg[q0 + tid] = INFINITY;
+    return;
+  }
+  f_load<D>(Qs, q + sq.head(bh, H), sq.st, q0, Tq);
+
+  float o[4][CPT], m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) o[i][c] = 0.0f;
+  }
+  for (int k0 = 0; k0 < kend; k0 += kFB) {
+    __syncthreads();  // the previous tile's K, V, P are no longer read
+    f_load<D>(Ks, kg, sk.st, k0, Tk);
+    f_load<D>(Vs, vg, sv.st, k0, Tk);
+    if (tid < kFB) ok_s[tid] = k0 + tid < kend && (!mrow || mrow[k0 + tid] != 0);
+    __syncthreads();
+    float s[4][4];
+    f_abt<D>(s, Qs, Ks, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = q0 + ty + 16 * i;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int kc = tx + 16 * j;
+        const bool ok = ok_s[kc] && (!causal || k0 + kc <= row + off);
+        s[i][j] = ok ? s[i][j] * scale : -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+#pragma unroll
+      for (int w = 1; w < 16; w <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, w));
+      const float m_new = fmaxf(m[i], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = expf(m[i] - m_use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float p = expf(s[i][j] - m_use);
+        sum += p;
+        Ps[(ty + 16 * i) * kFP + tx + 16 * j] = p;
+      }
+#pragma unroll
+      for (int w = 1; w < 16; w <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, w);
+      l[i] = l[i] * alpha + sum;
+      m[i] = m_new;
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) o[i][c] *= alpha;
+    }
+    __syncthreads();
+    f_ab<D>(o, Ps, Vs, f_kn(min(kFB, Tk - k0)), ty, tx);
+  }
+  float inv[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    const int row = q0 + ty + 16 * i;
+    if (tx == 0 && row < Tq) lg[row] = l[i] > 0.0f ? m[i] + logf(l[i]) : INFINITY;
+  }
+  f_store<D>(og, so.st, q0, Tq, o, inv, ty, tx);
+}
+
+// dQ: a block owns 64 query rows and walks the key tiles.
+template <int D>
+__global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, const float* __restrict__ q,
+                                                       const float* __restrict__ k, const float* __restrict__ v,
+                                                       const float* __restrict__ dout, const float* __restrict__ lse,
+                                                       const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk,
+                                                       Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
+                                                       float scale) {
+  constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
+  extern __shared__ __align__(16) float fsm[];
+  float* Qs = fsm;
+  float* dOs = Qs + kFB * LD;
+  float* Ks = dOs + kFB * LD;
+  float* Vs = Ks + kFB * LD;
+  float* dSs = Vs + kFB * LD;  // [64][kFP]
+  __shared__ uint8_t ok_s[kFB];
+  __shared__ float L_s[kFB], dl_s[kFB];
+
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int q0 = int(gridDim.y - 1 - blockIdx.y) * kFB;
+  const int off = Tk - Tq;
+  const float* kg = k + sk.head(bh, H);
+  const float* vg = v + sv.head(bh, H);
+  float* dqg = dq + sdq.head(bh, H);
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  // Row statistics first: the deltas live in the dq rows this block overwrites at the end.
+  if (tid < kFB) {
+    const int row = q0 + tid;
+    L_s[tid] = row < Tq ? lse[bh * Tq + row] : INFINITY;
+    dl_s[tid] = row < Tq ? get_delta(dqg + int64_t(row) * sdq.st) : 0.0f;
+  }
+  f_load<D>(Qs, q + sq.head(bh, H), sq.st, q0, Tq);
+  f_load<D>(dOs, dout + sdo.head(bh, H), sdo.st, q0, Tq);
+  __syncthreads();  // deltas read by their threads before anyone writes dq (at the end)
+  float L[4], dl[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    L[i] = L_s[ty + 16 * i];
+    dl[i] = dl_s[ty + 16 * i];
+  }
+  float acc[4][CPT];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) acc[i][c] = 0.0f;
+  const int kend = causal ? min(Tk, q0 + kFB + off) : Tk;
+  for (int k0 = 0; k0 < kend; k0 += kFB) {
+    __syncthreads();
+    f_load<D>(Ks, kg, sk.st, k0, Tk);
+    f_load<D>(Vs, vg, sv.st, k0, Tk);
+    if (tid < kFB) ok_s[tid] = k0 + tid < kend && (!mrow || mrow[k0 + tid] != 0);
+    __syncthreads();
+    float s[4][4], dp[4][4];
+    f_abt<D>(s, Qs, Ks, ty, tx);
+    f_abt<D>(dp, dOs, Vs, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = q0 + ty + 16 * i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int kc = tx + 16 * j;
+        const bool ok = ok_s[kc] && !isinf(L[i]) && (!causal || k0 + kc <= row + off);
+        dSs[(ty + 16 * i) * kFP + kc] = ok ? expf(s[i][j] * scale - L[i]) * (dp[i][j] - dl[i]) : 0.0f;
+      }
+    }
+    __syncthreads();
+    f_ab<D>(acc, dSs, Ks, f_kn(min(kFB, Tk - k0)), ty, tx);
+  }
+  const float mul[4] = {scale, scale, scale, scale};
+  f_store<D>(dqg, sdq.st, q0, Tq, acc, mul, ty, tx);
+}
+
+// dK, dV: a block owns 64 key rows and walks the query tiles that can see them.
+template <int D>
+__global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk, float* __restrict__ dv,
+                                                         const float* __restrict__ q, const float* __restrict__ k,
+                                                         const float* __restrict__ v, const float* __restrict__ dout,
+                                                         const float* __restrict__ lse,
+                                                         const float* __restrict__ dq_delta,
+                                                         const uint8_t* __restrict__ mask, Rows sdk, Rows sdv,
+                                                         Rows sq, Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int Tq,
+                                                         int Tk, bool causal, float scale) {
+  constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
+  extern __shared__ __align__(16) float fsm[];
+  float* Ks = fsm;
+  float* Vs = Ks + kFB * LD;
+  float* Qs = Vs + kFB * LD;
+  float* dOs = Qs + kFB * LD;
+  float* PT = dOs + kFB * LD;   // [64 keys][kFP]
+  float* dST = PT + kFB * kFP;  // [64 keys][kFP]
+  __shared__ float L_s[kFB], dl_s[kFB];
+
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int64_t bh = blockIdx.x;
+  const int b = int(bh / H);
+  const int k0 = int(blockIdx.y) * kFB;
+  const int off = Tk - Tq;
+  const float* qg = q + sq.head(bh, H);
+  const float* dog = dout + sdo.head(bh, H);
+  const float* dlg = dq_delta + sdq.head(bh, H);
+  const float* lg = lse + bh * Tq;
+  const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
+  f_load<D>(Ks, k + sk.head(bh, H), sk.st, k0, Tk);
+  f_load<D>(Vs, v + sv.head(bh, H), sv.st, k0, Tk);
+  bool kok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int key = k0 + ty + 16 * i;
+    kok[i] = key < Tk && (!mrow || mrow[key] != 0);
+  }
+  float ak[4][CPT], av[4][CPT];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) ak[i][c] = av[i][c] = 0.0f;
+  // Queries before k0 - off see none of these keys (causal); whole query tiles are skipped.
+  const int ibeg = causal ? max(0, k0 - off) / kFB * kFB : 0;
+  for (int i0 = ibeg; i0 < Tq; i0 += kFB) {
+    __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
+    f_load<D>(Qs, qg, sq.st, i0, Tq);
+    f_load<D>(dOs, dog, sdo.st, i0, Tq);
+    if (tid < kFB) {
+      const int qi = i0 + tid;
+      L_s[tid] = qi < Tq ? lg[qi] : INFINITY;
+      dl_s[tid] = qi < Tq ? get_delta(dlg + int64_t(qi) * sdq.st) : 0.0f;
+    }
+    __syncthreads();
+    float s[4][4], dp[4][4];
+    f_abt<D>(s, Ks, Qs, ty, tx);   // S^T: rows = keys, columns = queries
+    f_abt<D>(dp, Vs, dOs, ty, tx); // dP^T
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int qc = tx + 16 * j, qi = i0 + qc;
+      const float Lq = L_s[qc], dlq = dl_s[qc];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + ty + 16 * i;
+        const bool ok = kok[i] && qi < Tq && !isinf(Lq) && (!causal || key <= qi + off);
+        const float p = ok ? expf(s[i][j] * scale - Lq) : 0.0f;
+        PT[(ty + 16 * i) * kFP + qc] = p;
+        dST[(ty + 16 * i) * kFP + qc] = p * (dp[i][j] - dlq);
+      }
+    }
+    __syncthreads();
+    const int kn = f_kn(min(kFB, Tq - i0));
+    f_ab<D>(av, PT, dOs, kn, ty, tx);
+    f_ab<D>(ak, dST, Qs, kn, ty, tx);
+  }
+  const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mul[4] = {scale, scale, scale, scale};
+  f_store<D>(dk + sdk.head(bh, H), sdk.st, k0, Tk, ak, mul, ty, tx);
+  f_store<D>(dv + sdv.head(bh, H), sdv.st, k0, Tk, av, one, ty, tx);
+}
+
 // ======================================================================== launchers
 
 struct AttnDims {
@@ -1065,6 +1445,64 @@ void check_simt(const char* op, const AttnDims& a, DType t) {
            "the backward keeps a 4-byte statistic in each dq row", "use a head dim of at least 2");
 }
 
+
+// ---- the register-tiled f32 path
+
+// THE switch for the f32 path: true when the register-tiled f32 kernels take this call (head
+// dim 32, 64 or 128; every row 16-byte aligned). Returning false sends every f32 call back to
+// the warp-per-4-rows SIMT kernels. Setting LEANTRAIN_ATTN_F32_SIMT=1 in the environment does
+// the same at run time (gpu_checks uses it to time both paths).
+bool use_fast_f32_attention(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
+  if (t != DType::F32 || (D != 32 && D != 64 && D != 128)) return false;
+  if (const char* e = std::getenv("LEANTRAIN_ATTN_F32_SIMT"); e && e[0] == '1') return false;
+  for (const Tensor* x : ts) {
+    if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
+    for (int d = 0; d < 3; ++d)
+      if (x->size(d) > 1 && x->strides()[size_t(d)] % 4 != 0) return false;
+  }
+  return true;
+}
+
+template <int D>
+void fwd_f32(const AttnDims& a, const FwdRows& r, float* out, float* lse, const float* q, const float* k,
+             const float* v, const uint8_t* mask, bool causal, float scale) {
+  constexpr size_t smem = f_fwd_smem<D>();
+  allow_smem(attn_fwd_f32<D>, smem);
+  const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
+  attn_fwd_f32<D><<<grid, kFT, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
+                                                         int(a.Tq), int(a.Tk), causal, scale);
+  LT_CUDA_LAUNCH_CHECK("attn_fwd_f32");
+}
+
+template <int D>
+void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* dv, const float* dout, const float* q,
+             const float* k, const float* v, const float* out, const float* lse, const uint8_t* mask, bool causal,
+             float scale) {
+  const int64_t qrows = a.B * a.H * a.Tq;
+  if (qrows > 0) {  // 1. delta into dq's rows (the SIMT kernel: one warp per row)
+    attn_delta_simt<float><<<unsigned((qrows + 7) / 8), 256, 0, current_stream()>>>(
+        dq, out, dout, r.dq, r.o, r.dout, int(a.H), int(a.Tq), qrows, int(a.D));
+    LT_CUDA_LAUNCH_CHECK("attn_delta_simt");
+  }
+  if (a.Tk > 0) {  // 2. dK, dV (with Tq = 0 the kernel writes zeros)
+    constexpr size_t smem = f_dkdv_smem<D>();
+    allow_smem(attn_bwd_dkdv_f32<D>, smem);
+    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tk + kFB - 1) / kFB));
+    attn_bwd_dkdv_f32<D><<<grid, kFT, smem, current_stream()>>>(dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv,
+                                                                r.q, r.k, r.v, r.dout, r.dq, int(a.H), int(a.Tq),
+                                                                int(a.Tk), causal, scale);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_f32");
+  }
+  if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
+    constexpr size_t smem = f_dq_smem<D>();
+    allow_smem(attn_bwd_dq_f32<D>, smem);
+    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
+    attn_bwd_dq_f32<D><<<grid, kFT, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k, r.v,
+                                                              r.dout, int(a.H), int(a.Tq), int(a.Tk), causal, scale);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_f32");
+  }
+}
+
 }  // namespace
 
 void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
@@ -1083,6 +1521,14 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
       if (use_mma(q.dtype(), a.D, {&out, &q, &k, &v})) {
         if (a.D == 64) fwd_mma<T, 64>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
         else fwd_mma<T, 128>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        return;
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_fast_f32_attention(q.dtype(), a.D, {&out, &q, &k, &v})) {
+        if (a.D == 32) fwd_f32<32>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else if (a.D == 64) fwd_f32<64>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else fwd_f32<128>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
         return;
       }
     }
@@ -1117,6 +1563,14 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
         if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
         else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        return;
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_fast_f32_attention(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
+        if (a.D == 32) bwd_f32<32>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        else if (a.D == 64) bwd_f32<64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        else bwd_f32<128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
         return;
       }
     }
