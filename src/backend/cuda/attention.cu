@@ -24,7 +24,9 @@
 // straight into [B, T, C] / [B, T, 3C] buffers. A row's D values stay contiguous, so every load
 // and store is the one a contiguous operand gets; only the row base address is computed from strides.
 //
-// f32 inputs and head dims other than 64/128 take a SIMT path (a warp owns 4 rows, lanes take
+// f32 with head dim 32/64/128 (16-byte aligned rows) takes register-tiled SIMT kernels (64-row
+// blocks, 4 x 4 micro-tiles per thread, true f32 FMA); the switch is use_fast_f32_attention.
+// Other f32 calls and 16-bit head dims other than 64/128 take a SIMT path (a warp owns 4 rows, lanes take
 // 32 partners at a time from a transposed shared-memory chunk, f32 FMA throughout) with the
 // same O(T) memory, the same three backward steps and the same semantics.
 #include <algorithm>
