@@ -6,12 +6,16 @@
 //              BENCHMARKS.md config) overrides --dtype, --master-weights fp32 for the -true ones
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
-//              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds
+//              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
+//              On cuda, then one line each for pageable and pinned staging: ms per next() with
+//              the workers ahead (a --gap-ms pause stands for the step), host time of the call
+//              and until the copy has landed (next + synchronize), medians over --batches
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -240,6 +244,34 @@ int loader(const std::map<std::string, std::string>& f) {
   std::printf("{\"mode\": \"loader\", \"batch\": %lld, \"size\": %lld, \"workers\": %d, \"serial_batch_ms\": %.1f, "
               "\"first_next_ms\": %.1f, \"steady_next_ms\": %.1f}\n",
               (long long)batch, (long long)size, workers, serial_ms, first_ms, steady_ms);
+  if (!o.device.is_cuda()) return 0;
+  // The copy alone: the workers get a pause per batch to be ahead (as during a training step),
+  // so next() only allocates and copies.
+  const double gap_ms = std::stod(get(f, "gap-ms", std::to_string(2.0 + 1.5 * serial_ms / workers)));
+  Backend& be = backend_for(o.device);
+  for (bool pin : {false, true}) {
+    LoaderOptions po = o;
+    po.pin_memory = pin;
+    DataLoader pl(ds, po);
+    pl.next();
+    be.synchronize();
+    std::vector<double> call, landed;
+    for (int64_t b = 1; b < batches; ++b) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(gap_ms));
+      const auto t0 = Clock::now();
+      Batch x = pl.next();
+      call.push_back(ms_since(t0));
+      be.synchronize();
+      landed.push_back(ms_since(t0));
+    }
+    std::sort(call.begin(), call.end());
+    std::sort(landed.begin(), landed.end());
+    std::printf("{\"mode\": \"loader_copy\", \"device\": \"%s\", \"pin_memory\": %s, \"pinned\": %s, \"batch_mib\": %.1f, "
+                "\"gap_ms\": %.1f, \"next_ms\": %.2f, \"next_sync_ms\": %.2f}\n",
+                o.device.str().c_str(), pin ? "true" : "false", pl.pinned() ? "true" : "false",
+                double(batch * 3 * size * size * 4) / double(1 << 20), gap_ms, call[call.size() / 2],
+                landed[landed.size() / 2]);
+  }
   return 0;
 }
 

@@ -124,6 +124,10 @@ struct LoaderOptions {
   int prefetch = 2;        // host batches prepared ahead by the worker threads; 0: on the caller's thread
   int workers = 1;         // threads building them; each batch is split among them (same batches for any count)
   Device device = Device::cpu();
+  // Stage batches in pinned host memory and copy them to a CUDA device asynchronously (falls back
+  // to pageable memory and a synchronous copy, with one warning, when pinned memory is refused).
+  // false: pageable memory, synchronous copy. Batches and device allocations are the same either way.
+  bool pin_memory = true;
 };
 
 struct Batch {
@@ -153,17 +157,32 @@ class DataLoader {
 
   // The batch at the current position, on the target device; then moves on (past the last batch
   // of an epoch to the first of the next). Device tensors are allocated here, on the caller's
-  // thread, so device allocations happen in program order whatever the workers do.
+  // thread, so device allocations happen in program order whatever the workers do. On CUDA the
+  // copy into them is enqueued on the compute stream and may still be running on return
+  // (kernels on that stream, and copies back to the host, are ordered after it).
   Batch next();
+  // Whether batches are staged in pinned memory (known after the first next()).
+  bool pinned() const { return pinned_; }
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
+  // A host batch: rows of one staging buffer.
   struct HostBatch {
-    std::vector<uint8_t> inputs;  // raw values of input_dtype
-    std::vector<int64_t> targets;
+    uint8_t* inputs = nullptr;   // raw values of input_dtype
+    int64_t* targets = nullptr;
+    int buffer = -1;             // index in buffers_
     int64_t size = 0, epoch = 0, index = 0;
   };
 
  private:
+  // A staging buffer, big enough for a full batch's inputs and targets. Allocated by the caller's
+  // thread before any worker starts and kept until the loader is destroyed. A buffer is in exactly
+  // one place: spare_, a slot (workers write it), the caller's hands, or inflight_ (the GPU may be
+  // reading it); it goes back to spare_ only after its copy event completed.
+  struct Buffer {
+    uint8_t* mem = nullptr;
+    void* event = nullptr;  // the backend's copy event; nullptr when copies are synchronous
+    bool staged = false;    // from the backend's alloc_staging (else pageable, operator new)
+  };
   // A batch being built: its rows are cut into chunks that workers claim one at a time.
   struct Slot {
     HostBatch h;
@@ -171,6 +190,13 @@ class DataLoader {
     int64_t chunk_rows = 0, chunks = 0, claimed = 0, done = 0;
   };
   void fill_rows(HostBatch& h, const std::vector<int64_t>& order, int64_t r0, int64_t r1) const;
+  void shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64_t index) const;
+  void ensure_buffers();                 // caller's thread
+  void free_buffers() noexcept;          // no worker running
+  void reclaim(size_t keep);             // caller's thread: done copies' buffers back to spare_,
+                                         // waiting for the oldest while more than `keep` are in flight
+  void release(int buffer);              // to spare_, waking the workers
+  void to_device(const HostBatch& h, Batch& out);
   void open_slot();  // under mu_: the batch at (next_epoch_, next_index_)
   void start_workers();
   void stop_workers();
@@ -191,7 +217,11 @@ class DataLoader {
   int64_t next_epoch_ = 0, next_index_ = 0;  // the next slot's position
   std::shared_ptr<const std::vector<int64_t>> order_cache_;  // the newest epoch's order
   int64_t order_cache_epoch_ = -1;
-  std::vector<HostBatch> spare_;  // buffers of consumed batches, reused (no page faults per batch)
+  std::vector<Buffer> buffers_;   // prefetch + 2 of them, reused (no page faults or pinning per batch)
+  int64_t buffer_bytes_ = 0, targets_offset_ = 0;
+  std::vector<int> spare_;        // free buffers (under mu_)
+  std::deque<int> inflight_;      // copied from, oldest first (caller's thread only)
+  bool pinned_ = false;
   std::exception_ptr error_;
   bool stop_ = false, running_ = false;
 };

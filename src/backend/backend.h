@@ -80,6 +80,25 @@ class Backend {
   virtual void fill_random(const Tensor& out, RandomKind kind, float a, float b, uint64_t seed, uint64_t offset) = 0;
   virtual void synchronize() {}
 
+  // --- host staging (the data loader) ---
+  // Host memory that copy_from_host_async may read after it returned: page-locked on CUDA
+  // (cudaHostAlloc), ordinary memory on cpu and meta. nullptr when it cannot be had (pinned
+  // memory is limited); the caller then uses pageable memory and copy_from_host. No device
+  // allocation is made, so allocation traces do not change. Free with free_staging.
+  virtual void* alloc_staging(int64_t nbytes);
+  virtual void free_staging(void* p) noexcept;
+  // An event for copy_from_host_async (nullptr on backends whose copies are synchronous).
+  virtual void* create_copy_event() { return nullptr; }
+  virtual void destroy_copy_event(void*) noexcept {}
+  // Enqueues dst <- src (dst contiguous, raw bytes, src from alloc_staging) on the compute stream
+  // without waiting for it; cpu copies now, meta does nothing. src must stay unchanged until an
+  // event recorded after the copy has completed.
+  virtual void copy_from_host_async(const Tensor& dst, const void* src) { copy_from_host(dst, src); }
+  // Records `event` on the compute stream after the work enqueued so far.
+  virtual void record_copy_event(void*) {}
+  virtual bool copy_event_done(void*) { return true; }  // non-blocking
+  virtual void wait_copy_event(void*) {}                // blocks the calling thread until done
+
   // --- elementwise ---
   // a and b carry out's shape, with stride 0 on broadcast dimensions; out may alias a.
   virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;

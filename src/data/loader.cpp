@@ -4,8 +4,16 @@
 // per worker, so one batch is built by all of them at once and a row's bytes never depend on
 // which thread wrote it. The caller's thread allocates the device tensors, so device allocations
 // happen in program order and dry runs predict them exactly.
+//
+// Host batches live in a ring of prefetch + 2 staging buffers, pinned on CUDA, allocated once by
+// the caller's thread. next() enqueues the copies of a batch on the compute stream and records the
+// buffer's event after them; the buffer goes back to the workers only when that event completed
+// (so no worker rewrites bytes the GPU has yet to read). Only the caller's thread makes CUDA calls.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "backend/backend.h"
 #include "leantrain/data.h"
@@ -33,7 +41,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptio
            "that is not one batch of " + std::to_string(opt_.batch_size), "use a smaller batch or more data");
 }
 
-DataLoader::~DataLoader() { stop_workers(); }
+DataLoader::~DataLoader() {
+  stop_workers();
+  free_buffers();
+}
 
 // Fisher-Yates driven by counter-based random numbers keyed on (seed, epoch): the same on every
 // platform and standard library.
@@ -50,21 +61,111 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
   return order;
 }
 
-namespace {
-
-// Sizes h for batch (epoch, index); keeps its buffers' capacity when it is a reused one.
-void shape_host_batch(DataLoader::HostBatch& h, const Dataset& ds, int64_t batch_size, int64_t epoch, int64_t index) {
-  const int64_t begin = index * batch_size;
-  const int64_t b = std::min<int64_t>(batch_size, ds.size() - begin);
-  const int64_t in_bytes = numel(ds.input_shape()) * int64_t(dtype_size(ds.input_dtype()));
-  h.size = b;
+// Points h at staging buffer `buffer` for batch (epoch, index).
+void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64_t index) const {
+  const int64_t begin = index * opt_.batch_size;
+  h.size = std::min<int64_t>(opt_.batch_size, ds_->size() - begin);
   h.epoch = epoch;
   h.index = index;
-  h.inputs.resize(size_t(b * in_bytes));
-  h.targets.resize(size_t(b * numel(ds.target_shape())));
+  h.buffer = buffer;
+  uint8_t* mem = buffers_[size_t(buffer)].mem;
+  h.inputs = mem;
+  h.targets = reinterpret_cast<int64_t*>(mem + targets_offset_);
 }
 
-}  // namespace
+// A full batch's inputs, then its targets at a 64-byte boundary, in each buffer. Pinned memory
+// is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
+void DataLoader::ensure_buffers() {
+  if (!buffers_.empty()) return;
+  const int64_t in_bytes = opt_.batch_size * numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
+  targets_offset_ = (in_bytes + 63) / 64 * 64;
+  buffer_bytes_ = targets_offset_ + opt_.batch_size * numel(ds_->target_shape()) * int64_t(sizeof(int64_t));
+  const int n = opt_.prefetch + 2;
+  Backend& be = backend_for(opt_.device);
+  try {
+    bool staged = opt_.pin_memory;
+    for (int i = 0; i < n && staged; ++i) {
+      void* p = be.alloc_staging(buffer_bytes_);
+      if (!p) {
+        staged = false;
+        break;
+      }
+      buffers_.push_back(Buffer{static_cast<uint8_t*>(p), nullptr, true});
+      buffers_.back().event = be.create_copy_event();
+    }
+    if (!staged) {
+      if (opt_.pin_memory) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          std::fprintf(stderr,
+                       "leantrain: warning: %d pinned host buffers of %.1f MiB for the data loader were refused; "
+                       "batches are copied from pageable memory (slower)\n",
+                       n, double(buffer_bytes_) / double(1 << 20));
+      }
+      free_buffers();
+      for (int i = 0; i < n; ++i)
+        buffers_.push_back(
+            Buffer{static_cast<uint8_t*>(::operator new(size_t(buffer_bytes_), std::align_val_t{64})), nullptr, false});
+    }
+  } catch (...) {
+    free_buffers();
+    throw;
+  }
+  pinned_ = buffers_.front().staged && buffers_.front().event != nullptr;
+  spare_.clear();
+  for (int i = n - 1; i >= 0; --i) spare_.push_back(i);  // buffer 0 first
+}
+
+// Waits for every copy still reading a buffer, then frees them all. No worker may be running.
+void DataLoader::free_buffers() noexcept {
+  if (buffers_.empty()) return;
+  Backend* be = nullptr;
+  try {
+    be = &backend_for(opt_.device);
+    for (int i : inflight_)
+      if (buffers_[size_t(i)].event) be->wait_copy_event(buffers_[size_t(i)].event);
+  } catch (...) {
+    // the device is gone or broken; nothing is reading the buffers any more
+  }
+  inflight_.clear();
+  spare_.clear();
+  for (Buffer& b : buffers_) {
+    if (b.staged) {
+      if (be) {
+        be->destroy_copy_event(b.event);
+        be->free_staging(b.mem);
+      }
+    } else {
+      ::operator delete(b.mem, std::align_val_t{64});
+    }
+  }
+  buffers_.clear();
+  pinned_ = false;
+}
+
+void DataLoader::release(int buffer) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    spare_.push_back(buffer);
+  }
+  cv_.notify_all();  // a worker may be waiting for a buffer
+}
+
+// Copies complete in the order they were enqueued (one stream), so only the oldest is checked.
+void DataLoader::reclaim(size_t keep) {
+  if (inflight_.empty()) return;
+  Backend& be = backend_for(opt_.device);
+  while (!inflight_.empty()) {
+    const int i = inflight_.front();
+    void* ev = buffers_[size_t(i)].event;
+    if (ev && !be.copy_event_done(ev)) {
+      if (inflight_.size() <= keep) break;
+      be.wait_copy_event(ev);
+    }
+    inflight_.pop_front();
+    release(i);
+  }
+}
 
 // Rows [r0, r1) of batch h: sample order[h.index * batch_size + r] goes to row r.
 void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int64_t r0, int64_t r1) const {
@@ -72,7 +173,7 @@ void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int6
   const int64_t in_bytes = numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
   const int64_t tgt_elems = numel(ds_->target_shape());
   for (int64_t r = r0; r < r1; ++r)
-    ds_->get(order[size_t(begin + r)], h.inputs.data() + r * in_bytes, h.targets.data() + r * tgt_elems);
+    ds_->get(order[size_t(begin + r)], h.inputs + r * in_bytes, h.targets + r * tgt_elems);
 }
 
 void DataLoader::open_slot() {
@@ -81,11 +182,9 @@ void DataLoader::open_slot() {
     order_cache_epoch_ = next_epoch_;
   }
   auto s = std::make_unique<Slot>();
-  if (!spare_.empty()) {
-    s->h = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  shape_host_batch(s->h, *ds_, opt_.batch_size, next_epoch_, next_index_);
+  LT_ASSERT(!spare_.empty());
+  shape_host_batch(s->h, spare_.back(), next_epoch_, next_index_);
+  spare_.pop_back();
   s->order = order_cache_;
   s->chunk_rows = (s->h.size + opt_.workers - 1) / opt_.workers;
   s->chunks = (s->h.size + s->chunk_rows - 1) / s->chunk_rows;
@@ -97,7 +196,7 @@ void DataLoader::open_slot() {
 }
 
 // Each worker claims the first unclaimed chunk of the oldest unfinished batch, opening the next
-// batch when every open one is claimed and fewer than `prefetch` are open.
+// batch when every open one is claimed, fewer than `prefetch` are open and a buffer is free.
 void DataLoader::worker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   try {
@@ -109,7 +208,7 @@ void DataLoader::worker_loop() {
           s = p.get();
           break;
         }
-      if (!s && int64_t(slots_.size()) < opt_.prefetch) {
+      if (!s && int64_t(slots_.size()) < opt_.prefetch && !spare_.empty()) {
         open_slot();
         s = slots_.back().get();
         if (s->chunks > 1) cv_.notify_all();  // idle workers can take its other chunks
@@ -155,8 +254,7 @@ void DataLoader::stop_workers() {
   cv_.notify_all();
   for (auto& t : workers_) t.join();
   workers_.clear();
-  for (auto& s : slots_)
-    if (int64_t(spare_.size()) < opt_.prefetch) spare_.push_back(std::move(s->h));
+  for (auto& s : slots_) spare_.push_back(s->h.buffer);  // never copied from: free at once
   slots_.clear();
   error_ = nullptr;
   running_ = false;
@@ -171,23 +269,55 @@ void DataLoader::seek(int64_t epoch, int64_t index) {
   index_ = index;
 }
 
+// Allocates the batch's device tensors (inputs, then targets, category Input) and copies h into
+// them: enqueued from pinned buffers, synchronous from pageable ones.
+void DataLoader::to_device(const HostBatch& h, Batch& out) {
+  Shape in_shape{h.size}, tgt_shape{h.size};
+  for (int64_t d : ds_->input_shape()) in_shape.push_back(d);
+  for (int64_t d : ds_->target_shape()) tgt_shape.push_back(d);
+  MemoryCategoryScope scope(Category::Input);
+  out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
+  out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
+  Backend& be = backend_for(opt_.device);
+  const Buffer& buf = buffers_[size_t(h.buffer)];
+  if (buf.staged) {
+    be.copy_from_host_async(out.inputs, h.inputs);
+    be.copy_from_host_async(out.targets, h.targets);
+    if (buf.event) be.record_copy_event(buf.event);
+  } else {
+    be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
+    be.copy_from_host(out.targets, h.targets);
+  }
+}
+
 Batch DataLoader::next() {
+  ensure_buffers();
+  reclaim(inflight_.size());  // buffers whose copies are done go back to the workers, no waiting
   HostBatch h;
   if (opt_.prefetch == 0) {
     if (order_epoch_ != epoch_) {
       order_ = epoch_order(epoch_);
       order_epoch_ = epoch_;
     }
-    shape_host_batch(h, *ds_, opt_.batch_size, epoch_, index_);
-    fill_rows(h, order_, 0, h.size);
+    if (spare_.empty()) reclaim(inflight_.size() - 1);  // every buffer is being copied from: wait for the oldest
+    LT_ASSERT(!spare_.empty());
+    shape_host_batch(h, spare_.back(), epoch_, index_);
+    spare_.pop_back();
+    try {
+      fill_rows(h, order_, 0, h.size);
+    } catch (...) {
+      release(h.buffer);
+      throw;
+    }
   } else {
     if (!running_) start_workers();
     std::unique_lock<std::mutex> lk(mu_);
     auto front_done = [&] { return !slots_.empty() && slots_.front()->done == slots_.front()->chunks; };
     cv_.wait(lk, [&] { return front_done() || error_; });
     if (!front_done()) std::rethrow_exception(error_);
-    h = std::move(slots_.front()->h);
+    h = slots_.front()->h;
     slots_.pop_front();
+    lk.unlock();
     cv_.notify_all();  // room for one more batch ahead
   }
   LT_ASSERT(h.epoch == epoch_ && h.index == index_);
@@ -199,20 +329,23 @@ Batch DataLoader::next() {
   Batch out;
   out.epoch = h.epoch;
   out.index = h.index;
-  Shape in_shape{h.size}, tgt_shape{h.size};
-  for (int64_t d : ds_->input_shape()) in_shape.push_back(d);
-  for (int64_t d : ds_->target_shape()) tgt_shape.push_back(d);
-  {
-    MemoryCategoryScope scope(Category::Input);
-    out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
-    out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
-    Backend& be = backend_for(opt_.device);
-    be.copy_from_host(out.inputs, h.inputs.data());  // synchronous: h is free afterwards
-    be.copy_from_host(out.targets, h.targets.data());
+  try {
+    to_device(h, out);
+  } catch (...) {
+    if (buffers_[size_t(h.buffer)].event) {
+      try {
+        backend_for(opt_.device).synchronize();  // a copy may have been enqueued before the failure
+      } catch (...) {
+      }
+    }
+    release(h.buffer);
+    throw;
   }
-  if (opt_.prefetch > 0) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (int64_t(spare_.size()) < opt_.prefetch) spare_.push_back(std::move(h));
+  if (buffers_[size_t(h.buffer)].staged) {
+    inflight_.push_back(h.buffer);
+    reclaim(2);  // at most two batches' copies pending; waits only when the GPU is that far behind
+  } else {
+    release(h.buffer);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // DataLoader: seeded per-epoch order, determinism with and without worker threads (and for any
 // number of them), cheap skip-ahead, input/target alignment for images and text, the Input
-// memory category, worker errors.
+// memory category, worker errors; staging buffers (pinned on CUDA) give the same batches and the
+// same device allocations as pageable ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "data/synthetic.h"
+#include "leantrain/device.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -289,4 +291,124 @@ TEST(SyntheticImages, MeanZeroVarianceOne) {
   const double n = 4.0 * double(x.size()), mean = sum / n;
   EXPECT_NEAR(mean, 0.0, 0.02);
   EXPECT_NEAR(sq / n - mean * mean, 1.0, 0.02);
+}
+
+// Staging buffers (the ring the workers fill, copied from with events) against pageable buffers
+// copied synchronously: the same bytes on the CPU for any worker count and prefetch depth.
+TEST(DataLoader, StagedAndPageableBuffersGiveTheSameBatches) {
+  auto ds = std::make_shared<SyntheticImages>(21, 3, 8, 10, 5);
+  LoaderOptions pageable = opts(4, 9, 0);
+  pageable.pin_memory = false;
+  DataLoader ref(ds, pageable);
+  const auto want = drain(ref, 15);
+  for (int workers : {1, 4})
+    for (int prefetch : {0, 1, 3}) {
+      DataLoader dl(ds, with_workers(opts(4, 9, prefetch), workers));
+      EXPECT_TRUE(drain(dl, 7) == std::vector<Seen>(want.begin(), want.begin() + 7)) << workers << " " << prefetch;
+      EXPECT_FALSE(dl.pinned());  // the CPU copies synchronously
+      dl.seek(1, 1);              // workers stop with buffers in their slots; all of them come back
+      auto got = drain(dl, 8);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + 7)) << workers << " " << prefetch;
+    }
+}
+
+namespace {
+
+// The device allocations of 8 batches (every other one kept alive), in order.
+std::vector<MemoryEvent> loader_trace(Device dev, bool pin, int prefetch) {
+  auto ds = std::make_shared<SyntheticImages>(21, 3, 8, 10, 5);
+  LoaderOptions o = with_workers(opts(4, 9, prefetch), 3);
+  o.device = dev;
+  o.pin_memory = pin;
+  Allocator& alloc = allocator_for(dev);
+  alloc.clear_history();
+  alloc.set_history(true);
+  {
+    DataLoader dl(ds, o);
+    std::vector<Batch> keep;
+    for (int b = 0; b < 8; ++b) {
+      Batch x = dl.next();
+      if (b % 2 == 0) keep.push_back(std::move(x));
+    }
+  }
+  alloc.set_history(false);
+  std::vector<MemoryEvent> t;
+  for (const MemoryEvent& e : alloc.history())
+    if (e.action == MemoryEvent::Action::Alloc || e.action == MemoryEvent::Action::Free) t.push_back(e);
+  alloc.clear_history();
+  return t;
+}
+
+bool same_trace(const std::vector<MemoryEvent>& a, const std::vector<MemoryEvent>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].action != b[i].action || a[i].size != b[i].size || a[i].requested != b[i].requested ||
+        a[i].category != b[i].category)
+      return false;
+  return true;
+}
+
+}  // namespace
+
+// Staging changes no device allocation: per batch, inputs then targets (category Input), the
+// same on meta as on the CPU, with and without staging buffers, for any prefetch depth.
+TEST(DataLoader, MetaTraceUnchangedByStaging) {
+  const auto meta = loader_trace(Device::meta(), true, 2);
+  std::vector<int64_t> rows = {4, 4, 4, 4, 4, 1, 4, 4};  // 21 samples: the 6th batch has 1
+  std::vector<int64_t> allocs;
+  for (const MemoryEvent& e : meta) {
+    EXPECT_EQ(e.category, Category::Input);
+    if (e.action == MemoryEvent::Action::Alloc) allocs.push_back(e.requested);
+  }
+  std::vector<int64_t> want;
+  for (int64_t r : rows) {
+    want.push_back(r * 3 * 8 * 8 * 4);
+    want.push_back(r * 8);
+  }
+  EXPECT_EQ(allocs, want);
+  EXPECT_TRUE(same_trace(meta, loader_trace(Device::cpu(), true, 2)));
+  EXPECT_TRUE(same_trace(meta, loader_trace(Device::cpu(), false, 2)));
+  EXPECT_TRUE(same_trace(meta, loader_trace(Device::meta(), false, 0)));
+  EXPECT_TRUE(same_trace(meta, loader_trace(Device::meta(), true, 5)));
+  if (cuda_available()) EXPECT_TRUE(same_trace(meta, loader_trace(Device::cuda(0), true, 2)));
+}
+
+// The pinned path on CUDA: 50 batches (4 workers, crossing epochs and a short last batch) are
+// requested while the GPU is kept busy, so the host runs ahead and buffers are reused while
+// earlier copies are still queued. Every batch, copied back, must equal the CPU loader's bytes:
+// a buffer rewritten before the GPU read it would show up here.
+TEST(DataLoader, CudaPinnedBatchesEqualCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  auto ds = std::make_shared<SyntheticImages>(333, 3, 64, 10, 7);  // 11 batches of 32 per epoch, the last 13
+  const int64_t n = 50;
+  DataLoader ref(ds, opts(32, 4, 0));
+  const auto want = drain(ref, n + 5);
+  for (int prefetch : {2, 0}) {
+    LoaderOptions o = with_workers(opts(32, 4, prefetch), 4);
+    o.device = Device::cuda(0);
+    DataLoader dl(ds, o);
+    Generator gen(1);
+    Tensor busy = randn({4096, 4096}, gen, 0.01f, DType::F32, o.device);
+    std::vector<Batch> got;
+    for (int64_t b = 0; b < n; ++b) {
+      got.push_back(dl.next());
+      Tensor w = matmul(busy, busy);  // ~ms of GPU work queued behind each copy
+      if (b == 20) {
+        dl.seek(2, 3);  // from position 21 to 25: the workers' batches are dropped mid-flight
+        got.push_back(dl.next());
+      }
+    }
+    EXPECT_TRUE(dl.pinned()) << "cudaHostAlloc refused the staging buffers";
+    int64_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      const Batch& x = got[k];
+      const int64_t pos = x.epoch * 11 + x.index;
+      Seen s{x.epoch, x.index, std::vector<uint8_t>(size_t(x.inputs.nbytes())), x.targets.to(Device::cpu()).to_int_vector()};
+      Tensor host = x.inputs.to(Device::cpu());
+      std::memcpy(s.inputs.data(), host.raw_data(), s.inputs.size());
+      ASSERT_LT(pos, int64_t(want.size()));
+      if (!(s == want[size_t(pos)])) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "of " << got.size() << " batches, prefetch " << prefetch;
+  }
 }

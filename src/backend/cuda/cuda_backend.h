@@ -18,6 +18,15 @@ class CudaBackend final : public Backend {
   void copy_from_host(const Tensor& dst, const void* src) override;
   void copy_to_host(void* dst, const Tensor& src) override;
   void fill_random(const Tensor& out, RandomKind kind, float a, float b, uint64_t seed, uint64_t offset) override;
+  // cuda_runtime.cpp: pinned staging memory and copy events (the data loader)
+  void* alloc_staging(int64_t nbytes) override;
+  void free_staging(void* p) noexcept override;
+  void* create_copy_event() override;
+  void destroy_copy_event(void* event) noexcept override;
+  void copy_from_host_async(const Tensor& dst, const void* src) override;
+  void record_copy_event(void* event) override;
+  bool copy_event_done(void* event) override;
+  void wait_copy_event(void* event) override;
   // elementwise.cu
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
   void unary(UnaryOp op, const Tensor& out, const Tensor& x, float alpha) override;

@@ -151,6 +151,55 @@ void CudaBackend::synchronize() {
   LT_CUDA_CHECK(cudaStreamSynchronize(cuda::device_state(device_index_).stream));
 }
 
+// Pinned staging memory for the data loader. Pinned memory is limited (it cannot be swapped), so
+// a refusal is not an error: nullptr tells the caller to use pageable memory.
+void* CudaBackend::alloc_staging(int64_t nbytes) {
+  cuda::DeviceGuard g(device_index_);
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, size_t(nbytes > 0 ? nbytes : 1), cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it so that the next launch check does not see it
+    return nullptr;
+  }
+  return p;
+}
+
+void CudaBackend::free_staging(void* p) noexcept {
+  if (p) (void)cudaFreeHost(p);  // the caller has waited for every copy that read it
+}
+
+void* CudaBackend::create_copy_event() {
+  cuda::DeviceGuard g(device_index_);
+  cudaEvent_t ev = nullptr;
+  LT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  return ev;
+}
+
+void CudaBackend::destroy_copy_event(void* event) noexcept {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void CudaBackend::record_copy_event(void* event) {
+  cuda::DeviceGuard g(device_index_);
+  LT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::device_state(device_index_).stream));
+}
+
+bool CudaBackend::copy_event_done(void* event) {
+  cuda::DeviceGuard g(device_index_);
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaSuccess) return true;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not yet" must not surface at the next kernel's launch check
+    return false;
+  }
+  cuda::throw_cuda_error(e, "cudaEventQuery (a loader copy)", __FILE__, __LINE__);
+}
+
+void CudaBackend::wait_copy_event(void* event) {
+  cuda::DeviceGuard g(device_index_);
+  LT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
 CudaMemoryInfo cuda_memory_info(int device) {
   cuda::DeviceState& s = cuda::device_state(device);
   cuda::DeviceGuard g(device);
