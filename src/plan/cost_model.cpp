@@ -9,14 +9,16 @@
 //   micro-batch overhead = k (kSecondsPerModuleCall x module calls       k micro-batches: launches
 //                           + kWeightPasses x parameter bytes / kBandwidth)   and weight re-reads
 //   optimizer  = parameters x bytes moved per parameter x seconds per byte (plain or 8-bit kernel)
+//                + optimizer_seconds_per_tensor x parameter tensors (its launches)
 //   fused      = kFusedSecondsPerTensor x parameter tensors  (one update launch per parameter)
 //
 // Every constant is in kCost below; bench/cost_model.sh measures step times on the GPU and prints
-// them against these predictions (docs/memory-model.md, "The cost model"). The first values come
-// from the memory ladder's H200 throughputs (bench/results/ladder-vitl16-h200-c68e6ec.json):
-// ViT-L/16 bf16-true at batch 64 and 16 fix R and kHalfEfficiencyRows, micro-batch 4 the
-// per-micro-batch overhead, AdamW vs SGD and AdamW8bit the optimizer's seconds per byte, the
-// fused-step rung its per-tensor overhead.
+// them against these predictions (docs/memory-model.md, "The cost model"). The first values came
+// from the memory ladder's H200 throughputs (ViT-L/16); the current ones are refit on the first
+// H200 run of bench/cost_model.sh (bench/results/cost-model-h200-66a59e5.md, in-sample):
+// checkpoint recompute fixes R x e(n), micro-batch 16/8/2 the per-module-call cost (small
+// micro-batches are launch-bound), bf16 state and AdamW8bit against AdamW the seconds per byte,
+// the base step the optimizer's per-tensor cost, the fused step its per-tensor overhead.
 //
 // A leaner optimizer state (bf16 moments, 8-bit) is never chosen for speed: it pays a penalty of
 // kStatePenalty of the step plus whatever optimizer time it would save, so the search takes it
@@ -32,16 +34,18 @@ namespace lt {
 namespace {
 
 struct CostConstants {
-  double flops_per_s_f32 = 17.5e12;    // 32-true, plain FP32 GEMMs (no TF32)
-  double flops_per_s_mixed = 180e12;   // 16-mixed, bf16-mixed (autocast: casts, f32 norms)
-  double flops_per_s_16 = 191e12;      // 16-true, bf16-true
-  double half_efficiency_rows = 900;   // GEMM rows (tokens) at which a GEMM runs at half its rate
-  double seconds_per_module_call = 2.5e-6;  // launches per module call per micro-batch, fwd + bwd
+  // Refit on the H200 (bench/results/cost-model-h200-66a59e5.md: ViT-B/16 batch 32, 14 candidates).
+  double flops_per_s_f32 = 17.5e12;    // 32-true, plain FP32 GEMMs (no TF32); kept from the ladder
+  double flops_per_s_mixed = 290e12;   // 16-mixed, bf16-mixed (autocast: casts, f32 norms)
+  double flops_per_s_16 = 300e12;      // 16-true, bf16-true
+  double half_efficiency_rows = 600;   // GEMM rows (tokens) at which a GEMM runs at half its rate
+  double seconds_per_module_call = 26e-6;  // host + launches per module call per micro-batch, fwd + bwd
   double weight_passes = 4;            // per micro-batch: forward read, backward read, grad read+write
   double bandwidth = 3.0e12;           // bytes/s for weight re-reads
-  double optimizer_s_per_byte = 3.8e-12;       // sgd/adamw/lion kernels, per byte moved
-  double optimizer_8bit_s_per_byte = 0.7e-12;  // adamw8bit/lion8bit block kernels
-  double fused_seconds_per_tensor = 40e-6;     // --fused-step: one update per parameter in backward
+  double optimizer_s_per_byte = 0.28e-12;       // sgd/adamw/lion kernels, per byte moved (~3.6 TB/s)
+  double optimizer_8bit_s_per_byte = 0.84e-12;  // adamw8bit/lion8bit block kernels
+  double optimizer_seconds_per_tensor = 11e-6;  // the optimizer's launches, per parameter tensor
+  double fused_seconds_per_tensor = 36e-6;      // --fused-step: one update per parameter in backward
   double state_penalty_bf16 = 0.03;    // of the step: preference for the user's state precision
   double state_penalty_8bit = 0.05;
 };
@@ -71,7 +75,8 @@ double optimizer_bytes(const RunConfig& c) {
 
 double optimizer_seconds(const RunConfig& c, const CheckpointProfile& m) {
   const bool eight = c.optimizer.find("8bit") != std::string::npos;
-  return double(m.parameters) * optimizer_bytes(c) * (eight ? kCost.optimizer_8bit_s_per_byte : kCost.optimizer_s_per_byte);
+  return double(m.parameters) * optimizer_bytes(c) * (eight ? kCost.optimizer_8bit_s_per_byte : kCost.optimizer_s_per_byte) +
+         kCost.optimizer_seconds_per_tensor * double(m.parameter_tensors);
 }
 
 bool leaner_state(const RunConfig& c, const RunConfig& base) {
