@@ -12,6 +12,14 @@
 // parameter at its first update. Each update casts that parameter's gradient to f32 (a Workspace
 // temporary the size of one parameter), updates the copy with f32 state, and writes it back
 // rounded to nearest into the parameter. Every optimizer gets this from the base class.
+//
+// Stochastic rounding (set_stochastic_rounding; for 16-bit parameters WITHOUT master weights):
+// the update is computed in f32 as always, then stored into the bf16/f16 parameter rounded up or
+// down at random, with probability proportional to closeness, so the expected stored value is the
+// f32 one and updates under half an ulp still move the weights on average. The random bits come
+// from random.h's counter RNG keyed on (seed, step, parameter index, element index): CPU and CUDA
+// store the same bits, and a resumed run (per-parameter steps are in the state dict) draws what
+// the uninterrupted run would have. No memory: the bits are generated inside the update kernels.
 #pragma once
 #include <map>
 #include <memory>
@@ -65,6 +73,10 @@ class Optimizer {
   bool master_weights() const { return master_; }
   // The f32 master copy of `param` (undefined when it has none yet).
   Tensor master_of(const Tensor& param) const;
+  // Rounds bf16/f16 parameter updates stochastically (see above), with random bits keyed on
+  // `seed`. Any time; throws lt::Error together with master weights (whose updates are f32).
+  void set_stochastic_rounding(bool on, uint64_t seed = 0);
+  bool stochastic_rounding() const { return sr_; }
 
   OptimizerStateDict state_dict() const;
   // Copies the saved state into this optimizer's (allocating it where needed). Throws lt::Error
@@ -80,6 +92,7 @@ class Optimizer {
     int64_t step = 0;           // updates applied so far
     double weight_decay = 0;
     Tensor master;              // f32 copy of a 16-bit parameter (master weights), else undefined
+    int64_t index = 0;          // position among all parameters (construction order): keys the rounding bits
   };
 
   Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind);
@@ -89,6 +102,11 @@ class Optimizer {
   virtual std::vector<Tensor> make_state(const Tensor& param) const = 0;
   // One backend call updating `slots` (same device, same step, same weight decay, all with grads).
   virtual void update(const std::vector<Slot*>& slots, float grad_scale) = 0;
+  // The stochastic-rounding stream of `s` for its coming update (step s.step + 1), for
+  // StochasticRounding::streams; only meaningful while stochastic_rounding() is on.
+  uint64_t sr_stream_of(const Slot& s) const;
+  // The streams of `slots` in order, or none when stochastic rounding is off.
+  std::vector<uint64_t> sr_streams(const std::vector<Slot*>& slots) const;
 
  private:
   void update_batch(std::vector<Slot*>& slots, float grad_scale);
@@ -101,6 +119,8 @@ class Optimizer {
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // param -> (group, slot)
   double lr_;
   bool master_ = false;
+  bool sr_ = false;
+  uint64_t sr_seed_ = 0;
 };
 
 // torch.optim.SGD: g += wd*p; buf = momentum*buf + (1-dampening)*g (buf = g at the first step);
@@ -165,6 +185,8 @@ struct OptimizerConfig {
   int64_t min_8bit_size = 4096;                          // adamw8bit, lion8bit: smaller tensors keep f32 state
   std::optional<DType> state_dtype;                      // adamw, sgd, lion (8-bit ones quantise instead)
   bool master_weights = false;                           // f32 copies of f16/bf16 parameters (any optimizer)
+  bool stochastic_rounding = false;                      // round 16-bit parameter updates stochastically
+  uint64_t seed = 0;                                     // keys the stochastic rounding bits
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups);
 

@@ -39,10 +39,19 @@ struct GemmDesc {
   float alpha = 1.0f, beta = 0.0f;
 };
 
+// Stochastic rounding of 16-bit parameter stores (Optimizer::set_stochastic_rounding). Empty:
+// round to nearest, as always. Else one stream (random.h sr_stream) per parameter of the call,
+// and element i of a bf16/f16 parameter is stored as sr_round_bf16/f16(the f32 update,
+// rng_bits32(streams[k], i)); f32/f64 parameters ignore it.
+struct StochasticRounding {
+  std::span<const uint64_t> streams;
+};
+
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t step;              // 1-based, for bias correction
   float grad_scale = 1.0f;   // gradients are multiplied by this first (unscaling, clipping)
+  StochasticRounding sr{};
 };
 
 struct SgdArgs {
@@ -50,6 +59,7 @@ struct SgdArgs {
   bool nesterov;
   bool first_step;           // momentum buffer is initialised with the gradient
   float grad_scale = 1.0f;
+  StochasticRounding sr{};
 };
 
 // Lion (Chen et al. 2023), with g = grad * grad_scale:
@@ -57,6 +67,7 @@ struct SgdArgs {
 struct LionArgs {
   float lr, beta1, beta2, weight_decay;
   float grad_scale = 1.0f;
+  StochasticRounding sr{};
 };
 
 // An 8-bit block-wise optimizer state (see backend/quant8.h): per tensor, u8 codes of the

@@ -63,6 +63,9 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
       ->group(what);
   cmd.add_option("--master-weights", c.master_weights, "fp32: keep f32 master copies of 16-bit parameters (-true policies)")
       ->capture_default_str()->group(what);
+  cmd.add_flag("--stochastic-rounding", c.stochastic_rounding,
+               "Round updates into 16-bit parameters stochastically (bf16-true/16-true without master weights)")
+      ->group(what);
   cmd.add_flag("--fused-step,!--no-fused-step", c.fused_step, "Run the optimizer step inside backward: no gradient buffer is kept")
       ->group(what);
   what = "Activation checkpointing";

@@ -36,6 +36,8 @@ void AdamW::update(const std::vector<Slot*>& slots, float grad_scale) {
   const Slot& first = *slots.front();
   AdamWArgs a{float(lr()), float(opt_.beta1), float(opt_.beta2), float(opt_.eps), float(first.weight_decay),
               first.step + 1, grad_scale};
+  const std::vector<uint64_t> streams = sr_streams(slots);
+  a.sr.streams = streams;
   backend_for(first.param.device()).adamw_step(params, grads, m, v, a);
 }
 

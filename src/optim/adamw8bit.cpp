@@ -34,6 +34,7 @@ std::vector<Tensor> AdamW8bit::make_state(const Tensor& p) const {
 void AdamW8bit::update(const std::vector<Slot*>& slots, float grad_scale) {
   struct Lists {
     std::vector<Tensor> p, g, m, m_absmax, v, v_absmax;
+    std::vector<uint64_t> sr;  // stochastic-rounding streams (empty when off)
   } q8, f32;
   for (Slot* s : slots) {
     Lists& l = q8_is_quantised(s->state[0]) ? q8 : f32;
@@ -43,12 +44,15 @@ void AdamW8bit::update(const std::vector<Slot*>& slots, float grad_scale) {
     l.m_absmax.push_back(s->state[1]);
     l.v.push_back(s->state[2]);
     l.v_absmax.push_back(s->state[3]);
+    if (stochastic_rounding()) l.sr.push_back(sr_stream_of(*s));
   }
   const Slot& first = *slots.front();
   AdamWArgs a{float(lr()), float(opt_.beta1), float(opt_.beta2), float(opt_.eps), float(first.weight_decay),
               first.step + 1, grad_scale};
   Backend& be = backend_for(first.param.device());
+  a.sr.streams = f32.sr;
   if (!f32.p.empty()) be.adamw_step(f32.p, f32.g, f32.m, f32.v, a);
+  a.sr.streams = q8.sr;
   if (!q8.p.empty())
     be.adamw8bit_step(q8.p, q8.g, QuantState{q8.m, q8.m_absmax, dynamic_map_signed()},
                       QuantState{q8.v, q8.v_absmax, dynamic_map_unsigned()}, a);

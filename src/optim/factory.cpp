@@ -67,6 +67,7 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups) {
   std::unique_ptr<Optimizer> o = make_bare(c, std::move(groups));
   o->set_master_weights(c.master_weights);
+  o->set_stochastic_rounding(c.stochastic_rounding, c.seed);
   return o;
 }
 

@@ -31,6 +31,8 @@ void Lion::update(const std::vector<Slot*>& slots, float grad_scale) {
   }
   const Slot& first = *slots.front();
   LionArgs a{float(lr()), float(opt_.beta1), float(opt_.beta2), float(first.weight_decay), grad_scale};
+  const std::vector<uint64_t> streams = sr_streams(slots);
+  a.sr.streams = streams;
   backend_for(first.param.device()).lion_step(params, grads, m, a);
 }
 

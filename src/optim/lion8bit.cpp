@@ -27,6 +27,7 @@ std::vector<Tensor> Lion8bit::make_state(const Tensor& p) const {
 void Lion8bit::update(const std::vector<Slot*>& slots, float grad_scale) {
   struct Lists {
     std::vector<Tensor> p, g, m, m_absmax;
+    std::vector<uint64_t> sr;  // stochastic-rounding streams (empty when off)
   } q8, f32;
   for (Slot* s : slots) {
     Lists& l = q8_is_quantised(s->state[0]) ? q8 : f32;
@@ -34,11 +35,14 @@ void Lion8bit::update(const std::vector<Slot*>& slots, float grad_scale) {
     l.g.push_back(s->param.grad());
     l.m.push_back(s->state[0]);
     l.m_absmax.push_back(s->state[1]);
+    if (stochastic_rounding()) l.sr.push_back(sr_stream_of(*s));
   }
   const Slot& first = *slots.front();
   LionArgs a{float(lr()), float(opt_.beta1), float(opt_.beta2), float(first.weight_decay), grad_scale};
   Backend& be = backend_for(first.param.device());
+  a.sr.streams = f32.sr;
   if (!f32.p.empty()) be.lion_step(f32.p, f32.g, f32.m, a);
+  a.sr.streams = q8.sr;
   if (!q8.p.empty()) be.lion8bit_step(q8.p, q8.g, QuantState{q8.m, q8.m_absmax, dynamic_map_signed()}, a);
 }
 

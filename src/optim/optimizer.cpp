@@ -8,6 +8,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
+#include "leantrain/random.h"
 
 namespace lt {
 
@@ -33,7 +34,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
       LT_CHECK(!index_.count(t.impl()), std::string(kind) + ": parameter '" + name + "' is listed twice",
                "a parameter may belong to one group only", "remove the duplicate");
       index_[t.impl()] = {gi, slots.size()};
-      slots.push_back(Slot{name, t, {}, 0, wd});
+      slots.push_back(Slot{name, t, {}, 0, wd, Tensor(), int64_t(index_.size()) - 1});
     }
     groups_.push_back(std::move(slots));
   }
@@ -160,7 +161,27 @@ int64_t Optimizer::state_bytes() const {
 void Optimizer::set_master_weights(bool on) {
   LT_CHECK(step_count() == 0 && state_bytes() == 0, std::string(name()) + ": master weights switched after the first update",
            "the state already follows the parameters' dtype", "call set_master_weights before the first step");
+  LT_CHECK(!(on && sr_), std::string(name()) + ": master weights with stochastic rounding",
+           "with f32 master copies the update is kept in f32, so there is nothing to round stochastically",
+           "use one of the two");
   master_ = on;
+}
+
+void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
+  LT_CHECK(!(on && master_), std::string(name()) + ": stochastic rounding with master weights",
+           "with f32 master copies the update is kept in f32, so there is nothing to round stochastically",
+           "use one of the two");
+  sr_ = on;
+  sr_seed_ = seed;
+}
+
+uint64_t Optimizer::sr_stream_of(const Slot& s) const { return sr_stream(sr_seed_, uint64_t(s.step + 1), uint64_t(s.index)); }
+
+std::vector<uint64_t> Optimizer::sr_streams(const std::vector<Slot*>& slots) const {
+  std::vector<uint64_t> out;
+  if (!sr_) return out;
+  for (const Slot* s : slots) out.push_back(sr_stream_of(*s));
+  return out;
 }
 
 Tensor Optimizer::master_of(const Tensor& param) const {

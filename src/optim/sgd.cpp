@@ -38,6 +38,8 @@ void SGD::update(const std::vector<Slot*>& slots, float grad_scale) {
   const Slot& first = *slots.front();
   SgdArgs a{float(lr()), float(opt_.momentum), float(opt_.dampening), float(first.weight_decay), opt_.nesterov,
             first.step == 0, grad_scale};
+  const std::vector<uint64_t> streams = sr_streams(slots);
+  a.sr.streams = streams;
   backend_for(first.param.device()).sgd_step(params, grads, bufs, a);
 }
 

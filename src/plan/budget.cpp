@@ -124,6 +124,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     RunConfig c = base;
     c.precision = precision;
     if (precision != base.precision) c.master_weights = "none";
+    if (!precision_policy(precision).low_precision_params()) c.stochastic_rounding = false;
     return profiles.emplace(precision, profile_model(c)).first->second;
   };
   const CheckpointProfile& bp = profile(base.precision);
@@ -143,6 +144,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       RunConfig c = base;
       c.precision = p;
       if (p != base.precision) c.master_weights = "none";
+      if (!precision_policy(p).low_precision_params()) c.stochastic_rounding = false;
       c.micro_batch = mb == base.batch ? 0 : mb;
       c.checkpoint = "none";
       for (RunConfig s : state_variants(c))

@@ -62,6 +62,7 @@ std::string command_line(const RunConfig& c) {
   n("--seed", double(c.seed), double(d.seed));
   str("--precision", c.precision, d.precision);
   str("--master-weights", c.master_weights, d.master_weights);
+  if (c.stochastic_rounding) s += " --stochastic-rounding";
   if (c.fused_step) s += " --fused-step";
   str("--checkpoint", c.checkpoint, d.checkpoint);
   n("--eval-every", double(c.eval_every), double(d.eval_every));

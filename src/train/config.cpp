@@ -45,6 +45,14 @@ void validate_precision(const RunConfig& c) {
   if (c.master_weights == "fp32" && !precision_policy(c.precision).low_precision_params())
     usage("--master-weights fp32 with --precision " + c.precision, "its parameters are already f32",
           "drop --master-weights, or use --precision bf16-true or 16-true");
+  if (c.stochastic_rounding && !precision_policy(c.precision).low_precision_params())
+    usage("--stochastic-rounding with --precision " + c.precision,
+          "it rounds updates into 16-bit parameters, and these parameters are f32",
+          "drop --stochastic-rounding, or use --precision bf16-true or 16-true");
+  if (c.stochastic_rounding && c.master_weights == "fp32")
+    usage("--stochastic-rounding with --master-weights fp32",
+          "the f32 master copies already keep every update, so there is nothing to round stochastically",
+          "drop one of them: master weights cost 4 bytes per parameter, stochastic rounding none");
   if (!c.fused_step) return;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (mb < c.batch)
@@ -158,7 +166,8 @@ Device resolve_device(const std::string& spec) {
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint)
+  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
+  X(stochastic_rounding)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

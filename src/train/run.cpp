@@ -110,6 +110,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   say(obs, line);
   if (cfg.precision != "32-true" || cfg.fused_step)
     say(obs, "precision " + cfg.precision + (cfg.master_weights == "fp32" ? " with f32 master weights" : "") +
+                 (cfg.stochastic_rounding ? " with stochastic rounding" : "") +
                  (cfg.fused_step ? "; optimizer step fused into backward" : ""));
   if (std::string w = precision_warning(cfg); !w.empty()) say(obs, w);
   if (!checkpointing.empty()) say(obs, checkpointing);

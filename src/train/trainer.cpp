@@ -24,6 +24,8 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
   oc.eps = c.eps;
   oc.momentum = c.optimizer == "sgd" ? c.momentum : 0.0;
   oc.master_weights = c.master_weights == "fp32";
+  oc.stochastic_rounding = c.stochastic_rounding;
+  oc.seed = c.seed;
   if (c.state_dtype != "auto") oc.state_dtype = parse_dtype(c.state_dtype);
   // Biases and norm weights do not decay, as in every transformer recipe.
   return make_optimizer(oc, decay_groups(named));

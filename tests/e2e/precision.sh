@@ -31,6 +31,19 @@ expect_grep "^precision bf16-true with f32 master weights$" "$WORK/out"
 expect_grep "final: steps 4" "$WORK/out"
 expect_ok "$LT" generate --checkpoint "$WORK/ck" --prompt "the " --max-new-tokens 5 --device cpu
 
+# Stochastic rounding is reproducible and resumable: the random bits are keyed on (seed, step,
+# parameter, element), so a run stopped and resumed draws what the uninterrupted run drew.
+expect_ok "$LT" train "${GPT[@]}" --steps 4 --precision bf16-true --stochastic-rounding --metrics "$WORK/sr.jsonl"
+expect_grep "^precision bf16-true with stochastic rounding$" "$WORK/out"
+expect_ok "$LT" train "${GPT[@]}" --steps 4 --stop-at 2 --precision bf16-true --stochastic-rounding --save "$WORK/cksr" \
+  --metrics "$WORK/sr2.jsonl"
+expect_ok "$LT" train --resume "$WORK/cksr"  # the settings (metrics file included) come from the checkpoint
+expect_grep "^precision bf16-true with stochastic rounding$" "$WORK/out"
+losses "$WORK/sr.jsonl" >"$WORK/a"
+losses "$WORK/sr2.jsonl" >"$WORK/b"
+if [ "$(wc -l <"$WORK/a")" = 4 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else
+  fail "stochastic rounding: resumed losses differ from the uninterrupted run"; paste "$WORK/a" "$WORK/b" >&2; fi
+
 # The fused step trains the same curve as the usual step.
 expect_ok "$LT" train "${GPT[@]}" --steps 3 --metrics "$WORK/plain.jsonl"
 expect_ok "$LT" train "${GPT[@]}" --steps 3 --fused-step --metrics "$WORK/fused.jsonl"
@@ -42,6 +55,11 @@ if [ "$(wc -l <"$WORK/a")" = 3 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok
 
 expect_error 2 "unknown precision 'fp16'" "$LT" train --precision fp16
 expect_error 2 "--master-weights fp32 with --precision 32-true: its parameters are already f32" "$LT" train --master-weights fp32
+expect_error 2 "--stochastic-rounding with --precision 32-true: it rounds updates into 16-bit parameters" "$LT" train --stochastic-rounding
+expect_error 2 "--stochastic-rounding with --precision bf16-mixed" "$LT" train --stochastic-rounding --precision bf16-mixed
+expect_error 2 "--stochastic-rounding with --master-weights fp32: the f32 master copies already keep every update" \
+  "$LT" train --stochastic-rounding --precision bf16-true --master-weights fp32
+expect_error 2 "--stochastic-rounding with --precision 32-true" "$LT" plan --stochastic-rounding
 expect_error 2 "--fused-step with --micro-batch 4 < --batch 16" "$LT" train --fused-step --batch 16 --micro-batch 4
 expect_error 2 "--fused-step with --clip: clipping needs the norm of all gradients" "$LT" train --fused-step --clip 1
 expect_error 2 "--fused-step with --precision 16-mixed" "$LT" train --fused-step --precision 16-mixed

@@ -8,10 +8,15 @@
 //   g = nesterov ? g + momentum*buf : buf;  p = p - lr*g
 // Math is f32 (f64 when the parameter is f64, so tests can compare exactly with a reference);
 // parameters and grads share one dtype, state tensors may have another (e.g. bf16 states).
+// One rounding per f32 operation (no FMA contraction), as optim.cu's explicit _rn intrinsics, so
+// both backends compute the same f32 update and stochastic rounding stores the same bits.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_sr.h"
+
+#pragma GCC optimize("fp-contract=off")
 
 namespace lt {
 using namespace cpu;
@@ -24,7 +29,8 @@ template <class F> void dispatch_param_state(DType param, DType state, F&& f) {
 }
 
 template <class T, class S>
-void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWArgs& a) {
+void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWArgs& a,
+               const SrStream& sr) {
   using A = acc_t<T>;
   // Distinct tensors: restrict lets the compiler vectorise the loop.
   T* __restrict p = param.data<T>();
@@ -42,14 +48,14 @@ void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const T
     const A mi = b1 * A(ld(pm, i)) + (A(1) - b1) * gi;
     const A vi = b2 * A(ld(pv, i)) + (A(1) - b2) * gi * gi;
     const A denom = std::sqrt(vi) / bc2_sqrt + eps;
-    st(p, i, acc_t<T>(A(ld(p, i)) * decay - step_size * mi / denom));
+    st_param(p, i, acc_t<T>(A(ld(p, i)) * decay - step_size * mi / denom), sr);
     st(pm, i, acc_t<S>(mi));
     st(pv, i, acc_t<S>(vi));
   }
 }
 
 template <class T, class S>
-void sgd_one(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdArgs& a) {
+void sgd_one(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdArgs& a, const SrStream& sr) {
   using A = acc_t<T>;
   T* __restrict p = param.data<T>();
   const T* __restrict g = grad.data<T>();
@@ -64,7 +70,7 @@ void sgd_one(const Tensor& param, const Tensor& grad, const Tensor& buf, const S
       st(pb, i, acc_t<S>(bi));
       gi = a.nesterov ? gi + mom * bi : bi;
     }
-    st(p, i, acc_t<T>(pi - lr * gi));
+    st_param(p, i, acc_t<T>(pi - lr * gi), sr);
   }
 }
 
@@ -75,7 +81,8 @@ void CpuBackend::adamw_step(std::span<const Tensor> params, std::span<const Tens
   LT_ASSERT(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size());
   for (size_t k = 0; k < params.size(); ++k) {
     dispatch_param_state(params[k].dtype(), m[k].dtype(), [&](auto t, auto s) {
-      adamw_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], v[k], args);
+      adamw_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], v[k], args,
+                                          sr_stream_of(args.sr, params.size(), k));
     });
   }
 }
@@ -88,7 +95,7 @@ void CpuBackend::sgd_step(std::span<const Tensor> params, std::span<const Tensor
     Tensor buf = momentum_bufs.empty() ? Tensor() : momentum_bufs[k];
     DType sd = buf.defined() ? buf.dtype() : params[k].dtype();
     dispatch_param_state(params[k].dtype(), sd, [&](auto t, auto s) {
-      sgd_one<decltype(t), decltype(s)>(params[k], grads[k], buf, args);
+      sgd_one<decltype(t), decltype(s)>(params[k], grads[k], buf, args, sr_stream_of(args.sr, params.size(), k));
     });
   }
 }

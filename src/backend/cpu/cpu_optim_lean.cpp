@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_sr.h"
 #include "backend/optim_consts.h"
 #include "backend/quant8.h"
 
@@ -25,7 +26,8 @@ namespace {
 
 template <class A> inline A sign_of(A c) { return c > A(0) ? A(1) : (c < A(0) ? A(-1) : A(0)); }
 
-template <class T, class S> void lion_one(const Tensor& param, const Tensor& grad, const Tensor& m, const LionArgs& a) {
+template <class T, class S> void lion_one(const Tensor& param, const Tensor& grad, const Tensor& m, const LionArgs& a,
+                                                  const SrStream& sr) {
   using A = acc_t<T>;  // f64 parameters keep f64 math, so tests compare exactly
   const LionConsts<A> c = lion_consts<A>(a);
   T* __restrict p = param.data<T>();
@@ -36,7 +38,7 @@ template <class T, class S> void lion_one(const Tensor& param, const Tensor& gra
     const A gi = A(ld(g, i)) * c.grad_scale;
     const A mi = A(ld(pm, i));
     const A ci = c.beta1 * mi + c.one_minus_beta1 * gi;
-    st(p, i, acc_t<T>(A(ld(p, i)) * c.decay - c.lr * sign_of(ci)));
+    st_param(p, i, acc_t<T>(A(ld(p, i)) * c.decay - c.lr * sign_of(ci)), sr);
     st(pm, i, acc_t<S>(c.beta2 * mi + c.one_minus_beta2 * gi));
   }
 }
@@ -86,7 +88,7 @@ void q8_walk(int64_t n, const QuantState* const (&qs)[S], size_t k, F&& update) 
 
 template <class T>
 void adamw8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m, const QuantState& v, size_t k,
-                   const AdamWConsts& c) {
+                   const AdamWConsts& c, const SrStream& sr) {
   using A = acc_t<T>;
   T* __restrict p = param.data<T>();
   const T* __restrict g = grad.data<T>();
@@ -99,7 +101,7 @@ void adamw8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m,
       const float vi = c.beta2 * vals[1][j] + c.one_minus_beta2 * gi * gi;
       const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
       const float u = c.step_size * mi / denom;
-      st(p, i, acc_t<T>(A(ld(p, i)) * A(c.decay) - A(u)));
+      st_param(p, i, acc_t<T>(A(ld(p, i)) * A(c.decay) - A(u)), sr);
       vals[0][j] = mi;
       vals[1][j] = vi;
     }
@@ -107,7 +109,8 @@ void adamw8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m,
 }
 
 template <class T>
-void lion8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m, size_t k, const LionConsts<float>& c) {
+void lion8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m, size_t k, const LionConsts<float>& c,
+                  const SrStream& sr) {
   using A = acc_t<T>;
   T* __restrict p = param.data<T>();
   const T* __restrict g = grad.data<T>();
@@ -118,7 +121,7 @@ void lion8bit_one(const Tensor& param, const Tensor& grad, const QuantState& m, 
       const float gi = float(ld(g, i)) * c.grad_scale;
       const float mi = vals[0][j];
       const float ci = c.beta1 * mi + c.one_minus_beta1 * gi;
-      st(p, i, acc_t<T>(A(ld(p, i)) * A(c.decay) - A(c.lr * sign_of(ci))));
+      st_param(p, i, acc_t<T>(A(ld(p, i)) * A(c.decay) - A(c.lr * sign_of(ci))), sr);
       vals[0][j] = c.beta2 * mi + c.one_minus_beta2 * gi;
     }
   });
@@ -150,7 +153,9 @@ void CpuBackend::lion_step(std::span<const Tensor> params, std::span<const Tenso
                                                                             " does not fit its parameter",
              shape_str(m[k].shape()) + " vs " + shape_str(params[k].shape()), "pass contiguous states of its size");
     dispatch_float(params[k].dtype(), [&](auto t) {
-      dispatch_float(m[k].dtype(), [&](auto s) { lion_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], args); });
+      dispatch_float(m[k].dtype(), [&](auto s) { 
+        lion_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], args, sr_stream_of(args.sr, params.size(), k));
+      });
     });
   }
 }
@@ -164,7 +169,9 @@ void CpuBackend::adamw8bit_step(std::span<const Tensor> params, std::span<const 
            "pass the 1-based step number");
   const AdamWConsts c = adamw_consts(args);
   for (size_t k = 0; k < params.size(); ++k)
-    dispatch_float(params[k].dtype(), [&](auto t) { adamw8bit_one<decltype(t)>(params[k], grads[k], m, v, k, c); });
+    dispatch_float(params[k].dtype(), [&](auto t) { 
+      adamw8bit_one<decltype(t)>(params[k], grads[k], m, v, k, c, sr_stream_of(args.sr, params.size(), k));
+    });
 }
 
 void CpuBackend::lion8bit_step(std::span<const Tensor> params, std::span<const Tensor> grads, const QuantState& m,
@@ -173,7 +180,9 @@ void CpuBackend::lion8bit_step(std::span<const Tensor> params, std::span<const T
   check_q8("lion8bit_step", params, m, "exp_avg");
   const LionConsts<float> c = lion_consts<float>(args);
   for (size_t k = 0; k < params.size(); ++k)
-    dispatch_float(params[k].dtype(), [&](auto t) { lion8bit_one<decltype(t)>(params[k], grads[k], m, k, c); });
+    dispatch_float(params[k].dtype(), [&](auto t) { 
+      lion8bit_one<decltype(t)>(params[k], grads[k], m, k, c, sr_stream_of(args.sr, params.size(), k));
+    });
 }
 
 }  // namespace lt

@@ -2,11 +2,14 @@
 // longer groups): the pointer/size/dtype table travels in the kernel parameters. The update is
 // cpu_optim.cpp's, in f32: bias corrections are computed once on the host in double. Each
 // tensor has its own dtype per role (param, grad, states), read at run time; stores round to
-// nearest even, as the CPU does.
+// nearest even, as the CPU does, or stochastically (sr_store.cuh). The f32 math uses explicit
+// round-to-nearest intrinsics (no FMA contraction), as cpu_optim.cpp is compiled, so both
+// backends compute the same bits.
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
+#include "backend/cuda/sr_store.cuh"
 
 namespace lt {
 using namespace cuda;
@@ -15,13 +18,14 @@ namespace {
 
 constexpr int kMaxTensors = 320;  // 4 lists: ~18 KiB of parameters
 using Table = MtTable<4, kMaxTensors>;
+using Sr = SrTable<kMaxTensors>;  // +2.5 KiB of parameters
 
 struct AdamWConst {
   float beta1, beta2, eps, decay, step_size, bc2_sqrt, grad_scale;
 };
 
 // Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq.
-__global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c) {
+__global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -31,12 +35,14 @@ __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c) {
     void* m = t.ptr[2][k];
     void* v = t.ptr[3][k];
     for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
-      const float gi = load_float(g, i, t.dtype[1][k]) * c.grad_scale;
-      const float mi = c.beta1 * load_float(m, i, t.dtype[2][k]) + (1.f - c.beta1) * gi;
-      const float vi = c.beta2 * load_float(v, i, t.dtype[3][k]) + (1.f - c.beta2) * gi * gi;
-      const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+      const float gi = __fmul_rn(load_float(g, i, t.dtype[1][k]), c.grad_scale);
+      const float mi = __fadd_rn(__fmul_rn(c.beta1, load_float(m, i, t.dtype[2][k])), __fmul_rn(__fsub_rn(1.f, c.beta1), gi));
+      const float vi =
+          __fadd_rn(__fmul_rn(c.beta2, load_float(v, i, t.dtype[3][k])), __fmul_rn(__fmul_rn(__fsub_rn(1.f, c.beta2), gi), gi));
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
       const float pi = load_float(p, i, t.dtype[0][k]);
-      store_float(p, i, t.dtype[0][k], pi * c.decay - c.step_size * mi / denom);
+      store_param(p, i, t.dtype[0][k], __fsub_rn(__fmul_rn(pi, c.decay), __fdiv_rn(__fmul_rn(c.step_size, mi), denom)),
+                  sr.on, sr.stream[k]);
       store_float(m, i, t.dtype[2][k], mi);
       store_float(v, i, t.dtype[3][k], vi);
     }
@@ -49,7 +55,7 @@ struct SgdConst {
 };
 
 // Lists: 0 param, 1 grad, 2 momentum buffer (null when the group has none).
-__global__ void sgd_kernel(Table t, int64_t chunks, SgdConst c) {
+__global__ void sgd_kernel(Table t, int64_t chunks, SgdConst c, Sr sr) {
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -59,13 +65,15 @@ __global__ void sgd_kernel(Table t, int64_t chunks, SgdConst c) {
     void* b = t.ptr[2][k];
     for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
       const float pi = load_float(p, i, t.dtype[0][k]);
-      float gi = load_float(g, i, t.dtype[1][k]) * c.grad_scale + c.weight_decay * pi;
+      float gi = __fadd_rn(__fmul_rn(load_float(g, i, t.dtype[1][k]), c.grad_scale), __fmul_rn(c.weight_decay, pi));
       if (b) {
-        const float bi = c.first_step ? gi : c.momentum * load_float(b, i, t.dtype[2][k]) + (1.f - c.dampening) * gi;
+        const float bi = c.first_step ? gi
+                                      : __fadd_rn(__fmul_rn(c.momentum, load_float(b, i, t.dtype[2][k])),
+                                                  __fmul_rn(__fsub_rn(1.f, c.dampening), gi));
         store_float(b, i, t.dtype[2][k], bi);
-        gi = c.nesterov ? gi + c.momentum * bi : bi;
+        gi = c.nesterov ? __fadd_rn(gi, __fmul_rn(c.momentum, bi)) : bi;
       }
-      store_float(p, i, t.dtype[0][k], pi - c.lr * gi);
+      store_param(p, i, t.dtype[0][k], __fsub_rn(pi, __fmul_rn(c.lr, gi)), sr.on, sr.stream[k]);
     }
   }
 }
@@ -95,8 +103,10 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   c.step_size = args.lr / bc1;
   c.grad_scale = args.grad_scale;
   const std::span<const Tensor> lists[4] = {params, grads, m, v};
+  SrCursor<kMaxTensors> sr(params, args.sr);
   mt_for_each_table<4, kMaxTensors>(lists, [&](const Table& t, int64_t chunks) {
-    adamw_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c);
+    adamw_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c,
+                                                                                              sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("adamw_kernel");
   });
 }
@@ -109,8 +119,10 @@ void CudaBackend::sgd_step(std::span<const Tensor> params, std::span<const Tenso
   SgdConst c{args.lr, args.momentum, args.dampening, args.weight_decay, args.grad_scale, args.nesterov,
              args.first_step};
   const std::span<const Tensor> lists[4] = {params, grads, momentum_bufs, {}};
+  SrCursor<kMaxTensors> sr(params, args.sr);
   mt_for_each_table<4, kMaxTensors>(lists, [&](const Table& t, int64_t chunks) {
-    sgd_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c);
+    sgd_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c,
+                                                                                            sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("sgd_kernel");
   });
 }

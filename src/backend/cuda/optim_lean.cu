@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
+#include "backend/cuda/sr_store.cuh"
 #include "backend/optim_consts.h"
 #include "backend/quant8.h"
 
@@ -32,7 +33,7 @@ unsigned grid_cap(int64_t work, int dev) {
 constexpr int kLionMax = 320;
 using LionTable = MtTable<3, kLionMax>;  // lists: 0 param, 1 grad, 2 exp_avg
 
-__global__ void lion_kernel(LionTable t, int64_t chunks, LionConsts<float> c) {
+__global__ void lion_kernel(LionTable t, int64_t chunks, LionConsts<float> c, SrTable<kLionMax> sr) {
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -45,7 +46,8 @@ __global__ void lion_kernel(LionTable t, int64_t chunks, LionConsts<float> c) {
       const float mi = load_float(m, i, t.dtype[2][k]);
       const float ci = __fadd_rn(__fmul_rn(c.beta1, mi), __fmul_rn(c.one_minus_beta1, gi));
       const float pi = load_float(p, i, t.dtype[0][k]);
-      store_float(p, i, t.dtype[0][k], __fsub_rn(__fmul_rn(pi, c.decay), __fmul_rn(c.lr, sign_of(ci))));
+      store_param(p, i, t.dtype[0][k], __fsub_rn(__fmul_rn(pi, c.decay), __fmul_rn(c.lr, sign_of(ci))), sr.on,
+                  sr.stream[k]);
       store_float(m, i, t.dtype[2][k], __fadd_rn(__fmul_rn(c.beta2, mi), __fmul_rn(c.one_minus_beta2, gi)));
     }
   }
@@ -105,7 +107,7 @@ template <int S> __device__ __forceinline__ void block_max(float (&v)[S], float 
 }
 
 __global__ void __launch_bounds__(kQuantBlock)
-    adamw8bit_kernel(Q8Table<2> t, int64_t blocks, Q8Maps<2> maps, AdamWConsts c) {
+    adamw8bit_kernel(Q8Table<2> t, int64_t blocks, Q8Maps<2> maps, AdamWConsts c, SrTable<kQ8Max> sr) {
   __shared__ float smap[2][kQuantCodes];
   __shared__ float scratch[2][kWarps];
   q8_load_maps<2>(smap, maps);
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(kQuantBlock)
       const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
       const float u = __fdiv_rn(__fmul_rn(c.step_size, mi), denom);
       const float pi = load_float(t.param[k], i, t.pdt[k]);
-      store_float(t.param[k], i, t.pdt[k], __fsub_rn(__fmul_rn(pi, c.decay), u));
+      store_param(t.param[k], i, t.pdt[k], __fsub_rn(__fmul_rn(pi, c.decay), u), sr.on, sr.stream[k]);
     }
     float amax[2] = {fabsf(mi), fabsf(vi)};
     block_max<2>(amax, scratch);
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(kQuantBlock)
 }
 
 __global__ void __launch_bounds__(kQuantBlock)
-    lion8bit_kernel(Q8Table<1> t, int64_t blocks, Q8Maps<1> maps, LionConsts<float> c) {
+    lion8bit_kernel(Q8Table<1> t, int64_t blocks, Q8Maps<1> maps, LionConsts<float> c, SrTable<kQ8Max> sr) {
   __shared__ float smap[1][kQuantCodes];
   __shared__ float scratch[1][kWarps];
   q8_load_maps<1>(smap, maps);
@@ -156,7 +158,8 @@ __global__ void __launch_bounds__(kQuantBlock)
       const float gi = __fmul_rn(load_float(t.grad[k], i, t.gdt[k]), c.grad_scale);
       const float ci = __fadd_rn(__fmul_rn(c.beta1, m0), __fmul_rn(c.one_minus_beta1, gi));
       const float pi = load_float(t.param[k], i, t.pdt[k]);
-      store_float(t.param[k], i, t.pdt[k], __fsub_rn(__fmul_rn(pi, c.decay), __fmul_rn(c.lr, sign_of(ci))));
+      store_param(t.param[k], i, t.pdt[k], __fsub_rn(__fmul_rn(pi, c.decay), __fmul_rn(c.lr, sign_of(ci))), sr.on,
+                  sr.stream[k]);
       mi = __fadd_rn(__fmul_rn(c.beta2, m0), __fmul_rn(c.one_minus_beta2, gi));
     }
     float amax[1] = {fabsf(mi)};
@@ -234,8 +237,9 @@ void CudaBackend::lion_step(std::span<const Tensor> params, std::span<const Tens
   mt_check("lion_step", device_index_, params, m, "exp_avg", false);
   const LionConsts<float> c = lion_consts<float>(args);
   const std::span<const Tensor> lists[3] = {params, grads, m};
+  SrCursor<kLionMax> sr(params, args.sr);
   mt_for_each_table<3, kLionMax>(lists, [&](const LionTable& t, int64_t chunks) {
-    lion_kernel<<<grid_cap(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c);
+    lion_kernel<<<grid_cap(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("lion_kernel");
   });
 }
@@ -250,8 +254,10 @@ void CudaBackend::adamw8bit_step(std::span<const Tensor> params, std::span<const
            "pass the 1-based step number");
   const AdamWConsts c = adamw_consts(args);
   const QuantState* qs[2] = {&m, &v};
+  SrCursor<kQ8Max> sr(params, args.sr);
   q8_for_each_table<2>(params, grads, qs, [&](const Q8Table<2>& t, const Q8Maps<2>& maps, int64_t blocks) {
-    adamw8bit_kernel<<<grid_cap(blocks, device_index_), kQuantBlock, 0, current_stream()>>>(t, blocks, maps, c);
+    adamw8bit_kernel<<<grid_cap(blocks, device_index_), kQuantBlock, 0, current_stream()>>>(t, blocks, maps, c,
+                                                                                             sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("adamw8bit_kernel");
   });
 }
@@ -263,8 +269,10 @@ void CudaBackend::lion8bit_step(std::span<const Tensor> params, std::span<const 
   q8_check("lion8bit_step", device_index_, params, m, "exp_avg");
   const LionConsts<float> c = lion_consts<float>(args);
   const QuantState* qs[1] = {&m};
+  SrCursor<kQ8Max> sr(params, args.sr);
   q8_for_each_table<1>(params, grads, qs, [&](const Q8Table<1>& t, const Q8Maps<1>& maps, int64_t blocks) {
-    lion8bit_kernel<<<grid_cap(blocks, device_index_), kQuantBlock, 0, current_stream()>>>(t, blocks, maps, c);
+    lion8bit_kernel<<<grid_cap(blocks, device_index_), kQuantBlock, 0, current_stream()>>>(t, blocks, maps, c,
+                                                                                            sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("lion8bit_kernel");
   });
 }
