@@ -51,9 +51,11 @@ struct Measured {
 };
 
 // One run: a fresh task on `device` with `checkpoint` applied, W + K steps. Timed steps are
-// bracketed by device synchronisations; the peak covers the build and every step.
+// bracketed by device synchronisations; the peak covers the build and every step. `held`: bytes
+// (all, activation) the device held before the profile began, owned by someone else (an embedding
+// program, an earlier test); they are not the run's, and meta never sees them.
 Measured run_one(const RunConfig& base, const std::string& checkpoint, Device device, const ProfileOptions& o,
-                 bool timed) {
+                 bool timed, std::pair<int64_t, int64_t> held = {0, 0}) {
   RunConfig cfg = base;
   cfg.checkpoint = checkpoint;
   Allocator& al = allocator_for(device);
@@ -75,8 +77,8 @@ Measured run_one(const RunConfig& base, const std::string& checkpoint, Device de
     }
   }
   const MemoryStats st = al.stats();
-  m.peak = st.allocated_bytes.peak;
-  m.act_peak = st.category[size_t(Category::Activation)].peak;
+  m.peak = st.allocated_bytes.peak - held.first;
+  m.act_peak = st.category[size_t(Category::Activation)].peak - held.second;
   return m;
 }
 
@@ -229,15 +231,18 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
     }
   }
   std::vector<Measured> measured(n);
+  const MemoryStats before = allocator_for(r.device).stats();
+  const std::pair<int64_t, int64_t> held{before.allocated_bytes.current,
+                                         before.category[size_t(Category::Activation)].current};
   for (size_t i = 0; i < n; ++i) {
     if (progress) progress("measuring " + std::to_string(i + 1) + "/" + std::to_string(n + 1) + " on " + r.device.str() +
                            ": " + cands[i].module);
-    measured[i] = run_one(cfg, cands[i].checkpoint, r.device, opt, true);
+    measured[i] = run_one(cfg, cands[i].checkpoint, r.device, opt, true, held);
   }
   // The baseline once more, last: its two medians show whether the machine's speed drifted.
   if (progress) progress("measuring " + std::to_string(n + 1) + "/" + std::to_string(n + 1) + " on " + r.device.str() +
                          ": (none) again, for drift");
-  const Measured again = run_one(cfg, "none", r.device, opt, true);
+  const Measured again = run_one(cfg, "none", r.device, opt, true, held);
   r.baseline_first_ms = median(measured[0].step_ms);
   r.baseline_last_ms = median(again.step_ms);
   measured[0].step_ms.insert(measured[0].step_ms.end(), again.step_ms.begin(), again.step_ms.end());
