@@ -133,7 +133,7 @@ std::string fit_json(const FitResult& f);   // "candidates": [...] and the check
 std::string command_line(const RunConfig& c);
 
 // train --metrics-json: the device allocator's peaks after a run, as plan --json names them.
-void write_run_memory_json(const std::string& path, const RunConfig& cfg);
+void write_run_memory_json(const std::string& path, const RunConfig& cfg, const RunResult& run);
 
 // A real run's OOM, explained: the category that grew most, predicted need versus available,
 // and the plan command that fits. Returns the message's "why (fix)" parts.

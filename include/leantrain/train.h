@@ -127,9 +127,6 @@ struct RunObserver {
 // Runs the whole training; throws lt::Error (UsageError, NumericError, ...) on failure.
 // A NumericError leaves the last checkpoint untouched.
 RunResult train(const RunConfig& cfg, const RunObserver& obs = {});
-// The result of the last train() that finished in this process, or nullptr (read by
-// train --metrics-json for the throughput keys).
-const RunResult* last_run_result();
 
 // Sampling from a saved GPT checkpoint, in inference mode.
 struct GenerateConfig {

@@ -89,8 +89,9 @@ int dispatch(int argc, char** argv) {
   }
   if (c.train->parsed()) {
     try {
-      int rc = x.fit.empty() ? run_train(tcfg) : run_train_fit(tcfg, x.fit);
-      if (rc == 0 && !x.metrics_json.empty()) write_run_memory_json(x.metrics_json, tcfg);
+      RunResult result;
+      int rc = x.fit.empty() ? run_train(tcfg, &result) : run_train_fit(tcfg, x.fit, &result);
+      if (rc == 0 && !x.metrics_json.empty()) write_run_memory_json(x.metrics_json, tcfg, result);
       if (!tcfg.memory_report.empty()) write_report(tcfg);
       return rc;
     } catch (const OutOfMemoryError& e) {  // name what grew and the plan that fits (docs/memory-model.md)

@@ -19,7 +19,7 @@ int run(int argc, char** argv);
 
 // Binds every RunConfig field to a flag of `cmd`.
 void add_train_flags(CLI::App& cmd, RunConfig& cfg);
-int run_train(RunConfig cfg);
+int run_train(RunConfig cfg, RunResult* result = nullptr);  // result: filled when non-null
 
 // `plan` (src/cli/plan_command.cpp): the train flags plus the plan's own.
 struct PlanFlags {
@@ -32,7 +32,7 @@ void add_plan_flags(CLI::App& cmd, RunConfig& cfg, PlanFlags& p);
 int run_plan(const RunConfig& cfg, const PlanFlags& p);
 // train --fit BUDGET and --metrics-json PATH (both handled by app.cpp around run_train).
 void add_fit_flag(CLI::App& train, std::string& fit);
-int run_train_fit(RunConfig cfg, const std::string& fit);
+int run_train_fit(RunConfig cfg, const std::string& fit, RunResult* result = nullptr);
 
 // `profile` (src/cli/profile_command.cpp): the train flags plus which modules, steps and files.
 struct ProfileFlags {

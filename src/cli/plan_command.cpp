@@ -67,7 +67,7 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
   return 0;
 }
 
-int run_train_fit(RunConfig cfg, const std::string& fit) {
+int run_train_fit(RunConfig cfg, const std::string& fit, RunResult* result) {
   std::string device = cfg.device;
   PlanOptions o;
   o.device_type = resolve_device(device).is_cuda() ? "cuda" : "cpu";
@@ -75,7 +75,7 @@ int run_train_fit(RunConfig cfg, const std::string& fit) {
   const FitCandidate& k = f.candidates[size_t(f.chosen)];
   std::printf("%schosen for %s: %s\n\n", fit_table(f).c_str(), fit.c_str(), command_line(k.config).c_str());
   std::fflush(stdout);
-  return run_train(k.config);
+  return run_train(k.config, result);
 }
 
 }  // namespace lt::cli

@@ -97,7 +97,7 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--debug-nan-at-step", c.debug_nan_at_step, "testing: poison the loss at this step")->group("");
 }
 
-int run_train(RunConfig cfg) {
+int run_train(RunConfig cfg, RunResult* result) {
   validate(cfg);
   ProgressPrinter printer(stdout, is_terminal(stdout), cfg.log_every);
   RunObserver obs;
@@ -118,6 +118,7 @@ int run_train(RunConfig cfg) {
   std::printf(" | time %s\n\n", format_duration(r.seconds).c_str());
   std::fputs(memory_summary(r.device, r.memory).c_str(), stdout);
   std::fflush(stdout);
+  if (result) *result = std::move(r);
   return 0;
 }
 

@@ -10,7 +10,7 @@
 
 namespace lt {
 
-void write_run_memory_json(const std::string& path, const RunConfig& cfg) {
+void write_run_memory_json(const std::string& path, const RunConfig& cfg, const RunResult& r) {
   const Device d = resolve_device(cfg.device);
   const MemoryStats s = allocator_for(d).stats();
   std::string j = "{\"device\": \"" + d.str() + "\", \"peak_allocated_bytes\": " + std::to_string(s.allocated_bytes.peak) +
@@ -20,12 +20,10 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg) {
     j += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(s.category[size_t(i)].peak) +
          (i + 1 < kNumCategories ? ", " : "");
   j += "}";
-  if (const RunResult* r = last_run_result()) {  // throughput of the run, as its progress line reports it
-    char buf[200];
-    std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r->unit,
-                  r->items_per_s, r->steady_items_per_s);
-    j += buf;
-  }
+  char buf[200];  // throughput of the run, as its progress line reports it
+  std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
+                r.items_per_s, r.steady_items_per_s);
+  j += buf;
   j += "}\n";
   std::ofstream f(path, std::ios::trunc);
   if (!f) fail("cannot write --metrics-json " + path, "it could not be opened", "pass another path");

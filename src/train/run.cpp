@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <optional>
 
 #include "backend/backend.h"
 #include "train/activation_checkpointing.h"
@@ -69,11 +68,6 @@ class MetricsFile {
 
 void say(const RunObserver& obs, const std::string& s) {
   if (obs.on_message) obs.on_message(s);
-}
-
-std::optional<RunResult>& last_result() {
-  static std::optional<RunResult> r;
-  return r;
 }
 
 }  // namespace
@@ -184,10 +178,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   result.seconds = seconds_since(t0);
   result.items_per_s = step_seconds > 0 ? double(items) / step_seconds : 0;
   result.steady_items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds : result.items_per_s;
-  last_result() = result;
   return result;
 }
-
-const RunResult* last_run_result() { return last_result() ? &*last_result() : nullptr; }
 
 }  // namespace lt
