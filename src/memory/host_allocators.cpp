@@ -54,4 +54,17 @@ std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity) {
   return std::make_unique<SimulatedCudaAllocator>(capacity);
 }
 
+MetaAllocatorScope::MetaAllocatorScope(bool simulate_cuda) {
+  if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
+  else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
+}
+
+MetaAllocatorScope::~MetaAllocatorScope() {
+  if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->release_gemm_workspace();
+  try {
+    set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
+  } catch (...) {  // something outside the dry run still holds meta tensors: keep the allocator
+  }
+}
+
 }  // namespace lt

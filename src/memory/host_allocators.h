@@ -56,4 +56,15 @@ void simulate_gemm_workspace();
 // The default meta allocator stays the simple MetaAllocator.
 std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity = -1);
 
+// Points meta at the planner's allocator (the simulated CUDA one, or the plain MetaAllocator) for
+// a dry run, and back at a plain MetaAllocator after, also when the dry run throws. Meta must hold
+// nothing when swapped (set_allocator checks); if something still does, the allocator is kept.
+class MetaAllocatorScope {
+ public:
+  explicit MetaAllocatorScope(bool simulate_cuda);
+  ~MetaAllocatorScope();
+  MetaAllocatorScope(const MetaAllocatorScope&) = delete;
+  MetaAllocatorScope& operator=(const MetaAllocatorScope&) = delete;
+};
+
 }  // namespace lt

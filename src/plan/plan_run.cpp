@@ -16,23 +16,6 @@ namespace lt {
 
 namespace {
 
-// Points meta at the wanted allocator for the plan and back at a plain one after, also when
-// the plan throws. Meta must hold nothing when swapped (set_allocator checks).
-class MetaAllocatorSwap {
- public:
-  explicit MetaAllocatorSwap(bool simulate_cuda) {
-    if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
-    else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
-  }
-  ~MetaAllocatorSwap() {
-    if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->release_gemm_workspace();
-    try {
-      set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
-    } catch (...) {  // something outside the plan still holds meta tensors: keep the allocator
-    }
-  }
-};
-
 // Allocated bytes by category at the moment allocated bytes were highest, replayed from the history.
 std::array<int64_t, kNumCategories> breakdown_at_peak(const std::vector<MemoryEvent>& h) {
   std::array<int64_t, kNumCategories> cur{}, best{};
@@ -73,7 +56,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   r.config = cfg_in;
   r.device_type = opt.device_type;
   r.context_bytes = opt.context_bytes >= 0 ? opt.context_bytes : cuda ? kCudaContextBytes + kCudaLibraryBytes : 0;
-  MetaAllocatorSwap swap(cuda);
+  MetaAllocatorScope swap(cuda);
   Allocator& al = allocator_for(Device::meta());
   al.set_history_max_entries(size_t(1) << 24);
   al.set_history(true);

@@ -24,22 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Points meta at the planner's allocator for the prediction pass and back after, also on throw.
-class MetaAllocatorScope {
- public:
-  explicit MetaAllocatorScope(bool simulate_cuda) {
-    if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
-    else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
-  }
-  ~MetaAllocatorScope() {
-    if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->release_gemm_workspace();
-    try {
-      set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
-    } catch (...) {  // something still holds meta tensors: keep the allocator
-    }
-  }
-};
-
 struct Candidate {
   std::string module, kind, checkpoint;
 };
