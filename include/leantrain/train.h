@@ -39,6 +39,8 @@ struct RunConfig {
   std::string state_dtype = "auto";  // optimizer moments: auto (the parameter's dtype) | f32 | bf16
   double lr = 2e-3;
   double momentum = 0.9;       // sgd
+  double dampening = 0.0;      // sgd: the gradient enters the momentum buffer scaled by 1 - dampening
+  bool nesterov = false;       // sgd: Nesterov momentum (needs momentum > 0 and dampening 0)
   double weight_decay = 0.05;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
   std::string schedule = "cosine";  // constant | cosine

@@ -45,6 +45,9 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--optimizer", c.optimizer, "sgd, adamw, lion, adamw8bit or lion8bit")->capture_default_str()->group(what);
   cmd.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str()->group(what);
   cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()->group(what);
+  cmd.add_flag("--nesterov", c.nesterov, "SGD: Nesterov momentum (look-ahead gradient; needs --momentum > 0)")->group(what);
+  cmd.add_option("--dampening", c.dampening, "SGD: scale the gradient entering the momentum buffer by 1 - this")
+      ->capture_default_str()->group(what);
   cmd.add_option("--weight-decay", c.weight_decay, "Decoupled weight decay")->capture_default_str()->group(what);
   cmd.add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str()->group(what);
   cmd.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str()->group(what);

@@ -51,6 +51,8 @@ std::string command_line(const RunConfig& c) {
   str("--state-dtype", c.state_dtype, d.state_dtype);
   n("--lr", c.lr, d.lr);
   n("--momentum", c.momentum, d.momentum);
+  if (c.nesterov) s += " --nesterov";
+  n("--dampening", c.dampening, d.dampening);
   n("--weight-decay", c.weight_decay, d.weight_decay);
   n("--beta1", c.beta1, d.beta1);
   n("--beta2", c.beta2, d.beta2);

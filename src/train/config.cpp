@@ -1,6 +1,7 @@
 // RunConfig: validation (every message names the flag to change) and its JSON form, which a
 // checkpoint stores so that --resume and `generate` know what was trained.
 #include <cmath>
+#include <cstdio>
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -24,8 +25,14 @@ void check_positive(int64_t v, const char* flag) {
 void check_non_negative(int64_t v, const char* flag) {
   if (v < 0) usage(std::string(flag) + " " + std::to_string(v), "it must not be negative", std::string("pass ") + flag + " 0 or more");
 }
+// A flag's value as the user would write it: "1e-09", "0.9", "nan" (std::to_string prints "0.000000").
+std::string short_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 void check_finite(double v, const char* flag) {
-  if (!std::isfinite(v)) usage(std::string(flag) + " " + std::to_string(v), "it must be a finite number", std::string("pass a finite ") + flag);
+  if (!std::isfinite(v)) usage(std::string(flag) + " " + short_number(v), "it must be a finite number", std::string("pass a finite ") + flag);
 }
 
 int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
@@ -101,9 +108,9 @@ void validate(const RunConfig& c) {
               std::to_string(largest_divisor_at_most(c.batch, mb)));
   check_non_negative(c.steps, "--steps");
   check_finite(c.epochs, "--epochs");
-  if (c.epochs < 0) usage("--epochs " + std::to_string(c.epochs), "it must not be negative", "pass --epochs 1 or more");
+  if (c.epochs < 0) usage("--epochs " + short_number(c.epochs), "it must not be negative", "pass --epochs 1 or more");
   check_finite(c.lr, "--lr");
-  if (c.lr <= 0) usage("--lr " + std::to_string(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
+  if (c.lr <= 0) usage("--lr " + short_number(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
   if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "adamw8bit" &&
       c.optimizer != "lion8bit")
     usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd, adamw, lion, adamw8bit and lion8bit",
@@ -114,18 +121,28 @@ void validate(const RunConfig& c) {
     usage("--state-dtype with --optimizer " + c.optimizer, "8-bit optimizers quantise their own state",
           "drop --state-dtype or pick adamw/lion/sgd");
   check_finite(c.momentum, "--momentum");
-  if (c.momentum < 0 || c.momentum >= 1) usage("--momentum " + std::to_string(c.momentum), "it must be in [0, 1)", "pass e.g. --momentum 0.9");
+  if (c.momentum < 0 || c.momentum >= 1) usage("--momentum " + short_number(c.momentum), "it must be in [0, 1)", "pass e.g. --momentum 0.9");
+  check_finite(c.dampening, "--dampening");
+  if (c.dampening < 0 || c.dampening >= 1)
+    usage("--dampening " + short_number(c.dampening), "it must be in [0, 1)", "pass e.g. --dampening 0.1, or leave it at 0");
+  if ((c.nesterov || c.dampening != 0) && c.optimizer != "sgd")
+    usage(std::string(c.nesterov ? "--nesterov" : "--dampening") + " with --optimizer " + c.optimizer,
+          "Nesterov momentum and dampening belong to SGD", "pass --optimizer sgd, or drop the flag");
+  if (c.nesterov && (c.momentum == 0 || c.dampening != 0))
+    usage("--nesterov with --momentum " + short_number(c.momentum) + " --dampening " + short_number(c.dampening),
+          "Nesterov momentum looks ahead along the momentum buffer, so it needs momentum > 0 and no dampening",
+          "pass --momentum 0.9 --dampening 0, or drop --nesterov");
   check_finite(c.weight_decay, "--weight-decay");
-  if (c.weight_decay < 0) usage("--weight-decay " + std::to_string(c.weight_decay), "it must not be negative", "pass e.g. --weight-decay 0.01");
+  if (c.weight_decay < 0) usage("--weight-decay " + short_number(c.weight_decay), "it must not be negative", "pass e.g. --weight-decay 0.01");
   for (auto [v, flag] : {std::pair{c.beta1, "--beta1"}, std::pair{c.beta2, "--beta2"}})
-    if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + std::to_string(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
-  if (!(c.eps > 0)) usage("--eps " + std::to_string(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
+    if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + short_number(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
+  if (!(c.eps > 0)) usage("--eps " + short_number(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
   if (c.schedule != "constant" && c.schedule != "cosine")
     usage("unknown schedule '" + c.schedule + "'", "the schedules are constant and cosine", "pass --schedule constant or --schedule cosine");
   if (c.warmup < -1) usage("--warmup " + std::to_string(c.warmup), "it counts steps (-1: 10% of the run)", "pass --warmup 0 or more");
-  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + std::to_string(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + short_number(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
   check_finite(c.clip, "--clip");
-  if (c.clip < 0) usage("--clip " + std::to_string(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
+  if (c.clip < 0) usage("--clip " + short_number(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
   check_non_negative(c.eval_every, "--eval-every");
   check_non_negative(c.eval_batches, "--eval-batches");
   check_non_negative(c.log_every, "--log-every");
@@ -164,7 +181,7 @@ Device resolve_device(const std::string& spec) {
 // Field list shared by both directions, so a field cannot be saved and not restored.
 #define LT_RUN_CONFIG_FIELDS(X)                                                                            \
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
-  X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(weight_decay) X(beta1) X(beta2) X(eps) \
+  X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
   X(stochastic_rounding)

@@ -23,6 +23,8 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
   oc.beta2 = c.beta2;
   oc.eps = c.eps;
   oc.momentum = c.optimizer == "sgd" ? c.momentum : 0.0;
+  oc.dampening = c.dampening;
+  oc.nesterov = c.nesterov;
   oc.master_weights = c.master_weights == "fp32";
   oc.stochastic_rounding = c.stochastic_rounding;
   oc.seed = c.seed;

@@ -15,6 +15,9 @@ expect_error 2 "--state-dtype with --optimizer adamw8bit" "$LT" train --optimize
 expect_error 2 "unknown schedule 'linear'" "$LT" train --schedule linear
 expect_error 2 "--batch 10 is not divisible by --micro-batch 4.*--micro-batch 2" "$LT" train --batch 10 --micro-batch 4
 expect_error 2 "--lr" "$LT" train --lr -1
+expect_error 2 "--nesterov with --optimizer adamw: .*belong to SGD" "$LT" train --nesterov
+expect_error 2 "--nesterov with --momentum 0 --dampening 0: .*needs momentum > 0" "$LT" train --optimizer sgd --nesterov --momentum 0
+expect_error 2 "--dampening 2: it must be in \\[0, 1\\)" "$LT" train --optimizer sgd --dampening 2
 expect_error 2 "unknown device 'tpu'" "$LT" train --device tpu
 expect_error 2 "unknown model 'gpt5'|gpt5" "$LT" train --model gpt5 --steps 1 --device cpu
 expect_error 2 "missing flag: --checkpoint is required" "$LT" generate --prompt hi
@@ -25,7 +28,7 @@ for cmd in "" train generate; do
   if "$LT" $cmd --help >"$WORK/help" 2>&1; then ok; else fail "'leantrain $cmd --help' exited non-zero"; fi
 done
 "$LT" train --help >"$WORK/help" 2>&1
-for flag in --model --config --data --batch --micro-batch --steps --epochs --lr --optimizer --momentum \
+for flag in --model --config --data --batch --micro-batch --steps --epochs --lr --optimizer --momentum --nesterov --dampening \
   --weight-decay --schedule --warmup --clip --seed --eval-every --save --resume --device --seq-len; do
   expect_grep "^ *$flag " "$WORK/help" "train --help ($flag)"
 done

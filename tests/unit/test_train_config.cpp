@@ -46,6 +46,22 @@ TEST(TrainConfig, RejectsBadValues) {
   bad([](RunConfig& c) { c.device = "meta"; }, "--device meta");
   bad([](RunConfig& c) { c.clip = -1; }, "--clip");
   bad([](RunConfig& c) { c.dim = 30, c.heads = 4; }, "--heads");
+  bad([](RunConfig& c) { c.eps = 0; }, "--eps 0:");  // the value as typed, not "0.000000"
+  bad([](RunConfig& c) { c.dampening = 1; }, "--dampening 1:");
+  bad([](RunConfig& c) { c.optimizer = "sgd", c.nesterov = true, c.momentum = 0; }, "needs momentum > 0");
+  bad([](RunConfig& c) { c.optimizer = "sgd", c.nesterov = true, c.dampening = 0.1; }, "and no dampening");
+  bad([](RunConfig& c) { c.optimizer = "adamw", c.nesterov = true; }, "--nesterov with --optimizer adamw");
+  bad([](RunConfig& c) { c.optimizer = "lion", c.dampening = 0.5; }, "--dampening with --optimizer lion");
+}
+
+TEST(TrainConfig, SgdNesterovAndDampeningAreValid) {
+  RunConfig c;
+  c.optimizer = "sgd";
+  c.nesterov = true;
+  EXPECT_EQ(usage_message(c), "");
+  c.nesterov = false;
+  c.dampening = 0.5;
+  EXPECT_EQ(usage_message(c), "");
 }
 
 TEST(TrainConfig, JsonRoundTrip) {
@@ -55,6 +71,8 @@ TEST(TrainConfig, JsonRoundTrip) {
   c.lr = 3.25e-4;
   c.seed = 1234567890123ull;
   c.schedule = "constant";
+  c.nesterov = true;
+  c.dampening = 0.25;
   c.debug_nan_at_step = 7;  // a test knob: never stored
   RunConfig r = config_from_json(config_to_json(c));
   EXPECT_EQ(r.model, "gpt2-tiny");
@@ -62,6 +80,8 @@ TEST(TrainConfig, JsonRoundTrip) {
   EXPECT_EQ(r.lr, 3.25e-4);
   EXPECT_EQ(r.seed, 1234567890123ull);
   EXPECT_EQ(r.schedule, "constant");
+  EXPECT_TRUE(r.nesterov);
+  EXPECT_EQ(r.dampening, 0.25);
   EXPECT_EQ(r.debug_nan_at_step, 0);
   EXPECT_THROW(config_from_json("{not json"), Error);
   EXPECT_THROW(config_from_json("{\"batch\": \"many\"}"), Error);
