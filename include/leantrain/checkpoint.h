@@ -26,6 +26,10 @@ struct CheckpointOptions {
   // Other tensors the region reads (attention masks): kept alive until the backward. They get
   // no gradient, so they must not require one.
   std::vector<Tensor> captured;
+  // Selective checkpointing: keep the results of the region's matmul-class ops (linear, matmul,
+  // attention) from the forward and hand them back to the recomputation, which then redoes only
+  // the cheap ops between them (norms, activations, residual adds, dropout).
+  bool keep_matmul_outputs = false;
   const char* name = "checkpoint";
 };
 
@@ -50,7 +54,8 @@ std::vector<Generator*> dropout_generators(Module& m);
 // Makes m's forward a checkpointed region (its parameters and dropout generators included).
 // Composes with a wrapper already installed (it runs inside the region). Throws when m's
 // forward does not go through call_forward (a model root, a ModuleList): nothing would run it.
-void checkpoint_module(Module& m);
+// keep_matmul_outputs: the selective policy (CheckpointOptions::keep_matmul_outputs).
+void checkpoint_module(Module& m, bool keep_matmul_outputs = false);
 // Whether m's forward goes through its wrapper (so checkpoint_module can act on it).
 bool has_wrappable_forward(Module& m);
 
@@ -58,8 +63,8 @@ bool has_wrappable_forward(Module& m);
 //   none        nothing
 //   blocks      every transformer block
 //   every:K     blocks 0, K, 2K, ... (K >= 1)
-//   selective   inside every block, the norms and the attention core (matmul outputs and
-//               matmul inputs stay saved; GELU is left alone: recomputing it saves nothing)
+//   selective   every transformer block, keeping its matmul and attention results: only the
+//               norms, activations, residual adds and dropout are recomputed
 //   REGEX       modules whose path std::regex_match-es it (ECMAScript syntax)
 struct CheckpointSpec {
   enum class Mode { None, Blocks, Every, Selective, Regex } mode = Mode::None;

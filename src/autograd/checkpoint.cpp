@@ -7,6 +7,8 @@
 // parameters' gradients go to their real AccumulateGrad nodes, hooks included.
 #include "leantrain/checkpoint.h"
 
+#include "autograd/kept_outputs.h"
+
 #include "leantrain/error.h"
 
 namespace lt {
@@ -50,7 +52,7 @@ Tensor graph_handle(const Tensor& out) {
 std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<Tensor>& saved,
                                        const std::vector<bool>& need, const std::vector<Generator*>& gens,
                                        const std::vector<uint64_t>& forward_offsets, size_t n_params,
-                                       const Tensor& grad_out) {
+                                       detail::KeptOutputs* kept, const Tensor& grad_out) {
   MemoryCategoryScope act(Category::Activation);  // recomputed tensors are activations
   std::vector<std::shared_ptr<CaptureNode>> caps(saved.size());
   Tensor handle;
@@ -72,6 +74,8 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
     Tensor out;
     {
       EnableGradGuard grad_on;
+      if (kept) kept->replay = true, kept->next = 0;  // from the start again (a retained graph reruns it)
+      detail::KeptOutputsScope scope(kept);
       try {
         out = fn(xs);
       } catch (...) {
@@ -80,6 +84,12 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       }
     }
     set_offsets(gens, now);
+    LT_CHECK(!kept || kept->next == kept->entries.size(),
+             "selective checkpointing: the recomputation made " + std::to_string(kept ? kept->next : 0) +
+                 " matmul-class calls",
+             "the forward made " + std::to_string(kept ? kept->entries.size() : 0) +
+                 "; the region's forward is not deterministic",
+             "checkpoint with --checkpoint blocks instead, or make the region's forward deterministic");
     LT_CHECK(out.shape() == grad_out.shape(), "checkpoint: the recomputed output has shape " + shape_str(out.shape()),
              "the forward gave " + shape_str(grad_out.shape()) + "; the region is not deterministic",
              "checkpoint only regions whose result depends on their inputs, parameters and generators alone");
@@ -97,7 +107,10 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& opts) {
   std::vector<Tensor> edges = inputs;
   edges.insert(edges.end(), opts.params.begin(), opts.params.end());
-  if (!needs_grad(edges)) return fn(inputs);
+  if (!needs_grad(edges)) {
+    detail::KeptOutputsScope none(nullptr);  // an enclosing selective region must not see these calls
+    return fn(inputs);
+  }
   for (const Tensor& t : opts.captured)
     LT_CHECK(!t.defined() || !t.requires_grad(), std::string(opts.name) + ": a captured tensor requires grad",
              "captured tensors (masks) get no gradient from the recomputation",
@@ -110,9 +123,14 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
     saved.push_back(x.defined() ? x.detach() : Tensor());
     need.push_back(x.defined() && x.requires_grad());
   }
+  // The selective policy's kept results live as long as this region's node (released after its
+  // backward unless the graph is retained).
+  std::shared_ptr<detail::KeptOutputs> kept;
+  if (opts.keep_matmul_outputs) kept = std::make_shared<detail::KeptOutputs>();
   Tensor out;
   {
     NoGradGuard no_grad;
+    detail::KeptOutputsScope scope(kept.get());
     out = fn(saved);
   }
   // A fresh handle: fn may return one of its inputs (an identity region), whose impl must not
@@ -121,8 +139,8 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   std::vector<Generator*> gens = opts.generators;
   std::vector<Tensor> captured = opts.captured;
   const size_t n_params = opts.params.size();
-  record(out, opts.name, edges, [fn, saved, need, gens, offsets, n_params, captured](const Tensor& g) {
-    return recompute_backward(fn, saved, need, gens, offsets, n_params, g);
+  record(out, opts.name, edges, [fn, saved, need, gens, offsets, n_params, captured, kept](const Tensor& g) {
+    return recompute_backward(fn, saved, need, gens, offsets, n_params, kept.get(), g);
   });
   return out;
 }

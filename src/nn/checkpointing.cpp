@@ -17,14 +17,6 @@ const char* kModes = "none, blocks, every:K, selective, or a regular expression 
 
 bool is_block(Module& m) { return dynamic_cast<PreNormBlock*>(&m) != nullptr; }
 
-// What `selective` recomputes inside a block: the norms (their statistics go) and the attention
-// core (q, k, v, its output and the log-sum-exp go; the fused qkv stays). Not GELU: the Linear
-// after it keeps its output and GELU's own input is what a region would keep, so recomputing it
-// saves no byte and costs time (docs/activation-checkpointing.md has the figures).
-bool is_selective_target(Module& m) {
-  return dynamic_cast<LayerNorm*>(&m) || dynamic_cast<RMSNorm*>(&m) || dynamic_cast<AttentionCore*>(&m);
-}
-
 bool inside(const std::string& path, const std::string& outer) {
   return outer.empty() || (path.size() > outer.size() && path.compare(0, outer.size(), outer) == 0 &&
                            path[outer.size()] == '.');
@@ -46,13 +38,14 @@ bool has_wrappable_forward(Module& m) {
          dynamic_cast<AttentionCore*>(&m);
 }
 
-void checkpoint_module(Module& m) {
+void checkpoint_module(Module& m, bool keep_matmul_outputs) {
   LT_CHECK(has_wrappable_forward(m), std::string("cannot checkpoint a ") + m.type_name(),
            "its forward is not a single call that a wrapper can recompute (a model root or a container)",
            "select the modules inside it, e.g. its blocks");
   CheckpointOptions opts;
   opts.generators = dropout_generators(m);
-  opts.name = "checkpoint";
+  opts.name = keep_matmul_outputs ? "selective_checkpoint" : "checkpoint";
+  opts.keep_matmul_outputs = keep_matmul_outputs;
   // A wrapper already installed (say, one that gathers sharded weights) runs inside the region,
   // so the recomputation repeats it too.
   Module::ForwardWrapper inner = m.forward_wrapper();
@@ -118,11 +111,8 @@ std::vector<std::string> select_checkpoint_modules(Module& root, const std::stri
     case CheckpointSpec::Mode::Every:
       for (size_t i = 0; i < blocks.size(); i += size_t(spec.every)) picked.push_back(blocks[i]);
       break;
-    case CheckpointSpec::Mode::Selective:
-      for (auto& [path, m] : modules)
-        if (is_selective_target(*m) &&
-            std::any_of(blocks.begin(), blocks.end(), [&](const std::string& b) { return inside(path, b); }))
-          picked.push_back(path);
+    case CheckpointSpec::Mode::Selective:  // every block, keeping its matmul results (checkpoint_module)
+      picked = blocks;
       break;
     case CheckpointSpec::Mode::Regex: {
       const std::regex re(spec.text);
@@ -159,7 +149,8 @@ std::vector<std::string> select_checkpoint_modules(Module& root, const std::stri
 
 std::vector<std::string> apply_checkpointing(Module& root, const std::string& spec) {
   std::vector<std::string> paths = select_checkpoint_modules(root, spec);
-  for (const std::string& p : paths) checkpoint_module(*root.find_module(p));
+  const bool selective = parse_checkpoint_spec(spec).mode == CheckpointSpec::Mode::Selective;
+  for (const std::string& p : paths) checkpoint_module(*root.find_module(p), selective);
   return paths;
 }
 

@@ -3,6 +3,7 @@
 // allocated through the allocator (the CUDA kernel tiles; the CPU reference uses host scratch).
 #include <cmath>
 
+#include "autograd/kept_outputs.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -37,9 +38,13 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);
-  Tensor lse = Tensor::empty({B, H, Tq}, aux_dtype(q.dtype()), dev);
-  backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, sc);
+  std::vector<Tensor> kept = take_kept_outputs("attention", {q.shape(), {B, H, Tq}}, {q.dtype(), aux_dtype(q.dtype())});
+  Tensor out = kept.empty() ? Tensor::empty(q.shape(), q.dtype(), dev) : kept[0];
+  Tensor lse = kept.empty() ? Tensor::empty({B, H, Tq}, aux_dtype(q.dtype()), dev) : kept[1];
+  if (kept.empty()) {
+    backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, sc);
+    keep_outputs("attention", {out, lse});
+  }
   // Every gradient needs the probabilities (q, k, lse) and v or out; save them all.
   const bool need_q = q.requires_grad(), need_k = k.requires_grad(), need_v = v.requires_grad();
   Tensor so = out.detach();
@@ -100,10 +105,16 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, c
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor qkv = contiguous(qkv_in);  // a no-op for a Linear's output
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
-  Tensor out = Tensor::empty({B, T, C}, qkv.dtype(), dev);
-  Tensor lse = Tensor::empty({B, H, T}, aux_dtype(qkv.dtype()), dev);
-  backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
-                                 heads_view(qkv, H, D, 2 * C), mask, causal, sc);
+  // Selective checkpointing's recomputation takes the forward's output and log-sum-exp instead
+  // (kept_outputs.h): attention is not run a second time before its backward.
+  std::vector<Tensor> kept = take_kept_outputs("attention", {{B, T, C}, {B, H, T}}, {qkv.dtype(), aux_dtype(qkv.dtype())});
+  Tensor out = kept.empty() ? Tensor::empty({B, T, C}, qkv.dtype(), dev) : kept[0];
+  Tensor lse = kept.empty() ? Tensor::empty({B, H, T}, aux_dtype(qkv.dtype()), dev) : kept[1];
+  if (kept.empty()) {
+    backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
+                                   heads_view(qkv, H, D, 2 * C), mask, causal, sc);
+    keep_outputs("attention", {out, lse});
+  }
   Tensor so = out.detach();
   record(out, "attention", {qkv}, [=](const Tensor& g) {
     Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());

@@ -1,3 +1,4 @@
+#include "autograd/kept_outputs.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -36,18 +37,23 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   Shape out_shape = batch;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), dev);
-  GemmDesc d;
-  d.batch = nb;
-  d.m = m;
-  d.n = n;
-  d.k = ka;
-  d.trans_a = trans_a;
-  d.trans_b = trans_b;
-  d.stride_a = a_bcast ? 0 : m * ka;
-  d.stride_b = b_bcast ? 0 : ka * n;
-  d.stride_c = m * n;
-  backend_for(dev).gemm(out, a, b, d, Tensor());
+  // Selective checkpointing's recomputation takes the forward's result instead (kept_outputs.h).
+  std::vector<Tensor> kept = take_kept_outputs("matmul", {out_shape}, {a.dtype()});
+  Tensor out = kept.empty() ? Tensor::empty(out_shape, a.dtype(), dev) : kept[0];
+  if (kept.empty()) {
+    GemmDesc d;
+    d.batch = nb;
+    d.m = m;
+    d.n = n;
+    d.k = ka;
+    d.trans_a = trans_a;
+    d.trans_b = trans_b;
+    d.stride_a = a_bcast ? 0 : m * ka;
+    d.stride_b = b_bcast ? 0 : ka * n;
+    d.stride_c = m * n;
+    backend_for(dev).gemm(out, a, b, d, Tensor());
+    keep_outputs("matmul", {out});
+  }
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   Tensor sa = need_b ? a : Tensor();
   Tensor sb = need_a ? b : Tensor();
@@ -84,13 +90,17 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
   const int64_t rows = xc.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = outf;
-  Tensor out = Tensor::empty(out_shape, x.dtype(), dev);
-  GemmDesc d;
-  d.m = rows;
-  d.n = outf;
-  d.k = in;
-  d.trans_b = !weight_in_out;
-  backend_for(dev).gemm(out, xc, wc, d, bias);
+  std::vector<Tensor> kept = take_kept_outputs("linear", {out_shape}, {x.dtype()});
+  Tensor out = kept.empty() ? Tensor::empty(out_shape, x.dtype(), dev) : kept[0];
+  if (kept.empty()) {
+    GemmDesc d;
+    d.m = rows;
+    d.n = outf;
+    d.k = in;
+    d.trans_b = !weight_in_out;
+    backend_for(dev).gemm(out, xc, wc, d, bias);
+    keep_outputs("linear", {out});
+  }
   const bool need_x = xc.requires_grad(), need_w = wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   Tensor sx = need_w ? xc : Tensor();
