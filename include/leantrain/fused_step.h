@@ -4,8 +4,11 @@
 //
 // What follows from updating during backward:
 //   - a step's gradient must be complete after one backward: no accumulation over micro-batches;
-//   - nothing that needs all gradients can run before the first update: clipping by the global
-//     norm, or the inf/NaN check that lets a loss scaler skip a step;
+//   - nothing that needs all gradients can run before the first update. Clipping by the global
+//     norm therefore takes a norm pass: a first backward whose hooks only add each gradient's
+//     squares to the norm and free it, then the same forward and backward again, updating with
+//     the clip coefficient (the trainer runs both; twice the compute, the same memory). The
+//     inf/NaN check that lets a loss scaler skip a step is not offered (16-mixed is refused);
 //   - the learning rate (and grad_scale) must be set before backward.
 #pragma once
 #include <cstdint>
@@ -24,8 +27,15 @@ class FusedStep {
   FusedStep(const FusedStep&) = delete;
   FusedStep& operator=(const FusedStep&) = delete;
 
-  // Factor applied to every gradient inside the update (1 / loss scale); set before backward.
+  // Factor applied to every gradient inside the update (1 / loss scale, clip coefficient); set
+  // before backward.
   void set_grad_scale(float s);
+  // Until finish_norm_pass: the hooks add the squares of each gradient to a running sum and free
+  // it, updating nothing.
+  void begin_norm_pass();
+  // Ends the norm pass: the global gradient norm (a host read), and the clip coefficient for
+  // max_norm (as clip_grad_norm: min(1, max_norm / (norm + 1e-6)); NaN when the norm is not finite).
+  GradNorm finish_norm_pass(double max_norm);
   // Parameters stepped since construction.
   int64_t updates() const;
 

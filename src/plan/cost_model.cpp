@@ -11,6 +11,8 @@
 //   optimizer  = parameters x bytes moved per parameter x seconds per byte (plain or 8-bit kernel)
 //                + optimizer_seconds_per_tensor x parameter tensors (its launches)
 //   fused      = kFusedSecondsPerTensor x parameter tensors  (one update launch per parameter)
+//   --fused-step with --clip: compute, recompute and micro-batch overhead twice (the norm pass),
+//                plus one sum-of-squares launch per parameter tensor (at the optimizer's cost)
 //
 // Every constant is in kCost below; bench/cost_model.sh measures step times on the GPU and prints
 // them against these predictions (docs/memory-model.md, "The cost model"). The first values came
@@ -99,6 +101,10 @@ StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, doubl
   s.micro_batches = k * (kCost.seconds_per_module_call * double(m.module_calls) + kCost.weight_passes * pbytes / kCost.bandwidth);
   s.optimizer = optimizer_seconds(c, m);
   s.fused = c.fused_step ? kCost.fused_seconds_per_tensor * double(m.parameter_tensors) : 0;
+  if (c.fused_step && c.clip > 0) {  // the norm pass: the step's forward and backward once more
+    s.compute *= 2, s.recompute *= 2, s.recompute_flops *= 2, s.micro_batches *= 2;
+    s.fused += kCost.optimizer_seconds_per_tensor * double(m.parameter_tensors);
+  }
   if (leaner_state(c, base)) {
     RunConfig asked = c;
     asked.optimizer = base.optimizer;

@@ -66,9 +66,6 @@ void validate_precision(const RunConfig& c) {
     usage("--fused-step with --micro-batch " + std::to_string(mb) + " < --batch " + std::to_string(c.batch),
           "a fused step updates each parameter during the first micro-batch's backward, before the others' gradients exist",
           "drop --micro-batch or --fused-step");
-  if (c.clip > 0)
-    usage("--fused-step with --clip", "clipping needs the norm of all gradients, but a fused step has updated the first "
-          "parameters before the last gradients exist", "drop --clip or --fused-step");
   if (precision_policy(c.precision).loss_scaling)
     usage("--fused-step with --precision 16-mixed", "a step with an overflowed gradient must be skipped whole, but a "
           "fused step has updated the first parameters before the overflow shows",

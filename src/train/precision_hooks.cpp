@@ -10,12 +10,14 @@ namespace lt {
 
 namespace {
 
-// --fused-step: on_start arms the optimizer hooks; the loop then neither clips nor steps.
+// --fused-step: on_start arms the optimizer hooks; the loop then does not step (with --clip it
+// runs a norm pass before the updating backward: Trainer::step).
 class FusedStepHook : public StepHook {
  public:
   const char* name() const override { return "fused_step"; }
   void on_start(Trainer& t) override { fused_ = std::make_unique<FusedStep>(t.optimizer()); }
   bool owns_optimizer_step() const override { return true; }
+  FusedStep* fused_step() override { return fused_.get(); }
 
  private:
   std::unique_ptr<FusedStep> fused_;  // destroyed with the trainer's hooks, before its optimizer

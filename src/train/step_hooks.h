@@ -4,7 +4,8 @@
 //     after_step (update the scale), state (the scale goes into the checkpoint);
 //   activation checkpointing: on_start installs forward wrappers on the selected modules;
 //   optimizer step inside backward: on_start registers post-accumulate-grad hooks that call
-//     Optimizer::step_param, and owns_optimizer_step() tells the loop not to step again;
+//     Optimizer::step_param, and owns_optimizer_step() tells the loop not to step again; with
+//     --clip the loop runs a norm pass first through fused_step();
 //   sharding: after_backward reduce-scatters gradients, after_step all-gathers parameters.
 #pragma once
 #include <string>
@@ -14,6 +15,7 @@
 namespace lt {
 
 class Trainer;
+class FusedStep;
 
 class StepHook {
  public:
@@ -32,6 +34,8 @@ class StepHook {
   virtual bool skip_nonfinite_step(Trainer&) { return false; }
   // True when this hook already stepped the optimizer during backward.
   virtual bool owns_optimizer_step() const { return false; }
+  // The optimizer-in-backward this hook runs, if any (the loop drives its norm pass for --clip).
+  virtual FusedStep* fused_step() { return nullptr; }
   virtual void after_step(Trainer&, bool applied) {}
   // Checkpointed state (JSON text), e.g. the loss scale.
   virtual std::string state() const { return ""; }

@@ -7,6 +7,8 @@
 
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
+#include "leantrain/checkpoint.h"
+#include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
 #include "train/precision_hooks.h"
 
@@ -99,6 +101,13 @@ StepOutcome Trainer::step() {
   out.lr = schedule_.at(step_);
   opt_->set_lr(out.lr);
   double loss_sum = 0;
+  // --fused-step with --clip: the updates need the global norm before the first one, so the
+  // batch's forward and backward run twice: a norm pass that only measures (FusedStep), then
+  // the updating pass, dropout rewound so that both see the same network.
+  FusedStep* fused = nullptr;
+  for (auto& h : hooks_)
+    if (!fused) fused = h->fused_step();
+  const bool norm_pass = fused && cfg_.clip > 0;
   // Forward and backward both under the policy's autocast: a recomputed forward sees it too.
   AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);
   for (int64_t i = 0; i < k; ++i) {
@@ -108,6 +117,26 @@ StepOutcome Trainer::step() {
       b = loader().next();
     }
     MemoryCategoryScope act(Category::Activation);
+    if (norm_pass) {
+      const std::vector<Generator*> gens = nn::dropout_generators(model());
+      std::vector<uint64_t> offsets;
+      for (Generator* g : gens) offsets.push_back(g->offset);
+      fused->begin_norm_pass();
+      {
+        Tensor l = model().loss(b.inputs, b.targets);
+        for (auto& h : hooks_) l = h->scale_loss(l);
+        l.backward();
+      }
+      const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
+      out.grad_norm = gn.norm;
+      if (!gn.finite())
+        throw NumericError("the gradient norm is " + fmt(gn.norm) + " at step " + std::to_string(step_number),
+                           "training diverged; the norm pass found it before any parameter changed",
+                           "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+                               "; the last saved checkpoint is intact");
+      fused->set_grad_scale(gn.grad_scale);
+      for (size_t j = 0; j < gens.size(); ++j) gens[j]->offset = offsets[j];
+    }
     Tensor loss = model().loss(b.inputs, b.targets);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     double value = device().is_meta() ? 0.0 : loss.item();  // a plan's dry-run has no values
