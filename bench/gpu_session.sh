@@ -2,8 +2,8 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy (pass a subset
-# as arguments; default: tests parity throughput).
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt (pass a
+# subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp/leantrain-gpu}
@@ -11,7 +11,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 sections=${*:-tests parity throughput}
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# COMMIT: the commit the binaries were built from (the GPU machine's copy of the tree may not know it)
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "gpu: $gpu, commit: $commit, sections: $sections"
 
@@ -65,6 +66,12 @@ for s in $sections; do
       ;;
     cost)
       BUILD=$BUILD OUT=$OUT timeout 560 bash bench/cost_model.sh 2>&1 | tail -25
+      ;;
+    ckpt)
+      # The --checkpoint modes on the GPU: peaks and step times, ViT-L/16 and GPT-2 124M, bf16-mixed.
+      BUILD=$BUILD DEVICE=cuda PRECISION=bf16-mixed STEPS=12 MODES="none selective blocks" \
+        CASES="vit-l-16|--batch 32
+gpt2-124m|--batch 8 --seq-len 1024" timeout 300 bash bench/checkpoint_modes.sh 2>&1 | tee "$OUT/checkpoint_modes.md" | tail -12
       ;;
   esac
 done
