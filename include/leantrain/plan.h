@@ -102,11 +102,14 @@ struct StepCost {
 // `recompute_flops` per sample (CheckpointProfile::recompute_flops or flops_of); `base` names the
 // optimizer and state precision the user asked for (a leaner state pays a penalty against it).
 StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, double recompute_flops, const RunConfig& base);
+// `--checkpoint selective` recomputes no matmul, only elementwise work; the FLOP-based model
+// counts it as this share of the blocks' forward FLOPs (its time measured against `blocks`').
+double selective_recompute_flops(const CheckpointProfile& m);
 
 struct FitCandidate {
   RunConfig config;
   std::string state;    // optimizer state: "f32", "bf16" or "8-bit"
-  size_t units = 0;     // checkpointed: the first `units` of the profile's order
+  size_t units = 0;     // checkpointed: the first `units` of the profile's order (0 with selective)
   bool planned = false, fits = false, pareto = false;
   std::string skipped;  // why it was not planned (refused combination)
   int64_t peak_allocated = 0, peak_reserved = 0, total_needed = 0;

@@ -3,15 +3,18 @@
 // Knobs: precision (the given one, bf16-mixed, bf16-true) x micro-batch (divisors of --batch) x
 // optimizer-state precision (the given one, bf16 moments, the 8-bit variant of the optimizer) x
 // fused step, and for each such combination a checkpoint set: the first k units of the model's
-// checkpoint order (profile_model: most activation bytes saved per recompute FLOP first).
+// checkpoint order (profile_model: most activation bytes saved per recompute FLOP first), or
+// `selective` (every block, matmul results kept: a third of the activations for elementwise
+// recompute only).
 //
 // Combinations are taken cheapest first by their cost with nothing checkpointed (a lower bound:
 // checkpointing only adds recompute). For each, the need falls as k grows and the cost rises,
-// so: plan k = 0; if it does not fit, plan the largest k still cheaper than the best found so
-// far; if that fits, bisect for the smallest k that fits. The search stops when a combination's
+// so: plan k = 0; if it does not fit, plan selective when it is cheaper than the best so far,
+// then the largest k still cheaper than the best found so far; if that fits, bisect for the
+// smallest k that fits. The search stops when a combination's
 // lower bound is no cheaper than the best. A combination is skipped without planning when one
 // at least as lean on every axis could not fit even with everything checkpointed, or when
-// validate() refuses it (the fused step with accumulation, clipping or 16-mixed). Every plan is
+// validate() refuses it (the fused step with accumulation or 16-mixed). Every plan is
 // a full meta dry run, so the chosen candidate's need is exact; the order and the bisection only
 // decide which candidates get planned.
 #include <algorithm>
@@ -82,6 +85,7 @@ bool valid(RunConfig c) {
 }
 
 std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
+  if (k.config.checkpoint == "selective") return "selective";
   if (k.units == 0) return "none";
   if (k.config.checkpoint == "blocks") return "blocks";
   return std::to_string(k.units) + (p ? "/" + std::to_string(p->order.size()) : "") + " units";
@@ -156,14 +160,16 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     }
   std::stable_sort(combos.begin(), combos.end(), [](const Combo& a, const Combo& b) { return a.bound < b.bound; });
 
-  auto plan = [&](const RunConfig& c, size_t k) -> FitCandidate& {
+  // k units of the checkpoint order, or (selective) the selective mode.
+  auto plan = [&](const RunConfig& c, size_t k, bool selective = false) -> FitCandidate& {
     const CheckpointProfile& p = profile(c.precision);
     FitCandidate cand;
     cand.config = c;
-    cand.config.checkpoint = p.spec(k);
-    cand.units = std::min(k, p.order.size());
+    cand.config.checkpoint = selective ? "selective" : p.spec(k);
+    cand.units = selective ? 0 : std::min(k, p.order.size());
     cand.state = state_of(c);
-    const StepCost sc = predict_step_cost(cand.config, p, p.recompute_flops(k), base);
+    const StepCost sc =
+        predict_step_cost(cand.config, p, selective ? selective_recompute_flops(p) : p.recompute_flops(k), base);
     cand.time = sc.seconds() / base_seconds;
     cand.cost = sc.cost() / base_seconds;
     cand.recompute_flops = sc.recompute_flops;
@@ -218,7 +224,8 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       // Already planned (the leanest-combination check)?
       for (size_t i = 0; i < f.candidates.size(); ++i) {
         const FitCandidate& c = f.candidates[i];
-        if (c.planned && c.units == k && c.config.precision == combo.cfg.precision && mb_of(c.config) == mb_of(combo.cfg) &&
+        if (c.planned && c.units == k && c.config.checkpoint != "selective" && c.config.precision == combo.cfg.precision &&
+            mb_of(c.config) == mb_of(combo.cfg) &&
             c.config.optimizer == combo.cfg.optimizer && c.config.state_dtype == combo.cfg.state_dtype &&
             c.config.fused_step == combo.cfg.fused_step)
           return {c.fits, int(i)};
@@ -237,6 +244,17 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     check_precision(combo.cfg.precision);
     if (std::any_of(hopeless.begin(), hopeless.end(), [&](const RunConfig& h) { return leaner_or_equal(h, combo.cfg); }))
       continue;
+    if (!p.blocks.empty()) {  // selective: a candidate of its own, not a prefix of the order
+      RunConfig c = combo.cfg;
+      c.checkpoint = "selective";
+      if (predict_step_cost(c, p, selective_recompute_flops(p), base).cost() / base_seconds < best) {
+        FitCandidate& sel = plan(combo.cfg, 0, true);
+        if (sel.planned && sel.fits) {
+          best = sel.cost, f.chosen = int(f.candidates.size() - 1);
+          while (kmax > 0 && cost_at(kmax) >= best) --kmax;  // only prefixes cheaper than it
+        }
+      }
+    }
     if (kmax == 0) continue;
     auto [fitk, ik] = fits_at(kmax);
     if (!fitk) {

@@ -238,9 +238,10 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
     const Shape& s = first_input[prof.blocks[0]];
     prof.tokens_per_sample = s.size() >= 2 ? s[s.size() - 2] : 1;
   }
-  // selective recomputes no matmul (kept_outputs.h): only elementwise work, which the FLOP-based
-  // cost model leaves out.
-  if (cfg_in.checkpoint != "none" && !cfg_in.checkpoint.empty() && cfg_in.checkpoint != "selective")
+  // selective recomputes no matmul (kept_outputs.h), only elementwise work: a share of the blocks'.
+  if (cfg_in.checkpoint == "selective")
+    prof.checkpoint_flops = selective_recompute_flops(prof);
+  else if (cfg_in.checkpoint != "none" && !cfg_in.checkpoint.empty())
     prof.checkpoint_flops = prof.flops_of(nn::select_checkpoint_modules(model, cfg_in.checkpoint));
   prof.module_calls = int64_t(calls.size());
   if (!measure_units || prof.blocks.empty()) return prof;

@@ -11,6 +11,7 @@
 //   optimizer  = parameters x bytes moved per parameter x seconds per byte (plain or 8-bit kernel)
 //                + optimizer_seconds_per_tensor x parameter tensors (its launches)
 //   fused      = kFusedSecondsPerTensor x parameter tensors  (one update launch per parameter)
+//   selective  = recompute of kSelectiveShareOfBlocks x the blocks' forward FLOPs (elementwise work)
 //   --fused-step with --clip: compute, recompute and micro-batch overhead twice (the norm pass),
 //                plus one sum-of-squares launch per parameter tensor (at the optimizer's cost)
 //
@@ -48,6 +49,10 @@ struct CostConstants {
   double optimizer_8bit_s_per_byte = 0.84e-12;  // adamw8bit/lion8bit block kernels
   double optimizer_seconds_per_tensor = 11e-6;  // the optimizer's launches, per parameter tensor
   double fused_seconds_per_tensor = 36e-6;      // --fused-step: one update per parameter in backward
+  // --checkpoint selective: its extra step time over `blocks`' on the H200 (0eaa6d2, bf16-mixed,
+  // bench/results/checkpoint-modes-h200-0eaa6d2.md): ViT-L/16 b32 +5 ms vs +12 ms, GPT-2 124M
+  // 8x1024 +3 ms vs +6 ms; counted as that share of the blocks' forward FLOPs.
+  double selective_share_of_blocks = 0.45;
   double state_penalty_bf16 = 0.03;    // of the step: preference for the user's state precision
   double state_penalty_8bit = 0.05;
 };
@@ -114,6 +119,10 @@ StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, doubl
                 std::max(0.0, optimizer_seconds(asked, m) - s.optimizer);
   }
   return s;
+}
+
+double selective_recompute_flops(const CheckpointProfile& m) {
+  return kCost.selective_share_of_blocks * m.flops_of(m.blocks);
 }
 
 void add_cost_prediction(PlanResult& r) {

@@ -227,6 +227,37 @@ TEST(Plan, BudgetSearchTradesComputeForMemory) {
   }
 }
 
+// `selective` is a candidate of its own whenever nothing-checkpointed does not fit: it is planned
+// (its need exact, its cost a share of the blocks' recompute), labelled, and the search still
+// returns the cheapest fitting candidate it planned.
+TEST(Plan, BudgetSearchWeighsSelective) {
+  RunConfig b = tiny_vit();
+  b.batch = 256;
+  b.precision = "bf16-true";
+  const PlanOptions cpu{"cpu"};
+  RunConfig sel = b;
+  sel.checkpoint = "selective";
+  const int64_t none_need = plan_run(b, cpu).total_needed(), sel_need = plan_run(sel, cpu).total_needed();
+  ASSERT_LT(sel_need, none_need);
+  FitResult f = fit_budget(b, sel_need, cpu);
+  ASSERT_GE(f.chosen, 0);
+  const FitCandidate& chosen = f.candidates[size_t(f.chosen)];
+  const FitCandidate* s = nullptr;
+  for (const FitCandidate& c : f.candidates)
+    if (c.config.checkpoint == "selective" && c.config.precision == "bf16-true" && c.config.micro_batch == 0 &&
+        c.config.optimizer == "adamw" && c.config.state_dtype == "auto" && !c.config.fused_step)
+      s = &c;
+  ASSERT_NE(s, nullptr) << fit_table(f);
+  EXPECT_TRUE(s->planned && s->fits) << fit_table(f);
+  EXPECT_EQ(s->total_needed, sel_need);
+  EXPECT_EQ(s->units, 0u);
+  EXPECT_GT(s->recompute_flops, 0);
+  EXPECT_NE(fit_table(f).find("selective"), std::string::npos);
+  EXPECT_LE(chosen.cost, s->cost);
+  for (const FitCandidate& c : f.candidates)
+    if (c.planned && c.fits) EXPECT_LE(chosen.cost, c.cost) << fit_table(f);
+}
+
 // Optimizer-state precision is a last resort: a budget that the user's state can meet keeps it;
 // one byte less than the leanest config with the user's state takes the 8-bit variant.
 TEST(Plan, StatePrecisionOnlyWhenNeeded) {
