@@ -50,4 +50,10 @@ void keep_outputs(const char* op, const std::vector<Tensor>& results) {
   k->ops.push_back(op);
 }
 
+Tensor kept_or_empty(const char* op, const Shape& shape, DType dtype, Device device, bool& fresh) {
+  std::vector<Tensor> kept = take_kept_outputs(op, {shape}, {dtype});
+  fresh = kept.empty();
+  return fresh ? Tensor::empty(shape, dtype, device) : kept[0];
+}
+
 }  // namespace lt::detail

@@ -45,5 +45,8 @@ std::vector<Tensor> take_kept_outputs(const char* op, const std::vector<Shape>& 
                                       const std::vector<DType>& dtypes);
 // After the op computed: in Record mode keeps its results for the replay.
 void keep_outputs(const char* op, const std::vector<Tensor>& results);
+// For an op with one result: the kept one (fresh = false), or a new empty tensor to compute into
+// (fresh = true; the op then calls keep_outputs with it).
+Tensor kept_or_empty(const char* op, const Shape& shape, DType dtype, Device device, bool& fresh);
 
 }  // namespace lt::detail

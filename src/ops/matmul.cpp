@@ -38,9 +38,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   out_shape.push_back(m);
   out_shape.push_back(n);
   // Selective checkpointing's recomputation takes the forward's result instead (kept_outputs.h).
-  std::vector<Tensor> kept = take_kept_outputs("matmul", {out_shape}, {a.dtype()});
-  Tensor out = kept.empty() ? Tensor::empty(out_shape, a.dtype(), dev) : kept[0];
-  if (kept.empty()) {
+  bool fresh = true;
+  Tensor out = kept_or_empty("matmul", out_shape, a.dtype(), dev, fresh);
+  if (fresh) {
     GemmDesc d;
     d.batch = nb;
     d.m = m;
@@ -90,9 +90,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
   const int64_t rows = xc.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = outf;
-  std::vector<Tensor> kept = take_kept_outputs("linear", {out_shape}, {x.dtype()});
-  Tensor out = kept.empty() ? Tensor::empty(out_shape, x.dtype(), dev) : kept[0];
-  if (kept.empty()) {
+  bool fresh = true;  // false: selective checkpointing's recomputation hands the forward's result back
+  Tensor out = kept_or_empty("linear", out_shape, x.dtype(), dev, fresh);
+  if (fresh) {
     GemmDesc d;
     d.m = rows;
     d.n = outf;
