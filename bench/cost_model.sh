@@ -34,6 +34,8 @@ CANDIDATES=(
   "bf16 state|--precision bf16-mixed --state-dtype bf16"
   "adamw8bit|--precision bf16-mixed --optimizer adamw8bit"
   "fused step|--precision bf16-mixed --fused-step"
+  "fused step + clip (norm pass)|--precision bf16-mixed --fused-step --clip 1"
+  "checkpoint selective|--precision bf16-mixed --checkpoint selective"
   "mb 8 + blocks + 8-bit|--precision bf16-mixed --micro-batch 8 --checkpoint blocks --optimizer adamw8bit"
   "bf16-true|--precision bf16-true"
   "32-true|--precision 32-true"
