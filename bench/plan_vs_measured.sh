@@ -3,6 +3,7 @@
 # dry-run's peaks (`leantrain plan --json`) against a CUDA run's measured ones (`leantrain
 # train --device cuda --steps 2 --metrics-json`), same flags, synthetic data. Builds nothing:
 #   LT=build-gpu/leantrain bash bench/plan_vs_measured.sh
+# COMMIT names the binaries' commit in the results (the GPU machine's git copy may be stale).
 # Writes plan_vs_measured.{md,json} to $OUT (when set) and bench/results/. The CUDA context
 # and library handles are outside the allocator and outside both figures.
 set -u
@@ -55,14 +56,14 @@ print(json.dumps(row))
 PY
 done
 python3 - "$rows" "$RES" "${OUT:-}" "$LT" <<'PY'
-import json, subprocess, sys
+import json, os, subprocess, sys
 rows_path, res, out, lt = sys.argv[1:]
 rows = [json.loads(l) for l in open(rows_path)]
 gib = lambda b: "n/a" if b is None else f"{b / 2**30:.3f} GiB"
 d = lambda b: "n/a" if b is None else f"{b:+d} B"
 try: gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
 except Exception: gpu = "unknown"
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+commit = os.environ.get("COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 md = [f"# plan vs measured ({gpu}, commit {commit})", "",
       "| config | predicted alloc | measured alloc | diff | predicted reserved | measured reserved | diff |",
       "|---|---|---|---|---|---|---|"]
