@@ -207,6 +207,8 @@ struct GradNorm {
 // grad_scale inside its step. pre_scale is a factor the grads still carry (1/loss scale).
 // max_norm <= 0 only measures. On the meta device the norm is 0 (no data) and grad_scale pre_scale.
 GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, float pre_scale = 1.0f);
+// The same from a sum of squared gradient entries already taken (the fused step's norm pass).
+GradNorm grad_norm_from_sum_squares(double sum_squares, double max_norm, float pre_scale = 1.0f);
 
 // ---- learning-rate schedules (Hugging Face get_*_schedule_with_warmup semantics) ----
 

@@ -37,8 +37,12 @@ GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, floa
     backend_for(dev).sum_squares(acc, grads);
     if (!dev.is_meta()) sum += acc.item();
   }
+  return grad_norm_from_sum_squares(sum, max_norm, pre_scale);
+}
+
+GradNorm grad_norm_from_sum_squares(double sum_squares, double max_norm, float pre_scale) {
   GradNorm r;
-  r.norm = std::sqrt(sum) * double(pre_scale);
+  r.norm = std::sqrt(sum_squares) * double(pre_scale);
   if (!r.finite()) {
     // Callers skip the step (loss scaler) or stop; stepping anyway poisons the weights, as in PyTorch.
     r.clip_coef = r.grad_scale = std::nanf("");

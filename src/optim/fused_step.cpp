@@ -2,8 +2,6 @@
 // (a tensor's hooks cannot be removed once registered).
 #include "leantrain/fused_step.h"
 
-#include <cmath>
-
 #include "backend/backend.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -62,16 +60,8 @@ GradNorm FusedStep::finish_norm_pass(double max_norm) {
   sh.norm_pass = false;
   const Tensor acc = std::move(sh.sum_squares);
   sh.sum_squares = Tensor();
-  GradNorm r;
   // A dry run on meta has no values: the norm is 0 and nothing is clipped.
-  r.norm = acc.defined() && !acc.device().is_meta() ? std::sqrt(acc.item()) : 0.0;
-  if (!r.finite()) {
-    r.clip_coef = r.grad_scale = std::nanf("");
-    return r;
-  }
-  if (max_norm > 0) r.clip_coef = float(std::min(1.0, max_norm / (r.norm + 1e-6)));
-  r.grad_scale = r.clip_coef;
-  return r;
+  return grad_norm_from_sum_squares(acc.defined() && !acc.device().is_meta() ? acc.item() : 0.0, max_norm);
 }
 
 }  // namespace lt
