@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define LT_HD __host__ __device__ __forceinline__
@@ -92,5 +93,17 @@ struct Generator {
     return o;
   }
 };
+
+// Offsets of several generators, and putting them back: what a recomputation (checkpointing,
+// the fused step's norm pass) rewinds so that dropout draws the same masks again.
+inline std::vector<uint64_t> generator_offsets(const std::vector<Generator*>& gens) {
+  std::vector<uint64_t> out;
+  out.reserve(gens.size());
+  for (const Generator* g : gens) out.push_back(g->offset);
+  return out;
+}
+inline void set_generator_offsets(const std::vector<Generator*>& gens, const std::vector<uint64_t>& offsets) {
+  for (size_t i = 0; i < gens.size(); ++i) gens[i]->offset = offsets[i];
+}
 
 }  // namespace lt

@@ -24,17 +24,6 @@ struct CaptureNode final : Node {
   }
 };
 
-std::vector<uint64_t> offsets_of(const std::vector<Generator*>& gens) {
-  std::vector<uint64_t> out;
-  out.reserve(gens.size());
-  for (Generator* g : gens) out.push_back(g->offset);
-  return out;
-}
-
-void set_offsets(const std::vector<Generator*>& gens, const std::vector<uint64_t>& offs) {
-  for (size_t i = 0; i < gens.size(); ++i) gens[i]->offset = offs[i];
-}
-
 // A root for the nested backward that carries the recomputed graph but not the output buffer,
 // which nothing in backward reads: it is freed before the backward starts.
 Tensor graph_handle(const Tensor& out) {
@@ -69,8 +58,8 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       }
       xs.push_back(std::move(x));
     }
-    const std::vector<uint64_t> now = offsets_of(gens);
-    set_offsets(gens, forward_offsets);
+    const std::vector<uint64_t> now = generator_offsets(gens);
+    set_generator_offsets(gens, forward_offsets);
     Tensor out;
     {
       EnableGradGuard grad_on;
@@ -79,11 +68,11 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       try {
         out = fn(xs);
       } catch (...) {
-        set_offsets(gens, now);
+        set_generator_offsets(gens, now);
         throw;
       }
     }
-    set_offsets(gens, now);
+    set_generator_offsets(gens, now);
     LT_CHECK(!kept || kept->next == kept->entries.size(),
              "selective checkpointing: the recomputation made " + std::to_string(kept ? kept->next : 0) +
                  " matmul-class calls",
@@ -116,7 +105,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
              "captured tensors (masks) get no gradient from the recomputation",
              "pass it as an input, or detach it");
 
-  const std::vector<uint64_t> offsets = offsets_of(opts.generators);
+  const std::vector<uint64_t> offsets = generator_offsets(opts.generators);
   std::vector<Tensor> saved;  // detached: the region's node must not keep the inputs' graphs alive twice
   std::vector<bool> need;
   for (const Tensor& x : inputs) {

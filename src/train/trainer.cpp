@@ -119,8 +119,7 @@ StepOutcome Trainer::step() {
     MemoryCategoryScope act(Category::Activation);
     if (norm_pass) {
       const std::vector<Generator*> gens = nn::dropout_generators(model());
-      std::vector<uint64_t> offsets;
-      for (Generator* g : gens) offsets.push_back(g->offset);
+      const std::vector<uint64_t> offsets = generator_offsets(gens);
       fused->begin_norm_pass();
       {
         Tensor l = model().loss(b.inputs, b.targets);
@@ -135,7 +134,7 @@ StepOutcome Trainer::step() {
                            "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
                                "; the last saved checkpoint is intact");
       fused->set_grad_scale(gn.grad_scale);
-      for (size_t j = 0; j < gens.size(); ++j) gens[j]->offset = offsets[j];
+      set_generator_offsets(gens, offsets);
     }
     Tensor loss = model().loss(b.inputs, b.targets);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
