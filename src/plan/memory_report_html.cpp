@@ -6,6 +6,7 @@
 #include <map>
 
 #include "io/file_io.h"
+#include "io/text_format.h"
 #include "io/json_writer.h"
 #include "leantrain/memory_snapshot.h"
 #include "memory/memory_timeline.h"
@@ -30,21 +31,6 @@ std::string bytes_str(int64_t b) {
   else if (std::fabs(v) >= kib) std::snprintf(buf, sizeof buf, "%.1f KiB", v / kib);
   else std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
   return buf;
-}
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&#39;"; break;
-      default: o += c;
-    }
-  }
-  return o;
 }
 
 std::string num(double v) {
@@ -165,11 +151,11 @@ std::string svg(const Chart& ch) {
   const std::string label = "peak " + bytes_str(t.peak_allocated) + " at event " + std::to_string(t.peak_state) +
                             (t.peak_state ? " (" + op_label(t.peak_op) + ")" : " (before the recorded history)");
   o += "<g id=\"peak-marker\" data-bytes=\"" + std::to_string(t.peak_allocated) + "\" data-event=\"" +
-       std::to_string(t.peak_state) + "\" data-op=\"" + esc(op_label(t.peak_op)) + "\">";
+       std::to_string(t.peak_state) + "\" data-op=\"" + xml_escape(op_label(t.peak_op)) + "\">";
   o += "<line x1=\"" + num(px) + "\" x2=\"" + num(px) + "\" y1=\"" + num(py) + "\" y2=\"" + num(kTop + kPlotH) + "\"/>";
   o += "<circle cx=\"" + num(px) + "\" cy=\"" + num(py) + "\" r=\"4.5\"/>";
   o += "<text x=\"" + num(px + (right ? -8 : 8)) + "\" y=\"" + num(std::max(py - 10, kTop - 8)) + "\" text-anchor=\"" +
-       (right ? "end" : "start") + "\">" + esc(label) + "</text></g>\n";
+       (right ? "end" : "start") + "\">" + xml_escape(label) + "</text></g>\n";
   o += "<line id=\"cursor\" x1=\"0\" x2=\"0\" y1=\"" + num(kTop) + "\" y2=\"" + num(kTop + kPlotH) + "\" visibility=\"hidden\"/>\n";
   return o + "</svg>\n";
 }
@@ -186,7 +172,7 @@ std::string table(const MemoryState& s, const MemoryTimeline& t) {
       "<table id=\"category-peaks\">\n<tr><th>category</th><th>peak (recorded)</th><th>at the allocated peak</th>"
       "<th>now</th><th>peak (whole run)</th></tr>\n";
   auto row = [&](const std::string& name, const std::string& swatch, int64_t a, int64_t b, int64_t c, int64_t d) {
-    o += "<tr><td>" + swatch + esc(name) + "</td><td>" + bytes_str(a) + "</td><td>" + bytes_str(b) + "</td><td>" +
+    o += "<tr><td>" + swatch + xml_escape(name) + "</td><td>" + bytes_str(a) + "</td><td>" + bytes_str(b) + "</td><td>" +
          bytes_str(c) + "</td><td>" + bytes_str(d) + "</td></tr>\n";
   };
   for (int c = 0; c < kNumCategories; ++c) {
@@ -314,10 +300,10 @@ constexpr const char* kScript = R"(<script>
 
 std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points) {
   const MemoryTimeline t = build_memory_timeline(s.history, s.stats, max_points);
-  std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + esc(title) +
+  std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + xml_escape(title) +
                   "</title>\n" + kStyle + "</head>\n<body>\n<div id=\"memory-report\" data-drawn=\"0\">\n<h1>" +
-                  esc(title) + "</h1>\n";
-  o += "<p class=\"summary\">device " + esc(s.device.str()) + " &middot; allocated " +
+                  xml_escape(title) + "</h1>\n";
+  o += "<p class=\"summary\">device " + xml_escape(s.device.str()) + " &middot; allocated " +
        bytes_str(s.stats.allocated_bytes.current) + " now, peak " + bytes_str(s.stats.allocated_bytes.peak) +
        " &middot; reserved " + bytes_str(s.stats.reserved_bytes.current) + " now, peak " +
        bytes_str(s.stats.reserved_bytes.peak) + "</p>\n";
@@ -331,7 +317,7 @@ std::string render_memory_report_html(const MemoryState& s, const std::string& t
     if (t.points.size() < t.states)
       o += ", drawn as " + std::to_string(t.points.size()) + " points, each the highest of its stretch";
     o += " &middot; peak in the recording " + bytes_str(t.peak_allocated) + " at event " + std::to_string(t.peak_state) +
-         ", op <b>" + esc(op_label(t.peak_op)) + "</b></p>\n";
+         ", op <b>" + xml_escape(op_label(t.peak_op)) + "</b></p>\n";
   }
   if (!t.consistent)
     o += "<p class=\"summary warn\">Some counts came out negative: recording was paused during the history, so the "

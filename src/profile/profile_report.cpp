@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/text_format.h"
 #include "leantrain/plan.h"
 #include "profile/profile.h"
 #include "profile/scatter_svg.h"
@@ -11,12 +12,6 @@
 namespace lt {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 std::string cpu_note(const ProfileResult& r) {
   return r.cpu() ? "CPU figures: bytes and times of the CPU backend on this machine, not of a GPU (run with --device cuda "
@@ -97,9 +92,9 @@ std::string profile_table(const ProfileResult& r) {
   s += "steps: " + std::to_string(r.options.warmup_steps) + " warm-up + " + std::to_string(r.options.timed_steps) +
        " timed per run, step time = median of the timed steps, device synchronised around each\n";
   s += "baseline (no checkpointing): peak allocated " + format_bytes(b.peak_measured) + " (predicted " +
-       format_bytes(b.peak_predicted) + "), step " + fmt("%.2f ms", b.median_ms) + ", " +
-       fmt("%.0f ", b.items_per_s) + r.unit + " (median of its runs first and last: " + fmt("%.2f", r.baseline_first_ms) +
-       fmt(" and %.2f ms)\n", r.baseline_last_ms);
+       format_bytes(b.peak_predicted) + "), step " + format_number("%.2f ms", b.median_ms) + ", " +
+       format_number("%.0f ", b.items_per_s) + r.unit + " (median of its runs first and last: " +
+       format_number("%.2f", r.baseline_first_ms) + format_number(" and %.2f ms)\n", r.baseline_last_ms);
   if (r.drifted())
     s += "warning: the baseline's step time drifted by more than 10% between the first and the last run: the machine\n"
          "  was busy with other work, so the times added are unreliable (the bytes are not affected); run it again\n";
@@ -119,7 +114,7 @@ std::string profile_table(const ProfileResult& r) {
     all_match = all_match && match;
     any_saved = any_saved || w.saved_measured > 0;
     const double bpm = w.bytes_per_ms();
-    std::string ratio = std::isfinite(bpm) ? fmt("%.3f", bpm / double(1 << 20)) : "-";
+    std::string ratio = std::isfinite(bpm) ? format_number("%.3f", bpm / double(1 << 20)) : "-";
     std::string diff = match ? "yes" : "NO";
     const char mark = int(i) == r.pick ? '>' : w.pareto ? '*' : ' ';
     std::snprintf(line, sizeof line, "%c %-*s  %12s  %12s  %6s  %12s  %10.2f  %+9.2f  %+6.1f%%  %10s\n", mark,
@@ -139,8 +134,8 @@ std::string profile_table(const ProfileResult& r) {
     RunConfig c = r.config;
     c.checkpoint = p.checkpoint;
     c.steps = RunConfig().steps;
-    s += "suggested: " + p.module + ": saves " + format_bytes(p.saved_measured) + " for " + fmt("%+.2f ms", p.ms_added) +
-         " a step, the most bytes per ms on the frontier\n  " + command_line(c) + "\n";
+    s += "suggested: " + p.module + ": saves " + format_bytes(p.saved_measured) + " for " +
+         format_number("%+.2f ms", p.ms_added) + " a step, the most bytes per ms on the frontier\n  " + command_line(c) + "\n";
   } else {
     s += "suggested: none (no module lowers the peak of this run)\n";
   if (!any_saved)
@@ -180,7 +175,7 @@ std::string profile_svg(const ProfileResult& r) {
   ScatterChart c;
   c.title = "Activation checkpointing, one module at a time: memory saved vs step time added";
   c.subtitle = r.description + "\n" + r.device.str() + (r.cpu() ? " (CPU figures)" : "") + " | baseline step " +
-               fmt("%.2f ms", r.baseline.median_ms) + ", peak " + format_bytes(r.baseline.peak_measured) +
+               format_number("%.2f ms", r.baseline.median_ms) + ", peak " + format_bytes(r.baseline.peak_measured) +
                (prefix.empty() ? "" : " | labels under '" + prefix + "'") +
                (r.drifted() ? " | WARNING: timing drifted, times unreliable" : "");
   c.x_label = std::string("activation memory saved (") + unit + ", peak allocated)";
@@ -193,8 +188,8 @@ std::string profile_svg(const ProfileResult& r) {
     p.y = w.ms_added;
     p.label = short_label(w.module, prefix);
     p.tooltip = w.module + ": saves " + format_bytes(w.saved_measured) + " (predicted " +
-                format_bytes(w.saved_predicted) + "), " + fmt("%+.2f ms", w.ms_added) + " a step; --checkpoint '" +
-                w.checkpoint + "'";
+                format_bytes(w.saved_predicted) + "), " + format_number("%+.2f ms", w.ms_added) +
+                " a step; --checkpoint '" + w.checkpoint + "'";
     p.frontier = w.pareto;
     p.highlight = int(i) == r.pick;
     c.points.push_back(p);

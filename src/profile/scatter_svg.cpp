@@ -7,16 +7,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/text_format.h"
+
 namespace lt {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-std::string n1(double v) { return fmt("%.1f", v); }
+std::string n1(double v) { return format_number("%.1f", v); }
 
 struct Rect {
   double x0, y0, x1, y1;
@@ -57,25 +54,6 @@ std::string format_tick(double v, double step) {
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", std::min(decimals, 12), v);
   return b;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&apos;"; break;
-      default:
-        // Control characters are not allowed in XML 1.0 text.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') o += ' ';
-        else o += c;
-    }
-  }
-  return o;
 }
 
 std::string scatter_svg(const ScatterChart& c) {

@@ -31,8 +31,6 @@ struct ScatterChart {
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 // A tick value with as many decimals as the step between ticks needs ("0.5", "250", "-2").
 std::string format_tick(double v, double step);
-// &, <, >, " and ' as XML entities.
-std::string xml_escape(const std::string& s);
 
 std::string scatter_svg(const ScatterChart& chart);
 

@@ -1,12 +1,12 @@
 // RunConfig: validation (every message names the flag to change) and its JSON form, which a
 // checkpoint stores so that --resume and `generate` know what was trained.
 #include <cmath>
-#include <cstdio>
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "io/text_format.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/precision.h"
 #include "leantrain/train.h"
@@ -24,12 +24,6 @@ void check_positive(int64_t v, const char* flag) {
 }
 void check_non_negative(int64_t v, const char* flag) {
   if (v < 0) usage(std::string(flag) + " " + std::to_string(v), "it must not be negative", std::string("pass ") + flag + " 0 or more");
-}
-// A flag's value as the user would write it: "1e-09", "0.9", "nan" (std::to_string prints "0.000000").
-std::string short_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 void check_finite(double v, const char* flag) {
   if (!std::isfinite(v)) usage(std::string(flag) + " " + short_number(v), "it must be a finite number", std::string("pass a finite ") + flag);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
+#include "io/text_format.h"
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
@@ -46,19 +46,6 @@ LrSchedule build_schedule(const RunConfig& c, int64_t total) {
   return s;
 }
 
-// Short numbers for messages: "NaN", "inf", "3e-4", "1.5e5".
-std::string fmt(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  std::string s = buf;
-  for (const char* from : {"e+0", "e+", "e-0"}) {
-    size_t p = s.find(from);
-    if (p != std::string::npos) s.replace(p, std::strlen(from), std::string(from) == "e-0" ? "e-" : "e");
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -129,9 +116,10 @@ StepOutcome Trainer::step() {
       const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
       out.grad_norm = gn.norm;
       if (!gn.finite())
-        throw NumericError("the gradient norm is " + fmt(gn.norm) + " at step " + std::to_string(step_number),
+        throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " +
+                               std::to_string(step_number),
                            "training diverged; the norm pass found it before any parameter changed",
-                           "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
                                "; the last saved checkpoint is intact");
       fused->set_grad_scale(gn.grad_scale);
       set_generator_offsets(gens, offsets);
@@ -144,7 +132,7 @@ StepOutcome Trainer::step() {
                           (k > 1 ? " (micro-batch " + std::to_string(i + 1) + " of " + std::to_string(k) + ")" : "");
       throw NumericError("the training loss is " + std::string(std::isnan(value) ? "NaN" : "infinite") + " " + where,
                          "training diverged" + (step_ > 0 ? std::string() : std::string(" at once")),
-                         "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+                         "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
                              ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
     }
     loss_sum += value;
@@ -175,9 +163,9 @@ StepOutcome Trainer::step() {
     if (!gn.finite())
       for (auto& h : hooks_) skip = h->skip_nonfinite_step(*this) || skip;
     if (!gn.finite() && !skip)
-      throw NumericError("the gradient norm is " + fmt(gn.norm) + " at step " + std::to_string(step_number),
-                         "training diverged (the loss was " + fmt(out.loss) + ")",
-                         "lower the learning rate, e.g. --lr " + fmt(cfg_.lr / 10) +
+      throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " + std::to_string(step_number),
+                         "training diverged (the loss was " + short_number(out.loss, 3) + ")",
+                         "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
                              ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
     if (skip) {
       apply = false;  // e.g. a loss-scale overflow: no parameter or state changes

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <regex>
 
+#include "io/text_format.h"
 #include "profile/profile.h"
 #include "profile/scatter_svg.h"
 #include "leantrain/ops.h"
