@@ -77,6 +77,9 @@ CheckpointSpec parse_checkpoint_spec(const std::string& spec);
 // selected one is dropped: the outer recomputation covers it). Throws when a regex or mode
 // matches nothing, or a regex matches a module that cannot be wrapped.
 std::vector<std::string> select_checkpoint_modules(Module& root, const std::string& spec);
+// "transformer.h.3" -> "transformer\.h\.3": the --checkpoint regex that matches exactly that
+// text (every regex metacharacter escaped).
+std::string checkpoint_regex_for(const std::string& path);
 // Selects and installs; returns the selected paths (empty for none).
 std::vector<std::string> apply_checkpointing(Module& root, const std::string& spec);
 

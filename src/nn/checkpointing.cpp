@@ -147,6 +147,15 @@ std::vector<std::string> select_checkpoint_modules(Module& root, const std::stri
   return outer;
 }
 
+std::string checkpoint_regex_for(const std::string& path) {
+  std::string o;
+  for (char c : path) {
+    if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) o += '\\';
+    o += c;
+  }
+  return o;
+}
+
 std::vector<std::string> apply_checkpointing(Module& root, const std::string& spec) {
   std::vector<std::string> paths = select_checkpoint_modules(root, spec);
   const bool selective = parse_checkpoint_spec(spec).mode == CheckpointSpec::Mode::Selective;

@@ -73,15 +73,6 @@ double own_flops(Module& m, const Shape& in, bool causal) {
   return f;
 }
 
-std::string regex_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) o += '\\';
-    o += c;
-  }
-  return o;
-}
-
 // A block's signature: blocks with equal signatures share one measurement.
 std::string signature(Module& block, const Shape& in) {
   std::string s = block.type_name();
@@ -331,7 +322,7 @@ std::string CheckpointProfile::spec(size_t k) const {
   std::string out;
   for (const std::string& rel : rels) {
     std::vector<std::string>& bs = blocks_of[rel];
-    const std::string tail = rel.empty() ? "" : "\\." + regex_escape(rel);
+    const std::string tail = rel.empty() ? "" : "\\." + nn::checkpoint_regex_for(rel);
     std::string alt;
     if (numbered) {
       std::string idx;
@@ -344,9 +335,9 @@ std::string CheckpointProfile::spec(size_t k) const {
         for (const std::string& b : bs) idx += (idx.empty() ? "" : "|") + b.substr(prefix.size());
         idx = bs.size() == 1 ? idx : "(?:" + idx + ")";
       }
-      alt = regex_escape(prefix) + idx + tail;
+      alt = nn::checkpoint_regex_for(prefix) + idx + tail;
     } else {
-      for (const std::string& b : bs) alt += (alt.empty() ? "" : "|") + regex_escape(b) + tail;
+      for (const std::string& b : bs) alt += (alt.empty() ? "" : "|") + nn::checkpoint_regex_for(b) + tail;
     }
     out += (out.empty() ? "" : "|") + alt;
   }

@@ -77,15 +77,6 @@ bool is_block(nn::Module& m) { return dynamic_cast<nn::PreNormBlock*>(&m) != nul
 
 }  // namespace
 
-std::string checkpoint_regex_for(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) o += '\\';
-    o += c;
-  }
-  return o;
-}
-
 bool ProfileResult::drifted() const {
   const double lo = std::min(baseline_first_ms, baseline_last_ms), hi = std::max(baseline_first_ms, baseline_last_ms);
   return lo > 0 && hi > 1.1 * lo;
@@ -197,7 +188,7 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
     r.description = task->description;
     r.unit = task->unit;
     for (const std::string& p : paths)
-      cands.push_back({p, task->model->find_module(p)->type_name(), checkpoint_regex_for(p)});
+      cands.push_back({p, task->model->find_module(p)->type_name(), nn::checkpoint_regex_for(p)});
     for (auto& [path, m] : task->model->named_modules()) has_blocks = has_blocks || is_block(*m);
   }
   if (has_blocks) cands.push_back({"all blocks", "blocks", "blocks"});

@@ -78,7 +78,4 @@ std::string profile_table(const ProfileResult& r);  // the report on stdout
 std::string profile_json(const ProfileResult& r);   // one JSON object, every row
 std::string profile_svg(const ProfileResult& r);    // the scatter, through scatter_svg
 
-// "transformer.h.3" -> "transformer\.h\.3": the regex that selects exactly that path.
-std::string checkpoint_regex_for(const std::string& s);
-
 }  // namespace lt

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "io/text_format.h"
+#include "leantrain/checkpoint.h"
 #include "profile/profile.h"
 #include "profile/scatter_svg.h"
 #include "leantrain/ops.h"
@@ -132,9 +133,9 @@ TEST(ProfilePick, BestRatioOnTheFrontierWithANoiseFloor) {
 }
 
 TEST(ProfilePick, RegexEscapeSelectsExactlyThePath) {
-  EXPECT_EQ(checkpoint_regex_for("transformer.h.3"), "transformer\\.h\\.3");
-  EXPECT_TRUE(std::regex_match("encoder.layers.encoder_layer_1.mlp", std::regex(checkpoint_regex_for("encoder.layers.encoder_layer_1.mlp"))));
-  EXPECT_FALSE(std::regex_match("transformer.h.3x", std::regex(checkpoint_regex_for("transformer.h.3"))));
+  EXPECT_EQ(nn::checkpoint_regex_for("transformer.h.3"), "transformer\\.h\\.3");
+  EXPECT_TRUE(std::regex_match("encoder.layers.encoder_layer_1.mlp", std::regex(nn::checkpoint_regex_for("encoder.layers.encoder_layer_1.mlp"))));
+  EXPECT_FALSE(std::regex_match("transformer.h.3x", std::regex(nn::checkpoint_regex_for("transformer.h.3"))));
 }
 
 TEST(Profile, CpuPeaksEqualTheMetaPredictionToTheByte) {
