@@ -12,6 +12,7 @@
 
 #include "leantrain/ops.h"
 #include "leantrain/optim_lean.h"
+#include "optim_test_values.h"
 
 using namespace lt;
 
@@ -60,14 +61,7 @@ const std::vector<Case>& cases() {
 
 constexpr int kSteps = 3;
 
-std::vector<float> values(int64_t n, int seed, int t) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double frac = std::fmod(0.618034 * double(i) + 0.1 * t + 0.3 * seed, 1.0);
-    v[i] = float(std::sin(0.37 * double(i) + 1.3 * t + seed) * std::pow(10.0, -3 * frac));
-  }
-  return v;
-}
+using optim_test::values;
 
 struct Result {
   std::map<std::string, std::vector<double>> tensors;  // params and every state tensor

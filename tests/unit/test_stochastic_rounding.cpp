@@ -15,6 +15,7 @@
 #include "leantrain/ops.h"
 #include "leantrain/optim_lean.h"
 #include "leantrain/random.h"
+#include "optim_test_values.h"
 
 using namespace lt;
 
@@ -167,14 +168,7 @@ std::vector<Shape> many_shapes() {  // more tensors than one CUDA launch table h
   for (int k = 0; k < 330; ++k) s.push_back({100 + 7 * k});
   return s;
 }
-std::vector<float> values(int64_t n, int seed, int t) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double frac = std::fmod(0.618034 * double(i) + 0.1 * t + 0.3 * seed, 1.0);
-    v[i] = float(std::sin(0.37 * double(i) + 1.3 * t + seed) * std::pow(10.0, -3 * frac));
-  }
-  return v;
-}
+using optim_test::values;
 
 struct SrRun {
   std::vector<std::vector<double>> params;
