@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "checkpoint_helpers.h"
 #include "leantrain/error.h"
@@ -168,11 +169,9 @@ struct RunStats {
   Grads grads;
 };
 
-RunStats gpt_run(Device dev, bool fuse, const std::string& ckpt = "none") {
-  models::GPT2 m(ckpt_test::gpt2_tiny_dropout(), {.device = dev, .seed = 3});
-  if (!fuse) unfuse(m);
-  nn::apply_checkpointing(m, ckpt);
-  Tensor x = ckpt_test::ids(2, 16, 256, 10, dev), y = ckpt_test::ids(2, 16, 256, 20, dev);
+// forward() then backward (with `grad`, or none for a scalar) under the activation category,
+// with the allocator's history on: the trace, and the bytes after forward and at the peak.
+RunStats traced(Device dev, const std::function<Tensor()>& forward, const Tensor& grad) {
   Allocator& alloc = allocator_for(dev);
   RunStats s;
   alloc.clear_history();
@@ -181,14 +180,23 @@ RunStats gpt_run(Device dev, bool fuse, const std::string& ckpt = "none") {
   alloc.set_history(true);
   {
     MemoryCategoryScope act(Category::Activation);
-    Tensor loss = m.loss(x, y);
+    Tensor out = forward();
     s.after_forward = alloc.stats().allocated_bytes.current - base;
-    loss.backward();
+    out.backward(grad);
   }
   alloc.set_history(false);
   s.peak = alloc.stats().allocated_bytes.peak - base;
   s.trace = alloc.history();
   alloc.clear_history();
+  return s;
+}
+
+RunStats gpt_run(Device dev, bool fuse, const std::string& ckpt = "none") {
+  models::GPT2 m(ckpt_test::gpt2_tiny_dropout(), {.device = dev, .seed = 3});
+  if (!fuse) unfuse(m);
+  nn::apply_checkpointing(m, ckpt);
+  Tensor x = ckpt_test::ids(2, 16, 256, 10, dev), y = ckpt_test::ids(2, 16, 256, 20, dev);
+  RunStats s = traced(dev, [&] { return m.loss(x, y); }, Tensor());
   if (!dev.is_meta()) s.grads = ckpt_test::grad_bits(m);
   return s;
 }
@@ -216,23 +224,7 @@ RunStats block_run(Device dev, bool fuse, const std::string& ckpt) {
   Generator g(5);
   Tensor x = randn({2, 16, 128}, g, 1.0f, DType::F32, dev).set_requires_grad(true);
   Tensor up = randn({2, 16, 128}, g, 1.0f, DType::F32, dev);
-  Allocator& alloc = allocator_for(dev);
-  RunStats s;
-  alloc.clear_history();
-  alloc.reset_peak_stats();
-  const int64_t base = alloc.stats().allocated_bytes.current;
-  alloc.set_history(true);
-  {
-    MemoryCategoryScope act(Category::Activation);
-    Tensor out = (*block)(x);
-    s.after_forward = alloc.stats().allocated_bytes.current - base;
-    out.backward(up);
-  }
-  alloc.set_history(false);
-  s.peak = alloc.stats().allocated_bytes.peak - base;
-  s.trace = alloc.history();
-  alloc.clear_history();
-  return s;
+  return traced(dev, [&] { return (*block)(x); }, up);
 }
 
 TEST(AddNormModels, BlockMetaTraceEqualsCpuTrace) {
