@@ -74,7 +74,7 @@ struct QuantState {
   const float* map = nullptr;
 };
 
-// One enumerator per op of backend_ops.def, and the name table (tests, messages).
+// One enumerator per op of backend_ops.def, and the name table (meta's per-op choices, tests).
 enum class BackendOp : uint8_t {
 #define LT_BACKEND_OP(group, ret, op, params, args) op,
 #include "backend/backend_ops.def"
