@@ -2,9 +2,11 @@
 // plus the run's throughput),
 // and the guidance an out-of-memory error gets (the category that grew most, predicted need
 // versus what the device offers, the plan command that fits).
-#include <cstdio>
-#include <fstream>
+#include <unistd.h>
 
+#include <cstdio>
+
+#include "io/file_io.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/plan.h"
 
@@ -25,9 +27,9 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
                 r.items_per_s, r.steady_items_per_s);
   j += buf;
   j += "}\n";
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) fail("cannot write --metrics-json " + path, "it could not be opened", "pass another path");
-  f << j;
+  io::detail::AtomicFile f(path, io::detail::Dash::Stdout);
+  f.write(j);
+  f.commit();
 }
 
 std::string oom_guidance(const RunConfig& cfg, const OutOfMemoryError& e) {

@@ -10,6 +10,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/precision.h"
 #include "leantrain/train.h"
+#include "train/output_paths.h"
 
 namespace lt {
 
@@ -74,16 +75,8 @@ void validate(const RunConfig& c) {
   if (c.memory_history && c.memory_snapshot.empty() && c.memory_report.empty())
     usage("--memory-history has nowhere to go", "the history is written by --memory-snapshot or --memory-report",
           "add --memory-report mem.html or --memory-snapshot mem.json");
-  // Output files written at the end of a run: a missing directory is found before the run, not after it.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--memory-snapshot", c.memory_snapshot},
-                                   {"--memory-report", c.memory_report}, {"--metrics", c.metrics}}) {
-    if (path.empty()) continue;
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      usage(std::string(flag) + " " + path, "the directory '" + dir.string() + "' does not exist",
-            "create it first or pass a path in an existing directory");
-  }
+  // Output files and --save: a path that cannot be written is found before the run, not after it.
+  check_run_outputs(c);
   try {
     nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
   } catch (const Error& e) {
