@@ -83,6 +83,10 @@ int dispatch(int argc, char** argv) {
       Commands again = make_app(base, gcfg, x2);
       again.app->parse(argc, argv);
       base.resume = tcfg.resume;
+      // The stored --save names where the original run saved; a copied or moved checkpoint must
+      // not write there. A resumed run saves into the directory it resumed from unless --save
+      // is given again (docs/decisions.md).
+      if (again.train->get_option("--save")->count() == 0) base.save = tcfg.resume;
       tcfg = base;
     }
   } catch (const CLI::Success& e) {  // --help, --version
