@@ -32,6 +32,10 @@ if [ -L "$WORK/link" ]; then ok; else fail "--save replaced a symlink"; fi
 # A parent that is a file: found before training, not at the first save.
 expect_error 2 "--save $WORK/file.txt/ck: $WORK/file.txt is a regular file, not a directory" \
   "${RUN[@]}" --save "$WORK/file.txt/ck"
+if [ "$(id -u)" != 0 ]; then  # root writes anywhere
+  mkdir "$WORK/ro" && chmod 555 "$WORK/ro"
+  expect_error 2 "--save $WORK/ro/ck: permission denied on the directory $WORK/ro" "${RUN[@]}" --save "$WORK/ro/ck"
+fi
 # DIR.tmp and DIR.old that are not ours are never deleted.
 mkdir "$WORK/ck.tmp" && echo precious >"$WORK/ck.tmp/notes.txt"
 expect_error 2 "--save $WORK/ck: $WORK/ck.tmp is a directory that holds files but no leantrain checkpoint.*move $WORK/ck.tmp away" \
