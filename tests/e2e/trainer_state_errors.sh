@@ -51,4 +51,6 @@ expect_error 1 "bad/config.json does not describe the model this run trains: \"n
 edit 'pass'
 echo '[1, 2]' >"$WORK/bad/config.json"
 expect_error 1 "bad/config.json is corrupt: it is array, not an object" "$LT" train --steps 4 --resume "$WORK/bad"
+echo '{}' >"$WORK/bad/config.json"
+expect_error 1 "bad/config.json is corrupt: it has no \"model_type\"" "$LT" train --steps 4 --resume "$WORK/bad"
 finish
