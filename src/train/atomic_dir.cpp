@@ -91,7 +91,8 @@ SaveTarget save_target(const std::string& given) {
     const std::string real = real_path(d);
     if (real.empty()) return refuse("it is a symlink to nothing", "remove the link or " + fix);
     kind = io::path_kind(real);
-    if (kind != "a directory") return refuse("it is a symlink to " + kind + " (" + real + "), and a checkpoint is a directory", fix);
+    if (kind != "a directory")
+      return refuse("it is a symlink to " + kind + " (" + real + "), and a checkpoint is a directory", fix);
     d = real;  // the link stays; the directory it points to is replaced
   } else if (kind == "a directory") {
     d = real_path(d);

@@ -26,8 +26,8 @@ class Fields {
   }
   int64_t count(const std::string& key) const {  // a required non-negative integer
     const Json& v = *find(key, true);
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) ||
-        v.get<int64_t>() < 0)
+    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+    if (!v.is_number_integer() || too_big || v.get<int64_t>() < 0)
       bad(key, "is " + shown(v) + ", not an integer from 0 to 2^63-1");
     return v.get<int64_t>();
   }
