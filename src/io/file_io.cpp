@@ -151,7 +151,12 @@ StreamFile::StreamFile(const std::string& path, bool append, Dash dash) : path_(
     fail("cannot write '" + path + "'", "it is not a regular file", "pass a path to a regular file or a new one");
   }
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-  if (!append && ::ftruncate(fd_, 0) != 0) cannot_write(path, errno_text("truncate"));
+  if (!append && ::ftruncate(fd_, 0) != 0) {
+    const std::string why = errno_text("truncate");
+    ::close(fd_);
+    fd_ = -1;
+    cannot_write(path, why);
+  }
 }
 
 StreamFile::~StreamFile() {
