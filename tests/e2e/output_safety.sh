@@ -3,6 +3,7 @@
 # (a symlink is written through); every write is checked, stdout included; each refusal is one
 # line, exit 2, before training starts.
 source "$(dirname "$0")/common.bash" "$@"
+cd "$WORK" || exit 1  # a binary with the bugs writes files named '-' into the current directory
 BASE=("$LT" train --batch 8 --eval-batches 1 --device cpu --log-every 1)
 RUN=("${BASE[@]}" --steps 2)
 # Commands that an unsafe binary may block in (a FIFO opened for writing) get a time limit.
