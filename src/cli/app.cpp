@@ -2,11 +2,14 @@
 // becomes the defaults, so `leantrain train --resume DIR` continues the same run and any flag
 // given again on the command line still wins.
 #include "leantrain/memory_snapshot.h"
+#include <cerrno>
+#include <cstring>
 #include <memory>
 
 #include "cli/cli.h"
 #include "leantrain/plan.h"
 #include "train/checkpoint.h"
+#include "train/output_paths.h"
 
 namespace lt::cli {
 
@@ -80,6 +83,10 @@ int dispatch(int argc, char** argv) {
       Commands again = make_app(base, gcfg, x2);
       again.app->parse(argc, argv);
       base.resume = tcfg.resume;
+      // The stored --save names where the original run saved; a copied or moved checkpoint must
+      // not write there. A resumed run saves into the directory it resumed from unless --save
+      // is given again (docs/decisions.md).
+      if (again.train->get_option("--save")->count() == 0) base.save = tcfg.resume;
       tcfg = base;
     }
   } catch (const CLI::Success& e) {  // --help, --version
@@ -88,6 +95,7 @@ int dispatch(int argc, char** argv) {
     return report_parse_error(e, command_of(argc, argv));
   }
   if (c.train->parsed()) {
+    check_output_file("--metrics-json", x.metrics_json, true);  // before the run, not after it
     try {
       RunResult result;
       int rc = x.fit.empty() ? run_train(tcfg, &result) : run_train_fit(tcfg, x.fit, &result);
@@ -106,17 +114,35 @@ int dispatch(int argc, char** argv) {
   return 0;
 }
 
+// Standard output is a file like any other: a write that failed (a full disk, /dev/full) is an
+// error, reported once, after everything else. Closing it here surfaces a failed final flush.
+int finish_stdout(int rc) {
+  errno = 0;
+  const bool failed = std::ferror(stdout) != 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(stdout) == 0;
+  if (failed || !flushed || !closed) {
+    if (rc != 0) return rc;  // the run's own error was reported already
+    std::fprintf(stderr, "leantrain: error: cannot write to standard output: %s (free space where it goes, or redirect it)\n",
+                 err != 0 ? std::strerror(err) : !closed ? std::strerror(errno) : "a write to it failed");
+    return kExitRuntime;
+  }
+  return rc;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
+  int rc = kExitRuntime;
   try {
-    return dispatch(argc, argv);
+    rc = dispatch(argc, argv);
   } catch (const std::exception& e) {
-    return report(e);
+    rc = report(e);
   } catch (...) {
     std::fputs("leantrain: error: internal error: an unknown exception (please report this as a bug)\n", stderr);
-    return kExitRuntime;
   }
+  return finish_stdout(rc);
 }
 
 }  // namespace lt::cli

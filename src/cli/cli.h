@@ -14,7 +14,8 @@ namespace lt::cli {
 inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUsage = 2;
 
-// Parses argv and runs the chosen command; catches everything and returns the exit code.
+// Parses argv and runs the chosen command; catches everything and returns the exit code. Closes
+// stdout at the end: a write to it that failed (full disk) is an error too.
 int run(int argc, char** argv);
 
 // Binds every RunConfig field to a flag of `cmd`.

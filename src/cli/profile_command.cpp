@@ -3,14 +3,12 @@
 // Flags of `train` that make no sense here (a fixed --checkpoint, --save, --steps, ...) are
 // usage errors rather than silently ignored. Output paths are checked before the first run, so
 // a long profile never ends in "cannot write".
-#include <unistd.h>
-
 #include <cstdio>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "io/file_io.h"
 #include "profile/profile.h"
+#include "train/output_paths.h"
 
 namespace lt::cli {
 
@@ -53,26 +51,9 @@ void refuse_unused_flags(const ProfileFlags& p) {
   }
 }
 
-// The file can be created or replaced: its directory exists and is writable, and it is not a
-// directory itself. Checked before the runs start.
-void check_writable(const std::string& path, const std::string& flag) {
-  if (path.empty()) return;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw UsageError("cannot write " + flag + " " + path, "it is a directory", "pass a file path, e.g. " + path + "/profile" +
-                     (flag == "--svg" ? ".svg" : ".json"));
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw UsageError("cannot write " + flag + " " + path, "the directory " + dir + " does not exist",
-                     "create it first or pass another path");
-  if (::access(dir.c_str(), W_OK) != 0 || (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0))
-    throw UsageError("cannot write " + flag + " " + path, "permission denied", "pass a path in a writable directory");
-}
-
 void write_file(const std::string& path, const std::string& text) {
   io::detail::AtomicFile f(path);
-  f.write(text.data(), int64_t(text.size()));
+  f.write(text);
   f.commit();
 }
 
@@ -80,8 +61,8 @@ void write_file(const std::string& path, const std::string& text) {
 
 int run_profile(const RunConfig& cfg, const ProfileFlags& p) {
   refuse_unused_flags(p);
-  check_writable(p.json, "--json");
-  check_writable(p.svg, "--svg");
+  check_output_file("--json", p.json, false);  // before the runs: a long profile never ends in "cannot write"
+  check_output_file("--svg", p.svg, false);
   ProfileOptions o;
   o.modules = p.modules;
   o.warmup_steps = p.warmup;

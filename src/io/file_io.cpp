@@ -1,16 +1,67 @@
 #include "io/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
 
+#include "io/output_target.h"
 #include "leantrain/error.h"
 
 namespace lt::io::detail {
+
+namespace {
+
+std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+[[noreturn]] void cannot_write(const std::string& path, const std::string& why) {
+  fail("cannot write '" + path + "'", why, "check the free disk space and the path");
+}
+
+// The target of an output path, or a thrown lt::Error saying why it cannot be written.
+std::string checked_target(const std::string& path) {
+  OutputTarget t = output_target(path);
+  if (!t.ok()) fail("cannot write '" + path + "'", t.why, t.fix);
+  return t.file;
+}
+
+void refuse_dash(const std::string& path, Dash dash) {
+  if (path == "-" && dash == Dash::Refused)
+    fail("cannot write '-'", "this output cannot go to standard output", "pass a file path");
+}
+
+void write_all(int fd, const void* data, int64_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    size_t chunk = size_t(std::min<int64_t>(n, int64_t(1) << 30));
+    ssize_t put = ::write(fd, p, chunk);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) cannot_write(path, put < 0 ? std::strerror(errno) : "the write made no progress");
+    p += put;
+    n -= put;
+  }
+}
+
+[[noreturn]] void cannot_write_stdout() {
+  fail("cannot write to standard output", std::strerror(errno), "free space where it goes, or redirect it");
+}
+
+void write_stdout(const void* data, int64_t n) {
+  if (n > 0 && std::fwrite(data, 1, size_t(n), stdout) != size_t(n)) cannot_write_stdout();
+}
+
+void flush_stdout() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) cannot_write_stdout();
+}
+
+// fsync that tolerates file systems and files that cannot sync (EINVAL: e.g. a pipe).
+bool synced(int fd) { return ::fsync(fd) == 0 || errno == EINVAL || errno == EROFS; }
+
+}  // namespace
 
 void read_exact(int fd, void* buf, int64_t n, int64_t offset, const std::string& path) {
   char* p = static_cast<char*>(buf);
@@ -27,46 +78,112 @@ void read_exact(int fd, void* buf, int64_t n, int64_t offset, const std::string&
   }
 }
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    fail("cannot write '" + path + "'", std::string("creating the temp file failed: ") + std::strerror(errno),
-         "check that the directory exists and is writable");
+AtomicFile::AtomicFile(const std::string& path, Dash dash) : path_(path) {
+  refuse_dash(path, dash);
+  if (path == "-") {
+    stdout_ = true;
+    return;
+  }
+  target_ = checked_target(path);
+  struct stat old {};
+  const bool replacing = ::stat(target_.c_str(), &old) == 0;
+  // O_EXCL with a fresh name: a file that happens to have the temp name is never truncated.
+  for (int n = 0; fd_ < 0 && n < 100; ++n) {
+    tmp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
+  if (fd_ < 0) fail("cannot write '" + path + "'", "creating " + tmp_ + " failed: " + std::strerror(errno),
+                    "check that the directory is writable");
+  if (replacing) ::fchmod(fd_, old.st_mode & 07777);  // the replaced file keeps its permissions
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
+  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::write(const void* data, int64_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    size_t chunk = size_t(std::min<int64_t>(n, int64_t(1) << 30));
-    ssize_t put = ::write(fd_, p, chunk);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0)
-      fail("cannot write '" + path_ + "'", put < 0 ? std::strerror(errno) : "no progress", "check the free disk space");
-    p += put;
-    n -= put;
-  }
+  if (stdout_) write_stdout(data, n);
+  else write_all(fd_, data, n, path_);
 }
 
 void AtomicFile::commit() {
-  if (::fsync(fd_) != 0) fail("cannot write '" + path_ + "'", std::string("fsync: ") + std::strerror(errno), "");
+  if (stdout_) {
+    flush_stdout();
+    committed_ = true;
+    return;
+  }
+  if (!synced(fd_)) cannot_write(path_, errno_text("fsync"));
   int rc = ::close(fd_);
   fd_ = -1;
-  if (rc != 0) fail("cannot write '" + path_ + "'", std::string("close: ") + std::strerror(errno), "");
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail("cannot write '" + path_ + "'", std::string("rename: ") + std::strerror(errno), "check the target path");
+  if (rc != 0) cannot_write(path_, errno_text("close"));
+  // The target is checked again: it may have changed since the constructor (a long run).
+  if (checked_target(path_) != target_)
+    fail("cannot write '" + path_ + "'", "it changed while the file was being written", "run again");
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) cannot_write(path_, errno_text("rename"));
   committed_ = true;
   // Make the rename itself durable.
-  std::string dir = std::filesystem::path(path_).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = ::open(parent_dir(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
-    ::fsync(dfd);
+    bool ok = synced(dfd);
     ::close(dfd);
+    if (!ok) cannot_write(path_, errno_text("fsync of its directory"));
   }
+}
+
+StreamFile::StreamFile(const std::string& path, bool append, Dash dash) : path_(path) {
+  if (path.empty()) return;
+  refuse_dash(path, dash);
+  if (path == "-") {
+    stdout_ = true;
+    return;
+  }
+  const std::string target = checked_target(path);
+  // Opened without O_TRUNC and checked on the descriptor, so whatever is there by now is
+  // truncated only once it is known to be a regular file (O_NONBLOCK: a FIFO never blocks).
+  fd_ = ::open(target.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : 0), 0666);
+  if (fd_ < 0) fail("cannot write '" + path + "'", std::strerror(errno), "check the path and its directory");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    fail("cannot write '" + path + "'", "it is not a regular file", "pass a path to a regular file or a new one");
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  if (!append && ::ftruncate(fd_, 0) != 0) {
+    const std::string why = errno_text("truncate");
+    ::close(fd_);
+    fd_ = -1;
+    cannot_write(path, why);
+  }
+}
+
+StreamFile::~StreamFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void StreamFile::write(std::string_view s) {
+  if (stdout_) {
+    write_stdout(s.data(), int64_t(s.size()));
+    flush_stdout();  // a line at a time, as a file gets it
+  } else if (fd_ >= 0) write_all(fd_, s.data(), int64_t(s.size()), path_);
+}
+
+void StreamFile::close() {
+  if (stdout_) {
+    flush_stdout();
+    return;
+  }
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (!synced(fd)) {
+    const std::string why = errno_text("fsync");
+    ::close(fd);
+    cannot_write(path_, why);
+  }
+  if (::close(fd) != 0) cannot_write(path_, errno_text("close"));
 }
 
 }  // namespace lt::io::detail

@@ -2,7 +2,10 @@
 // print the run it chose and an OOM can suggest the plan to run. --model (or --config) is always
 // written, so the command names its model and can be pasted as is; every other flag only where
 // it differs from the default.
-#include <sstream>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "leantrain/plan.h"
 
@@ -10,10 +13,16 @@ namespace lt {
 
 namespace {
 
+// As the flag parser reads it back: integers in full ("1000000000", never "1e+09", which an
+// integer flag refuses), other values in the fewest digits that give the same double.
 std::string num(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
+  if (v == std::floor(v) && std::fabs(v) < 9.2e18) return std::to_string(int64_t(v));
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 std::string quoted(const std::string& s) {
@@ -61,7 +70,7 @@ std::string command_line(const RunConfig& c) {
   n("--warmup", double(c.warmup), double(d.warmup));
   n("--min-lr-ratio", c.min_lr_ratio, d.min_lr_ratio);
   n("--clip", c.clip, d.clip);
-  n("--seed", double(c.seed), double(d.seed));
+  if (c.seed != d.seed) s += " --seed " + std::to_string(c.seed);  // a 64-bit seed does not fit a double
   str("--precision", c.precision, d.precision);
   str("--master-weights", c.master_weights, d.master_weights);
   if (c.stochastic_rounding) s += " --stochastic-rounding";

@@ -2,9 +2,11 @@
 // plus the run's throughput),
 // and the guidance an out-of-memory error gets (the category that grew most, predicted need
 // versus what the device offers, the plan command that fits).
-#include <cstdio>
-#include <fstream>
+#include <unistd.h>
 
+#include <cstdio>
+
+#include "io/file_io.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/plan.h"
 
@@ -25,9 +27,9 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
                 r.items_per_s, r.steady_items_per_s);
   j += buf;
   j += "}\n";
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) fail("cannot write --metrics-json " + path, "it could not be opened", "pass another path");
-  f << j;
+  io::detail::AtomicFile f(path, io::detail::Dash::Stdout);
+  f.write(j);
+  f.commit();
 }
 
 std::string oom_guidance(const RunConfig& cfg, const OutOfMemoryError& e) {
@@ -46,20 +48,22 @@ std::string oom_guidance(const RunConfig& cfg, const OutOfMemoryError& e) {
       available = info.total_bytes;  // the plan's total includes the context, so compare with the whole device
     } catch (const Error&) {
     }
+  } else {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) available = int64_t(pages) * int64_t(page);
   }
+  // A command `leantrain plan` accepts as printed (tests/e2e/output_safety.sh runs it).
   std::string plan_cmd = command_line(cfg);
   plan_cmd.replace(0, std::string("leantrain train").size(), "leantrain plan");
+  if (!d.is_cuda()) plan_cmd += " --device-type cpu";
   try {
     PlanResult p = plan_run(cfg, PlanOptions{d.is_cuda() ? "cuda" : "cpu"});
     msg += "; predicted need " + format_bytes(p.total_needed());
   } catch (const std::exception&) {
   }
-  if (available > 0) {
-    msg += " versus " + format_bytes(available) + " on " + d.str();
-    plan_cmd += " --budget " + std::to_string(available / (1 << 20)) + "MiB";
-  } else {
-    plan_cmd += " --budget <device memory>";
-  }
+  if (available <= 0) return msg + " (run `" + plan_cmd + "` to see what it needs)";
+  msg += " versus " + format_bytes(available) + (d.is_cuda() ? " on " + d.str() : " of host memory");
+  plan_cmd += " --budget " + std::to_string(available / (1 << 20)) + "MiB";
   return msg + " (run `" + plan_cmd + "` for a configuration that fits)";
 }
 

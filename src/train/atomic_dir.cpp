@@ -4,11 +4,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/file_io.h"
+#include "io/output_target.h"
 #include "leantrain/error.h"
 
 namespace fs = std::filesystem;
@@ -17,30 +22,119 @@ namespace lt {
 
 namespace {
 
-void fsync_path(const std::string& p) {
-  int fd = ::open(p.c_str(), O_RDONLY);
+void fsync_dir(const std::string& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
   }
 }
 
-std::string parent_of(const std::string& p) {
-  fs::path parent = fs::path(p).parent_path();
-  return parent.empty() ? "." : parent.string();
+bool is_empty_dir(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec) && fs::is_empty(p, ec) && !ec;
 }
+
+// "" when a save may delete or replace `p`: nothing is there, an empty directory, or a checkpoint
+// of ours. Otherwise what is there ("is a regular file", ...). A symlink is never followed here.
+std::string replace_problem(const std::string& p) {
+  const std::string kind = io::path_kind(p);
+  if (kind.empty()) return "";
+  if (kind != "a directory") return "is " + kind;
+  if (is_empty_dir(p) || is_leantrain_checkpoint(p)) return "";
+  return "is a directory that holds files but no leantrain checkpoint";
+}
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+const char* const kMarkerText =
+    "leantrain-checkpoint-1\n"
+    "This directory is a leantrain checkpoint. The next save to it replaces the whole directory.\n";
 
 }  // namespace
 
-StagedDir::StagedDir(std::string dir) : dir_(std::move(dir)) {
-  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+bool is_leantrain_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  if (fs::exists(fs::path(dir) / kCheckpointMarker, ec)) return true;
+  // Checkpoints saved before the marker existed: trainer_state.json says what it is (a small
+  // regular file; anything else is not ours, and a FIFO must not block the check).
+  const fs::path state = fs::path(dir) / "trainer_state.json";
+  if (!fs::is_regular_file(state, ec) || fs::file_size(state, ec) > (size_t(16) << 20) || ec) return false;
+  std::ifstream f(state, std::ios::binary);
+  if (!f) return false;
+  try {
+    nlohmann::json j = nlohmann::json::parse(f);
+    return j.is_object() && j.contains("format") && j["format"] == kCheckpointFormat;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+SaveTarget save_target(const std::string& given) {
+  SaveTarget t;
+  const std::string fix = "pass a new directory, an empty one, or a checkpoint directory written by --save";
+  auto refuse = [&](std::string why, std::string f) {
+    t.why = std::move(why);
+    t.fix = std::move(f);
+    return t;
+  };
+  std::string d = given;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  if (d.empty()) return refuse("the path is empty", fix);
+  if (d == "-") return refuse("a checkpoint is a directory, and '-' (standard output) is none", fix);
+  std::string kind = io::path_kind(d);
+  if (kind == "a symlink") {
+    const std::string real = real_path(d);
+    if (real.empty()) return refuse("it is a symlink to nothing", "remove the link or " + fix);
+    kind = io::path_kind(real);
+    if (kind != "a directory")
+      return refuse("it is a symlink to " + kind + " (" + real + "), and a checkpoint is a directory", fix);
+    d = real;  // the link stays; the directory it points to is replaced
+  } else if (kind == "a directory") {
+    d = real_path(d);
+  }
+  if (d.empty() || d == "/") return refuse("it is the root directory", fix);
+  t.dir = d;
+  if (kind == "a directory" && !is_empty_dir(d) && !is_leantrain_checkpoint(d))
+    return refuse("it is a directory that holds files but no leantrain checkpoint (no " + std::string(kCheckpointMarker) +
+                      " or trainer_state.json), and a save replaces the directory whole",
+                  fix);
+  if (!kind.empty() && kind != "a directory") return refuse("it is " + kind + ", and a checkpoint is a directory", fix);
+  for (const char* suffix : {".tmp", ".old"}) {
+    const std::string side = d + suffix;
+    if (std::string why = replace_problem(side); !why.empty())
+      return refuse(side + " " + why + ", and a save uses that path (it stages the new checkpoint in " + d +
+                        ".tmp and keeps the previous one in " + d + ".old while swapping)",
+                    "move " + side + " away, or pass another --save");
+  }
+  // The renames happen in DIR's parent; a missing parent is created from the nearest ancestor.
+  std::string ancestor = io::parent_dir(d);
+  if (kind.empty())
+    while (io::path_kind(ancestor).empty() && ancestor != "/" && ancestor != ".") ancestor = io::parent_dir(ancestor);
+  if (std::string why = io::create_problem(ancestor); !why.empty())
+    return refuse(why, "pass a --save path in a writable directory");
+  return t;
+}
+
+StagedDir::StagedDir(const std::string& dir) : given_(dir) {
+  SaveTarget t = save_target(dir);
+  if (!t.ok()) fail("cannot save a checkpoint to " + dir, t.why, t.fix);
+  dir_ = t.dir;
   tmp_ = dir_ + ".tmp";
   std::error_code ec;
-  fs::create_directories(parent_of(dir_), ec);
-  fs::remove_all(tmp_, ec);
+  fs::create_directories(io::parent_dir(dir_), ec);
+  if (!io::path_kind(tmp_).empty()) fs::remove_all(tmp_, ec);  // an interrupted save's (save_target checked it)
   if (!fs::create_directory(tmp_, ec) || ec)
-    fail("cannot write checkpoint '" + dir_ + "'", "creating " + tmp_ + " failed: " + ec.message(),
+    fail("cannot save a checkpoint to " + dir, "creating " + tmp_ + " failed: " + ec.message(),
          "check that the directory is writable or pass another --save");
+  // The marker goes first, so an interrupted save's DIR.tmp is recognised as ours.
+  io::detail::StreamFile marker(path(kCheckpointMarker), false);
+  marker.write(kMarkerText);
+  marker.close();
 }
 
 StagedDir::~StagedDir() {
@@ -50,33 +144,34 @@ StagedDir::~StagedDir() {
 }
 
 void StagedDir::commit() {
+  fsync_dir(tmp_);
+  const std::string old = dir_ + ".old";
+  // Checked again: a run can be long, and what sits at these paths may have changed since.
+  for (const std::string& p : {dir_, old})
+    if (std::string why = replace_problem(p); !why.empty())
+      fail("cannot save a checkpoint to " + given_, p + " " + why + " (it appeared during the run)",
+           "move it away, or pass another --save");
   std::error_code ec;
-  fsync_path(tmp_);
-  std::string old = dir_ + ".old";
   fs::remove_all(old, ec);
-  bool had = fs::exists(dir_);
+  const bool had = !io::path_kind(dir_).empty();
   if (had) {
     fs::rename(dir_, old, ec);
-    if (ec) fail("cannot replace checkpoint '" + dir_ + "'", ec.message(), "check the directory's permissions");
+    if (ec) fail("cannot replace checkpoint '" + given_ + "'", ec.message(), "check the directory's permissions");
   }
   fs::rename(tmp_, dir_, ec);
   if (ec) {
     if (had) fs::rename(old, dir_, ec);  // put the previous checkpoint back
-    fail("cannot replace checkpoint '" + dir_ + "'", ec.message(), "check the directory's permissions");
+    fail("cannot replace checkpoint '" + given_ + "'", ec.message(), "check the directory's permissions");
   }
-  fsync_path(parent_of(dir_));
+  fsync_dir(io::parent_dir(dir_));
   committed_ = true;
   fs::remove_all(old, ec);
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  {
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f.write(text.data(), std::streamsize(text.size()));
-    f.flush();
-    if (!f) fail("cannot write '" + path + "'", std::strerror(errno), "check free disk space and permissions");
-  }
-  fsync_path(path);
+  io::detail::AtomicFile f(path);
+  f.write(text);
+  f.commit();
 }
 
 void check_checkpoint_dir(const std::string& dir) {
@@ -96,6 +191,10 @@ void check_checkpoint_dir(const std::string& dir) {
 std::string read_text_file(const std::string& dir, const std::string& file) {
   check_checkpoint_dir(dir);
   std::string p = dir + "/" + file;
+  std::error_code ec;
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    fail("'" + dir + "' is not a leantrain checkpoint", file + " is " + io::path_kind(p) + ", not a regular file",
+         "pass a directory written by 'leantrain train --save'");
   std::ifstream f(p, std::ios::binary);
   if (!f)
     fail("'" + dir + "' is not a complete leantrain checkpoint", file + " is missing",

@@ -1,20 +1,44 @@
 // Atomic replacement of a checkpoint directory. Files are written into DIR.tmp; commit() then
 // renames DIR -> DIR.old, DIR.tmp -> DIR and removes DIR.old. A crash at any point leaves a
 // complete checkpoint under DIR or DIR.old (and read_text_file's error says so).
+//
+// What a save may replace (docs/user-guide.md, "What leantrain writes and what it refuses to
+// overwrite"): DIR, DIR.tmp and DIR.old each only when it is missing, an empty directory, or a
+// leantrain checkpoint. A checkpoint is recognised by its marker file LEANTRAIN_CHECKPOINT, written
+// first so that an interrupted DIR.tmp is recognised too, or (checkpoints saved before the marker
+// existed) by a trainer_state.json with the leantrain format. A user's directory, a regular file,
+// a device node or a FIFO at any of the three paths is refused before anything is written.
 #pragma once
 #include <string>
 
 namespace lt {
 
+inline constexpr const char* kCheckpointMarker = "LEANTRAIN_CHECKPOINT";
+inline constexpr const char* kCheckpointFormat = "leantrain-checkpoint-1";
+
+// Whether `dir` is a directory holding a leantrain checkpoint (complete or being written).
+bool is_leantrain_checkpoint(const std::string& dir);
+
+// Where a save to `dir` goes, or why it cannot: `dir` with trailing slashes removed, a symlink to
+// a directory followed, an existing directory made absolute.
+struct SaveTarget {
+  std::string dir;
+  std::string why, fix;  // why is empty when the save can go ahead
+  bool ok() const { return why.empty(); }
+};
+SaveTarget save_target(const std::string& dir);
+
 class StagedDir {
  public:
-  explicit StagedDir(std::string dir);  // creates DIR.tmp (empty), and DIR's parent if needed
-  ~StagedDir();                         // removes DIR.tmp unless committed
+  // Checks the target (an lt::Error saying why when it cannot be written), then creates DIR.tmp
+  // with the marker in it, and DIR's parents if needed.
+  explicit StagedDir(const std::string& dir);
+  ~StagedDir();  // removes DIR.tmp unless committed
   std::string path(const std::string& file) const { return tmp_ + "/" + file; }
   void commit();
 
  private:
-  std::string dir_, tmp_;
+  std::string given_, dir_, tmp_;
   bool committed_ = false;
 };
 

@@ -2,39 +2,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/text_format.h"
 #include "leantrain/safetensors.h"
 #include "train/atomic_dir.h"
+#include "train/finite_state.h"
 #include "train/trainer.h"
+#include "train/trainer_state.h"
 
 namespace lt {
 
 namespace {
-
-constexpr const char* kFormat = "leantrain-checkpoint-1";
-
-[[noreturn]] void corrupt(const std::string& dir, const std::string& file, const std::string& why) {
-  fail("checkpoint file " + dir + "/" + file + " is corrupt", why, "save the checkpoint again or pass another directory");
-}
 
 nlohmann::json parse_json_file(const std::string& dir, const std::string& file) {
   std::string text = read_text_file(dir, file);
   try {
     return nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    corrupt(dir, file, std::string("it is not valid JSON: ") + e.what());
+    checkpoint_corrupt(dir, file, std::string("it is not valid JSON: ") + e.what());
   }
-}
-
-// trainer_state.json with its fields checked, so a damaged file fails here with a clear message.
-nlohmann::json read_state(const std::string& dir) {
-  nlohmann::json j = parse_json_file(dir, "trainer_state.json");
-  if (!j.is_object() || j.value("format", "") != kFormat)
-    corrupt(dir, "trainer_state.json", std::string("its \"format\" is not \"") + kFormat + "\"");
-  for (const char* key : {"step", "epoch", "batch_index"})
-    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
-      corrupt(dir, "trainer_state.json", std::string("\"") + key + "\" is missing or not a non-negative integer");
-  if (!j.contains("config") || !j["config"].is_object()) corrupt(dir, "trainer_state.json", "it has no \"config\" object");
-  return j;
 }
 
 // Every dropout module's generator, by module path: the RNG state of a run.
@@ -76,23 +61,62 @@ void check_weight_dtypes(const std::string& dir) {
   });
 }
 
+// config.json describes the model the run builds from trainer_state.json's config, as `generate`
+// would read it: a missing, damaged or altered one is refused on resume too. Keys only one side
+// has are let through (a config written by another version may add or drop optional ones), except
+// model_type, which a config.json must name.
+void check_model_config(const std::string& dir, const models::Model& m) {
+  const nlohmann::json saved = parse_json_file(dir, "config.json");
+  const nlohmann::json built = nlohmann::json::parse(m.config_json());
+  if (!saved.is_object()) checkpoint_corrupt(dir, "config.json", std::string("it is ") + saved.type_name() + ", not an object");
+  if (!saved.contains("model_type")) checkpoint_corrupt(dir, "config.json", "it has no \"model_type\"");
+  for (const auto& [key, value] : built.items()) {
+    auto it = saved.find(key);
+    if (it == saved.end() || *it == value) continue;
+    fail("checkpoint file " + dir + "/config.json does not describe the model this run trains",
+         "\"" + key + "\" is " + it->dump() + " there and " + value.dump() + " in the model built from the run's settings",
+         "resume with the model flags that saved it, or pass a checkpoint written by 'leantrain train --save'");
+  }
+}
+
+// The finite-state guard on a loaded model: a damaged or diverged checkpoint is refused.
+void check_loaded_weights(const std::string& dir, const models::Model& m) {
+  if (std::string bad = nonfinite_weight(m); !bad.empty())
+    checkpoint_corrupt(dir, "model.safetensors", bad + "; a run that diverged saved it, or it was altered");
+}
+
 }  // namespace
 
-RunConfig read_checkpoint_config(const std::string& dir) { return config_from_json(read_state(dir)["config"].dump()); }
+RunConfig read_checkpoint_config(const std::string& dir) {
+  const TrainerState s = read_trainer_state(dir);
+  try {
+    return config_from_json(s.config);
+  } catch (const Error& e) {
+    checkpoint_corrupt(dir, "trainer_state.json", "its \"config\" is damaged: " + e.why());
+  }
+}
 
 void save_checkpoint(const std::string& dir, Trainer& t) {
-  StagedDir stage(dir);
   MemoryCategoryScope other(Category::Other);  // host staging copies are not part of the run
+  OptimizerStateDict sd = t.optimizer().state_dict();
+  // The finite-state guard: a diverged state never replaces a checkpoint.
+  std::string bad = nonfinite_weight(t.model());
+  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
+  if (!bad.empty())
+    throw NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
+                       bad + ": training diverged",
+                       "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
+
+  StagedDir stage(dir);
   io::save_module(t.model(), stage.path("model.safetensors"), {{"format", "pt"}});
   write_text_file(stage.path("config.json"), t.model().config_json());
 
-  OptimizerStateDict sd = t.optimizer().state_dict();
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
   io::save_safetensors(stage.path("optimizer.safetensors"), states,
                        {{"optimizer", t.optimizer().name()}, {"step", std::to_string(sd.step)}});
 
   nlohmann::json j;
-  j["format"] = kFormat;
+  j["format"] = kCheckpointFormat;
   j["step"] = t.steps_done();
   j["epoch"] = t.loader().epoch();
   j["batch_index"] = t.loader().index();
@@ -110,13 +134,15 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 }
 
 void load_checkpoint(const std::string& dir, Trainer& t) {
-  nlohmann::json j = read_state(dir);
+  const TrainerState s = read_trainer_state(dir);
+  check_model_config(dir, t.model());
   // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
   // only from a file leantrain could have written: one dtype, of a precision it trains in.
   check_weight_dtypes(dir);
   io::LoadOptions lo;
   lo.allow_cast = true;
   with_context(dir, [&] { return io::load_module(t.model(), dir + "/model.safetensors", lo); });
+  check_loaded_weights(dir, t.model());
 
   OptimizerStateDict sd;
   {
@@ -127,37 +153,40 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
     if (it != meta.end() && it->second != t.optimizer().name())
       fail("cannot resume from " + dir + " with --optimizer " + t.optimizer().name(),
            "the checkpoint was trained with " + it->second, "pass --optimizer " + it->second);
-    sd.step = j["step"].get<int64_t>();
+    if (std::string bad = bad_optimizer_state(sd.tensors); !bad.empty())
+      checkpoint_corrupt(dir, "optimizer.safetensors", bad + "; a run that diverged saved it, or it was altered");
+    sd.step = s.step;
     with_context(dir, [&] {
       t.optimizer().load_state_dict(sd);
       return 0;
     });
   }
-  int64_t epoch = j["epoch"].get<int64_t>(), index = j["batch_index"].get<int64_t>();
-  if (index >= t.loader().batches_per_epoch())
-    fail("cannot resume from " + dir, "its data position (batch " + std::to_string(index) +
+  if (s.batch_index >= t.loader().batches_per_epoch())
+    fail("cannot resume from " + dir, "its data position (batch " + std::to_string(s.batch_index) +
          ") is past the end of this data set's epoch", "resume with the --data and --micro-batch the run used");
-  t.loader().seek(epoch, index);
-  if (j.contains("dropout_rng") && j["dropout_rng"].is_object())
-    for (auto& [path, d] : dropouts(t.model())) {
-      auto it = j["dropout_rng"].find(path);
-      if (it != j["dropout_rng"].end() && it->contains("offset")) d->generator().offset = (*it)["offset"].get<uint64_t>();
-    }
-  if (j.contains("hooks") && j["hooks"].is_object())
-    for (auto& h : t.hooks()) {
-      auto it = j["hooks"].find(h->name());
-      if (it != j["hooks"].end() && it->is_string()) h->load_state(it->get<std::string>());
-    }
-  t.set_steps_done(j["step"].get<int64_t>());
+  t.loader().seek(s.epoch, s.batch_index);
+  for (auto& [path, d] : dropouts(t.model())) {
+    auto it = s.dropout_offsets.find(path);
+    if (it != s.dropout_offsets.end()) d->generator().offset = it->second;
+  }
+  for (auto& h : t.hooks()) {
+    auto it = s.hooks.find(h->name());
+    if (it != s.hooks.end()) with_context(dir, [&] {
+        h->load_state(it->second);
+        return 0;
+      });
+  }
+  t.set_steps_done(s.step);
 }
 
 void load_weights(const std::string& dir, models::Model& m) {
-  read_state(dir);
+  read_trainer_state(dir);
   with_context(dir, [&] { return io::load_module(m, dir + "/model.safetensors"); });
+  check_loaded_weights(dir, m);
 }
 
 std::string read_model_config(const std::string& dir) { return read_text_file(dir, "config.json"); }
 
-std::string read_tokenizer_name(const std::string& dir) { return read_state(dir).value("tokenizer", ""); }
+std::string read_tokenizer_name(const std::string& dir) { return read_trainer_state(dir).tokenizer; }
 
 }  // namespace lt

@@ -1,6 +1,7 @@
 // RunConfig: validation (every message names the flag to change) and its JSON form, which a
 // checkpoint stores so that --resume and `generate` know what was trained.
 #include <cmath>
+#include <cstdint>
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/precision.h"
 #include "leantrain/train.h"
+#include "train/output_paths.h"
 
 namespace lt {
 
@@ -74,16 +76,8 @@ void validate(const RunConfig& c) {
   if (c.memory_history && c.memory_snapshot.empty() && c.memory_report.empty())
     usage("--memory-history has nowhere to go", "the history is written by --memory-snapshot or --memory-report",
           "add --memory-report mem.html or --memory-snapshot mem.json");
-  // Output files written at the end of a run: a missing directory is found before the run, not after it.
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--memory-snapshot", c.memory_snapshot},
-                                   {"--memory-report", c.memory_report}, {"--metrics", c.metrics}}) {
-    if (path.empty()) continue;
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      usage(std::string(flag) + " " + path, "the directory '" + dir.string() + "' does not exist",
-            "create it first or pass a path in an existing directory");
-  }
+  // Output files and --save: a path that cannot be written is found before the run, not after it.
+  check_run_outputs(c);
   try {
     nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
   } catch (const Error& e) {
@@ -185,6 +179,40 @@ std::string config_to_json(const RunConfig& c) {
   return j.dump(2);
 }
 
+namespace {
+
+// One stored field into its RunConfig member, its JSON type checked: a damaged file names the
+// field ("\"batch\" is string \"x\", not an integer") instead of failing inside the JSON library.
+[[noreturn]] void bad_config_field(const char* name, const nlohmann::json& v, const char* want) {
+  std::string shown = v.dump();
+  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  fail("run config is damaged", std::string("\"") + name + "\" is " + v.type_name() + " " + shown + ", not " + want,
+       "the checkpoint is damaged; save it again");
+}
+void read_config_field(const nlohmann::json& v, const char* name, int64_t& out) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+    bad_config_field(name, v, "an integer");
+  out = v.get<int64_t>();
+}
+void read_config_field(const nlohmann::json& v, const char* name, uint64_t& out) {
+  if (!v.is_number_unsigned()) bad_config_field(name, v, "a non-negative integer");
+  out = v.get<uint64_t>();
+}
+void read_config_field(const nlohmann::json& v, const char* name, double& out) {
+  if (!v.is_number()) bad_config_field(name, v, "a number");
+  out = v.get<double>();
+}
+void read_config_field(const nlohmann::json& v, const char* name, bool& out) {
+  if (!v.is_boolean()) bad_config_field(name, v, "true or false");
+  out = v.get<bool>();
+}
+void read_config_field(const nlohmann::json& v, const char* name, std::string& out) {
+  if (!v.is_string()) bad_config_field(name, v, "a string");
+  out = v.get<std::string>();
+}
+
+}  // namespace
+
 RunConfig config_from_json(const std::string& text) {
   nlohmann::json j;
   try {
@@ -192,14 +220,12 @@ RunConfig config_from_json(const std::string& text) {
   } catch (const std::exception& e) {
     fail("run config is not valid JSON", e.what(), "the checkpoint is damaged; save it again");
   }
+  if (!j.is_object()) fail("run config is damaged", std::string("it is ") + j.type_name() + ", not an object",
+                           "the checkpoint is damaged; save it again");
   RunConfig c;
-  try {
-#define X(f) if (j.contains(#f)) j.at(#f).get_to(c.f);
-    LT_RUN_CONFIG_FIELDS(X)
+#define X(f) if (j.contains(#f)) read_config_field(j.at(#f), #f, c.f);
+  LT_RUN_CONFIG_FIELDS(X)
 #undef X
-  } catch (const std::exception& e) {
-    fail("run config has a field of the wrong type", e.what(), "the checkpoint is damaged; save it again");
-  }
   return c;
 }
 

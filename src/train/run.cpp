@@ -5,9 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "backend/backend.h"
+#include "io/file_io.h"
+#include "io/text_format.h"
 #include "train/activation_checkpointing.h"
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
@@ -29,41 +30,60 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Each step's loss (and wall seconds) as JSON lines; appended when resuming, so the file holds
-// the whole curve.
+// the whole curve. "-" is standard output. Every write is checked (a full disk ends the run).
 class MetricsFile {
  public:
-  MetricsFile(const std::string& path, bool append) {
-    if (path.empty()) return;
-    f_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!f_) fail("cannot write metrics file '" + path + "'", "it could not be opened", "pass another --metrics path");
-  }
+  MetricsFile(const std::string& path, bool append) : f_(path, append, io::detail::Dash::Stdout) {}
   void step(int64_t step, const StepOutcome& o, double seconds) {
     if (!f_.is_open()) return;
     char buf[160];
     std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": ",
                   (long long)step, o.loss, o.lr);
-    f_ << buf;
+    std::string line = buf;
     // JSON has no inf/NaN: an overflowed (skipped) 16-mixed step writes null.
-    if (std::isfinite(o.grad_norm)) {
-      std::snprintf(buf, sizeof buf, "%.17g", o.grad_norm);
-      f_ << buf;
-    } else {
-      f_ << "null";
-    }
+    line += number_or_null(o.grad_norm);
     std::snprintf(buf, sizeof buf, "%s, \"seconds\": %.6f}\n", o.applied ? "" : ", \"skipped\": true", seconds);
-    f_ << buf << std::flush;
+    f_.write(line + buf);
   }
   void eval(const EvalInfo& e) {
     if (!f_.is_open()) return;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "{\"step\": %lld, \"eval_loss\": %.17g", (long long)e.step, e.loss);
-    f_ << buf;
-    if (e.accuracy) f_ << ", \"eval_accuracy\": " << *e.accuracy;
-    f_ << "}\n" << std::flush;
+    std::string line = "{\"step\": " + std::to_string(e.step) + ", \"eval_loss\": " + number_or_null(e.loss);
+    if (e.accuracy) line += ", \"eval_accuracy\": " + number_or_null(*e.accuracy, "%.6g");
+    f_.write(line + "}\n");
+  }
+  void close() { f_.close(); }
+
+ private:
+  static std::string number_or_null(double v, const char* format = "%.17g") {
+    if (!std::isfinite(v)) return "null";
+    char buf[40];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+  }
+  io::detail::StreamFile f_;
+};
+
+// Which checkpoint holds a good state, for the message of a run that stops on a NaN: the last
+// save of this run, else the checkpoint it resumed from, else none.
+class LastGoodCheckpoint {
+ public:
+  LastGoodCheckpoint(const RunConfig& cfg, int64_t resumed_step) : save_(cfg.save) {
+    if (!cfg.resume.empty()) dir_ = cfg.resume, step_ = resumed_step;
+  }
+  void saved(int64_t step) { dir_ = save_, step_ = step; }
+  std::string note() const {
+    if (!dir_.empty()) return "the checkpoint in " + dir_ + " (step " + std::to_string(step_) + ") is intact";
+    if (save_.empty()) return "no checkpoint was saved (--save keeps one)";
+    return "no checkpoint was saved; " + save_ + " was not written by this run";
+  }
+  // `e` with the note added to its fix.
+  NumericError with_note(const NumericError& e) const {
+    return NumericError(e.what_part(), e.why(), e.fix().empty() ? note() : e.fix() + "; " + note());
   }
 
  private:
-  std::ofstream f_;
+  std::string save_, dir_;
+  int64_t step_ = 0;
 };
 
 void say(const RunObserver& obs, const std::string& s) {
@@ -120,59 +140,70 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   // rate leaves out this process's first step, as bench/peers/*_torch.py do.
   int64_t items = 0, steady_items = 0;
   double step_seconds = 0, steady_seconds = 0;
+  LastGoodCheckpoint good(cfg, trainer.steps_done());
   auto evaluate_and_save = [&]() {
     EvalInfo e = trainer.evaluate();
     result.eval = e;
     metrics.eval(e);
     if (obs.on_eval) obs.on_eval(e);
+    // A diverged state is never saved (save_checkpoint checks the weights and optimizer state).
+    if (!std::isfinite(e.loss))
+      throw NumericError("the evaluation loss is " + short_number(e.loss) + " at step " + std::to_string(e.step),
+                         "training diverged", "lower the learning rate, e.g. --lr " + short_number(cfg.lr / 10, 3));
     if (!cfg.save.empty()) {
       save_checkpoint(cfg.save, trainer);
+      good.saved(trainer.steps_done());
       if (obs.on_save) obs.on_save(cfg.save, trainer.steps_done());
     }
   };
-  while (trainer.steps_done() < end) {
-    const auto ts = Clock::now();
-    StepOutcome o = trainer.step();
-    backend_for(device).synchronize();  // the optimizer's kernels belong to this step's time
-    const double sec = seconds_since(ts);
-    const int64_t s = trainer.steps_done();
-    items += o.items;
-    step_seconds += sec;
-    if (s - first >= 2) {
-      steady_items += o.items;
-      steady_seconds += sec;
+  try {
+    while (trainer.steps_done() < end) {
+      const auto ts = Clock::now();
+      StepOutcome o = trainer.step();
+      backend_for(device).synchronize();  // the optimizer's kernels belong to this step's time
+      const double sec = seconds_since(ts);
+      const int64_t s = trainer.steps_done();
+      items += o.items;
+      step_seconds += sec;
+      if (s - first >= 2) {
+        steady_items += o.items;
+        steady_seconds += sec;
+      }
+      result.losses.push_back(o.loss);
+      result.step_seconds.push_back(sec);
+      result.final_loss = o.loss;
+      metrics.step(s, o, sec);
+      if (obs.on_step) {
+        double el = seconds_since(t0);
+        MemoryStats ms = allocator_for(device).stats();
+        ProgressInfo p;
+        p.step = s;
+        p.total_steps = total;
+        p.epoch = trainer.epochs_done();
+        p.loss = o.loss;
+        p.lr = o.lr;
+        p.items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds
+                        : step_seconds > 0 ? double(items) / step_seconds : 0;
+        p.unit = task->unit;
+        p.elapsed_s = el;
+        p.eta_s = el / double(s - first) * double(end - s);  // evaluations included
+        p.mem_current = ms.allocated_bytes.current;
+        p.mem_peak = ms.allocated_bytes.peak;
+        obs.on_step(p);
+      }
+      if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) evaluate_and_save();
     }
-    result.losses.push_back(o.loss);
-    result.step_seconds.push_back(sec);
-    result.final_loss = o.loss;
-    metrics.step(s, o, sec);
-    if (obs.on_step) {
-      double el = seconds_since(t0);
-      MemoryStats ms = allocator_for(device).stats();
-      ProgressInfo p;
-      p.step = s;
-      p.total_steps = total;
-      p.epoch = trainer.epochs_done();
-      p.loss = o.loss;
-      p.lr = o.lr;
-      p.items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds
-                      : step_seconds > 0 ? double(items) / step_seconds : 0;
-      p.unit = task->unit;
-      p.elapsed_s = el;
-      p.eta_s = el / double(s - first) * double(end - s);  // evaluations included
-      p.mem_current = ms.allocated_bytes.current;
-      p.mem_peak = ms.allocated_bytes.peak;
-      obs.on_step(p);
+    if (!cfg.memory_snapshot.empty()) {  // while the model and optimizer state are still alive
+      write_memory_snapshot(allocator_for(device), cfg.memory_snapshot);
+      write_memory_snapshot_pickle(allocator_for(device), pickle_path_for(cfg.memory_snapshot));
+      say(obs, "memory snapshot: " + cfg.memory_snapshot + " (+ " + pickle_path_for(cfg.memory_snapshot) +
+                   " for pytorch.org/memory_viz)");
     }
-    if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) evaluate_and_save();
+    evaluate_and_save();
+  } catch (const NumericError& e) {
+    throw good.with_note(e);  // which checkpoint is good, exactly
   }
-  if (!cfg.memory_snapshot.empty()) {  // while the model and optimizer state are still alive
-    write_memory_snapshot(allocator_for(device), cfg.memory_snapshot);
-    write_memory_snapshot_pickle(allocator_for(device), pickle_path_for(cfg.memory_snapshot));
-    say(obs, "memory snapshot: " + cfg.memory_snapshot + " (+ " + pickle_path_for(cfg.memory_snapshot) +
-                 " for pytorch.org/memory_viz)");
-  }
-  evaluate_and_save();
+  metrics.close();
   result.memory = allocator_for(device).stats();
   result.steps = trainer.steps_done();
   result.seconds = seconds_since(t0);

@@ -119,8 +119,7 @@ StepOutcome Trainer::step() {
         throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " +
                                std::to_string(step_number),
                            "training diverged; the norm pass found it before any parameter changed",
-                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
-                               "; the last saved checkpoint is intact");
+                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
       fused->set_grad_scale(gn.grad_scale);
       set_generator_offsets(gens, offsets);
     }
@@ -133,7 +132,7 @@ StepOutcome Trainer::step() {
       throw NumericError("the training loss is " + std::string(std::isnan(value) ? "NaN" : "infinite") + " " + where,
                          "training diverged" + (step_ > 0 ? std::string() : std::string(" at once")),
                          "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
-                             ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
+                             ", or clip gradients with --clip 1.0");
     }
     loss_sum += value;
     out.items += task_.items(b);
@@ -166,7 +165,7 @@ StepOutcome Trainer::step() {
       throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " + std::to_string(step_number),
                          "training diverged (the loss was " + short_number(out.loss, 3) + ")",
                          "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
-                             ", or clip gradients with --clip 1.0; the last saved checkpoint is intact");
+                             ", or clip gradients with --clip 1.0");
     if (skip) {
       apply = false;  // e.g. a loss-scale overflow: no parameter or state changes
     } else {

@@ -8,7 +8,7 @@ expect_error 1 "(loss|gradient norm) is (NaN|infinite|inf|-inf) at step [0-9]+.*
   "${RUN[@]}" --steps 20 --optimizer sgd --momentum 0 --lr 1e6
 
 # A NaN injected at step 5, after a save at step 4: the checkpoint is the step-4 one, complete.
-expect_error 1 "the training loss is NaN at step 5: training diverged.*the last saved checkpoint is intact" \
+expect_error 1 "the training loss is NaN at step 5: training diverged.*the checkpoint in $WORK/ck \(step 4\) is intact" \
   "${RUN[@]}" --steps 8 --eval-every 4 --save "$WORK/ck" --debug-nan-at-step 5
 expect_grep '"step": 4' "$WORK/ck/trainer_state.json" "trainer_state.json after the NaN"
 for f in model.safetensors optimizer.safetensors config.json trainer_state.json; do

@@ -7,6 +7,7 @@
   to-f64 FILE NAME      rewrite tensor NAME as F64 (a valid file with the wrong dtype)
   reshape FILE NAME     give tensor NAME the same bytes in another shape (a valid file, wrong shape)
   drop FILE NAME        remove tensor NAME (a valid file with a missing tensor)
+  set FILE NAME VALUE   write VALUE (a float: nan, inf, -1, ...) into element 0 of float tensor NAME
 """
 import json
 import struct
@@ -89,6 +90,17 @@ def main():
         t["shape"] = [2, count // 2] if t["shape"] != [2, count // 2] else [count]
     elif cmd == "drop":
         del tensors[name]
+    elif cmd == "set":
+        value = float(sys.argv[4])
+        if t["dtype"] == "F32":
+            first = struct.pack("<f", value)
+        elif t["dtype"] == "F16":
+            first = struct.pack("<e", value)
+        elif t["dtype"] == "BF16":
+            first = struct.pack("<f", value)[2:]  # the upper half of the f32 bits
+        else:
+            sys.exit(f"set: {name} is {t['dtype']}, not a float tensor")
+        t["data"] = first + t["data"][len(first) :]
     else:
         sys.exit(f"unknown command {cmd}")
     write(path, tensors, meta)
