@@ -30,6 +30,9 @@ class VitSpec final : public ModelConfig {
              "width " + std::to_string(c_.hidden_size) + " is not divisible by " +
                  std::to_string(c_.num_attention_heads) + " heads",
              "each head gets dim/heads channels", "pass --dim and --heads that divide");
+    LT_CHECK(!o.patch || o.patch < 0 || c_.image_size % o.patch == 0,
+             "--patch " + std::to_string(o.patch) + " does not divide the image size " + std::to_string(c_.image_size),
+             "a ViT cuts images into whole patches", "pass a --patch that divides " + std::to_string(c_.image_size));
   }
 
   std::string size_summary() const override {

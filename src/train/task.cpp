@@ -152,13 +152,14 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));
   auto test = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Test, dir));
   LT_CHECK(train->rows == train->cols, "images in " + dir + " are " + std::to_string(train->rows) + "x" +
-           std::to_string(train->cols), "the ViT needs square images", "use square images");
+           std::to_string(train->cols), "the " + s.cfg->family().display_name() + " needs square images",
+           "use square images");
   s.cfg->fit_images(train->rows, 1, 10);  // the data decides the input and the classes
   const models::ImageInput in = s.cfg->images();
   if (in.size % in.patch)
     usage("patch size " + std::to_string(in.patch) + " does not divide the " + std::to_string(in.size) +
               "-pixel images",
-          "a ViT cuts images into whole patches", "pass e.g. --patch 7 or --patch 4");
+          "a " + s.cfg->family().display_name() + " cuts images into whole patches", "pass e.g. --patch 7 or --patch 4");
   build_model(t, s, c, init);
   t.classifier = true;
   t.unit = "img/s";

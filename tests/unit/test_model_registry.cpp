@@ -61,6 +61,33 @@ TEST(ModelRegistry, FamiliesAndPresets) {
     EXPECT_EQ(&models::config_from_preset(p)->family(), models::family_of_preset(p)) << p;
 }
 
+TEST(ModelRegistry, SizeFlagsMapToEachFamilysFields) {
+  auto g = models::config_from_preset("gpt2-tiny");
+  g->apply_overrides({.dim = 64, .depth = 3, .heads = 8, .mlp_dim = 100});
+  g->validate();
+  EXPECT_EQ(g->size_summary(), "dim 64, depth 3, heads 8, mlp 100");
+  const auto gj = nlohmann::json::parse(g->to_json());
+  EXPECT_EQ(gj["n_embd"], 64);
+  EXPECT_EQ(gj["n_layer"], 3);
+  EXPECT_EQ(gj["n_head"], 8);
+  EXPECT_EQ(gj["n_inner"], 100);
+  EXPECT_NE(message_of([&] { g->apply_overrides({.patch = 4}); }).find("GPT-2 has no patches"), std::string::npos);
+
+  auto v = models::config_from_preset("vit-tiny");
+  v->apply_overrides({.dim = 48, .depth = 2, .heads = 3, .patch = 4, .mlp_dim = 96});
+  v->validate();
+  EXPECT_EQ(v->size_summary(), "patch 4, dim 48, depth 2, heads 3, mlp 96");
+  v->fit_images(32, 3, 5);
+  const models::ImageInput in = v->images();
+  EXPECT_EQ(in.size, 32);
+  EXPECT_EQ(in.channels, 3);
+  EXPECT_EQ(in.patch, 4);
+  EXPECT_EQ(in.classes, 5);
+  EXPECT_EQ(v->build(kMeta)->parameter("encoder.pos_embedding").shape(), Shape({1, 65, 48}));
+  EXPECT_NE(message_of([&] { (void)v->tokens(); }).find("reads no tokens"), std::string::npos);
+  EXPECT_NE(message_of([&] { (void)g->images(); }).find("reads no images"), std::string::npos);
+}
+
 TEST(ModelRegistry, EveryFamilyRoundTripsItsConfig) {
   std::vector<std::string> texts;
   for (const std::string& p : models::preset_names()) texts.push_back(models::config_from_preset(p)->to_json());
