@@ -85,8 +85,12 @@ void check_resume_config(const RunConfig& c, const models::ModelConfig& cfg) {
   if (c.resume.empty()) return;
   const std::string context = "cannot resume from " + c.resume + ": config.json";
   const std::string text = read_model_config(c.resume);
-  const nlohmann::json saved = nlohmann::json::parse(
-      in_context(context, [&] { return models::config_from_json(text); })->to_json());
+  const auto saved_cfg = in_context(context, [&] { return models::config_from_json(text); });
+  if (&saved_cfg->family() != &cfg.family())
+    fail(context + " describes a " + saved_cfg->family().display_name() + " model",
+         "this run builds a " + cfg.family().display_name() + " model",
+         "resume with the model and size flags that saved the checkpoint");
+  const nlohmann::json saved = nlohmann::json::parse(saved_cfg->to_json());
   const nlohmann::json mine = nlohmann::json::parse(cfg.to_json());
   for (auto& [key, value] : mine.items()) {
     auto it = saved.find(key);

@@ -74,6 +74,10 @@ edit ck-drop resid_pdrop 0.5
 expect_error 1 "cannot resume from .*ck-drop: config.json has resid_pdrop = 0.5: this run builds resid_pdrop = 0" \
   "${T[@]}" "$LT" train --resume "$WORK/ck-drop" --steps 4
 
+edit ck-type model_type '"vit"'
+expect_error 1 "cannot resume from .*ck-type: config.json describes a ViT model: this run builds a GPT-2 model" \
+  "${T[@]}" "$LT" train --resume "$WORK/ck-type" --steps 4
+
 # tie_word_embeddings false: a separate lm_head.weight, saved, loaded by generate and --resume.
 cfg untied "{\"model_type\": \"gpt2\", $GPT, \"tie_word_embeddings\": false}"
 expect_ok "${T[@]}" "$LT" train --config "$WORK/untied.json" "${SYN[@]}" --seq-len 16 --device cpu --save "$WORK/untied-ck"
