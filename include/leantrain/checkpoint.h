@@ -58,6 +58,12 @@ std::vector<Generator*> dropout_generators(Module& m);
 void checkpoint_module(Module& m, bool keep_matmul_outputs = false);
 // Whether m's forward goes through its wrapper (so checkpoint_module can act on it).
 bool has_wrappable_forward(Module& m);
+// Whether m is a transformer block (what `blocks`, `every:K` and `selective` select), whatever
+// the model family: the one definition the planner and the profiler use too.
+bool is_transformer_block(Module& m);
+// The child names of a block's sublayers, its attention and its MLP (its children other than
+// its norms), in the block's order.
+std::vector<std::string> block_sublayers(Module& block);
 
 // --checkpoint values:
 //   none        nothing

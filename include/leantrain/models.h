@@ -26,6 +26,25 @@ class Model : public nn::Module {
   // Where the parameters live and their dtype.
   Device device() const;
   DType dtype() const;
+  // Forward FLOPs the root computes itself, outside any module, for an input of shape `input`
+  // (GPT-2's tied LM head, a matmul with wte); the planner adds them to the modules' own.
+  virtual double root_forward_flops(const Shape& input) const { return 0; }
+};
+
+// A model that predicts the next token (GPT-2): what sampling needs.
+class CausalLM : public Model {
+ public:
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t context_length() const = 0;
+  // Logits [1, V] of the token after ids [1, T]; only the last position goes through the head.
+  virtual Tensor next_token_logits(const Tensor& ids) = 0;
+
+  // Autoregressive sampling under InferenceModeGuard (no activations kept), in eval mode.
+  // Returns prompt + new tokens. temperature <= 0: greedy; top_k <= 0: full vocabulary.
+  // The context is cropped to the last context_length() tokens. on_token sees each new token.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
+                                int64_t top_k = 0, uint64_t seed = 0,
+                                const std::function<void(int64_t)>& on_token = nullptr);
 };
 
 // ---------------------------------------------------------------- GPT-2
@@ -38,18 +57,24 @@ struct GPT2Config {
   double resid_pdrop = 0.1, embd_pdrop = 0.1;
   // Accepted for config compatibility but not applied: attention has no probability dropout.
   double attn_pdrop = 0.1;
+  // true (Hugging Face's GPT-2): logits = h wte^T. false: a separate lm_head.weight [V, C].
+  bool tie_word_embeddings = true;
 
   static GPT2Config preset(const std::string& name);  // "gpt2-124m", "gpt2-tiny"
-  static GPT2Config from_json(const std::string& text);  // HF keys; missing keys keep defaults
+  // HF keys; missing keys keep defaults. A "model_type" other than "gpt2" is an error.
+  static GPT2Config from_json(const std::string& text);
   std::string to_json() const;
-  void validate() const;  // throws lt::Error naming the bad field
+  // Throws lt::Error naming the bad field, or the parameter count when the model is too large
+  // for any machine (models/size_limits.h).
+  void validate() const;
   GeluApprox gelu_approx() const;
-  int64_t mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  int64_t mlp_width() const;  // n_inner, or 4 * n_embd when it is 0 (checked: lt::Error on overflow)
+  double num_parameters() const;  // closed form, from the fields alone (no overflow for any values)
 };
 
 // transformers' GPT2LMHeadModel: transformer.{wte, wpe, drop, h.{i}, ln_f}; lm_head tied to wte
-// (not a separate parameter).
-class GPT2 : public Model {
+// (not a separate parameter) unless tie_word_embeddings is false.
+class GPT2 : public CausalLM {
  public:
   GPT2(const GPT2Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "GPT2LMHeadModel"; }
@@ -58,24 +83,24 @@ class GPT2 : public Model {
   Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
   std::string model_type() const override { return "gpt2"; }
   std::string config_json() const override { return cfg_.to_json(); }
+  double root_forward_flops(const Shape& input) const override;
   // Accepts both GPT2LMHeadModel and GPT2Model files: adds "transformer.", skips the tied
   // lm_head.weight and the attn.bias / attn.masked_bias buffers of older checkpoints.
   std::string checkpoint_key_to_name(const std::string& key) const override;
   const GPT2Config& config() const { return cfg_; }
 
-  // Autoregressive sampling under InferenceModeGuard (no activations kept), in eval mode.
-  // Returns prompt + new tokens. temperature <= 0: greedy; top_k <= 0: full vocabulary.
-  // The context is cropped to the last n_positions tokens. on_token sees each new token.
-  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
-                                int64_t top_k = 0, uint64_t seed = 0,
-                                const std::function<void(int64_t)>& on_token = nullptr);
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t context_length() const override { return cfg_.n_positions; }
+  Tensor next_token_logits(const Tensor& ids) override;
 
  private:
+  Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
   GPT2Config cfg_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;
   std::shared_ptr<nn::ModuleList> h_;
   std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Linear> lm_head_;  // only when untied
 };
 
 // Draws one token from logits: temperature scaling, top-k filtering, then inverse-CDF sampling
@@ -96,8 +121,9 @@ struct ViTConfig {
   // HF ViTConfig keys; num_labels may also come from id2label. Missing keys keep defaults.
   static ViTConfig from_json(const std::string& text);
   std::string to_json() const;
-  void validate() const;
-  int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  void validate() const;  // as GPT2Config::validate
+  int64_t num_patches() const;  // (image_size / patch_size)^2 (checked: lt::Error on overflow or patch 0)
+  double num_parameters() const;  // closed form, from the fields alone
 };
 
 // torchvision's VisionTransformer: conv_proj, class_token, encoder.{pos_embedding,
@@ -122,11 +148,11 @@ class ViT : public Model {
   std::shared_ptr<nn::Linear> head_;
 };
 
-// ---------------------------------------------------------------- factory
+// ---------------------------------------------------------------- factory (models/registry.h)
 
 std::vector<std::string> preset_names();
-// A preset name, or a path to a config.json ("model_type": "gpt2" / "vit"; without it the keys
-// decide). Throws lt::Error for an unknown name, a missing file or a bad config.
+// A preset name, or a path to a config.json (its "model_type", required, picks the family).
+// Throws lt::Error for an unknown name, a missing file or a bad config.
 std::shared_ptr<Model> create_model(const std::string& preset_or_config_path, const nn::InitOptions& init);
 std::shared_ptr<Model> create_model_from_json(const std::string& config_text, const nn::InitOptions& init);
 

@@ -1,5 +1,6 @@
 // Typed reads of config.json fields with one-line errors naming the key.
 #pragma once
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,7 +21,18 @@ inline void read_int(const nlohmann::json& j, const char* key, int64_t& out) {
   if (it == j.end() || it->is_null()) return;
   LT_CHECK(it->is_number_integer(), std::string("config.json: '") + key + "' must be an integer",
            "found " + it->dump(), "write a whole number");
+  LT_CHECK(!it->is_number_unsigned() || it->get<uint64_t>() <= uint64_t(INT64_MAX),
+           std::string("config.json: '") + key + "' = " + it->dump(), "it does not fit in a 64-bit signed integer",
+           "fix the config");
   out = it->get<int64_t>();
+}
+
+inline void read_bool(const nlohmann::json& j, const char* key, bool& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  LT_CHECK(it->is_boolean(), std::string("config.json: '") + key + "' must be true or false", "found " + it->dump(),
+           "write true or false");
+  out = it->get<bool>();
 }
 
 inline void read_double(const nlohmann::json& j, const char* key, double& out) {
@@ -37,6 +49,14 @@ inline void read_string(const nlohmann::json& j, const char* key, std::string& o
   LT_CHECK(it->is_string(), std::string("config.json: '") + key + "' must be a string", "found " + it->dump(),
            "quote the value");
   out = it->get<std::string>();
+}
+
+// A family's parser reads only its own configs: "model_type", when present, must be `type`.
+inline void check_model_type(const nlohmann::json& j, const char* type) {
+  std::string found = type;
+  read_string(j, "model_type", found);
+  LT_CHECK(found == type, "config.json: model_type '" + found + "'", std::string("this parser reads ") + type + " configs",
+           "build it through the model registry (models::config_from_json)");
 }
 
 inline void check_positive(const char* model, const char* key, int64_t v) {

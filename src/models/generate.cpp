@@ -1,5 +1,5 @@
-// Sampling for GPT-2. Each step re-runs the cropped context without a KV cache (the model's
-// hidden_states takes a position offset so a cache can be added without changing callers);
+// Sampling for causal language models. Each step re-runs the cropped context without a KV cache
+// (GPT-2's hidden_states takes a position offset so a cache can be added without changing callers);
 // only the last position goes through the LM head, and InferenceModeGuard keeps no activations.
 #include <algorithm>
 #include <cmath>
@@ -42,39 +42,41 @@ int64_t sample_token(const std::vector<float>& logits, double temperature, int64
   return int64_t(last);  // rounding left u at the very top
 }
 
-std::vector<int64_t> GPT2::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
-                                    int64_t top_k, uint64_t seed, const std::function<void(int64_t)>& on_token) {
+std::vector<int64_t> CausalLM::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
+                                        int64_t top_k, uint64_t seed, const std::function<void(int64_t)>& on_token) {
   LT_CHECK(!prompt.empty(), "generate: empty prompt", "sampling needs at least one token to condition on",
            "pass a prompt of one or more tokens");
   LT_CHECK(max_new_tokens >= 0, "generate: max_new_tokens = " + std::to_string(max_new_tokens),
            "it must be >= 0", "pass a non-negative count");
+  const int64_t V = vocab_size(), context = context_length();
   for (int64_t t : prompt)
-    LT_CHECK(t >= 0 && t < cfg_.vocab_size, "generate: prompt token " + std::to_string(t) + " is out of range",
-             "the vocabulary has " + std::to_string(cfg_.vocab_size) + " entries", "tokenize with the model's tokenizer");
+    LT_CHECK(t >= 0 && t < V, "generate: prompt token " + std::to_string(t) + " is out of range",
+             "the vocabulary has " + std::to_string(V) + " entries", "tokenize with the model's tokenizer");
 
   InferenceModeGuard no_activations;
   struct RestoreMode {  // generate runs in eval mode, then leaves the model as it found it
-    GPT2* m;
+    CausalLM* m;
     bool training;
     ~RestoreMode() { m->train(training); }
   } restore{this, is_training()};
   eval();
 
   const Device dev = device();
-  const int64_t C = cfg_.n_embd;
   std::vector<int64_t> seq = prompt;
   for (int64_t step = 0; step < max_new_tokens; ++step) {
-    const size_t start = seq.size() > size_t(cfg_.n_positions) ? seq.size() - size_t(cfg_.n_positions) : 0;
+    const size_t start = seq.size() > size_t(context) ? seq.size() - size_t(context) : 0;
     std::vector<int64_t> ctx(seq.begin() + int64_t(start), seq.end());
-    const int64_t T = int64_t(ctx.size());
-    Tensor h = hidden_states(from_ints(ctx, {1, T}, DType::I64, dev));
-    Tensor last = reshape(select(h, 1, T - 1), {1, C});
-    std::vector<float> logits = linear(last, wte_->weight(), Tensor()).to_float_vector();
+    std::vector<float> logits = next_token_logits(from_ints(ctx, {1, int64_t(ctx.size())}, DType::I64, dev)).to_float_vector();
     int64_t tok = sample_token(logits, temperature, top_k, seed, uint64_t(step));
     seq.push_back(tok);
     if (on_token) on_token(tok);
   }
   return seq;
+}
+
+Tensor GPT2::next_token_logits(const Tensor& ids) {
+  Tensor h = hidden_states(ids);
+  return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.n_embd}));
 }
 
 }  // namespace lt::models

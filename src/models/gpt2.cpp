@@ -60,6 +60,10 @@ GPT2::GPT2(const GPT2Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
   drop_ = body->drop;
   h_ = body->h;
   ln_f_ = body->ln_f;
+  if (!cfg_.tie_word_embeddings)  // registered after the body, so a tied model's parameters are unchanged
+    lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(
+                                              pf, cfg_.n_embd, cfg_.vocab_size,
+                                              nn::LinearOptions{.bias = false, .weight_init = nn::Init::normal(0.02)}));
 }
 
 Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
@@ -84,14 +88,24 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
   return (*ln_f_)(x);
 }
 
-Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
+Tensor GPT2::head(const Tensor& hidden) {
+  if (lm_head_) return (*lm_head_)(hidden);
   // Tied head: [B,T,C] @ [V,C]^T; under autocast the table is cast for this GEMM only.
-  return linear(hidden_states(ids, mask), autocast(wte_->weight()), Tensor());
+  return linear(hidden, autocast(wte_->weight()), Tensor());
+}
+
+Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+
+double GPT2::root_forward_flops(const Shape& input) const {
+  if (lm_head_) return 0;  // the untied head is a module: counted at its own call
+  double rows = 1;
+  for (int64_t d : input) rows *= double(d);
+  return 2 * rows * double(cfg_.vocab_size) * double(cfg_.n_embd);
 }
 
 std::string GPT2::checkpoint_key_to_name(const std::string& key) const {
   if (ends_with(key, ".attn.bias") || ends_with(key, ".attn.masked_bias")) return "";  // causal-mask buffers
-  if (key == "lm_head.weight") return "";  // tied to transformer.wte.weight
+  if (key == "lm_head.weight") return lm_head_ ? key : "";  // else tied to transformer.wte.weight
   if (key.rfind("transformer.", 0) == 0) return key;
   return "transformer." + key;  // saved from GPT2Model
 }

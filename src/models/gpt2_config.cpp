@@ -1,7 +1,9 @@
 #include <nlohmann/json.hpp>
 
 #include "leantrain/models.h"
+#include "core/checked_math.h"
 #include "models/config_json.h"
+#include "models/size_limits.h"
 
 namespace lt::models {
 using namespace detail;
@@ -23,6 +25,7 @@ GPT2Config GPT2Config::preset(const std::string& name) {
 
 GPT2Config GPT2Config::from_json(const std::string& text) {
   nlohmann::json j = parse_config(text);
+  check_model_type(j, "gpt2");
   GPT2Config c;
   read_int(j, "vocab_size", c.vocab_size);
   read_int(j, "n_ctx", c.n_positions);  // older configs; n_positions wins when both are present
@@ -36,6 +39,7 @@ GPT2Config GPT2Config::from_json(const std::string& text) {
   read_double(j, "resid_pdrop", c.resid_pdrop);
   read_double(j, "embd_pdrop", c.embd_pdrop);
   read_double(j, "attn_pdrop", c.attn_pdrop);
+  read_bool(j, "tie_word_embeddings", c.tie_word_embeddings);
   c.validate();
   return c;
 }
@@ -54,7 +58,7 @@ std::string GPT2Config::to_json() const {
                       {"resid_pdrop", resid_pdrop},
                       {"embd_pdrop", embd_pdrop},
                       {"attn_pdrop", attn_pdrop},
-                      {"tie_word_embeddings", true}};
+                      {"tie_word_embeddings", tie_word_embeddings}};
   return j.dump(2);
 }
 
@@ -65,6 +69,18 @@ GeluApprox GPT2Config::gelu_approx() const {
   if (activation_function == "gelu") return GeluApprox::Erf;
   fail("GPT-2 config: activation_function '" + activation_function + "' is not supported",
        "leantrain's GPT-2 MLP is GELU", "use gelu_new, gelu_pytorch_tanh or gelu");
+}
+
+int64_t GPT2Config::mlp_width() const {
+  return n_inner > 0 ? n_inner : checked_mul<int64_t>(4, n_embd, "GPT-2 MLP width 4 * n_embd", "use a smaller n_embd");
+}
+
+double GPT2Config::num_parameters() const {
+  const double V = double(vocab_size), P = double(n_positions), C = double(n_embd), L = double(n_layer);
+  const double F = n_inner > 0 ? double(n_inner) : 4 * C;
+  // Per block: ln_1 and ln_2 (4C), c_attn (3C^2 + 3C), c_proj (C^2 + C), c_fc (CF + F), mlp.c_proj (FC + C).
+  const double block = 4 * C * C + 2 * C * F + 9 * C + F;
+  return V * C + P * C + L * block + 2 * C + (tie_word_embeddings ? 0 : V * C);
 }
 
 void GPT2Config::validate() const {
@@ -83,6 +99,9 @@ void GPT2Config::validate() const {
     LT_CHECK(p >= 0 && p < 1, std::string("GPT-2 config: ") + key + " = " + std::to_string(p),
              "a dropout probability is in [0, 1)", "fix the config");
   (void)gelu_approx();
+  check_model_size("GPT-2", {num_parameters(), n_layer}, "n_layer",
+                   "n_embd, n_layer, n_inner, vocab_size or n_positions");
+  (void)mlp_width();  // fits, given the size check; computed checked all the same
 }
 
 }  // namespace lt::models

@@ -1,7 +1,10 @@
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "leantrain/models.h"
+#include "core/checked_math.h"
 #include "models/config_json.h"
+#include "models/size_limits.h"
 
 namespace lt::models {
 using namespace detail;
@@ -32,6 +35,7 @@ ViTConfig ViTConfig::preset(const std::string& name) {
 
 ViTConfig ViTConfig::from_json(const std::string& text) {
   nlohmann::json j = parse_config(text);
+  check_model_type(j, "vit");
   ViTConfig c;
   read_int(j, "image_size", c.image_size);
   read_int(j, "patch_size", c.patch_size);
@@ -68,6 +72,23 @@ std::string ViTConfig::to_json() const {
   return j.dump(2);
 }
 
+int64_t ViTConfig::num_patches() const {
+  LT_CHECK(patch_size > 0, "ViT config: patch_size = " + std::to_string(patch_size), "it must be positive",
+           "fix the config");
+  const int64_t side = image_size / patch_size;
+  return checked_mul(side, side, "ViT patch count (image_size / patch_size)^2", "use a smaller image_size");
+}
+
+double ViTConfig::num_parameters() const {
+  const double S = double(image_size), p = double(patch_size), Ch = double(num_channels), D = double(hidden_size);
+  const double L = double(num_hidden_layers), F = double(intermediate_size), K = double(num_labels);
+  const double side = patch_size > 0 ? std::floor(S / p) : 0, N = side * side;
+  // Per block: ln_1 and ln_2 (4D), in_proj (3D^2 + 3D), out_proj (D^2 + D), mlp.0 (FD + F), mlp.3 (DF + D).
+  const double block = 4 * D * D + 2 * D * F + 9 * D + F;
+  // conv_proj, class_token, pos_embedding, the blocks, encoder.ln, heads.head
+  return D * Ch * p * p + D + D + (N + 1) * D + L * block + 2 * D + D * K + K;
+}
+
 void ViTConfig::validate() const {
   check_positive("ViT", "image_size", image_size);
   check_positive("ViT", "patch_size", patch_size);
@@ -86,6 +107,9 @@ void ViTConfig::validate() const {
            "use e.g. 1e-6");
   LT_CHECK(dropout >= 0 && dropout < 1, "ViT config: hidden_dropout_prob = " + std::to_string(dropout),
            "a dropout probability is in [0, 1)", "fix the config");
+  check_model_size("ViT", {num_parameters(), num_hidden_layers}, "num_hidden_layers",
+                   "image_size, patch_size, hidden_size, num_hidden_layers, intermediate_size or num_labels");
+  (void)num_patches();  // fits, given the size check; computed checked all the same
 }
 
 }  // namespace lt::models

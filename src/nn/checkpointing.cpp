@@ -15,8 +15,6 @@ namespace {
 
 const char* kModes = "none, blocks, every:K, selective, or a regular expression over module paths";
 
-bool is_block(Module& m) { return dynamic_cast<PreNormBlock*>(&m) != nullptr; }
-
 bool inside(const std::string& path, const std::string& outer) {
   return outer.empty() || (path.size() > outer.size() && path.compare(0, outer.size(), outer) == 0 &&
                            path[outer.size()] == '.');
@@ -30,6 +28,17 @@ std::vector<Generator*> dropout_generators(Module& m) {
   std::vector<Generator*> out;
   for (auto& [path, mod] : m.named_modules())
     if (auto* d = dynamic_cast<Dropout*>(mod)) out.push_back(&d->generator());
+  return out;
+}
+
+// Every family's blocks are PreNormBlocks (GPT2Block, EncoderBlock): norms and attention and MLP
+// are its children, whatever their types.
+bool is_transformer_block(Module& m) { return dynamic_cast<PreNormBlock*>(&m) != nullptr; }
+
+std::vector<std::string> block_sublayers(Module& block) {
+  std::vector<std::string> out;
+  for (auto& [name, child] : block.children())
+    if (!dynamic_cast<LayerNorm*>(child.get()) && !dynamic_cast<RMSNorm*>(child.get())) out.push_back(name);
   return out;
 }
 
@@ -101,7 +110,7 @@ std::vector<std::string> select_checkpoint_modules(Module& root, const std::stri
   auto modules = root.named_modules();
   std::vector<std::string> blocks;
   for (auto& [path, m] : modules)
-    if (is_block(*m)) blocks.push_back(path);
+    if (is_transformer_block(*m)) blocks.push_back(path);
 
   std::vector<std::string> picked;
   switch (spec.mode) {

@@ -17,8 +17,9 @@
 // FLOPs come from op shapes, recorded by a forward wrapper on every module during the
 // uncheckpointed forward: a module's direct 2-D parameters W [a, b] cost 2 N a b for N input rows
 // (Linear, Conv1D, MultiheadAttention's in_proj), a 4-D one (patch conv) 2 numel(x) W.size(0),
-// attention 4 B T^2 C (half when causal: GPT-2), norms 8 and GELU 8 per element, dropout 2 per
-// element when active. GPT-2's tied output head (a matmul in the model's root) is added.
+// attention 4 B T^2 C (half when the model's family is causal: GPT-2), norms 8 and GELU 8 per
+// element, dropout 2 per element when active. What the root computes outside any module (GPT-2's
+// tied output head) comes from Model::root_forward_flops.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "leantrain/nn.h"
 #include "leantrain/plan.h"
 #include "leantrain/precision.h"
+#include "models/registry.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
@@ -158,7 +160,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   Trainer trainer(cfg, *task);  // the run's model state: precision hooks (parameter dtypes) applied
   models::Model& model = trainer.model();
   model.train();
-  const bool causal = model.model_type() == "gpt2";
+  const bool causal = models::family_of_type(model.model_type()).causal();
   prof.parameters = model.num_parameters();
   prof.parameter_tensors = int64_t(model.named_parameters().size());
   prof.parameter_bytes = model.parameter_bytes();
@@ -215,10 +217,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
       if (a.find('.') == std::string::npos) break;
     }
   }
-  if (causal)  // the tied head: logits = x wte^T, computed in the root
-    if (Module* wte = model.find_module("transformer.wte"))
-      if (first_input.count("transformer.wte"))
-        prof.forward_flops += 2 * numel_of(first_input["transformer.wte"]) * double(wte->parameters().at(0).numel());
+  prof.forward_flops += model.root_forward_flops(batch.inputs.shape());  // e.g. GPT-2's tied head
   prof.module_flops = flops;
 
   try {

@@ -73,8 +73,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-bool is_block(nn::Module& m) { return dynamic_cast<nn::PreNormBlock*>(&m) != nullptr; }
-
 }  // namespace
 
 bool ProfileResult::drifted() const {
@@ -97,12 +95,10 @@ std::vector<std::string> profile_modules(const RunConfig& cfg_in, const std::str
   std::vector<std::string> out;
   if (spec == "blocks" || spec == "sublayers") {
     for (auto& [path, m] : modules) {
-      if (!is_block(*m)) continue;
+      if (!nn::is_transformer_block(*m)) continue;
       out.push_back(path);
       if (spec == "blocks") continue;
-      for (auto& [name, child] : m->children())  // attention, then MLP, in the block's order
-        if (dynamic_cast<nn::SelfAttention*>(child.get()) || dynamic_cast<nn::Mlp*>(child.get()))
-          out.push_back(path + "." + name);
+      for (const std::string& name : nn::block_sublayers(*m)) out.push_back(path + "." + name);  // attention, MLP
     }
     if (out.empty())
       throw UsageError("nothing to profile: this " + std::string(root.type_name()) + " has no transformer blocks",
@@ -189,7 +185,7 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
     r.unit = task->unit;
     for (const std::string& p : paths)
       cands.push_back({p, task->model->find_module(p)->type_name(), nn::checkpoint_regex_for(p)});
-    for (auto& [path, m] : task->model->named_modules()) has_blocks = has_blocks || is_block(*m);
+    for (auto& [path, m] : task->model->named_modules()) has_blocks = has_blocks || nn::is_transformer_block(*m);
   }
   if (has_blocks) cands.push_back({"all blocks", "blocks", "blocks"});
   r.modules_note = opt.modules == "sublayers" ? "every transformer block, and its attention and its MLP alone"

@@ -1,9 +1,11 @@
-// generate_text: rebuilds the GPT a checkpoint describes (config.json), loads its weights and
-// samples in inference mode. Text is byte-tokenized, as in training.
+// generate_text: rebuilds the language model a checkpoint describes (config.json, through the
+// model registry), loads its weights and samples in inference mode. Text is byte-tokenized, as
+// in training.
 #include <cmath>
 
 #include "leantrain/autograd.h"
 #include "leantrain/precision.h"
+#include "models/registry.h"
 #include "train/checkpoint.h"
 
 namespace lt {
@@ -22,9 +24,27 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
   if (cfg.top_k < 0) usage("--top-k " + std::to_string(cfg.top_k), "it must not be negative", "pass e.g. --top-k 40, or 0 for all");
   Device device = resolve_device(cfg.device);
 
-  std::string tokenizer = read_tokenizer_name(cfg.checkpoint);
-  if (tokenizer != "bytes")
-    fail("cannot generate from " + cfg.checkpoint, "it holds an image classifier, not a language model",
+  // The model comes from the checkpoint's config.json through the registry: its family must be a
+  // causal language model, and its size is checked before anything is built.
+  const std::string context = "cannot generate from " + cfg.checkpoint;
+  std::unique_ptr<models::ModelConfig> mcfg;
+  const std::string config_text = read_model_config(cfg.checkpoint);
+  try {
+    mcfg = models::config_from_json(config_text);
+  } catch (const Error& e) {
+    throw Error(context + ": config.json: " + e.what_part(), e.why(), e.fix());
+  }
+  const models::ModelFamily& family = mcfg->family();
+  if (!family.causal() || family.input() != models::InputKind::Tokens)
+    fail(context,
+         family.input() == models::InputKind::Images
+             ? "it holds an image classifier (" + family.display_name() + "), not a language model"
+             : "its " + family.display_name() + " model is not a causal language model",
+         "pass a checkpoint saved by 'leantrain train --model gpt2-tiny --save DIR'");
+  const std::string tokenizer = read_tokenizer_name(cfg.checkpoint);
+  if (tokenizer != family.tokenizer())
+    fail(context, "it was trained with the tokenizer '" + tokenizer + "', and " + family.display_name() +
+                      " models read '" + family.tokenizer() + "'",
          "pass a checkpoint saved by 'leantrain train --model gpt2-tiny --save DIR'");
   std::shared_ptr<models::Model> model;
   {
@@ -32,12 +52,10 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
     nn::InitOptions init;
     init.device = device;
     init.dtype = precision_policy(read_checkpoint_config(cfg.checkpoint).precision).param_dtype;  // as saved
-    model = models::create_model_from_json(read_model_config(cfg.checkpoint), init);
+    model = mcfg->build(init);
   }
-  auto* gpt = dynamic_cast<models::GPT2*>(model.get());
-  if (!gpt)
-    fail("cannot generate from " + cfg.checkpoint, "its config.json describes a " + model->model_type() + " model",
-         "pass a GPT checkpoint");
+  auto* lm = dynamic_cast<models::CausalLM*>(model.get());
+  LT_ASSERT(lm);  // a causal token family builds CausalLMs
   load_weights(cfg.checkpoint, *model);
 
   // An empty prompt starts a new fortune, as the training text does after each "%" line.
@@ -47,7 +65,7 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
   auto piece = [](int64_t id) { return std::string(1, id < 256 ? char(uint8_t(id)) : '?'); };
   InferenceModeGuard inference;
   MemoryCategoryScope act(Category::Activation);
-  std::vector<int64_t> out = gpt->generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.seed,
+  std::vector<int64_t> out = lm->generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.seed,
                                            [&](int64_t id) {
                                              if (on_text) on_text(piece(id));
                                            });

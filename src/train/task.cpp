@@ -1,14 +1,17 @@
-// make_task: resolves --model/--config into a GPT-2 or ViT config, applies the size overrides,
-// fits it to the data (image size, channels, classes; byte vocabulary), builds the model on the
-// device and the loaders. Mistakes in the flags are UsageErrors; bad files are lt::Errors.
+// make_task: resolves --model/--config into a model config through the registry (models/registry.h),
+// applies the size overrides, fits it to the data (image size, channels, classes; byte
+// vocabulary), builds the model on the device and the loaders. Mistakes in the flags are
+// UsageErrors; bad files are lt::Errors.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "leantrain/precision.h"
 #include "data/synthetic.h"
-#include "models/config_json.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
 #include "train/task.h"
 
 namespace lt {
@@ -20,10 +23,8 @@ namespace {
 }
 
 struct ModelSpec {
-  bool gpt = false;
   std::string name;  // preset name or config path
-  models::GPT2Config gpt_cfg;
-  models::ViTConfig vit_cfg;
+  std::unique_ptr<models::ModelConfig> cfg;
 };
 
 std::string read_config_file(const std::string& flag, const std::string& path) {
@@ -36,66 +37,76 @@ std::string read_config_file(const std::string& flag, const std::string& path) {
   return ss.str();
 }
 
-ModelSpec spec_from_json(const std::string& name, const std::string& text) {
-  nlohmann::json j = models::detail::parse_config(text);
-  std::string type;
-  models::detail::read_string(j, "model_type", type);
-  if (type.empty()) type = j.contains("n_embd") ? "gpt2" : j.contains("hidden_size") ? "vit" : "";
-  ModelSpec s;
-  s.name = name;
-  if (type == "gpt2") {
-    s.gpt = true;
-    s.gpt_cfg = models::GPT2Config::from_json(text);
-  } else if (type == "vit") {
-    s.vit_cfg = models::ViTConfig::from_json(text);
-  } else {
-    fail("config " + name + ": unknown model_type '" + type + "'", "leantrain trains gpt2 and vit models",
-         "set \"model_type\" to \"gpt2\" or \"vit\"");
+// The error of `f`, with `context` before its first part (which file was at fault).
+template <class F>
+auto in_context(const std::string& context, F&& f) {
+  try {
+    return f();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what_part(), e.why(), e.fix());
   }
-  return s;
+}
+
+ModelSpec spec_from_file(const std::string& flag, const std::string& path) {
+  const std::string text = read_config_file(flag, path);
+  return {path, in_context(flag + " " + path, [&] { return models::config_from_json(text); })};
 }
 
 ModelSpec resolve_model(const RunConfig& c) {
-  if (!c.model_config.empty()) return spec_from_json(c.model_config, read_config_file("--config", c.model_config));
-  auto names = models::preset_names();
-  if (std::find(names.begin(), names.end(), c.model) != names.end()) {
-    ModelSpec s;
-    s.name = c.model;
-    s.gpt = c.model.rfind("gpt2", 0) == 0;
-    if (s.gpt) s.gpt_cfg = models::GPT2Config::preset(c.model);
-    else s.vit_cfg = models::ViTConfig::preset(c.model);
-    return s;
-  }
-  if (std::filesystem::exists(c.model)) return spec_from_json(c.model, read_config_file("--model", c.model));
+  if (!c.model_config.empty()) return spec_from_file("--config", c.model_config);
+  if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model)};
+  if (std::filesystem::exists(c.model)) return spec_from_file("--model", c.model);
   std::string known;
-  for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  for (auto& n : models::preset_names()) known += (known.empty() ? "" : ", ") + n;
   usage("unknown model '" + c.model + "'", "the presets are " + known,
         "pass one of them to --model, or a config.json to --config");
 }
 
+// --dim, --depth, ...: the family maps them to its fields; the result is validated at once (the
+// size limit included), before any data is read or any module built. Mistakes are the flags'.
 void apply_overrides(ModelSpec& s, const RunConfig& c) {
-  if (s.gpt) {
-    if (c.patch) usage("--patch " + std::to_string(c.patch), "GPT-2 has no patches", "drop --patch");
-    if (c.mlp_dim) usage("--mlp-dim " + std::to_string(c.mlp_dim), "GPT-2's MLP is 4 x dim", "drop --mlp-dim");
-    auto& g = s.gpt_cfg;
-    if (c.dim) g.n_embd = c.dim;
-    if (c.depth) g.n_layer = c.depth;
-    if (c.heads) g.n_head = c.heads;
-    if (g.n_embd % g.n_head)
-      usage("width " + std::to_string(g.n_embd) + " is not divisible by " + std::to_string(g.n_head) + " heads",
-            "each head gets dim/heads channels", "pass --dim and --heads that divide");
-  } else {
-    auto& v = s.vit_cfg;
-    if (c.dim) v.hidden_size = c.dim;
-    if (c.depth) v.num_hidden_layers = c.depth;
-    if (c.heads) v.num_attention_heads = c.heads;
-    if (c.patch) v.patch_size = c.patch;
-    if (c.mlp_dim) v.intermediate_size = c.mlp_dim;
-    if (v.hidden_size % v.num_attention_heads)
-      usage("width " + std::to_string(v.hidden_size) + " is not divisible by " + std::to_string(v.num_attention_heads) +
-                " heads",
-            "each head gets dim/heads channels", "pass --dim and --heads that divide");
+  const models::SizeOverrides o{c.dim, c.depth, c.heads, c.patch, c.mlp_dim};
+  if (!o.any()) return;
+  try {
+    s.cfg->apply_overrides(o);
+    s.cfg->validate();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what_part(), e.why(), e.fix());
   }
+}
+
+// --resume: the checkpoint's config.json, read through the registry (so a damaged one is refused
+// before anything is built), must describe the model this run builds.
+void check_resume_config(const RunConfig& c, const models::ModelConfig& cfg) {
+  if (c.resume.empty()) return;
+  const std::string context = "cannot resume from " + c.resume + ": config.json";
+  const std::string text = read_model_config(c.resume);
+  const auto saved_cfg = in_context(context, [&] { return models::config_from_json(text); });
+  if (&saved_cfg->family() != &cfg.family())
+    fail(context + " describes a " + saved_cfg->family().display_name() + " model",
+         "this run builds a " + cfg.family().display_name() + " model",
+         "resume with the model and size flags that saved the checkpoint");
+  const nlohmann::json saved = nlohmann::json::parse(saved_cfg->to_json());
+  const nlohmann::json mine = nlohmann::json::parse(cfg.to_json());
+  for (auto& [key, value] : mine.items()) {
+    auto it = saved.find(key);
+    const std::string had = it == saved.end() ? "nothing" : it->dump();
+    if (it == saved.end() || *it != value)
+      fail(context + " has " + key + " = " + had, "this run builds " + key + " = " + value.dump(),
+           "resume with the model and size flags that saved the checkpoint");
+  }
+}
+
+// Validates the fitted config and builds the model (parameters under Category::Parameter).
+void build_model(Task& t, const ModelSpec& s, const RunConfig& c, const nn::InitOptions& init) {
+  s.cfg->validate();
+  check_resume_config(c, *s.cfg);
+  MemoryCategoryScope p(Category::Parameter);
+  t.model = s.cfg->build(init);
 }
 
 // --workers, or min(8, hardware threads - 1) when not given.
@@ -115,28 +126,25 @@ std::string millions(int64_t n) {
 // --data synthetic: the preset's own image size and channels, 10 classes (the memory ladder's),
 // 8 steps' worth of training samples and 2 micro-batches of held-out ones.
 void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
-  auto& v = s.vit_cfg;
-  v.num_labels = 10;
-  v.validate();
-  {
-    MemoryCategoryScope p(Category::Parameter);
-    t.model = std::make_shared<models::ViT>(v, init);
-  }
+  models::ImageInput in = s.cfg->images();
+  s.cfg->fit_images(in.size, in.channels, 10);
+  in = s.cfg->images();
+  build_model(t, s, c, init);
   const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   t.classifier = true;
   t.unit = "img/s";
-  t.held_out = std::make_shared<SyntheticImages>(2 * mb, v.num_channels, v.image_size, v.num_labels, c.seed + 1);
+  t.held_out = std::make_shared<SyntheticImages>(2 * mb, in.channels, in.size, in.classes, c.seed + 1);
   LoaderOptions lo;
   lo.batch_size = mb;
   lo.seed = c.seed;
   lo.drop_last = true;
   lo.device = init.device;
   lo.workers = loader_workers(c);
-  auto train = std::make_shared<SyntheticImages>(8 * c.batch, v.num_channels, v.image_size, v.num_labels, c.seed);
+  auto train = std::make_shared<SyntheticImages>(8 * c.batch, in.channels, in.size, in.classes, c.seed);
   t.train = std::make_unique<DataLoader>(train, lo);
-  t.description = "model " + s.name + ": ViT, " + millions(t.model->num_parameters()) + " parameters (" +
-                  std::to_string(v.image_size) + "x" + std::to_string(v.image_size) + "x" +
-                  std::to_string(v.num_channels) + " images); data synthetic";
+  t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
+                  millions(t.model->num_parameters()) + " parameters (" + std::to_string(in.size) + "x" +
+                  std::to_string(in.size) + "x" + std::to_string(in.channels) + " images); data synthetic";
 }
 
 void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
@@ -147,21 +155,16 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   std::string dir = c.data.empty() || c.data == "fashion-mnist" ? kFashionMnistDir : c.data;
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));
   auto test = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Test, dir));
-  auto& v = s.vit_cfg;
   LT_CHECK(train->rows == train->cols, "images in " + dir + " are " + std::to_string(train->rows) + "x" +
-           std::to_string(train->cols), "the ViT needs square images", "use square images");
-  v.image_size = train->rows;  // the data decides the input and the classes
-  v.num_channels = 1;
-  v.num_labels = 10;
-  if (v.image_size % v.patch_size)
-    usage("patch size " + std::to_string(v.patch_size) + " does not divide the " + std::to_string(v.image_size) +
+           std::to_string(train->cols), "the " + s.cfg->family().display_name() + " needs square images",
+           "use square images");
+  s.cfg->fit_images(train->rows, 1, 10);  // the data decides the input and the classes
+  const models::ImageInput in = s.cfg->images();
+  if (in.size % in.patch)
+    usage("patch size " + std::to_string(in.patch) + " does not divide the " + std::to_string(in.size) +
               "-pixel images",
-          "a ViT cuts images into whole patches", "pass e.g. --patch 7 or --patch 4");
-  v.validate();
-  {
-    MemoryCategoryScope p(Category::Parameter);
-    t.model = std::make_shared<models::ViT>(v, init);
-  }
+          "a " + s.cfg->family().display_name() + " cuts images into whole patches", "pass e.g. --patch 7 or --patch 4");
+  build_model(t, s, c, init);
   t.classifier = true;
   t.unit = "img/s";
   t.held_out = std::make_shared<ImageDataset>(test);
@@ -172,58 +175,45 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   lo.device = init.device;
   lo.workers = loader_workers(c);
   t.train = std::make_unique<DataLoader>(std::make_shared<ImageDataset>(train), lo);
-  char buf[300];
-  std::snprintf(buf, sizeof buf,
-                "model %s: ViT, %s parameters (%lldx%lld images, patch %lld, dim %lld, depth %lld, heads %lld, mlp %lld); "
-                "data %s: %lld train / %lld test images",
-                s.name.c_str(), millions(t.model->num_parameters()).c_str(), (long long)v.image_size,
-                (long long)v.image_size, (long long)v.patch_size, (long long)v.hidden_size,
-                (long long)v.num_hidden_layers, (long long)v.num_attention_heads, (long long)v.intermediate_size,
-                dir.c_str(), (long long)train->count, (long long)test->count);
-  t.description = buf;
+  t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
+                  millions(t.model->num_parameters()) + " parameters (" + std::to_string(in.size) + "x" +
+                  std::to_string(in.size) + " images, " + s.cfg->size_summary() + "); data " + dir + ": " +
+                  std::to_string(train->count) + " train / " + std::to_string(test->count) + " test images";
 }
 
 void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   if (c.data == "fashion-mnist")
     usage("--data fashion-mnist is images", s.name + " is a language model", "pass --data fortunes or a text file");
-  auto& g = s.gpt_cfg;
-  if (g.vocab_size < 256)
-    usage("model " + s.name + " has a vocabulary of " + std::to_string(g.vocab_size), "text is tokenized as bytes (256 ids)",
+  const models::TokenInput in = s.cfg->tokens();
+  if (in.vocab_size < 256)
+    usage("model " + s.name + " has a vocabulary of " + std::to_string(in.vocab_size), "text is tokenized as bytes (256 ids)",
           "use a config with vocab_size >= 256");
-  int64_t seq = c.seq_len ? c.seq_len : std::min<int64_t>(128, g.n_positions);
-  if (seq > g.n_positions)
-    usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(g.n_positions) + " positions",
-          "pass --seq-len " + std::to_string(g.n_positions) + " or less");
-  g.validate();
+  int64_t seq = c.seq_len ? c.seq_len : std::min<int64_t>(128, in.context);
+  if (seq > in.context)
+    usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(in.context) + " positions",
+          "pass --seq-len " + std::to_string(in.context) + " or less");
+  const std::string family = s.cfg->family().display_name();
+  t.classifier = false;
+  t.unit = "tok/s";
+  t.tokenizer = s.cfg->family().tokenizer();
   if (c.data == kSyntheticData) {  // random ids over the model's whole vocabulary
-    {
-      MemoryCategoryScope p(Category::Parameter);
-      t.model = std::make_shared<models::GPT2>(g, init);
-    }
+    build_model(t, s, c, init);
     const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
-    t.unit = "tok/s";
-    t.tokenizer = "bytes";
-    t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, g.vocab_size, c.seed + 1);
+    t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, in.vocab_size, c.seed + 1);
     LoaderOptions lo;
     lo.batch_size = mb;
     lo.seed = c.seed;
     lo.drop_last = true;
     lo.device = init.device;
     lo.workers = loader_workers(c);
-    t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, g.vocab_size, c.seed), lo);
-    t.description = "model " + s.name + ": GPT-2, " + millions(t.model->num_parameters()) + " parameters (context " +
-                    std::to_string(seq) + "); data synthetic";
+    t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, in.vocab_size, c.seed), lo);
+    t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) +
+                    " parameters (context " + std::to_string(seq) + "); data synthetic";
     return;
   }
   std::string source = c.data.empty() || c.data == "fortunes" ? kFortunesDir : c.data;
   TextCorpus corpus = source == kFortunesDir ? load_fortunes(source) : load_text(source);
-  {
-    MemoryCategoryScope p(Category::Parameter);
-    t.model = std::make_shared<models::GPT2>(g, init);
-  }
-  t.classifier = false;
-  t.unit = "tok/s";
-  t.tokenizer = "bytes";
+  build_model(t, s, c, init);
   auto train_tokens = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
   auto val_tokens = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
   t.held_out = std::make_shared<TokenWindows>(val_tokens, seq);
@@ -235,14 +225,11 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   lo.workers = loader_workers(c);
   auto windows = std::make_shared<TokenWindows>(train_tokens, seq);
   t.train = std::make_unique<DataLoader>(windows, lo);
-  char buf[300];
-  std::snprintf(buf, sizeof buf,
-                "model %s: GPT-2, %s parameters (dim %lld, depth %lld, heads %lld, context %lld of %lld); data %s: "
-                "%zu train / %zu validation bytes, %lld windows",
-                s.name.c_str(), millions(t.model->num_parameters()).c_str(), (long long)g.n_embd, (long long)g.n_layer,
-                (long long)g.n_head, (long long)seq, (long long)g.n_positions, source.c_str(), train_tokens->size(),
-                val_tokens->size(), (long long)windows->size());
-  t.description = buf;
+  t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
+                  s.cfg->size_summary() + ", context " + std::to_string(seq) + " of " + std::to_string(in.context) +
+                  "); data " + source + ": " + std::to_string(train_tokens->size()) + " train / " +
+                  std::to_string(val_tokens->size()) + " validation bytes, " + std::to_string(windows->size()) +
+                  " windows";
 }
 
 }  // namespace
@@ -257,7 +244,7 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   init.device = device;
   init.seed = c.seed;
   init.dtype = precision_policy(c.precision).param_dtype;  // built in the target dtype, no f32 copy
-  if (s.gpt) make_text_task(*t, s, c, init);
+  if (s.cfg->family().input() == models::InputKind::Tokens) make_text_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (t->train->batches_per_epoch() * mb < c.batch)

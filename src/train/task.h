@@ -1,6 +1,7 @@
 // A task pairs a model with its data: the training loader (micro-batches in a resumable order),
 // the held-out split, and what evaluation reports. The trainer sees only this, so a new model
-// family (BERT, LLaMA) or data set is a new branch of make_task, not a new loop.
+// family (LLaMA) is an entry of the model registry (models/registry.h) and a new data set a new
+// branch of make_task, not a new loop.
 #pragma once
 #include <memory>
 #include <string>
@@ -17,7 +18,7 @@ struct Task {
   std::shared_ptr<const Dataset> held_out;  // Fashion-MNIST test split, or validation text
   bool classifier = false;                // accuracy is reported
   const char* unit = "img/s";             // "img/s" or "tok/s"
-  std::string tokenizer;                  // "bytes" for text models, "" for images
+  std::string tokenizer;                  // the family's: "bytes" for text models, "" for images
   std::string description;                // one line for the log
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
@@ -28,6 +29,7 @@ struct Task {
 
 // Builds the model (parameters under Category::Parameter, on `device`) and loads the data.
 // The preset's image size, channels and classes follow the data; --dim etc. override sizes.
+// With --resume, the checkpoint's config.json must describe the same model.
 std::unique_ptr<Task> make_task(const RunConfig& cfg, Device device);
 
 // Loss (and accuracy) over the held-out split in batches of batch_size, at most max_batches

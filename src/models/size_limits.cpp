@@ -1,0 +1,20 @@
+#include "models/size_limits.h"
+
+#include "io/text_format.h"
+#include "leantrain/error.h"
+
+namespace lt::models {
+
+void check_model_size(const std::string& model, const ModelSize& size, const std::string& layers_key,
+                      const std::string& fields) {
+  const std::string params = short_number(size.parameters, 3) + " parameters";
+  LT_CHECK(size.layers <= kMaxLayers,
+           model + " model has " + std::to_string(size.layers) + " layers (" + layers_key + ") and " + params,
+           "leantrain builds at most " + std::to_string(kMaxLayers) + " layers", "use fewer layers");
+  LT_CHECK(size.parameters <= kMaxParameters,
+           model + " model has " + params + " = " + short_number(4 * size.parameters, 3) + " bytes in f32",
+           "that is over 2^48 parameters (1 PiB in f32), more than any machine holds",
+           "use smaller " + fields);
+}
+
+}  // namespace lt::models
