@@ -61,24 +61,6 @@ void check_weight_dtypes(const std::string& dir) {
   });
 }
 
-// config.json describes the model the run builds from trainer_state.json's config, as `generate`
-// would read it: a missing, damaged or altered one is refused on resume too. Keys only one side
-// has are let through (a config written by another version may add or drop optional ones), except
-// model_type, which a config.json must name.
-void check_model_config(const std::string& dir, const models::Model& m) {
-  const nlohmann::json saved = parse_json_file(dir, "config.json");
-  const nlohmann::json built = nlohmann::json::parse(m.config_json());
-  if (!saved.is_object()) checkpoint_corrupt(dir, "config.json", std::string("it is ") + saved.type_name() + ", not an object");
-  if (!saved.contains("model_type")) checkpoint_corrupt(dir, "config.json", "it has no \"model_type\"");
-  for (const auto& [key, value] : built.items()) {
-    auto it = saved.find(key);
-    if (it == saved.end() || *it == value) continue;
-    fail("checkpoint file " + dir + "/config.json does not describe the model this run trains",
-         "\"" + key + "\" is " + it->dump() + " there and " + value.dump() + " in the model built from the run's settings",
-         "resume with the model flags that saved it, or pass a checkpoint written by 'leantrain train --save'");
-  }
-}
-
 // The finite-state guard on a loaded model: a damaged or diverged checkpoint is refused.
 void check_loaded_weights(const std::string& dir, const models::Model& m) {
   if (std::string bad = nonfinite_weight(m); !bad.empty())
@@ -135,7 +117,6 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 
 void load_checkpoint(const std::string& dir, Trainer& t) {
   const TrainerState s = read_trainer_state(dir);
-  check_model_config(dir, t.model());
   // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
   // only from a file leantrain could have written: one dtype, of a precision it trains in.
   check_weight_dtypes(dir);

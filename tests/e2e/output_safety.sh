@@ -115,7 +115,7 @@ fi
 
 # --- The out-of-memory message suggests a `leantrain plan` command that the parser accepts.
 expect_error 1 "out of memory on cpu.*run \`leantrain plan" \
-  "$LT" train --model gpt2-tiny --data synthetic --dim 1000000000 --heads 1 --device cpu --steps 1 --lr 0.00123456789
+  "$LT" train --model gpt2-tiny --data synthetic --dim 200000 --heads 1 --device cpu --steps 1 --lr 0.00123456789
 CMD=$(sed -n 's/.*run `\(leantrain plan [^`]*\)`.*/\1/p' "$WORK/err")
 case "$CMD" in *e+*) fail "the suggested command has an exponent: $CMD" ;; *) ok ;; esac
 read -ra WORDS <<<"$CMD"  # split on blanks, no shell evaluation of what the binary printed

@@ -46,11 +46,11 @@ rm "$WORK/bad/config.json"
 expect_error 1 "bad' is not a complete leantrain checkpoint: config.json is missing" "$LT" train --steps 4 --resume "$WORK/bad"
 edit 'pass'
 sed -i 's/"n_embd": 128/"n_embd": -5/' "$WORK/bad/config.json"
-expect_error 1 "bad/config.json does not describe the model this run trains: \"n_embd\" is -5 there and 128" \
+expect_error 1 "bad: config.json: GPT-2 config: n_embd = -5: it must be positive" \
   "$LT" train --steps 4 --resume "$WORK/bad"
 edit 'pass'
 echo '[1, 2]' >"$WORK/bad/config.json"
-expect_error 1 "bad/config.json is corrupt: it is array, not an object" "$LT" train --steps 4 --resume "$WORK/bad"
+expect_error 1 "bad: config.json: config.json must be a JSON object: found array" "$LT" train --steps 4 --resume "$WORK/bad"
 echo '{}' >"$WORK/bad/config.json"
-expect_error 1 "bad/config.json is corrupt: it has no \"model_type\"" "$LT" train --steps 4 --resume "$WORK/bad"
+expect_error 1 "bad: config.json: config.json has no \"model_type\"" "$LT" train --steps 4 --resume "$WORK/bad"
 finish
