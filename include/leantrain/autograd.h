@@ -70,6 +70,9 @@ struct Node {
 // A pack hook turns a tensor an op saves for its backward into anything (the tensor itself, an
 // index into a store, a handle to a host copy or to a shard); the unpack hook turns that back
 // into a tensor when the backward needs it. PyTorch's torch.autograd.graph.saved_tensors_hooks.
+// The packed value lives exactly as long as the saved tensor would have: it is destroyed when
+// its node has run (or when the graph goes), so a resource it stands for (a host copy, a shard
+// handle) belongs inside it, e.g. a shared_ptr whose deleter frees it, not in a side table.
 using PackedTensor = std::any;
 using PackHook = std::function<PackedTensor(const Tensor& saved)>;
 using UnpackHook = std::function<Tensor(const PackedTensor& packed)>;

@@ -79,6 +79,7 @@ void check_gradients(const Node& n, const std::vector<Tensor>& grads) {
   LT_CHECK(grads.size() <= n.next.size(),
            std::string("backward of '") + n.name + "' returned " + std::to_string(grads.size()) + " gradients",
            "it has " + std::to_string(n.next.size()) + " inputs", "return one gradient (or none) per input");
+  LT_ASSERT(grads.empty() || n.input_meta.size() == n.next.size());  // a node made by hand must fill both
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() || !n.next[i]) continue;
     const InputMeta& m = n.input_meta[i];

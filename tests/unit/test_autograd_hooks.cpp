@@ -162,6 +162,34 @@ TEST(AutogradHooks, PackInForwardOrderUnpackInBackwardOrder) {
   EXPECT_EQ(s.unpacked, (std::vector<size_t>{2, 1, 0}));
 }
 
+// A packed value is destroyed as soon as its node has run (the memory behaviour of a saved
+// tensor), not when the graph goes: when node k unpacks, node k+1's packed value is gone.
+TEST(AutogradHooks, PackedValuesGoAsSoonAsTheirNodeHasRun) {
+  struct Tracked {
+    size_t index;
+    std::vector<size_t>* destroyed;
+    Tensor t;
+    ~Tracked() { destroyed->push_back(index); }
+  };
+  std::vector<size_t> destroyed, gone_at_unpack;
+  size_t packs = 0;
+  Tensor x = leaf({0.1f, 0.2f});
+  Tensor y;
+  {
+    SavedTensorHooksScope hooks(
+        [&](const Tensor& t) -> PackedTensor { return std::shared_ptr<Tracked>(new Tracked{packs++, &destroyed, t}); },
+        [&](const PackedTensor& p) {
+          gone_at_unpack.push_back(destroyed.size());
+          return std::any_cast<std::shared_ptr<Tracked>>(p)->t;
+        });
+    y = sum_all(sigmoid(tanh(exp(x))));
+  }
+  EXPECT_TRUE(destroyed.empty());
+  y.backward();
+  EXPECT_EQ(destroyed, (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(gone_at_unpack, (std::vector<size_t>{0, 1, 2}));
+}
+
 TEST(AutogradHooks, LinearPacksItsOperandsOnceEach) {
   Tensor x = leaf({1, 2, 3, 4, 5, 6});
   Tensor x2 = reshape(x, {2, 3});
