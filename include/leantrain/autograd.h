@@ -2,9 +2,19 @@
 // `next` edges point at the nodes of its inputs (never at the input tensors themselves, so an
 // activation stays alive only if some node saved it). Leaves get an AccumulateGrad node that
 // adds into .grad with += and then runs the parameter's post-accumulate-grad hooks.
+//
+// What a backward reads is held as SavedTensor, which goes through the innermost pack/unpack
+// hooks (SavedTensorHooksScope) when some are active, so that sharding, offload and quantized
+// weights can move or drop it between the forward and the backward. Backward runs the ready
+// node with the highest sequence number first (the reverse of the order the forward recorded
+// them), as PyTorch's engine does; every gradient a node returns must have the shape and dtype
+// of its input.
 #pragma once
+#include <any>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -12,17 +22,95 @@
 
 namespace lt {
 
+struct Node;
+
+// Called with the node about to run and the gradient it received (undefined for a node run
+// without one); may replace the gradient.
+using NodePreHook = std::function<void(Node& node, Tensor& grad_out)>;
+// Called after the node ran with the gradients it returned for its inputs (one per `next`
+// entry; empty for AccumulateGrad); may replace them. They are checked after the hooks.
+using NodePostHook = std::function<void(Node& node, std::vector<Tensor>& grad_inputs, const Tensor& grad_out)>;
+
+// Shape and dtype of an input when the op was recorded: its gradient must have both.
+struct InputMeta {
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
+// Nodes are numbered in the order they are created on a thread; backward runs the ready node
+// with the highest number first. AccumulateGrad nodes take the largest number, so a leaf's
+// gradient lands in .grad (and its hooks, a fused optimizer step, run) as soon as it is complete.
+uint64_t next_sequence_nr();
+inline constexpr uint64_t kAccumulateGradSequenceNr = std::numeric_limits<uint64_t>::max();
+
 struct Node {
   std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr where no gradient flows
+  std::vector<InputMeta> input_meta;        // one per input (set by record())
   const char* name = "";
+  uint64_t sequence_nr = next_sequence_nr();
   // Applied with an undefined gradient when none arrived (instead of skipped): the node that
   // finishes a two-output op (add_layer_norm) must run when only its other output got one.
   bool apply_without_grad = false;
+  // Run around apply(), in registration order, only when the node runs. They stay with the
+  // node (a retained graph runs them again). A pre-hook on the grad_fn of a unit's output runs
+  // just before that unit's backward starts: the place to start fetching what the unit before
+  // it saved (backward visits units in reverse forward order, see sequence_nr).
+  std::vector<NodePreHook> pre_hooks;
+  std::vector<NodePostHook> post_hooks;
   virtual ~Node() = default;
   // One gradient per entry of `next` (undefined where none).
   virtual std::vector<Tensor> apply(const Tensor& grad_out) = 0;
   // Drops saved tensors once the node has run (unless the graph is retained).
   virtual void release() {}
+  void register_pre_hook(NodePreHook h) { pre_hooks.push_back(std::move(h)); }
+  void register_post_hook(NodePostHook h) { post_hooks.push_back(std::move(h)); }
+};
+
+// ---- Saved tensors ----
+// A pack hook turns a tensor an op saves for its backward into anything (the tensor itself, an
+// index into a store, a handle to a host copy or to a shard); the unpack hook turns that back
+// into a tensor when the backward needs it. PyTorch's torch.autograd.graph.saved_tensors_hooks.
+// The packed value lives exactly as long as the saved tensor would have: it is destroyed when
+// its node has run (or when the graph goes), so a resource it stands for (a host copy, a shard
+// handle) belongs inside it, e.g. a shared_ptr whose deleter frees it, not in a side table.
+using PackedTensor = std::any;
+using PackHook = std::function<PackedTensor(const Tensor& saved)>;
+using UnpackHook = std::function<Tensor(const PackedTensor& packed)>;
+
+// Pushes (pack, unpack) on this thread's stack until the scope ends. Scopes nest: a tensor
+// saved while several are open is packed by the innermost pair only, and unpacked by the
+// unpack of that same pair (wherever the backward runs). The hooks themselves run under
+// no-grad with no hooks active, so the ops they call save nothing and do not recurse.
+class SavedTensorHooksScope {
+ public:
+  SavedTensorHooksScope(PackHook pack, UnpackHook unpack);
+  ~SavedTensorHooksScope();
+  SavedTensorHooksScope(const SavedTensorHooksScope&) = delete;
+  SavedTensorHooksScope& operator=(const SavedTensorHooksScope&) = delete;
+};
+// Whether some pack/unpack hooks are active on this thread.
+bool saved_tensor_hooks_active();
+
+// What a backward closure keeps instead of a Tensor. Constructing one from a defined tensor is
+// "saving" it: pack is called there, once, when hooks are active; otherwise the tensor is kept
+// as is. unpack() gives it back (calling the unpack hook, once per call); it checks that the
+// hook returned the saved shape, dtype and device (and a contiguous tensor for a contiguous
+// one, since kernels read saved tensors as flat rows). Copies share the packed value. Save only
+// when the op is recorded (after `needs_grad`), so pack never sees a tensor nobody keeps.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  bool defined() const { return tensor_.defined() || packed_ != nullptr; }
+  Tensor unpack() const;
+  // Of the saved tensor, without unpacking it.
+  const Shape& shape() const;
+  DType dtype() const;
+
+ private:
+  struct Packed;
+  Tensor tensor_;                         // no hooks: the tensor itself
+  std::shared_ptr<const Packed> packed_;  // hooks: the packed value and the unpack that goes with it
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
@@ -59,10 +147,13 @@ class InferenceModeGuard {
 bool needs_grad(std::initializer_list<Tensor> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
 
-// Records `out` as produced by `fn` from `inputs` (if needs_grad). `fn` captures what it saves.
+// Records `out` as produced by `fn` from `inputs` (if needs_grad). `fn` captures what it saves
+// as SavedTensor; it must return, per input, an undefined tensor or a gradient of that input's
+// shape and dtype (checked: a mismatch is an error naming the op, never reshaped or cast).
 void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn);
 
-// Runs backward from `root` (a scalar unless `grad` is given).
+// Runs backward from `root` (a scalar unless `grad` is given, which must have root's shape and
+// dtype). Nodes run in decreasing sequence_nr among those whose gradient is complete.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
 // Sets .grad to none (frees it) or to zeros.

@@ -38,7 +38,7 @@ Tensor graph_handle(const Tensor& out) {
 }
 
 // The recomputation: returns one gradient per input (undefined where none), then none for params.
-std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<Tensor>& saved,
+std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<SavedTensor>& saved,
                                        const std::vector<bool>& need, const std::vector<Generator*>& gens,
                                        const std::vector<uint64_t>& forward_offsets, size_t n_params,
                                        detail::KeptOutputs* kept, const Tensor& grad_out) {
@@ -49,7 +49,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
     std::vector<Tensor> xs;
     xs.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
-      Tensor x = saved[i].defined() ? saved[i].detach() : Tensor();
+      Tensor x = saved[i].defined() ? saved[i].unpack().detach() : Tensor();
       if (need[i]) {
         caps[i] = std::make_shared<CaptureNode>();
         caps[i]->name = "CheckpointInput";
@@ -106,10 +106,10 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
              "pass it as an input, or detach it");
 
   const std::vector<uint64_t> offsets = generator_offsets(opts.generators);
-  std::vector<Tensor> saved;  // detached: the region's node must not keep the inputs' graphs alive twice
+  std::vector<Tensor> detached;  // the region's node must not keep the inputs' graphs alive twice
   std::vector<bool> need;
   for (const Tensor& x : inputs) {
-    saved.push_back(x.defined() ? x.detach() : Tensor());
+    detached.push_back(x.defined() ? x.detach() : Tensor());
     need.push_back(x.defined() && x.requires_grad());
   }
   // The selective policy's kept results live as long as this region's node (released after its
@@ -120,8 +120,12 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   {
     NoGradGuard no_grad;
     detail::KeptOutputsScope scope(kept.get());
-    out = fn(saved);
+    out = fn(detached);
   }
+  // Saved after the forward (pack hooks see the inputs in the order the region got them, after
+  // whatever the region's kept matmul results were packed with).
+  std::vector<SavedTensor> saved(detached.begin(), detached.end());
+  detached.clear();
   // A fresh handle: fn may return one of its inputs (an identity region), whose impl must not
   // gain this node as its grad_fn.
   out = out.detach();

@@ -1,6 +1,9 @@
 // The backward engine: counts dependencies from the root, then runs nodes in an order where
-// every node's incoming gradient is complete. Saved tensors are released as each node runs and
-// intermediate gradients are dropped as soon as they are consumed, so memory falls during backward.
+// every node's incoming gradient is complete: among the ready ones, the highest sequence number
+// first (the reverse of the forward's recording order, so the order depends only on the graph).
+// Saved tensors are released as each node runs and intermediate gradients are dropped as soon
+// as they are consumed, so memory falls during backward.
+#include <queue>
 #include <unordered_map>
 
 #include "leantrain/autograd.h"
@@ -10,6 +13,9 @@
 namespace lt {
 
 namespace {
+
+std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()); }
+std::string describe(const InputMeta& m) { return std::string(dtype_name(m.dtype)) + " " + shape_str(m.shape); }
 
 struct LambdaNode final : Node {
   BackwardFn fn;
@@ -29,10 +35,11 @@ struct AccumulateGrad final : Node {
     if (!impl) return {};
     Tensor param(impl);
     Tensor grad = g;
-    if (grad.dtype() != param.dtype() || grad.shape() != param.shape()) {
-      MemoryCategoryScope s(Category::Gradient);
-      grad = cast(sum_to(grad, param.shape()), param.dtype());
-    }
+    // The producer's edge was checked; this catches a pre-hook that replaced the gradient.
+    LT_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype(),
+             "backward: a gradient of " + describe(grad) + " reached a leaf of " + describe(param),
+             "a gradient must have its input's shape and dtype (the engine neither sums nor casts it)",
+             "fix the node hook that replaced the gradient");
     if (!impl->grad) {
       // Steal the incoming buffer when nobody else holds it; it changes owner, not place.
       bool sole = grad.impl_ptr().use_count() <= 2 && grad.storage().use_count() == 1 && grad.is_contiguous() &&
@@ -59,13 +66,50 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
   if (!impl->grad_accumulator) {
     auto acc = std::make_shared<AccumulateGrad>();
     acc->name = "AccumulateGrad";
+    acc->sequence_nr = kAccumulateGradSequenceNr;
     acc->leaf = t.impl_ptr();
     impl->grad_accumulator = acc;
   }
   return impl->grad_accumulator;
 }
 
+// A gradient is never reshaped or cast on its way: a mismatch is a bug in the node (or in a
+// hook that replaced its gradients), reported where it happens.
+void check_gradients(const Node& n, const std::vector<Tensor>& grads) {
+  LT_CHECK(grads.size() <= n.next.size(),
+           std::string("backward of '") + n.name + "' returned " + std::to_string(grads.size()) + " gradients",
+           "it has " + std::to_string(n.next.size()) + " inputs", "return one gradient (or none) per input");
+  LT_ASSERT(grads.empty() || n.input_meta.size() == n.next.size());  // a node made by hand must fill both
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || !n.next[i]) continue;
+    const InputMeta& m = n.input_meta[i];
+    LT_CHECK(grads[i].shape() == m.shape && grads[i].dtype() == m.dtype,
+             std::string("backward of '") + n.name + "' returned a gradient of " + describe(grads[i]) + " for input " +
+                 std::to_string(i) + ", which is " + describe(m),
+             "a gradient must have its input's shape and dtype (the engine neither sums nor casts it)",
+             "fix the op's backward (or the node hook that replaced the gradient)");
+  }
+}
+
+// The ready set: the highest sequence number first; among equals (AccumulateGrad nodes), the
+// one made ready last, as a stack would.
+struct ReadyNode {
+  std::shared_ptr<Node> node;
+  uint64_t order;
+};
+struct RunsLater {
+  bool operator()(const ReadyNode& a, const ReadyNode& b) const {
+    if (a.node->sequence_nr != b.node->sequence_nr) return a.node->sequence_nr < b.node->sequence_nr;
+    return a.order < b.order;
+  }
+};
+
 }  // namespace
+
+uint64_t next_sequence_nr() {
+  thread_local uint64_t next = 0;
+  return next++;
+}
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!grad_enabled()) return false;
@@ -87,7 +131,11 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
   node->name = name;
   node->fn = std::move(fn);
   node->next.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
+  node->input_meta.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    node->next.push_back(edge_for(t));
+    node->input_meta.push_back(t.defined() ? InputMeta{t.shape(), t.dtype()} : InputMeta{});
+  }
   out.impl()->grad_fn = std::move(node);
   out.impl()->requires_grad = true;
 }
@@ -103,6 +151,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     MemoryCategoryScope s(Category::Activation);
     g = ones(root.shape(), root.dtype(), root.device());
   }
+  LT_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype(),
+           "backward(): the gradient is " + describe(g) + " but the root is " + describe(root),
+           "the gradient of a tensor has its shape and dtype", "pass a gradient shaped and typed like the root");
   std::shared_ptr<Node> start = edge_for(root);
   NoGradGuard no_grad;  // backward itself is not differentiated
   MemoryCategoryScope scope(Category::Activation);
@@ -125,20 +176,26 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   std::unordered_map<Node*, Tensor> pending;
   pending[start.get()] = g;
   g = Tensor();
-  std::vector<std::shared_ptr<Node>> ready{start};
+  std::priority_queue<ReadyNode, std::vector<ReadyNode>, RunsLater> ready;
+  uint64_t made_ready = 0;
+  ready.push({start, made_ready++});
   while (!ready.empty()) {
-    std::shared_ptr<Node> n = std::move(ready.back());
-    ready.pop_back();
+    std::shared_ptr<Node> n = ready.top().node;
+    ready.pop();
     std::vector<Tensor> outs;
     auto it = pending.find(n.get());
-    if (it != pending.end()) {
-      Tensor gin = std::move(it->second);
-      pending.erase(it);
+    const bool has_grad = it != pending.end();
+    if (has_grad || n->apply_without_grad) {
+      Tensor gin;
+      if (has_grad) {
+        gin = std::move(it->second);
+        pending.erase(it);
+      }
       OpNameScope op(n->name);
+      for (auto& h : n->pre_hooks) h(*n, gin);
       outs = n->apply(gin);
-    } else if (n->apply_without_grad) {
-      OpNameScope op(n->name);
-      outs = n->apply(Tensor());
+      for (auto& h : n->post_hooks) h(*n, outs, gin);
+      check_gradients(*n, outs);
     }
     // A node that received no gradient still releases its children's dependency counts.
     if (!retain_graph) n->release();
@@ -150,7 +207,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (!fresh) slot->second = add(slot->second, outs[i]);
         outs[i] = Tensor();
       }
-      if (--deps[nx.get()] == 0) ready.push_back(nx);
+      if (--deps[nx.get()] == 0) ready.push({nx, made_ready++});
     }
   }
 }

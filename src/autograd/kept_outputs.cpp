@@ -23,7 +23,7 @@ std::vector<Tensor> take_kept_outputs(const char* op, const std::vector<Shape>& 
                std::to_string(k->entries.size()) + " matmul-class calls)",
            "the region's forward took a different path the second time", fix);
   const size_t i = k->next++;
-  const std::vector<Tensor>& e = k->entries[i];
+  const std::vector<SavedTensor>& e = k->entries[i];
   bool same = k->ops[i] == op && e.size() == shapes.size();
   for (size_t j = 0; same && j < e.size(); ++j) same = e[j].shape() == shapes[j] && e[j].dtype() == dtypes[j];
   LT_CHECK(same,
@@ -36,16 +36,16 @@ std::vector<Tensor> take_kept_outputs(const char* op, const std::vector<Shape>& 
   out.reserve(e.size());
   // Fresh handles: the op records its node on them, and the kept tensors must not hold that
   // node (and through it the recomputed inputs) after the recomputation's backward.
-  for (const Tensor& t : e) out.push_back(t.detach());
+  for (const SavedTensor& t : e) out.push_back(t.unpack().detach());
   return out;
 }
 
 void keep_outputs(const char* op, const std::vector<Tensor>& results) {
   KeptOutputs* k = g_active;
   if (!k || k->replay) return;
-  std::vector<Tensor> e;
+  std::vector<SavedTensor> e;
   e.reserve(results.size());
-  for (const Tensor& t : results) e.push_back(t.detach());
+  for (const Tensor& t : results) e.emplace_back(t.detach());
   k->entries.push_back(std::move(e));
   k->ops.push_back(op);
 }

@@ -4,19 +4,20 @@
 // backward runs the same forward in Replay mode: those ops take their results back, in the same
 // order, instead of computing them again, and record their backward nodes as usual. So the
 // recomputation redoes only the cheap ops between the matmuls (norms, activations, residual adds,
-// dropout), and the gradients are bitwise those of the run without checkpointing.
+// dropout), and the gradients are bitwise those of the run without checkpointing. The kept
+// results are saved tensors of the region's node: they go through the pack/unpack hooks.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "leantrain/tensor.h"
+#include "leantrain/autograd.h"
 
 namespace lt::detail {
 
 struct KeptOutputs {
   bool replay = false;
   size_t next = 0;                            // Replay: the next entry to hand out
-  std::vector<std::vector<Tensor>> entries;   // one per op call, in call order
+  std::vector<std::vector<SavedTensor>> entries;  // one per op call, in call order
   std::vector<std::string> ops;               // the op of each entry, for the error message
 };
 

@@ -45,14 +45,17 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, sc);
     keep_outputs("attention", {out, lse});
   }
+  if (!needs_grad({q, k, v})) return out;
   // Every gradient needs the probabilities (q, k, lse) and v or out; save them all.
   const bool need_q = q.requires_grad(), need_k = k.requires_grad(), need_v = v.requires_grad();
-  Tensor so = out.detach();
+  SavedTensor saved_q(q), saved_k(k), saved_v(v), saved_out(out.detach()), saved_lse(lse), saved_mask(mask);
   record(out, "attention", {q, k, v}, [=](const Tensor& g) {
-    Tensor dq = Tensor::empty(q.shape(), g.dtype(), g.device());
-    Tensor dk = Tensor::empty(k.shape(), g.dtype(), g.device());
-    Tensor dv = Tensor::empty(v.shape(), g.dtype(), g.device());
-    backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), q, k, v, so, lse, mask, causal, sc);
+    Tensor sq = saved_q.unpack(), sk = saved_k.unpack(), sv = saved_v.unpack();
+    Tensor so = saved_out.unpack(), slse = saved_lse.unpack(), smask = saved_mask.unpack();
+    Tensor dq = Tensor::empty(sq.shape(), g.dtype(), g.device());
+    Tensor dk = Tensor::empty(sk.shape(), g.dtype(), g.device());
+    Tensor dv = Tensor::empty(sv.shape(), g.dtype(), g.device());
+    backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, smask, causal, sc);
     return std::vector<Tensor>{need_q ? dq : Tensor(), need_k ? dk : Tensor(), need_v ? dv : Tensor()};
   });
   return out;
@@ -115,13 +118,15 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, c
                                    heads_view(qkv, H, D, 2 * C), mask, causal, sc);
     keep_outputs("attention", {out, lse});
   }
-  Tensor so = out.detach();
+  if (!needs_grad({qkv})) return out;
+  SavedTensor saved_qkv(qkv), saved_out(out.detach()), saved_lse(lse), saved_mask(mask);
   record(out, "attention", {qkv}, [=](const Tensor& g) {
-    Tensor dqkv = Tensor::empty(qkv.shape(), g.dtype(), g.device());
+    Tensor sqkv = saved_qkv.unpack(), so = saved_out.unpack(), slse = saved_lse.unpack(), smask = saved_mask.unpack();
+    Tensor dqkv = Tensor::empty(sqkv.shape(), g.dtype(), g.device());
     Tensor gc = contiguous_data(g);
     backend_of(g).attention_bwd(heads_view(dqkv, H, D, 0), heads_view(dqkv, H, D, C), heads_view(dqkv, H, D, 2 * C),
-                                heads_view(gc, H, D, 0), heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
-                                heads_view(qkv, H, D, 2 * C), heads_view(so, H, D, 0), lse, mask, causal, sc);
+                                heads_view(gc, H, D, 0), heads_view(sqkv, H, D, 0), heads_view(sqkv, H, D, C),
+                                heads_view(sqkv, H, D, 2 * C), heads_view(so, H, D, 0), slse, smask, causal, sc);
     return std::vector<Tensor>{dqkv};
   });
   return out;

@@ -12,13 +12,15 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   Shape shape = broadcast_shapes(name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, a.dtype(), dev);
   backend_for(dev).binary(op, out, expand_view(a, shape), expand_view(b, shape));
+  if (!needs_grad({a, b})) return out;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   // Save only what the backward reads: mul needs the other operand, div needs b (and out).
-  Tensor sa = (op == BinaryOp::Mul && need_b) ? a : Tensor();
-  Tensor sb = ((op == BinaryOp::Mul && need_a) || op == BinaryOp::Div) ? b : Tensor();
-  Tensor so = (op == BinaryOp::Div && need_b) ? out.detach() : Tensor();
+  SavedTensor saved_a((op == BinaryOp::Mul && need_b) ? a : Tensor());
+  SavedTensor saved_b(((op == BinaryOp::Mul && need_a) || op == BinaryOp::Div) ? b : Tensor());
+  SavedTensor saved_out((op == BinaryOp::Div && need_b) ? out.detach() : Tensor());
   Shape as = a.shape(), bs = b.shape();
   record(out, name, {a, b}, [=](const Tensor& g) {
+    Tensor sa = saved_a.unpack(), sb = saved_b.unpack(), so = saved_out.unpack();
     Tensor ga, gb;
     switch (op) {
       case BinaryOp::Add:
@@ -49,12 +51,14 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, float alpha) {
   Tensor xc = contiguous(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_of(x).unary(op, out, xc, alpha);
+  if (!needs_grad({xc})) return out;
   const bool linear = op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Neg;
-  Tensor saved = linear ? Tensor() : xc;
+  SavedTensor saved_x(linear ? Tensor() : xc);
   record(out, name, {xc}, [=](const Tensor& g) {
+    Tensor sx = saved_x.unpack();
     Tensor gc = contiguous_data(g);
     Tensor dx = Tensor::empty(gc.shape(), gc.dtype(), gc.device());
-    backend_of(gc).unary_backward(op, dx, gc, saved, alpha);
+    backend_of(gc).unary_backward(op, dx, gc, sx, alpha);
     return std::vector<Tensor>{dx};
   });
   return out;

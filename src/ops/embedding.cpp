@@ -26,11 +26,14 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   Tensor out = Tensor::empty(out_shape, w.dtype(), dev);
   Tensor ids1 = make_view(ids, {N}, {1}, ids.offset());
   backend_for(dev).embedding_fwd(make_view(out, {N, C}, {C, 1}, 0), ids1, w);
+  if (!needs_grad({w})) return out;
   DType dt = w.dtype();
+  SavedTensor saved_ids(ids1);
   record(out, "embedding", {w}, [=](const Tensor& g) {
+    Tensor sids = saved_ids.unpack();
     Tensor dw = Tensor::empty({V, C}, dt, g.device());
     backend_of(g).fill(dw, 0.0);
-    backend_of(g).embedding_bwd(dw, rows_view(contiguous_data(g)), ids1);
+    backend_of(g).embedding_bwd(dw, rows_view(contiguous_data(g)), sids);
     return std::vector<Tensor>{dw};
   });
   return out;

@@ -51,8 +51,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
     out = Tensor::empty({}, aux, dev);
     be.unary(UnaryOp::Scale, out, total, float(inv));
   }
+  if (!needs_grad({logits})) return out;
   const Shape ls = logits.shape();
+  // The backward reads the logits, the lse and the targets (as the kernels' flat views).
+  SavedTensor saved_logits(logits2), saved_lse(lse), saved_targets(targets1);
   record(out, "cross_entropy", {logits}, [=](const Tensor& g) {
+    Tensor slogits = saved_logits.unpack(), slse = saved_lse.unpack(), stargets = saved_targets.unpack();
     Backend& b = backend_of(g);
     Tensor gc = contiguous_data(g);
     Tensor dloss = gc;
@@ -62,8 +66,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
       dloss = Tensor::empty({N}, gc.dtype(), gc.device());
       b.copy(dloss, expand_view(gs, {N}));
     }
-    Tensor dlogits = Tensor::empty(ls, logits2.dtype(), g.device());
-    b.cross_entropy_bwd(rows_view(dlogits), make_view(dloss, {N}, {1}, dloss.offset()), logits2, lse, targets1,
+    Tensor dlogits = Tensor::empty(ls, slogits.dtype(), g.device());
+    b.cross_entropy_bwd(rows_view(dlogits), make_view(dloss, {N}, {1}, dloss.offset()), slogits, slse, stargets,
                         ignore_index);
     return std::vector<Tensor>{dlogits};
   });

@@ -54,11 +54,13 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     backend_for(dev).gemm(out, a, b, d, Tensor());
     keep_outputs("matmul", {out});
   }
+  if (!needs_grad({a, b})) return out;
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  Tensor sa = need_b ? a : Tensor();
-  Tensor sb = need_a ? b : Tensor();
+  SavedTensor saved_a(need_b ? a : Tensor());
+  SavedTensor saved_b(need_a ? b : Tensor());
   Shape as = a.shape(), bs = b.shape();
   record(out, "matmul", {a, b}, [=](const Tensor& g) {
+    Tensor sa = saved_a.unpack(), sb = saved_b.unpack();
     Tensor ga, gb;
     // C = op(A) op(B): dA = dC op(B)^T (transposed back if A was), dB likewise.
     if (need_a) ga = trans_a ? matmul(sb, g, trans_b, true) : matmul(g, sb, false, !trans_b);
@@ -101,12 +103,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
     backend_for(dev).gemm(out, xc, wc, d, bias);
     keep_outputs("linear", {out});
   }
+  if (!needs_grad({xc, wc, bias})) return out;
   const bool need_x = xc.requires_grad(), need_w = wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  Tensor sx = need_w ? xc : Tensor();
-  Tensor sw = need_x ? wc : Tensor();
+  SavedTensor saved_x(need_w ? xc : Tensor());
+  SavedTensor saved_w(need_x ? wc : Tensor());
   Shape xs = x.shape();
   record(out, "linear", {xc, wc, bias}, [=](const Tensor& g) {
+    Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gx, gw, gb;
     if (need_x) gx = reshape(matmul(g2, sw, false, weight_in_out), xs);  // [rows,out] @ W^T

@@ -39,17 +39,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in, doubl
   Tensor mu = Tensor::empty({N}, aux, dev);
   Tensor rstd = Tensor::empty({N}, aux, dev);
   backend_for(dev).layernorm_fwd(rows_view(y), mu, rstd, rows_view(xc), w, b, float(eps));
+  if (!needs_grad({xc, w, b})) return y;
   const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
   const bool need_b = b.defined() && b.requires_grad();
   // The kernel path (dx or dw) reads x, w, mean, rstd; a bias-only gradient reads nothing.
   const bool kernel = need_x || need_w;
-  Tensor sx = kernel ? xc : Tensor(), sw = kernel ? w : Tensor();
-  Tensor smu = kernel ? mu : Tensor(), srstd = kernel ? rstd : Tensor();
+  SavedTensor saved_x(kernel ? xc : Tensor()), saved_w(kernel ? w : Tensor());
+  SavedTensor saved_mu(kernel ? mu : Tensor()), saved_rstd(kernel ? rstd : Tensor());
   Shape xs = x.shape();
   record(y, "layer_norm", {xc, w, b}, [=](const Tensor& g) {
     Tensor g2 = rows_view(contiguous_data(g));
     Tensor dx, dw, db;
     if (kernel) {
+      Tensor sx = saved_x.unpack(), sw = saved_w.unpack(), smu = saved_mu.unpack(), srstd = saved_rstd.unpack();
       dx = Tensor::empty(xs, g.dtype(), g.device());
       if (need_w) dw = Tensor::empty({C}, g.dtype(), g.device());
       if (need_b) db = Tensor::empty({C}, g.dtype(), g.device());
@@ -74,12 +76,15 @@ Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
   Tensor rstd = Tensor::empty({N}, aux_dtype(x.dtype()), dev);
   backend_for(dev).rmsnorm_fwd(rows_view(y), rstd, rows_view(xc), w, float(eps));
+  if (!needs_grad({xc, w})) return y;
   const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
+  SavedTensor saved_x(xc), saved_w(w), saved_rstd(rstd);
   Shape xs = x.shape();
   record(y, "rms_norm", {xc, w}, [=](const Tensor& g) {
+    Tensor sx = saved_x.unpack(), sw = saved_w.unpack(), srstd = saved_rstd.unpack();
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
     Tensor dw = need_w ? Tensor::empty({C}, g.dtype(), g.device()) : Tensor();
-    backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(xc), w, rstd);
+    backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(sx), sw, srstd);
     return std::vector<Tensor>{need_x ? dx : Tensor(), dw};
   });
   return y;
@@ -120,16 +125,17 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
   if (rms) backend_for(dev).add_rmsnorm_fwd(rows_view(out.sum), rows_view(out.y), rstd, rows_view(xc), rows_view(rc), w, float(eps));
   else backend_for(dev).add_layernorm_fwd(rows_view(out.sum), rows_view(out.y), mu, rstd, rows_view(xc), rows_view(rc), w, b, float(eps));
 
+  std::vector<Tensor> inputs{x, r, w};
+  if (!rms) inputs.push_back(b);
+  if (!needs_grad(inputs)) return out;
   const bool need_x = x.requires_grad(), need_r = r.requires_grad(), need_w = w.requires_grad();
   const bool need_b = b.defined() && b.requires_grad();
   // The kernel path (d(sum) or dw) reads the sum, w, mean, rstd; a bias-only gradient reads nothing.
   const bool kernel = need_x || need_r || need_w;
-  Tensor ssum = kernel ? out.sum.detach() : Tensor(), sw = kernel ? w : Tensor();
-  Tensor smu = kernel ? mu : Tensor(), srstd = kernel ? rstd : Tensor();
+  SavedTensor saved_sum(kernel ? out.sum.detach() : Tensor()), saved_w(kernel ? w : Tensor());
+  SavedTensor saved_mu(kernel ? mu : Tensor()), saved_rstd(kernel ? rstd : Tensor());
   auto parked = std::make_shared<ParkedGrad>();
   Shape xs = x.shape();
-  std::vector<Tensor> inputs{x, r, w};
-  if (!rms) inputs.push_back(b);
   record(out.sum, op, inputs, [=](const Tensor& ds) {
     Tensor dy = std::move(parked->dy);
     parked->dy = Tensor();
@@ -141,6 +147,7 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
     }
     Tensor dy2 = rows_view(contiguous_data(dy));
     if (kernel) {
+      Tensor ssum = saved_sum.unpack(), sw = saved_w.unpack(), smu = saved_mu.unpack(), srstd = saved_rstd.unpack();
       Tensor dsum = Tensor::empty(xs, dy.dtype(), dy.device());
       Tensor dw = need_w ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
       Tensor db = need_b ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
@@ -182,9 +189,11 @@ Tensor softmax(const Tensor& x) {
   Tensor xc = contiguous(x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_of(x).softmax_fwd(rows_view(y), rows_view(xc));
+  if (!needs_grad({xc})) return y;
   // The backward reads only the output: dx = y * (dy - sum(dy * y)).
-  Tensor sy = y.detach();
-  record(y, "softmax", {xc}, [sy](const Tensor& g) {
+  SavedTensor saved_y(y.detach());
+  record(y, "softmax", {xc}, [saved_y](const Tensor& g) {
+    Tensor sy = saved_y.unpack();
     Tensor dx = Tensor::empty(sy.shape(), g.dtype(), g.device());
     backend_of(g).softmax_bwd(rows_view(dx), rows_view(contiguous_data(g)), rows_view(sy));
     return std::vector<Tensor>{dx};
