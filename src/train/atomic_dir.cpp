@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/input_file.h"
 #include "leantrain/error.h"
 
 namespace fs = std::filesystem;
@@ -96,6 +97,8 @@ void check_checkpoint_dir(const std::string& dir) {
 std::string read_text_file(const std::string& dir, const std::string& file) {
   check_checkpoint_dir(dir);
   std::string p = dir + "/" + file;
+  io::check_input_file_if_exists(p, io::kMaxConfigBytes, "as a checkpoint's " + file,
+                                 "pass a directory written by 'leantrain train --save'");
   std::ifstream f(p, std::ios::binary);
   if (!f)
     fail("'" + dir + "' is not a complete leantrain checkpoint", file + " is missing",

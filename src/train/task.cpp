@@ -8,6 +8,7 @@
 
 #include "leantrain/precision.h"
 #include "data/synthetic.h"
+#include "io/input_file.h"
 #include "models/config_json.h"
 #include "train/task.h"
 
@@ -29,6 +30,8 @@ struct ModelSpec {
 std::string read_config_file(const std::string& flag, const std::string& path) {
   std::filesystem::path p = path;
   if (std::filesystem::is_directory(p)) p /= "config.json";
+  io::check_input_file_if_exists(p.string(), io::kMaxConfigBytes, "as a config",
+                                 "pass the path of a Hugging Face config.json");
   std::ifstream f(p);
   if (!f) fail(flag + " " + path + ": cannot read the config", "no such file", "pass the path of a Hugging Face config.json");
   std::stringstream ss;
