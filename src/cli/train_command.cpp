@@ -44,6 +44,7 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
            c.workers = parse_int_flag(flag_range::workers, text);
          },
          "Threads building batches (default: min(8, hardware threads - 1)); batches are the same for any count")
+      ->type_name("INT")
       ->group(what);
 
   what = "Optimizer";
