@@ -2,12 +2,12 @@
 // INT64_MAX (--steps 99999999999999999999 trained "forever"), reads 010 as octal, 0x10 as hex and
 // -1 as a huge unsigned. A value is decimal (an exponent is fine when the number is whole: 1e6),
 // and outside its flag's range it is one UsageError naming the flag, the range and the unit.
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "cli/cli.h"
 #include "io/text_format.h"
@@ -24,14 +24,16 @@ bool decimal_chars(const std::string& s) {
   return true;
 }
 
-// The whole of `s` as a long double, or nullopt when it is not a decimal number.
-std::optional<long double> to_real(const std::string& s) {
+// The whole of `s` as a T (long double for integers with an exponent, double for reals, rounded
+// once from the decimal text), or nullopt when it is not a decimal number. A value that does not
+// fit comes back as +-inf: out of range, as it should read.
+template <class T>
+std::optional<T> to_real(const std::string& s) {
   if (!decimal_chars(s)) return std::nullopt;
-  errno = 0;
   char* end = nullptr;
-  const long double v = std::strtold(s.c_str(), &end);
+  const T v = std::is_same_v<T, double> ? std::strtod(s.c_str(), &end) : std::strtold(s.c_str(), &end);
   if (end != s.c_str() + s.size()) return std::nullopt;
-  return v;  // +-HUGE_VALL when it does not fit: out of range, as it should read
+  return v;
 }
 
 [[noreturn]] void refuse(const std::string& flag, const std::string& text, const std::string& is,
@@ -51,7 +53,7 @@ int64_t parse_int_flag(const IntRange& r, const std::string& text) {
     return v;
   }
   // Not plain digits: a whole number with an exponent (2e5) still counts.
-  const std::optional<long double> x = to_real(text);
+  const std::optional<long double> x = to_real<long double>(text);
   if (!x || (std::isfinite(*x) && *x != std::floor(*x))) refuse(r.flag, text, "is not a whole number", range_str(r));
   if (!std::isfinite(*x) || *x < (long double)r.lo || *x > (long double)r.hi)
     refuse(r.flag, text, "is out of range", range_str(r));
@@ -59,15 +61,15 @@ int64_t parse_int_flag(const IntRange& r, const std::string& text) {
 }
 
 double parse_real_flag(const std::string& flag, const std::string& text, const RealRange* r) {
-  const std::optional<long double> x = to_real(text);
+  const std::optional<double> x = to_real<double>(text);
   if (r) {
     if (!x) refuse(flag, text, "is not a number", range_str(*r));
     if (!(*x >= r->lo && *x <= r->hi)) refuse(flag, text, "is out of range", range_str(*r));
-    return double(*x);
+    return *x;
   }
   const std::string fix = "pass a finite number, e.g. " + flag + " 0.5";
   if (!x) refuse(flag, text, "is not a number", flag + " takes a finite decimal number such as 0.5 or 3e-4", fix);
-  const double v = double(*x);
+  const double v = *x;
   if (!std::isfinite(v)) refuse(flag, text, "is out of range", "it does not fit a 64-bit floating-point number", fix);
   return v;
 }
