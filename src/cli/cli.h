@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "leantrain/train.h"
+#include "train/flag_ranges.h"
 
 namespace lt::cli {
 
@@ -17,6 +18,16 @@ inline constexpr int kExitUsage = 2;
 // Parses argv and runs the chosen command; catches everything and returns the exit code. Closes
 // stdout at the end: a write to it that failed (full disk) is an error too.
 int run(int argc, char** argv);
+
+// Numeric flags (src/cli/number_flags.cpp): decimal only, checked against the flag's range while
+// parsing; a bad value is one UsageError naming the flag, its range and unit.
+int64_t parse_int_flag(const IntRange& r, const std::string& text);
+double parse_real_flag(const std::string& flag, const std::string& text, const RealRange* r = nullptr);
+uint64_t parse_seed_flag(const std::string& flag, const std::string& text);
+CLI::Option* add_int_flag(CLI::App& cmd, const IntRange& r, int64_t& target, const std::string& help);
+CLI::Option* add_real_flag(CLI::App& cmd, const std::string& flag, double& target, const std::string& help,
+                           const RealRange* r = nullptr);
+CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& target, const std::string& help);
 
 // Binds every RunConfig field to a flag of `cmd`.
 void add_train_flags(CLI::App& cmd, RunConfig& cfg);

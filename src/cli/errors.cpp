@@ -76,6 +76,12 @@ int report_parse_error(const CLI::ParseError& e, const std::string& command, std
                    " has the wrong form, e.g. a word where a number is expected (run '" + help + "')");
   } else if (dynamic_cast<const CLI::RequiredError*>(&e)) {
     print(err, "missing flag: " + msg + " (run '" + help + "')");
+  } else if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && msg.find(": At Most ") != std::string::npos) {
+    // "--steps: At Most 1 required but received 2": the flag was given more than once.
+    const std::string flag = msg.substr(0, msg.find(": At Most "));
+    const size_t n = msg.rfind(' ');
+    print(err, flag + " is given " + msg.substr(n + 1) + " times: it takes one value (give " + flag +
+                   " once)");
   } else if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
     print(err, "missing value: " + msg + " (write the value after the flag, e.g. --batch 64)");
   } else {

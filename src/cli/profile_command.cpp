@@ -21,9 +21,9 @@ void add_profile_flags(CLI::App& cmd, RunConfig& c, ProfileFlags& p) {
                  "What to try checkpointing, one module at a time: blocks, sublayers (each block, its attention, its "
                  "MLP) or a regex over module paths")
       ->capture_default_str()->group(what);
-  cmd.add_option("--warmup-steps", p.warmup, "Untimed optimizer steps before the timed ones, per run")
+  add_int_flag(cmd, flag_range::warmup_steps, p.warmup, "Untimed optimizer steps before the timed ones, per run")
       ->capture_default_str()->group(what);
-  cmd.add_option("--timed-steps", p.timed, "Timed optimizer steps per run; the step time is their median")
+  add_int_flag(cmd, flag_range::timed_steps, p.timed, "Timed optimizer steps per run; the step time is their median")
       ->capture_default_str()->group(what);
   cmd.add_option("--json", p.json, "Write every row (bytes saved measured and predicted, ms added) to this JSON file")
       ->group(what);

@@ -1,5 +1,7 @@
 // `leantrain train`: one flag per RunConfig field, then the run with its progress, final metrics
 // and the memory table. The defaults are the demo (a small ViT on Fashion-MNIST).
+#include <charconv>
+
 #include "cli/cli.h"
 #include "leantrain/data.h"
 #include "train/progress.h"
@@ -14,49 +16,53 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
   cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a directory/file (default: fashion-mnist for ViT, fortunes for GPT)")
       ->group(what);
-  cmd.add_option("--seq-len", c.seq_len, "GPT context length (0: min(128, the model's))")->capture_default_str()->group(what);
-  cmd.add_option("--dim", c.dim, "Override the preset's width (0: keep)")->group(what);
-  cmd.add_option("--depth", c.depth, "Override the preset's number of blocks (0: keep)")->group(what);
-  cmd.add_option("--heads", c.heads, "Override the preset's attention heads (0: keep)")->group(what);
-  cmd.add_option("--patch", c.patch, "Override the ViT patch size (0: keep)")->group(what);
-  cmd.add_option("--mlp-dim", c.mlp_dim, "Override the MLP width (0: keep)")->group(what);
+  add_int_flag(cmd, flag_range::seq_len, c.seq_len, "GPT context length (0: min(128, the model's))")->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::dim, c.dim, "Override the preset's width (0: keep)")->group(what);
+  add_int_flag(cmd, flag_range::depth, c.depth, "Override the preset's number of blocks (0: keep)")->group(what);
+  add_int_flag(cmd, flag_range::heads, c.heads, "Override the preset's attention heads (0: keep)")->group(what);
+  add_int_flag(cmd, flag_range::patch, c.patch, "Override the ViT patch size (0: keep)")->group(what);
+  add_int_flag(cmd, flag_range::mlp_dim, c.mlp_dim, "Override the MLP width (0: keep)")->group(what);
 
   what = "Batching and length";
-  cmd.add_option("--batch", c.batch, "Samples per optimizer step")->capture_default_str()->group(what);
-  cmd.add_option("--micro-batch", c.micro_batch, "Samples per forward/backward; the batch is accumulated (0: = batch)")
+  add_int_flag(cmd, flag_range::batch, c.batch, "Samples per optimizer step")->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::micro_batch, c.micro_batch, "Samples per forward/backward; the batch is accumulated (0: = batch)")
       ->capture_default_str()->group(what);
-  cmd.add_option("--steps", c.steps, "Optimizer steps (0: from --epochs)")->capture_default_str()->group(what);
-  cmd.add_option("--epochs", c.epochs, "Passes over the training data, may be fractional (used when --steps is 0)")
+  add_int_flag(cmd, flag_range::steps, c.steps, "Optimizer steps (0: from --epochs)")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--epochs", c.epochs, "Passes over the training data, may be fractional (used when --steps is 0)",
+                &flag_range::epochs)
       ->capture_default_str()->group(what);
   // 0 and negatives are refused here; RunConfig's 0 (the default) means min(8, hardware threads - 1).
-  cmd.add_option_function<int64_t>(
+  cmd.add_option_function<std::string>(
          "--workers",
-         [&c](const int64_t& n) {
-           if (n < 1)
+         [&c](const std::string& text) {
+           int64_t n = 0;
+           auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+           if (ec == std::errc() && end == text.data() + text.size() && n < 1)
              throw UsageError("--workers " + std::to_string(n), "it counts the threads that build batches",
                               "pass --workers 1 or more; without it, this machine uses " +
                                   std::to_string(default_loader_workers()));
-           c.workers = n;
+           c.workers = parse_int_flag(flag_range::workers, text);
          },
          "Threads building batches (default: min(8, hardware threads - 1)); batches are the same for any count")
+      ->type_name("INT")
       ->group(what);
 
   what = "Optimizer";
   cmd.add_option("--optimizer", c.optimizer, "sgd, adamw, lion, adamw8bit or lion8bit")->capture_default_str()->group(what);
-  cmd.add_option("--lr", c.lr, "Peak learning rate")->capture_default_str()->group(what);
-  cmd.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--lr", c.lr, "Peak learning rate")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--momentum", c.momentum, "SGD momentum")->capture_default_str()->group(what);
   cmd.add_flag("--nesterov", c.nesterov, "SGD: Nesterov momentum (look-ahead gradient; needs --momentum > 0)")->group(what);
-  cmd.add_option("--dampening", c.dampening, "SGD: scale the gradient entering the momentum buffer by 1 - this")
+  add_real_flag(cmd, "--dampening", c.dampening, "SGD: scale the gradient entering the momentum buffer by 1 - this")
       ->capture_default_str()->group(what);
-  cmd.add_option("--weight-decay", c.weight_decay, "Decoupled weight decay")->capture_default_str()->group(what);
-  cmd.add_option("--beta1", c.beta1, "AdamW beta1")->capture_default_str()->group(what);
-  cmd.add_option("--beta2", c.beta2, "AdamW beta2")->capture_default_str()->group(what);
-  cmd.add_option("--eps", c.eps, "AdamW epsilon")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--weight-decay", c.weight_decay, "Decoupled weight decay")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--beta1", c.beta1, "AdamW beta1")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--beta2", c.beta2, "AdamW beta2")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--eps", c.eps, "AdamW epsilon")->capture_default_str()->group(what);
   cmd.add_option("--schedule", c.schedule, "constant or cosine")->capture_default_str()->group(what);
-  cmd.add_option("--warmup", c.warmup, "Linear warmup steps (-1: 10% of the run)")->capture_default_str()->group(what);
-  cmd.add_option("--min-lr-ratio", c.min_lr_ratio, "Cosine ends at lr * this")->capture_default_str()->group(what);
-  cmd.add_option("--clip", c.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()->group(what);
-  cmd.add_option("--seed", c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::warmup, c.warmup, "Linear warmup steps (-1: 10% of the run)")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--min-lr-ratio", c.min_lr_ratio, "Cosine ends at lr * this")->capture_default_str()->group(what);
+  add_real_flag(cmd, "--clip", c.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()->group(what);
+  add_seed_flag(cmd, c.seed, "Seed for initialisation, shuffling and dropout")->capture_default_str()->group(what);
 
   what = "Precision";
   cmd.add_option("--precision", c.precision, "32-true, 16-mixed, bf16-mixed, 16-true or bf16-true")
@@ -86,18 +92,18 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--memory-report", c.memory_report, "Write a self-contained HTML memory timeline by category")
       ->group(what);
   what = "Evaluation, checkpoints, output";
-  cmd.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
-  cmd.add_option("--eval-batches", c.eval_batches, "Cap evaluation at N batches (0: the whole split)")
+  add_int_flag(cmd, flag_range::eval_every, c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::eval_batches, c.eval_batches, "Cap evaluation at N batches (0: the whole split)")
       ->capture_default_str()->group(what);
   cmd.add_option("--save", c.save, "Checkpoint directory, written at each evaluation and at the end")->group(what);
   cmd.add_option("--resume", c.resume, "Continue the run saved in this checkpoint directory")->group(what);
   cmd.add_option("--device", c.device, "cpu, cuda, cuda:N or auto")->capture_default_str()->group(what);
-  cmd.add_option("--log-every", c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")
+  add_int_flag(cmd, flag_range::log_every, c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")
       ->capture_default_str()->group(what);
   cmd.add_option("--metrics", c.metrics, "Write each step's loss to this JSON-lines file")->group(what);
-  cmd.add_option("--stop-at", c.stop_at, "End this process after step N (the schedule still spans --steps; --resume continues)")
+  add_int_flag(cmd, flag_range::stop_at, c.stop_at, "End this process after step N (the schedule still spans --steps; --resume continues)")
       ->group(what);
-  cmd.add_option("--debug-nan-at-step", c.debug_nan_at_step, "testing: poison the loss at this step")->group("");
+  add_int_flag(cmd, flag_range::debug_nan_at_step, c.debug_nan_at_step, "testing: poison the loss at this step")->group("");
 }
 
 int run_train(RunConfig cfg, RunResult* result) {

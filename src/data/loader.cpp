@@ -16,6 +16,7 @@
 #include <new>
 
 #include "backend/backend.h"
+#include "core/checked_math.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "leantrain/random.h"
@@ -77,9 +78,16 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
 // is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
 void DataLoader::ensure_buffers() {
   if (!buffers_.empty()) return;
-  const int64_t in_bytes = opt_.batch_size * numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
-  targets_offset_ = (in_bytes + 63) / 64 * 64;
-  buffer_bytes_ = targets_offset_ + opt_.batch_size * numel(ds_->target_shape()) * int64_t(sizeof(int64_t));
+  // The sample shapes come from data files (an IDX header's image size): multiply with checks.
+  const std::string what = "a host batch buffer (batch " + std::to_string(opt_.batch_size) + ")";
+  const std::string fix = "use a smaller --batch or smaller samples";
+  const int64_t in_bytes = checked_product(
+      Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(dtype_size(ds_->input_dtype()))}, what, fix);
+  targets_offset_ = checked_add<int64_t>(in_bytes, 63, what, fix) / 64 * 64;
+  buffer_bytes_ = checked_add(targets_offset_,
+                              checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))},
+                                              what, fix),
+                              what, fix);
   const int n = opt_.prefetch + 2;
   Backend& be = backend_for(opt_.device);
   try {

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "io/input_file.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 
@@ -15,13 +14,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  LT_CHECK(in.good(), "cannot read '" + p.string() + "'", "it could not be opened", "check the path and permissions");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Reads the files of one corpus whole: each must be a regular file (a FIFO or /dev/zero would
+// never end), and all of them together at most io::kMaxTextBytes.
+class CorpusReader {
+ public:
+  explicit CorpusReader(std::string source) : source_(std::move(source)) {}
+  std::string read(const fs::path& p) {
+    io::InputFile f(p.string());
+    if (f.size() > io::kMaxTextBytes - total_) too_large();
+    std::string s = f.read_all(io::kMaxTextBytes - total_, "as text (a corpus, all its files together)", kFix);
+    total_ += int64_t(s.size());
+    return s;
+  }
+
+ private:
+  [[noreturn]] void too_large() const {
+    fail("text in '" + source_ + "' is too large",
+         "it holds more than " + io::limit_str(io::kMaxTextBytes) + ", the most leantrain reads as text",
+         kFix);
+  }
+  static constexpr const char* kFix = "pass a smaller file, or fewer files";
+  std::string source_;
+  int64_t total_ = 0;
+};
 
 // Regular files of `dir` in name order, without hidden files (and `skip` says what else to drop).
 template <class Skip> std::vector<fs::path> list_files(const fs::path& dir, Skip skip) {
@@ -79,8 +94,9 @@ TextCorpus load_fortunes(const std::string& dir, double val_fraction) {
   const int64_t period = val_fraction > 0 ? std::max<int64_t>(2, std::llround(1.0 / val_fraction)) : 0;
   TextCorpus c;
   int64_t k = 0;
+  CorpusReader reader(dir);
   for (const auto& f : files) {
-    for (const std::string& e : parse_fortunes(read_file(f))) {
+    for (const std::string& e : parse_fortunes(reader.read(f))) {
       auto& dst = period && k % period == period - 1 ? c.val : c.train;
       append(dst, e);
       append(dst, "%\n");
@@ -98,8 +114,9 @@ TextCorpus load_text(const std::string& path, double val_fraction) {
   if (fs::is_directory(path)) files = list_files(path, [](const fs::path&) { return false; });
   else files.push_back(path);
   TextCorpus c;
+  CorpusReader reader(path);
   for (const auto& f : files) {
-    std::string s = read_file(f);
+    std::string s = reader.read(f);
     size_t cut = s.size() - size_t(std::floor(double(s.size()) * val_fraction));
     c.train.insert(c.train.end(), s.begin(), s.begin() + int64_t(cut));
     c.val.insert(c.val.end(), s.begin() + int64_t(cut), s.end());

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/checked_math.h"
 #include "io/file_io.h"
+#include "io/input_file.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -50,22 +52,22 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   TensorEntry e;
   e.name = name;
   e.dtype = entry_dtype(path, name, dt->get<std::string>());
-  int64_t count = 1;
   for (auto& d : *sh) {
-    if (!d.is_number_unsigned()) bad_file(path, "tensor '" + name + "' has a bad shape " + sh->dump());
-    int64_t n = int64_t(d.get<uint64_t>());
-    if (n < 0 || __builtin_mul_overflow(count, n, &count))
-      bad_file(path, "tensor '" + name + "' has an impossibly large shape " + sh->dump());
-    e.shape.push_back(n);
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(INT64_MAX))
+      bad_file(path, "tensor '" + name + "' has a bad shape " + sh->dump());
+    e.shape.push_back(int64_t(d.get<uint64_t>()));
   }
+  const std::string fix = "re-export the file with the safetensors library";
+  const int64_t count =
+      checked_product(e.shape, "tensor '" + name + "' in '" + path + "': the element count of shape " + sh->dump(), fix);
   for (auto& o : *off)
     if (!o.is_number_unsigned() || o.get<uint64_t>() > uint64_t(INT64_MAX))
       bad_file(path, "tensor '" + name + "' has bad data_offsets " + off->dump());
   e.begin = int64_t((*off)[0].get<uint64_t>());
   e.end = int64_t((*off)[1].get<uint64_t>());
-  int64_t need = 0;
-  if (__builtin_mul_overflow(count, int64_t(dtype_size(e.dtype)), &need) || e.end < e.begin ||
-      e.end - e.begin != need)
+  const int64_t need = checked_mul(count, int64_t(dtype_size(e.dtype)),
+                                   "tensor '" + name + "' in '" + path + "': the byte size of shape " + sh->dump(), fix);
+  if (e.end < e.begin || e.end - e.begin != need)
     bad_file(path, "tensor '" + name + "' has data_offsets " + off->dump() + " for " + std::to_string(e.end - e.begin) +
                        " bytes, but shape " + shape_str(e.shape) + " of " + dtype_safetensors_name(e.dtype) +
                        " needs " + std::to_string(need));
@@ -75,8 +77,8 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
 }  // namespace
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("cannot open safetensors file '" + path + "'", std::strerror(errno), "check the path");
+  InputFile file(path);  // a regular file: a FIFO named *.safetensors would block a plain open()
+  fd_ = file.release();
   try {
     parse_header();
   } catch (...) {

@@ -30,7 +30,13 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   else if (unit == "gb") mult = 1e9;
   else if (unit == "tb") mult = 1e12;
   else return bad();
-  return int64_t(std::llround(v * mult));
+  // Far above any device's memory, far below where the sums the planner forms could overflow.
+  constexpr double kMax = double(int64_t(1) << 50);
+  const double bytes = v * mult;
+  if (!(bytes <= kMax))
+    throw UsageError(flag + " " + text + " is out of range", "a memory size here is at most 1 PiB (1048576 GiB)",
+                     "write e.g. " + flag + " 80GiB");
+  return int64_t(std::llround(bytes));
 }
 
 }  // namespace lt

@@ -2,10 +2,9 @@
 // print the run it chose and an OOM can suggest the plan to run. --model (or --config) is always
 // written, so the command names its model and can be pasted as is; every other flag only where
 // it differs from the default.
-#include <cmath>
+#include <charconv>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
+#include <string>
 
 #include "leantrain/plan.h"
 
@@ -13,16 +12,11 @@ namespace lt {
 
 namespace {
 
-// As the flag parser reads it back: integers in full ("1000000000", never "1e+09", which an
-// integer flag refuses), other values in the fewest digits that give the same double.
+// The shortest text that reads back as exactly v (0.1, 3e-04, 1e+300): a pasted command reruns the same config.
 std::string num(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 9.2e18) return std::to_string(int64_t(v));
-  char buf[40];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
 }
 
 std::string quoted(const std::string& s) {
@@ -43,18 +37,22 @@ std::string command_line(const RunConfig& c) {
   auto n = [&](const char* flag, double v, double dv) {
     if (v != dv) s += std::string(" ") + flag + " " + num(v);
   };
+  // Integers in full: through a double, --seed 12345678901234567 or --steps 1234567 would print rounded.
+  auto i = [&](const char* flag, auto v, decltype(v) dv) {
+    if (v != dv) s += std::string(" ") + flag + " " + std::to_string(v);
+  };
   if (c.model_config.empty()) s += " --model " + quoted(c.model);  // even when it is the default
   else s += " --config " + quoted(c.model_config);
   str("--data", c.data, d.data);
-  n("--seq-len", double(c.seq_len), double(d.seq_len));
-  n("--dim", double(c.dim), 0);
-  n("--depth", double(c.depth), 0);
-  n("--heads", double(c.heads), 0);
-  n("--patch", double(c.patch), 0);
-  n("--mlp-dim", double(c.mlp_dim), 0);
-  n("--batch", double(c.batch), double(d.batch));
-  n("--micro-batch", double(c.micro_batch), double(d.micro_batch));
-  n("--steps", double(c.steps), double(d.steps));
+  i("--seq-len", c.seq_len, d.seq_len);
+  i("--dim", c.dim, int64_t(0));
+  i("--depth", c.depth, int64_t(0));
+  i("--heads", c.heads, int64_t(0));
+  i("--patch", c.patch, int64_t(0));
+  i("--mlp-dim", c.mlp_dim, int64_t(0));
+  i("--batch", c.batch, d.batch);
+  i("--micro-batch", c.micro_batch, d.micro_batch);
+  i("--steps", c.steps, d.steps);
   n("--epochs", c.epochs, d.epochs);
   str("--optimizer", c.optimizer, d.optimizer);
   str("--state-dtype", c.state_dtype, d.state_dtype);
@@ -67,17 +65,17 @@ std::string command_line(const RunConfig& c) {
   n("--beta2", c.beta2, d.beta2);
   n("--eps", c.eps, d.eps);
   str("--schedule", c.schedule, d.schedule);
-  n("--warmup", double(c.warmup), double(d.warmup));
+  i("--warmup", c.warmup, d.warmup);
   n("--min-lr-ratio", c.min_lr_ratio, d.min_lr_ratio);
   n("--clip", c.clip, d.clip);
-  if (c.seed != d.seed) s += " --seed " + std::to_string(c.seed);  // a 64-bit seed does not fit a double
+  i("--seed", c.seed, d.seed);
   str("--precision", c.precision, d.precision);
   str("--master-weights", c.master_weights, d.master_weights);
   if (c.stochastic_rounding) s += " --stochastic-rounding";
   if (c.fused_step) s += " --fused-step";
   str("--checkpoint", c.checkpoint, d.checkpoint);
-  n("--eval-every", double(c.eval_every), double(d.eval_every));
-  n("--eval-batches", double(c.eval_batches), double(d.eval_batches));
+  i("--eval-every", c.eval_every, d.eval_every);
+  i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);
   str("--device", c.device, d.device);
   str("--metrics", c.metrics, d.metrics);

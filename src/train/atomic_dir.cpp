@@ -14,6 +14,7 @@
 
 #include "io/file_io.h"
 #include "io/output_target.h"
+#include "io/input_file.h"
 #include "leantrain/error.h"
 
 namespace fs = std::filesystem;
@@ -191,10 +192,8 @@ void check_checkpoint_dir(const std::string& dir) {
 std::string read_text_file(const std::string& dir, const std::string& file) {
   check_checkpoint_dir(dir);
   std::string p = dir + "/" + file;
-  std::error_code ec;
-  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
-    fail("'" + dir + "' is not a leantrain checkpoint", file + " is " + io::path_kind(p) + ", not a regular file",
-         "pass a directory written by 'leantrain train --save'");
+  io::check_input_file_if_exists(p, io::kMaxConfigBytes, "as a checkpoint's " + file,
+                                 "pass a directory written by 'leantrain train --save'");
   std::ifstream f(p, std::ios::binary);
   if (!f)
     fail("'" + dir + "' is not a complete leantrain checkpoint", file + " is missing",

@@ -12,6 +12,7 @@
 #include "leantrain/precision.h"
 #include "leantrain/train.h"
 #include "train/output_paths.h"
+#include "train/flag_ranges.h"
 
 namespace lt {
 
@@ -21,12 +22,6 @@ namespace {
   throw UsageError(std::move(what), std::move(why), std::move(fix));
 }
 
-void check_positive(int64_t v, const char* flag) {
-  if (v <= 0) usage(std::string(flag) + " " + std::to_string(v), "it must be a positive integer", std::string("pass ") + flag + " 1 or more");
-}
-void check_non_negative(int64_t v, const char* flag) {
-  if (v < 0) usage(std::string(flag) + " " + std::to_string(v), "it must not be negative", std::string("pass ") + flag + " 0 or more");
-}
 void check_finite(double v, const char* flag) {
   if (!std::isfinite(v)) usage(std::string(flag) + " " + short_number(v), "it must be a finite number", std::string("pass a finite ") + flag);
 }
@@ -83,17 +78,18 @@ void validate(const RunConfig& c) {
   } catch (const Error& e) {
     usage(e.what_part(), e.why(), e.fix());
   }
-  check_positive(c.batch, "--batch");
-  check_non_negative(c.micro_batch, "--micro-batch");
+  check_range(flag_range::batch, c.batch);
+  check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (c.batch % mb != 0)
     usage("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batch " + std::to_string(mb),
           "a step accumulates a whole number of micro-batches",
           "pick a micro-batch that divides the batch, e.g. --micro-batch " +
               std::to_string(largest_divisor_at_most(c.batch, mb)));
-  check_non_negative(c.steps, "--steps");
-  check_finite(c.epochs, "--epochs");
-  if (c.epochs < 0) usage("--epochs " + short_number(c.epochs), "it must not be negative", "pass --epochs 1 or more");
+  check_range(flag_range::steps, c.steps);
+  check_range(flag_range::epochs, c.epochs);
+  if (c.steps == 0 && c.epochs == 0)
+    usage("--epochs 0", "nothing to train", "pass --epochs 1 (fractions such as 0.5 work), or --steps N");
   check_finite(c.lr, "--lr");
   if (c.lr <= 0) usage("--lr " + short_number(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
   if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "adamw8bit" &&
@@ -121,21 +117,20 @@ void validate(const RunConfig& c) {
   if (c.weight_decay < 0) usage("--weight-decay " + short_number(c.weight_decay), "it must not be negative", "pass e.g. --weight-decay 0.01");
   for (auto [v, flag] : {std::pair{c.beta1, "--beta1"}, std::pair{c.beta2, "--beta2"}})
     if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + short_number(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
+  check_finite(c.eps, "--eps");
   if (!(c.eps > 0)) usage("--eps " + short_number(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
   if (c.schedule != "constant" && c.schedule != "cosine")
     usage("unknown schedule '" + c.schedule + "'", "the schedules are constant and cosine", "pass --schedule constant or --schedule cosine");
-  if (c.warmup < -1) usage("--warmup " + std::to_string(c.warmup), "it counts steps (-1: 10% of the run)", "pass --warmup 0 or more");
+  check_range(flag_range::warmup, c.warmup);
   if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + short_number(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
   check_finite(c.clip, "--clip");
   if (c.clip < 0) usage("--clip " + short_number(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
-  check_non_negative(c.eval_every, "--eval-every");
-  check_non_negative(c.eval_batches, "--eval-batches");
-  check_non_negative(c.log_every, "--log-every");
-  check_non_negative(c.seq_len, "--seq-len");
-  check_non_negative(c.stop_at, "--stop-at");
-  for (auto [v, flag] : {std::pair{c.dim, "--dim"}, std::pair{c.depth, "--depth"}, std::pair{c.heads, "--heads"},
-                         std::pair{c.patch, "--patch"}, std::pair{c.mlp_dim, "--mlp-dim"}})
-    check_non_negative(v, flag);
+  for (auto [r, v] : {std::pair{flag_range::eval_every, c.eval_every}, {flag_range::eval_batches, c.eval_batches},
+                      {flag_range::log_every, c.log_every}, {flag_range::seq_len, c.seq_len},
+                      {flag_range::stop_at, c.stop_at}, {flag_range::debug_nan_at_step, c.debug_nan_at_step},
+                      {flag_range::dim, c.dim}, {flag_range::depth, c.depth}, {flag_range::heads, c.heads},
+                      {flag_range::patch, c.patch}, {flag_range::mlp_dim, c.mlp_dim}})
+    check_range(r, v);
   if (c.dim && c.heads && c.dim % c.heads)
     usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
           "each head gets dim/heads channels", "pick a head count that divides the width");

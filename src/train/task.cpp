@@ -12,6 +12,7 @@
 #include "data/synthetic.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "io/input_file.h"
 #include "train/task.h"
 
 namespace lt {
@@ -30,6 +31,8 @@ struct ModelSpec {
 std::string read_config_file(const std::string& flag, const std::string& path) {
   std::filesystem::path p = path;
   if (std::filesystem::is_directory(p)) p /= "config.json";
+  io::check_input_file_if_exists(p.string(), io::kMaxConfigBytes, "as a config",
+                                 "pass the path of a Hugging Face config.json");
   std::ifstream f(p);
   if (!f) fail(flag + " " + path + ": cannot read the config", "no such file", "pass the path of a Hugging Face config.json");
   std::stringstream ss;

@@ -6,7 +6,7 @@ expect_error 2 "unknown flag '--lr-max'" "$LT" train --lr-max 3
 expect_error 2 "unknown command 'trian'" "$LT" trian
 expect_error 2 "unknown flag '--lr': flags go after a command" "$LT" --lr 3
 expect_error 2 "unexpected argument 'extra'" "$LT" train extra
-expect_error 2 "bad value: --batch = abc" "$LT" train --batch abc
+expect_error 2 "--batch abc is not a whole number: --batch takes 1 to [0-9]+ samples" "$LT" train --batch abc
 expect_error 2 "missing value" "$LT" train --batch
 expect_error 2 "unknown optimizer 'adam'.*sgd, adamw, lion, adamw8bit and lion8bit" "$LT" train --optimizer adam
 expect_error 2 "--state-dtype f16.*auto, f32 and bf16" "$LT" train --state-dtype f16

@@ -73,12 +73,12 @@ if [ "$(id -u)" != 0 ]; then
   mkdir "$WORK/ro" && chmod 555 "$WORK/ro"
   expect_error 2 "cannot write --svg $WORK/ro/p.svg: permission denied" "$LT" profile "${TINY[@]}" --svg "$WORK/ro/p.svg"
 fi
-expect_error 2 "--timed-steps 0: the step time is the median" "$LT" profile "${TINY[@]}" --timed-steps 0
+expect_error 2 "--timed-steps 0 is out of range: --timed-steps takes 1 to [0-9]+ timed steps" "$LT" profile "${TINY[@]}" --timed-steps 0
 expect_error 2 "--warmup-steps -1" "$LT" profile "${TINY[@]}" --warmup-steps -1
 expect_error 2 "--checkpoint does not apply to 'leantrain profile'.*--modules" \
   "$LT" profile "${TINY[@]}" --checkpoint blocks
 expect_error 2 "--steps does not apply to 'leantrain profile'" "$LT" profile "${TINY[@]}" --steps 10
 expect_error 2 "unknown flag '--bogus': 'leantrain profile' has no such option" "$LT" profile --bogus
-expect_error 2 "bad value: .*--timed-steps" "$LT" profile "${TINY[@]}" --timed-steps many
+expect_error 2 "--timed-steps many is not a whole number" "$LT" profile "${TINY[@]}" --timed-steps many
 expect_error 2 "unknown model|--model" "$LT" profile --model gpt7-huge --data synthetic --device cpu
 finish

@@ -1,6 +1,7 @@
 // IDX reading: tiny files crafted here (gzipped with zlib), each corruption with its error, and
 // the installed Fashion-MNIST package (skipped when absent).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -154,4 +155,40 @@ TEST(DataIdx, InstalledFashionMnist) {
   EXPECT_EQ(train.dims[0], 60000);
   EXPECT_EQ(train.data[0], 9);
   EXPECT_EQ(train.data[3], 3);
+}
+
+TEST(DataIdx, SizesThatOverflowOrExceedTheCapAreRefused) {
+  fs::path d = temp_dir("sizes");
+  // 4 x 2^31 x 2^31 = 2^64: wraps to 0, which matched the empty data before the sizes were checked.
+  write_gz(d / "wrap.gz", idx_bytes(0x803, {4, 0x80000000u, 0x80000000u}, {}));
+  std::string e = error_of([&] { read_idx(d / "wrap.gz", 3); });
+  EXPECT_NE(e.find("is not a valid IDX file: the data size in its header is too large"), std::string::npos) << e;
+  // A product that fits but announces more than an IDX file may hold; nothing that large is allocated.
+  write_gz(d / "huge.gz", idx_bytes(0x803, {65536, 65536, 2}, {1, 2, 3}));
+  e = error_of([&] { read_idx(d / "huge.gz", 3); });
+  EXPECT_NE(e.find("announces 8589934592 data bytes, more than the 4 GiB"), std::string::npos) << e;
+  // Zero images (of 2^32-1 squared pixels, whose product no later code could form).
+  write_gz(d / "none.gz", idx_bytes(0x803, {0, 0xffffffffu, 0xffffffffu}, {}));
+  write_gz(d / "none_lab.gz", idx_bytes(0x801, {0}, {}));
+  e = error_of([&] { read_idx_images(d / "none.gz", d / "none_lab.gz"); });
+  EXPECT_NE(e.find("holds no images"), std::string::npos) << e;
+  // Trailing data past 1 MiB is reported without reading it all.
+  auto img = good_images();
+  img.resize(img.size() + (3 << 20));
+  write_gz(d / "tail.gz", img);
+  EXPECT_NE(error_of([&] { read_idx(d / "tail.gz", 3); }).find("more than 1048576 unexpected bytes"), std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST(DataIdx, SpecialFilesAreRefusedNotRead) {
+  fs::path d = temp_dir("special");
+  ASSERT_EQ(::mkfifo((d / "fifo.gz").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { read_idx(d / "fifo.gz", 3); }).find("FIFO"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_idx("/dev/zero", 3); }).find("character device"), std::string::npos);
+  // In a Fashion-MNIST directory, a FIFO in place of a file is named as such (not as "missing").
+  write_gz(d / "t10k-labels-idx1-ubyte.gz", good_labels());
+  ASSERT_EQ(::mkfifo((d / "t10k-images-idx3-ubyte.gz").c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { load_fashion_mnist(Split::Test, d.string()); }).find("t10k-images-idx3-ubyte.gz': it is a FIFO"),
+            std::string::npos);
+  fs::remove_all(d);
 }

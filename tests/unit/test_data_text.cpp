@@ -1,6 +1,8 @@
 // Text corpora: fortune parsing of a crafted file, directory rules, splits, missing package.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -84,4 +86,30 @@ TEST(DataText, InstalledFortunes) {
   EXPECT_GT(c.train.size(), 100000u);
   EXPECT_GT(c.val.size(), c.train.size() / 20);
   EXPECT_LT(c.val.size(), c.train.size() / 5);
+}
+
+TEST(DataText, SpecialAndHugeFilesAreRefused) {
+  fs::path d = temp_dir("special");
+  ASSERT_EQ(::mkfifo((d / "fifo.txt").c_str(), 0600), 0);
+  auto error_of = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of([&] { load_text((d / "fifo.txt").string()); }).find("it is a FIFO"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_text("/dev/zero"); }).find("'/dev/zero': it is a character device"), std::string::npos);
+  // A directory skips the FIFO and reads its regular files.
+  write(d / "a.txt", "some text to train on\n");
+  EXPECT_EQ(str(load_text(d.string(), 0.0).train), "some text to train on\n");
+  // A sparse 5 GiB file: refused by its size, before any of it is read.
+  fs::path big = d / "big" / "big.txt";
+  fs::create_directories(big.parent_path());
+  write(big, "");
+  fs::resize_file(big, uintmax_t(5) << 30);
+  std::string e = error_of([&] { load_text(big.string()); });
+  EXPECT_NE(e.find("is too large: it holds more than 4 GiB, the most leantrain reads as text"), std::string::npos) << e;
+  fs::remove_all(d);
 }

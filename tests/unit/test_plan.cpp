@@ -92,6 +92,27 @@ TEST(Plan, ParseBytes) {
   EXPECT_EQ(parse_bytes("4096", "--budget"), 4096);
   EXPECT_THROW(parse_bytes("8XB", "--budget"), UsageError);
   EXPECT_THROW(parse_bytes("-1G", "--budget"), UsageError);
+  // Past 1 PiB (or past what a double holds) is an error, not a wrapped, negative budget.
+  EXPECT_EQ(parse_bytes("1048576GiB", "--budget"), int64_t(1) << 50);
+  for (const char* v : {"1e300", "1e308TiB", "1048577GiB", "9223372036854775808"}) {
+    try {
+      parse_bytes(v, "--fit");
+      ADD_FAILURE() << v;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--fit ") + v + " is out of range"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Plan, CommandLineKeepsNumbersExact) {
+  RunConfig c;
+  c.seed = 12345678901234567;  // not representable as a double
+  c.steps = 1234567;           // 6 significant digits would print 1.23457e+06
+  c.lr = 0.1;
+  c.eps = 1.2345678e-9;
+  const std::string cmd = command_line(c);
+  for (const char* part : {" --seed 12345678901234567", " --steps 1234567", " --lr 0.1", " --eps 1.2345678e-09"})
+    EXPECT_NE(cmd.find(part), std::string::npos) << part << " in " << cmd;
 }
 
 TEST(Plan, CostModelOrdersTheKnobs) {

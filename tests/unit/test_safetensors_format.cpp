@@ -1,6 +1,7 @@
 // Safetensors: exact bytes against the reference writer, round trips of every dtype, and one
 // crafted file per way a header can be wrong (each must give a one-line lt::Error).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -170,7 +171,33 @@ TEST(SafetensorsFormat, AtomicWriteReplacesAndLeavesNoTempFiles) {
 TEST(SafetensorsErrors, MissingFile) {
   fs::path d = temp_dir();
   expect_error([&] { io::SafetensorsReader r((d / "absent.safetensors").string()); },
-               {"cannot open", "absent.safetensors", "No such file"});
+               {"cannot read", "absent.safetensors", "does not exist"});
+}
+
+TEST(SafetensorsErrors, SpecialFilesAreRefusedAtOpen) {
+  fs::path d = temp_dir();
+  ASSERT_EQ(::mkfifo((d / "model.safetensors").c_str(), 0600), 0);  // a plain open() would block for a writer
+  expect_error([&] { io::SafetensorsReader r((d / "model.safetensors").string()); },
+               {"model.safetensors", "FIFO", "not a regular file"});
+  expect_error([&] { io::SafetensorsReader r("/dev/zero"); }, {"/dev/zero", "character device"});
+  expect_error([&] { io::SafetensorsReader r(d.string()); }, {"is a directory"});
+}
+
+TEST(SafetensorsErrors, ShapesWhoseSizeOverflows) {
+  fs::path d = temp_dir();
+  // 2^32 x 2^32 elements: the element count does not fit 64 bits.
+  write_bytes(d / "c.safetensors",
+              st_file(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { io::SafetensorsReader r((d / "c.safetensors").string()); },
+               {"'t'", "element count", "too large", "4294967296 * 4294967296"});
+  // 2^61 elements fit, their 2^63 bytes of F32 do not.
+  write_bytes(d / "b.safetensors",
+              st_file(R"({"t":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { io::SafetensorsReader r((d / "b.safetensors").string()); }, {"'t'", "byte size", "too large"});
+  // A dimension past INT64_MAX.
+  write_bytes(d / "n.safetensors",
+              st_file(R"({"t":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { io::SafetensorsReader r((d / "n.safetensors").string()); }, {"'t'", "bad shape"});
 }
 
 TEST(SafetensorsErrors, ShorterThanEightBytes) {
