@@ -41,8 +41,9 @@ std::string plan_text(const PlanResult& r) {
     s += buf;
   }
   s += "\n";
-  s += line(r.device_type == "cuda" ? "predicted peak pinned host" : "predicted peak pinned host (ordinary)",
-            r.pinned_host.allocated_bytes.peak, "  (loader staging; host memory, not in the totals)");
+  s += line("predicted peak pinned host", r.pinned_host.allocated_bytes.peak,
+            r.device_type == "cuda" ? "  (loader staging, page-locked; not in the totals)"
+                                    : "  (loader staging, ordinary memory on cpu; not in the totals)");
   for (int i = 0; i < kNumCategories; ++i)
     if (r.pinned_host.category[size_t(i)].peak) {
       std::snprintf(buf, sizeof buf, "    %s", category_name(Category(i)));
