@@ -19,7 +19,8 @@ class Event {
   Device device() const { return device_; }
   // Whether the device runs work after enqueueing returns (CUDA); false on cpu and meta.
   bool asynchronous() const { return native_ != nullptr; }
-  // On the thread's current stream, after the work enqueued on it so far.
+  // On the thread's current stream, after the work enqueued on it so far. Work on one stream is
+  // enqueued from one thread, so the order the allocator notes is the order the stream runs.
   void record();
   // Whether the recorded work has completed. A timing answer: use it to recycle host buffers,
   // never to decide a device allocation.
