@@ -169,9 +169,11 @@ TEST(CrossStreamReuse, ProgramOrderDecidesOnMeta) {
 // allocation reused the block the copy stream used. Meta and CUDA must answer the same.
 std::vector<bool> reuse_decisions(Device dev) {
   std::vector<bool> reused;
-  // 16 MiB + 1536 B of f32: a segment of its own (large pool), in a size no earlier test leaves
-  // cached on the GPU, so best fit finds src's block only when it is free again.
-  const int64_t n = (16 * MiB + 1536) / 4;
+  // 22 MiB of f32: a segment of exactly that size (large pool, no remainder). Once the cache is
+  // emptied no free block that large is left on the GPU from earlier tests (20 MiB segments hold
+  // the smaller blocks), so best fit returns src's block exactly when it is back in the pool.
+  allocator_for(dev).empty_cache();
+  const int64_t n = 22 * MiB / 4;
   Tensor src = full({n}, 3.0, DType::F32, dev);
   Tensor dst = zeros({n}, DType::F32, dev);
   Event ready(dev);
@@ -179,7 +181,7 @@ std::vector<bool> reuse_decisions(Device dev) {
   {
     StreamGuard copy(kCopyStream);
     ready.block_current_stream();
-    for (int i = 0; i < 64; ++i) copy_(dst, src);  // keeps the copy stream busy reading src
+    for (int i = 0; i < 256; ++i) copy_(dst, src);  // keeps the copy stream busy reading src
   }
   record_stream(src, kCopyStream);
   const uint64_t addr = src.storage()->block.addr;
