@@ -16,6 +16,8 @@
 
 namespace lt {
 
+class Event;  // backend/event.h
+
 // ---- Fashion-MNIST / IDX ----
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
@@ -180,8 +182,8 @@ class DataLoader {
   // reading it); it goes back to spare_ only after its copy event completed.
   struct Buffer {
     uint8_t* mem = nullptr;
-    void* event = nullptr;  // the backend's copy event; nullptr when copies are synchronous
-    bool staged = false;    // from the backend's alloc_staging (else pageable, operator new)
+    std::shared_ptr<Storage> pinned;  // from allocate_pinned_host (Category::Input); null: pageable (operator new)
+    std::shared_ptr<Event> event;     // recorded after its copies (staged buffers only)
   };
   // A batch being built: its rows are cut into chunks that workers claim one at a time.
   struct Slot {

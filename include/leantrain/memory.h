@@ -41,6 +41,11 @@ class OpNameScope {
   const char* prev_;
 };
 
+// Where bytes live (docs/memory-model.md, "Memory kinds"). Each kind has its own allocators,
+// each with the seven categories, current and peak. Disk comes with NVMe offload.
+enum class MemoryKind : uint8_t { Device, PinnedHost };
+const char* memory_kind_name(MemoryKind k);  // "device", "pinned host"
+
 // A counter with its peak, and the running totals of what went in and out.
 struct Stat {
   int64_t current = 0, peak = 0, allocated = 0, freed = 0;
@@ -108,7 +113,8 @@ inline int64_t round_allocation(int64_t n) { return n <= 0 ? 512 : (n + 511) / 5
 
 class Allocator {
  public:
-  explicit Allocator(Device d) : device_(d) {}
+  // `d`: the device whose memory this is, or, for a pinned-host account, the device it serves.
+  explicit Allocator(Device d, MemoryKind kind = MemoryKind::Device) : device_(d), kind_(kind) {}
   virtual ~Allocator() = default;
 
   // Category comes from the current scope. Throws OutOfMemoryError with a breakdown.
@@ -122,6 +128,7 @@ class Allocator {
   int64_t limit() const { return limit_; }
 
   Device device() const { return device_; }
+  MemoryKind kind() const { return kind_; }
   MemoryStats stats() const;
   void reset_peak_stats();
   void set_history(bool on);
@@ -148,6 +155,7 @@ class Allocator {
   void note_retry() { ++stats_.num_alloc_retries; }
 
   Device device_;
+  MemoryKind kind_;
   MemoryStats stats_;
   int64_t limit_ = -1;
   mutable std::mutex mu_;
@@ -183,5 +191,16 @@ struct Storage {
 };
 
 std::shared_ptr<Storage> allocate_storage(int64_t nbytes, Device d);
+
+// The pinned host memory that device d's transfers read from or write to (the data loader's
+// staging ring, later offload buffers): page-locked (cudaHostAlloc) on CUDA, ordinary memory on
+// cpu and meta, counted the same way on all three, so a dry run predicts a GPU run's pinned peak.
+// Created on first use; the planner swaps meta's for a fresh one per dry run.
+Allocator& pinned_host_allocator(Device d);
+void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a);  // nothing allocated on it
+// Host memory from d's pinned-host account, tagged with the current category, freed when the last
+// owner drops it (its Storage's device is the CPU: it is host memory). nullptr when the system
+// refuses to pin more: pinned memory is limited, so callers fall back to pageable memory.
+std::shared_ptr<Storage> allocate_pinned_host(int64_t nbytes, Device d);
 
 }  // namespace lt

@@ -36,6 +36,7 @@ struct PlanResult {
   int64_t steps = 0;         // optimizer steps planned
   bool evaluates = false;
   MemoryStats stats;         // the simulated allocator at the end, the model still alive
+  MemoryStats pinned_host;   // meta's pinned-host account (the loaders' staging rings), same moment
   int64_t peak_allocated = 0, peak_reserved = 0;
   std::string peak_phase;    // "model build", "step 1", "step 2", "evaluation"
   std::array<int64_t, kNumCategories> at_peak{};  // allocated bytes by category at the peak
@@ -137,6 +138,8 @@ std::string command_line(const RunConfig& c);
 
 // train --metrics-json: the device allocator's peaks after a run, as plan --json names them.
 void write_run_memory_json(const std::string& path, const RunConfig& cfg, const RunResult& run);
+// {"parameter": peak, ...} of a pinned-host account: "pinned_host_categories_peak" in both JSONs.
+std::string pinned_host_categories_json(const MemoryStats& s);
 
 // A real run's OOM, explained: the category that grew most, predicted need versus available,
 // and the plan command that fits. Returns the message's "why (fix)" parts.

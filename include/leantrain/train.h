@@ -116,6 +116,7 @@ struct RunResult {
   double steady_items_per_s = 0;     // leaving out its first step when it ran two or more
   Device device;
   MemoryStats memory;            // the device's allocator at the end, with the model still alive
+  MemoryStats pinned_host;       // the device's pinned-host account (loader staging), same moment
 };
 
 // Receives reports; the CLI prints them. All callbacks are optional.
@@ -148,6 +149,8 @@ std::string generate_text(const GenerateConfig& cfg,
 // rows, then one row per category, each with current and peak.
 std::string memory_summary(Device d);                          // the allocator's stats now
 std::string memory_summary(Device d, const MemoryStats& stats);  // a snapshot of them
+// The same, followed by the pinned-host account's rows (total and each category that was used).
+std::string memory_summary(Device d, const MemoryStats& stats, const MemoryStats& pinned_host);
 std::string format_bytes(int64_t bytes);
 std::string format_duration(double seconds);  // "1m05s", "12.3s", "2h03m"
 

@@ -1,8 +1,7 @@
 // Backend's defaults: every op of backend_ops.def fails with one line naming backend and op
-// (a backend implements an op by overriding it), and staging memory is ordinary memory.
+// (a backend implements an op by overriding it).
 #include "backend/backend.h"
 
-#include <new>
 #include <string>
 
 #include "leantrain/error.h"
@@ -19,13 +18,5 @@ namespace lt {
 #define LT_BACKEND_OP(group, ret, op, params, args) \
   ret Backend::op params { missing_op(*this, #op); }
 #include "backend/backend_ops.def"
-
-// cpu and meta: ordinary memory (copies from it are synchronous).
-void* Backend::alloc_staging(int64_t nbytes) {
-  return ::operator new(size_t(nbytes > 0 ? nbytes : 1), std::align_val_t{64}, std::nothrow);
-}
-void Backend::free_staging(void* p) noexcept {
-  if (p) ::operator delete(p, std::align_val_t{64});
-}
 
 }  // namespace lt

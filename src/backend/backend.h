@@ -101,26 +101,26 @@ class Backend {
 #define LT_BACKEND_OP(group, ret, op, params, args) virtual ret op params;
 #include "backend/backend_ops.def"
 
+  // Waits until every stream of the device has finished its work (cpu and meta: nothing to wait for).
   virtual void synchronize() {}
 
-  // --- host staging (the data loader) ---
-  // Host memory that copy_from_host_async may read after it returned: page-locked on CUDA
-  // (cudaHostAlloc), ordinary memory on cpu and meta. nullptr when it cannot be had (pinned
-  // memory is limited); the caller then uses pageable memory and copy_from_host. No device
-  // allocation is made, so allocation traces do not change. Free with free_staging.
-  virtual void* alloc_staging(int64_t nbytes);
-  virtual void free_staging(void* p) noexcept;
-  // An event for copy_from_host_async (nullptr on backends whose copies are synchronous).
-  virtual void* create_copy_event() { return nullptr; }
-  virtual void destroy_copy_event(void*) noexcept {}
-  // Enqueues dst <- src (dst contiguous, raw bytes, src from alloc_staging) on the compute stream
-  // without waiting for it; cpu copies now, meta does nothing. src must stay unchanged until an
-  // event recorded after the copy has completed.
+  // --- streams and events ---
+  // Ops and copies go to the calling thread's current stream (StreamGuard, memory/streams.h;
+  // the compute stream unless set). cpu and meta have finished an op when it returns, so their
+  // events are null handles: complete once recorded, waits return at once. Code uses these
+  // through Event (backend/event.h), which also tells the caching allocator the stream order.
+  virtual void* create_event() { return nullptr; }
+  virtual void destroy_event(void*) noexcept {}
+  virtual void record_event(void*) {}              // on the current stream, after the work enqueued so far
+  virtual bool event_done(void*) { return true; }  // non-blocking
+  virtual void wait_event(void*) {}                // blocks the calling thread until done
+  virtual void stream_wait_event(void*) {}         // the current stream waits; the host does not
+
+  // --- host staging (the data loader; allocate_pinned_host in leantrain/memory.h gives the memory) ---
+  // Enqueues dst <- src (dst contiguous, raw bytes, src pinned) on the current stream without
+  // waiting for it; cpu copies now, meta does nothing. src must stay unchanged until an event
+  // recorded after the copy has completed.
   virtual void copy_from_host_async(const Tensor& dst, const void* src) { copy_from_host(dst, src); }
-  // Records `event` on the compute stream after the work enqueued so far.
-  virtual void record_copy_event(void*) {}
-  virtual bool copy_event_done(void*) { return true; }  // non-blocking
-  virtual void wait_copy_event(void*) {}                // blocks the calling thread until done
 };
 
 Backend& backend_for(Device d);

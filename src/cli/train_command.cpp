@@ -125,7 +125,7 @@ int run_train(RunConfig cfg, RunResult* result) {
     else std::printf(" | validation loss %.4f", r.eval->loss);
   }
   std::printf(" | time %s\n\n", format_duration(r.seconds).c_str());
-  std::fputs(memory_summary(r.device, r.memory).c_str(), stdout);
+  std::fputs(memory_summary(r.device, r.memory, r.pinned_host).c_str(), stdout);
   std::fflush(stdout);
   if (result) *result = std::move(r);
   return 0;

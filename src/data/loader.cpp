@@ -5,10 +5,12 @@
 // which thread wrote it. The caller's thread allocates the device tensors, so device allocations
 // happen in program order and dry runs predict them exactly.
 //
-// Host batches live in a ring of prefetch + 2 staging buffers, pinned on CUDA, allocated once by
-// the caller's thread. next() enqueues the copies of a batch on the compute stream and records the
-// buffer's event after them; the buffer goes back to the workers only when that event completed
-// (so no worker rewrites bytes the GPU has yet to read). Only the caller's thread makes CUDA calls.
+// Host batches live in a ring of prefetch + 2 staging buffers, allocated once by the caller's
+// thread from the device's pinned-host account (Category::Input; page-locked on CUDA, ordinary
+// memory counted the same way on cpu and meta, so a plan predicts the pinned peak). next()
+// enqueues the copies of a batch on the compute stream and records the buffer's event after them;
+// the buffer goes back to the workers only when that event completed (so no worker rewrites bytes
+// the GPU has yet to read). Only the caller's thread makes CUDA calls.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "core/checked_math.h"
+#include "backend/event.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "leantrain/random.h"
@@ -89,17 +92,19 @@ void DataLoader::ensure_buffers() {
                                               what, fix),
                               what, fix);
   const int n = opt_.prefetch + 2;
-  Backend& be = backend_for(opt_.device);
   try {
     bool staged = opt_.pin_memory;
-    for (int i = 0; i < n && staged; ++i) {
-      void* p = be.alloc_staging(buffer_bytes_);
-      if (!p) {
-        staged = false;
-        break;
+    {
+      MemoryCategoryScope scope(Category::Input);
+      for (int i = 0; i < n && staged; ++i) {
+        std::shared_ptr<Storage> p = allocate_pinned_host(buffer_bytes_, opt_.device);
+        if (!p) {
+          staged = false;
+          break;
+        }
+        auto* mem = static_cast<uint8_t*>(p->data());
+        buffers_.push_back(Buffer{mem, std::move(p), std::make_shared<Event>(opt_.device)});
       }
-      buffers_.push_back(Buffer{static_cast<uint8_t*>(p), nullptr, true});
-      buffers_.back().event = be.create_copy_event();
     }
     if (!staged) {
       if (opt_.pin_memory) {
@@ -113,13 +118,13 @@ void DataLoader::ensure_buffers() {
       free_buffers();
       for (int i = 0; i < n; ++i)
         buffers_.push_back(
-            Buffer{static_cast<uint8_t*>(::operator new(size_t(buffer_bytes_), std::align_val_t{64})), nullptr, false});
+            Buffer{static_cast<uint8_t*>(::operator new(size_t(buffer_bytes_), std::align_val_t{64})), nullptr, nullptr});
     }
   } catch (...) {
     free_buffers();
     throw;
   }
-  pinned_ = buffers_.front().staged && buffers_.front().event != nullptr;
+  pinned_ = buffers_.front().event && buffers_.front().event->asynchronous();
   spare_.clear();
   for (int i = n - 1; i >= 0; --i) spare_.push_back(i);  // buffer 0 first
 }
@@ -127,27 +132,17 @@ void DataLoader::ensure_buffers() {
 // Waits for every copy still reading a buffer, then frees them all. No worker may be running.
 void DataLoader::free_buffers() noexcept {
   if (buffers_.empty()) return;
-  Backend* be = nullptr;
   try {
-    be = &backend_for(opt_.device);
     for (int i : inflight_)
-      if (buffers_[size_t(i)].event) be->wait_copy_event(buffers_[size_t(i)].event);
+      if (buffers_[size_t(i)].event) buffers_[size_t(i)].event->synchronize();
   } catch (...) {
     // the device is gone or broken; nothing is reading the buffers any more
   }
   inflight_.clear();
   spare_.clear();
-  for (Buffer& b : buffers_) {
-    if (b.staged) {
-      if (be) {
-        be->destroy_copy_event(b.event);
-        be->free_staging(b.mem);
-      }
-    } else {
-      ::operator delete(b.mem, std::align_val_t{64});
-    }
-  }
-  buffers_.clear();
+  for (Buffer& b : buffers_)
+    if (!b.pinned) ::operator delete(b.mem, std::align_val_t{64});
+  buffers_.clear();  // pinned buffers go back to the pinned-host account, events to the backend
   pinned_ = false;
 }
 
@@ -160,15 +155,14 @@ void DataLoader::release(int buffer) {
 }
 
 // Copies complete in the order they were enqueued (one stream), so only the oldest is checked.
+// Polling is timing: it only recycles host buffers, never decides a device allocation.
 void DataLoader::reclaim(size_t keep) {
-  if (inflight_.empty()) return;
-  Backend& be = backend_for(opt_.device);
   while (!inflight_.empty()) {
     const int i = inflight_.front();
-    void* ev = buffers_[size_t(i)].event;
-    if (ev && !be.copy_event_done(ev)) {
+    Event* ev = buffers_[size_t(i)].event.get();
+    if (ev && !ev->done()) {
       if (inflight_.size() <= keep) break;
-      be.wait_copy_event(ev);
+      ev->synchronize();
     }
     inflight_.pop_front();
     release(i);
@@ -288,10 +282,10 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
   Backend& be = backend_for(opt_.device);
   const Buffer& buf = buffers_[size_t(h.buffer)];
-  if (buf.staged) {
+  if (buf.pinned) {
     be.copy_from_host_async(out.inputs, h.inputs);
     be.copy_from_host_async(out.targets, h.targets);
-    if (buf.event) be.record_copy_event(buf.event);
+    buf.event->record();
   } else {
     be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
     be.copy_from_host(out.targets, h.targets);
@@ -340,7 +334,7 @@ Batch DataLoader::next() {
   try {
     to_device(h, out);
   } catch (...) {
-    if (buffers_[size_t(h.buffer)].event) {
+    if (buffers_[size_t(h.buffer)].pinned) {
       try {
         backend_for(opt_.device).synchronize();  // a copy may have been enqueued before the failure
       } catch (...) {
@@ -349,7 +343,7 @@ Batch DataLoader::next() {
     release(h.buffer);
     throw;
   }
-  if (buffers_[size_t(h.buffer)].staged) {
+  if (buffers_[size_t(h.buffer)].pinned) {
     inflight_.push_back(h.buffer);
     reclaim(2);  // at most two batches' copies pending; waits only when the GPU is that far behind
   } else {

@@ -34,7 +34,10 @@ Block Allocator::allocate(int64_t nbytes) {
       cats += std::string(cats.empty() ? "" : ", ") + category_name(Category(i)) + " " +
               format_bytes(stats_.category[i].current);
     }
-    throw OutOfMemoryError("out of memory on " + device_.str(), detail + "; by category: " + cats,
+    const std::string where = kind_ == MemoryKind::Device ? "out of memory on " + device_.str()
+                                                          : std::string("out of ") + memory_kind_name(kind_) +
+                                                                " memory for " + device_.str();
+    throw OutOfMemoryError(where, detail + "; by category: " + cats,
                            "run `leantrain plan` with --budget to find a configuration that fits");
   }
   stats_.allocated_bytes.increase(b.size);
@@ -184,6 +187,22 @@ Storage::~Storage() {
 std::shared_ptr<Storage> allocate_storage(int64_t nbytes, Device d) {
   Allocator& a = allocator_for(d);
   return std::make_shared<Storage>(a.allocate(nbytes), &a, d);
+}
+
+std::shared_ptr<Storage> allocate_pinned_host(int64_t nbytes, Device d) {
+  Allocator& a = pinned_host_allocator(d);
+  Block b;
+  try {
+    b = a.allocate(nbytes);
+  } catch (const OutOfMemoryError&) {
+    return nullptr;  // counted in num_ooms; the caller uses pageable memory
+  }
+  try {
+    return std::make_shared<Storage>(b, &a, Device::cpu());
+  } catch (...) {
+    a.deallocate(b);
+    throw;
+  }
 }
 
 }  // namespace lt

@@ -1,18 +1,25 @@
 #include "memory/caching_policy.h"
 
+#include <string>
 #include <tuple>
 
 #include "leantrain/error.h"
 
 namespace lt {
 
-namespace {
-thread_local int t_alloc_stream = 0;
-}  // namespace
+uint64_t OrderedStreamEvents::record(int stream) {
+  const uint64_t id = next_id_++;
+  marks_[id] = order_.record(stream);
+  return id;
+}
 
-int current_alloc_stream() { return t_alloc_stream; }
-AllocStreamScope::AllocStreamScope(int stream) : prev_(t_alloc_stream) { t_alloc_stream = stream; }
-AllocStreamScope::~AllocStreamScope() { t_alloc_stream = prev_; }
+bool OrderedStreamEvents::orders_after(uint64_t event, int stream) {
+  auto it = marks_.find(event);
+  LT_ASSERT(it != marks_.end());
+  return order_.orders_after(stream, it->second);
+}
+
+void OrderedStreamEvents::release(uint64_t event) { marks_.erase(event); }
 
 bool FakeSegmentSource::map(int64_t bytes, void*& ptr, uint64_t& addr) {
   if (capacity_ >= 0 && mapped_ + bytes > capacity_) return false;
@@ -37,10 +44,12 @@ bool CachingAllocator::Order::operator()(const CBlock* a, const CBlock* b) const
 }
 
 CachingAllocator::CachingAllocator(Device d, std::unique_ptr<SegmentSource> source)
-    : Allocator(d), source_(std::move(source)) {}
+    : Allocator(d), source_(std::move(source)), events_(std::make_unique<OrderedStreamEvents>(order_)) {}
 
 CachingAllocator::~CachingAllocator() {
   // Only reached for allocators owned by tests: registry allocators live until exit.
+  for (Waiting& w : waiting_)
+    for (uint64_t e : w.events) events_->release(e);
   for (Segment* s : segments_) {
     try {
       source_->unmap(s->ptr, s->addr, s->size);
@@ -95,8 +104,13 @@ bool CachingAllocator::do_allocate(Block& b) {
   b.stream = current_alloc_stream();
   const bool small = size <= kSmallBlockMax;
   Pool& pool = pool_for(small);
+  reuse_ordered_waiting();
   CBlock* blk = find_free(pool, b.stream, size);
   if (!blk) blk = map_segment(b.stream, size, small);
+  if (!blk && !waiting_.empty()) {  // the device is full: wait for the blocks other streams hold
+    synchronize_waiting();
+    blk = find_free(pool, b.stream, size);
+  }
   if (!blk) {
     // The device is full: give back every wholly free cached segment and try once more.
     release_cached();
@@ -130,8 +144,21 @@ void CachingAllocator::do_free(const Block& b) {
   auto* blk = static_cast<CBlock*>(b.handle);
   LT_ASSERT(blk && blk->allocated);
   blk->allocated = false;
+  if (blk->stream_uses) {  // other streams may still be using it: an event on each, then wait
+    Waiting w{blk, {}};
+    for (int s = 0; s < kMaxStreams; ++s)
+      if (blk->stream_uses & (1u << s)) w.events.push_back(events_->record(s));
+    blk->stream_uses = 0;
+    blk->waiting = true;
+    waiting_.push_back(std::move(w));
+    return;
+  }
+  to_pool(blk);
+}
+
+void CachingAllocator::to_pool(CBlock* blk) {
   Pool& pool = pool_for(blk->seg->small);
-  if (CBlock* p = blk->prev; p && !p->allocated) {  // absorb into the free block before
+  if (CBlock* p = blk->prev; p && !p->allocated && !p->waiting) {  // absorb into the free block before
     pool.erase(p);
     p->size += blk->size;
     p->next = blk->next;
@@ -139,7 +166,7 @@ void CachingAllocator::do_free(const Block& b) {
     delete blk;
     blk = p;
   }
-  if (CBlock* n = blk->next; n && !n->allocated) {  // absorb the free block after
+  if (CBlock* n = blk->next; n && !n->allocated && !n->waiting) {  // absorb the free block after
     pool.erase(n);
     blk->size += n->size;
     blk->next = n->next;
@@ -147,6 +174,71 @@ void CachingAllocator::do_free(const Block& b) {
     delete n;
   }
   pool.insert(blk);
+}
+
+void CachingAllocator::reuse_ordered_waiting() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    CBlock* blk = it->block;
+    bool ordered = true;
+    for (uint64_t e : it->events) ordered = ordered && events_->orders_after(e, blk->seg->stream);
+    if (!ordered) {
+      ++it;
+      continue;
+    }
+    for (uint64_t e : it->events) events_->release(e);
+    blk->waiting = false;
+    it = waiting_.erase(it);
+    to_pool(blk);
+  }
+}
+
+void CachingAllocator::synchronize_waiting() {
+  std::vector<Waiting> all = std::move(waiting_);
+  waiting_.clear();
+  for (Waiting& w : all) {
+    for (uint64_t e : w.events) {
+      events_->synchronize(e);
+      events_->release(e);
+    }
+    w.block->waiting = false;
+    to_pool(w.block);
+  }
+}
+
+void CachingAllocator::record_stream(const Block& b, int stream) {
+  check_stream(stream);
+  // Checked here, not when the block is freed (in a destructor, where an error cannot be raised).
+  LT_CHECK(!device_.is_cuda() || stream < kNumDeviceStreams,
+           "no stream " + std::to_string(stream) + " on " + device_.str(),
+           "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device",
+           "use kComputeStream or kCopyStream");
+  std::lock_guard<std::mutex> g(mu_);
+  auto* blk = static_cast<CBlock*>(b.handle);
+  LT_ASSERT(blk && blk->allocated);
+  if (stream != blk->seg->stream) blk->stream_uses |= 1u << stream;
+}
+
+StreamMark CachingAllocator::note_event(int stream) {
+  std::lock_guard<std::mutex> g(mu_);
+  return order_.record(stream);
+}
+
+void CachingAllocator::note_stream_wait(int stream, const StreamMark& m) {
+  std::lock_guard<std::mutex> g(mu_);
+  order_.wait(stream, m);
+}
+
+void CachingAllocator::set_stream_events(std::unique_ptr<StreamEvents> events) {
+  std::lock_guard<std::mutex> g(mu_);
+  LT_ASSERT(waiting_.empty() && events);
+  events_ = std::move(events);
+}
+
+int64_t CachingAllocator::waiting_bytes() const {
+  std::lock_guard<std::mutex> g(mu_);
+  int64_t n = 0;
+  for (const Waiting& w : waiting_) n += w.block->size;
+  return n;
 }
 
 void CachingAllocator::release_segment(CBlock* whole) {
@@ -174,6 +266,7 @@ void CachingAllocator::release_cached() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> g(mu_);
+  synchronize_waiting();
   release_cached();
 }
 

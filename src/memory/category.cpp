@@ -15,6 +15,14 @@ const char* category_name(Category c) {
   return "?";
 }
 
+const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::Device: return "device";
+    case MemoryKind::PinnedHost: return "pinned host";
+  }
+  return "?";
+}
+
 const char* action_name(MemoryEvent::Action a) {
   switch (a) {
     case MemoryEvent::Action::Alloc: return "alloc";

@@ -1,6 +1,7 @@
 #include "memory/host_allocators.h"
 
 #include <cstdlib>
+#include <new>
 
 #include "leantrain/cuda_info.h"
 
@@ -32,6 +33,34 @@ bool MetaAllocator::do_allocate(Block& b) {
 
 void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
 
+bool PinnedHostAllocator::do_allocate(Block& b) {
+  if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
+  void* p = nullptr;
+  uint64_t addr = 0;
+  if (!source_->map(b.size, p, addr)) return false;
+  b.ptr = p;
+  b.addr = addr;
+  note_segment_alloc(b.addr, b.size);
+  return true;
+}
+
+void PinnedHostAllocator::do_free(const Block& b) {
+  note_segment_free(b.addr, b.size);
+  source_->unmap(b.ptr, b.addr, b.size);
+}
+
+bool HostMemorySource::map(int64_t bytes, void*& ptr, uint64_t& addr) {
+  ptr = ::operator new(size_t(bytes), std::align_val_t{64}, std::nothrow);
+  addr = reinterpret_cast<uint64_t>(ptr);
+  return ptr != nullptr;
+}
+
+void HostMemorySource::unmap(void* ptr, uint64_t, int64_t) { ::operator delete(ptr, std::align_val_t{64}); }
+
+std::unique_ptr<Allocator> make_host_pinned_allocator(Device served) {
+  return std::make_unique<PinnedHostAllocator>(served, std::make_unique<HostMemorySource>());
+}
+
 void SimulatedCudaAllocator::ensure_gemm_workspace() {
   if (has_workspace_) return;
   MemoryCategoryScope cat(Category::Workspace);
@@ -57,6 +86,7 @@ std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity) {
 MetaAllocatorScope::MetaAllocatorScope(bool simulate_cuda) {
   if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
   else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
+  set_pinned_host_allocator(Device::meta(), make_host_pinned_allocator(Device::meta()));
 }
 
 MetaAllocatorScope::~MetaAllocatorScope() {
@@ -64,6 +94,10 @@ MetaAllocatorScope::~MetaAllocatorScope() {
   try {
     set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
   } catch (...) {  // something outside the dry run still holds meta tensors: keep the allocator
+  }
+  try {
+    set_pinned_host_allocator(Device::meta(), make_host_pinned_allocator(Device::meta()));
+  } catch (...) {
   }
 }
 

@@ -49,6 +49,32 @@ class SimulatedCudaAllocator final : public CachingAllocator {
   bool has_workspace_ = false;
 };
 
+// A pinned-host account (pinned_host_allocator in leantrain/memory.h): every buffer is its own
+// mapping from `source`, returned when freed, so reserved == allocated and the peak is what the
+// process held pinned at once. `served` names the device whose transfers use it.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  PinnedHostAllocator(Device served, std::unique_ptr<SegmentSource> source)
+      : Allocator(served, MemoryKind::PinnedHost), source_(std::move(source)) {}
+
+ protected:
+  bool do_allocate(Block& b) override;
+  void do_free(const Block& b) override;
+
+ private:
+  std::unique_ptr<SegmentSource> source_;
+};
+
+// Ordinary 64-byte-aligned host memory: what cpu and meta "pin". Meta's is real memory too, as
+// the loader's workers write batches into it on every device.
+class HostMemorySource final : public SegmentSource {
+ public:
+  bool map(int64_t bytes, void*& ptr, uint64_t& addr) override;
+  void unmap(void* ptr, uint64_t addr, int64_t bytes) override;
+};
+
+std::unique_ptr<Allocator> make_host_pinned_allocator(Device served);  // cpu and meta
+
 // Called by the meta backend at every GEMM: the workspace mirror when meta simulates CUDA.
 void simulate_gemm_workspace();
 
@@ -57,8 +83,9 @@ void simulate_gemm_workspace();
 std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity = -1);
 
 // Points meta at the planner's allocator (the simulated CUDA one, or the plain MetaAllocator) for
-// a dry run, and back at a plain MetaAllocator after, also when the dry run throws. Meta must hold
-// nothing when swapped (set_allocator checks); if something still does, the allocator is kept.
+// a dry run, and back at a plain MetaAllocator after, also when the dry run throws; meta's
+// pinned-host account is fresh for the dry run too. Meta must hold nothing when swapped
+// (set_allocator checks); if something still does, the allocator is kept.
 class MetaAllocatorScope {
  public:
   explicit MetaAllocatorScope(bool simulate_cuda);

@@ -8,11 +8,17 @@ namespace lt {
 
 // Defined by the CUDA backend (or its stub when built without CUDA).
 std::unique_ptr<Allocator> make_cuda_allocator(int device_index);
+std::unique_ptr<Allocator> make_cuda_pinned_allocator(int device_index);
 
 namespace {
 std::mutex g_mu;
-std::map<std::pair<int, int>, std::unique_ptr<Allocator>>& table() {
-  static auto* t = new std::map<std::pair<int, int>, std::unique_ptr<Allocator>>();  // never destroyed: tensors may outlive main
+using Table = std::map<std::pair<int, int>, std::unique_ptr<Allocator>>;
+Table& table() {
+  static auto* t = new Table();  // never destroyed: tensors may outlive main
+  return *t;
+}
+Table& pinned_table() {
+  static auto* t = new Table();
   return *t;
 }
 std::pair<int, int> key(Device d) { return {int(d.type), d.index}; }
@@ -34,9 +40,7 @@ Allocator& allocator_for(Device d) {
   return ref;
 }
 
-void set_allocator(Device d, std::unique_ptr<Allocator> a) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto& t = table();
+static void replace_in(Table& t, Device d, std::unique_ptr<Allocator> a) {
   auto it = t.find(key(d));
   if (it != t.end()) {
     LT_CHECK(it->second->stats().allocated_bytes.current == 0, "cannot replace the allocator of " + d.str(),
@@ -48,6 +52,28 @@ void set_allocator(Device d, std::unique_ptr<Allocator> a) {
   } else {
     t.emplace(key(d), std::move(a));
   }
+}
+
+void set_allocator(Device d, std::unique_ptr<Allocator> a) {
+  std::lock_guard<std::mutex> g(g_mu);
+  replace_in(table(), d, std::move(a));
+}
+
+Allocator& pinned_host_allocator(Device d) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& t = pinned_table();
+  auto it = t.find(key(d));
+  if (it != t.end()) return *it->second;
+  std::unique_ptr<Allocator> a =
+      d.is_cuda() ? make_cuda_pinned_allocator(d.index) : make_host_pinned_allocator(d);
+  Allocator& ref = *a;
+  t.emplace(key(d), std::move(a));
+  return ref;
+}
+
+void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a) {
+  std::lock_guard<std::mutex> g(g_mu);
+  replace_in(pinned_table(), d, std::move(a));
 }
 
 }  // namespace lt

@@ -187,6 +187,24 @@ std::string table(const MemoryState& s, const MemoryTimeline& t) {
   return o + "</table>\n";
 }
 
+// The device's transfers' pinned host memory: its own account (MemoryKind::PinnedHost), so it is
+// neither in the chart nor in the device's totals.
+std::string pinned_host_table(const MemoryStats& h, Device d) {
+  std::string o = "<h2>pinned host</h2>\n<p class=\"summary\">host memory staged for " + xml_escape(d.str()) +
+                  "'s transfers (the data loader's ring)" +
+                  (d.is_cuda() ? std::string(", page-locked") : std::string(", ordinary memory on this device type")) +
+                  "; not part of the device figures above</p>\n";
+  o += "<table id=\"pinned-host\">\n<tr><th>pinned host</th><th>now</th><th>peak (whole run)</th></tr>\n";
+  auto row = [&](const std::string& name, const std::string& swatch, int64_t now, int64_t peak) {
+    o += "<tr><td>" + swatch + xml_escape(name) + "</td><td>" + bytes_str(now) + "</td><td>" + bytes_str(peak) + "</td></tr>\n";
+  };
+  for (int c = 0; c < kNumCategories; ++c)
+    row(category_name(Category(c)), "<i style=\"background:" + std::string(kColours[c]) + "\"></i>",
+        h.category[size_t(c)].current, h.category[size_t(c)].peak);
+  row("allocated (all)", "", h.allocated_bytes.current, h.allocated_bytes.peak);
+  return o + "</table>\n";
+}
+
 // The points again, for the hover readout: [x, first, last, state, bytes x7, reserved, op index].
 std::string data_json(const Chart& ch) {
   const MemoryTimeline& t = ch.t;
@@ -228,6 +246,7 @@ std::string data_json(const Chart& ch) {
 constexpr const char* kStyle = R"(<style>
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1160px}
 h1{font-size:20px;margin:0 0 6px}
+h2{font-size:16px;margin:18px 0 4px}
 .summary{margin:4px 0;color:#444}
 .warn{color:#b00}
 #timeline{width:100%;height:auto;background:#fff;border:1px solid #ddd}
@@ -298,7 +317,8 @@ constexpr const char* kScript = R"(<script>
 
 }  // namespace
 
-std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points) {
+std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points,
+                                      const MemoryStats* pinned_host) {
   const MemoryTimeline t = build_memory_timeline(s.history, s.stats, max_points);
   std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + xml_escape(title) +
                   "</title>\n" + kStyle + "</head>\n<body>\n<div id=\"memory-report\" data-drawn=\"0\">\n<h1>" +
@@ -324,13 +344,19 @@ std::string render_memory_report_html(const MemoryState& s, const std::string& t
          "chart's starting point is approximate.</p>\n";
   const Chart ch = make_chart(t);
   o += svg(ch) + legend() + "<div id=\"readout\">hover over the chart for the bytes at an event</div>\n";
-  o += table(s, t) + "</div>\n<script type=\"application/json\" id=\"timeline-data\">" + data_json(ch) + "</script>\n";
+  o += table(s, t);
+  if (pinned_host) o += pinned_host_table(*pinned_host, s.device);
+  o += "</div>\n<script type=\"application/json\" id=\"timeline-data\">" + data_json(ch) + "</script>\n";
   o += kScript;
   return o + "</body>\n</html>\n";
 }
 
 void write_memory_report_html(const Allocator& a, const std::string& html_path, const std::string& title) {
-  const std::string page = render_memory_report_html(capture_memory_state(a), title);
+  MemoryStats pinned;  // the pinned-host account of a device allocator's device
+  const bool has_pinned = a.kind() == MemoryKind::Device;
+  if (has_pinned) pinned = pinned_host_allocator(a.device()).stats();
+  const std::string page =
+      render_memory_report_html(capture_memory_state(a), title, 1000, has_pinned ? &pinned : nullptr);
   io::detail::AtomicFile f(html_path);
   f.write(page.data(), int64_t(page.size()));
   f.commit();

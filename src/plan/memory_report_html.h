@@ -13,6 +13,8 @@
 namespace lt {
 
 // max_points bounds the chart's points, and with them the file size (about 300 bytes a point).
-std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points = 1000);
+// pinned_host, when given, adds a "pinned host" section: that account's total and categories.
+std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points = 1000,
+                                      const MemoryStats* pinned_host = nullptr);
 
 }  // namespace lt

@@ -16,6 +16,14 @@ std::string line(const char* label, int64_t bytes, const char* note = "") {
 
 }  // namespace
 
+std::string pinned_host_categories_json(const MemoryStats& s) {
+  std::string j = "{";
+  for (int i = 0; i < kNumCategories; ++i)
+    j += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(s.category[size_t(i)].peak) +
+         (i + 1 < kNumCategories ? ", " : "");
+  return j + "}";
+}
+
 std::string plan_text(const PlanResult& r) {
   std::string s = r.description + "\n";
   char buf[300];
@@ -32,6 +40,15 @@ std::string plan_text(const PlanResult& r) {
                   format_bytes(r.stats.category[size_t(i)].peak).c_str(), format_bytes(r.stats.category[size_t(i)].current).c_str());
     s += buf;
   }
+  s += "\n";
+  s += line("predicted peak pinned host", r.pinned_host.allocated_bytes.peak,
+            r.device_type == "cuda" ? "  (loader staging, page-locked; not in the totals)"
+                                    : "  (loader staging, ordinary memory on cpu; not in the totals)");
+  for (int i = 0; i < kNumCategories; ++i)
+    if (r.pinned_host.category[size_t(i)].peak) {
+      std::snprintf(buf, sizeof buf, "    %s", category_name(Category(i)));
+      s += line(buf, r.pinned_host.category[size_t(i)].peak);
+    }
   s += "\n";
   if (r.device_type == "cuda") {
     s += line("cuBLASLt workspace (in reserved)", r.workspace_bytes);
@@ -73,6 +90,8 @@ std::string plan_json(const PlanResult& r) {
   num("context_bytes", r.context_bytes);
   num("total_needed_bytes", r.total_needed());
   num("num_alloc_retries", r.stats.num_alloc_retries);
+  num("peak_pinned_host_bytes", r.pinned_host.allocated_bytes.peak);
+  s += "\"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host) + ", ";
   for (const char* part : {"at_peak", "peak", "end"}) {
     s += "\"categories_" + std::string(part) + "\": {";
     for (int i = 0; i < kNumCategories; ++i) {

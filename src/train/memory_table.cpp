@@ -1,6 +1,7 @@
 // The end-of-run memory table, laid out like torch.cuda.memory_summary so users can compare:
 // totals first (allocated, reserved, requested), then allocated bytes split by owner.
 // Category peaks are each category's own peak, so they need not add up to the total peak.
+// Below them, the pinned-host account (the memory kind the data loader stages batches in).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,9 +50,10 @@ std::string centered(const std::string& text) {
 
 }  // namespace
 
-std::string memory_summary(Device d) { return memory_summary(d, allocator_for(d).stats()); }
+namespace {
 
-std::string memory_summary(Device d, const MemoryStats& s) {
+// The table up to its closing rule: title, the device's totals, categories and counts.
+std::string device_rows(Device d, const MemoryStats& s) {
   std::string out = rule('=');
   out += centered("leantrain memory summary, device " + d.str());
   out += rule('=');
@@ -74,8 +76,27 @@ std::string memory_summary(Device d, const MemoryStats& s) {
   std::string line = buf;
   line.resize(kWidth, ' ');
   out += "|" + line + "|\n";
-  out += rule('=');
   return out;
+}
+
+}  // namespace
+
+std::string memory_summary(Device d) {
+  return memory_summary(d, allocator_for(d).stats(), pinned_host_allocator(d).stats());
+}
+
+std::string memory_summary(Device d, const MemoryStats& s) { return device_rows(d, s) + rule('='); }
+
+// Page-locked on CUDA; on cpu the same buffers are ordinary memory, counted all the same.
+std::string memory_summary(Device d, const MemoryStats& s, const MemoryStats& h) {
+  std::string out = device_rows(d, s) + rule('-');
+  out += row(d.is_cuda() ? "Pinned host memory" : "Pinned host memory (ordinary)", format_bytes(h.allocated_bytes.current),
+             format_bytes(h.allocated_bytes.peak));
+  for (int i = 0; i < kNumCategories; ++i)
+    if (h.category[i].peak)
+      out += row(std::string("  ") + category_name(Category(i)), format_bytes(h.category[i].current),
+                 format_bytes(h.category[i].peak));
+  return out + rule('=');
 }
 
 }  // namespace lt

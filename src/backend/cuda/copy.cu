@@ -192,7 +192,7 @@ void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
   LT_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
 }
 
-// The loader's staged copy: src is pinned (alloc_staging), so the DMA runs while the host goes
+// The loader's staged copy: src is pinned (allocate_pinned_host), so the DMA runs while the host goes
 // on; the caller records an event after it and keeps src unchanged until the event completed.
 void CudaBackend::copy_from_host_async(const Tensor& dst, const void* src) {
   check_on_device(dst, device_index_, "copy_from_host_async", "dst");
@@ -200,8 +200,7 @@ void CudaBackend::copy_from_host_async(const Tensor& dst, const void* src) {
            "copy into a contiguous tensor first");
   if (dst.nbytes() == 0) return;
   DeviceGuard g(device_index_);
-  LT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src, size_t(dst.nbytes()), cudaMemcpyHostToDevice,
-                                device_state(device_index_).stream));
+  LT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src, size_t(dst.nbytes()), cudaMemcpyHostToDevice, current_stream()));
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src) {

@@ -13,15 +13,14 @@ class CudaBackend final : public Backend {
   int device_index() const { return device_index_; }
   const char* name() const override { return "cuda"; }
   void synchronize() override;
-  // cuda_runtime.cpp: pinned staging memory and copy events (the data loader)
-  void* alloc_staging(int64_t nbytes) override;
-  void free_staging(void* p) noexcept override;
-  void* create_copy_event() override;
-  void destroy_copy_event(void* event) noexcept override;
-  void copy_from_host_async(const Tensor& dst, const void* src) override;
-  void record_copy_event(void* event) override;
-  bool copy_event_done(void* event) override;
-  void wait_copy_event(void* event) override;
+  // cuda_runtime.cpp: events on the device's streams (cudaEvent_t)
+  void* create_event() override;
+  void destroy_event(void* event) noexcept override;
+  void record_event(void* event) override;
+  bool event_done(void* event) override;
+  void wait_event(void* event) override;
+  void stream_wait_event(void* event) override;
+  void copy_from_host_async(const Tensor& dst, const void* src) override;  // copy.cu
   // Every op of backend_ops.def, one file per group: copy.cu, elementwise.cu, reduce.cu,
   // gemm.cu (cuBLASLt), norm.cu, attention.cu (flash-style, no TxT matrix), embedding.cu,
   // loss.cu, optim.cu and optim_lean.cu (one fused multi-tensor launch per step).

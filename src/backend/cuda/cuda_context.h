@@ -1,6 +1,7 @@
 // Host-side CUDA plumbing shared by the backend's .cpp and .cu files (plain C++: g++ compiles
 // the .cpp files): checks that turn CUDA/cuBLAS failures into lt::Error, the per-device state
-// (context, compute stream, cuBLASLt handle, memory measured at start-up) and a device guard.
+// (context, compute and copy streams, cuBLASLt handle, memory measured at start-up) and a device
+// guard.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -18,21 +19,26 @@ void check_launch(const char* kernel, const char* file, int line);
 // Created on first use of a device, never destroyed (tensors may outlive main).
 struct DeviceState {
   int index = 0;
-  cudaStream_t stream = nullptr;  // the one compute stream of this device
+  cudaStream_t stream = nullptr;       // the compute stream (kComputeStream): every op by default
+  cudaStream_t copy_stream = nullptr;  // kCopyStream: copies that overlap compute (StreamGuard)
   cublasLtHandle_t lt = nullptr;
   int sm_count = 0;
   int64_t total_bytes = 0;
   int64_t context_bytes = 0;  // in use right after the context was created
-  int64_t library_bytes = 0;  // growth while creating the stream and the cuBLASLt handle
+  int64_t library_bytes = 0;  // growth while creating the streams and the cuBLASLt handle
 };
 DeviceState& device_state(int device);
 int current_device();
 // Fails with a clear lt::Error when `device` does not exist or CUDA is unavailable.
 void check_device(int device);
 
-// The stream every kernel of this process uses on the current device. It is a blocking
-// stream: work on the legacy default stream still orders with it.
+// The stream kernels and copies are enqueued on: the current device's stream numbered by this
+// thread's StreamGuard (memory/streams.h), the compute stream unless set. Both streams are
+// blocking streams: work on the legacy default stream still orders with them. Work on the copy
+// stream must not use cuBLASLt (its workspace belongs to the compute stream).
 cudaStream_t current_stream();
+// Stream number `stream` (kComputeStream, kCopyStream) of `device`; fails for other numbers.
+cudaStream_t stream_handle(int device, int stream);
 
 // Makes `device` current for the scope, restoring the previous device afterwards.
 class DeviceGuard {

@@ -12,6 +12,7 @@
 #include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
+#include "memory/streams.h"
 
 namespace lt {
 
@@ -118,6 +119,7 @@ DeviceState& device_state(int device) {
     s->context_bytes = int64_t(total - free0);
     LT_CUDA_CHECK(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamDefault));
     LT_CUBLAS_CHECK(cublasLtCreate(&s->lt));
     size_t free1 = 0;
     LT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
@@ -127,7 +129,16 @@ DeviceState& device_state(int device) {
   return *states[size_t(device)];
 }
 
-cudaStream_t current_stream() { return device_state(current_device()).stream; }
+cudaStream_t stream_handle(int device, int stream) {
+  DeviceState& s = device_state(device);
+  if (stream == kComputeStream) return s.stream;
+  if (stream == kCopyStream) return s.copy_stream;
+  fail("no stream " + std::to_string(stream) + " on cuda:" + std::to_string(device),
+       "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device (compute, copy)",
+       "use kComputeStream or kCopyStream in the StreamGuard");
+}
+
+cudaStream_t current_stream() { return stream_handle(current_device(), current_stream_id()); }
 
 }  // namespace cuda
 
@@ -148,43 +159,28 @@ Backend& cuda_backend(int device_index) {
 
 void CudaBackend::synchronize() {
   cuda::DeviceGuard g(device_index_);
-  LT_CUDA_CHECK(cudaStreamSynchronize(cuda::device_state(device_index_).stream));
+  const cuda::DeviceState& s = cuda::device_state(device_index_);
+  LT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  LT_CUDA_CHECK(cudaStreamSynchronize(s.copy_stream));
 }
 
-// Pinned staging memory for the data loader. Pinned memory is limited (it cannot be swapped), so
-// a refusal is not an error: nullptr tells the caller to use pageable memory.
-void* CudaBackend::alloc_staging(int64_t nbytes) {
-  cuda::DeviceGuard g(device_index_);
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, size_t(nbytes > 0 ? nbytes : 1), cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: clear it so that the next launch check does not see it
-    return nullptr;
-  }
-  return p;
-}
-
-void CudaBackend::free_staging(void* p) noexcept {
-  if (p) (void)cudaFreeHost(p);  // the caller has waited for every copy that read it
-}
-
-void* CudaBackend::create_copy_event() {
+void* CudaBackend::create_event() {
   cuda::DeviceGuard g(device_index_);
   cudaEvent_t ev = nullptr;
   LT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   return ev;
 }
 
-void CudaBackend::destroy_copy_event(void* event) noexcept {
+void CudaBackend::destroy_event(void* event) noexcept {
   if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-void CudaBackend::record_copy_event(void* event) {
+void CudaBackend::record_event(void* event) {
   cuda::DeviceGuard g(device_index_);
-  LT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::device_state(device_index_).stream));
+  LT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::current_stream()));
 }
 
-bool CudaBackend::copy_event_done(void* event) {
+bool CudaBackend::event_done(void* event) {
   cuda::DeviceGuard g(device_index_);
   const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (e == cudaSuccess) return true;
@@ -192,12 +188,17 @@ bool CudaBackend::copy_event_done(void* event) {
     (void)cudaGetLastError();  // "not yet" must not surface at the next kernel's launch check
     return false;
   }
-  cuda::throw_cuda_error(e, "cudaEventQuery (a loader copy)", __FILE__, __LINE__);
+  cuda::throw_cuda_error(e, "cudaEventQuery", __FILE__, __LINE__);
 }
 
-void CudaBackend::wait_copy_event(void* event) {
+void CudaBackend::wait_event(void* event) {
   cuda::DeviceGuard g(device_index_);
   LT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+void CudaBackend::stream_wait_event(void* event) {
+  cuda::DeviceGuard g(device_index_);
+  LT_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), static_cast<cudaEvent_t>(event), 0));
 }
 
 CudaMemoryInfo cuda_memory_info(int device) {
@@ -222,7 +223,7 @@ CudaMemoryInfo cuda_memory_info(int device) {
 std::string cuda_memory_summary(int device) {
   const CudaMemoryInfo m = cuda_memory_info(device);
   return "cuda:" + std::to_string(m.device) + " " + m.name + ": " + mib(m.total_bytes) + " total, CUDA context " +
-         mib(m.context_bytes) + ", stream + cuBLASLt handle " + mib(m.library_bytes) +
+         mib(m.context_bytes) + ", streams + cuBLASLt handle " + mib(m.library_bytes) +
          ", caching allocator reserved " + mib(m.reserved_bytes) + " (cuBLASLt workspace " +
          mib(m.workspace_bytes) + " of it), " + mib(m.free_bytes) + " free";
 }

@@ -14,6 +14,7 @@ bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 Backend& cuda_backend(int) { no_cuda(); }
 std::unique_ptr<Allocator> make_cuda_allocator(int) { no_cuda(); }
+std::unique_ptr<Allocator> make_cuda_pinned_allocator(int) { no_cuda(); }
 CudaMemoryInfo cuda_memory_info(int) { no_cuda(); }
 std::string cuda_memory_summary(int) { return "CUDA unavailable (built without the CUDA backend)"; }
 void cuda_set_allow_tf32(bool) {}
