@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "leantrain/autograd.h"
+#include "leantrain/checkpoint.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 #include "leantrain/optim.h"
@@ -84,6 +85,21 @@ TEST(ModuleTrainable, FrozenParametersGetNoGradAndNoOptimizerState) {
   ASSERT_TRUE(m.parameter("transformer.h.1.mlp.c_fc.weight").grad().defined());
   m.set_trainable("transformer.h.1.mlp.c_fc.weight", false);
   EXPECT_FALSE(m.parameter("transformer.h.1.mlp.c_fc.weight").grad().defined());
+}
+
+// A checkpointed block whose parameters are all frozen: its recomputation still sends gradients
+// to the input (the trainable embeddings), and none to the frozen weights.
+TEST(ModuleTrainable, FrozenBlockUnderActivationCheckpointing) {
+  auto grads = [](bool checkpointed) {
+    models::GPT2 m(small_gpt2(), {.seed = 6});
+    m.set_trainable(R"(transformer\.h\.0\..*)", false);
+    if (checkpointed) nn::apply_checkpointing(m, "blocks");
+    Tensor x = ids();
+    m.loss(x, x).backward();
+    EXPECT_FALSE(m.parameter("transformer.h.0.attn.c_attn.weight").grad().defined());
+    return m.parameter("transformer.wpe.weight").grad().to_float_vector();
+  };
+  EXPECT_EQ(grads(true), grads(false));
 }
 
 TEST(ModuleTrainable, BadPatternsAreClearErrors) {
