@@ -7,11 +7,22 @@
 // inside MemoryCategoryScope(Category::Parameter), drawn by the counter-based generator on that
 // device. No host copy, so building a model on `meta` costs nothing and on a GPU costs exactly
 // its parameter bytes.
+//
+// The parameter store: a model's parameters (and buffers) are views into ONE flat allocation per
+// (device, dtype), in registration order, each at a 512-byte-aligned offset. Modules register
+// parameters one by one in their constructors, so the factory hands out slots first (shape,
+// dtype, device, init and generator counters fixed at make()) and ParamFactory::materialize()
+// then sizes, allocates and fills the flat buffer. A shard is an offset range into it.
+//
+// Trainable = requires_grad: set_trainable() switches parameters by name; frozen ones get no
+// .grad and are never handed to the optimizer (Module::named_trainable_parameters()).
 #pragma once
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,6 +36,9 @@ struct InitOptions {
   Device device = Device::cpu();
   DType dtype = DType::F32;
   uint64_t seed = 0;
+  // true: one flat allocation per (device, dtype) holds every parameter (the parameter store);
+  // false: one allocation per parameter (same values, the per-parameter build).
+  bool flat = true;
 };
 
 // How one parameter's initial values are drawn.
@@ -39,23 +53,75 @@ struct Init {
 };
 
 // Creates parameters (requires_grad, Category::Parameter) in construction order from one
-// generator, so a model built with one seed has the same values on every device.
+// generator, so a model built with one seed has the same values on every device, flat or not.
+//
+// With InitOptions::flat, make() returns a tensor without memory yet: its generator counters are
+// taken at once (so values do not depend on when it is filled) and materialize() gives every
+// pending tensor its view of the flat buffer and its values. Models call materialize() at the
+// end of their constructor; the destructor does it for whatever is still pending (so a module
+// built around a local factory is complete when the factory goes out of scope). Using a
+// parameter before then is a bug (it has no memory).
 class ParamFactory {
  public:
   explicit ParamFactory(const InitOptions& o) : opts_(o), gen_(o.seed) {}
-  Tensor make(const Shape& shape, const Init& init);
+  ~ParamFactory() noexcept(false);
+  ParamFactory(const ParamFactory&) = delete;
+  ParamFactory& operator=(const ParamFactory&) = delete;
+
+  // A trainable parameter in the factory's dtype.
+  Tensor make(const Shape& shape, const Init& init) { return make(shape, init, opts_.dtype); }
+  // A parameter of another dtype (e.g. u8 quantized weights): trainable only when floating.
+  Tensor make(const Shape& shape, const Init& init, DType dtype);
+  // A buffer (Module::register_buffer): stored with the parameters, never trainable.
+  Tensor make_buffer(const Shape& shape, const Init& init, std::optional<DType> dtype = {});
+  // Allocates the flat buffer of each (device, dtype) and fills every pending tensor, in
+  // registration order. Idempotent; later make() calls start a new batch.
+  void materialize();
   // A distinct seed for each dropout module (derived, does not consume parameter counters).
   uint64_t next_seed();
   Device device() const { return opts_.device; }
   DType dtype() const { return opts_.dtype; }
 
+  // Bytes a tensor takes in the flat buffer: its size rounded up to the allocator's 512-byte
+  // granule, so every view keeps the alignment a separate allocation would have.
+  static int64_t flat_bytes(const Shape& shape, DType dtype);
+
  private:
+  struct Pending {
+    std::shared_ptr<TensorImpl> impl;
+    Init init;
+    uint64_t counter = 0;  // first generator counter (random kinds)
+  };
+  Tensor create(const Shape& shape, const Init& init, DType dtype);
+  void fill(const Tensor& t, const Init& init, uint64_t counter);
+
   InitOptions opts_;
   Generator gen_;
   uint64_t seeds_ = 0;
+  std::vector<Pending> pending_;
 };
 
 // ---------------------------------------------------------------- Module
+
+class Module;
+
+// A child that its owner calls through the owner's registry (Module::register_child), so that
+// Module::replace_module() changes what the owner calls. Resolves on every access (one index).
+template <class M>
+class Child {
+ public:
+  Child() = default;
+  M* get() const;
+  M* operator->() const { return get(); }
+  M& operator*() const { return *get(); }
+  explicit operator bool() const { return owner_ != nullptr; }
+
+ private:
+  friend class Module;
+  Child(const Module* owner, size_t index) : owner_(owner), index_(index) {}
+  const Module* owner_ = nullptr;
+  size_t index_ = 0;
+};
 
 class Module {
  public:
@@ -71,9 +137,22 @@ class Module {
   // weight appears under its first name only, as in PyTorch's named_parameters().
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // The parameters that train (requires_grad), in the same order: what optimizers and gradient
+  // clipping take. Frozen parameters get no .grad and no optimizer state.
+  std::vector<std::pair<std::string, Tensor>> named_trainable_parameters() const;
+  std::vector<Tensor> trainable_parameters() const;
+  // Freezes (on = false) or unfreezes every parameter whose full name matches `pattern` (an
+  // ECMAScript regex over the whole name; a plain name matches itself). Freezing drops the
+  // parameter's .grad. Returns how many matched; throws lt::Error when none does, or when a
+  // non-floating parameter (e.g. u8 quantized weights) would be made trainable.
+  int64_t set_trainable(const std::string& pattern, bool on);
+  // Buffers: tensors saved and loaded with the module (safetensors, checkpoints) that never train,
+  // e.g. running statistics. Named like parameters, in the same traversal order.
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   // The slots that hold the parameters, for features that replace a parameter (sharding,
   // quantization): assigning through a slot changes what the owning module uses.
   std::vector<std::pair<std::string, Tensor*>> named_parameter_slots();
+  std::vector<std::pair<std::string, Tensor*>> named_buffer_slots();
   // Every module in pre-order with its path; the root's path is "".
   std::vector<std::pair<std::string, Module*>> named_modules();
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
@@ -81,6 +160,14 @@ class Module {
   Tensor parameter(const std::string& name) const;  // throws lt::Error when absent
   int64_t num_parameters() const;
   int64_t parameter_bytes() const;
+
+  // Puts `m` in place of the module at `path` (e.g. a quantized or LoRA-wrapped Linear): its
+  // owner calls `m` from then on, named_parameters()/named_modules() list m's, and m takes the
+  // old module's training mode. The old module's forward wrapper is not carried over (install
+  // checkpointing after replacing). Throws lt::Error when no module is at `path`, when its owner
+  // keeps it in a member of its own (registered with register_module, not register_child), or
+  // when `m` is not of the kind the owner calls.
+  void replace_module(const std::string& path, std::shared_ptr<Module> m);
 
   // Training mode (dropout on) for this module and all below it.
   void train(bool on = true);
@@ -103,25 +190,48 @@ class Module {
  protected:
   // Registers a parameter; the returned reference stays valid for the module's lifetime.
   Tensor& register_parameter(const std::string& name, Tensor t);
+  // Registers a buffer (requires_grad off); the reference stays valid for the module's lifetime.
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  // A child the owner keeps a pointer to itself: replace_module refuses it (the owner would go
+  // on calling the old one).
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
-    add_child(name, m);
+    add_child(name, m, nullptr);
     return m;
+  }
+  // A child the owner calls through the returned handle: replace_module may swap it for any
+  // module that is an M.
+  template <class M>
+  Child<M> register_child(const std::string& name, std::shared_ptr<M> m) {
+    if constexpr (std::is_same_v<M, Module>) add_child(name, m, [](const Module&) { return true; });
+    else add_child(name, m, [](const Module& r) { return dynamic_cast<const M*>(&r) != nullptr; });
+    return Child<M>(this, children_.size() - 1);
   }
   // Runs forward(x), through the wrapper if one is set. `forward` must capture by value: a
   // checkpointing wrapper keeps it to recompute during backward.
   Tensor call_forward(const Tensor& x, const ForwardFn& forward);
 
  private:
-  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  template <class M>
+  friend class Child;
+  using Accepts = std::function<bool(const Module&)>;  // null: the owner holds the child itself
+  void add_child(const std::string& name, std::shared_ptr<Module> m, Accepts accepts);
   void check_new_name(const std::string& name) const;
   void collect_modules(const std::string& prefix, std::vector<std::pair<std::string, Module*>>& out);
+  std::vector<std::pair<std::string, Tensor*>> named_slots(bool buffers);
 
   std::deque<std::pair<std::string, Tensor>> params_;  // deque: references stay valid
+  std::deque<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<Accepts> accepts_;  // per child
   bool training_ = true;
   ForwardWrapper wrapper_;
 };
+
+template <class M>
+M* Child<M>::get() const {
+  return owner_ ? static_cast<M*>(owner_->children_[index_].second.get()) : nullptr;
+}
 
 // A module with one tensor in, one out; operator() goes through the forward wrapper.
 class UnaryModule : public Module {
@@ -136,11 +246,21 @@ class UnaryModule : public Module {
 class ModuleList : public Module {
  public:
   const char* type_name() const override { return "ModuleList"; }
-  void append(std::shared_ptr<Module> m, const std::string& name = "");
+  // Replaceable (the list's owner calls entries through at()), unless `owner_keeps_it`: the
+  // owner calls that entry through a pointer of its own, so replace_module must refuse it.
+  void append(std::shared_ptr<Module> m, const std::string& name = "", bool owner_keeps_it = false);
   size_t size() const { return children().size(); }
   Module& operator[](size_t i) const { return *children()[i].second; }
+  // Entry i as an M; throws lt::Error when a replacement is of another kind.
   template <class M>
-  M& at(size_t i) const { return dynamic_cast<M&>(*children()[i].second); }
+  M& at(size_t i) const {
+    M* m = dynamic_cast<M*>(children()[i].second.get());
+    if (!m) entry_kind_error(i);
+    return *m;
+  }
+
+ private:
+  [[noreturn]] void entry_kind_error(size_t i) const;
 };
 
 // ---------------------------------------------------------------- layers
@@ -269,9 +389,7 @@ class Mlp : public UnaryModule {
   Tensor forward(const Tensor& x) override;
 
  private:
-  std::shared_ptr<Linear> fc1_, fc2_;
-  std::shared_ptr<Gelu> act_;
-  std::shared_ptr<Dropout> drop_;
+  Child<UnaryModule> fc1_, fc2_, act_, drop_;
 };
 
 // The attention core, without parameters: fused projection qkv [B, T, 3C] (q | k | v) ->
@@ -306,10 +424,10 @@ class SelfAttention : public Module {
   // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
   Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const { return (*core_)(qkv, key_padding_mask); }
   // Subclasses register the core (child "core") after their input projection.
-  void register_core() { core_ = register_module("core", std::make_shared<AttentionCore>(dim_, heads_, causal_)); }
+  void register_core() { core_ = register_child("core", std::make_shared<AttentionCore>(dim_, heads_, causal_)); }
   int64_t dim_, heads_;
   bool causal_;
-  std::shared_ptr<AttentionCore> core_;
+  Child<AttentionCore> core_;
 };
 
 // GPT-2 naming: c_attn (Conv1D [C, 3C]), c_proj (Conv1D [C, C]), resid_dropout.
@@ -320,8 +438,7 @@ class CausalSelfAttention : public SelfAttention {
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
 
  private:
-  std::shared_ptr<Linear> c_attn_, c_proj_;
-  std::shared_ptr<Dropout> drop_;
+  Child<UnaryModule> c_attn_, c_proj_, drop_;
 };
 
 // torch.nn.MultiheadAttention naming: in_proj_weight [3D, D], in_proj_bias [3D], out_proj (Linear).
@@ -334,7 +451,7 @@ class MultiheadSelfAttention : public SelfAttention {
  private:
   Tensor* in_proj_weight_ = nullptr;
   Tensor* in_proj_bias_ = nullptr;
-  std::shared_ptr<Linear> out_proj_;
+  Child<UnaryModule> out_proj_;
 };
 
 // Pre-norm transformer block: x += attn(ln_1(x)); x += mlp(ln_2(x)). Children keep the
@@ -355,8 +472,8 @@ class PreNormBlock : public Module {
 
  private:
   const char* type_;
-  std::shared_ptr<UnaryModule> ln_1_, ln_2_, mlp_;
-  std::shared_ptr<SelfAttention> attn_;
+  Child<UnaryModule> ln_1_, ln_2_, mlp_;
+  Child<SelfAttention> attn_;
 };
 
 }  // namespace lt::nn

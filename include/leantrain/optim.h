@@ -1,8 +1,12 @@
 // Optimizers, gradient clipping and learning-rate schedules.
 //
 // An optimizer owns a list of named parameters (split into groups that may override the weight
-// decay) and, per parameter, its state tensors and step count. State is allocated lazily at the
-// first update, on the parameter's device, inside MemoryCategoryScope(Category::OptimizerState).
+// decay) and, per parameter NAME, its state tensors and step count: the name, not the tensor, is
+// the key, so a parameter that is swapped, re-materialized or resharded keeps its state (rebind).
+// State is allocated lazily at the first update inside MemoryCategoryScope(Category::OptimizerState),
+// on the state device: the parameter's own by default, or one set with set_state_device (offload
+// puts it on the host). A parameter whose state lives on another device is updated there, on a
+// copy of the parameter and of its gradient (Workspace), and copied back.
 // step() makes one backend call per group (a fused multi-tensor kernel on the GPU); parameters
 // without a grad are skipped, as in PyTorch. step_param() updates one parameter, for the
 // optimizer step inside backward (called from a post-accumulate-grad hook).
@@ -58,7 +62,9 @@ class Optimizer {
   // Updates every parameter that has a grad. Gradients are multiplied by grad_scale first
   // (clip coefficient, 1/loss scale) inside the update: no extra pass over them.
   void step(float grad_scale = 1.0f);
-  // Updates one parameter (must have a grad), e.g. from a post-accumulate-grad hook.
+  // Updates the parameter of that name (must have a grad), e.g. from a post-accumulate-grad hook.
+  void step_param(const std::string& name, float grad_scale = 1.0f);
+  // The same, finding the name of `param` (a linear search: prefer the name).
   void step_param(const Tensor& param, float grad_scale = 1.0f);
   void zero_grad(bool set_to_none = true);
 
@@ -66,13 +72,22 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const;  // largest per-parameter step
   std::vector<Tensor> params() const;
+  std::vector<NamedTensor> named_params() const;
+  // Points `name` at another tensor of the same shape, dtype and device (a parameter that was
+  // swapped or re-materialized), keeping its state and step. Throws lt::Error otherwise.
+  void rebind(const std::string& name, const Tensor& param);
+  // Where state (and master copies) are allocated: unset = each parameter's device. Before the
+  // first update only.
+  void set_state_device(std::optional<Device> d);
+  std::optional<Device> state_device() const { return state_device_; }
   // Bytes of state allocated so far (0 before the first step), master copies included.
   int64_t state_bytes() const;
   // Turns master weights on or off; before the first update only. f32/f64 parameters never get one.
   void set_master_weights(bool on);
   bool master_weights() const { return master_; }
-  // The f32 master copy of `param` (undefined when it has none yet).
-  Tensor master_of(const Tensor& param) const;
+  // The f32 master copy of the parameter of that name (undefined when it has none yet).
+  Tensor master_of(const std::string& name) const;
+  Tensor master_of(const Tensor& param) const;  // by the name of `param`
   // Rounds bf16/f16 parameter updates stochastically (see above), with random bits keyed on
   // `seed`. Any time; throws lt::Error together with master weights (whose updates are f32).
   void set_stochastic_rounding(bool on, uint64_t seed = 0);
@@ -98,8 +113,8 @@ class Optimizer {
   Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind);
   // Names of the state tensors, in the order state_for() allocates them.
   virtual std::vector<std::string> state_names() const = 0;
-  // Allocates zeroed state for `param` (called under the OptimizerState scope, on its device).
-  virtual std::vector<Tensor> make_state(const Tensor& param) const = 0;
+  // Allocates zeroed state for `param` on `device` (called under the OptimizerState scope).
+  virtual std::vector<Tensor> make_state(const Tensor& param, Device device) const = 0;
   // One backend call updating `slots` (same device, same step, same weight decay, all with grads).
   virtual void update(const std::vector<Slot*>& slots, float grad_scale) = 0;
   // The stochastic-rounding stream of `s` for its coming update (step s.step + 1), for
@@ -110,13 +125,18 @@ class Optimizer {
 
  private:
   void update_batch(std::vector<Slot*>& slots, float grad_scale);
-  void update_master(Slot& s, float grad_scale);
+  void update_elsewhere(Slot& s, float grad_scale);
   bool wants_master(const Slot& s) const;
+  Device state_device_of(const Slot& s) const { return state_device_.value_or(s.param.device()); }
+  bool updates_elsewhere(const Slot& s) const { return s.master.defined() || !(state_device_of(s) == s.param.device()); }
   void ensure_master(Slot& s);
   void ensure_state(Slot& s);
+  Slot& slot(const std::string& name, const char* what);
+  const Slot* find_slot(const Tensor& param) const;
 
   std::vector<std::vector<Slot>> groups_;
-  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // param -> (group, slot)
+  std::unordered_map<std::string, std::pair<size_t, size_t>> index_;  // name -> (group, slot)
+  std::optional<Device> state_device_;
   double lr_;
   bool master_ = false;
   bool sr_ = false;
@@ -141,7 +161,7 @@ class SGD : public Optimizer {
 
  protected:
   std::vector<std::string> state_names() const override;
-  std::vector<Tensor> make_state(const Tensor& param) const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
@@ -166,7 +186,7 @@ class AdamW : public Optimizer {
 
  protected:
   std::vector<std::string> state_names() const override;
-  std::vector<Tensor> make_state(const Tensor& param) const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
@@ -187,6 +207,7 @@ struct OptimizerConfig {
   bool master_weights = false;                           // f32 copies of f16/bf16 parameters (any optimizer)
   bool stochastic_rounding = false;                      // round 16-bit parameter updates stochastically
   uint64_t seed = 0;                                     // keys the stochastic rounding bits
+  std::optional<Device> state_device;                    // unset: each parameter's device
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<ParamGroup> groups);
 

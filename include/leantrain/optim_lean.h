@@ -23,7 +23,7 @@ class Lion : public Optimizer {
 
  protected:
   std::vector<std::string> state_names() const override;
-  std::vector<Tensor> make_state(const Tensor& param) const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
@@ -56,7 +56,7 @@ class AdamW8bit : public Optimizer {
 
  protected:
   std::vector<std::string> state_names() const override;
-  std::vector<Tensor> make_state(const Tensor& param) const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
@@ -80,7 +80,7 @@ class Lion8bit : public Optimizer {
 
  protected:
   std::vector<std::string> state_names() const override;
-  std::vector<Tensor> make_state(const Tensor& param) const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:

@@ -23,7 +23,11 @@ LoadResult load_module(nn::Module& module, const std::string& path, const LoadOp
   SafetensorsReader reader(path);
   std::map<std::string, Tensor*> slots;
   std::vector<std::string> order;
-  for (auto& [name, slot] : module.named_parameter_slots()) {
+  // Parameters, then buffers (saved with the module too), each by its dotted name.
+  auto params = module.named_parameter_slots();
+  auto buffers = module.named_buffer_slots();
+  params.insert(params.end(), buffers.begin(), buffers.end());
+  for (auto& [name, slot] : params) {
     slots[name] = slot;
     order.push_back(name);
   }
@@ -48,7 +52,7 @@ LoadResult load_module(nn::Module& module, const std::string& path, const LoadOp
     if (!source.count(name)) result.missing.push_back(name);
   LT_CHECK(!options.strict || result.unexpected.empty(),
            "unexpected tensor " + first_of(result.unexpected) + " in '" + path + "'",
-           "the model has no parameter of that name", "load the file into the model it was saved from, or load non-strictly");
+           "the model has no parameter or buffer of that name", "load the file into the model it was saved from, or load non-strictly");
   LT_CHECK(options.allow_missing || result.missing.empty(),
            "parameter " + first_of(result.missing) + " is missing from '" + path + "'",
            "the file does not contain every parameter of the model", "use a checkpoint of this model configuration");
@@ -78,7 +82,9 @@ void save_module(const nn::Module& module, const std::string& path, const std::m
   // transformers' from_pretrained rejects a file whose metadata lacks a known "format".
   std::map<std::string, std::string> meta = metadata;
   meta.emplace("format", "pt");
-  save_safetensors(path, module.named_parameters(), meta);
+  std::vector<std::pair<std::string, Tensor>> tensors = module.named_parameters();
+  for (auto& b : module.named_buffers()) tensors.push_back(b);
+  save_safetensors(path, tensors, meta);
 }
 
 }  // namespace lt::io

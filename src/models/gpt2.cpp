@@ -64,6 +64,7 @@ GPT2::GPT2(const GPT2Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(
                                               pf, cfg_.n_embd, cfg_.vocab_size,
                                               nn::LinearOptions{.bias = false, .weight_init = nn::Init::normal(0.02)}));
+  pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
 Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {

@@ -67,7 +67,8 @@ ViT::ViT(const ViTConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
   // torchvision starts the classifier at zero.
   head_ = std::make_shared<nn::Linear>(pf, D, cfg_.num_labels,
                                        nn::LinearOptions{.weight_init = nn::Init::zeros()});
-  heads->append(head_, "head");
+  heads->append(head_, "head", /*owner_keeps_it=*/true);  // forward calls head_
+  pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
 Tensor ViT::forward(const Tensor& images_in, const Tensor& mask) {

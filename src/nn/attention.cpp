@@ -24,12 +24,12 @@ Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
 CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout,
                                          const Init& proj_init)
     : SelfAttention(dim, heads, true) {
-  c_attn_ = register_module("c_attn", std::make_shared<Linear>(pf, dim, 3 * dim,
+  c_attn_ = register_child<UnaryModule>("c_attn", std::make_shared<Linear>(pf, dim, 3 * dim,
                                                                 LinearOptions{.layout = WeightLayout::InOut}));
   register_core();
-  c_proj_ = register_module(
+  c_proj_ = register_child<UnaryModule>(
       "c_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.layout = WeightLayout::InOut, .weight_init = proj_init}));
-  drop_ = register_module("resid_dropout", std::make_shared<Dropout>(resid_dropout, pf.next_seed()));
+  drop_ = register_child<UnaryModule>("resid_dropout", std::make_shared<Dropout>(resid_dropout, pf.next_seed()));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
@@ -42,7 +42,7 @@ MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, in
   in_proj_weight_ = &register_parameter("in_proj_weight", pf.make({3 * dim, dim}, Init::xavier_uniform(dim, 3 * dim)));
   in_proj_bias_ = &register_parameter("in_proj_bias", pf.make({3 * dim}, Init::zeros()));
   register_core();
-  out_proj_ = register_module(
+  out_proj_ = register_child<UnaryModule>(
       "out_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.weight_init = Init::uniform(1.0 / std::sqrt(double(dim)))}));
 }
 

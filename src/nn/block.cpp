@@ -5,10 +5,10 @@ namespace lt::nn {
 PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, std::shared_ptr<SelfAttention> attn,
                            std::shared_ptr<UnaryModule> ln_2, std::shared_ptr<UnaryModule> mlp, const BlockNames& names)
     : type_(type) {
-  ln_1_ = register_module(names.ln_1, std::move(ln_1));
-  attn_ = register_module(names.attn, std::move(attn));
-  ln_2_ = register_module(names.ln_2, std::move(ln_2));
-  mlp_ = register_module(names.mlp, std::move(mlp));
+  ln_1_ = register_child(names.ln_1, std::move(ln_1));
+  attn_ = register_child(names.attn, std::move(attn));
+  ln_2_ = register_child(names.ln_2, std::move(ln_2));
+  mlp_ = register_child(names.mlp, std::move(mlp));
 }
 
 // The residual add and ln_2 run as one fused op (add_layer_norm: one pass each way, the same

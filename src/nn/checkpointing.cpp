@@ -60,7 +60,8 @@ void checkpoint_module(Module& m, bool keep_matmul_outputs) {
   Module::ForwardWrapper inner = m.forward_wrapper();
   m.set_forward_wrapper([opts, inner](Module& self, const Tensor& x, const Module::ForwardFn& forward) {
     CheckpointOptions o = opts;
-    o.params = self.parameters();  // now, not at install time: a feature may have swapped some since
+    // Now, not at install time: a feature may have swapped or frozen some since. Frozen ones get no grad.
+    o.params = self.trainable_parameters();
     // `forward` binds the other arguments (masks) by value; the copy keeps them for the backward.
     Module::ForwardFn fn = forward;
     if (inner) fn = [inner, &self, forward](const Tensor& in) { return inner(self, in, forward); };

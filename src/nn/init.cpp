@@ -1,8 +1,18 @@
 // Parameters are drawn directly on the target device in the target dtype: no fp32 host copy
 // exists at any point, so load-time peak equals parameter bytes.
+//
+// The flat store (InitOptions::flat) follows llm.c's single parameter buffer: sizes first (every
+// make() records a slot), then one allocation per (device, dtype) carved into views in
+// registration order. Each view starts on a 512-byte boundary, the allocator's granule, so the
+// store takes exactly the bytes the per-parameter allocations took and every kernel sees the
+// alignment it saw before. Values are identical to the per-parameter build: a slot's generator
+// counters are taken at make(), in the same order, and the random kernels are keyed by counter.
 #include <cmath>
+#include <exception>
 
+#include "backend/backend.h"
 #include "leantrain/autograd.h"
+#include "leantrain/error.h"
 #include "leantrain/nn.h"
 
 namespace lt::nn {
@@ -11,20 +21,89 @@ Init Init::xavier_uniform(int64_t fan_in, int64_t fan_out) {
   return uniform(std::sqrt(6.0 / double(fan_in + fan_out)));
 }
 
-Tensor ParamFactory::make(const Shape& shape, const Init& init) {
+int64_t ParamFactory::flat_bytes(const Shape& shape, DType dtype) {
+  const int64_t n = numel(shape) * int64_t(dtype_size(dtype));
+  return (n + 511) / 512 * 512;
+}
+
+ParamFactory::~ParamFactory() noexcept(false) {
+  // Not while an exception unwinds (the half-built model is being destroyed anyway).
+  if (!pending_.empty() && std::uncaught_exceptions() == 0) materialize();
+}
+
+Tensor ParamFactory::make(const Shape& shape, const Init& init, DType dtype) {
+  Tensor t = create(shape, init, dtype);
+  if (is_floating(dtype)) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor ParamFactory::make_buffer(const Shape& shape, const Init& init, std::optional<DType> dtype) {
+  return create(shape, init, dtype.value_or(opts_.dtype));
+}
+
+Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype) {
+  const bool random = init.kind == Init::Kind::Normal || init.kind == Init::Kind::Uniform;
+  LT_CHECK(!random || is_floating(dtype), std::string("parameter init: random values in a ") + dtype_name(dtype) + " tensor",
+           "only floating tensors are drawn from the generator", "initialize integer tensors with zeros or ones");
+  for (int64_t d : shape)
+    LT_CHECK(d >= 0, "negative dimension in parameter shape " + shape_str(shape), "sizes must be >= 0", "fix the shape");
+  const uint64_t counter = random ? gen_.take(uint64_t(numel(shape))) : 0;
+  if (!opts_.flat) {
+    MemoryCategoryScope scope(Category::Parameter);
+    NoGradGuard no_grad;
+    Tensor t = Tensor::empty(shape, dtype, opts_.device);
+    fill(t, init, counter);
+    return t;
+  }
+  // A slot: shape, dtype and device now, memory at materialize().
+  LT_CHECK(!(dtype == DType::F64 && opts_.device.is_cuda()), "f64 is not supported on CUDA",
+           "leantrain keeps f64 for CPU reference checks", "use f32, bf16 or f16");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = opts_.device;
+  pending_.push_back(Pending{impl, init, counter});
+  return Tensor(impl);
+}
+
+void ParamFactory::fill(const Tensor& t, const Init& init, uint64_t counter) {
+  switch (init.kind) {
+    case Init::Kind::Normal:
+      backend_for(t.device()).fill_random(t, RandomKind::Normal, 0.0f, float(init.a), gen_.seed, counter);
+      break;
+    case Init::Kind::Uniform:
+      backend_for(t.device()).fill_random(t, RandomKind::Uniform, float(-init.a), float(init.a), gen_.seed, counter);
+      break;
+    case Init::Kind::Zeros: fill_(t, 0.0); break;
+    case Init::Kind::Ones: fill_(t, 1.0); break;
+  }
+}
+
+void ParamFactory::materialize() {
+  if (pending_.empty()) return;
+  std::vector<Pending> batch = std::move(pending_);
+  pending_.clear();
   MemoryCategoryScope scope(Category::Parameter);
   NoGradGuard no_grad;
-  Tensor t;
-  switch (init.kind) {
-    case Init::Kind::Normal: t = randn(shape, gen_, float(init.a), opts_.dtype, opts_.device); break;
-    case Init::Kind::Uniform:
-      t = rand_uniform(shape, gen_, float(-init.a), float(init.a), opts_.dtype, opts_.device);
-      break;
-    case Init::Kind::Zeros: t = zeros(shape, opts_.dtype, opts_.device); break;
-    case Init::Kind::Ones: t = ones(shape, opts_.dtype, opts_.device); break;
+  // Sizes first: each (device, dtype) in order of first appearance, views in registration order.
+  std::vector<std::pair<std::pair<Device, DType>, int64_t>> stores;  // key -> bytes
+  std::vector<size_t> store_of(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    TensorImpl& t = *batch[i].impl;
+    size_t s = 0;
+    while (s < stores.size() && !(stores[s].first.first == t.device && stores[s].first.second == t.dtype)) ++s;
+    if (s == stores.size()) stores.push_back({{t.device, t.dtype}, 0});
+    store_of[i] = s;
+    t.offset = stores[s].second / int64_t(dtype_size(t.dtype));
+    stores[s].second += flat_bytes(t.shape, t.dtype);
   }
-  t.set_requires_grad(true);
-  return t;
+  std::vector<std::shared_ptr<Storage>> storage;
+  for (auto& [key, bytes] : stores) storage.push_back(allocate_storage(bytes, key.first));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].impl->storage = storage[store_of[i]];
+    fill(Tensor(batch[i].impl), batch[i].init, batch[i].counter);
+  }
 }
 
 uint64_t ParamFactory::next_seed() {

@@ -5,10 +5,10 @@ namespace lt::nn {
 Mlp::Mlp(ParamFactory& pf, const MlpOptions& o) {
   LinearOptions l1{.bias = true, .layout = o.layout, .weight_init = o.fc1_init};
   LinearOptions l2{.bias = true, .layout = o.layout, .weight_init = o.fc2_init};
-  fc1_ = register_module(o.fc1_name, std::make_shared<Linear>(pf, o.dim, o.hidden, l1));
-  fc2_ = register_module(o.fc2_name, std::make_shared<Linear>(pf, o.hidden, o.dim, l2));
-  act_ = register_module(o.act_name, std::make_shared<Gelu>(o.approx));
-  drop_ = register_module(o.dropout_name, std::make_shared<Dropout>(o.dropout, pf.next_seed()));
+  fc1_ = register_child<UnaryModule>(o.fc1_name, std::make_shared<Linear>(pf, o.dim, o.hidden, l1));
+  fc2_ = register_child<UnaryModule>(o.fc2_name, std::make_shared<Linear>(pf, o.hidden, o.dim, l2));
+  act_ = register_child<UnaryModule>(o.act_name, std::make_shared<Gelu>(o.approx));
+  drop_ = register_child<UnaryModule>(o.dropout_name, std::make_shared<Dropout>(o.dropout, pf.next_seed()));
 }
 
 Tensor Mlp::forward(const Tensor& x) { return (*drop_)((*fc2_)((*act_)((*fc1_)(x)))); }

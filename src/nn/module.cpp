@@ -1,5 +1,6 @@
 // Module tree: names are validated at registration so every path is unique and dot-free per
 // level; traversal order is registration order (own parameters first), as in PyTorch.
+#include <regex>
 #include <unordered_set>
 
 #include "leantrain/error.h"
@@ -13,6 +14,9 @@ void Module::check_new_name(const std::string& name) const {
   for (const auto& [n, t] : params_)
     LT_CHECK(n != name, "duplicate name '" + name + "' in a " + type_name(), "a parameter already has it",
              "register each name once");
+  for (const auto& [n, t] : buffers_)
+    LT_CHECK(n != name, "duplicate name '" + name + "' in a " + type_name(), "a buffer already has it",
+             "register each name once");
   for (const auto& [n, m] : children_)
     LT_CHECK(n != name, "duplicate name '" + name + "' in a " + type_name(), "a submodule already has it",
              "register each name once");
@@ -25,22 +29,105 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   return params_.back().second;
 }
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name);
+  LT_ASSERT(t.defined());
+  t.set_requires_grad(false);
+  buffers_.emplace_back(name, std::move(t));
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m, Accepts accepts) {
   check_new_name(name);
   LT_ASSERT(m != nullptr);
   children_.emplace_back(name, std::move(m));
+  accepts_.push_back(std::move(accepts));
 }
 
-std::vector<std::pair<std::string, Tensor*>> Module::named_parameter_slots() {
+std::vector<std::pair<std::string, Tensor*>> Module::named_slots(bool buffers) {
   std::vector<std::pair<std::string, Tensor*>> out;
   std::unordered_set<const TensorImpl*> seen;
   for (auto& [path, m] : named_modules()) {
-    for (auto& [name, t] : m->params_) {
+    for (auto& [name, t] : buffers ? m->buffers_ : m->params_) {
       if (!seen.insert(t.impl()).second) continue;  // tied: keep the first name
       out.emplace_back(path.empty() ? name : path + "." + name, &t);
     }
   }
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameter_slots() { return named_slots(false); }
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffer_slots() { return named_slots(true); }
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, slot] : const_cast<Module*>(this)->named_slots(true)) out.emplace_back(name, *slot);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_trainable_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : named_parameters())
+    if (t.requires_grad()) out.emplace_back(name, t);
+  return out;
+}
+
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_trainable_parameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Module::set_trainable(const std::string& pattern, bool on) {
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail("set_trainable: invalid regex '" + pattern + "'", e.what(), "pass a parameter name or an ECMAScript regex");
+  }
+  std::vector<Tensor*> hits;
+  for (auto& [name, slot] : named_parameter_slots()) {
+    if (!std::regex_match(name, re)) continue;
+    LT_CHECK(!on || is_floating(slot->dtype()),
+             "set_trainable: parameter '" + name + "' is " + dtype_name(slot->dtype()),
+             "only floating parameters can train (quantized weights stay frozen)",
+             "make a pattern that leaves it out, or train an adapter instead");
+    hits.push_back(slot);
+  }
+  LT_CHECK(!hits.empty(), "set_trainable: no parameter matches '" + pattern + "'",
+           "the pattern must match a whole parameter name", "list the names with named_parameters()");
+  for (Tensor* t : hits) {
+    t->set_requires_grad(on);
+    if (!on) t->set_grad(Tensor());
+  }
+  return int64_t(hits.size());
+}
+
+void Module::replace_module(const std::string& path, std::shared_ptr<Module> m) {
+  LT_CHECK(m != nullptr, "replace_module('" + path + "'): the replacement is null", "a module is needed",
+           "pass a constructed module");
+  const size_t dot = path.rfind('.');
+  Module* owner = path.empty() ? nullptr : find_module(dot == std::string::npos ? "" : path.substr(0, dot));
+  const std::string leaf = dot == std::string::npos ? path : path.substr(dot + 1);
+  size_t index = owner ? owner->children_.size() : 0;
+  if (owner)
+    for (size_t i = 0; i < owner->children_.size(); ++i)
+      if (owner->children_[i].first == leaf) index = i;
+  LT_CHECK(owner && index < owner->children_.size(), "replace_module: no module at '" + path + "'",
+           std::string("the ") + type_name() + " has no submodule of that path", "list the paths with named_modules()");
+  Module& old = *owner->children_[index].second;
+  LT_CHECK(owner->accepts_[index] != nullptr,
+           "replace_module: '" + path + "' (a " + old.type_name() + ") cannot be replaced",
+           std::string("its ") + owner->type_name() + " calls it through a pointer of its own",
+           "replace a module its owner registered with register_child (e.g. the Linears, norms, MLP and attention "
+           "of a block)");
+  LT_CHECK(owner->accepts_[index](*m),
+           "replace_module: the replacement for '" + path + "' is a " + m->type_name(),
+           std::string("its ") + owner->type_name() + " calls the " + old.type_name() +
+               " there through an interface the replacement does not implement",
+           "derive the replacement from the interface of the module it replaces (e.g. UnaryModule for a Linear)");
+  m->train(old.is_training());
+  owner->children_[index].second = std::move(m);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
@@ -113,11 +200,25 @@ void Module::train(bool on) {
 }
 
 Tensor Module::call_forward(const Tensor& x, const ForwardFn& forward) {
+  // A parameter from a flat ParamFactory has no memory until materialize(): one clear error
+  // instead of a kernel reading nothing.
+  for (const auto& [name, t] : params_)
+    LT_CHECK(t.storage() != nullptr, std::string("parameter '") + name + "' of a " + type_name() + " has no memory yet",
+             "its flat ParamFactory has not materialized the parameter store",
+             "call ParamFactory::materialize() after building the modules");
   return wrapper_ ? wrapper_(*this, x, forward) : forward(x);
 }
 
-void ModuleList::append(std::shared_ptr<Module> m, const std::string& name) {
-  register_module(name.empty() ? std::to_string(size()) : name, std::move(m));
+void ModuleList::append(std::shared_ptr<Module> m, const std::string& name, bool owner_keeps_it) {
+  const std::string n = name.empty() ? std::to_string(size()) : name;
+  if (owner_keeps_it) register_module(n, std::move(m));
+  else register_child(n, std::move(m));
+}
+
+void ModuleList::entry_kind_error(size_t i) const {
+  fail("module list entry '" + children()[i].first + "' is a " + children()[i].second->type_name(),
+       "its owner calls it as another kind (it was replaced by a module of another class)",
+       "replace list entries with modules of the class they replace");
 }
 
 }  // namespace lt::nn

@@ -20,9 +20,9 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& o)
 
 std::vector<std::string> AdamW::state_names() const { return {"exp_avg", "exp_avg_sq"}; }
 
-std::vector<Tensor> AdamW::make_state(const Tensor& p) const {
+std::vector<Tensor> AdamW::make_state(const Tensor& p, Device device) const {
   DType t = opt_.state_dtype.value_or(p.dtype());
-  return {zeros(p.shape(), t, p.device()), zeros(p.shape(), t, p.device())};
+  return {zeros(p.shape(), t, device), zeros(p.shape(), t, device)};
 }
 
 void AdamW::update(const std::vector<Slot*>& slots, float grad_scale) {

@@ -24,10 +24,10 @@ std::vector<std::string> AdamW8bit::state_names() const {
   return {"exp_avg", "exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax"};
 }
 
-std::vector<Tensor> AdamW8bit::make_state(const Tensor& p) const {
+std::vector<Tensor> AdamW8bit::make_state(const Tensor& p, Device device) const {
   const bool q = p.numel() >= opt_.min_8bit_size;
-  auto [m, m_absmax] = q8_moment(p, q);
-  auto [v, v_absmax] = q8_moment(p, q);
+  auto [m, m_absmax] = q8_moment(p, q, device);
+  auto [v, v_absmax] = q8_moment(p, q, device);
   return {m, m_absmax, v, v_absmax};
 }
 

@@ -68,6 +68,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<
   std::unique_ptr<Optimizer> o = make_bare(c, std::move(groups));
   o->set_master_weights(c.master_weights);
   o->set_stochastic_rounding(c.stochastic_rounding, c.seed);
+  o->set_state_device(c.state_device);
   return o;
 }
 

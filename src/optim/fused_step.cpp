@@ -19,8 +19,8 @@ struct FusedStep::Shared {
 FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
   shared_->opt = &opt;
   std::weak_ptr<Shared> weak = shared_;
-  for (Tensor& p : opt.params()) {
-    p.register_post_accumulate_grad_hook([weak](Tensor& param) {
+  for (auto& [name, p] : opt.named_params()) {
+    p.register_post_accumulate_grad_hook([weak, name](Tensor& param) {
       auto sh = weak.lock();
       if (!sh) return;
       if (sh->norm_pass) {
@@ -37,7 +37,7 @@ FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
       }
       // The category the unfused step runs in (state is created under its own scope anyway).
       MemoryCategoryScope st(Category::OptimizerState);
-      sh->opt->step_param(param, sh->grad_scale);
+      sh->opt->step_param(name, sh->grad_scale);  // by name: the optimizer's key
       param.set_grad(Tensor());  // the buffer is freed as soon as the engine drops its reference
       ++sh->updates;
     });

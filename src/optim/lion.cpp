@@ -18,8 +18,8 @@ Lion::Lion(std::vector<ParamGroup> groups, const LionOptions& o)
 
 std::vector<std::string> Lion::state_names() const { return {"exp_avg"}; }
 
-std::vector<Tensor> Lion::make_state(const Tensor& p) const {
-  return {zeros(p.shape(), opt_.state_dtype.value_or(p.dtype()), p.device())};
+std::vector<Tensor> Lion::make_state(const Tensor& p, Device device) const {
+  return {zeros(p.shape(), opt_.state_dtype.value_or(p.dtype()), device)};
 }
 
 void Lion::update(const std::vector<Slot*>& slots, float grad_scale) {

@@ -19,8 +19,8 @@ Lion8bit::Lion8bit(std::vector<ParamGroup> groups, const Lion8bitOptions& o)
 
 std::vector<std::string> Lion8bit::state_names() const { return {"exp_avg", "exp_avg_absmax"}; }
 
-std::vector<Tensor> Lion8bit::make_state(const Tensor& p) const {
-  auto [m, m_absmax] = q8_moment(p, p.numel() >= opt_.min_8bit_size);
+std::vector<Tensor> Lion8bit::make_state(const Tensor& p, Device device) const {
+  auto [m, m_absmax] = q8_moment(p, p.numel() >= opt_.min_8bit_size, device);
   return {m, m_absmax};
 }
 

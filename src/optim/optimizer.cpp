@@ -31,9 +31,14 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
                "the update kernels walk parameters linearly", "pass leaf tensors, not views");
       LT_CHECK(names.insert(name).second, std::string(kind) + ": parameter name '" + name + "' appears twice",
                "state dict keys would collide", "give each parameter a unique name");
-      LT_CHECK(!index_.count(t.impl()), std::string(kind) + ": parameter '" + name + "' is listed twice",
-               "a parameter may belong to one group only", "remove the duplicate");
-      index_[t.impl()] = {gi, slots.size()};
+      for (const auto& g : groups_)
+        for (const Slot& o : g)
+          LT_CHECK(!o.param.same(t), std::string(kind) + ": parameter '" + name + "' is listed twice",
+                   "it is also '" + o.name + "'; a parameter may belong to one group only", "remove the duplicate");
+      for (const Slot& o : slots)
+        LT_CHECK(!o.param.same(t), std::string(kind) + ": parameter '" + name + "' is listed twice",
+                 "it is also '" + o.name + "'; a parameter may belong to one group only", "remove the duplicate");
+      index_[name] = {gi, slots.size()};
       slots.push_back(Slot{name, t, {}, 0, wd, Tensor(), int64_t(index_.size()) - 1});
     }
     groups_.push_back(std::move(slots));
@@ -44,7 +49,7 @@ void Optimizer::ensure_state(Slot& s) {
   if (!s.state.empty() || state_names().empty()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
   // With a master copy the state follows it (f32), as the update runs on the copy.
-  s.state = make_state(s.master.defined() ? s.master : s.param);
+  s.state = make_state(s.master.defined() ? s.master : s.param, state_device_of(s));
 }
 
 bool Optimizer::wants_master(const Slot& s) const {
@@ -54,23 +59,38 @@ bool Optimizer::wants_master(const Slot& s) const {
 void Optimizer::ensure_master(Slot& s) {
   if (!wants_master(s) || s.master.defined()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
-  s.master = Tensor::empty(s.param.shape(), DType::F32, s.param.device());
+  s.master = Tensor::empty(s.param.shape(), DType::F32, state_device_of(s));
   copy_(s.master, s.param);
 }
 
-// One parameter through its master copy: the subclass sees a slot whose parameter is the f32
-// copy and whose gradient is the f32 cast of the 16-bit one, so its kernels need no new dtype
-// combination. Slots go one at a time, so the f32 gradient exists for one parameter at a time.
-void Optimizer::update_master(Slot& s, float grad_scale) {
+// One parameter updated away from itself: through its f32 master copy, and/or where its state
+// lives. The subclass sees a slot whose parameter is the master copy (or a copy of the parameter
+// on the state device) and whose gradient is the cast/moved gradient, so its kernels need no new
+// dtype or device combination. Slots go one at a time, so these temporaries (Workspace) exist
+// for one parameter at a time.
+void Optimizer::update_elsewhere(Slot& s, float grad_scale) {
+  const Device where = state_device_of(s);
   Slot view = s;  // shares the state tensors
-  view.param = s.master;
   {
     MemoryCategoryScope ws(Category::Workspace);
-    s.master.set_grad(cast(s.param.grad(), DType::F32));
+    if (s.master.defined()) {
+      view.param = s.master;
+    } else {
+      view.param = Tensor::empty(s.param.shape(), s.param.dtype(), where);
+      copy_(view.param, s.param);
+    }
+    const Tensor g = s.param.grad();
+    if (g.device() == where) {
+      view.param.set_grad(g.dtype() == view.param.dtype() ? g : cast(g, view.param.dtype()));
+    } else {
+      Tensor moved = Tensor::empty(g.shape(), view.param.dtype(), where);
+      copy_(moved, g);
+      view.param.set_grad(moved);
+    }
   }
   update({&view}, grad_scale);
-  s.master.set_grad(Tensor());
-  copy_(s.param, s.master);  // round to nearest into the 16-bit parameter
+  view.param.set_grad(Tensor());
+  copy_(s.param, view.param);  // (master: rounded to nearest into the 16-bit parameter)
 }
 
 // Updates slots that all have grads: allocates missing state, then one backend call per run of
@@ -92,15 +112,15 @@ void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
   std::vector<bool> done(slots.size(), false);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (done[i]) continue;
-    if (slots[i]->master.defined()) {
-      update_master(*slots[i], grad_scale);
+    if (updates_elsewhere(*slots[i])) {
+      update_elsewhere(*slots[i], grad_scale);
       ++slots[i]->step;
       done[i] = true;
       continue;
     }
     std::vector<Slot*> batch;
     for (size_t j = i; j < slots.size(); ++j) {
-      if (done[j] || slots[j]->master.defined() || slots[j]->step != slots[i]->step ||
+      if (done[j] || updates_elsewhere(*slots[j]) || slots[j]->step != slots[i]->step ||
           !(slots[j]->param.device() == slots[i]->param.device()))
         continue;
       batch.push_back(slots[j]);
@@ -120,15 +140,50 @@ void Optimizer::step(float grad_scale) {
   }
 }
 
-void Optimizer::step_param(const Tensor& param, float grad_scale) {
-  auto it = index_.find(param.impl());
-  LT_CHECK(it != index_.end(), std::string(name()) + ": step_param on a tensor this optimizer does not own",
-           "it was not among the parameters passed at construction", "pass one of the optimizer's parameters");
-  Slot& s = groups_[it->second.first][it->second.second];
+Optimizer::Slot& Optimizer::slot(const std::string& param_name, const char* what) {
+  auto it = index_.find(param_name);
+  LT_CHECK(it != index_.end(), std::string(name()) + ": " + what + " of '" + param_name + "', which this optimizer does not own",
+           "no parameter of that name was passed at construction", "pass one of the optimizer's parameter names");
+  return groups_[it->second.first][it->second.second];
+}
+
+const Optimizer::Slot* Optimizer::find_slot(const Tensor& param) const {
+  for (const auto& group : groups_)
+    for (const Slot& s : group)
+      if (s.param.same(param)) return &s;
+  return nullptr;
+}
+
+void Optimizer::step_param(const std::string& param_name, float grad_scale) {
+  Slot& s = slot(param_name, "step_param");
   LT_CHECK(s.param.grad().defined(), std::string(name()) + ": step_param on '" + s.name + "', which has no grad",
            "the update needs a gradient", "call it after the gradient is accumulated");
   std::vector<Slot*> one{&s};
   update_batch(one, grad_scale);
+}
+
+void Optimizer::step_param(const Tensor& param, float grad_scale) {
+  const Slot* s = find_slot(param);
+  LT_CHECK(s, std::string(name()) + ": step_param on a tensor this optimizer does not own",
+           "it was not among the parameters passed at construction", "pass one of the optimizer's parameters");
+  step_param(s->name, grad_scale);
+}
+
+void Optimizer::rebind(const std::string& param_name, const Tensor& param) {
+  Slot& s = slot(param_name, "rebind");
+  LT_CHECK(param.defined() && param.shape() == s.param.shape() && param.dtype() == s.param.dtype() &&
+               param.device() == s.param.device() && param.is_contiguous(),
+           std::string(name()) + ": rebind of '" + param_name + "' to another kind of tensor",
+           "the state was made for " + shape_str(s.param.shape()) + " " + dtype_name(s.param.dtype()) + " on " +
+               s.param.device().str(),
+           "rebind to a contiguous tensor of the same shape, dtype and device");
+  s.param = param;
+}
+
+void Optimizer::set_state_device(std::optional<Device> d) {
+  LT_CHECK(step_count() == 0 && state_bytes() == 0, std::string(name()) + ": state device set after the first update",
+           "the state already exists on its device", "call set_state_device before the first step");
+  state_device_ = d;
 }
 
 void Optimizer::zero_grad(bool set_to_none) { lt::zero_grad(params(), set_to_none); }
@@ -137,6 +192,13 @@ std::vector<Tensor> Optimizer::params() const {
   std::vector<Tensor> out;
   for (const auto& group : groups_)
     for (const Slot& s : group) out.push_back(s.param);
+  return out;
+}
+
+std::vector<NamedTensor> Optimizer::named_params() const {
+  std::vector<NamedTensor> out;
+  for (const auto& group : groups_)
+    for (const Slot& s : group) out.emplace_back(s.name, s.param);
   return out;
 }
 
@@ -184,10 +246,15 @@ std::vector<uint64_t> Optimizer::sr_streams(const std::vector<Slot*>& slots) con
   return out;
 }
 
-Tensor Optimizer::master_of(const Tensor& param) const {
-  auto it = index_.find(param.impl());
+Tensor Optimizer::master_of(const std::string& param_name) const {
+  auto it = index_.find(param_name);
   if (it == index_.end()) return Tensor();
   return groups_[it->second.first][it->second.second].master;
+}
+
+Tensor Optimizer::master_of(const Tensor& param) const {
+  const Slot* s = find_slot(param);
+  return s ? s->master : Tensor();
 }
 
 OptimizerStateDict Optimizer::state_dict() const {

@@ -23,9 +23,9 @@ std::vector<std::string> SGD::state_names() const {
   return {"momentum_buffer"};
 }
 
-std::vector<Tensor> SGD::make_state(const Tensor& p) const {
+std::vector<Tensor> SGD::make_state(const Tensor& p, Device device) const {
   if (opt_.momentum == 0) return {};
-  return {zeros(p.shape(), opt_.state_dtype.value_or(p.dtype()), p.device())};
+  return {zeros(p.shape(), opt_.state_dtype.value_or(p.dtype()), device)};
 }
 
 void SGD::update(const std::vector<Slot*>& slots, float grad_scale) {

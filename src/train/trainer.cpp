@@ -61,7 +61,8 @@ int64_t steps_per_epoch(const RunConfig& c, int64_t micro_batches) {
 }
 
 Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
-  auto named = model().named_parameters();
+  // Frozen parameters (Module::set_trainable) get neither optimizer state nor a share of the clip norm.
+  auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
   opt_ = build_optimizer(cfg_, named);
   total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));

@@ -78,6 +78,7 @@ TEST(CheckpointSelect, Errors) {
 TEST(CheckpointSelect, NoBlocksToSelect) {
   nn::ParamFactory pf({.device = Device::meta()});
   nn::Linear lin(pf, 4, 4);
+  pf.materialize();
   for (const char* spec : {"blocks", "every:2", "selective"}) {
     std::string msg;
     try {

@@ -62,6 +62,7 @@ TEST(NnLayers, PatchEmbeddingIsAStridedConv) {
   const int64_t B = 2, C = 2, S = 4, p = 2, D = 3;
   nn::ParamFactory pf({.dtype = DType::F64, .seed = 1});
   nn::PatchEmbedding pe(pf, C, D, p, nn::Init::normal(1.0));
+  pf.materialize();
   Generator g(2);
   Tensor img = randn({B, C, S, S}, g, 1.0f, DType::F64);
   Vec x = values(img), w = values(pe.parameter("weight")), b = values(pe.parameter("bias"));
@@ -84,6 +85,7 @@ TEST(NnLayers, TorchMultiheadAttentionMatchesNaive) {
   const int64_t T = 5, C = 6, H = 2;
   nn::ParamFactory pf({.dtype = DType::F64, .seed = 3});
   nn::MultiheadSelfAttention attn(pf, C, H);
+  pf.materialize();
   Generator g(4);
   Tensor x = randn({1, T, C}, g, 1.0f, DType::F64);
   Vec qkv = naive_linear(values(x), T, C, values(attn.parameter("in_proj_weight")),
@@ -98,6 +100,7 @@ TEST(NnLayers, Gpt2AttentionMatchesNaiveCausal) {
   const int64_t T = 4, C = 8, H = 4;
   nn::ParamFactory pf({.dtype = DType::F64, .seed = 5});
   nn::CausalSelfAttention attn(pf, C, H, 0.0, nn::Init::normal(0.3));
+  pf.materialize();
   {
     NoGradGuard ng;  // biases start at zero; give them values so their layout is checked
     Generator g(6);
@@ -116,6 +119,7 @@ TEST(NnLayers, Gpt2AttentionMatchesNaiveCausal) {
 TEST(NnLayers, MlpIsFc1GeluFc2WithReferenceNames) {
   nn::ParamFactory pf({.dtype = DType::F64, .seed = 8});
   nn::Mlp mlp(pf, {.dim = 3, .hidden = 5, .approx = GeluApprox::Erf, .fc1_name = "0", .fc2_name = "3", .dropout_name = "4"});
+  pf.materialize();
   Generator g(9);
   Tensor x = randn({2, 3}, g, 1.0f, DType::F64);
   Vec h = naive_linear(values(x), 2, 3, values(mlp.parameter("0.weight")), values(mlp.parameter("0.bias")), 5, false);

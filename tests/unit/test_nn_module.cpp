@@ -143,15 +143,18 @@ TEST(NnModule, InitDistributions) {
     for (double x : v) s += (x - m) * (x - m), mx = std::max(mx, std::abs(x));
     return std::array<double, 3>{m, std::sqrt(s / double(v.size())), mx};
   };
-  auto n = stats(pf.make({200, 200}, nn::Init::normal(0.02)));
+  nn::Init x = nn::Init::xavier_uniform(100, 300);
+  Tensor normal = pf.make({200, 200}, nn::Init::normal(0.02)), uniform = pf.make({300, 100}, x),
+         one = pf.make({5}, nn::Init::ones());
+  pf.materialize();
+  auto n = stats(normal);
   EXPECT_NEAR(n[0], 0.0, 1e-3);
   EXPECT_NEAR(n[1], 0.02, 1e-3);
-  nn::Init x = nn::Init::xavier_uniform(100, 300);
-  auto u = stats(pf.make({300, 100}, x));
+  auto u = stats(uniform);
   EXPECT_NEAR(x.a, std::sqrt(6.0 / 400.0), 1e-12);
   EXPECT_LE(u[2], x.a);
   EXPECT_NEAR(u[1], x.a / std::sqrt(3.0), 3e-3);  // std of U(-a, a)
-  EXPECT_EQ(stats(pf.make({5}, nn::Init::ones()))[0], 1.0);
+  EXPECT_EQ(stats(one)[0], 1.0);
 }
 
 TEST(NnModule, ForwardWrapperSeesPathAndWrapsResult) {
@@ -185,6 +188,7 @@ TEST(NnModule, ParameterSlotReplacementIsUsedByForward) {
 TEST(NnLinear, Conv1DLayoutEqualsTorchLayout) {
   nn::ParamFactory pf({.seed = 11});
   nn::Linear torch_l(pf, 3, 4), conv(pf, 3, 4, {.layout = nn::WeightLayout::InOut});
+  pf.materialize();
   EXPECT_STREQ(conv.type_name(), "Conv1D");
   EXPECT_EQ(conv.weight().shape(), Shape({3, 4}));
   {
@@ -202,6 +206,7 @@ TEST(NnLinear, Conv1DLayoutEqualsTorchLayout) {
 TEST(NnLinear, GradientsReachWeightAndBias) {
   nn::ParamFactory pf({.seed = 2});
   nn::Linear conv(pf, 2, 3, {.layout = nn::WeightLayout::InOut});
+  pf.materialize();
   Tensor x = from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
   sum_all(conv(x)).backward();
   // d sum(x W + b) / dW[i][j] = sum over rows of x[:, i]; / db = rows.
@@ -213,5 +218,6 @@ TEST(NnLinear, GradientsReachWeightAndBias) {
 TEST(NnLinear, RejectsWrongInputWidth) {
   nn::ParamFactory pf({});
   nn::Linear conv(pf, 2, 3, {.layout = nn::WeightLayout::InOut});
+  pf.materialize();
   EXPECT_THROW(conv(ones({1, 5})), Error);
 }
