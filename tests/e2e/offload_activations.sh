@@ -13,7 +13,6 @@ expect_ok "$LT" plan "${ARGS[@]}" --device-type cpu --checkpoint blocks --offloa
 cp "$WORK/out" "$WORK/plan.json"
 expect_ok "$LT" train "${ARGS[@]}" --device cpu --checkpoint blocks --offload-activations --metrics-json "$WORK/run.json"
 expect_grep "saved inputs offloaded to pinned host memory" "$WORK/out" "train's log"
-expect_grep "^ +activation +[0-9.]+ KiB" "$WORK/out" "the pinned host rows of the memory table"
 
 if python3 - "$WORK/plan.json" "$WORK/run.json" <<'PY'; then ok; else fail "offload: plan != measured"; fi
 import json, sys
