@@ -6,6 +6,7 @@
 // the same gradients, a lower device peak, and plan == measured.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "checkpoint_helpers.h"
@@ -121,6 +122,7 @@ TEST(ActivationOffload, NeedsCheckpointAndIsStoredInTheRunConfig) {
 
 RunConfig tiny_run(const std::filesystem::path& dir, const std::string& model) {
   RunConfig c = lt::test::tiny_gpt(dir);
+  c.depth = 6;  // with 2 blocks the device holds both inputs during the backward either way
   if (model == "vit-tiny") {
     c = RunConfig();
     c.model = "vit-tiny";
@@ -210,6 +212,44 @@ TEST(ActivationOffload, CudaPlanEqualsTheCudaRunsPeaks) {
   EXPECT_EQ(r.pinned_host.allocated_bytes.peak - pinned_before, p.pinned_host.allocated_bytes.peak);
   EXPECT_EQ(r.pinned_host.category[size_t(Category::Activation)].peak,
             p.pinned_host.category[size_t(Category::Activation)].peak);
+}
+
+}  // namespace
+
+namespace {
+
+// plan --budget: a combination that does not fit with every unit checkpointed is planned once
+// more with offload, labelled so, and pays for the bytes it moves on top of the same combination's
+// checkpoint-everything cost.
+TEST(ActivationOffload, BudgetSearchTriesItPastEverythingCheckpointed) {
+  RunConfig b;
+  b.model = "gpt2-tiny";
+  b.data = "synthetic";
+  b.batch = 8;
+  b.seq_len = 256;
+  b.steps = 2;
+  b.eval_batches = 1;
+  PlanOptions o;
+  o.context_bytes = 0;
+  const FitResult f = fit_budget(b, 40 * (int64_t(1) << 20), o);
+  int offloaded = 0;
+  for (const FitCandidate& k : f.candidates) {
+    if (!k.planned || !k.config.offload_activations) continue;
+    ++offloaded;
+    EXPECT_NE(k.config.checkpoint, "none");
+    const auto same = std::find_if(f.candidates.begin(), f.candidates.end(), [&](const FitCandidate& c) {
+      return c.planned && !c.config.offload_activations && c.units == k.units && c.config.checkpoint == k.config.checkpoint &&
+             c.config.precision == k.config.precision && c.config.micro_batch == k.config.micro_batch &&
+             c.config.optimizer == k.config.optimizer && c.config.state_dtype == k.config.state_dtype &&
+             c.config.fused_step == k.config.fused_step;
+    });
+    ASSERT_NE(same, f.candidates.end()) << "offload planned without its checkpoint-everything candidate";
+    EXPECT_FALSE(same->fits) << "offload planned although everything checkpointed fits";
+    EXPECT_GT(k.cost, same->cost) << "the bytes moved cost time";
+  }
+  EXPECT_GT(offloaded, 0);
+  EXPECT_NE(fit_table(f).find("+offload"), std::string::npos);
+  EXPECT_NE(fit_json(f).find("\"offload_activations\": true"), std::string::npos);
 }
 
 }  // namespace
