@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Exactness of the memory prediction (BENCHMARKS.md section 3): for each config, the meta
-# dry-run's peaks (`leantrain plan --json`) against a CUDA run's measured ones (`leantrain
+# dry-run's peaks, device and pinned host (`leantrain plan --json`) against a CUDA run's measured ones (`leantrain
 # train --device cuda --steps 2 --metrics-json`), same flags, synthetic data. Builds nothing:
 #   LT=build-gpu/leantrain bash bench/plan_vs_measured.sh
 # COMMIT names the binaries' commit in the results (the GPU machine's git copy may be stale).
@@ -27,6 +27,8 @@ CONFIGS=(
   "gpt2-124m bf16-mixed b16x1024|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed"
   "vit-l selective b32 bf16-mixed|$VIT --batch 32 --optimizer adamw --precision bf16-mixed --checkpoint selective"
   "vit-l fused step + clip (norm pass)|$VIT --batch 16 --optimizer sgd --precision bf16-true --checkpoint blocks --fused-step --clip 1"
+  "rung7 + offload activations|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true --checkpoint blocks --offload-activations"
+  "gpt2-124m b16x1024 blocks + offload|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed --checkpoint blocks --offload-activations"
 )
 rows="$WORK/rows.jsonl"
 : >"$rows"
@@ -47,7 +49,7 @@ def load(p):
     except Exception: return None
 p, r = load(pp), load(rp)
 row = {"config": name, "flags": flags}
-for k in ("peak_allocated_bytes", "peak_reserved_bytes"):
+for k in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_pinned_host_bytes"):
     row["predicted_" + k] = p[k] if p else None
     row["measured_" + k] = r[k] if r else None
     row["diff_" + k] = (p[k] - r[k]) if p and r else None
@@ -65,12 +67,14 @@ try: gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,nohea
 except Exception: gpu = "unknown"
 commit = os.environ.get("COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 md = [f"# plan vs measured ({gpu}, commit {commit})", "",
-      "| config | predicted alloc | measured alloc | diff | predicted reserved | measured reserved | diff |",
-      "|---|---|---|---|---|---|---|"]
+      "| config | predicted alloc | measured alloc | diff | predicted reserved | measured reserved | diff | predicted pinned host | measured pinned host | diff |",
+      "|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     md.append(f"| {r['config']} | {gib(r['predicted_peak_allocated_bytes'])} | {gib(r['measured_peak_allocated_bytes'])} | "
               f"{d(r['diff_peak_allocated_bytes'])} | {gib(r['predicted_peak_reserved_bytes'])} | "
-              f"{gib(r['measured_peak_reserved_bytes'])} | {d(r['diff_peak_reserved_bytes'])} |")
+              f"{gib(r['measured_peak_reserved_bytes'])} | {d(r['diff_peak_reserved_bytes'])} | "
+              f"{gib(r['predicted_peak_pinned_host_bytes'])} | {gib(r['measured_peak_pinned_host_bytes'])} | "
+              f"{d(r['diff_peak_pinned_host_bytes'])} |")
 md += ["", "CUDA context and library handles are outside both columns (plan reports them on their own line)."]
 text = "\n".join(md) + "\n"
 print(text)

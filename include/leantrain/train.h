@@ -57,6 +57,9 @@ struct RunConfig {
   // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |
   // selective | a regex over module paths.
   std::string checkpoint = "none";
+  // What the checkpointed modules keep goes to pinned host memory during the forward and comes
+  // back one module ahead in backward (docs/memory-model.md, "Activation offload"). Needs --checkpoint.
+  bool offload_activations = false;
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

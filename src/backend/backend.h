@@ -116,11 +116,15 @@ class Backend {
   virtual void wait_event(void*) {}                // blocks the calling thread until done
   virtual void stream_wait_event(void*) {}         // the current stream waits; the host does not
 
-  // --- host staging (the data loader; allocate_pinned_host in leantrain/memory.h gives the memory) ---
+  // --- host staging (the data loader, activation offload; allocate_pinned_host in leantrain/memory.h gives the memory) ---
   // Enqueues dst <- src (dst contiguous, raw bytes, src pinned) on the current stream without
   // waiting for it; cpu copies now, meta does nothing. src must stay unchanged until an event
   // recorded after the copy has completed.
   virtual void copy_from_host_async(const Tensor& dst, const void* src) { copy_from_host(dst, src); }
+  // Enqueues dst <- src (src contiguous, dst pinned) on the current stream without waiting for it
+  // (activation offload); cpu copies now, meta does nothing. dst may be read, and src's memory
+  // reused by another stream, only after an event recorded after the copy (record_stream).
+  virtual void copy_to_host_async(void* dst, const Tensor& src) { copy_to_host(dst, src); }
 };
 
 Backend& backend_for(Device d);

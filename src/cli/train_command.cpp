@@ -82,6 +82,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "Activation checkpointing: none, blocks, every:K, selective, or a regex over module paths "
                  "(e.g. 'transformer\\.h\\.[0-5]')")
       ->capture_default_str()->group(what);
+  cmd.add_flag("--offload-activations", c.offload_activations,
+               "Keep what checkpointed modules save in pinned host memory, copied back one module ahead in backward "
+               "(needs --checkpoint)")
+      ->group(what);
 
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")

@@ -7,6 +7,14 @@
 // `selective` (every block, matmul results kept: a third of the activations for elementwise
 // recompute only).
 //
+// --offload-activations is the step past everything checkpointed: a combination that does not fit
+// with every unit checkpointed is planned once more with the units' saved inputs offloaded to
+// pinned host memory (also the leanest-combination check below uses it before calling a
+// combination hopeless). Its cost adds the time of the bytes it moves over PCIe (out in the
+// forward, back in the backward, per micro-batch) at kOffloadBytesPerSecond, all of it: the
+// copies overlap compute on their own stream, but how much is not modelled (a placeholder, to be
+// refit on the GPU with bench/offload_activations.sh, as bench/cost_model.sh refits the others).
+//
 // Combinations are taken cheapest first by their cost with nothing checkpointed (a lower bound:
 // checkpointing only adds recompute). For each, the need falls as k grows and the cost rises,
 // so: plan k = 0; if it does not fit, plan selective when it is cheaper than the best so far,
@@ -29,6 +37,10 @@
 namespace lt {
 
 namespace {
+
+// Host<->device copy bandwidth for --offload-activations (pinned memory over PCIe 4/5, one
+// direction at a time): a placeholder, not measured yet.
+constexpr double kOffloadBytesPerSecond = 20e9;
 
 std::vector<int64_t> micro_batches(int64_t batch) {
   std::vector<int64_t> out;
@@ -85,6 +97,11 @@ bool valid(RunConfig c) {
 }
 
 std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
+  if (k.config.offload_activations) {
+    FitCandidate kept = k;
+    kept.config.offload_activations = false;
+    return ckpt_label(kept, p) + "+offload";
+  }
   if (k.config.checkpoint == "selective") return "selective";
   if (k.units == 0) return "none";
   if (k.config.checkpoint == "blocks") return "blocks";
@@ -161,11 +178,13 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   std::stable_sort(combos.begin(), combos.end(), [](const Combo& a, const Combo& b) { return a.bound < b.bound; });
 
   // k units of the checkpoint order, or (selective) the selective mode.
-  auto plan = [&](const RunConfig& c, size_t k, bool selective = false) -> FitCandidate& {
+  // offload: with --offload-activations (k > 0).
+  auto plan = [&](const RunConfig& c, size_t k, bool selective = false, bool offload = false) -> FitCandidate& {
     const CheckpointProfile& p = profile(c.precision);
     FitCandidate cand;
     cand.config = c;
     cand.config.checkpoint = selective ? "selective" : p.spec(k);
+    cand.config.offload_activations = offload;
     cand.units = selective ? 0 : std::min(k, p.order.size());
     cand.state = state_of(c);
     const StepCost sc =
@@ -181,6 +200,12 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       cand.peak_reserved = r.peak_reserved;
       cand.total_needed = r.total_needed();
       cand.fits = cand.total_needed <= budget;
+      if (offload) {  // the bytes of one micro-batch's units (all held at its forward's end), out and back
+        const double moved = 2.0 * double(r.pinned_host.category[size_t(Category::Activation)].peak) *
+                             double(c.batch / mb_of(c));
+        cand.time += moved / kOffloadBytesPerSecond / base_seconds;
+        cand.cost += moved / kOffloadBytesPerSecond / base_seconds;
+      }
     } catch (const UsageError& e) {
       cand.skipped = "refused: " + std::string(e.why());
     }
@@ -203,8 +228,14 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
         return &o != &c && leaner_or_equal(o.cfg, c.cfg) && !leaner_or_equal(c.cfg, o.cfg);
       });
       if (!minimal) continue;
-      FitCandidate& k = plan(c.cfg, profile(p).order.size());
-      if (k.planned && !k.fits) hopeless.push_back(c.cfg);
+      const size_t n = profile(p).order.size();
+      FitCandidate& k = plan(c.cfg, n);
+      if (!k.planned || k.fits) continue;
+      if (n > 0) {  // offloading is leaner still
+        FitCandidate& o = plan(c.cfg, n, false, true);
+        if (!o.planned || o.fits) continue;
+      }
+      hopeless.push_back(c.cfg);
     }
   };
 
@@ -258,7 +289,24 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     if (kmax == 0) continue;
     auto [fitk, ik] = fits_at(kmax);
     if (!fitk) {
-      if (kmax == n) hopeless.push_back(combo.cfg);
+      if (kmax != n) continue;
+      // Everything checkpointed does not fit: offload what the units keep (planned already by the
+      // leanest-combination check when this is a minimal combination).
+      int io = -1;
+      for (size_t i = 0; i < f.candidates.size(); ++i) {
+        const FitCandidate& c = f.candidates[i];
+        if (c.planned && c.config.offload_activations && c.units == n && c.config.precision == combo.cfg.precision &&
+            mb_of(c.config) == mb_of(combo.cfg) && c.config.optimizer == combo.cfg.optimizer &&
+            c.config.state_dtype == combo.cfg.state_dtype && c.config.fused_step == combo.cfg.fused_step)
+          io = int(i);
+      }
+      if (io < 0) {
+        plan(combo.cfg, n, false, true);
+        io = int(f.candidates.size() - 1);
+      }
+      const FitCandidate& o = f.candidates[size_t(io)];
+      if (!o.planned || !o.fits) hopeless.push_back(combo.cfg);
+      else if (o.cost < best) best = o.cost, f.chosen = io;
       continue;
     }
     size_t lo = 0, hi = kmax;
@@ -365,6 +413,7 @@ std::string fit_json(const FitResult& f) {
          ", \"state\": " + json_str(k.state) + ", \"optimizer\": " + json_str(k.config.optimizer) +
          ", \"state_dtype\": " + json_str(k.config.state_dtype) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +
          ", \"checkpoint\": " + json_str(k.config.checkpoint) + ", \"checkpoint_units\": " + std::to_string(k.units) +
+         ", \"offload_activations\": " + (k.config.offload_activations ? "true" : "false") +
          ", \"peak_allocated_bytes\": " + std::to_string(k.peak_allocated) + ", \"peak_reserved_bytes\": " +
          std::to_string(k.peak_reserved) + ", \"total_needed_bytes\": " + std::to_string(k.total_needed) +
          ", \"fits\": " + (k.fits ? "true" : "false") + ", \"pareto\": " + (k.pareto ? "true" : "false") +

@@ -63,7 +63,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   {
     const Device meta = Device::meta();
     std::unique_ptr<Task> task = make_task(cfg, meta);
-    apply_activation_checkpointing(*task->model, cfg.checkpoint);  // as train() does, same modules
+    apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);  // as train() does, same modules
     Trainer trainer(cfg, *task);
     r.description = task->description;
     r.parameters = task->model->num_parameters();

@@ -47,7 +47,7 @@ Measured run_one(const RunConfig& base, const std::string& checkpoint, Device de
   Measured m;
   {
     std::unique_ptr<Task> task = make_task(cfg, device);
-    apply_activation_checkpointing(*task->model, cfg.checkpoint);
+    apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations && cfg.checkpoint != "none");
     Trainer trainer(cfg, *task);
     trainer.start();
     Backend* be = timed ? &backend_for(device) : nullptr;
@@ -168,7 +168,11 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
   RunConfig cfg = cfg_in;
   cfg.steps = opt.warmup_steps + opt.timed_steps;  // the schedule spans what runs
   cfg.checkpoint = "none";
-  validate(cfg);
+  {
+    RunConfig v = cfg;
+    v.offload_activations = false;  // applies to the runs that checkpoint something (each but the baseline)
+    validate(v);
+  }
   ProfileResult r;
   r.config = cfg;
   r.options = opt;

@@ -78,6 +78,10 @@ void validate(const RunConfig& c) {
   } catch (const Error& e) {
     usage(e.what_part(), e.why(), e.fix());
   }
+  if (c.offload_activations && (c.checkpoint.empty() || c.checkpoint == "none"))
+    usage("--offload-activations without --checkpoint",
+          "it offloads what checkpointed modules keep for their recomputation, and none is checkpointed",
+          "add --checkpoint blocks (or another --checkpoint value)");
   check_range(flag_range::batch, c.batch);
   check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -164,7 +168,7 @@ Device resolve_device(const std::string& spec) {
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
-  X(stochastic_rounding)
+  X(stochastic_rounding) X(offload_activations)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

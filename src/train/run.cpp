@@ -102,7 +102,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     allocator_for(device).set_history(true);
   }
   std::unique_ptr<Task> task = make_task(cfg, device);
-  const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint);
+  const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);
   Trainer trainer(cfg, *task);
   if (!cfg.resume.empty()) {
     load_checkpoint(cfg.resume, trainer);

@@ -290,15 +290,19 @@ TEST(Plan, StatePrecisionOnlyWhenNeeded) {
   const FitCandidate& gc = g.candidates[size_t(g.chosen)];
   EXPECT_EQ(gc.config.optimizer, "adamw");
   EXPECT_EQ(gc.config.state_dtype, "auto");
-  // The leanest need with the user's AdamW state: fused step, each checkpoint prefix.
+  // The leanest need with the user's AdamW state: fused step, each checkpoint prefix, with and
+  // without --offload-activations.
   const CheckpointProfile p = profile_model(b);
   int64_t lean = std::numeric_limits<int64_t>::max();
-  for (size_t k = 0; k <= p.order.size(); ++k) {
-    RunConfig c = b;
-    c.fused_step = true;
-    c.checkpoint = p.spec(k);
-    lean = std::min(lean, plan_run(c, cpu).total_needed());
-  }
+  for (size_t k = 0; k <= p.order.size(); ++k)
+    for (bool offload : {false, true}) {
+      if (offload && k == 0) continue;
+      RunConfig c = b;
+      c.fused_step = true;
+      c.checkpoint = p.spec(k);
+      c.offload_activations = offload;
+      lean = std::min(lean, plan_run(c, cpu).total_needed());
+    }
   FitResult t = fit_budget(b, lean - 1, cpu);
   ASSERT_GE(t.chosen, 0);
   const FitCandidate& tc = t.candidates[size_t(t.chosen)];

@@ -203,6 +203,17 @@ void CudaBackend::copy_from_host_async(const Tensor& dst, const void* src) {
   LT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src, size_t(dst.nbytes()), cudaMemcpyHostToDevice, current_stream()));
 }
 
+// Activation offload's device-to-host copy: dst is pinned, so the DMA runs while the host goes on;
+// the caller records an event after it and calls record_stream on src's memory.
+void CudaBackend::copy_to_host_async(void* dst, const Tensor& src) {
+  check_on_device(src, device_index_, "copy_to_host_async", "src");
+  LT_CHECK(src.is_contiguous(), "copy_to_host_async: src must be contiguous", "got a strided view",
+           "make it contiguous first");
+  if (src.nbytes() == 0) return;
+  DeviceGuard g(device_index_);
+  LT_CUDA_CHECK(cudaMemcpyAsync(dst, src.raw_data(), size_t(src.nbytes()), cudaMemcpyDeviceToHost, current_stream()));
+}
+
 void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
   check_on_device(src, device_index_, "copy_to_host", "src");
   LT_CHECK(src.is_contiguous(), "copy_to_host: src must be contiguous", "got a strided view",

@@ -21,6 +21,7 @@ class CudaBackend final : public Backend {
   void wait_event(void* event) override;
   void stream_wait_event(void* event) override;
   void copy_from_host_async(const Tensor& dst, const void* src) override;  // copy.cu
+  void copy_to_host_async(void* dst, const Tensor& src) override;          // copy.cu
   // Every op of backend_ops.def, one file per group: copy.cu, elementwise.cu, reduce.cu,
   // gemm.cu (cuBLASLt), norm.cu, attention.cu (flash-style, no TxT matrix), embedding.cu,
   // loss.cu, optim.cu and optim_lean.cu (one fused multi-tensor launch per step).
