@@ -14,6 +14,18 @@
 
 namespace lt::io::detail {
 
+std::string file_kind(unsigned mode) {
+  const mode_t m = mode_t(mode);
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symlink";
+  return "a special file";
+}
+
 namespace {
 
 std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }

@@ -12,6 +12,9 @@
 
 namespace lt::io::detail {
 
+// What a stat mode is, for messages: "a directory", "a FIFO (named pipe)", "a character device", ...
+std::string file_kind(unsigned mode);
+
 // Reads exactly n bytes at `offset`; throws lt::Error (naming `path`) on failure or end of file.
 void read_exact(int fd, void* buf, int64_t n, int64_t offset, const std::string& path);
 

@@ -7,25 +7,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/file_io.h"
 #include "leantrain/error.h"
 
 namespace lt::io {
 
 namespace {
 
-const char* kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
-
 [[noreturn]] void not_regular(const std::string& path, mode_t m) {
-  const std::string kind = kind_of(m);
-  fail("cannot read '" + path + "'",
-       kind.rfind("not ", 0) == 0 ? "it is " + kind : "it is " + kind + ", not a regular file",
+  fail("cannot read '" + path + "'", "it is " + detail::file_kind(m) + ", not a regular file",
        "pass the path of a regular file");
 }
 

@@ -8,20 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "io/file_io.h"
+
 namespace lt::io {
 
 namespace {
-
-std::string kind_of(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISLNK(m)) return "a symlink";
-  return "a special file";
-}
 
 OutputTarget refuse(std::string why, std::string fix) {
   OutputTarget t;
@@ -35,7 +26,7 @@ OutputTarget refuse(std::string why, std::string fix) {
 std::string path_kind(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return "";
-  return kind_of(st.st_mode);
+  return detail::file_kind(st.st_mode);
 }
 
 std::string parent_dir(const std::string& path) {
@@ -50,7 +41,7 @@ std::string parent_dir(const std::string& path) {
 std::string create_problem(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return "the directory " + dir + " does not exist";
-  if (!S_ISDIR(st.st_mode)) return dir + " is " + kind_of(st.st_mode) + ", not a directory";
+  if (!S_ISDIR(st.st_mode)) return dir + " is " + detail::file_kind(st.st_mode) + ", not a directory";
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return errno == EROFS ? "the directory " + dir + " is on a read-only file system"
                           : "permission denied on the directory " + dir;
@@ -71,11 +62,11 @@ OutputTarget output_target(const std::string& path) {
     file = buf;
     if (::lstat(file.c_str(), &st) != 0) return refuse("it is a symlink to nothing", "remove the link or pass another path");
     if (!S_ISREG(st.st_mode))
-      return refuse("it is a symlink to " + kind_of(st.st_mode) + " (" + file + "), not to a regular file", elsewhere);
+      return refuse("it is a symlink to " + detail::file_kind(st.st_mode) + " (" + file + "), not to a regular file", elsewhere);
   } else if (::lstat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return refuse("it is a directory", "pass a file path inside it, e.g. " + path + "/out");
     if (!S_ISREG(st.st_mode))
-      return refuse("it is " + kind_of(st.st_mode) + ", which leantrain will not replace by a regular file",
+      return refuse("it is " + detail::file_kind(st.st_mode) + ", which leantrain will not replace by a regular file",
                     elsewhere + ", or omit the flag to write nothing");
   } else if (errno != ENOENT) {
     return refuse(std::strerror(errno), elsewhere);
