@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Quick start, step 2: build everything and run all tests (unit tests and the CLI's end-to-end
 # scripts) with ctest. Installs missing Debian dependencies first.
+# With CI=true (.ci/run sets it) it then also runs the same tests under ASan + UBSan
+# (scripts/sanitize.sh) and every fuzz harness for FUZZ_SECONDS each (scripts/fuzz.sh; default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh --tests
+full=0
+[ "${CI:-}" = true ] && full=1
+if [ $full = 1 ]; then bash scripts/deps.sh --tests --sanitize; else bash scripts/deps.sh --tests; fi
 bash scripts/build.sh
-cd build
-ctest --output-on-failure -j "$(nproc)"
+(cd build && ctest --output-on-failure -j "$(nproc)")
+if [ $full = 1 ]; then
+  echo "== the tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-sanitize)"
+  bash scripts/sanitize.sh
+  echo "== the fuzz harnesses, ${FUZZ_SECONDS:-30} s each"
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi
