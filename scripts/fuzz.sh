@@ -8,7 +8,8 @@
 #   FUZZ_JOBS=J    harnesses run J at a time (default: the number of cores)
 #   FUZZ_NICE=K    their nice level (default 0; long runs beside other work: 19)
 #   FUZZ_BUILD=DIR the build directory (default build-sanitize, shared with scripts/sanitize.sh)
-#   FUZZ_OUT=DIR   corpora, logs and crash inputs (default DIR/fuzz-runs; cleared at the start)
+#   FUZZ_OUT=DIR   logs and crash inputs (cleared at the start), and the grown corpora (kept: a
+#                  later run continues from them); default BUILD/fuzz-runs
 # Each harness starts from its seeds (tests/fuzz/corpus/NAME) and replays tests/fuzz/regressions/NAME;
 # what it finds is under FUZZ_OUT/artifacts. docs/testing.md explains the harnesses and a long run.
 set -euo pipefail
@@ -34,8 +35,8 @@ if [ $# -gt 0 ]; then
   LINES=("${sel[@]}")
 fi
 
-rm -rf "$OUT"
-mkdir -p "$OUT/logs" "$OUT/artifacts" "$OUT/results"
+rm -rf "$OUT/logs" "$OUT/artifacts" "$OUT/results"
+mkdir -p "$OUT/logs" "$OUT/artifacts" "$OUT/results" "$OUT/corpus"
 OUT=$(cd "$OUT" && pwd)
 # The harnesses write their input files under TMPDIR: tmpfs when there is one.
 SCRATCH_PARENT=/tmp
