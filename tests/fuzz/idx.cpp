@@ -21,12 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     set->count = images.dims[0];
     set->rows = images.dims[1];
     set->cols = images.dims[2];
+    // No images (count 0, or images of 0 pixels) is a valid file with nothing for a data set to read.
+    if (images.data.empty()) return;
     const int64_t image_bytes = lt::fuzz::mul(set->rows, set->cols, "rows x cols");
     lt::fuzz::require(int64_t(images.data.size()) == lt::fuzz::mul(set->count, image_bytes, "count x rows x cols"),
                       "an image file holds count x rows x cols bytes");
     set->pixels = std::move(images.data);
-    set->labels.assign(size_t(set->count), 0);
-    if (set->count == 0) return;
+    set->labels.assign(size_t(set->count), 0);  // count <= the file's size here
     lt::ImageDataset ds(set);
     std::vector<float> pixels(static_cast<size_t>(image_bytes));
     int64_t label = -1;
