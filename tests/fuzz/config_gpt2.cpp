@@ -1,6 +1,7 @@
 // GPT2Config::from_json on arbitrary config.json text, then the sizes building the model would
 // compute (every parameter's element count and f32 bytes, and their total), without allocating
-// it: a config that from_json accepts must have sizes that fit in int64.
+// it: a config that from_json accepts must have sizes that fit in int64, and a total equal to
+// the closed form num_parameters() that the size limit checks.
 #include "config_sizes.h"
 #include "fuzz_input.h"
 #include "leantrain/models.h"
@@ -25,6 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     block.add("mlp.c_proj.bias", {C});
     p.add_repeated("transformer.h", block, c.n_layer);
     p.add("transformer.ln_f", {C}, 2);
+    if (!c.tie_word_embeddings) p.add("lm_head.weight", {c.vocab_size, C});
+    lt::fuzz::require(double(p.elements()) == c.num_parameters(),
+                      "num_parameters() (" + std::to_string(c.num_parameters()) + ") counts the parameters built (" +
+                          std::to_string(p.elements()) + ")");
   });
   return 0;
 }

@@ -1,6 +1,7 @@
 // ViTConfig::from_json on arbitrary config.json text, then the sizes building the model would
 // compute (every parameter's element count and f32 bytes, and their total), without allocating
-// it: a config that from_json accepts must have sizes that fit in int64.
+// it: a config that from_json accepts must have sizes that fit in int64, and a total equal to
+// the closed form num_parameters() that the size limit checks.
 #include "config_sizes.h"
 #include "fuzz_input.h"
 #include "leantrain/models.h"
@@ -29,6 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     p.add("encoder.ln", {D}, 2);
     p.add("heads.head.weight", {c.num_labels, D});
     p.add("heads.head.bias", {c.num_labels});
+    lt::fuzz::require(double(p.elements()) == c.num_parameters(),
+                      "num_parameters() (" + std::to_string(c.num_parameters()) + ") counts the parameters built (" +
+                          std::to_string(p.elements()) + ")");
   });
   return 0;
 }
