@@ -2,10 +2,17 @@
 # Installs leantrain's Debian 12 dependencies (skipped when they are all present). Works as
 # root, or through sudo for another user. Sourced or run by demo.sh and test.sh.
 # `deps.sh --tests` adds what only the tests need: headless Chromium renders the HTML memory report.
+# `deps.sh --sanitize` adds clang and its sanitizer/libFuzzer runtimes (scripts/sanitize.sh, fuzz.sh).
 set -euo pipefail
 PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev
   dataset-fashion-mnist fortunes)
-if [ "${1:-}" = "--tests" ]; then PKGS+=(chromium); fi
+for arg in "$@"; do
+  case "$arg" in
+    --tests) PKGS+=(chromium) ;;
+    --sanitize) PKGS+=(clang libclang-rt-14-dev) ;;
+    *) echo "leantrain: error: deps.sh: unknown option '$arg' (use --tests and/or --sanitize)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

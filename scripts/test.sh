@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # Quick start, step 2: build everything and run all tests (unit tests and the CLI's end-to-end
 # scripts) with ctest. Installs missing Debian dependencies first.
+# With CI=true (.ci/run sets it) it then also runs the same tests under ASan + UBSan
+# (scripts/sanitize.sh) and every fuzz harness for FUZZ_SECONDS each (scripts/fuzz.sh; default 30),
+# and prints how long each stage took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh --tests
-bash scripts/build.sh
-cd build
-ctest --output-on-failure -j "$(nproc)"
+full=0
+[ "${CI:-}" = true ] && full=1
+stage() {  # stage NAME CMD...: runs CMD, then prints NAME and its wall time
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "== $name: $((SECONDS - start)) s"
+}
+if [ $full = 1 ]; then stage deps bash scripts/deps.sh --tests --sanitize; else bash scripts/deps.sh --tests; fi
+stage build bash scripts/build.sh
+stage tests bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
+if [ $full = 1 ]; then
+  stage "build and tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-sanitize/)" bash scripts/sanitize.sh
+  stage "fuzz harnesses, ${FUZZ_SECONDS:-30} s each" bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi

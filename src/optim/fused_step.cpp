@@ -20,7 +20,8 @@ FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
   shared_->opt = &opt;
   std::weak_ptr<Shared> weak = shared_;
   for (auto& [name, p] : opt.named_params()) {
-    p.register_post_accumulate_grad_hook([weak, name](Tensor& param) {
+    // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
+    p.register_post_accumulate_grad_hook([weak, name = name](Tensor& param) {
       auto sh = weak.lock();
       if (!sh) return;
       if (sh->norm_pass) {

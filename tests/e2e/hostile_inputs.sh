@@ -36,7 +36,7 @@ expect_error 1 "config.json': it is a directory" "${T[@]}" "$LT" plan --model "$
 # address-space limit keeps a reader that tries anyway from taking the machine's memory.
 truncate -s 5G "$WORK/big.txt"
 expect_error 1 "text in '.*big.txt' is too large: it holds more than 4 GiB" \
-  bash -c 'ulimit -v 4000000; exec "$@"' _ "${T[@]}" "$LT" train "${GPT[@]}" --steps 1 --data "$WORK/big.txt"
+  with_memory_cap 4000000 "${T[@]}" "$LT" train "${GPT[@]}" --steps 1 --data "$WORK/big.txt"
 
 # ---- IDX headers ----
 # idx MAGIC_DIMS_HEX: an IDX header (hex bytes) and no data, gzipped, on stdout.

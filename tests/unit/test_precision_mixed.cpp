@@ -114,7 +114,7 @@ TEST(PrecisionMixed, AutocastIsOffOutsideTheGuardAndNests) {
     EXPECT_EQ(autocast(zeros({4}, DType::F64)).dtype(), DType::F64);  // only f32 is cast
   }
   EXPECT_FALSE(autocast_dtype());
-  EXPECT_THROW(AutocastGuard(DType::F64), Error);
+  EXPECT_THROW(AutocastGuard{DType::F64}, Error);  // braces: with parentheses clang reads a declaration
 }
 
 TEST(PrecisionMixed, OverflowSkipsTheStepAndHalvesTheScale) {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds the CLI, the unit tests and the test tools with AddressSanitizer (leaks included) and
+# UndefinedBehaviorSanitizer (clang, CPU only) into build-sanitize/, and runs every ctest there:
+# the unit tests, and the end-to-end scripts driving the sanitized CLI. Any report fails its test.
+# The same build directory holds the fuzz harnesses (scripts/fuzz.sh), so the library is built once.
+# Extra arguments go to ctest (e.g. -R 'e2e\.' or -E Converge). docs/testing.md has the details.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${SANITIZE_BUILD:-build-sanitize}
+command -v clang++ >/dev/null || { echo "leantrain: error: the sanitizer build needs clang++: not found (run scripts/deps.sh --sanitize)" >&2; exit 1; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DLEANTRAIN_CUDA=OFF \
+  -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON >/dev/null
+ninja -C "$BUILD" leantrain leantrain_tests memory_report_demo
+export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:allocator_may_return_null=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=86:print_stacktrace=1:halt_on_error=1}
+cd "$BUILD"
+ctest --output-on-failure -j "$(nproc)" "$@"
