@@ -11,22 +11,14 @@
 #include "leantrain/models.h"
 #include "leantrain/optim.h"
 #include "leantrain/safetensors.h"
+#include "small_models.h"
 
 using namespace lt;
+using lt::test::small_gpt2;
+using lt::test::small_vit;
 namespace fs = std::filesystem;
 
 namespace {
-
-models::GPT2Config small_gpt2() {
-  models::GPT2Config c;
-  c.vocab_size = 64;
-  c.n_positions = 32;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  return c;
-}
 
 Tensor ids() {
   std::vector<int64_t> v(2 * 8);

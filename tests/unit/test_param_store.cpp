@@ -11,35 +11,13 @@
 #include "leantrain/memory.h"
 #include "leantrain/models.h"
 #include "leantrain/optim.h"
+#include "small_models.h"
 
 using namespace lt;
+using lt::test::small_gpt2;
+using lt::test::small_vit;
 
 namespace {
-
-models::GPT2Config small_gpt2(bool tied = true) {
-  models::GPT2Config c;
-  c.vocab_size = 64;
-  c.n_positions = 32;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  c.tie_word_embeddings = tied;
-  return c;
-}
-
-models::ViTConfig small_vit() {
-  models::ViTConfig c;
-  c.image_size = 8;
-  c.patch_size = 4;
-  c.num_channels = 2;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 64;
-  c.num_labels = 4;
-  return c;
-}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
