@@ -28,7 +28,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            std::string(name) + ": q, k, v shapes do not fit", shapes,
            "use q [B, H, Tq, D] and k, v [B, Hkv, Tk, D] with equal B and D");
   // Grouped-query attention: query head h reads kv head h / (H / Hkv); K and V are not repeated.
-  LT_CHECK(Hkv > 0 && H % Hkv == 0,
+  LT_CHECK(Hkv == H || (Hkv > 0 && H % Hkv == 0),
            std::string(name) + ": q's " + std::to_string(H) + " heads are not a multiple of k/v's " +
                std::to_string(Hkv) + " heads",
            shapes, "use a kv head count that divides the query head count");

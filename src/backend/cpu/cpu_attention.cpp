@@ -136,7 +136,7 @@ void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
 // k and v: [B, Hkv, Tk, D] with Hkv dividing q's H (grouped-query attention when Hkv < H).
 void check_kv_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t h = q.size(1), hkv = k.size(1);
-  LT_CHECK(hkv > 0 && h % hkv == 0 && v.size(1) == hkv,
+  LT_CHECK((hkv == h || (hkv > 0 && h % hkv == 0)) && v.size(1) == hkv,
            std::string(op) + ": q has " + std::to_string(h) + " heads, k " + std::to_string(hkv) + " and v " +
                std::to_string(v.size(1)),
            "each kv head serves H / Hkv query heads", "give k and v one head count that divides q's");
