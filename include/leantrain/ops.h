@@ -108,6 +108,8 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, cons
 // [B, T, H*D]; dqkv has qkv's shape. kv_heads == heads is the call above.
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
                              const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+// (qkv, heads, kv_heads) with causal left out would bind kv_heads to the first overload's causal.
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = delete;
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range

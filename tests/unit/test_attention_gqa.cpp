@@ -215,6 +215,15 @@ TEST(AttentionGqa, PackedWithEqualHeadsIsTheMultiHeadOp) {
                    self_attention_packed(x, 2, true, mask, 0.3).to_double_vector()));
 }
 
+// self_attention_packed(qkv, heads, kv_heads) without causal does not compile (it would
+// otherwise call the multi-head overload with causal = kv_heads != 0); with a bool it does.
+template <class K> constexpr bool packed_accepts_third(K) {
+  return requires(const Tensor& t, K k) { self_attention_packed(t, int64_t(4), k); };
+}
+static_assert(packed_accepts_third(true));
+static_assert(!packed_accepts_third(2));
+static_assert(!packed_accepts_third(int64_t(2)));
+
 TEST(AttentionGqa, Gradcheck) {
   using test::gradcheck;
   using test::rand64;
