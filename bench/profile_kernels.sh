@@ -24,7 +24,7 @@ for r in csv.DictReader(rows):
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
     name = r["Kernel Name"].split("(")[0][:90]
-    tot[name] += float(r["Metric Value"]) / 1e6
+    tot[name] += float(r["Metric Value"].replace(",", "")) / 1e6
     cnt[name] += 1
 all_ms = sum(tot.values()) / steps
 print(f"kernel time per step: {all_ms:.2f} ms over {sum(cnt.values()) // steps} launches")
