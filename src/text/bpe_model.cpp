@@ -9,8 +9,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr size_t kMaxCachedWordBytes = 256;        // as tokenizers: longer words are not cached
-constexpr size_t kMaxCachedWordsPerShard = 4096;  // a full shard is emptied and refilled
+constexpr size_t kMaxCachedWordBytes = 256;  // as tokenizers: longer words are not cached
 
 uint64_t pair_key(int32_t a, int32_t b) { return uint64_t(uint32_t(a)) << 32 | uint32_t(b); }
 
@@ -126,20 +125,27 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
     merge_word(word, out);
     return;
   }
-  CacheShard& shard = cache_[StringHash{}(word) % kCacheShards];
+  const size_t hash = StringHash{}(word);
+  CacheShard& shard = cache_[hash % kCacheShards];
+  const size_t slot = (hash / kCacheShards) % kCacheSlotsPerShard;
   {
     std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.words.find(word);
-    if (it != shard.words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
+    if (!shard.slots.empty()) {
+      const CacheSlot& s = shard.slots[slot];
+      if (s.hash == hash && s.word == word) {
+        out.insert(out.end(), s.ids.begin(), s.ids.end());
+        return;
+      }
     }
   }
   const size_t first = out.size();
   merge_word(word, out);
   std::lock_guard<std::mutex> lock(shard.mutex);
-  if (shard.words.size() >= kMaxCachedWordsPerShard) shard.words.clear();
-  shard.words.emplace(std::string(word), std::vector<int32_t>(out.begin() + ptrdiff_t(first), out.end()));
+  if (shard.slots.empty()) shard.slots.resize(kCacheSlotsPerShard);
+  CacheSlot& s = shard.slots[slot];
+  s.hash = hash;
+  s.word.assign(word);
+  s.ids.assign(out.begin() + ptrdiff_t(first), out.end());
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {

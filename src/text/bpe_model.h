@@ -59,11 +59,18 @@ class BpeModel {
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> ids for byte_fallback, -1 where missing
 
+  // The word cache: direct-mapped slots by hash (a new word replaces the one in its slot), in
+  // shards with their own lock, as encode runs on several loader threads.
+  struct CacheSlot {
+    size_t hash = 0;
+    std::string word;
+    std::vector<int32_t> ids;
+  };
   struct CacheShard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+    std::vector<CacheSlot> slots;
   };
-  static constexpr size_t kCacheShards = 16;
+  static constexpr size_t kCacheShards = 16, kCacheSlotsPerShard = 4096;
   mutable std::array<CacheShard, kCacheShards> cache_;
 };
 
