@@ -145,6 +145,7 @@ std::unique_ptr<Decoder> read_decoder(const Json& j, const std::string& where, c
   if (type == "Sequence") {
     auto d = std::make_unique<SequenceDecoder>();
     const std::string w = field(where, "decoders");
+    const JsonReader::Nesting nesting(r, w);
     const Json& parts = r.array(r.required(j, where, "decoders"), w);
     for (size_t i = 0; i < parts.size(); ++i) d->parts.push_back(read_decoder(parts[i], item(w, i), r));
     return d;

@@ -5,8 +5,36 @@
 
 namespace lt::text {
 
+std::string printable(std::string_view s) {
+  constexpr size_t kMax = 200;
+  std::string out;
+  for (size_t i = 0; i < s.size() && out.size() < kMax; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  if (out.size() >= kMax) out += "...";
+  return out;
+}
+
+JsonReader::Nesting::Nesting(const JsonReader& r, const std::string& where) : r_(r) {
+  if (++r_.depth_ > kMaxNesting) {
+    --r_.depth_;
+    r.fail(where, "Sequences are nested more than " + std::to_string(kMaxNesting) + " deep");
+  }
+}
+
 void JsonReader::fail(const std::string& where, const std::string& why, const std::string& fix) const {
-  lt::fail("tokenizer " + file_, (where.empty() ? "" : where + ": ") + why,
+  lt::fail("tokenizer " + printable(file_), (where.empty() ? "" : printable(where) + ": ") + printable(why),
            fix.empty() ? "check the file; it should be a Hugging Face tokenizer.json" : fix);
 }
 

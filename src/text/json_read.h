@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace lt::text {
 
@@ -37,9 +38,28 @@ class JsonReader {
   // obj["type"], the component's kind.
   std::string type(const Json& obj, const std::string& where) const;
 
+  // Sequences nest components; a hostile file could nest them deep enough to exhaust the stack
+  // of the recursive readers. Each Sequence holds a Nesting while it reads its parts.
+  class Nesting {
+   public:
+    Nesting(const JsonReader& r, const std::string& where);
+    ~Nesting() { --r_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    const JsonReader& r_;
+  };
+  static constexpr int kMaxNesting = 16;
+
  private:
   std::string file_;
+  mutable int depth_ = 0;
 };
+
+// Text from a file, fit for a one-line message: control characters as \n, \t, \xNN, long
+// text cut.
+std::string printable(std::string_view s);
 
 // "where.key" / "where[i]": the path of a field, for messages.
 inline std::string field(const std::string& where, const char* key) { return where.empty() ? key : where + "." + key; }

@@ -38,6 +38,7 @@ std::unique_ptr<Normalizer> read_normalizer(const Json& j, const std::string& wh
   if (type == "Sequence") {
     auto n = std::make_unique<SequenceNormalizer>();
     const std::string w = field(where, "normalizers");
+    const JsonReader::Nesting nesting(r, w);
     const Json& parts = r.array(r.required(j, where, "normalizers"), w);
     for (size_t i = 0; i < parts.size(); ++i) n->parts.push_back(read_normalizer(parts[i], item(w, i), r));
     return n;

@@ -92,6 +92,7 @@ std::unique_ptr<PostProcessor> read_post_processor(const Json& j, const std::str
   if (type == "Sequence") {
     auto p = std::make_unique<SequenceProcessor>();
     const std::string w = field(where, "processors");
+    const JsonReader::Nesting nesting(r, w);
     const Json& parts = r.array(r.required(j, where, "processors"), w);
     for (size_t i = 0; i < parts.size(); ++i) p->parts.push_back(read_post_processor(parts[i], item(w, i), r));
     return p;

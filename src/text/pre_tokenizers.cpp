@@ -136,6 +136,7 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const Json& j, const std::strin
   if (type == "Sequence") {
     auto p = std::make_unique<SequencePreTokenizer>();
     const std::string w = field(where, "pretokenizers");
+    const JsonReader::Nesting nesting(r, w);
     const Json& parts = r.array(r.required(j, where, "pretokenizers"), w);
     for (size_t i = 0; i < parts.size(); ++i) p->parts.push_back(read_pre_tokenizer(parts[i], item(w, i), r));
     return p;

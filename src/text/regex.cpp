@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "leantrain/error.h"
+#include "text/json_read.h"
 #include "text/utf8.h"
 
 namespace lt::text {
@@ -41,6 +42,8 @@ struct MatchScratch {
   pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(64 * 1024, 8 * 1024 * 1024, nullptr);
   MatchScratch() {
     if (context && jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    // A pattern that backtracks without end fails after this many steps, with one error.
+    if (context) pcre2_set_match_limit(context, 1000000);
   }
   ~MatchScratch() {
     pcre2_jit_stack_free(jit_stack);
@@ -83,7 +86,7 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& what) 
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), options, &err, &offset, nullptr);
   if (!code)
-    lt::fail(what, "the regular expression '" + pattern + "' does not compile: " + pcre2_message(err) +
+    lt::fail(what, "the regular expression '" + printable(pattern) + "' does not compile: " + pcre2_message(err) +
                        " (at offset " + std::to_string(offset) + ")",
              "fix the pattern; leantrain reads it with PCRE2");
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // when the JIT is missing, pcre2_match interprets

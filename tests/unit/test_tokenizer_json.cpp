@@ -326,6 +326,14 @@ TEST(TokenizerJson, RefusesBrokenFilesCleanly) {
       {"Sequence": {"id": "A"}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [99], "tokens": ["<s>"]}}})");
   EXPECT_NE(refused(j).find("special token id 99 has no token"), std::string::npos);
   j = tiny_bpe();
+  j["model"]["merges"].push_back("a\nb c");  // a token with a line break: the message stays one line
+  EXPECT_NE(refused(j).find("'a\\nb' is not in the vocabulary"), std::string::npos) << refused(j);
+  j = tiny_bpe();
+  json nested = {{"type", "Prepend"}, {"prepend", "x"}};
+  for (int i = 0; i < 1000; ++i) nested = {{"type", "Sequence"}, {"normalizers", json::array({nested})}};
+  j["normalizer"] = nested;
+  EXPECT_NE(refused(j).find("Sequences are nested more than 16 deep"), std::string::npos) << refused(j);
+  j = tiny_bpe();
   j["model"]["dropout"] = 0.1;
   EXPECT_NE(refused(j).find("BPE dropout"), std::string::npos);
 
