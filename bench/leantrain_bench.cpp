@@ -10,9 +10,14 @@
 //              On cuda, then one line each for pageable and pinned staging: ms per next() with
 //              the workers ahead (a --gap-ms pause stands for the step), host time of the call
 //              and until the copy has landed (next + synchronize), medians over --batches
+//   tokenize   encode speed of a tokenizer.json (--tokenizer) on one core: every fortune of
+//              --data (default /usr/share/games/fortunes) encoded one by one, twice (the second
+//              pass finds its words in the BPE cache); one JSON line of MB/s and tokens
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -29,6 +34,7 @@
 #include "leantrain/optim.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
+#include "text/tokenizer.h"
 
 using namespace lt;
 
@@ -275,6 +281,46 @@ int loader(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int tokenize(const std::map<std::string, std::string>& f) {
+  const std::string dir = get(f, "data", "/usr/share/games/fortunes");
+  std::vector<std::string> docs;
+  size_t bytes = 0;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    const std::string ext = p.extension().string();
+    if (ext == ".dat" || ext == ".u8" || !std::filesystem::is_regular_file(p)) continue;
+    for (std::string& d : parse_fortunes(read_text(p.string()))) {
+      bytes += d.size();
+      docs.push_back(std::move(d));
+    }
+  }
+  auto tok = text::load_tokenizer_json(need(f, "tokenizer"));
+  // The thread's CPU time, so that a machine busy with other work still shows one core's speed.
+  auto cpu_seconds = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  double secs[2] = {0, 0}, cpu[2] = {0, 0};
+  size_t tokens = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    tokens = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_seconds();
+    for (const std::string& d : docs) tokens += tok->encode(d, false).size();
+    cpu[pass] = cpu_seconds() - c0;
+    secs[pass] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double mb = double(bytes) / 1e6;
+  std::printf("{\"mode\": \"tokenize\", \"kind\": \"%s\", \"documents\": %zu, \"mb\": %.2f, \"tokens\": %zu, "
+              "\"first_pass_mb_s\": %.2f, \"cached_pass_mb_s\": %.2f, \"first_pass_mb_per_cpu_s\": %.2f, "
+              "\"cached_pass_mb_per_cpu_s\": %.2f}\n",
+              tok->kind().c_str(), docs.size(), mb, tokens, mb / secs[0], mb / secs[1], mb / cpu[0], mb / cpu[1]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,7 +330,8 @@ int main(int argc, char** argv) {
     if (mode == "parity") return parity(flags);
     if (mode == "throughput") return throughput(flags);
     if (mode == "loader") return loader(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader --flag value ...\n");
+    if (mode == "tokenize") return tokenize(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

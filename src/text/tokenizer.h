@@ -22,7 +22,9 @@ class Tokenizer {
 
   // Ids for `text`, as Hugging Face `tokenizers`' Tokenizer.encode(text, add_special_tokens)
   // gives them: added tokens matched first, then normalizer, pre-tokenizer, model; with
-  // add_special the post-processor's tokens (e.g. BOS) are added too.
+  // add_special the post-processor's tokens (e.g. BOS) are added too. Bytes that are not valid
+  // UTF-8 are read as U+FFFD, as Python's errors="replace" reads them. Safe to call from several
+  // threads at once.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
   // Text for `ids` (as tokenizers' decode(ids, skip_special_tokens)). Ids outside the vocabulary
   // are an lt::Error naming the id.
@@ -45,8 +47,9 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> byte_tokenizer();
 
 // A Hugging Face tokenizer.json (with tokenizer_config.json beside it, when present, for
-// bos/eos). Unsupported components (another model type, normalizer, pre-tokenizer or decoder)
-// are an lt::Error naming the component and the file.
+// bos/eos, and add_bos_token / add_eos_token, which then decide what encode(add_special) adds).
+// Unsupported components (another model type, normalizer, pre-tokenizer or decoder) are an
+// lt::Error naming the component and the file; docs/user-guide.md (Tokenizers) lists what is read.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path);
 
 }  // namespace lt::text
