@@ -86,7 +86,7 @@ void CorpusBuilder::add(std::vector<Document> docs, Placement placement, const s
     return;
   }
   // Documents are claimed one at a time by the threads and placed in order afterwards. The
-  // tokenizer is shared: its const methods are safe to call concurrently (text/tokenizer.h).
+  // tokenizer is shared: encode is safe to call concurrently (per-thread regex scratch, text/regex.cpp).
   std::vector<Encoded> out(docs.size());
   std::vector<std::exception_ptr> errors(docs.size());
   std::atomic<size_t> next{0};

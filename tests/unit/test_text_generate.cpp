@@ -45,6 +45,27 @@ TEST(DecodeStream, PiecesAreTheFullDecodesSuffixes) {
   EXPECT_EQ(t.finish(), "\xEF\xBF\xBD");
 }
 
+// With the committed tokenizer.json files: the pieces of text streamed one sampled id at a time
+// add up to the decode of all of them, for CJK, emoji, accents and runs of spaces.
+TEST(DecodeStream, RealTokenizersPiecesAddUpToTheDecode) {
+  const std::string text =
+      "Hello  world\n\tcaf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E  \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "na\xC3\xAFve  x=1;\n\n  done.";
+  for (const char* style : {"gpt2", "llama3", "smollm2", "sentencepiece", "sentencepiece-metaspace"}) {
+    SCOPED_TRACE(style);
+    const auto tok = text::load_tokenizer_json(std::string(LT_TEST_DATA_DIR) + "/tokenizers/" + style + "/tokenizer.json");
+    const std::vector<int32_t> ids = tok->encode(text, true);
+    for (size_t split : {size_t(0), size_t(1), size_t(5)}) {
+      const std::vector<int32_t> prompt(ids.begin(), ids.begin() + int64_t(split));
+      DecodeStream s(*tok, prompt);
+      std::string streamed;
+      for (size_t i = split; i < ids.size(); ++i) streamed += s.push(ids[i]);
+      streamed += s.finish();
+      EXPECT_EQ(tok->decode(prompt, true) + streamed, tok->decode(ids, true));
+    }
+  }
+}
+
 TEST(DecodeStream, BytesComeOutOneByOneAsBefore) {
   const auto bytes = text::byte_tokenizer();
   DecodeStream s(*bytes, {'a'});
