@@ -154,6 +154,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   if (c.data == "fortunes")
     usage("--data fortunes is text", s.name + " is an image classifier", "pass --data fashion-mnist, or a GPT model");
   if (c.seq_len) usage("--seq-len " + std::to_string(c.seq_len), "it applies to GPT models", "drop --seq-len");
+  if (!c.tokenizer.empty()) usage("--tokenizer " + c.tokenizer, "it applies to language models", "drop --tokenizer");
   if (c.data == kSyntheticData) return make_synthetic_image_task(t, s, c, init);
   std::string dir = c.data.empty() || c.data == "fashion-mnist" ? kFashionMnistDir : c.data;
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));

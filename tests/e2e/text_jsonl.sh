@@ -25,7 +25,8 @@ expect_error 2 "--prompt-field 'x' --response-field 'x': they name two different
 : >"$WORK/empty.jsonl"
 expect_error 1 "no text in .*empty.jsonl" "${RUN[@]}" --data "$WORK/empty.jsonl"
 
-# --tokenizer: a missing path, a directory without tokenizer.json.
+# --tokenizer: a missing path, a directory without tokenizer.json, an image model.
+expect_error 2 "--tokenizer x: it applies to language models" "$LT" train --model vit-tiny --tokenizer x --steps 1 --device cpu
 expect_error 1 "--tokenizer $WORK/none.json not found: no such file or directory" "${RUN[@]}" --tokenizer "$WORK/none.json"
 mkdir "$WORK/notok"
 expect_error 1 "--tokenizer $WORK/notok: the directory holds no tokenizer.json" "${RUN[@]}" --tokenizer "$WORK/notok"
