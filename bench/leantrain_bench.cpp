@@ -94,7 +94,7 @@ int parity(const std::map<std::string, std::string>& f) {
     MemoryCategoryScope s(Category::Input);
     data = io::load_safetensors(need(f, "batches"), dev);
   }
-  const bool gpt = model->model_type() == "gpt2";
+  const bool gpt = data.count("input_ids") > 0;  // token models (GPT-2, LLaMA); images otherwise
   const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
   const Tensor& ys = data.at("labels");
   for (auto& p : model->parameters()) p.set_requires_grad(true);

@@ -35,6 +35,29 @@ def gpt2_model(cfg, dtype):
     return GPT2LMHeadModel(c).to(device="cuda", dtype=dtype)
 
 
+def llama_model(kind, cfg, dtype):
+    """LlamaForCausalLM / Qwen2ForCausalLM from the case's config keys (Hugging Face names)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
+    if kind == "qwen2":
+        c, cls = Qwen2Config(**keys), Qwen2ForCausalLM
+    else:
+        c, cls = LlamaConfig(**keys), LlamaForCausalLM
+    c._attn_implementation = "eager"
+    return cls(c).to(device="cuda", dtype=dtype)
+
+
+TOKEN_KINDS = ("gpt2", "llama", "qwen2")
+
+
+def make_model(kind, cfg, dtype):
+    if kind == "gpt2":
+        return gpt2_model(cfg, dtype)
+    if kind in ("llama", "qwen2"):
+        return llama_model(kind, cfg, dtype)
+    return vit_model(cfg, dtype)
+
+
 def vit_model(cfg, dtype):
     from torchvision.models.vision_transformer import VisionTransformer
     m = VisionTransformer(image_size=cfg["image_size"], patch_size=cfg["patch_size"],
@@ -48,7 +71,7 @@ def vit_model(cfg, dtype):
 
 
 def batches(kind, cfg, n, b, gen):
-    if kind == "gpt2":
+    if kind in TOKEN_KINDS:
         T = cfg["seq"]
         ids = torch.randint(0, cfg["vocab_size"], (n, b, T + 1), generator=gen)
         return {"input_ids": ids[..., :-1].contiguous(), "labels": ids[..., 1:].contiguous()}
@@ -58,7 +81,7 @@ def batches(kind, cfg, n, b, gen):
 
 
 def torch_loss(kind, model, batch, i, dtype):
-    if kind == "gpt2":
+    if kind in TOKEN_KINDS:
         logits = model(input_ids=batch["input_ids"][i].cuda()).logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                  batch["labels"][i].cuda().reshape(-1))
@@ -71,7 +94,7 @@ def torch_loss(kind, model, batch, i, dtype):
 def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(1234)
-    model = (gpt2_model if kind == "gpt2" else vit_model)(cfg, dtype)
+    model = make_model(kind, cfg, dtype)
     params = {k: v for k, v in model.named_parameters()}
     weights = {k: v.detach().contiguous().cpu() for k, v in params.items()}
     gen = torch.Generator().manual_seed(99)
@@ -81,7 +104,11 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     save_file(weights, paths["w"] + ".safetensors")
     save_file(data, paths["b"] + ".safetensors")
     with open(paths["cfg"] + ".json", "w") as f:
-        json.dump({k: v for k, v in cfg.items() if k not in ("batch", "seq")}, f)
+        keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq")}
+        if kind in ("llama", "qwen2"):
+            keys = {**json.loads(model.config.to_json_string()), **keys}  # every field HF uses, defaults included
+            keys["model_type"] = kind
+        json.dump(keys, f)
     cmd = [args.bench, "parity", "--kind", kind, "--config", paths["cfg"] + ".json",
            "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
            "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
@@ -117,7 +144,7 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     # 50 AdamW steps on the same batches.
     if steps > 0:
         torch.manual_seed(1234)
-        model = (gpt2_model if kind == "gpt2" else vit_model)(cfg, dtype)
+        model = make_model(kind, cfg, dtype)
         model.load_state_dict({k: v.cuda() for k, v in weights.items()}, strict=False)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
         curve = []
@@ -143,6 +170,8 @@ def main():
     ap.add_argument("--bench", default="build-cuda/leantrain_bench")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--quick", action="store_true", help="small models only")
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--dtypes", default="f32,bf16")
     args = ap.parse_args()
     # Full f32 on the PyTorch side: its cuDNN convolutions and matmuls may otherwise use TF32.
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -158,10 +187,40 @@ def main():
             ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                                      image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),
         ]
+    # LLaMA family (issue 12): GQA, RoPE (with llama3 scaling and head_dim != hidden/heads), SwiGLU, biases.
+    tiny = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5,
+                tie_word_embeddings=False, rope_theta=10000.0)
+    cases += [
+        ("llama-small", "llama", dict(tiny, batch=4, seq=77), 50),
+        ("qwen2-small", "qwen2", dict(tiny, tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6,
+                                      batch=4, seq=77), 50),
+        ("llama3-rope-hd128", "llama", dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+                                            vocab_size=512, max_position_embeddings=4096, rope_theta=500000.0,
+                                            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                              high_freq_factor=4.0, original_max_position_embeddings=64),
+                                            rms_norm_eps=1e-5, tie_word_embeddings=True, batch=2, seq=300), 20),
+    ]
+    if not args.quick:
+        cases += [
+            ("smollm2-135m", "llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                           num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                                           max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
+                                           tie_word_embeddings=True, batch=2, seq=256), 0),
+            ("tinyllama-1.1b", "llama", dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                                             num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                                             max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
+                                             tie_word_embeddings=False, batch=1, seq=128, dtypes=("bf16",)), 0),
+        ]
+    only = set(filter(None, args.only.split(",")))
+    cases = [c for c in cases if not only or c[0] in only]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, kind, cfg, steps in cases:
-            for dt in ("f32", "bf16"):
+            cfg = dict(cfg)
+            dts = cfg.pop("dtypes", tuple(args.dtypes.split(",")))
+            for dt in dts:
                 r = run_case(args, name, kind, cfg, dt, steps, 1e-3, tmp)
                 results.append(r)
                 brief = {k: r.get(k) for k in ("case", "dtype", "ok", "logits_rel_err", "grad_worst_rel_err",
