@@ -61,7 +61,10 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
   }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   LT_ASSERT(lm);  // a causal token family builds CausalLMs
-  check_tokenizer_fits(tok, lm->vocab_size(), cfg.checkpoint);
+  if (tok.vocab_size() > lm->vocab_size())
+    fail(context, "its tokenizer has " + std::to_string(tok.vocab_size()) + " ids and its model embeds only " +
+                      std::to_string(lm->vocab_size()),
+         "pass a checkpoint saved by 'leantrain train --save'");
   load_weights(cfg.checkpoint, *model);
 
   // The prompt with the tokenizer's special tokens (BOS when it adds one). An empty one starts a

@@ -40,6 +40,14 @@ rm "$WORK/ck/tokenizer.json"
 expect_error 1 "checkpoint $WORK/ck has no tokenizer.json: it was trained with a 'bpe-sentencepiece' tokenizer" \
   "$LT" generate --checkpoint "$WORK/ck"
 
+# A checkpoint whose tokenizer.json has more ids than its model embeds (a byte-level run's, with
+# one copied in): refused as a damaged checkpoint.
+expect_ok "$LT" train --model gpt2-tiny --dim 32 --depth 2 --heads 2 --steps 1 --batch 4 --seq-len 16 --device cpu \
+  --data "$WORK/sft.jsonl" --save "$WORK/bytes"
+cp "$TOK/gpt2/tokenizer.json" "$WORK/bytes/"
+expect_error 1 "cannot generate from $WORK/bytes: its tokenizer has 4096 ids and its model embeds only 256" \
+  "$LT" generate --checkpoint "$WORK/bytes"
+
 # A model directory with a tokenizer.json: the default; --tokenizer overrides it.
 mkdir "$WORK/model"
 cp "$WORK/g.json" "$WORK/model/config.json"
