@@ -1,4 +1,4 @@
-// Data: Fashion-MNIST (IDX files), byte-level text corpora (fortunes or any text), and a
+// Data: Fashion-MNIST (IDX files), tokenized text corpora (fortunes, text files, JSON lines), and a
 // DataLoader that shuffles per epoch from a seed, prepares host batches on worker threads and
 // materialises them on the target device inside MemoryCategoryScope(Category::Input).
 #pragma once
@@ -8,7 +8,9 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -49,21 +51,69 @@ ImageSet load_fashion_mnist(Split split, const std::string& dir = kFashionMnistD
 
 // ---- text ----
 
+namespace text { class Tokenizer; }  // src/text/tokenizer.h
+
 inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";  // Debian package `fortunes`
 
-// Token ids 0..255 (one per byte).
-struct TextCorpus {
-  std::vector<uint8_t> train, val;
+// The token ids of one split, each stored in the fewest bytes its vocabulary needs (1 byte for
+// the byte tokenizer's 256 ids, so byte-level corpora take the memory they always took; 2 below
+// 65,536 ids; else 4), with a flag per token saying whether it is a target of the loss (the
+// prompt of a prompt/response document is not). The flags take memory only once one is off.
+class TokenStream {
+ public:
+  explicit TokenStream(int64_t vocab_size = 256);
+  void append(std::span<const int32_t> ids, bool target = true);
+  void append_bytes(std::string_view bytes, bool target = true);  // byte values as ids (width 1)
+  // Tokens [begin, end) of `other` (which has this stream's width).
+  void append(const TokenStream& other, int64_t begin, int64_t end);
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int32_t operator[](int64_t i) const;
+  bool is_target(int64_t i) const { return not_target_.empty() || !not_target_[size_t(i)]; }
+  bool any_masked() const { return !not_target_.empty(); }
+  int bytes_per_token() const { return width_; }
+  // Ids [begin, begin + n) as int64 (a batch row).
+  void read(int64_t begin, int64_t n, int64_t* out) const;
+  std::vector<int32_t> ids() const;  // all of them (tests, small streams)
+
+ private:
+  void mark(int64_t n, bool target);  // flags for the last n tokens appended
+  int width_ = 1;
+  int64_t vocab_ = 256, size_ = 0;
+  std::vector<uint8_t> data_;        // size_ * width_ bytes, little-endian ids
+  std::vector<uint8_t> not_target_;  // empty, or one flag per token
 };
+
+// Training and validation tokens of a text corpus. Every document is encoded on its own with the
+// tokenizer's special tokens (BOS when it adds one) and followed by EOS when it has one;
+// documents are concatenated in file and line order.
+struct TokenCorpus {
+  TokenStream train, val;
+  int64_t documents = 0;
+  explicit TokenCorpus(int64_t vocab_size = 256) : train(vocab_size), val(vocab_size) {}
+};
+
+struct TextOptions {
+  double val_fraction = 0.1;
+  // .jsonl lines: a "text" field, or these two (the prompt's tokens are masked from the loss).
+  std::string prompt_field = "prompt", response_field = "response";
+  int workers = 1;  // threads that tokenize (the result is the same for any count)
+};
+
 // The entries of a fortune file: text between lines that contain only "%" (empty entries dropped).
 std::vector<std::string> parse_fortunes(const std::string& text);
 // Every fortune file in `dir` (skipping *.dat, *.u8, hidden files and subdirectories), in name
-// order; entries are written back separated by "%\n" lines. Every round(1/val_fraction)-th entry
-// goes to validation, so both splits sample every file.
-TextCorpus load_fortunes(const std::string& dir = kFortunesDir, double val_fraction = 0.1);
-// A text file, or every regular file of a directory (name order, hidden files skipped); the last
-// val_fraction of each file goes to validation.
-TextCorpus load_text(const std::string& path, double val_fraction = 0.1);
+// order; each entry is a document. A tokenizer without EOS reads each entry followed by a "%\n"
+// line, as the files write them. Every round(1/val_fraction)-th entry goes to validation, so both
+// splits sample every file.
+TokenCorpus load_fortunes(const text::Tokenizer& tok, const TextOptions& opt = {},
+                          const std::string& dir = kFortunesDir);
+// A file, or every regular file of a directory (name order, hidden files skipped). A text file is
+// one document, the last val_fraction of its tokens validation. A .jsonl file holds one document
+// per line (a JSON object with a string "text" field, or string prompt and response fields; blank
+// lines skipped; without EOS a "\n" follows each), every round(1/val_fraction)-th to validation.
+// A bad line is an lt::Error naming file:line.
+TokenCorpus load_text(const std::string& path, const text::Tokenizer& tok, const TextOptions& opt = {});
 
 // ---- datasets ----
 
@@ -96,11 +146,15 @@ class ImageDataset : public Dataset {
   float mean_, std_;
 };
 
+// The target of a token the loss leaves out (cross_entropy's default ignore_index, as in PyTorch).
+inline constexpr int64_t kIgnoreTarget = -100;
+
 // Windows of seq_len tokens starting every `stride` tokens (default seq_len: no overlap);
-// targets are the same window shifted by one (next-token prediction).
+// targets are the same window shifted by one (next-token prediction), -100 (the loss's
+// ignore_index) where the stream says a token is not a target.
 class TokenWindows : public Dataset {
  public:
-  TokenWindows(std::shared_ptr<const std::vector<uint8_t>> tokens, int64_t seq_len, int64_t stride = 0);
+  TokenWindows(std::shared_ptr<const TokenStream> tokens, int64_t seq_len, int64_t stride = 0);
   int64_t size() const override { return count_; }
   Shape input_shape() const override { return {seq_len_}; }
   DType input_dtype() const override { return DType::I64; }
@@ -108,7 +162,7 @@ class TokenWindows : public Dataset {
   void get(int64_t i, void* input, int64_t* target) const override;
 
  private:
-  std::shared_ptr<const std::vector<uint8_t>> tokens_;
+  std::shared_ptr<const TokenStream> tokens_;
   int64_t seq_len_, stride_, count_;
 };
 

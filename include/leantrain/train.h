@@ -24,7 +24,12 @@ struct RunConfig {
   std::string model = "vit-tiny";  // a preset name
   std::string model_config;        // a Hugging Face config.json; replaces `model` when set
   std::string data;                // fashion-mnist | fortunes | PATH; empty: the model's default
-  int64_t seq_len = 0;             // GPT context; 0: min(128, the model's n_positions)
+  int64_t seq_len = 0;             // GPT context in tokens; 0: min(128, the model's n_positions)
+  // A tokenizer.json (or a directory holding one); empty: the model directory's, else the family's
+  // default. Not kept in the saved run config: a resumed run reads the checkpoint's copy.
+  std::string tokenizer;
+  // .jsonl fields of a prompt/response pair (the prompt's tokens are masked from the loss).
+  std::string prompt_field = "prompt", response_field = "response";
   // Overrides of the preset's sizes (0: keep the preset's): the demo's small ViT uses these.
   int64_t dim = 0, depth = 0, heads = 0, patch = 0, mlp_dim = 0;
 

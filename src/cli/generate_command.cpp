@@ -1,5 +1,6 @@
-// `leantrain generate`: samples from a GPT checkpoint written by `leantrain train --save`.
-// The prompt is printed first, then each sampled piece as soon as it exists.
+// `leantrain generate`: samples from a language-model checkpoint written by `leantrain train
+// --save`, through its tokenizer. The prompt is printed first, then each piece of decoded text as
+// soon as it exists.
 #include "cli/cli.h"
 
 namespace lt::cli {
@@ -8,7 +9,7 @@ void add_generate_flags(CLI::App& cmd, GenerateConfig& c) {
   cmd.footer("Example: leantrain generate --checkpoint runs/gpt --prompt \"The \" --max-new-tokens 200 --top-k 40");
   cmd.add_option("--checkpoint", c.checkpoint, "Checkpoint directory written by 'leantrain train --save'")->required();
   cmd.add_option("--prompt", c.prompt, "Text to continue")->capture_default_str();
-  add_int_flag(cmd, flag_range::max_new_tokens, c.max_new_tokens, "Tokens (bytes) to sample")->capture_default_str();
+  add_int_flag(cmd, flag_range::max_new_tokens, c.max_new_tokens, "Tokens to sample at most (sampling also stops at the tokenizer's EOS)")->capture_default_str();
   add_real_flag(cmd, "--temperature", c.temperature, "Softmax temperature (0: greedy)")->capture_default_str();
   add_int_flag(cmd, flag_range::top_k, c.top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
   add_seed_flag(cmd, c.seed, "Sampling seed")->capture_default_str();

@@ -14,9 +14,15 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--model", c.model, "Preset: vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m")
       ->capture_default_str()->group(what);
   cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
-  cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a directory/file (default: fashion-mnist for ViT, fortunes for GPT)")
+  cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a text/.jsonl file or directory (default: fashion-mnist for ViT, fortunes for GPT)")
       ->group(what);
-  add_int_flag(cmd, flag_range::seq_len, c.seq_len, "GPT context length (0: min(128, the model's))")->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::seq_len, c.seq_len, "Context length in tokens (0: min(128, the model's))")->capture_default_str()->group(what);
+  cmd.add_option("--tokenizer", c.tokenizer,
+                 "A tokenizer.json or a directory holding one (default: the model directory's, else bytes for GPT-2)")
+      ->group(what);
+  cmd.add_option("--prompt-field", c.prompt_field, ".jsonl field of the prompt (its tokens are masked from the loss)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--response-field", c.response_field, ".jsonl field of the response")->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::dim, c.dim, "Override the preset's width (0: keep)")->group(what);
   add_int_flag(cmd, flag_range::depth, c.depth, "Override the preset's number of blocks (0: keep)")->group(what);
   add_int_flag(cmd, flag_range::heads, c.heads, "Override the preset's attention heads (0: keep)")->group(what);

@@ -18,7 +18,7 @@ void ImageDataset::get(int64_t i, void* input, int64_t* target) const {
   *target = set_->labels[size_t(i)];
 }
 
-TokenWindows::TokenWindows(std::shared_ptr<const std::vector<uint8_t>> tokens, int64_t seq_len, int64_t stride)
+TokenWindows::TokenWindows(std::shared_ptr<const TokenStream> tokens, int64_t seq_len, int64_t stride)
     : tokens_(std::move(tokens)), seq_len_(seq_len), stride_(stride > 0 ? stride : seq_len) {
   LT_CHECK(seq_len > 0, "sequence length " + std::to_string(seq_len) + " is not positive", "windows need a length",
            "pass a positive sequence length");
@@ -31,12 +31,12 @@ TokenWindows::TokenWindows(std::shared_ptr<const std::vector<uint8_t>> tokens, i
 }
 
 void TokenWindows::get(int64_t i, void* input, int64_t* target) const {
-  const uint8_t* t = tokens_->data() + i * stride_;
-  int64_t* in = static_cast<int64_t*>(input);
-  for (int64_t j = 0; j < seq_len_; ++j) {
-    in[j] = t[j];
-    target[j] = t[j + 1];
-  }
+  const int64_t start = i * stride_;
+  tokens_->read(start, seq_len_, static_cast<int64_t*>(input));
+  tokens_->read(start + 1, seq_len_, target);
+  if (!tokens_->any_masked()) return;
+  for (int64_t j = 0; j < seq_len_; ++j)
+    if (!tokens_->is_target(start + 1 + j)) target[j] = kIgnoreTarget;
 }
 
 }  // namespace lt

@@ -1,9 +1,11 @@
-// Byte-level text corpora: each byte is a token id 0..255, so no tokenizer is needed and any
-// file works. Fortune files are split into entries so that validation samples every file.
+// Text corpora from files: fortune files (each entry a document), text files (each file one) and
+// JSON lines (each line one), tokenized by data::CorpusBuilder. Fortune files are split into
+// entries so that validation samples every file.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "data/corpus_builder.h"
 #include "io/input_file.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
@@ -50,12 +52,11 @@ template <class Skip> std::vector<fs::path> list_files(const fs::path& dir, Skip
   return out;
 }
 
-void check_fraction(double f) {
-  LT_CHECK(f >= 0 && f < 1, "validation fraction " + std::to_string(f) + " is out of range",
-           "it is the share of the text held out", "use a value in [0, 1), e.g. 0.1");
-}
+// JSON lines are handed to the tokenizer in batches of about this much text (memory stays a
+// small multiple of the batch, and each batch keeps the threads busy).
+constexpr size_t kJsonlBatchBytes = size_t(8) << 20;
 
-void append(std::vector<uint8_t>& dst, const std::string& s) { dst.insert(dst.end(), s.begin(), s.end()); }
+bool is_jsonl(const fs::path& p) { return p.extension() == ".jsonl"; }
 
 }  // namespace
 
@@ -85,42 +86,43 @@ std::vector<std::string> parse_fortunes(const std::string& text) {
   return entries;
 }
 
-TextCorpus load_fortunes(const std::string& dir, double val_fraction) {
-  check_fraction(val_fraction);
+TokenCorpus load_fortunes(const text::Tokenizer& tok, const TextOptions& opt, const std::string& dir) {
+  data::CorpusBuilder builder(tok, opt);
   const std::string fix = "apt-get install fortunes, or pass a text file or directory";
   LT_CHECK(fs::is_directory(dir), "fortunes not found", "no directory " + dir, fix);
   auto files = list_files(dir, [](const fs::path& p) { return p.extension() == ".dat" || p.extension() == ".u8"; });
   LT_CHECK(!files.empty(), "fortunes not found", "no fortune files in " + dir, fix);
-  const int64_t period = val_fraction > 0 ? std::max<int64_t>(2, std::llround(1.0 / val_fraction)) : 0;
-  TextCorpus c;
-  int64_t k = 0;
   CorpusReader reader(dir);
   for (const auto& f : files) {
-    for (const std::string& e : parse_fortunes(reader.read(f))) {
-      auto& dst = period && k % period == period - 1 ? c.val : c.train;
-      append(dst, e);
-      append(dst, "%\n");
-      ++k;
-    }
+    std::vector<data::Document> docs;
+    for (std::string& e : parse_fortunes(reader.read(f))) docs.push_back({std::move(e), std::nullopt});
+    builder.add(std::move(docs), data::Placement::Whole, "%\n");
   }
+  TokenCorpus c = builder.finish();
   LT_CHECK(!c.train.empty(), "no fortunes in " + dir, "every file was empty", fix);
   return c;
 }
 
-TextCorpus load_text(const std::string& path, double val_fraction) {
-  check_fraction(val_fraction);
+TokenCorpus load_text(const std::string& path, const text::Tokenizer& tok, const TextOptions& opt) {
+  data::CorpusBuilder builder(tok, opt);
   LT_CHECK(fs::exists(path), "text not found", "no file or directory " + path, "pass an existing path");
   std::vector<fs::path> files;
   if (fs::is_directory(path)) files = list_files(path, [](const fs::path&) { return false; });
   else files.push_back(path);
-  TextCorpus c;
   CorpusReader reader(path);
   for (const auto& f : files) {
     std::string s = reader.read(f);
-    size_t cut = s.size() - size_t(std::floor(double(s.size()) * val_fraction));
-    c.train.insert(c.train.end(), s.begin(), s.begin() + int64_t(cut));
-    c.val.insert(c.val.end(), s.begin() + int64_t(cut), s.end());
+    if (is_jsonl(f)) {
+      data::parse_jsonl(s, f.string(), opt, kJsonlBatchBytes, [&](std::vector<data::Document> docs) {
+        builder.add(std::move(docs), data::Placement::Whole, "\n");
+      });
+      continue;
+    }
+    std::vector<data::Document> one;
+    one.push_back({std::move(s), std::nullopt});
+    builder.add(std::move(one), data::Placement::Tail, "");
   }
+  TokenCorpus c = builder.finish();
   LT_CHECK(!c.train.empty(), "no text in " + path, "the file(s) are empty", "pass a non-empty text file or directory");
   return c;
 }

@@ -43,7 +43,8 @@ int64_t sample_token(const std::vector<float>& logits, double temperature, int64
 }
 
 std::vector<int64_t> CausalLM::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
-                                        int64_t top_k, uint64_t seed, const std::function<void(int64_t)>& on_token) {
+                                        int64_t top_k, uint64_t seed, const std::function<void(int64_t)>& on_token,
+                                        int64_t stop_token, int64_t sample_below) {
   LT_CHECK(!prompt.empty(), "generate: empty prompt", "sampling needs at least one token to condition on",
            "pass a prompt of one or more tokens");
   LT_CHECK(max_new_tokens >= 0, "generate: max_new_tokens = " + std::to_string(max_new_tokens),
@@ -67,9 +68,11 @@ std::vector<int64_t> CausalLM::generate(const std::vector<int64_t>& prompt, int6
     const size_t start = seq.size() > size_t(context) ? seq.size() - size_t(context) : 0;
     std::vector<int64_t> ctx(seq.begin() + int64_t(start), seq.end());
     std::vector<float> logits = next_token_logits(from_ints(ctx, {1, int64_t(ctx.size())}, DType::I64, dev)).to_float_vector();
+    if (sample_below > 0 && sample_below < int64_t(logits.size())) logits.resize(size_t(sample_below));
     int64_t tok = sample_token(logits, temperature, top_k, seed, uint64_t(step));
     seq.push_back(tok);
     if (on_token) on_token(tok);
+    if (tok == stop_token) break;
   }
   return seq;
 }

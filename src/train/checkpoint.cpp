@@ -6,6 +6,7 @@
 #include "leantrain/safetensors.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
+#include "train/run_tokenizer.h"
 #include "train/trainer.h"
 #include "train/trainer_state.h"
 
@@ -92,6 +93,7 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   StagedDir stage(dir);
   io::save_module(t.model(), stage.path("model.safetensors"), {{"format", "pt"}});
   write_text_file(stage.path("config.json"), t.model().config_json());
+  write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
 
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
   io::save_safetensors(stage.path("optimizer.safetensors"), states,

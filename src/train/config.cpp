@@ -138,6 +138,9 @@ void validate(const RunConfig& c) {
   if (c.dim && c.heads && c.dim % c.heads)
     usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
           "each head gets dim/heads channels", "pick a head count that divides the width");
+  if (c.prompt_field.empty() || c.response_field.empty() || c.prompt_field == c.response_field)
+    usage("--prompt-field '" + c.prompt_field + "' --response-field '" + c.response_field + "'",
+          "they name two different .jsonl fields", "pass two different, non-empty field names");
   validate_precision(c);
   resolve_device(c.device);
 }
@@ -168,7 +171,7 @@ Device resolve_device(const std::string& spec) {
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
-  X(stochastic_rounding) X(offload_activations)
+  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

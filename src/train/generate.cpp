@@ -1,12 +1,16 @@
 // generate_text: rebuilds the language model a checkpoint describes (config.json, through the
-// model registry), loads its weights and samples in inference mode. Text is byte-tokenized, as
-// in training.
+// model registry), loads its weights and samples in inference mode. Text goes through the
+// checkpoint's tokenizer (its tokenizer.json, or the byte tokenizer of byte-level runs): the
+// prompt is encoded as training encoded a document's start, sampled ids are decoded as they come
+// (train/decode_stream.h), and sampling ends at the tokenizer's EOS.
 #include <cmath>
 
 #include "leantrain/autograd.h"
 #include "leantrain/precision.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/decode_stream.h"
+#include "train/run_tokenizer.h"
 
 namespace lt {
 
@@ -41,9 +45,10 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
              ? "it holds an image classifier (" + family.display_name() + "), not a language model"
              : "its " + family.display_name() + " model is not a causal language model",
          "pass a checkpoint saved by 'leantrain train --model gpt2-tiny --save DIR'");
-  const std::string tokenizer = read_tokenizer_name(cfg.checkpoint);
-  if (tokenizer != family.tokenizer())
-    fail(context, "it was trained with the tokenizer '" + tokenizer + "', and " + family.display_name() +
+  RunTokenizer rt = checkpoint_tokenizer(cfg.checkpoint);
+  const text::Tokenizer& tok = *rt.tokenizer;
+  if (rt.json_path.empty() && tok.kind() != family.tokenizer())
+    fail(context, "it was trained with the tokenizer '" + tok.kind() + "', and " + family.display_name() +
                       " models read '" + family.tokenizer() + "'",
          "pass a checkpoint saved by 'leantrain train --model gpt2-tiny --save DIR'");
   std::shared_ptr<models::Model> model;
@@ -56,21 +61,31 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
   }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   LT_ASSERT(lm);  // a causal token family builds CausalLMs
+  if (tok.vocab_size() > lm->vocab_size())
+    fail(context, "its tokenizer has " + std::to_string(tok.vocab_size()) + " ids and its model embeds only " +
+                      std::to_string(lm->vocab_size()),
+         "pass a checkpoint saved by 'leantrain train --save'");
   load_weights(cfg.checkpoint, *model);
 
-  // An empty prompt starts a new fortune, as the training text does after each "%" line.
-  std::string prompt = cfg.prompt.empty() ? "\n" : cfg.prompt;
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  for (int64_t& id : ids) id = int64_t(uint8_t(id));
-  auto piece = [](int64_t id) { return std::string(1, id < 256 ? char(uint8_t(id)) : '?'); };
+  // The prompt with the tokenizer's special tokens (BOS when it adds one). An empty one starts a
+  // new document: after EOS when the tokenizer has one, else after a newline (a new fortune, as
+  // the byte-level training text has after each "%" line).
+  std::vector<int32_t> prompt = tok.encode(cfg.prompt, true);
+  if (prompt.empty()) prompt = tok.eos_id() ? std::vector<int32_t>{*tok.eos_id()} : tok.encode("\n", true);
+  const std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  DecodeStream stream(tok, prompt);
+  std::string text = cfg.prompt;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    text += piece;
+    if (on_text) on_text(piece);
+  };
   InferenceModeGuard inference;
   MemoryCategoryScope act(Category::Activation);
-  std::vector<int64_t> out = lm->generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.seed,
-                                           [&](int64_t id) {
-                                             if (on_text) on_text(piece(id));
-                                           });
-  std::string text = cfg.prompt;
-  for (size_t i = ids.size(); i < out.size(); ++i) text += piece(out[i]);
+  lm->generate(ids, cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.seed,
+               [&](int64_t id) { emit(stream.push(int32_t(id))); }, tok.eos_id() ? *tok.eos_id() : -1,
+               tok.vocab_size());
+  emit(stream.finish());
   return text;
 }
 

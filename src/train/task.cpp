@@ -1,6 +1,6 @@
 // make_task: resolves --model/--config into a model config through the registry (models/registry.h),
-// applies the size overrides, fits it to the data (image size, channels, classes; byte
-// vocabulary), builds the model on the device and the loaders. Mistakes in the flags are
+// applies the size overrides, fits it to the data (image size, channels, classes), picks the
+// tokenizer of a text model (train/run_tokenizer.h), builds the model on the device and the loaders. Mistakes in the flags are
 // UsageErrors; bad files are lt::Errors.
 #include <algorithm>
 #include <filesystem>
@@ -154,6 +154,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   if (c.data == "fortunes")
     usage("--data fortunes is text", s.name + " is an image classifier", "pass --data fashion-mnist, or a GPT model");
   if (c.seq_len) usage("--seq-len " + std::to_string(c.seq_len), "it applies to GPT models", "drop --seq-len");
+  if (!c.tokenizer.empty()) usage("--tokenizer " + c.tokenizer, "it applies to language models", "drop --tokenizer");
   if (c.data == kSyntheticData) return make_synthetic_image_task(t, s, c, init);
   std::string dir = c.data.empty() || c.data == "fashion-mnist" ? kFashionMnistDir : c.data;
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));
@@ -184,13 +185,35 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
                   std::to_string(train->count) + " train / " + std::to_string(test->count) + " test images";
 }
 
+// The directory the model's config.json was read from (--model DIR, --config DIR): its
+// tokenizer.json is the run's default. "" for a preset or a config file.
+std::string model_directory(const RunConfig& c) {
+  const std::string p = !c.model_config.empty() ? c.model_config : models::family_of_preset(c.model) ? "" : c.model;
+  std::error_code ec;
+  return !p.empty() && std::filesystem::is_directory(p, ec) ? p : "";
+}
+
+// The run's tokenizer. A resumed run reads the checkpoint's copy; --tokenizer given again must
+// name the same tokenizer.json. `required`: false for synthetic data, which needs none (one is
+// still loaded, and saved, when given or found beside the model).
+RunTokenizer choose_tokenizer(const RunConfig& c, const ModelSpec& s, bool required) {
+  if (!c.resume.empty()) {
+    RunTokenizer saved = checkpoint_tokenizer(c.resume);
+    if (!c.tokenizer.empty() && !same_tokenizer_json(saved, resolve_tokenizer_json(c.tokenizer, "")))
+      throw UsageError("--tokenizer " + c.tokenizer + " with --resume " + c.resume,
+                       "the checkpoint was trained with another tokenizer (its copy is " + c.resume + "/tokenizer.json)",
+                       "drop --tokenizer: a resumed run reads the checkpoint's");
+    return saved;
+  }
+  const std::string json = resolve_tokenizer_json(c.tokenizer, model_directory(c));
+  if (json.empty() && !required) return {};
+  return load_run_tokenizer(json, s.cfg->family(), s.name);
+}
+
 void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   if (c.data == "fashion-mnist")
     usage("--data fashion-mnist is images", s.name + " is a language model", "pass --data fortunes or a text file");
   const models::TokenInput in = s.cfg->tokens();
-  if (in.vocab_size < 256)
-    usage("model " + s.name + " has a vocabulary of " + std::to_string(in.vocab_size), "text is tokenized as bytes (256 ids)",
-          "use a config with vocab_size >= 256");
   int64_t seq = c.seq_len ? c.seq_len : std::min<int64_t>(128, in.context);
   if (seq > in.context)
     usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(in.context) + " positions",
@@ -199,7 +222,15 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   t.classifier = false;
   t.unit = "tok/s";
   t.tokenizer = s.cfg->family().tokenizer();
-  if (c.data == kSyntheticData) {  // random ids over the model's whole vocabulary
+  const bool synthetic = c.data == kSyntheticData;
+  t.text_tokenizer = choose_tokenizer(c, s, !synthetic);
+  std::string tokenizer_line;
+  if (const text::Tokenizer* tok = t.text_tokenizer.tokenizer.get()) {
+    check_tokenizer_fits(*tok, in.vocab_size, s.name);
+    t.tokenizer = tok->kind();
+    tokenizer_line = "; " + t.text_tokenizer.describe();
+  }
+  if (synthetic) {  // random ids over the model's whole vocabulary
     build_model(t, s, c, init);
     const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
     t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, in.vocab_size, c.seed + 1);
@@ -211,14 +242,20 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     lo.workers = loader_workers(c);
     t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, in.vocab_size, c.seed), lo);
     t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) +
-                    " parameters (context " + std::to_string(seq) + "); data synthetic";
+                    " parameters (context " + std::to_string(seq) + ")" + tokenizer_line + "; data synthetic";
     return;
   }
+  const text::Tokenizer& tok = *t.text_tokenizer.tokenizer;
   std::string source = c.data.empty() || c.data == "fortunes" ? kFortunesDir : c.data;
-  TextCorpus corpus = source == kFortunesDir ? load_fortunes(source) : load_text(source);
+  TextOptions topt;
+  topt.prompt_field = c.prompt_field;
+  topt.response_field = c.response_field;
+  topt.workers = loader_workers(c);
+  TokenCorpus corpus = source == kFortunesDir ? load_fortunes(tok, topt, source) : load_text(source, tok, topt);
   build_model(t, s, c, init);
-  auto train_tokens = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.train));
-  auto val_tokens = std::make_shared<const std::vector<uint8_t>>(std::move(corpus.val));
+  t.masked_targets = corpus.train.any_masked() || corpus.val.any_masked();
+  auto train_tokens = std::make_shared<const TokenStream>(std::move(corpus.train));
+  auto val_tokens = std::make_shared<const TokenStream>(std::move(corpus.val));
   t.held_out = std::make_shared<TokenWindows>(val_tokens, seq);
   LoaderOptions lo;
   lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
@@ -230,8 +267,9 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   t.train = std::make_unique<DataLoader>(windows, lo);
   t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
                   s.cfg->size_summary() + ", context " + std::to_string(seq) + " of " + std::to_string(in.context) +
-                  "); data " + source + ": " + std::to_string(train_tokens->size()) + " train / " +
-                  std::to_string(val_tokens->size()) + " validation bytes, " + std::to_string(windows->size()) +
+                  ")" + tokenizer_line + "; data " + source + ": " + std::to_string(corpus.documents) +
+                  (corpus.documents == 1 ? " document, " : " documents, ") + std::to_string(train_tokens->size()) + " train / " +
+                  std::to_string(val_tokens->size()) + " validation tokens, " + std::to_string(windows->size()) +
                   " windows";
 }
 
@@ -273,8 +311,12 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
     int64_t classes = logits.size(logits.dim() - 1);
     Tensor flat = reshape(logits, {-1, classes});
     Tensor targets = reshape(b.targets, {-1});
-    Tensor batch_loss = cross_entropy(flat, targets, -100, Reduction::Sum);
-    count += targets.numel();
+    Tensor batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
+    if (t.masked_targets && !t.device.is_meta()) {  // the mean is over the tokens the loss sees
+      for (int64_t y : targets.to_int_vector()) count += y != kIgnoreTarget;
+    } else {
+      count += targets.numel();
+    }
     if (t.device.is_meta()) {  // a plan's dry-run: the same allocations, no values to read
       Tensor pred = t.classifier ? argmax(flat) : Tensor();
       continue;

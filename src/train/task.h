@@ -9,6 +9,7 @@
 #include "leantrain/data.h"
 #include "leantrain/models.h"
 #include "leantrain/train.h"
+#include "train/run_tokenizer.h"
 
 namespace lt {
 
@@ -18,7 +19,9 @@ struct Task {
   std::shared_ptr<const Dataset> held_out;  // Fashion-MNIST test split, or validation text
   bool classifier = false;                // accuracy is reported
   const char* unit = "img/s";             // "img/s" or "tok/s"
-  std::string tokenizer;                  // the family's: "bytes" for text models, "" for images
+  std::string tokenizer;                  // its kind ("bytes", "bpe-bytelevel", ...); "" for images
+  RunTokenizer text_tokenizer;            // text models: the tokenizer and its files (saved with checkpoints)
+  bool masked_targets = false;            // some targets are kIgnoreTarget (prompt tokens)
   std::string description;                // one line for the log
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)

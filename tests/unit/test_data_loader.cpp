@@ -125,8 +125,8 @@ TEST(DataLoader, SkipAheadMatchesContinuousRun) {
 }
 
 TEST(DataLoader, TextWindowsTargetsAreNextTokens) {
-  auto tokens = std::make_shared<std::vector<uint8_t>>();
-  for (int i = 0; i < 101; ++i) tokens->push_back(uint8_t(i));
+  auto tokens = std::make_shared<TokenStream>();
+  for (int32_t i = 0; i < 101; ++i) tokens->append(std::span(&i, 1));
   auto ds = std::make_shared<TokenWindows>(tokens, 10);
   EXPECT_EQ(ds->size(), 10);
   DataLoader dl(ds, opts(3, 5, 2, /*drop_last=*/true));

@@ -1,4 +1,6 @@
-// Text corpora: fortune parsing of a crafted file, directory rules, splits, missing package.
+// Text corpora read with the byte tokenizer (one byte a token, as before tokenizers): fortune
+// parsing of a crafted file, directory rules, splits, missing package. Tokenized corpora and
+// JSON lines: test_data_tokens.cpp.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -8,6 +10,7 @@
 
 #include "leantrain/data.h"
 #include "leantrain/error.h"
+#include "text/tokenizer.h"
 
 using namespace lt;
 namespace fs = std::filesystem;
@@ -20,7 +23,24 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-std::string str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+// The byte tokenizer's tokens as text.
+std::string str(const TokenStream& t) {
+  std::string s;
+  for (int32_t id : t.ids()) s.push_back(char(id));
+  return s;
+}
+const text::Tokenizer& bytes() {
+  static const auto tok = text::byte_tokenizer();
+  return *tok;
+}
+TextOptions val(double fraction) {
+  TextOptions o;
+  o.val_fraction = fraction;
+  return o;
+}
+TokenCorpus load_fortunes(const std::string& dir, double fraction = 0.1) { return lt::load_fortunes(bytes(), val(fraction), dir); }
+TokenCorpus load_fortunes() { return lt::load_fortunes(bytes()); }
+TokenCorpus load_text(const std::string& path, double fraction = 0.1) { return lt::load_text(path, bytes(), val(fraction)); }
 }  // namespace
 
 TEST(DataText, ParseFortunes) {
@@ -43,10 +63,10 @@ TEST(DataText, FortunesDirectoryRulesAndSplit) {
   fs::create_symlink(d / "a", d / "a.u8");  // Debian's UTF-8 aliases: skipped
   fs::create_directories(d / "off");
   write(d / "off" / "c", "subdirectory: skipped\n%\n");
-  TextCorpus c = load_fortunes(d.string(), 0.2);  // every 5th entry to validation
+  TokenCorpus c = load_fortunes(d.string(), 0.2);  // every 5th entry to validation
   EXPECT_EQ(str(c.train), "a0\n%\na1\n%\na2\n%\nb0\n%\n");
   EXPECT_EQ(str(c.val), "b1\n%\n");
-  TextCorpus all = load_fortunes(d.string(), 0.0);
+  TokenCorpus all = load_fortunes(d.string(), 0.0);
   EXPECT_TRUE(all.val.empty());
   EXPECT_EQ(all.train.size(), c.train.size() + c.val.size());
   fs::remove_all(d);
@@ -70,10 +90,10 @@ TEST(DataText, PlainTextFileAndDirectory) {
   fs::path d = temp_dir("plain");
   write(d / "one.txt", "0123456789");
   write(d / "two.txt", "abcdefghij");
-  TextCorpus f = load_text((d / "one.txt").string(), 0.3);
+  TokenCorpus f = load_text((d / "one.txt").string(), 0.3);
   EXPECT_EQ(str(f.train), "0123456");
   EXPECT_EQ(str(f.val), "789");
-  TextCorpus all = load_text(d.string(), 0.2);  // the tail of each file
+  TokenCorpus all = load_text(d.string(), 0.2);  // the tail of each file
   EXPECT_EQ(str(all.train), "01234567abcdefgh");
   EXPECT_EQ(str(all.val), "89ij");
   EXPECT_THROW(load_text((d / "none.txt").string()), Error);
@@ -82,8 +102,8 @@ TEST(DataText, PlainTextFileAndDirectory) {
 
 TEST(DataText, InstalledFortunes) {
   if (!fs::exists(std::string(kFortunesDir) + "/fortunes")) GTEST_SKIP() << "fortunes is not installed";
-  TextCorpus c = load_fortunes();
-  EXPECT_GT(c.train.size(), 100000u);
+  TokenCorpus c = load_fortunes();
+  EXPECT_GT(c.train.size(), 100000);
   EXPECT_GT(c.val.size(), c.train.size() / 20);
   EXPECT_LT(c.val.size(), c.train.size() / 5);
 }

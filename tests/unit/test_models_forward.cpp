@@ -2,6 +2,7 @@
 // training with a plain SGD update, a dry run on meta, and generation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "leantrain/autograd.h"
@@ -162,4 +163,23 @@ TEST(ModelsForward, GenerateIsDeterministicAndKeepsNoGraph) {
   EXPECT_EQ(g.back(), int64_t(std::max_element(last.begin(), last.end()) - last.begin()));
   EXPECT_THROW(m.generate({}, 3), Error);
   EXPECT_THROW(m.generate({64}, 3), Error);
+}
+
+// generate stops after the stop token (a tokenizer's EOS) and samples only below sample_below
+// (a tokenizer with fewer ids than the embedding table).
+TEST(ModelsForward, GenerateStopsAtTheStopTokenAndKeepsBelowTheLimit) {
+  models::GPT2 m(small_gpt2(), {.seed = 9});
+  const std::vector<int64_t> prompt{1, 2, 3};
+  const auto free_run = m.generate(prompt, 30, 1.0, 0, 5);
+  const int64_t stop = free_run[10];  // a token the free run samples at step 8
+  const auto first = size_t(std::find(free_run.begin() + 3, free_run.end(), stop) - free_run.begin());
+  std::vector<int64_t> streamed;
+  const auto stopped = m.generate(prompt, 30, 1.0, 0, 5, [&](int64_t t) { streamed.push_back(t); }, stop);
+  ASSERT_EQ(stopped.size(), first + 1);
+  EXPECT_EQ(stopped, std::vector<int64_t>(free_run.begin(), free_run.begin() + int64_t(first) + 1));
+  EXPECT_EQ(streamed.back(), stop);
+  for (int64_t t : m.generate(prompt, 200, 2.0, 0, 3, nullptr, -1, 10)) EXPECT_LT(t, 10);
+  const auto only_zero = m.generate(prompt, 20, 0.0, 0, 3, nullptr, -1, 1);
+  ASSERT_EQ(only_zero.size(), 23u);
+  for (size_t i = 3; i < only_zero.size(); ++i) EXPECT_EQ(only_zero[i], 0);
 }

@@ -1,0 +1,116 @@
+// Tokenizing documents into a corpus. Placement of special tokens: each document (or a pair's
+// prompt) is encoded with add_special, so BOS comes first when the tokenizer adds one; a pair's
+// response is encoded without it and follows the prompt; EOS ends every document when the
+// tokenizer has one (not twice, when its post-processor already put one there).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <thread>
+
+#include "data/corpus_builder.h"
+#include "leantrain/error.h"
+#include "text/tokenizer.h"
+
+namespace lt::data {
+
+CorpusBuilder::CorpusBuilder(const text::Tokenizer& tok, const TextOptions& opt)
+    : tok_(tok), opt_(opt), eos_(tok.eos_id()), corpus_(tok.vocab_size()) {
+  LT_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1,
+           "validation fraction " + std::to_string(opt.val_fraction) + " is out of range",
+           "it is the share of the text held out", "use a value in [0, 1), e.g. 0.1");
+  // The byte tokenizer's contract is id = byte value with no special tokens: its corpus is the
+  // text itself, one byte a token, with no int32 copy on the way (as before tokenizers existed).
+  bytes_ = tok.kind() == "bytes";
+  if (eos_) {
+    const std::vector<int32_t> empty = tok.encode("", true);
+    post_adds_eos_ = !empty.empty() && empty.back() == *eos_;
+  }
+  period_ = opt.val_fraction > 0 ? std::max<int64_t>(2, std::llround(1.0 / opt.val_fraction)) : 0;
+}
+
+CorpusBuilder::Encoded CorpusBuilder::encode(const Document& d, const std::string& separator) const {
+  Encoded e;
+  const bool sep = !eos_ && !separator.empty();
+  if (d.prompt) {
+    e.ids = tok_.encode(*d.prompt, true);
+    if (post_adds_eos_ && !e.ids.empty() && e.ids.back() == *eos_) e.ids.pop_back();  // EOS ends the response
+    e.masked = e.ids.size();
+    const std::vector<int32_t> r = tok_.encode(sep ? d.text + separator : d.text, false);
+    e.ids.insert(e.ids.end(), r.begin(), r.end());
+  } else {
+    e.ids = tok_.encode(sep ? d.text + separator : d.text, true);
+  }
+  if (eos_ && (e.ids.empty() || e.ids.back() != *eos_)) e.ids.push_back(*eos_);
+  return e;
+}
+
+TokenStream& CorpusBuilder::next_whole() {
+  const bool val = period_ && whole_ % period_ == period_ - 1;
+  ++whole_;
+  return val ? corpus_.val : corpus_.train;
+}
+
+void CorpusBuilder::place(const Encoded& e, Placement placement) {
+  const std::span<const int32_t> ids(e.ids);
+  if (placement == Placement::Whole) {
+    TokenStream& dst = next_whole();
+    dst.append(ids.first(e.masked), false);
+    dst.append(ids.subspan(e.masked), true);
+    return;
+  }
+  LT_ASSERT(e.masked == 0);
+  const size_t n = ids.size(), cut = n - size_t(std::floor(double(n) * opt_.val_fraction));
+  corpus_.train.append(ids.first(cut));
+  corpus_.val.append(ids.subspan(cut));
+}
+
+void CorpusBuilder::place_bytes(const Document& d, const std::string& separator, Placement placement) {
+  if (placement == Placement::Whole) {
+    TokenStream& dst = next_whole();
+    if (d.prompt) dst.append_bytes(*d.prompt, false);
+    dst.append_bytes(d.text);
+    dst.append_bytes(separator);
+    return;
+  }
+  LT_ASSERT(!d.prompt && separator.empty());
+  const size_t n = d.text.size(), cut = n - size_t(std::floor(double(n) * opt_.val_fraction));
+  corpus_.train.append_bytes(std::string_view(d.text).substr(0, cut));
+  corpus_.val.append_bytes(std::string_view(d.text).substr(cut));
+}
+
+void CorpusBuilder::add(std::vector<Document> docs, Placement placement, const std::string& separator) {
+  corpus_.documents += int64_t(docs.size());
+  if (bytes_) {
+    for (const Document& d : docs) place_bytes(d, separator, placement);
+    return;
+  }
+  // Documents are claimed one at a time by the threads and placed in order afterwards. The
+  // tokenizer is shared: encode is safe to call concurrently (per-thread regex scratch, text/regex.cpp).
+  std::vector<Encoded> out(docs.size());
+  std::vector<std::exception_ptr> errors(docs.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < docs.size();) {
+      try {
+        out[i] = encode(docs[i], separator);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(size_t(std::max(1, opt_.workers)), docs.size());
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::jthread> pool;
+    for (size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+  }
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);  // the first document's error, for any thread count
+    place(out[i], placement);
+    out[i] = Encoded();
+  }
+}
+
+}  // namespace lt::data

@@ -1,0 +1,97 @@
+// JSON lines: one document per line, {"text": "..."} or {"prompt": "...", "response": "..."}
+// (the field names are --prompt-field / --response-field). Blank lines are skipped; any other
+// line that is not such an object is an error naming file:line, so a typo in a field name
+// cannot silently train on nothing.
+#include <nlohmann/json.hpp>
+
+#include "data/corpus_builder.h"
+#include "leantrain/error.h"
+
+namespace lt::data {
+
+namespace {
+
+class LineError {
+ public:
+  LineError(const std::string& path, int64_t line) : where_(path + ":" + std::to_string(line)) {}
+  [[noreturn]] void operator()(const std::string& why) const {
+    fail(where_, why,
+         "write one JSON object per line with a string \"text\" field, or string prompt and response fields");
+  }
+
+ private:
+  std::string where_;
+};
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// "invalid literal" from nlohmann's "[json.exception.parse_error.101] parse error at line 1,
+// column 2: syntax error while parsing value - invalid literal; last read: 'x'" (what was read
+// is left out: it may be raw bytes).
+std::string parse_problem(const std::string& message) {
+  size_t from = message.find(" - ");
+  if (from == std::string::npos) return "syntax error";
+  std::string p = message.substr(from + 3);
+  return p.substr(0, p.find(';'));
+}
+
+// The field `name` of `obj` if present: a string, or an error.
+const std::string* string_field(const nlohmann::json& obj, const std::string& name, const LineError& bad) {
+  auto it = obj.find(name);
+  if (it == obj.end()) return nullptr;
+  if (!it->is_string()) bad("field " + quoted(name) + " is " + std::string(it->type_name()) + ", not a string");
+  return it->get_ptr<const std::string*>();
+}
+
+Document document_of(const nlohmann::json& j, const TextOptions& opt, const LineError& bad) {
+  if (!j.is_object()) bad(std::string("it is a JSON ") + j.type_name() + ", not an object");
+  const std::string* text = string_field(j, "text", bad);
+  const std::string* prompt = string_field(j, opt.prompt_field, bad);
+  const std::string* response = string_field(j, opt.response_field, bad);
+  if (text && (prompt || response))
+    bad("it has \"text\" and " + quoted(prompt ? opt.prompt_field : opt.response_field) +
+        ": a line is one text or one prompt/response pair");
+  if (text) return {*text, std::nullopt};
+  if (prompt && response) return {*response, *prompt};
+  if (prompt || response)
+    bad("it has " + quoted(prompt ? opt.prompt_field : opt.response_field) + " but no " +
+        quoted(prompt ? opt.response_field : opt.prompt_field));
+  bad("it has no \"text\" field and no " + quoted(opt.prompt_field) + "/" + quoted(opt.response_field) + " fields");
+}
+
+}  // namespace
+
+void parse_jsonl(const std::string& text, const std::string& path, const TextOptions& opt, size_t batch_bytes,
+                 const std::function<void(std::vector<Document>)>& sink) {
+  std::vector<Document> batch;
+  size_t batch_size = 0;
+  int64_t line_no = 0;
+  size_t pos = 0;
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) pos = 3;  // a UTF-8 byte order mark
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const LineError bad(path, line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
+    }
+    Document d = document_of(j, opt, bad);
+    batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
+    batch.push_back(std::move(d));
+    if (batch_size >= batch_bytes) {
+      sink(std::move(batch));
+      batch.clear();
+      batch_size = 0;
+    }
+  }
+  if (!batch.empty()) sink(std::move(batch));
+}
+
+}  // namespace lt::data

@@ -1,0 +1,35 @@
+#include "train/decode_stream.h"
+
+namespace lt {
+
+namespace {
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+bool ends_with(const std::string& s, std::string_view end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+}  // namespace
+
+DecodeStream::DecodeStream(const text::Tokenizer& tok, std::vector<int32_t> prompt)
+    : tok_(tok), ids_(std::move(prompt)), read_(ids_.size()) {}
+
+std::string DecodeStream::next(bool final) {
+  const std::span<const int32_t> all(ids_);
+  const std::string before = tok_.decode(all.first(read_), true);
+  std::string text = tok_.decode(all, true);
+  if (!final && ends_with(text, kReplacement)) return "";
+  // Decoders extend their text as ids are added; should one rewrite earlier text, what was
+  // handed out stays and only the text beyond its length follows.
+  if (text.size() <= before.size()) return "";
+  ids_.erase(ids_.begin(), ids_.begin() + int64_t(read_));  // the next window starts here
+  read_ = ids_.size();
+  return text.substr(before.size());
+}
+
+std::string DecodeStream::push(int32_t id) {
+  ids_.push_back(id);
+  return next(false);
+}
+
+std::string DecodeStream::finish() { return next(true); }
+
+}  // namespace lt

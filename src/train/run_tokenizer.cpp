@@ -1,0 +1,108 @@
+#include "train/run_tokenizer.h"
+
+#include <filesystem>
+
+#include "io/input_file.h"
+#include "leantrain/train.h"
+#include "models/registry.h"
+#include "train/atomic_dir.h"
+#include "train/checkpoint.h"
+
+namespace lt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// tokenizer.json files are a few MB (Llama 3's is 9 MB); this cap only stops a wrong path from
+// being read whole.
+constexpr int64_t kMaxTokenizerBytes = int64_t(256) << 20;
+
+RunTokenizer from_json_file(const std::string& json_path) {
+  RunTokenizer t;
+  t.json_path = json_path;
+  const fs::path dir = fs::path(json_path).parent_path();
+  for (const char* name : kTokenizerFiles) {
+    const fs::path p = name == std::string("tokenizer.json") ? fs::path(json_path) : dir / name;
+    if (name != std::string("tokenizer.json") && !fs::exists(p)) continue;
+    t.files.emplace_back(name, io::read_input_file(p.string(), kMaxTokenizerBytes, "as a tokenizer file",
+                                                   "pass a Hugging Face tokenizer.json"));
+  }
+  t.tokenizer = text::load_tokenizer_json(json_path);
+  return t;
+}
+
+}  // namespace
+
+std::string RunTokenizer::describe() const {
+  return "tokenizer " + tokenizer->kind() + " (vocab " + std::to_string(tokenizer->vocab_size()) +
+         (json_path.empty() ? "" : ", " + json_path) + ")";
+}
+
+std::string resolve_tokenizer_json(const std::string& flag_value, const std::string& model_dir) {
+  if (!flag_value.empty()) {
+    std::error_code ec;
+    if (!fs::exists(flag_value, ec))
+      fail("--tokenizer " + flag_value + " not found", "no such file or directory",
+           "pass a tokenizer.json or a directory holding one");
+    if (!fs::is_directory(flag_value, ec)) return flag_value;
+    const fs::path json = fs::path(flag_value) / "tokenizer.json";
+    if (!fs::exists(json, ec))
+      fail("--tokenizer " + flag_value, "the directory holds no tokenizer.json",
+           "pass a tokenizer.json or a directory holding one");
+    return json.string();
+  }
+  if (!model_dir.empty()) {
+    const fs::path json = fs::path(model_dir) / "tokenizer.json";
+    std::error_code ec;
+    if (fs::exists(json, ec)) return json.string();
+  }
+  return "";
+}
+
+RunTokenizer load_run_tokenizer(const std::string& json_path, const models::ModelFamily& family,
+                                const std::string& model_name) {
+  if (!json_path.empty()) return from_json_file(json_path);
+  if (family.tokenizer() != "bytes")
+    throw UsageError("model " + model_name + " has no tokenizer",
+                     family.display_name() + " models read text through a tokenizer.json",
+                     "pass --tokenizer PATH (a tokenizer.json, or a directory holding one)");
+  RunTokenizer t;
+  t.tokenizer = text::byte_tokenizer();
+  return t;
+}
+
+RunTokenizer checkpoint_tokenizer(const std::string& dir) {
+  check_checkpoint_dir(dir);
+  const fs::path json = fs::path(dir) / "tokenizer.json";
+  std::error_code ec;
+  if (fs::exists(json, ec)) return from_json_file(json.string());
+  const std::string name = read_tokenizer_name(dir);
+  if (name != "bytes")
+    fail("checkpoint " + dir + " has no tokenizer.json",
+         name.empty() ? "it names no tokenizer" : "it was trained with a '" + name + "' tokenizer",
+         "copy the run's tokenizer.json into it, or pass another checkpoint");
+  RunTokenizer t;
+  t.tokenizer = text::byte_tokenizer();
+  return t;
+}
+
+bool same_tokenizer_json(const RunTokenizer& saved, const std::string& json_path) {
+  if (saved.files.empty()) return false;  // a built-in tokenizer
+  return io::read_input_file(json_path, kMaxTokenizerBytes, "as a tokenizer file", "pass a Hugging Face tokenizer.json") ==
+         saved.files.front().second;
+}
+
+void check_tokenizer_fits(const text::Tokenizer& tok, int64_t model_vocab, const std::string& model_name) {
+  if (tok.vocab_size() > model_vocab)
+    throw UsageError("the tokenizer has " + std::to_string(tok.vocab_size()) + " ids",
+                     "model " + model_name + " embeds only " + std::to_string(model_vocab),
+                     "pass a tokenizer with at most " + std::to_string(model_vocab) +
+                         " ids, or a model whose vocab_size is at least " + std::to_string(tok.vocab_size()));
+}
+
+void write_tokenizer_files(const RunTokenizer& t, const StagedDir& stage) {
+  for (const auto& [name, bytes] : t.files) write_text_file(stage.path(name), bytes);
+}
+
+}  // namespace lt
