@@ -41,7 +41,9 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
              ? "it holds an image classifier (" + family.display_name() + "), not a language model"
              : "its " + family.display_name() + " model is not a causal language model",
          "pass a checkpoint saved by 'leantrain train --model gpt2-tiny --save DIR'");
-  const std::string tokenizer = read_tokenizer_name(cfg.checkpoint);
+  // A plain model directory (save_pretrained's: no trainer_state.json) reads the family's tokenizer.
+  const bool plain = is_plain_model_dir(cfg.checkpoint);
+  const std::string tokenizer = plain ? family.tokenizer() : read_tokenizer_name(cfg.checkpoint);
   if (tokenizer != family.tokenizer())
     fail(context, "it was trained with the tokenizer '" + tokenizer + "', and " + family.display_name() +
                       " models read '" + family.tokenizer() + "'",
@@ -51,7 +53,8 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
     MemoryCategoryScope p(Category::Parameter);
     nn::InitOptions init;
     init.device = device;
-    init.dtype = precision_policy(read_checkpoint_config(cfg.checkpoint).precision).param_dtype;  // as saved
+    init.dtype = checkpoint_param_dtype(cfg.checkpoint);  // as saved
+    init.fill = false;                                     // the checkpoint overwrites every parameter
     model = mcfg->build(init);
   }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());

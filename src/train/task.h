@@ -20,6 +20,7 @@ struct Task {
   const char* unit = "img/s";             // "img/s" or "tok/s"
   std::string tokenizer;                  // the family's: "bytes" for text models, "" for images
   std::string description;                // one line for the log
+  std::string weights_note;               // "; weights loaded from DIR (...)" with --model DIR
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
 
