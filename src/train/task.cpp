@@ -65,6 +65,9 @@ ModelSpec spec_from_file(const std::string& flag, const std::string& path) {
 ModelSpec resolve_model(const RunConfig& c) {
   if (!c.model_config.empty()) return spec_from_file("--config", c.model_config);
   if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model), ""};
+  // Resuming a run that started from a model directory: the checkpoint has the architecture and
+  // the weights, so the directory it started from need not exist any more.
+  if (!c.resume.empty()) return spec_from_file("--resume", c.resume);
   std::error_code ec;
   if (std::filesystem::is_directory(c.model, ec)) {
     ModelSpec s = spec_from_file("--model", c.model);

@@ -61,6 +61,14 @@ expect_grep "resumed from $WORK/half at step 2" "$WORK/out"
 if diff <(grep -o '"loss": [^,]*' "$WORK/straight.jsonl") <(grep -o '"loss": [^,]*' "$WORK/resumed.jsonl") >/dev/null; then ok; else
   fail "losses after resuming from a sharded checkpoint differ"; fi
 
+# A run fine-tuned from a directory resumes after that directory is gone (the checkpoint has it all).
+cp -r "$WORK/ck" "$WORK/src"
+expect_ok "$LT" train --model "$WORK/src" --data synthetic --batch 2 --seq-len 16 --eval-batches 1 --device cpu \
+  --steps 2 --stop-at 1 --save "$WORK/fromsrc"
+rm -rf "$WORK/src"
+expect_ok "$LT" train --resume "$WORK/fromsrc"
+expect_grep "resumed from $WORK/fromsrc at step 1" "$WORK/out"
+
 # generate from a sharded checkpoint and from a plain model directory (no trainer_state.json).
 expect_ok "$LT" generate --checkpoint "$WORK/ck" --prompt "ab" --max-new-tokens 8 --temperature 0 --device cpu
 cp "$WORK/out" "$WORK/gen.ck"
