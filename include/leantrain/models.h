@@ -12,6 +12,14 @@
 
 namespace lt::models {
 
+// One tensor of a model's Hugging Face checkpoint: the file tensor `name` holds rows
+// [row, row + rows) along dim 0 of parameter (or buffer) `param`; rows < 0: all of it.
+struct CheckpointTensor {
+  std::string name, param;
+  int64_t row = 0, rows = -1;
+  bool buffer = false;  // a buffer: a checkpoint without it leaves it as built
+};
+
 // What the training loop and the CLI see of any model.
 class Model : public nn::Module {
  public:
@@ -29,6 +37,11 @@ class Model : public nn::Module {
   // Forward FLOPs the root computes itself, outside any module, for an input of shape `input`
   // (GPT-2's tied LM head, a matmul with wte); the planner adds them to the modules' own.
   virtual double root_forward_flops(const Shape& input) const { return 0; }
+  // The tensors of this model's Hugging Face checkpoint (what `--save` writes and a model
+  // directory loads), in save order. Default: every parameter (a tied weight once, under its
+  // first name) and buffer, whole, under its own name. Other names a file may use for whole
+  // parameters go through checkpoint_key_to_name.
+  virtual std::vector<CheckpointTensor> checkpoint_tensors() const;
 };
 
 // A model that predicts the next token (GPT-2): what sampling needs.
@@ -138,6 +151,10 @@ class ViT : public Model {
   Tensor forward(const Tensor& images, const Tensor& mask = Tensor()) override;
   std::string model_type() const override { return "vit"; }
   std::string config_json() const override { return cfg_.to_json(); }
+  // transformers' ViTForImageClassification names (vit.embeddings..., vit.encoder.layer.N...,
+  // classifier); in_proj_weight/bias split into query, key and value (models/vit_checkpoint.cpp).
+  // Files with torchvision's names (leantrain's own before) load as they are.
+  std::vector<CheckpointTensor> checkpoint_tensors() const override;
   const ViTConfig& config() const { return cfg_; }
 
  private:

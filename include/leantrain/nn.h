@@ -39,6 +39,10 @@ struct InitOptions {
   // true: one flat allocation per (device, dtype) holds every parameter (the parameter store);
   // false: one allocation per parameter (same values, the per-parameter build).
   bool flat = true;
+  // false: parameters get their memory but no values, because a checkpoint is about to overwrite
+  // every one (a model directory, --resume): no random draws for a model that is loaded. Buffers
+  // are still filled (a checkpoint may lack them). Allocations are the same either way.
+  bool fill = true;
 };
 
 // How one parameter's initial values are drawn.
@@ -91,8 +95,9 @@ class ParamFactory {
     std::shared_ptr<TensorImpl> impl;
     Init init;
     uint64_t counter = 0;  // first generator counter (random kinds)
+    bool buffer = false;
   };
-  Tensor create(const Shape& shape, const Init& init, DType dtype);
+  Tensor create(const Shape& shape, const Init& init, DType dtype, bool buffer);
   void fill(const Tensor& t, const Init& init, uint64_t counter);
 
   InitOptions opts_;

@@ -50,11 +50,24 @@ class SafetensorsReader {
   // A new tensor on `device`, allocated in the current memory category.
   Tensor read(const std::string& name, Device device = Device::cpu()) const;
 
+  // The data section, memory-mapped read-only on first use (nullptr when it is empty): tensor
+  // e's bytes are at mapped_data() + e.begin. The mapping is file-backed page cache, not a host
+  // copy; it lives until unmap() or the reader's end. (A file truncated by someone else while
+  // mapped makes the next access fault: the shards must stay put while a load runs.)
+  const uint8_t* mapped_data() const;
+  void unmap() const;
+  // Drops this process's mapped pages of data bytes [begin, end) (they stay in the page cache),
+  // so a load's resident memory stays bounded by the tensor at hand.
+  void release_pages(int64_t begin, int64_t end) const;
+  int64_t data_bytes() const { return data_len_; }
+
  private:
   void parse_header();
   std::string path_;
   int fd_ = -1;
-  int64_t data_start_ = 0;
+  int64_t data_start_ = 0, data_len_ = 0;
+  mutable void* map_ = nullptr;  // the whole file (mmap offsets must be page-aligned)
+  mutable int64_t map_len_ = 0;
   std::vector<TensorEntry> entries_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

@@ -21,7 +21,7 @@ class UsageError : public Error {
 
 struct RunConfig {
   // What to train.
-  std::string model = "vit-tiny";  // a preset name
+  std::string model = "vit-tiny";  // a preset name, or a model directory whose weights are loaded
   std::string model_config;        // a Hugging Face config.json; replaces `model` when set
   std::string data;                // fashion-mnist | fortunes | PATH; empty: the model's default
   int64_t seq_len = 0;             // GPT context in tokens; 0: min(128, the model's n_positions)
@@ -74,6 +74,7 @@ struct RunConfig {
   int64_t eval_every = 0;    // steps; 0: only at the end
   int64_t eval_batches = 0;  // cap on evaluation batches; 0: the whole split
   std::string save;          // checkpoint directory, written at each evaluation and at the end
+  int64_t save_shard_bytes = 5'000'000'000;  // weights beyond this go in shards (--save-shard-size, 5GB)
   std::string resume;        // checkpoint directory to continue from
   std::string device = "auto";  // cpu | cuda | cuda:N | auto
   int64_t log_every = 0;        // plain-progress period in steps; 0: about 20 lines per run

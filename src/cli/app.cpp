@@ -21,6 +21,7 @@ struct Commands {
   CLI::App* generate = nullptr;
   CLI::App* plan = nullptr;
   CLI::App* profile = nullptr;
+  CLI::App* eval = nullptr;
 };
 
 // Flags of train and plan that live outside RunConfig.
@@ -30,6 +31,7 @@ struct Extras {
   PlanFlags plan;
   RunConfig prof_cfg;
   ProfileFlags profile;
+  EvalConfig eval;
 };
 
 Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
@@ -52,6 +54,8 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   c.profile = c.app->add_subcommand(
       "profile", "Measure, module by module, the memory that activation checkpointing saves and the time it adds");
   add_profile_flags(*c.profile, x.prof_cfg, x.profile);
+  c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file");
+  add_eval_flags(*c.eval, x.eval);
   return c;
 }
 
@@ -59,7 +63,7 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
 std::string command_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "train" || a == "generate" || a == "plan" || a == "profile") return a;
+    if (a == "train" || a == "generate" || a == "plan" || a == "profile" || a == "eval") return a;
     if (a.rfind("-", 0) != 0) return "";
   }
   return "";
@@ -110,6 +114,7 @@ int dispatch(int argc, char** argv) {
   if (c.plan->parsed()) return run_plan(x.pcfg, x.plan);
   if (c.profile->parsed()) return run_profile(x.prof_cfg, x.profile);
   if (c.generate->parsed()) return run_generate(gcfg);
+  if (c.eval->parsed()) return run_eval(x.eval);
   std::fputs(c.app->help().c_str(), stdout);
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "leantrain/train.h"
+#include "train/eval_inputs.h"
 #include "train/flag_ranges.h"
 
 namespace lt::cli {
@@ -58,6 +59,10 @@ int run_profile(const RunConfig& cfg, const ProfileFlags& p);
 
 void add_generate_flags(CLI::App& cmd, GenerateConfig& cfg);
 int run_generate(const GenerateConfig& cfg);
+
+// `eval` (src/cli/eval_command.cpp): logits and loss of a model directory on given inputs.
+void add_eval_flags(CLI::App& cmd, EvalConfig& cfg);
+int run_eval(const EvalConfig& cfg);
 
 // "leantrain: error: <what>: <why> (<fix>)" on one line; returns the exit code to use.
 int report(const std::exception& e, std::FILE* err = stderr);

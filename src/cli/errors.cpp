@@ -64,7 +64,7 @@ int report_parse_error(const CLI::ParseError& e, const std::string& command, std
       print(err, "unknown flag '" + first + "': flags go after a command, e.g. 'leantrain train " + first +
                      "' (run 'leantrain --help')");
     else if (command.empty())
-      print(err, "unknown command '" + first + "': the commands are train, plan, profile and generate (run 'leantrain --help')");
+      print(err, "unknown command '" + first + "': the commands are train, plan, profile, generate and eval (run 'leantrain --help')");
     else if (first.rfind("-", 0) == 0)
       print(err, "unknown flag '" + first + "': 'leantrain " + command + "' has no such option (run '" + help +
                      "' to list the flags)");

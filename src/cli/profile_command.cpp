@@ -33,7 +33,7 @@ void add_profile_flags(CLI::App& cmd, RunConfig& c, ProfileFlags& p) {
 namespace {
 
 // `train` flags that a profile does not use: naming one is a usage error.
-constexpr const char* kNotForProfile[] = {"--steps", "--epochs", "--checkpoint", "--resume", "--save", "--stop-at",
+constexpr const char* kNotForProfile[] = {"--steps", "--epochs", "--checkpoint", "--resume", "--save", "--save-shard-size", "--stop-at",
                                           "--eval-every", "--eval-batches", "--metrics", "--memory-history",
                                           "--memory-snapshot", "--memory-report", "--log-every"};
 

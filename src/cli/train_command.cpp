@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "leantrain/data.h"
+#include "leantrain/plan.h"
 #include "train/progress.h"
 
 namespace lt::cli {
@@ -11,7 +12,9 @@ namespace lt::cli {
 void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.footer("Example: leantrain train --model gpt2-tiny --data fortunes --steps 200 --lr 3e-4 --save runs/gpt");
   const char* what = "Model and data";
-  cmd.add_option("--model", c.model, "Preset: vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m")
+  cmd.add_option("--model", c.model,
+                 "A preset (vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m), or a model directory (config.json + "
+                 "model.safetensors or its shards) to fine-tune from its weights")
       ->capture_default_str()->group(what);
   cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
   cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a text/.jsonl file or directory (default: fashion-mnist for ViT, fortunes for GPT)")
@@ -106,6 +109,13 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   add_int_flag(cmd, flag_range::eval_batches, c.eval_batches, "Cap evaluation at N batches (0: the whole split)")
       ->capture_default_str()->group(what);
   cmd.add_option("--save", c.save, "Checkpoint directory, written at each evaluation and at the end")->group(what);
+  cmd.add_option_function<std::string>(
+         "--save-shard-size",
+         [&c](const std::string& text) { c.save_shard_bytes = parse_bytes(text, "--save-shard-size"); },
+         "Weights larger than this are saved in shards + model.safetensors.index.json, as transformers does "
+         "(default 5GB; 1GB = 10^9 bytes, 1GiB = 2^30)")
+      ->type_name("SIZE")
+      ->group(what);
   cmd.add_option("--resume", c.resume, "Continue the run saved in this checkpoint directory")->group(what);
   cmd.add_option("--device", c.device, "cpu, cuda, cuda:N or auto")->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::log_every, c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")

@@ -106,6 +106,7 @@ void SafetensorsReader::parse_header() {
   detail::read_exact(fd_, text.data(), int64_t(n), 8, path);
   data_start_ = 8 + int64_t(n);
   const int64_t data_len = size - data_start_;
+  data_len_ = data_len;
 
   if (text.empty() || text[0] != '{') bad_file(path, "the header does not start with '{'");
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
@@ -143,6 +144,7 @@ void SafetensorsReader::parse_header() {
 }
 
 SafetensorsReader::~SafetensorsReader() {
+  unmap();
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -19,6 +19,13 @@ Device Model::device() const {
   return ps.front().device();
 }
 
+std::vector<CheckpointTensor> Model::checkpoint_tensors() const {
+  std::vector<CheckpointTensor> out;
+  for (const auto& [name, t] : named_parameters()) out.push_back({name, name});
+  for (const auto& [name, t] : named_buffers()) out.push_back({name, name, 0, -1, true});
+  return out;
+}
+
 DType Model::dtype() const {
   auto ps = parameters();
   LT_ASSERT(!ps.empty());

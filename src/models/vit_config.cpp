@@ -37,6 +37,10 @@ ViTConfig ViTConfig::from_json(const std::string& text) {
   nlohmann::json j = parse_config(text);
   check_model_type(j, "vit");
   ViTConfig c;
+  // transformers writes only the values that differ from its ViTConfig's defaults, and two of
+  // those differ from torchvision's (the presets'): layer_norm_eps 1e-12 and 2 labels.
+  c.layer_norm_eps = 1e-12;
+  c.num_labels = 2;
   read_int(j, "image_size", c.image_size);
   read_int(j, "patch_size", c.patch_size);
   read_int(j, "num_channels", c.num_channels);
@@ -52,12 +56,19 @@ ViTConfig ViTConfig::from_json(const std::string& text) {
   read_string(j, "hidden_act", act);
   LT_CHECK(act == "gelu", "ViT config: hidden_act '" + act + "' is not supported",
            "the torchvision ViT MLP uses exact (erf) GELU", "set hidden_act to \"gelu\"");
+  bool qkv_bias = true;
+  read_bool(j, "qkv_bias", qkv_bias);
+  LT_CHECK(qkv_bias, "ViT config: qkv_bias false is not supported", "leantrain's ViT attention has q, k and v biases",
+           "set qkv_bias to true");
   c.validate();
   return c;
 }
 
 std::string ViTConfig::to_json() const {
   nlohmann::json j = {{"model_type", "vit"},
+                      {"architectures", {"ViTForImageClassification"}},
+                      {"qkv_bias", true},
+                      {"attention_probs_dropout_prob", 0.0},
                       {"image_size", image_size},
                       {"patch_size", patch_size},
                       {"num_channels", num_channels},

@@ -32,16 +32,16 @@ ParamFactory::~ParamFactory() noexcept(false) {
 }
 
 Tensor ParamFactory::make(const Shape& shape, const Init& init, DType dtype) {
-  Tensor t = create(shape, init, dtype);
+  Tensor t = create(shape, init, dtype, false);
   if (is_floating(dtype)) t.set_requires_grad(true);
   return t;
 }
 
 Tensor ParamFactory::make_buffer(const Shape& shape, const Init& init, std::optional<DType> dtype) {
-  return create(shape, init, dtype.value_or(opts_.dtype));
+  return create(shape, init, dtype.value_or(opts_.dtype), true);
 }
 
-Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype) {
+Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype, bool buffer) {
   const bool random = init.kind == Init::Kind::Normal || init.kind == Init::Kind::Uniform;
   LT_CHECK(!random || is_floating(dtype), std::string("parameter init: random values in a ") + dtype_name(dtype) + " tensor",
            "only floating tensors are drawn from the generator", "initialize integer tensors with zeros or ones");
@@ -52,7 +52,7 @@ Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype) {
     MemoryCategoryScope scope(Category::Parameter);
     NoGradGuard no_grad;
     Tensor t = Tensor::empty(shape, dtype, opts_.device);
-    fill(t, init, counter);
+    if (opts_.fill || buffer) fill(t, init, counter);
     return t;
   }
   // A slot: shape, dtype and device now, memory at materialize().
@@ -63,7 +63,7 @@ Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype) {
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   impl->device = opts_.device;
-  pending_.push_back(Pending{impl, init, counter});
+  pending_.push_back(Pending{impl, init, counter, buffer});
   return Tensor(impl);
 }
 
@@ -102,7 +102,7 @@ void ParamFactory::materialize() {
   for (auto& [key, bytes] : stores) storage.push_back(allocate_storage(bytes, key.first));
   for (size_t i = 0; i < batch.size(); ++i) {
     batch[i].impl->storage = storage[store_of[i]];
-    fill(Tensor(batch[i].impl), batch[i].init, batch[i].counter);
+    if (opts_.fill || batch[i].buffer) fill(Tensor(batch[i].impl), batch[i].init, batch[i].counter);
   }
 }
 

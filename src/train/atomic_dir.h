@@ -35,6 +35,7 @@ class StagedDir {
   explicit StagedDir(const std::string& dir);
   ~StagedDir();  // removes DIR.tmp unless committed
   std::string path(const std::string& file) const { return tmp_ + "/" + file; }
+  const std::string& dir() const { return tmp_; }  // DIR.tmp, where the files go
   void commit();
 
  private:

@@ -2,8 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "io/text_format.h"
+#include "io/weight_files.h"
+#include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
+#include "train/checkpoint_weights.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
 #include "train/run_tokenizer.h"
@@ -41,31 +46,14 @@ auto with_context(const std::string& dir, F&& f) {
   }
 }
 
-// Every weight in DIR/model.safetensors has one dtype, f32, bf16 or f16, as a save writes them;
-// anything else means the file was altered, and casting it would hide that.
-void check_weight_dtypes(const std::string& dir) {
-  const std::string path = dir + "/model.safetensors";
-  with_context(dir, [&] {
-    io::SafetensorsReader r(path);
-    const io::TensorEntry* first = nullptr;
-    for (const io::TensorEntry& e : r.entries()) {
-      bool known = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
-      if (!known || (first && e.dtype != first->dtype))
-        fail("'" + path + "' has tensor '" + e.name + "' in " + dtype_safetensors_name(e.dtype),
-             first && known ? std::string("the other weights are ") + dtype_safetensors_name(first->dtype) +
-                                  ", and a checkpoint holds one dtype"
-                            : "leantrain saves weights as F32, BF16 or F16",
-             "pass a checkpoint directory written by 'leantrain train --save'");
-      if (!first) first = &e;
-    }
-    return 0;
-  });
-}
-
 // The finite-state guard on a loaded model: a damaged or diverged checkpoint is refused.
 void check_loaded_weights(const std::string& dir, const models::Model& m) {
-  if (std::string bad = nonfinite_weight(m); !bad.empty())
-    checkpoint_corrupt(dir, "model.safetensors", bad + "; a run that diverged saved it, or it was altered");
+  if (std::string bad = nonfinite_weight(m); !bad.empty()) {
+    std::error_code ec;  // the file that holds the weights, or the index of the shards that do
+    const bool single = std::filesystem::exists(std::filesystem::path(dir) / io::kWeightsFile, ec);
+    checkpoint_corrupt(dir, single ? io::kWeightsFile : io::kWeightsIndexFile,
+                       bad + "; a run that diverged saved it, or it was altered");
+  }
 }
 
 }  // namespace
@@ -91,7 +79,7 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
                        "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
 
   StagedDir stage(dir);
-  io::save_module(t.model(), stage.path("model.safetensors"), {{"format", "pt"}});
+  save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
   write_text_file(stage.path("config.json"), t.model().config_json());
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
 
@@ -120,11 +108,8 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 void load_checkpoint(const std::string& dir, Trainer& t) {
   const TrainerState s = read_trainer_state(dir);
   // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
-  // only from a file leantrain could have written: one dtype, of a precision it trains in.
-  check_weight_dtypes(dir);
-  io::LoadOptions lo;
-  lo.allow_cast = true;
-  with_context(dir, [&] { return io::load_module(t.model(), dir + "/model.safetensors", lo); });
+  // only from files leantrain could have written: one dtype, of a precision it trains in.
+  with_context(dir, [&] { return load_model_weights(dir, t.model(), /*leantrain_checkpoint=*/true); });
   check_loaded_weights(dir, t.model());
 
   OptimizerStateDict sd;
@@ -163,9 +148,22 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
 }
 
 void load_weights(const std::string& dir, models::Model& m) {
-  read_trainer_state(dir);
-  with_context(dir, [&] { return io::load_module(m, dir + "/model.safetensors"); });
+  const bool ours = !is_plain_model_dir(dir);
+  if (ours) read_trainer_state(dir);
+  with_context(dir, [&] { return load_model_weights(dir, m, ours); });
   check_loaded_weights(dir, m);
+}
+
+bool is_plain_model_dir(const std::string& dir) {
+  check_checkpoint_dir(dir);
+  std::error_code ec;
+  return !std::filesystem::exists(std::filesystem::path(dir) / "trainer_state.json", ec) &&
+         !is_leantrain_checkpoint(dir) && has_model_weights(dir);
+}
+
+DType checkpoint_param_dtype(const std::string& dir) {
+  if (is_plain_model_dir(dir)) return with_context(dir, [&] { return stored_weights_dtype(dir); });
+  return precision_policy(read_checkpoint_config(dir).precision).param_dtype;
 }
 
 std::string read_model_config(const std::string& dir) { return read_text_file(dir, "config.json"); }

@@ -1,6 +1,8 @@
 // A checkpoint is a directory:
-//   model.safetensors      weights under their Hugging Face names (readable by Python's safetensors)
-//   config.json            the model's Hugging Face config
+//   model.safetensors      weights under their Hugging Face names (readable by Python's safetensors),
+//                          or model-0000k-of-0000n.safetensors + model.safetensors.index.json when
+//                          they exceed --save-shard-size (as transformers' save_pretrained writes)
+//   config.json            the model's Hugging Face config (model_type, architectures)
 //   optimizer.safetensors  optimizer state ("<param>.exp_avg", ...)
 //   trainer_state.json     step, data position, dropout RNG offsets, hook state, the run config
 //   tokenizer.json         (runs with one) the run's tokenizer, with tokenizer_config.json and
@@ -25,8 +27,14 @@ RunConfig read_checkpoint_config(const std::string& dir);
 void save_checkpoint(const std::string& dir, Trainer& t);
 // Restores weights, optimizer state, step, data position, RNG offsets and hook state.
 void load_checkpoint(const std::string& dir, Trainer& t);
-// Only the weights (for generate); returns the stored tokenizer name.
+// Only the weights (for generate), from a leantrain checkpoint or a plain model directory.
 void load_weights(const std::string& dir, models::Model& m);
+// Whether DIR is a plain model directory: weights and (presumably) config.json but no
+// trainer_state.json, as transformers' save_pretrained writes it. lt::Error when DIR is missing.
+bool is_plain_model_dir(const std::string& dir);
+// The dtype to build a checkpoint's model in for inference: the run's precision for a leantrain
+// checkpoint, the weights' own (when they share F32, BF16 or F16; else F32) for a model directory.
+DType checkpoint_param_dtype(const std::string& dir);
 // The model's config.json text stored in DIR.
 std::string read_model_config(const std::string& dir);
 std::string read_tokenizer_name(const std::string& dir);

@@ -95,7 +95,8 @@ void validate(const RunConfig& c) {
   if (c.steps == 0 && c.epochs == 0)
     usage("--epochs 0", "nothing to train", "pass --epochs 1 (fractions such as 0.5 work), or --steps N");
   check_finite(c.lr, "--lr");
-  if (c.lr <= 0) usage("--lr " + short_number(c.lr), "the learning rate must be positive", "pass e.g. --lr 1e-3");
+  // 0 is allowed: a run that keeps the weights as they are (e.g. a load/save round trip).
+  if (c.lr < 0) usage("--lr " + short_number(c.lr), "the learning rate must not be negative", "pass e.g. --lr 1e-3");
   if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "adamw8bit" &&
       c.optimizer != "lion8bit")
     usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd, adamw, lion, adamw8bit and lion8bit",
@@ -141,6 +142,9 @@ void validate(const RunConfig& c) {
   if (c.prompt_field.empty() || c.response_field.empty() || c.prompt_field == c.response_field)
     usage("--prompt-field '" + c.prompt_field + "' --response-field '" + c.response_field + "'",
           "they name two different .jsonl fields", "pass two different, non-empty field names");
+  if (c.save_shard_bytes <= 0)
+    usage("--save-shard-size " + std::to_string(c.save_shard_bytes) + " bytes", "a shard must hold at least one byte",
+          "pass e.g. --save-shard-size 5GB (transformers' default) or 2GiB");
   validate_precision(c);
   resolve_device(c.device);
 }
@@ -171,7 +175,7 @@ Device resolve_device(const std::string& spec) {
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
-  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field)
+  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

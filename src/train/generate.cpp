@@ -56,7 +56,8 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
     MemoryCategoryScope p(Category::Parameter);
     nn::InitOptions init;
     init.device = device;
-    init.dtype = precision_policy(read_checkpoint_config(cfg.checkpoint).precision).param_dtype;  // as saved
+    init.dtype = checkpoint_param_dtype(cfg.checkpoint);  // as saved
+    init.fill = false;                                     // the checkpoint overwrites every parameter
     model = mcfg->build(init);
   }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());

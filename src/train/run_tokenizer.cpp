@@ -77,7 +77,9 @@ RunTokenizer checkpoint_tokenizer(const std::string& dir) {
   const fs::path json = fs::path(dir) / "tokenizer.json";
   std::error_code ec;
   if (fs::exists(json, ec)) return from_json_file(json.string());
-  const std::string name = read_tokenizer_name(dir);
+  // A plain model directory (save_pretrained's: no trainer_state.json) without tokenizer.json
+  // gets the byte tokenizer; the caller refuses it for a family that reads another.
+  const std::string name = is_plain_model_dir(dir) ? "bytes" : read_tokenizer_name(dir);
   if (name != "bytes")
     fail("checkpoint " + dir + " has no tokenizer.json",
          name.empty() ? "it names no tokenizer" : "it was trained with a '" + name + "' tokenizer",

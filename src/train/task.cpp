@@ -12,6 +12,7 @@
 #include "data/synthetic.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_weights.h"
 #include "io/input_file.h"
 #include "train/task.h"
 
@@ -26,6 +27,7 @@ namespace {
 struct ModelSpec {
   std::string name;  // preset name or config path
   std::unique_ptr<models::ModelConfig> cfg;
+  std::string weights_dir;  // --model DIR: the weights to load (the config is DIR's config.json)
 };
 
 std::string read_config_file(const std::string& flag, const std::string& path) {
@@ -54,17 +56,36 @@ auto in_context(const std::string& context, F&& f) {
 
 ModelSpec spec_from_file(const std::string& flag, const std::string& path) {
   const std::string text = read_config_file(flag, path);
-  return {path, in_context(flag + " " + path, [&] { return models::config_from_json(text); })};
+  return {path, in_context(flag + " " + path, [&] { return models::config_from_json(text); }), ""};
 }
 
+// --model: a preset name always means the preset; anything else must be a model directory
+// (config.json + weights), whose weights are then loaded. A directory named like a preset is
+// reached as ./NAME. A config.json alone goes to --config (random weights).
 ModelSpec resolve_model(const RunConfig& c) {
   if (!c.model_config.empty()) return spec_from_file("--config", c.model_config);
-  if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model)};
-  if (std::filesystem::exists(c.model)) return spec_from_file("--model", c.model);
+  if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model), ""};
+  // Resuming a run that started from a model directory: the checkpoint has the architecture and
+  // the weights, so the directory it started from need not exist any more.
+  if (!c.resume.empty()) return spec_from_file("--resume", c.resume);
+  std::error_code ec;
+  if (std::filesystem::is_directory(c.model, ec)) {
+    ModelSpec s = spec_from_file("--model", c.model);
+    if (!has_model_weights(c.model))
+      fail("--model " + c.model + ": no weights in the directory",
+           "it has a config.json but neither model.safetensors nor model.safetensors.index.json",
+           "add the weights, or pass --config " + (std::filesystem::path(c.model) / "config.json").string() +
+               " to train that architecture from random weights");
+    s.weights_dir = c.model;
+    return s;
+  }
   std::string known;
   for (auto& n : models::preset_names()) known += (known.empty() ? "" : ", ") + n;
-  usage("unknown model '" + c.model + "'", "the presets are " + known,
-        "pass one of them to --model, or a config.json to --config");
+  if (std::filesystem::exists(c.model, ec))
+    usage("--model " + c.model + " is a file", "--model takes a preset (" + known + ") or a model directory",
+          "pass --config " + c.model + " to build the model it describes with random weights");
+  usage("unknown model '" + c.model + "'", "it is neither a preset (" + known + ") nor a model directory",
+        "pass a preset or a directory holding config.json and model.safetensors to --model, or a config.json to --config");
 }
 
 // --dim, --depth, ...: the family maps them to its fields; the result is validated at once (the
@@ -72,6 +93,11 @@ ModelSpec resolve_model(const RunConfig& c) {
 void apply_overrides(ModelSpec& s, const RunConfig& c) {
   const models::SizeOverrides o{c.dim, c.depth, c.heads, c.patch, c.mlp_dim};
   if (!o.any()) return;
+  if (!s.weights_dir.empty())
+    usage("size flags (--dim, --depth, --heads, --patch, --mlp-dim) with --model " + s.weights_dir,
+          "the directory's weights fix the model's sizes",
+          "drop them, or pass --config " + (std::filesystem::path(s.weights_dir) / "config.json").string() +
+              " to train a resized model from random weights");
   try {
     s.cfg->apply_overrides(o);
     s.cfg->validate();
@@ -104,12 +130,34 @@ void check_resume_config(const RunConfig& c, const models::ModelConfig& cfg) {
   }
 }
 
-// Validates the fitted config and builds the model (parameters under Category::Parameter).
-void build_model(Task& t, const ModelSpec& s, const RunConfig& c, const nn::InitOptions& init) {
+// Validates the fitted config and builds the model (parameters under Category::Parameter). With
+// --model DIR the parameters are created unfilled and DIR's weights streamed into them (unless
+// --resume restores other weights anyway): the same bytes on the device as a random init, no draws.
+void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   s.cfg->validate();
   check_resume_config(c, *s.cfg);
-  MemoryCategoryScope p(Category::Parameter);
-  t.model = s.cfg->build(init);
+  const bool load = !s.weights_dir.empty() && c.resume.empty();
+  init.fill = !load;
+  {
+    MemoryCategoryScope p(Category::Parameter);
+    t.model = s.cfg->build(init);
+  }
+  if (!load) return;
+  const LoadedWeights w =
+      in_context("--model " + s.weights_dir, [&] { return load_model_weights(s.weights_dir, *t.model); });
+  t.weights_note = "; weights loaded from " + s.weights_dir + " (" + std::to_string(w.tensors) + " tensors" +
+                   (w.files > 1 ? " in " + std::to_string(w.files) + " shards" : "") + ")";
+}
+
+// A loaded image model reads the images it was trained on: the data must fit it, not it the data.
+void check_images_fit(const ModelSpec& s, int64_t size, int64_t channels, int64_t classes, const std::string& data) {
+  const models::ImageInput in = s.cfg->images();
+  if (in.size == size && in.channels == channels && in.classes == classes) return;
+  usage("--data " + data + " does not fit the model in " + s.weights_dir,
+        "the model reads " + std::to_string(in.size) + "x" + std::to_string(in.size) + "x" + std::to_string(in.channels) +
+            " images into " + std::to_string(in.classes) + " classes, the data has " + std::to_string(size) + "x" +
+            std::to_string(size) + "x" + std::to_string(channels) + " images in " + std::to_string(classes) + " classes",
+        "pass --data synthetic (images of the model's own size) or data of that shape");
 }
 
 // --workers, or min(8, hardware threads - 1) when not given.
@@ -130,7 +178,7 @@ std::string millions(int64_t n) {
 // 8 steps' worth of training samples and 2 micro-batches of held-out ones.
 void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   models::ImageInput in = s.cfg->images();
-  s.cfg->fit_images(in.size, in.channels, 10);
+  if (s.weights_dir.empty()) s.cfg->fit_images(in.size, in.channels, 10);  // a loaded model keeps its classes
   in = s.cfg->images();
   build_model(t, s, c, init);
   const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -162,6 +210,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   LT_CHECK(train->rows == train->cols, "images in " + dir + " are " + std::to_string(train->rows) + "x" +
            std::to_string(train->cols), "the " + s.cfg->family().display_name() + " needs square images",
            "use square images");
+  if (!s.weights_dir.empty()) check_images_fit(s, train->rows, 1, 10, dir);
   s.cfg->fit_images(train->rows, 1, 10);  // the data decides the input and the classes
   const models::ImageInput in = s.cfg->images();
   if (in.size % in.patch)
@@ -287,6 +336,7 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   init.dtype = precision_policy(c.precision).param_dtype;  // built in the target dtype, no f32 copy
   if (s.cfg->family().input() == models::InputKind::Tokens) make_text_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
+  t->description += t->weights_note;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (t->train->batches_per_epoch() * mb < c.batch)
     usage("--batch " + std::to_string(c.batch), "the training data has only " +

@@ -23,6 +23,7 @@ struct Task {
   RunTokenizer text_tokenizer;            // text models: the tokenizer and its files (saved with checkpoints)
   bool masked_targets = false;            // some targets are kIgnoreTarget (prompt tokens)
   std::string description;                // one line for the log
+  std::string weights_note;               // "; weights loaded from DIR (...)" with --model DIR
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
 

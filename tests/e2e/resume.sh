@@ -29,8 +29,9 @@ for f in model.safetensors optimizer.safetensors config.json trainer_state.json;
   if [ -s "$WORK/vit-ck/$f" ]; then ok; else fail "checkpoint file $f missing"; fi
 done
 if $TOOL check "$WORK/vit-ck/model.safetensors" >"$WORK/names"; then ok; else fail "model.safetensors does not parse"; fi
-expect_grep "^conv_proj.weight F32 \[64, 1, 7, 7\]" "$WORK/names" "model.safetensors tensors"
-expect_grep "^heads.head.weight F32 \[10, 64\]" "$WORK/names" "model.safetensors tensors"
+# transformers' ViTForImageClassification names
+expect_grep "^vit.embeddings.patch_embeddings.projection.weight F32 \[64, 1, 7, 7\]" "$WORK/names" "model.safetensors tensors"
+expect_grep "^classifier.weight F32 \[10, 64\]" "$WORK/names" "model.safetensors tensors"
 if $TOOL check "$WORK/gpt-ck/optimizer.safetensors" >"$WORK/names"; then ok; else fail "optimizer.safetensors does not parse"; fi
 expect_grep "^transformer.wte.weight.momentum_buffer F32" "$WORK/names" "optimizer.safetensors tensors"
 # With the real safetensors package, when this machine has it.

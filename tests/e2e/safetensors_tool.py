@@ -8,7 +8,15 @@
   reshape FILE NAME     give tensor NAME the same bytes in another shape (a valid file, wrong shape)
   drop FILE NAME        remove tensor NAME (a valid file with a missing tensor)
   set FILE NAME VALUE   write VALUE (a float: nan, inf, -1, ...) into element 0 of float tensor NAME
+  digest DIR            every weight tensor of the model directory DIR (model.safetensors or the
+                        shards of model.safetensors.index.json): "name dtype shape sha256", sorted
+  convert DIR DTYPE     rewrite every F32/BF16 weight of DIR as DTYPE (F32 or BF16; f32 -> bf16
+                        rounds to nearest even), in place
+  ids FILE B T V [SEED] write an inputs file for `leantrain eval`: input_ids I64 [B, T] below V
 """
+import hashlib
+import os
+import random
 import json
 import struct
 import sys
@@ -58,8 +66,53 @@ def write(path, tensors, meta):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(t["data"] for t in tensors.values()))
 
 
+def weight_files(d):
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return [os.path.join(d, "model.safetensors")]
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    return [os.path.join(d, s) for s in sorted(set(index["weight_map"].values()))]
+
+
+def f32_to_bf16(data):
+    out = bytearray()
+    for (bits,) in struct.iter_unpack("<I", data):
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even (no NaNs here)
+        out += struct.pack("<H", bits & 0xFFFF)
+    return bytes(out)
+
+
+def bf16_to_f32(data):
+    return b"".join(struct.pack("<I", h << 16) for (h,) in struct.iter_unpack("<H", data))
+
+
 def main():
     cmd, path = sys.argv[1], sys.argv[2]
+    if cmd == "digest":
+        rows = []
+        for p in weight_files(path):
+            tensors, _ = read(p)
+            for name, t in tensors.items():
+                rows.append(f"{name} {t['dtype']} {t['shape']} {hashlib.sha256(t['data']).hexdigest()}")
+        print("\n".join(sorted(rows)))
+        return
+    if cmd == "convert":
+        want = sys.argv[3]
+        for p in weight_files(path):
+            tensors, meta = read(p)
+            for t in tensors.values():
+                if t["dtype"] == "F32" and want == "BF16":
+                    t["data"], t["dtype"] = f32_to_bf16(t["data"]), "BF16"
+                elif t["dtype"] == "BF16" and want == "F32":
+                    t["data"], t["dtype"] = bf16_to_f32(t["data"]), "F32"
+            write(p, tensors, meta)
+        return
+    if cmd == "ids":
+        b, t, v = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        rng = random.Random(int(sys.argv[6]) if len(sys.argv) > 6 else 0)
+        data = struct.pack(f"<{b * t}q", *[rng.randrange(v) for _ in range(b * t)])
+        write(path, {"input_ids": {"dtype": "I64", "shape": [b, t], "data": data}}, None)
+        return
     if cmd == "check":
         tensors, meta = read(path)
         for name, t in tensors.items():

@@ -39,7 +39,8 @@ TEST(TrainConfig, RejectsBadValues) {
   };
   bad([](RunConfig& c) { c.optimizer = "adam"; }, "unknown optimizer 'adam'");
   bad([](RunConfig& c) { c.schedule = "linear"; }, "unknown schedule 'linear'");
-  bad([](RunConfig& c) { c.lr = 0; }, "--lr");
+  bad([](RunConfig& c) { c.lr = -1e-3; }, "--lr");  // 0 is allowed: a run that keeps the weights
+  bad([](RunConfig& c) { c.save_shard_bytes = 0; }, "--save-shard-size");
   bad([](RunConfig& c) { c.batch = 0; }, "--batch");
   bad([](RunConfig& c) { c.momentum = 1.5; }, "--momentum");
   bad([](RunConfig& c) { c.device = "tpu"; }, "unknown device 'tpu'");

@@ -1,0 +1,83 @@
+#include "train/checkpoint_weights.h"
+
+#include "io/weight_files.h"
+#include "io/weight_load.h"
+#include "io/weight_save.h"
+#include "leantrain/error.h"
+
+namespace lt {
+
+namespace {
+
+// The part of parameter `t` that checkpoint tensor `c` holds: all of it, or rows along dim 0.
+Tensor rows_of(const Tensor& t, const models::CheckpointTensor& c) {
+  if (c.rows < 0) return t;
+  LT_ASSERT(t.dim() >= 1 && c.row >= 0 && c.row + c.rows <= t.size(0) && t.is_contiguous());
+  Shape s = t.shape();
+  s[0] = c.rows;
+  return make_view(t, s, t.strides(), t.offset() + c.row * t.strides()[0]);
+}
+
+std::map<std::string, Tensor> tensors_by_name(const models::Model& m) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : m.named_parameters()) out[name] = t;
+  for (const auto& [name, t] : m.named_buffers()) out[name] = t;
+  return out;
+}
+
+// leantrain saves its weights in one dtype, a precision it trains in; anything else was edited.
+void check_single_dtype(const io::WeightFiles& files) {
+  const io::TensorEntry* first = nullptr;
+  for (const std::string& name : files.names()) {
+    const io::WeightFiles::Located at = files.find(name);
+    const io::TensorEntry& e = *at.entry;
+    const bool known = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+    if (!known || (first && e.dtype != first->dtype))
+      fail("'" + at.file->path() + "' has tensor '" + e.name + "' in " + dtype_safetensors_name(e.dtype),
+           first && known ? std::string("the other weights are ") + dtype_safetensors_name(first->dtype) +
+                                ", and a checkpoint holds one dtype"
+                          : "leantrain saves weights as F32, BF16 or F16",
+           "pass a checkpoint directory written by 'leantrain train --save'");
+    if (!first) first = &e;
+  }
+}
+
+}  // namespace
+
+bool has_model_weights(const std::string& dir) { return io::WeightFiles::present(dir); }
+
+LoadedWeights load_model_weights(const std::string& dir, models::Model& m, bool leantrain_checkpoint) {
+  io::WeightFiles files(dir);
+  if (leantrain_checkpoint) check_single_dtype(files);
+  io::WeightLoadSpec spec;
+  spec.params = tensors_by_name(m);
+  for (const models::CheckpointTensor& c : m.checkpoint_tensors()) {
+    auto p = spec.params.find(c.param);
+    LT_ASSERT(p != spec.params.end());  // a layout names the model's own parameters
+    spec.targets.push_back({c.name, c.param, rows_of(p->second, c), !c.buffer});
+  }
+  spec.rename = [&m](const std::string& key) { return m.checkpoint_key_to_name(key); };
+  const io::WeightLoadResult r = io::load_weights(files, spec);
+  return {r.tensors, r.bytes, int64_t(files.files().size()), r.staging_bytes};
+}
+
+void save_model_weights(const std::string& dir, const models::Model& m, int64_t shard_bytes) {
+  const std::map<std::string, Tensor> all = tensors_by_name(m);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const models::CheckpointTensor& c : m.checkpoint_tensors()) tensors.emplace_back(c.name, rows_of(all.at(c.param), c));
+  io::save_weight_files(dir, tensors, shard_bytes);
+}
+
+DType stored_weights_dtype(const std::string& dir) {
+  io::WeightFiles files(dir);
+  std::optional<DType> common;
+  for (const std::string& name : files.names()) {
+    const DType d = files.find(name).entry->dtype;
+    if (d != DType::F32 && d != DType::BF16 && d != DType::F16) return DType::F32;
+    if (common && *common != d) return DType::F32;
+    common = d;
+  }
+  return common.value_or(DType::F32);
+}
+
+}  // namespace lt
