@@ -48,9 +48,10 @@ cp "$TOK/gpt2/tokenizer.json" "$WORK/bytes/"
 expect_error 1 "cannot generate from $WORK/bytes: its tokenizer has 4096 ids and its model embeds only 256" \
   "$LT" generate --checkpoint "$WORK/bytes"
 
-# A model directory with a tokenizer.json: the default; --tokenizer overrides it.
+# A model directory (config.json, weights) with a tokenizer.json: the default; --tokenizer overrides it.
+expect_ok "$LT" train --config "$WORK/g.json" --data fortunes --steps 1 --batch 4 --seq-len 16 --device cpu --save "$WORK/weights"
 mkdir "$WORK/model"
-cp "$WORK/g.json" "$WORK/model/config.json"
+cp "$WORK/weights/config.json" "$WORK/weights/model.safetensors" "$WORK/model/"
 cp "$TOK/gpt2/tokenizer.json" "$TOK/gpt2/tokenizer_config.json" "$WORK/model/"
 printf 'caf\xc3\xa9 \xff\xfe broken \xc3 bytes, then text again.\n%.0s' $(seq 1 100) >"$WORK/bad-utf8.txt"
 expect_ok "$LT" train --model "$WORK/model" --data "$WORK/bad-utf8.txt" --steps 2 --batch 4 --seq-len 16 --device cpu
