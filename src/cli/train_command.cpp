@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "leantrain/data.h"
+#include "leantrain/models.h"
 #include "train/progress.h"
 
 namespace lt::cli {
@@ -11,7 +12,9 @@ namespace lt::cli {
 void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.footer("Example: leantrain train --model gpt2-tiny --data fortunes --steps 200 --lr 3e-4 --save runs/gpt");
   const char* what = "Model and data";
-  cmd.add_option("--model", c.model, "Preset: vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m")
+  std::string presets;
+  for (const std::string& p : models::preset_names()) presets += (presets.empty() ? "" : ", ") + p;
+  cmd.add_option("--model", c.model, "Preset: " + presets)
       ->capture_default_str()->group(what);
   cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
   cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a directory/file (default: fashion-mnist for ViT, fortunes for GPT)")
