@@ -96,7 +96,9 @@ struct AddNormResult {
 AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
                              double eps = 1e-5);
 AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6);
-// q [B,H,Tq,D], k/v [B,H,Tk,D]; key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
+// q [B,H,Tq,D], k/v [B,Hkv,Tk,D] with Hkv dividing H (Hkv < H: grouped-query attention, query
+// head h reads kv head h / (H / Hkv), as Hugging Face's repeat_kv; K/V are never repeated);
+// key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
 // scale <= 0 means 1/sqrt(D). Never materialises the Tq×Tk matrix on the GPU.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
@@ -106,6 +108,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // of qkv and write out and (backward) one dqkv [B, T, 3*H*D] directly. Saves qkv, out and lse.
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, const Tensor& key_padding_mask = Tensor(),
                              double scale = 0.0);
+// The same with grouped-query attention: qkv [B, T, (H + 2*Hkv)*D] laid out [q (H*D) | k (Hkv*D) |
+// v (Hkv*D)] (Hugging Face's q_proj, k_proj, v_proj outputs concatenated), Hkv dividing H; out
+// [B, T, H*D]; dqkv has qkv's shape. kv_heads == heads is the call above.
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
+                             const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+// (qkv, heads, kv_heads) with causal left out would bind kv_heads to the first overload's causal.
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = delete;
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range

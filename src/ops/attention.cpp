@@ -18,14 +18,20 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   check_same_dtype(name, q_in, k_in);
   check_same_dtype(name, q_in, v_in);
   check_rank(name, q_in, 4, "q [B, H, Tq, D]");
-  check_rank(name, k_in, 4, "k [B, H, Tk, D]");
-  check_rank(name, v_in, 4, "v [B, H, Tk, D]");
+  check_rank(name, k_in, 4, "k [B, Hkv, Tk, D]");
+  check_rank(name, v_in, 4, "v [B, Hkv, Tk, D]");
   const int64_t B = q_in.size(0), H = q_in.size(1), Tq = q_in.size(2), D = q_in.size(3), Tk = k_in.size(2);
+  const int64_t Hkv = k_in.size(1);
   const std::string shapes =
       "q " + shape_str(q_in.shape()) + ", k " + shape_str(k_in.shape()) + ", v " + shape_str(v_in.shape());
-  LT_CHECK(k_in.size(0) == B && k_in.size(1) == H && k_in.size(3) == D && v_in.shape() == k_in.shape(),
+  LT_CHECK(k_in.size(0) == B && k_in.size(3) == D && v_in.shape() == k_in.shape(),
            std::string(name) + ": q, k, v shapes do not fit", shapes,
-           "use q [B, H, Tq, D] and k, v [B, H, Tk, D] with equal B, H, D (repeat k/v heads for grouped queries)");
+           "use q [B, H, Tq, D] and k, v [B, Hkv, Tk, D] with equal B and D");
+  // Grouped-query attention: query head h reads kv head h / (H / Hkv); K and V are not repeated.
+  LT_CHECK(Hkv == H || (Hkv > 0 && H % Hkv == 0),
+           std::string(name) + ": q's " + std::to_string(H) + " heads are not a multiple of k/v's " +
+               std::to_string(Hkv) + " heads",
+           shapes, "use a kv head count that divides the query head count");
   LT_CHECK(D > 0 && Tq > 0 && Tk > 0, std::string(name) + ": empty head dim or sequence", shapes,
            "pass at least one query, one key and D > 0");
   if (mask_in.defined()) {
@@ -73,31 +79,46 @@ Tensor heads_view(const Tensor& x, int64_t H, int64_t D, int64_t col) {
 }  // namespace
 
 // Self-attention straight from the fused projection: q, k, v are strided views of qkv and the
-// kernels write out [B, T, C] (heads merged) directly, so no copy is made and no tensor of the
+// kernels write out [B, T, H*D] (heads merged) directly, so no copy is made and no tensor of the
 // split or merged heads is saved. Saved: qkv (the projection's output, which is saved nowhere
 // else), out (the next Linear saves it anyway) and lse. The backward writes dq, dk and dv
-// straight into one dqkv buffer [B, T, 3C].
-Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, const Tensor& mask_in, double scale) {
+// straight into one dqkv buffer of qkv's shape. With kv_heads < heads (grouped-query attention)
+// qkv is [q (H*D) | k (Hkv*D) | v (Hkv*D)] and the kernels read each kv head for its H / Hkv
+// query heads: K and V are neither repeated nor saved at H heads.
+Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
+                             double scale) {
   const char* name = "self_attention_packed";
   OpNameScope op("attention");
   Device dev = common_device(name, {qkv_in, mask_in});
   check_floating(name, qkv_in);
-  check_rank(name, qkv_in, 3, "qkv [B, T, 3C]");
+  check_rank(name, qkv_in, 3, "qkv [B, T, (H + 2 Hkv) D]");
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), W = qkv_in.size(2);
-  LT_CHECK(W > 0 && W % 3 == 0,
-           std::string(name) + ": qkv's last dim " + std::to_string(W) + " (shape " + shape_str(qkv_in.shape()) +
-               ") is not divisible by 3",
-           "q, k and v are packed along it as [q | k | v], each C = heads * head_dim wide",
-           "pass the fused projection's output [B, T, 3C]");
-  const int64_t C = W / 3;
-  LT_CHECK(heads > 0 && C % heads == 0,
-           std::string(name) + ": width C = " + std::to_string(C) + " (qkv " + shape_str(qkv_in.shape()) +
-               ") is not divisible by " + std::to_string(heads) + " heads",
-           "each of q, k, v is split into heads of equal size C / heads",
-           "use a head count that divides the model width");
+  if (kv_heads == heads) {  // multi-head attention: qkv [B, T, 3C]
+    LT_CHECK(W > 0 && W % 3 == 0,
+             std::string(name) + ": qkv's last dim " + std::to_string(W) + " (shape " + shape_str(qkv_in.shape()) +
+                 ") is not divisible by 3",
+             "q, k and v are packed along it as [q | k | v], each C = heads * head_dim wide",
+             "pass the fused projection's output [B, T, 3C]");
+    LT_CHECK(heads > 0 && (W / 3) % heads == 0,
+             std::string(name) + ": width C = " + std::to_string(W / 3) + " (qkv " + shape_str(qkv_in.shape()) +
+                 ") is not divisible by " + std::to_string(heads) + " heads",
+             "each of q, k, v is split into heads of equal size C / heads",
+             "use a head count that divides the model width");
+  } else {
+    LT_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0,
+             std::string(name) + ": " + std::to_string(heads) + " query heads are not a multiple of " +
+                 std::to_string(kv_heads) + " kv heads",
+             "each kv head serves heads / kv_heads query heads", "use a kv head count that divides the head count");
+    const int64_t parts = heads + 2 * kv_heads;
+    LT_CHECK(W > 0 && W % parts == 0,
+             std::string(name) + ": qkv's last dim " + std::to_string(W) + " (shape " + shape_str(qkv_in.shape()) +
+                 ") is not divisible by heads + 2 * kv_heads = " + std::to_string(parts),
+             "q, k and v are packed along it as [q (heads * D) | k (kv_heads * D) | v (kv_heads * D)]",
+             "pass the concatenated q, k, v projections [B, T, (heads + 2 kv_heads) * head_dim]");
+  }
   LT_CHECK(T > 0, std::string(name) + ": empty sequence (qkv " + shape_str(qkv_in.shape()) + ")",
            "attention needs at least one token", "pass T >= 1");
-  const int64_t H = heads, D = C / heads;
+  const int64_t H = heads, Hkv = kv_heads, D = W / (H + 2 * Hkv), C = H * D, Ckv = Hkv * D;
   if (mask_in.defined()) {
     LT_CHECK(mask_in.dtype() == DType::U8 && mask_in.shape() == Shape({B, T}),
              std::string(name) + ": key_padding_mask is " + dtype_name(mask_in.dtype()) + " " +
@@ -108,14 +129,17 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, c
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor qkv = contiguous(qkv_in);  // a no-op for a Linear's output
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
+  // The q, k, v heads of a [B, T, W] buffer laid out like qkv (qkv itself, or its gradient).
+  auto q_of = [=](const Tensor& x) { return heads_view(x, H, D, 0); };
+  auto k_of = [=](const Tensor& x) { return heads_view(x, Hkv, D, C); };
+  auto v_of = [=](const Tensor& x) { return heads_view(x, Hkv, D, C + Ckv); };
   // Selective checkpointing's recomputation takes the forward's output and log-sum-exp instead
   // (kept_outputs.h): attention is not run a second time before its backward.
   std::vector<Tensor> kept = take_kept_outputs("attention", {{B, T, C}, {B, H, T}}, {qkv.dtype(), aux_dtype(qkv.dtype())});
   Tensor out = kept.empty() ? Tensor::empty({B, T, C}, qkv.dtype(), dev) : kept[0];
   Tensor lse = kept.empty() ? Tensor::empty({B, H, T}, aux_dtype(qkv.dtype()), dev) : kept[1];
   if (kept.empty()) {
-    backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, heads_view(qkv, H, D, 0), heads_view(qkv, H, D, C),
-                                   heads_view(qkv, H, D, 2 * C), mask, causal, sc);
+    backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, q_of(qkv), k_of(qkv), v_of(qkv), mask, causal, sc);
     keep_outputs("attention", {out, lse});
   }
   if (!needs_grad({qkv})) return out;
@@ -124,12 +148,15 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, bool causal, c
     Tensor sqkv = saved_qkv.unpack(), so = saved_out.unpack(), slse = saved_lse.unpack(), smask = saved_mask.unpack();
     Tensor dqkv = Tensor::empty(sqkv.shape(), g.dtype(), g.device());
     Tensor gc = contiguous_data(g);
-    backend_of(g).attention_bwd(heads_view(dqkv, H, D, 0), heads_view(dqkv, H, D, C), heads_view(dqkv, H, D, 2 * C),
-                                heads_view(gc, H, D, 0), heads_view(sqkv, H, D, 0), heads_view(sqkv, H, D, C),
-                                heads_view(sqkv, H, D, 2 * C), heads_view(so, H, D, 0), slse, smask, causal, sc);
+    backend_of(g).attention_bwd(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, D, 0), q_of(sqkv), k_of(sqkv),
+                                v_of(sqkv), heads_view(so, H, D, 0), slse, smask, causal, sc);
     return std::vector<Tensor>{dqkv};
   });
   return out;
+}
+
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, const Tensor& mask, double scale) {
+  return self_attention_packed(qkv, heads, heads, causal, mask, scale);
 }
 
 }  // namespace lt

@@ -146,7 +146,9 @@ def fwd_block(D, q, k, v, mrow, Tq, Tk, causal, scale, q0, out, lse):
                         lse[row] = (m[lane, h] + np.log2(l[lane, h])) * LN2 if l[lane, h] > 0 else np.inf
 
 
-def dkdv_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, k0, dk, dv):
+# qs, dos, lses, deltas: one entry per query head of the kv head's group (G = len(qs)); the
+# block walks the G * ntq query tiles as one sequence (head n // ntq, tile n % ntq), as the kernel.
+def dkdv_block(D, qs, k, v, dos, lses, deltas, mrow, Tq, Tk, causal, scale, k0, dk, dv):
     BQ = 64 if D <= 64 else 32
     sl2 = scale * LOG2E
     off = Tk - Tq
@@ -163,8 +165,10 @@ def dkdv_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, k0, dk, 
                np.array([(r + 8 < Tk) and (mrow is None or mrow[r + 8] != 0) for r in kr])]
         dka = [np.zeros((32, 4)) for _ in range(D // 8)]
         dva = [np.zeros((32, 4)) for _ in range(D // 8)]
-        for it in range(ntq):
-            qi0 = qbeg + it * BQ
+        for n in range(len(qs) * ntq):
+            gi = n // ntq
+            qi0 = qbeg + (n - gi * ntq) * BQ
+            q, do, lse, delta = qs[gi], dos[gi], lses[gi], deltas[gi]
             Qb = tile_load(q, qi0, Tq, BQ, D); dOb = tile_load(do, qi0, Tq, BQ, D)
             lse_s = np.array([(lse[r] * LOG2E if not np.isinf(lse[r]) else np.inf) if r < Tq else np.inf
                               for r in range(qi0, qi0 + BQ)])
@@ -286,33 +290,47 @@ def reference(q, k, v, do, mrow, causal, scale):
     return O, lse, dQ, dK, dV
 
 
-def run(D, Tq, Tk, causal, use_mask, seed):
+# G query heads sharing one kv head (grouped-query attention; G = 1 is multi-head): the forward
+# and dQ blocks of each query head read the shared k, v; the dK/dV blocks walk the whole group.
+# The reference sums each head's dK, dV.
+def run(D, Tq, Tk, causal, use_mask, seed, G=1):
     rng = np.random.default_rng(seed)
-    q, k, v, do = (rng.standard_normal((n, D)) for n in (Tq, Tk, Tk, Tq))
+    k, v = (rng.standard_normal((Tk, D)) for _ in range(2))
+    qs = [rng.standard_normal((Tq, D)) for _ in range(G)]
+    dos = [rng.standard_normal((Tq, D)) for _ in range(G)]
     mrow = None
     if use_mask:
         mrow = (rng.random(Tk) > 0.3).astype(np.uint8)
         if Tk > 3:
             mrow[:3] = 0  # make some causal rows fully masked
     scale = 1 / np.sqrt(D)
-    O_ref, lse_ref, dQ_ref, dK_ref, dV_ref = reference(q, k, v, do, mrow, causal, scale)
-    out = np.full((Tq, D), np.nan); lse = np.full(Tq, np.nan)
-    for by in range((Tq + kBQ - 1) // kBQ):
-        fwd_block(D, q, k, v, mrow, Tq, Tk, causal, scale, by * kBQ, out, lse)
-    delta = (do * out).sum(1)
-    dk = np.full((Tk, D), np.nan); dv = np.full((Tk, D), np.nan); dq = np.full((Tq, D), np.nan)
+    refs = [reference(qs[g], k, v, dos[g], mrow, causal, scale) for g in range(G)]
+    outs, lses, deltas, dqs = [], [], [], []
+    for g in range(G):
+        out = np.full((Tq, D), np.nan); lse = np.full(Tq, np.nan)
+        for by in range((Tq + kBQ - 1) // kBQ):
+            fwd_block(D, qs[g], k, v, mrow, Tq, Tk, causal, scale, by * kBQ, out, lse)
+        outs.append(out); lses.append(lse); deltas.append((dos[g] * out).sum(1))
+    dk = np.full((Tk, D), np.nan); dv = np.full((Tk, D), np.nan)
     for by in range((Tk + kBK - 1) // kBK):
-        dkdv_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, by * kBK, dk, dv)
-    for by in range((Tq + kBQ - 1) // kBQ):
-        dq_block(D, q, k, v, do, lse, delta, mrow, Tq, Tk, causal, scale, by * kBQ, dq)
+        dkdv_block(D, qs, k, v, dos, lses, deltas, mrow, Tq, Tk, causal, scale, by * kBK, dk, dv)
+    for g in range(G):
+        dq = np.full((Tq, D), np.nan)
+        for by in range((Tq + kBQ - 1) // kBQ):
+            dq_block(D, qs[g], k, v, dos[g], lses[g], deltas[g], mrow, Tq, Tk, causal, scale, by * kBQ, dq)
+        dqs.append(dq)
+    pairs = [("dK", dk, sum(r[3] for r in refs)), ("dV", dv, sum(r[4] for r in refs))]
+    for g in range(G):
+        pairs += [(f"O{g}", outs[g], refs[g][0]), (f"lse{g}", lses[g], refs[g][1]), (f"dQ{g}", dqs[g], refs[g][2])]
     errs = {}
-    for name, a, b in (("O", out, O_ref), ("lse", lse, lse_ref), ("dQ", dq, dQ_ref), ("dK", dk, dK_ref), ("dV", dv, dV_ref)):
+    for name, a, b in pairs:
         assert not np.isnan(a).any(), f"{name} has NaN"
         fin = np.isfinite(b)
         assert (np.isfinite(a) == fin).all(), f"{name} inf pattern differs"
         errs[name] = float(np.max(np.abs(a[fin] - b[fin]))) if fin.any() else 0.0
     bad = {n: e for n, e in errs.items() if e > 1e-9}
-    print(f"D={D} Tq={Tq} Tk={Tk} causal={causal} mask={use_mask}: " + ("OK" if not bad else f"FAIL {bad}"), flush=True)
+    print(f"D={D} Tq={Tq} Tk={Tk} causal={causal} mask={use_mask} G={G}: " + ("OK" if not bad else f"FAIL {bad}"),
+          flush=True)
     return not bad
 
 
@@ -320,5 +338,6 @@ if __name__ == "__main__":
     cases = [(64, 64, 64, False, False), (64, 70, 70, True, False), (64, 50, 130, True, True),
              (128, 130, 50, True, True), (64, 100, 37, False, True), (128, 65, 65, False, False),
              (64, 129, 129, True, True), (64, 3, 200, True, False), (128, 33, 97, True, False)]
-    ok = all([run(*c, seed=i) for i, c in enumerate(cases)])
+    gqa = [(64, 70, 70, True, True, 3), (128, 33, 97, True, False, 2), (64, 100, 37, False, True, 2)]
+    ok = all([run(*c, seed=i) for i, c in enumerate(cases)] + [run(*c[:5], seed=100 + i, G=c[5]) for i, c in enumerate(gqa)])
     sys.exit(0 if ok else 1)

@@ -363,6 +363,31 @@ void timings() {
     check_close("attention f32: register-tiled output equals the SIMT path's", outs[0], outs[1], 1e-5, 1e-4);
     check_close("attention f32: register-tiled dq equals the SIMT path's", dqs[0], dqs[1], 1e-5, 1e-4);
   }
+  {
+    // bf16 causal attention forward + backward at TinyLlama-1.1B's shape (B 4, H 32, T 1024, D 64)
+    // and Llama-3-8B's head dim (B 1, D 128): multi-head (Hkv = H: the G = 1 path, to compare
+    // with earlier builds) and grouped-query (Hkv = 4 / 8: the dK/dV blocks loop over G = 8 / 4
+    // query heads). FLOPs as above, halved for causal.
+    struct S { int64_t B, H, Hkv, T, D; };
+    for (const S& s : {S{4, 32, 32, 1024, 64}, S{4, 32, 4, 1024, 64}, S{1, 32, 32, 1024, 128}, S{1, 32, 8, 1024, 128}}) {
+      Generator gen(9);
+      auto rnd = [&](Shape sh) { return randn(sh, gen, 1.0f, DType::BF16).to(kGpu); };
+      Tensor q = rnd({s.B, s.H, s.T, s.D}), k = rnd({s.B, s.Hkv, s.T, s.D}), v = rnd({s.B, s.Hkv, s.T, s.D}),
+             dout = rnd({s.B, s.H, s.T, s.D});
+      Tensor out = empty(q.shape(), DType::BF16, kGpu), lse = empty({s.B, s.H, s.T}, DType::F32, kGpu);
+      Tensor dq = empty(q.shape(), DType::BF16, kGpu), dk = empty(k.shape(), DType::BF16, kGpu),
+             dv = empty(v.shape(), DType::BF16, kGpu);
+      Backend& gpu = backend_for(kGpu);
+      const float sc = 1.0f / std::sqrt(float(s.D));
+      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), true, sc); }, 10);
+      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), true, sc); }, 10);
+      const double fl_f = 2.0 * double(s.B * s.H) * double(s.T) * double(s.T) * double(s.D), fl_b = 2.5 * fl_f;
+      std::printf("time attention bf16 causal B%lld H%lld Hkv%lld T%lld D%lld: fwd %.3f ms (%.1f TFLOP/s), "
+                  "bwd %.3f ms (%.1f TFLOP/s)\n",
+                  (long long)s.B, (long long)s.H, (long long)s.Hkv, (long long)s.T, (long long)s.D, f,
+                  fl_f / (f * 1e9), b, fl_b / (b * 1e9));
+    }
+  }
   // The optimizer over GPT-2-small-sized parameters (124M, 148 tensors like the real model).
   std::vector<Tensor> p, g, m, v;
   const int64_t per = 124'000'000 / 148;

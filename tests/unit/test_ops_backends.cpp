@@ -222,6 +222,24 @@ const std::vector<OpCase>& op_cases() {
       {"attention_f32t_packed_d32_t65_fixed_mask", {F({3, 65, 3 * 3 * 32}), FixedMask(3, 65)},
        [](const V& x) { return self_attention_packed(x[0], 3, false, x[1]); }},
       {"attention_packed_d80", {F({1, 40, 3 * 2 * 80})}, [](const V& x) { return self_attention_packed(x[0], 2, true); }},
+      // grouped-query attention: k, v (and dk, dv) with Hkv < H heads, query head h reads kv head
+      // h / (H / Hkv); the same kernel families (tensor cores at D = 64/128, register-tiled f32 at
+      // D = 32/64/128, SIMT at D = 80) with the group loop in the dK/dV blocks
+      {"attention_gqa", {F({2, 4, 7, 16}), F({2, 2, 7, 16}), F({2, 2, 7, 16})}, [](const V& x) { return sdpa(x, false, false); }},
+      {"attention_gqa_causal_padded", {F({3, 4, 9, 8}), F({3, 1, 9, 8}), F({3, 1, 9, 8}), Mask({3, 9})},
+       [](const V& x) { return sdpa(x, true, true); }},
+      {"attention_gqa_d64_causal_fixed_mask", {F({3, 4, 70, 64}), F({3, 2, 70, 64}), F({3, 2, 70, 64}), FixedMask(3, 70)},
+       [](const V& x) { return sdpa(x, true, true); }},
+      {"attention_gqa_d128_tq_lt_tk", {F({1, 4, 33, 128}), F({1, 1, 100, 128}), F({1, 1, 100, 128})},
+       [](const V& x) { return sdpa(x, true, false); }},
+      {"attention_gqa_d32_t130_causal", {F({2, 4, 130, 32}), F({2, 2, 130, 32}), F({2, 2, 130, 32})},
+       [](const V& x) { return sdpa(x, true, false); }},
+      {"attention_packed_gqa", {F({2, 7, (4 + 2 * 2) * 16})}, [](const V& x) { return self_attention_packed(x[0], 4, 2, false); }},
+      {"attention_packed_gqa_d64_causal_padded", {F({2, 77, (4 + 2 * 1) * 64}), Mask({2, 77})},
+       [](const V& x) { return self_attention_packed(x[0], 4, 1, true, x[1]); }},
+      {"attention_packed_gqa_d128_fixed_mask", {F({3, 70, (2 + 2 * 1) * 128}), FixedMask(3, 70)},
+       [](const V& x) { return self_attention_packed(x[0], 2, 1, false, x[1]); }},
+      {"attention_packed_gqa_d80", {F({1, 40, (4 + 2 * 2) * 80})}, [](const V& x) { return self_attention_packed(x[0], 4, 2, true); }},
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
       {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},

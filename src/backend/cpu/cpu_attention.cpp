@@ -5,6 +5,9 @@
 // lse = +inf, so exp(s - lse) = 0 in the backward and its gradients vanish too.
 // Operands may be strided [B, H, T, D] views (unit stride on D), e.g. the heads of a packed qkv:
 // rows are gathered into (and results scattered from) per-(b, h) scratch.
+// Grouped-query attention: k, v (and dk, dv) may have Hkv heads, Hkv dividing H; query head h
+// reads kv head h / G (G = H / Hkv). The backward walks the G query heads of a kv head in order
+// and accumulates their dK, dV contributions (GEMMs with beta = 1), so the sum is the same every run.
 #include <cblas.h>
 
 #include <cmath>
@@ -22,15 +25,16 @@ using namespace cpu;
 
 namespace {
 
-// Row-major C = alpha op(A) op(B) + beta C, in f32 or f64.
-void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float* c) {
+// Row-major C = alpha op(A) op(B) + beta C, in f32 or f64 (beta 0: C is overwritten).
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float* c,
+          float beta = 0.0f) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
-              alpha, a, int(ta ? m : k), b, int(tb ? k : n), 0.0f, c, int(n));
+              alpha, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, const double* b,
-          double* c) {
+          double* c, double beta = 0.0) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
-              alpha, a, int(ta ? m : k), b, int(tb ? k : n), 0.0, c, int(n));
+              alpha, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }
 
 // Where row t of (b, h) starts in a [B, H, T, D] view with unit stride on D (any batch, head
@@ -58,6 +62,8 @@ template <class T> class Slice {
     if constexpr (std::is_same_v<T, A>) {
       if (direct_) return p;
     }
+    if (bh == loaded_) return buf_.data();  // the kv head of the previous query head of its group
+    loaded_ = bh;
     for (int64_t t = 0; t < rows_; ++t)
       for (int64_t i = 0; i < d_; ++i) buf_[size_t(t * d_ + i)] = ld(p + t * r_.st, i);
     return buf_.data();
@@ -68,6 +74,7 @@ template <class T> class Slice {
   int64_t rows_, d_;
   Rows r_;
   bool direct_ = false;
+  int64_t loaded_ = -1;
   std::vector<A> buf_;
 };
 
@@ -105,9 +112,13 @@ template <class A> A softmax_row(A* s, int64_t i, const Visibility& vis) {
   return mx + std::log(sum);
 }
 
+// h query heads share hkv kv heads in groups of g = h / hkv: query (b, h) index bh reads kv
+// (b, h / g) index bh / g, and kv index j serves query indices j * g .. j * g + g - 1.
 struct Dims {
-  int64_t b, h, tq, tk, d;
-  explicit Dims(const Tensor& q, const Tensor& k) : b(q.size(0)), h(q.size(1)), tq(q.size(2)), tk(k.size(2)), d(q.size(3)) {}
+  int64_t b, h, hkv, g, tq, tk, d;
+  explicit Dims(const Tensor& q, const Tensor& k)
+      : b(q.size(0)), h(q.size(1)), hkv(k.size(1)), g(hkv > 0 ? h / hkv : 1), tq(q.size(2)), tk(k.size(2)),
+        d(q.size(3)) {}
   Visibility vis(const Tensor& mask, int64_t bh, bool causal) const {
     const uint8_t* m = mask.defined() ? mask.data<uint8_t>() + (bh / h) * tk : nullptr;
     return {m, tq, tk, causal};
@@ -122,11 +133,21 @@ void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
              "the kernel reads and writes each row of D values as one span", "make the head dim contiguous");
 }
 
+// k and v: [B, Hkv, Tk, D] with Hkv dividing q's H (grouped-query attention when Hkv < H).
+void check_kv_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t h = q.size(1), hkv = k.size(1);
+  LT_CHECK((hkv == h || (hkv > 0 && h % hkv == 0)) && v.size(1) == hkv,
+           std::string(op) + ": q has " + std::to_string(h) + " heads, k " + std::to_string(hkv) + " and v " +
+               std::to_string(v.size(1)),
+           "each kv head serves H / Hkv query heads", "give k and v one head count that divides q's");
+}
+
 }  // namespace
 
 void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                const Tensor& v, const Tensor& mask, bool causal, float scale) {
   check_rows("attention_fwd", {&out, &q, &k, &v});
+  check_kv_heads("attention_fwd", q, k, v);
   const Dims n(q, k);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -136,9 +157,9 @@ void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tenso
     A* plse = aux_data<A>(lse);
     for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
       const Visibility vis = n.vis(mask, bh, causal);
-      blas(false, true, n.tq, n.tk, n.d, A(scale), qs.load(bh), ks.load(bh), s.data());
+      blas(false, true, n.tq, n.tk, n.d, A(scale), qs.load(bh), ks.load(bh / n.g), s.data());
       for (int64_t i = 0; i < n.tq; ++i) plse[bh * n.tq + i] = softmax_row(s.data() + i * n.tk, i, vis);
-      blas(false, false, n.tq, n.d, n.tk, A(1), s.data(), vs.load(bh), o.data());
+      blas(false, false, n.tq, n.d, n.tk, A(1), s.data(), vs.load(bh / n.g), o.data());
       store_slice<T>(out, bh, n.d, o);
     }
   });
@@ -151,6 +172,7 @@ void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& lse, const Tensor& mask, bool causal, float scale) {
   check_rows("attention_bwd", {&dq, &dk, &dv, &dout, &q, &k, &v, &out});
+  check_kv_heads("attention_bwd", q, k, v);
   const Dims n(q, k);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -159,32 +181,36 @@ void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
     std::vector<A> p(size_t(n.tq * n.tk)), dp(size_t(n.tq * n.tk));
     std::vector<A> gq(size_t(n.tq * n.d)), gk(size_t(n.tk * n.d)), gv(size_t(n.tk * n.d));
     const A* plse = aux_data<A>(lse);
-    for (int64_t bh = 0; bh < n.b * n.h; ++bh) {
-      const Visibility vis = n.vis(mask, bh, causal);
-      const A* qp = qs.load(bh);
-      const A* kp = ks.load(bh);
-      const A* vp = vs.load(bh);
-      const A* dop = dos.load(bh);
-      blas(false, true, n.tq, n.tk, n.d, A(scale), qp, kp, p.data());
-      for (int64_t i = 0; i < n.tq; ++i) {
-        const A l = plse[bh * n.tq + i];
-        A* row = p.data() + i * n.tk;
-        for (int64_t j = 0; j < n.tk; ++j) row[j] = vis.sees(i, j) ? std::exp(row[j] - l) : A(0);
+    for (int64_t bkv = 0; bkv < n.b * n.hkv; ++bkv) {
+      const A* kp = ks.load(bkv);
+      const A* vp = vs.load(bkv);
+      // The group's query heads in order; the first overwrites gk, gv, the others add (beta 1).
+      for (int64_t bh = bkv * n.g; bh < (bkv + 1) * n.g; ++bh) {
+        const A beta = bh == bkv * n.g ? A(0) : A(1);
+        const Visibility vis = n.vis(mask, bh, causal);
+        const A* qp = qs.load(bh);
+        const A* dop = dos.load(bh);
+        blas(false, true, n.tq, n.tk, n.d, A(scale), qp, kp, p.data());
+        for (int64_t i = 0; i < n.tq; ++i) {
+          const A l = plse[bh * n.tq + i];
+          A* row = p.data() + i * n.tk;
+          for (int64_t j = 0; j < n.tk; ++j) row[j] = vis.sees(i, j) ? std::exp(row[j] - l) : A(0);
+        }
+        blas(true, false, n.tk, n.d, n.tq, A(1), p.data(), dop, gv.data(), beta);
+        blas(false, true, n.tq, n.tk, n.d, A(1), dop, vp, dp.data());
+        for (int64_t i = 0; i < n.tq; ++i) {
+          A* pr = p.data() + i * n.tk;
+          A* dr = dp.data() + i * n.tk;
+          A dot = 0;
+          for (int64_t j = 0; j < n.tk; ++j) dot += pr[j] * dr[j];
+          for (int64_t j = 0; j < n.tk; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS, in place
+        }
+        blas(false, false, n.tq, n.d, n.tk, A(scale), dp.data(), kp, gq.data());
+        blas(true, false, n.tk, n.d, n.tq, A(scale), dp.data(), qp, gk.data(), beta);
+        store_slice<T>(dq, bh, n.d, gq);
       }
-      blas(true, false, n.tk, n.d, n.tq, A(1), p.data(), dop, gv.data());
-      blas(false, true, n.tq, n.tk, n.d, A(1), dop, vp, dp.data());
-      for (int64_t i = 0; i < n.tq; ++i) {
-        A* pr = p.data() + i * n.tk;
-        A* dr = dp.data() + i * n.tk;
-        A dot = 0;
-        for (int64_t j = 0; j < n.tk; ++j) dot += pr[j] * dr[j];
-        for (int64_t j = 0; j < n.tk; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS, in place
-      }
-      blas(false, false, n.tq, n.d, n.tk, A(scale), dp.data(), kp, gq.data());
-      blas(true, false, n.tk, n.d, n.tq, A(scale), dp.data(), qp, gk.data());
-      store_slice<T>(dq, bh, n.d, gq);
-      store_slice<T>(dk, bh, n.d, gk);
-      store_slice<T>(dv, bh, n.d, gv);
+      store_slice<T>(dk, bkv, n.d, gk);
+      store_slice<T>(dv, bkv, n.d, gv);
     }
   });
 }

@@ -24,6 +24,13 @@
 // straight into [B, T, C] / [B, T, 3C] buffers. A row's D values stay contiguous, so every load
 // and store is the one a contiguous operand gets; only the row base address is computed from strides.
 //
+// Grouped-query attention: k, v, dk, dv may have Hkv heads, Hkv dividing H; query head h reads kv
+// head h / G (G = H / Hkv). Forward and dQ blocks own query tiles and read their kv head's rows.
+// A dK/dV block (or warp) owns (batch, kv head, key tile) and walks the G query heads of its
+// group in order, each over its query tiles, accumulating in registers (shared memory for the
+// SIMT warps): K/V are never repeated, and every dK/dV element is still written once by one
+// thread, in the same order every run. G = 1 is multi-head attention on the same code path.
+//
 // f32 with head dim 32/64/128 (16-byte aligned rows) takes register-tiled SIMT kernels (64-row
 // blocks, 4 x 4 micro-tiles per thread, true f32 FMA); the switch is use_fast_f32_attention.
 // Other f32 calls and 16-bit head dims other than 64/128 take a SIMT path (a warp owns 4 rows, lanes take
@@ -69,6 +76,13 @@ struct Rows {
   __device__ __forceinline__ int64_t head(int64_t bh, int H) const {
     const int64_t b = bh / H;
     return b * sb + (bh - b * H) * sh;
+  }
+  // Offset of row 0 of the kv head that query head (b, h) = (bh / H, bh % H) reads: (b, h / G)
+  // in a k or v operand of H / G heads. (The division by G is unsigned 32-bit: with it the
+  // kernels keep the registers they had before GQA; a 64-bit one cost some of them 20 more.)
+  __device__ __forceinline__ int64_t kv_head(int64_t bh, int H, int G) const {
+    const int64_t b = bh / H;
+    return b * sb + int64_t(unsigned(bh - b * H) / unsigned(G)) * sh;
   }
 };
 
@@ -142,7 +156,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
     attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
                  const T* __restrict__ v, const uint8_t* __restrict__ mask, Rows so, Rows sq, Rows sk, Rows sv, int H,
-                 int Tq, int Tk, bool causal, float sl2) {
+                 int G, int Tq, int Tk, bool causal, float sl2) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the output staging area
@@ -156,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;  // heaviest (causal) tiles first
   const int off = Tk - Tq;
   const T* qg = q + sq.head(bh, H);
-  const T* kg = k + sk.head(bh, H);
-  const T* vg = v + sv.head(bh, H);
+  const T* kg = k + sk.kv_head(bh, H, G);
+  const T* vg = v + sv.kv_head(bh, H, G);
   T* og = out + so.head(bh, H);
   float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
@@ -317,13 +331,14 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
   if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + sdq.head(bh, H) + t * sdq.st) = s;
 }
 
-// dK, dV for one 64-key tile, looping over the query tiles that can see it.
+// dK, dV for one 64-key tile of one kv head, looping over the G query heads of its group and,
+// for each, over the query tiles that can see the keys (one pipelined sequence of G * ntq tiles).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
-                      Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int Tq, int Tk, bool causal, float scale,
+                      Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
                       float sl2) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -335,18 +350,15 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float dlt_s[2][BQ];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int64_t bh = blockIdx.x;
-  const int b = int(bh / H);
+  const int64_t bkv = blockIdx.x;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
+  const int Hkv = H / G;
+  const int b = int(bkv / Hkv);
   const int k0 = int(blockIdx.y) * kBK;  // causal: low key tiles have the most work; they go first
   const int off = Tk - Tq;
-  const T* qg = q + sq.head(bh, H);
-  const T* kg = k + sk.head(bh, H);
-  const T* vg = v + sv.head(bh, H);
-  const T* dog = dout + sdo.head(bh, H);
-  const T* dqg = dq_delta + sdq.head(bh, H);
-  const float* lg = lse + bh * Tq;
-  T* dkg = dk + sdk.head(bh, H);
-  T* dvg = dv + sdv.head(bh, H);
+  const T* kg = k + sk.head(bkv, Hkv);
+  const T* vg = v + sv.head(bkv, Hkv);
+  T* dkg = dk + sdk.head(bkv, Hkv);
+  T* dvg = dv + sdv.head(bkv, Hkv);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
   // Queries before qbeg cannot see any key of this tile (causal).
@@ -357,9 +369,14 @@ __global__ void __launch_bounds__(kThreads)
     zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
     return;
   }
-  auto load_q = [&](int buf, int qi0) {
-    tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, qg, sq.st, qi0, Tq);
-    tile_load_async<T, D, BQ>(dOs + buf * BQ * LD, dog, sdo.st, qi0, Tq);
+  // Tile n of the sequence: query head bkv * G + n / ntq, query rows from qbeg + (n % ntq) * BQ.
+  auto load_q = [&](int buf, int n) {
+    const int gi = n / ntq, qi0 = qbeg + (n - gi * ntq) * BQ;
+    const int64_t bh = bkv * G + gi;
+    const T* dqg = dq_delta + sdq.head(bh, H);
+    const float* lg = lse + bh * Tq;
+    tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, q + sq.head(bh, H), sq.st, qi0, Tq);
+    tile_load_async<T, D, BQ>(dOs + buf * BQ * LD, dout + sdo.head(bh, H), sdo.st, qi0, Tq);
     for (int i = tid; i < BQ; i += kThreads) {
       const int row = qi0 + i;
       float l2 = INFINITY, dl = 0.0f;
@@ -374,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
   };
   tile_load_async<T, D, kBK>(Ks, kg, sk.st, k0, Tk);
   tile_load_async<T, D, kBK>(Vs, vg, sv.st, k0, Tk);
-  load_q(0, qbeg);
+  load_q(0, 0);
   cp_async_commit();
 
   // This thread's key rows kr and kr + 8; a masked or out-of-range key gets P = 0 (so dK = dV = 0).
@@ -386,9 +403,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.0f;
 
-  for (int it = 0; it < ntq; ++it) {
-    const int buf = it & 1, qi0 = qbeg + it * BQ;
-    if (it + 1 < ntq) load_q(buf ^ 1, qi0 + BQ);
+  const int ntiles = G * ntq;
+  for (int n = 0; n < ntiles; ++n) {
+    const int buf = n & 1, qi0 = qbeg + (n % ntq) * BQ;
+    if (n + 1 < ntiles) load_q(buf ^ 1, n + 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -477,13 +495,14 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
 }
 
-// dQ for one 64-query tile, looping over the key tiles it can see.
+// dQ for one 64-query tile, looping over the key tiles it can see. (G comes last: placed after
+// H it changed ptxas's register allocation of the D = 128 kernel, 238 -> 175.)
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask,
-                    Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal, float scale,
-                    float sl2) {
+                    Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
+                    float scale, float sl2, int G) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the dQ staging area
@@ -498,8 +517,8 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;
   const int off = Tk - Tq;
   const T* qg = q + sq.head(bh, H);
-  const T* kg = k + sk.head(bh, H);
-  const T* vg = v + sv.head(bh, H);
+  const T* kg = k + sk.kv_head(bh, H, G);
+  const T* vg = v + sv.kv_head(bh, H, G);
   const T* dog = dout + sdo.head(bh, H);
   const float* lg = lse + bh * Tq;
   T* dqg = dq + sdq.head(bh, H);
@@ -668,8 +687,8 @@ __host__ __device__ inline int64_t simt_dkdv_floats(int64_t D) { return 2 * D * 
 template <class T>
 __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                               const T* __restrict__ k, const T* __restrict__ v, const uint8_t* __restrict__ mask,
-                              Rows so, Rows sq, Rows sk, Rows sv, int64_t nwarps, int groups, int H, int Tq, int Tk,
-                              int D, bool causal, float scale) {
+                              Rows so, Rows sq, Rows sk, Rows sv, int64_t nwarps, int groups, int H, int G, int Tq,
+                              int Tk, int D, bool causal, float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;  // no block barriers in this kernel
@@ -679,8 +698,8 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
   float* os = qs + kRpw * D;
   float* ps = os + kRpw * D;
   const int b = int(w.bh / H), off = Tk - Tq;
-  const T* kg = k + sk.head(w.bh, H);
-  const T* vg = v + sv.head(w.bh, H);
+  const T* kg = k + sk.kv_head(w.bh, H, G);
+  const T* vg = v + sv.kv_head(w.bh, H, G);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
   stage_rows(qs, q + sq.head(w.bh, H), sq.st, w.r0, Tq, D, lane, scale);
   for (int i = lane; i < kRpw * D; i += 32) os[i] = 0.0f;
@@ -762,7 +781,8 @@ template <class T>
 __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k,
                                  const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                                  const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo,
-                                 int64_t nwarps, int groups, int H, int Tq, int Tk, int D, bool causal, float scale) {
+                                 int64_t nwarps, int groups, int H, int G, int Tq, int Tk, int D, bool causal,
+                                 float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -774,8 +794,8 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   float* dqs = dos + kRpw * D;
   float* ps = dqs + kRpw * D;
   const int b = int(w.bh / H), off = Tk - Tq;
-  const T* kg = k + sk.head(w.bh, H);
-  const T* vg = v + sv.head(w.bh, H);
+  const T* kg = k + sk.kv_head(w.bh, H, G);
+  const T* vg = v + sv.kv_head(w.bh, H, G);
   T* dqg = dq + sdq.head(w.bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
   // Row statistics first: delta lives in the dq rows this warp overwrites at the end.
@@ -837,14 +857,15 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   }
 }
 
-// dK, dV: a warp owns kRpw key rows; lanes take queries.
+// dK, dV: a warp owns kRpw key rows of one (b, kv head) and walks the G query heads of its
+// group in order; lanes take queries.
 template <class T>
 __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q,
                                    const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                                    const float* __restrict__ lse, const T* __restrict__ dq_delta,
                                    const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq, Rows sk, Rows sv,
-                                   Rows sdo, Rows sdq, int64_t nwarps, int groups, int H, int Tq, int Tk, int D,
-                                   bool causal, float scale) {
+                                   Rows sdo, Rows sdq, int64_t nwarps, int groups, int H, int G, int Tq, int Tk,
+                                   int D, bool causal, float scale) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -857,66 +878,70 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
   float* dvs = dks + kRpw * D;
   float* ps = dvs + kRpw * D;
   float* dss = ps + kRpw * 32;
-  const int b = int(w.bh / H), off = Tk - Tq;
-  const T* qg = q + sq.head(w.bh, H);
-  const T* dog = dout + sdo.head(w.bh, H);
-  const T* dlg = dq_delta + sdq.head(w.bh, H);
-  const float* lg = lse + w.bh * Tq;
+  const int Hkv = H / G;  // w.bh is (b, kv head); its query heads are w.bh * G .. w.bh * G + G - 1
+  const int b = int(w.bh / Hkv), off = Tk - Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  stage_rows(ks, k + sk.head(w.bh, H), sk.st, w.r0, Tk, D, lane, 1.0f);
-  stage_rows(vs, v + sv.head(w.bh, H), sv.st, w.r0, Tk, D, lane, 1.0f);
+  stage_rows(ks, k + sk.head(w.bh, Hkv), sk.st, w.r0, Tk, D, lane, 1.0f);
+  stage_rows(vs, v + sv.head(w.bh, Hkv), sv.st, w.r0, Tk, D, lane, 1.0f);
   for (int i = lane; i < kRpw * D; i += 32) dks[i] = dvs[i] = 0.0f;
   bool kok[kRpw];
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) kok[r] = w.r0 + r < Tk && (!mrow || mrow[w.r0 + r] != 0);
   const int ibeg = causal ? max(0, w.r0 - off) / 32 * 32 : 0;  // queries before it see none of these keys
-  for (int i0 = ibeg; i0 < Tq; i0 += 32) {
-    __syncwarp();
-    stage_t(qt, qg, sq.st, i0, Tq, D, lane);
-    stage_t(dot, dog, sdo.st, i0, Tq, D, lane);
-    __syncwarp();
-    const int i = i0 + lane;
-    float L = INFINITY, dl = 0.0f;
-    if (i < Tq) {
-      L = lg[i];
-      dl = get_delta(dlg + int64_t(i) * sdq.st);
-    }
-    float s[kRpw] = {}, dp[kRpw] = {};
-    for (int d = 0; d < D; ++d) {
-      const float qv = qt[d * kTS + lane], gv = dot[d * kTS + lane];
-#pragma unroll
-      for (int r = 0; r < kRpw; ++r) {
-        s[r] += ks[r * D + d] * qv;
-        dp[r] += vs[r * D + d] * gv;
+  for (int gi = 0; gi < G; ++gi) {
+    const int64_t bh = w.bh * G + gi;
+    const T* qg = q + sq.head(bh, H);
+    const T* dog = dout + sdo.head(bh, H);
+    const T* dlg = dq_delta + sdq.head(bh, H);
+    const float* lg = lse + bh * Tq;
+    for (int i0 = ibeg; i0 < Tq; i0 += 32) {
+      __syncwarp();
+      stage_t(qt, qg, sq.st, i0, Tq, D, lane);
+      stage_t(dot, dog, sdo.st, i0, Tq, D, lane);
+      __syncwarp();
+      const int i = i0 + lane;
+      float L = INFINITY, dl = 0.0f;
+      if (i < Tq) {
+        L = lg[i];
+        dl = get_delta(dlg + int64_t(i) * sdq.st);
       }
-    }
-#pragma unroll
-    for (int r = 0; r < kRpw; ++r) {
-      const bool ok = kok[r] && i < Tq && !isinf(L) && (!causal || w.r0 + r <= i + off);
-      const float p = ok ? expf(s[r] * scale - L) : 0.0f;
-      ps[r * 32 + lane] = p;
-      dss[r * 32 + lane] = p * (dp[r] - dl);
-    }
-    __syncwarp();
-    const int ni = min(32, Tq - i0);
-    for (int d = lane; d < D; d += 32) {
-      float av[kRpw], ak[kRpw];
-#pragma unroll
-      for (int r = 0; r < kRpw; ++r) { av[r] = dvs[r * D + d]; ak[r] = dks[r * D + d]; }
-      for (int ii = 0; ii < ni; ++ii) {
-        const float gv = dot[d * kTS + ii], qv = qt[d * kTS + ii];
+      float s[kRpw] = {}, dp[kRpw] = {};
+      for (int d = 0; d < D; ++d) {
+        const float qv = qt[d * kTS + lane], gv = dot[d * kTS + lane];
 #pragma unroll
         for (int r = 0; r < kRpw; ++r) {
-          av[r] += ps[r * 32 + ii] * gv;
-          ak[r] += dss[r * 32 + ii] * qv;
+          s[r] += ks[r * D + d] * qv;
+          dp[r] += vs[r * D + d] * gv;
         }
       }
 #pragma unroll
-      for (int r = 0; r < kRpw; ++r) { dvs[r * D + d] = av[r]; dks[r * D + d] = ak[r]; }
+      for (int r = 0; r < kRpw; ++r) {
+        const bool ok = kok[r] && i < Tq && !isinf(L) && (!causal || w.r0 + r <= i + off);
+        const float p = ok ? expf(s[r] * scale - L) : 0.0f;
+        ps[r * 32 + lane] = p;
+        dss[r * 32 + lane] = p * (dp[r] - dl);
+      }
+      __syncwarp();
+      const int ni = min(32, Tq - i0);
+      for (int d = lane; d < D; d += 32) {
+        float av[kRpw], ak[kRpw];
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r) { av[r] = dvs[r * D + d]; ak[r] = dks[r * D + d]; }
+        for (int ii = 0; ii < ni; ++ii) {
+          const float gv = dot[d * kTS + ii], qv = qt[d * kTS + ii];
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r) {
+            av[r] += ps[r * 32 + ii] * gv;
+            ak[r] += dss[r * 32 + ii] * qv;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r) { dvs[r * D + d] = av[r]; dks[r * D + d] = ak[r]; }
+      }
     }
   }
-  T* dkg = dk + sdk.head(w.bh, H);
-  T* dvg = dv + sdv.head(w.bh, H);
+  T* dkg = dk + sdk.head(w.bh, Hkv);
+  T* dvg = dv + sdv.head(w.bh, Hkv);
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) {
     const int row = w.r0 + r;
@@ -1063,8 +1088,8 @@ template <int D>
 __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, float* __restrict__ lse,
                                                     const float* __restrict__ q, const float* __restrict__ k,
                                                     const float* __restrict__ v, const uint8_t* __restrict__ mask,
-                                                    Rows so, Rows sq, Rows sk, Rows sv, int H, int Tq, int Tk,
-                                                    bool causal, float scale) {
+                                                    Rows so, Rows sq, Rows sk, Rows sv, int H, int G, int Tq,
+                                                    int Tk, bool causal, float scale) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Qs = fsm;              // [64][LD]
@@ -1078,8 +1103,8 @@ __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, flo
   const int b = int(bh / H);
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kFB;  // heaviest (causal) tiles first
   const int off = Tk - Tq;
-  const float* kg = k + sk.head(bh, H);
-  const float* vg = v + sv.head(bh, H);
+  const float* kg = k + sk.kv_head(bh, H, G);
+  const float* vg = v + sv.kv_head(bh, H, G);
   float* og = out + so.head(bh, H);
   float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
@@ -1157,8 +1182,8 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
                                                        const float* __restrict__ k, const float* __restrict__ v,
                                                        const float* __restrict__ dout, const float* __restrict__ lse,
                                                        const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk,
-                                                       Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
-                                                       float scale) {
+                                                       Rows sv, Rows sdo, int H, int G, int Tq, int Tk,
+                                                       bool causal, float scale) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Qs = fsm;
@@ -1174,8 +1199,8 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
   const int b = int(bh / H);
   const int q0 = int(gridDim.y - 1 - blockIdx.y) * kFB;
   const int off = Tk - Tq;
-  const float* kg = k + sk.head(bh, H);
-  const float* vg = v + sv.head(bh, H);
+  const float* kg = k + sk.kv_head(bh, H, G);
+  const float* vg = v + sv.kv_head(bh, H, G);
   float* dqg = dq + sdq.head(bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
   // Row statistics first: the deltas live in the dq rows this block overwrites at the end.
@@ -1225,7 +1250,8 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
   f_store<D>(dqg, sdq.st, q0, Tq, acc, mul, ty, tx);
 }
 
-// dK, dV: a block owns 64 key rows and walks the query tiles that can see them.
+// dK, dV: a block owns 64 key rows of one (b, kv head) and walks the G query heads of its
+// group in order, each over the query tiles that can see the keys.
 template <int D>
 __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk, float* __restrict__ dv,
                                                          const float* __restrict__ q, const float* __restrict__ k,
@@ -1233,8 +1259,8 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
                                                          const float* __restrict__ lse,
                                                          const float* __restrict__ dq_delta,
                                                          const uint8_t* __restrict__ mask, Rows sdk, Rows sdv,
-                                                         Rows sq, Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int Tq,
-                                                         int Tk, bool causal, float scale) {
+                                                         Rows sq, Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G,
+                                                         int Tq, int Tk, bool causal, float scale) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Ks = fsm;
@@ -1246,17 +1272,14 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
   __shared__ float L_s[kFB], dl_s[kFB];
 
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-  const int64_t bh = blockIdx.x;
-  const int b = int(bh / H);
+  const int64_t bkv = blockIdx.x;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
+  const int Hkv = H / G;
+  const int b = int(bkv / Hkv);
   const int k0 = int(blockIdx.y) * kFB;
   const int off = Tk - Tq;
-  const float* qg = q + sq.head(bh, H);
-  const float* dog = dout + sdo.head(bh, H);
-  const float* dlg = dq_delta + sdq.head(bh, H);
-  const float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
-  f_load<D>(Ks, k + sk.head(bh, H), sk.st, k0, Tk);
-  f_load<D>(Vs, v + sv.head(bh, H), sv.st, k0, Tk);
+  f_load<D>(Ks, k + sk.head(bkv, Hkv), sk.st, k0, Tk);
+  f_load<D>(Vs, v + sv.head(bkv, Hkv), sv.st, k0, Tk);
   bool kok[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -1270,46 +1293,54 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
     for (int c = 0; c < CPT; ++c) ak[i][c] = av[i][c] = 0.0f;
   // Queries before k0 - off see none of these keys (causal); whole query tiles are skipped.
   const int ibeg = causal ? max(0, k0 - off) / kFB * kFB : 0;
-  for (int i0 = ibeg; i0 < Tq; i0 += kFB) {
-    __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
-    f_load<D>(Qs, qg, sq.st, i0, Tq);
-    f_load<D>(dOs, dog, sdo.st, i0, Tq);
-    if (tid < kFB) {
-      const int qi = i0 + tid;
-      L_s[tid] = qi < Tq ? lg[qi] : INFINITY;
-      dl_s[tid] = qi < Tq ? get_delta(dlg + int64_t(qi) * sdq.st) : 0.0f;
-    }
-    __syncthreads();
-    float s[4][4], dp[4][4];
-    f_abt<D>(s, Ks, Qs, ty, tx);   // S^T: rows = keys, columns = queries
-    f_abt<D>(dp, Vs, dOs, ty, tx); // dP^T
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int qc = tx + 16 * j, qi = i0 + qc;
-      const float Lq = L_s[qc], dlq = dl_s[qc];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = k0 + ty + 16 * i;
-        const bool ok = kok[i] && qi < Tq && !isinf(Lq) && (!causal || key <= qi + off);
-        const float p = ok ? expf(s[i][j] * scale - Lq) : 0.0f;
-        PT[(ty + 16 * i) * kFP + qc] = p;
-        dST[(ty + 16 * i) * kFP + qc] = p * (dp[i][j] - dlq);
+  for (int gi = 0; gi < G; ++gi) {
+    const int64_t bh = bkv * G + gi;
+    const float* qg = q + sq.head(bh, H);
+    const float* dog = dout + sdo.head(bh, H);
+    const float* dlg = dq_delta + sdq.head(bh, H);
+    const float* lg = lse + bh * Tq;
+    for (int i0 = ibeg; i0 < Tq; i0 += kFB) {
+      __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
+      f_load<D>(Qs, qg, sq.st, i0, Tq);
+      f_load<D>(dOs, dog, sdo.st, i0, Tq);
+      if (tid < kFB) {
+        const int qi = i0 + tid;
+        L_s[tid] = qi < Tq ? lg[qi] : INFINITY;
+        dl_s[tid] = qi < Tq ? get_delta(dlg + int64_t(qi) * sdq.st) : 0.0f;
       }
+      __syncthreads();
+      float s[4][4], dp[4][4];
+      f_abt<D>(s, Ks, Qs, ty, tx);   // S^T: rows = keys, columns = queries
+      f_abt<D>(dp, Vs, dOs, ty, tx); // dP^T
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int qc = tx + 16 * j, qi = i0 + qc;
+        const float Lq = L_s[qc], dlq = dl_s[qc];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = k0 + ty + 16 * i;
+          const bool ok = kok[i] && qi < Tq && !isinf(Lq) && (!causal || key <= qi + off);
+          const float p = ok ? expf(s[i][j] * scale - Lq) : 0.0f;
+          PT[(ty + 16 * i) * kFP + qc] = p;
+          dST[(ty + 16 * i) * kFP + qc] = p * (dp[i][j] - dlq);
+        }
+      }
+      __syncthreads();
+      const int kn = f_kn(min(kFB, Tq - i0));
+      f_ab<D>(av, PT, dOs, kn, ty, tx);
+      f_ab<D>(ak, dST, Qs, kn, ty, tx);
     }
-    __syncthreads();
-    const int kn = f_kn(min(kFB, Tq - i0));
-    f_ab<D>(av, PT, dOs, kn, ty, tx);
-    f_ab<D>(ak, dST, Qs, kn, ty, tx);
   }
   const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mul[4] = {scale, scale, scale, scale};
-  f_store<D>(dk + sdk.head(bh, H), sdk.st, k0, Tk, ak, mul, ty, tx);
-  f_store<D>(dv + sdv.head(bh, H), sdv.st, k0, Tk, av, one, ty, tx);
+  f_store<D>(dk + sdk.head(bkv, Hkv), sdk.st, k0, Tk, ak, mul, ty, tx);
+  f_store<D>(dv + sdv.head(bkv, Hkv), sdv.st, k0, Tk, av, one, ty, tx);
 }
 
 // ======================================================================== launchers
 
 struct AttnDims {
-  int64_t B, H, Tq, Tk, D;
+  int64_t B, H, Hkv, Tq, Tk, D;
+  int G() const { return int(H / Hkv); }  // query heads per kv head
 };
 
 // Rows of an operand (shape checked by the caller); unit stride on D is required.
@@ -1321,11 +1352,13 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
                          const Tensor& mask) {
   LT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, std::string(op) + ": q, k, v must be [B, H, T, D]",
            "the attention kernel takes 4-D operands", "reshape to [batch, heads, tokens, head_dim]");
-  AttnDims a{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
-  LT_CHECK(k.shape() == Shape({a.B, a.H, a.Tk, a.D}) && v.shape() == k.shape(),
-           std::string(op) + ": k and v must be [" + std::to_string(a.B) + ", " + std::to_string(a.H) + ", Tk, " +
-               std::to_string(a.D) + "]",
-           "keys and values must match the queries' batch, heads and head dim", "");
+  AttnDims a{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  LT_CHECK(k.shape() == Shape({a.B, a.Hkv, a.Tk, a.D}) && v.shape() == k.shape() && a.Hkv > 0 && a.H % a.Hkv == 0,
+           std::string(op) + ": k and v must be [" + std::to_string(a.B) + ", Hkv, Tk, " + std::to_string(a.D) +
+               "] with Hkv dividing " + std::to_string(a.H) + " (k " + shape_str(k.shape()) + ", v " +
+               shape_str(v.shape()) + ")",
+           "keys and values must match the queries' batch and head dim, each kv head serving H / Hkv query heads",
+           "");
   for (const Tensor* t : {&q, &k, &v})
     LT_CHECK(unit_d(*t) && t->dtype() == q.dtype(),
              std::string(op) + ": q, k, v must be of one dtype with unit stride on the head dim (strides " +
@@ -1385,7 +1418,7 @@ void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q
   allow_smem(attn_fwd_mma<T, D>, smem);
   const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
   attn_fwd_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
-                                                                  int(a.Tq), int(a.Tk), causal, scale * kLog2e);
+                                                                  a.G(), int(a.Tq), int(a.Tk), causal, scale * kLog2e);
   LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
 }
 
@@ -1401,13 +1434,13 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
                                                                                          qrows);
     LT_CUDA_LAUNCH_CHECK("attn_delta_mma");
   }
-  if (a.Tk > 0) {  // 2. dK, dV (with Tq = 0 the kernel writes zeros)
+  if (a.Tk > 0) {  // 2. dK, dV, a block per (b, kv head, key tile) (with Tq = 0 the kernel writes zeros)
     const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
     allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
-    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tk + kBK - 1) / kBK));
+    const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + kBK - 1) / kBK));
     attn_bwd_dkdv_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(
-        dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), int(a.Tq), int(a.Tk),
-        causal, scale, scale * kLog2e);
+        dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq),
+        int(a.Tk), causal, scale, scale * kLog2e);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
@@ -1416,7 +1449,7 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
     const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
     attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k,
                                                                       r.v, r.dout, int(a.H), int(a.Tq), int(a.Tk),
-                                                                      causal, scale, scale * kLog2e);
+                                                                      causal, scale, scale * kLog2e, a.G());
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
   }
 }
@@ -1472,7 +1505,7 @@ void fwd_f32(const AttnDims& a, const FwdRows& r, float* out, float* lse, const 
   allow_smem(attn_fwd_f32<D>, smem);
   const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
   attn_fwd_f32<D><<<grid, kFT, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
-                                                         int(a.Tq), int(a.Tk), causal, scale);
+                                                         a.G(), int(a.Tq), int(a.Tk), causal, scale);
   LT_CUDA_LAUNCH_CHECK("attn_fwd_f32");
 }
 
@@ -1486,13 +1519,13 @@ void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* d
         dq, out, dout, r.dq, r.o, r.dout, int(a.H), int(a.Tq), qrows, int(a.D));
     LT_CUDA_LAUNCH_CHECK("attn_delta_simt");
   }
-  if (a.Tk > 0) {  // 2. dK, dV (with Tq = 0 the kernel writes zeros)
+  if (a.Tk > 0) {  // 2. dK, dV, a block per (b, kv head, key tile) (with Tq = 0 the kernel writes zeros)
     constexpr size_t smem = f_dkdv_smem<D>();
     allow_smem(attn_bwd_dkdv_f32<D>, smem);
-    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tk + kFB - 1) / kFB));
+    const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + kFB - 1) / kFB));
     attn_bwd_dkdv_f32<D><<<grid, kFT, smem, current_stream()>>>(dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv,
-                                                                r.q, r.k, r.v, r.dout, r.dq, int(a.H), int(a.Tq),
-                                                                int(a.Tk), causal, scale);
+                                                                r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(),
+                                                                int(a.Tq), int(a.Tk), causal, scale);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_f32");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
@@ -1500,7 +1533,8 @@ void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* d
     allow_smem(attn_bwd_dq_f32<D>, smem);
     const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
     attn_bwd_dq_f32<D><<<grid, kFT, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k, r.v,
-                                                              r.dout, int(a.H), int(a.Tq), int(a.Tk), causal, scale);
+                                                              r.dout, int(a.H), a.G(), int(a.Tq), int(a.Tk), causal,
+                                                              scale);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_f32");
   }
 }
@@ -1537,8 +1571,8 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
     check_simt(op, a, q.dtype());
     const SimtLaunch L = simt_launch(attn_fwd_simt<T>, a.B * a.H, a.Tq, simt_fwd_floats(a.D));
     attn_fwd_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
-        po, lse.data<float>(), pq, pk, pv, pm, r.o, r.q, r.k, r.v, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk),
-        int(a.D), causal, scale);
+        po, lse.data<float>(), pq, pk, pv, pm, r.o, r.q, r.k, r.v, L.nwarps, L.groups, int(a.H), a.G(), int(a.Tq),
+        int(a.Tk), int(a.D), causal, scale);
     LT_CUDA_LAUNCH_CHECK("attn_fwd_simt");
   });
 }
@@ -1578,24 +1612,25 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     }
     check_simt(op, a, q.dtype());
     // Same three steps as the tensor-core path: delta into dq rows, dK/dV, then dQ.
-    const int64_t qrows = a.B * a.H * a.Tq, krows = a.B * a.H * a.Tk;
+    const int64_t qrows = a.B * a.H * a.Tq, krows = a.B * a.Hkv * a.Tk;
     if (qrows > 0) {
       attn_delta_simt<T><<<unsigned((qrows + 7) / 8), 256, 0, current_stream()>>>(pdq, po, pdo, r.dq, r.o, r.dout,
                                                                                   int(a.H), int(a.Tq), qrows, int(a.D));
       LT_CUDA_LAUNCH_CHECK("attn_delta_simt");
     }
     if (krows > 0) {
-      const SimtLaunch L = simt_launch(attn_bwd_dkdv_simt<T>, a.B * a.H, a.Tk, simt_dkdv_floats(a.D));
+      // warps over (b, kv head, 4 key rows), each looping over its group's query heads
+      const SimtLaunch L = simt_launch(attn_bwd_dkdv_simt<T>, a.B * a.Hkv, a.Tk, simt_dkdv_floats(a.D));
       attn_bwd_dkdv_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
           pdk, pdv, pq, pk, pv, pdo, pl, pdq, pm, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, L.nwarps, L.groups, int(a.H),
-          int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+          a.G(), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_simt");
     }
     if (qrows > 0) {
       const SimtLaunch L = simt_launch(attn_bwd_dq_simt<T>, a.B * a.H, a.Tq, simt_dq_floats(a.D));
       attn_bwd_dq_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
-          pdq, pq, pk, pv, pdo, pl, pm, r.dq, r.q, r.k, r.v, r.dout, L.nwarps, L.groups, int(a.H), int(a.Tq), int(a.Tk),
-          int(a.D), causal, scale);
+          pdq, pq, pk, pv, pdo, pl, pm, r.dq, r.q, r.k, r.v, r.dout, L.nwarps, L.groups, int(a.H), a.G(), int(a.Tq),
+          int(a.Tk), int(a.D), causal, scale);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
     }
   });
