@@ -400,7 +400,7 @@ class Mlp : public UnaryModule {
 // lt::self_attention_packed (heads read and merged in place, no copies) -> [B, T, C]. A module of its
 // own so that selective checkpointing can recompute it. key_padding_mask: u8 [B, T] or undefined.
 // Grouped-query form: qkv [B, T, (heads + 2 kv_heads) * head_dim], kv_heads dividing heads ->
-// [B, T, heads * head_dim].
+// [B, T, heads * head_dim] (query head h reads kv head h / (heads / kv_heads), in place).
 class AttentionCore : public Module {
  public:
   AttentionCore(int64_t dim, int64_t heads, bool causal)

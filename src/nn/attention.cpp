@@ -8,27 +8,6 @@
 
 namespace lt::nn {
 
-namespace {
-
-// Grouped-query attention before the kernels take grouped heads: each K and V head repeated for
-// the query heads that share it (query head h reads kv head h / (heads / kv_heads), as
-// transformers' repeat_kv), packed as [q | k | v] for self_attention_packed.
-Tensor grouped_attention_by_repeat(const Tensor& qkv, int64_t H, int64_t Hkv, int64_t D, bool causal,
-                                   const Tensor& mask) {
-  LT_CHECK(Hkv > 0 && H % Hkv == 0, "attention: " + std::to_string(H) + " query heads and " + std::to_string(Hkv) +
-           " key/value heads", "each key/value head serves an equal group of query heads",
-           "use a key/value head count that divides the query heads");
-  const int64_t B = qkv.size(0), T = qkv.size(1);
-  auto repeated = [&](int64_t start) {
-    Tensor x = reshape(contiguous(slice(qkv, 2, start, start + Hkv * D)), {B, T, Hkv, 1, D});
-    return reshape(contiguous(expand(x, {B, T, Hkv, H / Hkv, D})), {B, T, H * D});
-  };
-  Tensor q = slice(qkv, 2, 0, H * D);
-  return self_attention_packed(concat({q, repeated(H * D), repeated((H + Hkv) * D)}, 2), H, causal, mask);
-}
-
-}  // namespace
-
 SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim), heads_(heads), causal_(causal) {
   LT_CHECK(heads > 0 && dim % heads == 0, "attention: hidden size " + std::to_string(dim),
            "is not divisible by " + std::to_string(heads) + " heads", "choose a head count that divides it");
@@ -40,8 +19,8 @@ Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
   // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
   // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
-  if (kv_heads_ == heads_) return self_attention_packed(qkv, heads_, causal_, mask);
-  return grouped_attention_by_repeat(qkv, heads_, kv_heads_, head_dim_, causal_, mask);
+  // Grouped queries read their K/V head in place (no repeated K/V); dK/dV summed per group.
+  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask);
 }
 
 double AttentionCore::forward_flops(const Shape& qkv) const {
