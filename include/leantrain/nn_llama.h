@@ -5,8 +5,8 @@
 // The projections keep transformers' names (q_proj, k_proj, v_proj; gate_proj, up_proj) but run
 // as one GEMM each: the layers make the weights one after another, so the parameter store places
 // them back to back, and stacked_rows() hands the GEMM one [sum of out, in] view of them. Only
-// the rotated q | k | v buffer (attention) and the gate | up buffer (SwiGLU) are kept for the
-// backward, besides each GEMM's input.
+// the rotated q | k | v buffer and the attention output (attention, o_proj) and the gate | up
+// buffer (SwiGLU and down_proj) are kept for the backward, besides the projections' inputs.
 #pragma once
 #include <memory>
 #include <vector>
@@ -74,7 +74,8 @@ struct GatedMlpOptions {
 };
 
 // transformers' LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)), the gate | up GEMM as one
-// and silu * up as one op (swiglu_packed), which keeps only the gate | up buffer.
+// and silu * up with down_proj as one op (swiglu_linear), which keeps only the gate | up buffer
+// (the activation is recomputed in the backward).
 class GatedMlp : public UnaryModule {
  public:
   GatedMlp(ParamFactory& pf, const GatedMlpOptions& o);

@@ -64,6 +64,9 @@ Tensor pow_scalar(const Tensor& x, double p);
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 // The same on one fused projection: gate_up [..., 2F] = [gate | up] -> [..., F]; one gradient.
 Tensor swiglu_packed(const Tensor& gate_up);
+// The LLaMA MLP's down projection over it: swiglu_packed(gate_up) @ w^T + bias, w [out, F]. Keeps
+// gate_up and w only: the activation is recomputed in the backward (linear would keep it).
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias);
 // In place `a += b` (not recorded; for gradient accumulation and optimizers).
 void add_(const Tensor& a, const Tensor& b);
 

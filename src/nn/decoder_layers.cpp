@@ -92,6 +92,10 @@ GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type) {
 
 Tensor GatedMlp::forward(const Tensor& x) {
   Tensor gate_up = fused_linear(x, {&gate_proj_, &up_proj_});
+  // down_proj over the activation in one op that recomputes the activation in its backward
+  // instead of keeping it: the MLP keeps x and gate | up, nothing F wide besides.
+  Linear* down = plain_linear(down_proj_);
+  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()));
   Tensor h = gate_up.defined() ? swiglu_packed(gate_up) : swiglu((*gate_proj_)(x), (*up_proj_)(x));
   return (*down_proj_)(h);
 }

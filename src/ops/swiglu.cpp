@@ -1,7 +1,10 @@
 // SwiGLU, the LLaMA MLP's activation, as one op: silu(gate) * up. As two ops (silu, then mul) the
 // backward would keep gate, silu(gate) and up; this one keeps gate and up only (silu is
 // recomputed in the backward kernel), and the packed form takes both from one fused
-// gate | up projection and returns one gradient for it.
+// gate | up projection and returns one gradient for it. swiglu_linear goes one step further for
+// the MLP's down projection: its input, the activation, is recomputed in the backward instead of
+// kept, so the whole MLP keeps its input and the gate | up buffer.
+#include "autograd/kept_outputs.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -67,6 +70,64 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
     backend_of(g).swiglu_bwd(columns(dgate, F, 0), columns(dup, F, 0), columns(gc, F, 0), columns(sg, F, 0),
                              columns(su, F, 0));
     return std::vector<Tensor>{dgate, dup};
+  });
+  return out;
+}
+
+Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor& bias) {
+  const char* name = "swiglu_linear";
+  OpNameScope op_name("swiglu_linear");
+  Device dev = common_device(name, {gate_up_in, w_in, bias});
+  check_floating(name, gate_up_in);
+  check_same_dtype(name, gate_up_in, w_in);
+  check_rank(name, w_in, 2, "weight [out, F]");
+  const int64_t F = w_in.size(1), outf = w_in.size(0);
+  LT_CHECK(gate_up_in.dim() >= 1 && gate_up_in.size(-1) == 2 * F,
+           std::string(name) + ": input " + shape_str(gate_up_in.shape()) + ", weight " + shape_str(w_in.shape()),
+           "the input's last dim holds [gate | up], each as wide as the weight's input features",
+           "pass the fused gate | up projection and the down projection's [out, F] weight");
+  if (bias.defined()) {
+    check_same_dtype(name, gate_up_in, bias);
+    LT_CHECK(bias.dim() == 1 && bias.size(0) == outf, std::string(name) + ": bias shape " + shape_str(bias.shape()),
+             "expected [" + std::to_string(outf) + "]", "match out_features");
+  }
+  Tensor x = contiguous(gate_up_in), w = contiguous(w_in);
+  const int64_t rows = x.numel() / (2 * F);
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  // The activation is a temporary of the forward; the GEMM's result may be selective
+  // checkpointing's kept one (kept_outputs.h), as linear's is.
+  auto activation = [F, rows](const Tensor& gu) {
+    Tensor act = Tensor::empty({rows, F}, gu.dtype(), gu.device());
+    backend_of(gu).swiglu_fwd(act, columns(gu, F, 0), columns(gu, F, F));
+    return act;
+  };
+  GemmDesc d;
+  d.m = rows;
+  d.n = outf;
+  d.k = F;
+  d.trans_b = true;
+  bool fresh = true;
+  Tensor out = kept_or_empty("linear", out_shape, x.dtype(), dev, fresh);
+  if (fresh) {
+    backend_for(dev).gemm(out, activation(x), w, d, bias);
+    keep_outputs("linear", {out});
+  }
+  if (!needs_grad({x, w, bias})) return out;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+  SavedTensor saved_x((need_x || need_w) ? x : Tensor()), saved_w(need_x ? w : Tensor());
+  record(out, "swiglu_linear", {x, w, bias}, [=](const Tensor& g) {
+    Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
+    Tensor g2 = reshape(contiguous_data(g), {rows, outf});
+    Tensor gx, gw, gb;
+    if (need_w) gw = matmul(g2, activation(sx), true, false);  // [out, rows] @ [rows, F]
+    if (need_b) gb = sum_to(g2, {outf});
+    if (need_x) {
+      Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
+      gx = Tensor::empty(sx.shape(), g.dtype(), g.device());
+      backend_of(g).swiglu_bwd(columns(gx, F, 0), columns(gx, F, F), dact, columns(sx, F, 0), columns(sx, F, F));
+    }
+    return std::vector<Tensor>{gx, gw, gb};
   });
   return out;
 }

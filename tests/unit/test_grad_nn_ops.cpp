@@ -81,6 +81,10 @@ TEST(Gradcheck, RotaryPacked) {
 TEST(Gradcheck, Swiglu) {
   EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_packed(x[0]); }, {rand64({2, 3, 2 * 5}, 33)}));
   EXPECT_TRUE(gradcheck([](const V& x) { return swiglu(x[0], x[1]); }, {rand64({3, 4}, 34), rand64({3, 4}, 35)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_linear(x[0], x[1], x[2]); },
+                        {rand64({2, 3, 2 * 5}, 36), rand64({4, 5}, 37), rand64({4}, 38)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_linear(x[0], x[1], Tensor()); },
+                        {rand64({3, 2 * 6}, 39), rand64({2, 6}, 40)}));
 }
 
 TEST(Gradcheck, CrossEntropy) {

@@ -325,6 +325,26 @@ TEST(LlamaModel, WrappedProjectionsRunAsModules) {
   for (size_t i = 0; i < fused.size(); ++i) ASSERT_NEAR(split[i], fused[i], 1e-12) << i;
 }
 
+// What a layer keeps for the backward: the one-GEMM paths keep no more than their inputs, the
+// rotated q | k | v, the attention output and the gate | up buffer; calling down_proj as a module
+// (a wrapper on it) keeps its input, the F-wide activation, on top.
+TEST(LlamaModel, KeepsTheActivationOutOfTheSavedTensors) {
+  LlamaConfig c = small("llama", 64, 32, 96, 1, 4, 2);  // F = 96: the activation is 3 x 32 wide
+  const int64_t B = 2, T = 16;
+  auto kept_bytes = [&](bool wrap_down) {
+    Llama m(c, {.seed = 11});
+    if (wrap_down)
+      m.find_module("model.layers.0.mlp.down_proj")
+          ->set_forward_wrapper([](nn::Module&, const Tensor& x, const nn::Module::ForwardFn& f) { return f(x); });
+    Allocator& al = allocator_for(Device::cpu());
+    const Tensor ids = ids_of(B, T, 64, 11);
+    const int64_t before = al.stats().allocated_bytes.current;
+    Tensor loss = m.loss(ids, ids);
+    return al.stats().allocated_bytes.current - before;
+  };
+  EXPECT_EQ(kept_bytes(true) - kept_bytes(false), B * T * 96 * 4);  // [B, T, F] f32
+}
+
 // RoPE is relative: the same tokens at positions 37.. attend as at 0..; an offset needs no-grad.
 TEST(LlamaModel, PositionOffsetShiftsRopeOnly) {
   LlamaConfig c = small("llama", 40, 16, 24, 2, 4, 2);

@@ -248,6 +248,8 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return rotary_embedding_packed(x[0], {1.0f, 0.3f, 0.01f, 2e-4f}, 6, 1000); }},
       {"swiglu_packed", {F({3, 5, 2 * 24})}, [](const V& x) { return swiglu_packed(x[0]); }},
       {"swiglu", {F({4, 7, 10}), F({4, 7, 10})}, [](const V& x) { return swiglu(x[0], x[1]); }},
+      {"swiglu_linear", {F({3, 5, 2 * 24}), F({16, 24}), F({16})},
+       [](const V& x) { return swiglu_linear(x[0], x[1], x[2]); }},
       // loss and regularisation
       {"cross_entropy_mean", {F({9, 13}), Tgt({9}, 13)}, [](const V& x) { return cross_entropy(x[0], x[1]); }},
       {"cross_entropy_sum", {F({9, 13}), Tgt({9}, 13)},
