@@ -29,6 +29,7 @@
 #include "leantrain/optim.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
+#include "models/registry.h"
 
 using namespace lt;
 
@@ -94,7 +95,7 @@ int parity(const std::map<std::string, std::string>& f) {
     MemoryCategoryScope s(Category::Input);
     data = io::load_safetensors(need(f, "batches"), dev);
   }
-  const bool gpt = model->model_type() == "gpt2";
+  const bool gpt = models::family_of_type(model->model_type()).input() == models::InputKind::Tokens;
   const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
   const Tensor& ys = data.at("labels");
   for (auto& p : model->parameters()) p.set_requires_grad(true);
