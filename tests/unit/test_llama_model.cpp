@@ -12,6 +12,8 @@
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/error.h"
+#include "leantrain/plan.h"
+#include "leantrain/train.h"
 #include "models/llama.h"
 #include "unit/gradcheck.h"
 
@@ -381,6 +383,28 @@ TEST(LlamaModel, GenerateAndTrain) {
   }
   EXPECT_NEAR(losses.front(), std::log(64.0), 0.2);
   EXPECT_LT((losses[27] + losses[28] + losses[29]) / 3, 0.85 * losses.front());
+}
+
+// The dry run on meta predicts a CPU run's peak to the byte, checkpointed or not, in f32 and
+// under autocast (the one-GEMM views, the rope and swiglu ops allocate the same on every device).
+TEST(LlamaModel, PlanEqualsTheCpuRunsPeak) {
+  for (const char* checkpoint : {"none", "blocks", "selective"})
+    for (const char* precision : {"32-true", "bf16-mixed"}) {
+      RunConfig c;
+      c.model = "llama-tiny";
+      c.data = "synthetic";
+      c.batch = 4;
+      c.seq_len = 32;
+      c.steps = 2;
+      c.eval_batches = 1;
+      c.device = "cpu";
+      c.checkpoint = checkpoint;
+      c.precision = precision;
+      PlanResult p = plan_run(c, PlanOptions{"cpu"});
+      const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
+      RunResult r = train(c);
+      EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << checkpoint << " " << precision;
+    }
 }
 
 }  // namespace
