@@ -60,7 +60,7 @@ class DecoderSelfAttention : public SelfAttention {
 
  private:
   Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
-  int64_t kv_heads_, head_dim_;
+  int64_t kv_heads_;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;

@@ -20,8 +20,8 @@ Linear* plain_linear(const Child<UnaryModule>& c) {
   return static_cast<Linear*>(m);
 }
 
-// One GEMM over the Linears' stacked weights (and biases); nullopt-like undefined when some
-// child is not a plain Linear or the biases are not all there or all absent.
+// One GEMM over the Linears' stacked weights (and biases); an undefined tensor when some child is
+// not a plain Linear, or some have a bias and others not (the caller then calls the modules).
 Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children) {
   std::vector<Tensor> ws, bs;
   for (const Child<UnaryModule>* c : children) {
@@ -40,7 +40,6 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
                                            std::shared_ptr<RotaryEmbedding> rope)
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
-      head_dim_(o.head_dim),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
