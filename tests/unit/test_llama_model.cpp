@@ -347,6 +347,27 @@ TEST(LlamaModel, KeepsTheActivationOutOfTheSavedTensors) {
   EXPECT_EQ(kept_bytes(true) - kept_bytes(false), B * T * 96 * 4);  // [B, T, F] f32
 }
 
+// One decoder layer keeps, over N = B T tokens (f32, every tensor a whole number of 512-byte
+// granules here): its input and rstd (input_layernorm), the normed input (the q|k|v GEMM), the
+// rotated q|k|v, out and lse (attention; o_proj keeps the same out), the residual sum and rstd
+// (post_attention_layernorm), the normed sum (the gate|up GEMM) and gate|up (swiglu_linear).
+// docs/memory-model.md has the table.
+TEST(LlamaModel, OneLayerKeepsWhatTheMemoryModelSays) {
+  const int64_t B = 2, T = 16, N = B * T, C = 32, H = 4, Hkv = 2, D = 8, F = 64, s = 4;
+  auto kept_bytes = [&](int64_t layers) {
+    Llama m(small("llama", 64, C, F, layers, H, Hkv), {.seed = 12});
+    Allocator& al = allocator_for(Device::cpu());
+    const Tensor ids = ids_of(B, T, 64, 12);
+    const int64_t before = al.stats().allocated_bytes.current;
+    Tensor loss = m.loss(ids, ids);
+    return al.stats().allocated_bytes.current - before;
+  };
+  const int64_t rstd = 512;  // 4 N = 128 bytes, one granule
+  const int64_t want = C * s * N + rstd + C * s * N + (H + 2 * Hkv) * D * s * N + H * D * s * N + 4 * H * N +
+                       C * s * N + rstd + C * s * N + 2 * F * s * N;
+  EXPECT_EQ(kept_bytes(2) - kept_bytes(1), want);
+}
+
 // RoPE is relative: the same tokens at positions 37.. attend as at 0..; an offset needs no-grad.
 TEST(LlamaModel, PositionOffsetShiftsRopeOnly) {
   LlamaConfig c = small("llama", 40, 16, 24, 2, 4, 2);
