@@ -1,9 +1,10 @@
 // The leantrain side of the GPU benches (run by scripts under bench/, next to PyTorch peers).
 //   parity     load weights + batches written by bench/peers/parity.py, write logits, loss,
 //              every parameter gradient, and the loss curve of N AdamW steps
-//   throughput GPT-2 training steps on random tokens; one JSON line with ms/step, tokens/s,
-//              MFU, peak allocated and reserved bytes; --precision (e.g. bf16-mixed, the
-//              BENCHMARKS.md config) overrides --dtype, --master-weights fp32 for the -true ones
+//   throughput training steps of a language model preset (--model: GPT-2 or LLaMA family) on
+//              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
+//              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
+//              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
 //              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
@@ -28,6 +29,7 @@
 #include "leantrain/data.h"
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
+#include "leantrain/checkpoint.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 #include "leantrain/ops.h"
@@ -35,6 +37,8 @@
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 #include "text/tokenizer.h"
+#include "models/llama.h"
+#include "models/registry.h"
 
 using namespace lt;
 
@@ -100,7 +104,7 @@ int parity(const std::map<std::string, std::string>& f) {
     MemoryCategoryScope s(Category::Input);
     data = io::load_safetensors(need(f, "batches"), dev);
   }
-  const bool gpt = data.count("input_ids") > 0;  // token models (GPT-2, LLaMA); images otherwise
+  const bool gpt = models::family_of_type(model->model_type()).input() == models::InputKind::Tokens;
   const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
   const Tensor& ys = data.at("labels");
   for (auto& p : model->parameters()) p.set_requires_grad(true);
@@ -169,8 +173,17 @@ int throughput(const std::map<std::string, std::string>& f) {
   AdamW opt(decay_groups(model->named_parameters()), o);
   opt.set_master_weights(get(f, "master-weights", "none") == "fp32");
   GradScaler scaler;  // used by 16-mixed only
-  const auto& cfg = dynamic_cast<models::GPT2&>(*model).config();
-  const int64_t V = cfg.vocab_size;
+  auto* lm = dynamic_cast<models::CausalLM*>(model.get());
+  LT_CHECK(lm, "throughput: --model " + get(f, "model", "gpt2-124m") + " is not a language model",
+           "the bench trains on random tokens", "pass a GPT-2 or LLaMA-family preset");
+  const int64_t V = lm->vocab_size();
+  // --checkpoint SPEC: as train's (e.g. blocks).
+  if (get(f, "checkpoint", "none") != "none") nn::apply_checkpointing(*model, get(f, "checkpoint", "none"));
+  // Layers and attention width for the attention term of the FLOPs per token.
+  int64_t layers = 0, width = 0;
+  if (auto* g = dynamic_cast<models::GPT2*>(model.get())) layers = g->config().n_layer, width = g->config().n_embd;
+  if (auto* l = dynamic_cast<models::Llama*>(model.get()))
+    layers = l->config().num_hidden_layers, width = l->config().num_attention_heads * l->config().head_size();
   Generator gen(7);
   Backend& be = backend_for(dev);
   std::vector<double> ms;
@@ -210,7 +223,7 @@ int throughput(const std::map<std::string, std::string>& f) {
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double n_params = double(model->num_parameters());
-  const double flops_per_token = 6 * n_params + 12.0 * double(cfg.n_layer) * double(T) * double(cfg.n_embd);
+  const double flops_per_token = 6 * n_params + 12.0 * double(layers) * double(T) * double(width);
   const double tok_s = double(B * T) / (med / 1e3);
   MemoryStats st = allocator_for(dev).stats();
   std::printf(

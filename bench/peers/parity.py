@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Parity with PyTorch on the GPU machine.
 
-For each model (HF GPT2LMHeadModel and torchvision VisionTransformer, a small one and a
-full-size one) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
+For each model (HF GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM and torchvision
+VisionTransformer, small ones and full-size ones) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
 as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and writes its logits,
 loss and every parameter gradient, and this script compares them with PyTorch's. Then both run
 50 AdamW steps on the same batches and the loss curves are compared.
@@ -35,27 +35,7 @@ def gpt2_model(cfg, dtype):
     return GPT2LMHeadModel(c).to(device="cuda", dtype=dtype)
 
 
-def llama_model(kind, cfg, dtype):
-    """LlamaForCausalLM / Qwen2ForCausalLM from the case's config keys (Hugging Face names)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
-    if kind == "qwen2":
-        c, cls = Qwen2Config(**keys), Qwen2ForCausalLM
-    else:
-        c, cls = LlamaConfig(**keys), LlamaForCausalLM
-    c._attn_implementation = "eager"
-    return cls(c).to(device="cuda", dtype=dtype)
-
-
-TOKEN_KINDS = ("gpt2", "llama", "qwen2")
-
-
-def make_model(kind, cfg, dtype):
-    if kind == "gpt2":
-        return gpt2_model(cfg, dtype)
-    if kind in ("llama", "qwen2"):
-        return llama_model(kind, cfg, dtype)
-    return vit_model(cfg, dtype)
+TOKEN_KINDS = ("gpt2", "llama")  # "llama" covers every LLaMA-family model_type (llama, qwen2)
 
 
 def vit_model(cfg, dtype):
@@ -68,6 +48,36 @@ def vit_model(cfg, dtype):
     with torch.no_grad():
         m.heads.head.weight.normal_(0, 0.02)
     return m.to(device="cuda", dtype=dtype)
+
+
+def llama_model(cfg, dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    qwen = cfg["model_type"] == "qwen2"
+    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
+    c = (Qwen2Config if qwen else LlamaConfig)(**keys, attention_dropout=0.0)
+    try:
+        c._attn_implementation = "eager"
+    except Exception:
+        pass
+    m = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(c)
+    # Zero-initialised biases and ones-initialised norms get random values, so that their
+    # gradients carry information and a misapplied bias or norm shows.
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0, 0.02)
+            elif "norm" in n:
+                p.normal_(1, 0.1)
+    m = m.to(device="cuda")
+    # Parameters only: model.to(dtype) would also round the rotary inv_freq buffer to bf16
+    # (transformers' from_pretrained(torch_dtype=...) keeps it f32, as leantrain does).
+    for p in m.parameters():
+        p.data = p.data.to(dtype)
+    return m
+
+
+def make_model(kind, cfg, dtype):
+    return {"gpt2": gpt2_model, "llama": llama_model, "vit": vit_model}[kind](cfg, dtype)
 
 
 def batches(kind, cfg, n, b, gen):
@@ -105,9 +115,8 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     save_file(data, paths["b"] + ".safetensors")
     with open(paths["cfg"] + ".json", "w") as f:
         keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq")}
-        if kind in ("llama", "qwen2"):
-            keys = {**json.loads(model.config.to_json_string()), **keys}  # every field HF uses, defaults included
-            keys["model_type"] = kind
+        if kind == "llama":  # every field transformers writes, defaults included: a real config.json's keys
+            keys = {**json.loads(model.config.to_json_string()), **keys}
         json.dump(keys, f)
     cmd = [args.bench, "parity", "--kind", kind, "--config", paths["cfg"] + ".json",
            "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
@@ -181,37 +190,36 @@ def main():
         ("vit-small", "vit", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                                   image_size=32, patch_size=8, num_labels=10, layer_norm_eps=1e-6, batch=8), 50),
     ]
-    if not args.quick:
-        cases += [
-            ("gpt2-124m", "gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, batch=2, seq=256), 0),
-            ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                                     image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),
-        ]
-    # LLaMA family (issue 12): GQA, RoPE (with llama3 scaling and head_dim != hidden/heads), SwiGLU, biases.
-    tiny = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=512, max_position_embeddings=256, rms_norm_eps=1e-5,
-                tie_word_embeddings=False, rope_theta=10000.0)
+    # LLaMA family: the acceptance shapes of issue 12 (GQA 4/2 at T 77; Qwen2 with q/k/v biases;
+    # llama3 RoPE scaling with head dim 128 at T 300, original length 256 so every band is used).
+    llama_small = dict(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False, batch=4, seq=77)
     cases += [
-        ("llama-small", "llama", dict(tiny, batch=4, seq=77), 50),
-        ("qwen2-small", "qwen2", dict(tiny, tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6,
-                                      batch=4, seq=77), 50),
-        ("llama3-rope-hd128", "llama", dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                            num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-                                            vocab_size=512, max_position_embeddings=4096, rope_theta=500000.0,
-                                            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                                                              high_freq_factor=4.0, original_max_position_embeddings=64),
-                                            rms_norm_eps=1e-5, tie_word_embeddings=True, batch=2, seq=300), 20),
+        ("llama-small", "llama", llama_small, 50),
+        ("qwen2-small", "llama", dict(llama_small, model_type="qwen2", rope_theta=1e6, rms_norm_eps=1e-6,
+                                      tie_word_embeddings=True), 50),
+        ("llama3-rope-d128", "llama", dict(llama_small, hidden_size=256, intermediate_size=512, num_attention_heads=2,
+                                           num_key_value_heads=1, head_dim=128, max_position_embeddings=1024,
+                                           rope_theta=500000.0, batch=2, seq=300,
+                                           rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                             high_freq_factor=4.0,
+                                                             original_max_position_embeddings=256)), 20),
     ]
     if not args.quick:
         cases += [
-            ("smollm2-135m", "llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                           num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
-                                           max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
+            ("smollm2-135m", "llama", dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                           num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                           max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
                                            tie_word_embeddings=True, batch=2, seq=256), 0),
-            ("tinyllama-1.1b", "llama", dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
-                                             num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
-                                             max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
-                                             tie_word_embeddings=False, batch=1, seq=128, dtypes=("bf16",)), 0),
+            ("tinyllama-1.1b", "llama", dict(model_type="llama", vocab_size=32000, hidden_size=2048,
+                                             intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                                             num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5,
+                                             rope_theta=10000.0, tie_word_embeddings=False, batch=1, seq=128,
+                                             dtypes=("bf16",)), 0),
+            ("gpt2-124m", "gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, batch=2, seq=256), 0),
+            ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                                     image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),
         ]
     only = set(filter(None, args.only.split(",")))
     cases = [c for c in cases if not only or c[0] in only]

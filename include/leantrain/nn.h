@@ -283,6 +283,10 @@ struct LinearOptions {
 class Linear : public UnaryModule {
  public:
   Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o = {});
+  // Wraps parameters made beforehand: weight [out, in] ([in, out] for InOut), bias [out] or
+  // undefined. Lets a layer make several Linears' weights one after another, so that the store
+  // places them back to back and one GEMM can use them as one weight (stacked_rows).
+  Linear(Tensor weight, Tensor bias, WeightLayout layout = WeightLayout::OutIn);
   const char* type_name() const override { return layout_ == WeightLayout::InOut ? "Conv1D" : "Linear"; }
   Tensor forward(const Tensor& x) override;  // [..., in] -> [..., out]
   const Tensor& weight() const { return *weight_; }
@@ -400,17 +404,24 @@ class Mlp : public UnaryModule {
 // The attention core, without parameters: fused projection qkv [B, T, 3C] (q | k | v) ->
 // lt::self_attention_packed (heads read and merged in place, no copies) -> [B, T, C]. A module of its
 // own so that selective checkpointing can recompute it. key_padding_mask: u8 [B, T] or undefined.
+// Grouped-query form: qkv [B, T, (heads + 2 kv_heads) * head_dim], kv_heads dividing heads ->
+// [B, T, heads * head_dim] (query head h reads kv head h / (heads / kv_heads), in place).
 class AttentionCore : public Module {
  public:
-  AttentionCore(int64_t dim, int64_t heads, bool causal) : dim_(dim), heads_(heads), causal_(causal) {}
+  AttentionCore(int64_t dim, int64_t heads, bool causal)
+      : AttentionCore(heads, heads, heads > 0 ? dim / heads : 0, causal) {}
+  AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal)
+      : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal) {}
   const char* type_name() const override { return "ScaledDotProductAttention"; }
   Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
     return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
   }
   Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const;
+  // Forward FLOPs for qkv of shape [B, T, W]: q k^T and p v, 2 B T^2 heads head_dim each (halved when causal).
+  double forward_flops(const Shape& qkv) const;
 
  private:
-  int64_t dim_, heads_;
+  int64_t heads_, kv_heads_, head_dim_;
   bool causal_;
 };
 

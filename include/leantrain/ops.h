@@ -59,6 +59,14 @@ enum class GeluApprox { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
 Tensor silu(const Tensor& x);
 Tensor pow_scalar(const Tensor& x, double p);
+// SwiGLU (LLaMA's MLP activation): silu(gate) * up, silu(gate) rounded to the dtype first as
+// transformers' two ops round it. Saves gate and up only. gate, up [..., F] -> [..., F].
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+// The same on one fused projection: gate_up [..., 2F] = [gate | up] -> [..., F]; one gradient.
+Tensor swiglu_packed(const Tensor& gate_up);
+// The LLaMA MLP's down projection over it: swiglu_packed(gate_up) @ w^T + bias, w [out, F]. Keeps
+// gate_up and w only: the activation is recomputed in the backward (linear would keep it).
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias);
 // In place `a += b` (not recorded; for gradient accumulation and optimizers).
 void add_(const Tensor& a, const Tensor& b);
 
@@ -113,7 +121,20 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = d
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range
-Tensor rotary_embedding(const Tensor& x, double base = 10000.0, int64_t pos_offset = 0);  // x [B,H,T,D]
+// Rotary position embedding in transformers' rotate-half convention (apply_rotary_pos_emb):
+// pairs (i, i + D/2) turn by angle f32(inv_freq[i] * (pos_offset + t)), computed in f32 as
+// transformers computes its freqs, cos and sin; the rotation is rounded once to x's dtype.
+// x [B, H, T, D], the default frequencies of `base` (rope_inv_freq).
+Tensor rotary_embedding(const Tensor& x, double base = 10000.0, int64_t pos_offset = 0);
+// x [B, T, N*D]: N heads of D = 2 * inv_freq.size() along the last dim (a packed q | k | v
+// projection); the first rotary_heads heads are rotated, the others pass through unchanged.
+// Saves nothing for its backward (the inverse rotation).
+Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
+                               int64_t pos_offset = 0);
+// The largest head dim the rotary ops take.
+inline constexpr int64_t kRopeMaxHeadDim = 512;
+// transformers' default inverse frequencies 1 / base^(2i/D), i < D/2, in f32 as it computes them.
+std::vector<float> rope_inv_freq(int64_t head_dim, double base);
 
 // ---- loss and regularisation ----
 enum class Reduction { Mean, Sum, None };

@@ -25,6 +25,10 @@ enum class UnaryOp : uint8_t {
 
 enum class RandomKind : uint8_t { Normal, Uniform };
 
+// The largest rope table (inv_freq, D/2 values): head dims up to 512. The CUDA kernel takes the
+// table by value as a kernel argument, so rope needs no device memory of its own.
+inline constexpr int64_t kRopeMaxHalf = 256;
+
 // Row-major GEMM, batched: C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] (+ bias[n]).
 // op(A) is M×K (A stored M×K, or K×M when trans_a); op(B) is K×N (stored K×N, or N×K when trans_b).
 // Batch strides are in elements; 0 broadcasts one matrix over the batch.

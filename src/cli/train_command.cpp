@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "leantrain/data.h"
 #include "leantrain/plan.h"
+#include "leantrain/models.h"
 #include "train/progress.h"
 
 namespace lt::cli {
@@ -12,9 +13,11 @@ namespace lt::cli {
 void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.footer("Example: leantrain train --model gpt2-tiny --data fortunes --steps 200 --lr 3e-4 --save runs/gpt");
   const char* what = "Model and data";
+  std::string presets;
+  for (const std::string& p : models::preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   cmd.add_option("--model", c.model,
-                 "A preset (vit-tiny, vit-b-16, vit-l-16, gpt2-tiny, gpt2-124m), or a model directory (config.json + "
-                 "model.safetensors or its shards) to fine-tune from its weights")
+                 "A preset (" + presets + "), or a model directory (config.json + model.safetensors or its shards) "
+                 "to fine-tune from its weights")
       ->capture_default_str()->group(what);
   cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
   cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a text/.jsonl file or directory (default: fashion-mnist for ViT, fortunes for GPT)")

@@ -14,11 +14,19 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim
 }
 
 Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
-  LT_CHECK(qkv.dim() == 3 && qkv.size(2) == 3 * dim_, "attention: input must be [B, T, " + std::to_string(dim_) + "]",
+  const int64_t width = (heads_ + 2 * kv_heads_) * head_dim_;
+  LT_CHECK(qkv.dim() == 3 && qkv.size(2) == width, "attention: input must be [B, T, " + std::to_string(width) + "]",
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
   // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
   // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
-  return self_attention_packed(qkv, heads_, causal_, mask);
+  // Grouped queries read their K/V head in place (no repeated K/V); dK/dV summed per group.
+  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask);
+}
+
+double AttentionCore::forward_flops(const Shape& qkv) const {
+  if (qkv.size() != 3) return 0;
+  const double b = double(qkv[0]), t = double(qkv[1]), c = double(heads_ * head_dim_);
+  return 4 * b * t * t * c * (causal_ ? 0.5 : 1.0);
 }
 
 CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout,

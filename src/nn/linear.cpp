@@ -15,6 +15,18 @@ Linear::Linear(ParamFactory& pf, int64_t in, int64_t out, const LinearOptions& o
   if (o.bias) bias_ = &register_parameter("bias", pf.make({out}, o.bias_init));
 }
 
+Linear::Linear(Tensor weight, Tensor bias, WeightLayout layout) : layout_(layout) {
+  LT_CHECK(weight.dim() == 2 && (!bias.defined() || bias.dim() == 1),
+           "Linear: weight " + shape_str(weight.shape()) + (bias.defined() ? ", bias " + shape_str(bias.shape()) : ""),
+           "a Linear takes a 2-D weight and a 1-D bias", "make them with those shapes");
+  in_ = weight.size(layout == WeightLayout::OutIn ? 1 : 0);
+  out_ = weight.size(layout == WeightLayout::OutIn ? 0 : 1);
+  LT_CHECK(!bias.defined() || bias.size(0) == out_, "Linear: bias " + shape_str(bias.shape()),
+           "it has one entry per output feature (" + std::to_string(out_) + ")", "make it that long");
+  weight_ = &register_parameter("weight", std::move(weight));
+  if (bias.defined()) bias_ = &register_parameter("bias", std::move(bias));
+}
+
 Tensor Linear::forward(const Tensor& x) {
   // Under autocast (the -mixed policies) the GEMM runs in 16-bit: see leantrain/autocast.h.
   return linear(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);

@@ -1,6 +1,8 @@
 // Token embedding (a row gather) and rotary position embedding. The embedding saves only
 // the ids: its backward scatters the gradient rows into a zeroed [V, C] buffer.
 // Rotary is a rotation, so its backward is the inverse rotation and saves nothing.
+#include <cmath>
+
 #include "ops/op_common.h"
 
 namespace lt {
@@ -39,23 +41,78 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   return out;
 }
 
-Tensor rotary_embedding(const Tensor& x, double base, int64_t pos_offset) {
-  OpNameScope op("rotary_embedding");
-  check_floating("rotary_embedding", x);
-  check_rank("rotary_embedding", x, 4, "x [B, H, T, D]");
-  LT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: head dim " + std::to_string(x.size(3)) + " is odd",
-           "rotate-half pairs element i with i + D/2", "use an even head dim");
-  LT_CHECK(base > 0 && pos_offset >= 0, "rotary_embedding: base " + std::to_string(base) + ", offset " +
-               std::to_string(pos_offset), "the base must be > 0 and the position offset >= 0", "fix the arguments");
+std::vector<float> rope_inv_freq(int64_t head_dim, double base) {
+  LT_CHECK(head_dim > 0 && head_dim % 2 == 0 && base > 0,
+           "rope frequencies: head dim " + std::to_string(head_dim) + ", base " + std::to_string(base),
+           "the head dim must be even and positive and the base positive", "fix the model config");
+  // transformers' _compute_default_rope_parameters, step by step in f32 as torch computes it:
+  // 1.0 / (base ** (arange(0, dim, 2).float() / dim)).
+  std::vector<float> inv(size_t(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const float e = float(2 * i) / float(head_dim);
+    const float p = float(std::pow(double(float(base)), double(e)));
+    inv[size_t(i)] = 1.0f / p;
+  }
+  return inv;
+}
+
+static_assert(2 * kRopeMaxHalf == kRopeMaxHeadDim, "the rope kernels and the front-end agree on the head dim limit");
+
+namespace {
+
+// The rope op on x viewed as [R, T, N, D]; its backward is the inverse rotation and saves nothing.
+Tensor rope_op(const Tensor& x, const Shape& view, const std::vector<float>& inv_freq, int64_t pos_offset,
+               int64_t rot_heads) {
   Tensor xc = contiguous(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  backend_of(x).rope(out, xc, float(base), pos_offset, false);
+  const Shape st = contiguous_strides(view);
+  backend_of(x).rope(make_view(out, view, st, 0), make_view(xc, view, st, xc.offset()), inv_freq, pos_offset,
+                     rot_heads, false);
   record(out, "rotary_embedding", {xc}, [=](const Tensor& g) {
+    Tensor gc = contiguous_data(g);
     Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
-    backend_of(g).rope(dx, contiguous_data(g), float(base), pos_offset, true);
+    backend_of(g).rope(make_view(dx, view, st, 0), make_view(gc, view, st, gc.offset()), inv_freq, pos_offset,
+                       rot_heads, true);
     return std::vector<Tensor>{dx};
   });
   return out;
+}
+
+void check_rope_args(const char* name, const Tensor& x, int64_t head_dim, int64_t pos_offset) {
+  check_floating(name, x);
+  LT_CHECK(head_dim % 2 == 0 && head_dim > 0, std::string(name) + ": head dim " + std::to_string(head_dim) + " is odd",
+           "rotate-half pairs element i with i + D/2", "use an even head dim");
+  LT_CHECK(head_dim <= kRopeMaxHeadDim, std::string(name) + ": head dim " + std::to_string(head_dim),
+           "the rope kernels take at most " + std::to_string(kRopeMaxHeadDim), "use a smaller head dim");
+  LT_CHECK(pos_offset >= 0, std::string(name) + ": position offset " + std::to_string(pos_offset),
+           "positions start at 0 or later", "pass an offset >= 0");
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, double base, int64_t pos_offset) {
+  OpNameScope op("rotary_embedding");
+  check_rank("rotary_embedding", x, 4, "x [B, H, T, D]");
+  check_rope_args("rotary_embedding", x, x.size(3), pos_offset);
+  LT_CHECK(base > 0, "rotary_embedding: base " + std::to_string(base), "the base must be > 0", "fix the arguments");
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+  return rope_op(x, {B * H, T, 1, D}, rope_inv_freq(D, base), pos_offset, 1);
+}
+
+Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
+                               int64_t pos_offset) {
+  OpNameScope op("rotary_embedding");
+  const char* name = "rotary_embedding_packed";
+  check_rank(name, x, 3, "x [B, T, heads * D]");
+  const int64_t D = 2 * int64_t(inv_freq.size());
+  check_rope_args(name, x, D, pos_offset);
+  const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+  LT_CHECK(W % D == 0 && rotary_heads >= 0 && rotary_heads <= W / D,
+           std::string(name) + ": x " + shape_str(x.shape()) + " with head dim " + std::to_string(D) + " and " +
+               std::to_string(rotary_heads) + " rotated heads",
+           "the last dim holds whole heads of D = 2 * (number of frequencies), the rotated ones first",
+           "pass a packed projection of heads * head_dim and at most that many rotated heads");
+  return rope_op(x, {B, T, W / D, D}, inv_freq, pos_offset, rotary_heads);
 }
 
 }  // namespace lt

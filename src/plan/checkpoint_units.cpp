@@ -60,11 +60,8 @@ double own_flops(Module& m, const Shape& in, bool causal) {
   if (dynamic_cast<nn::Embedding*>(&m)) return 0;
   if (dynamic_cast<nn::LayerNorm*>(&m) || dynamic_cast<nn::RMSNorm*>(&m) || dynamic_cast<nn::Gelu*>(&m)) return 8 * n;
   if (auto* d = dynamic_cast<nn::Dropout*>(&m)) return d->is_training() && d->p() > 0 ? 2 * n : 0;
-  if (dynamic_cast<nn::AttentionCore*>(&m)) {  // qkv [B, T, 3C]: q k^T and p v, 2 B T^2 C each
-    if (in.size() != 3) return 0;
-    const double b = double(in[0]), t = double(in[1]), c = double(in[2]) / 3;
-    return 4 * b * t * t * c * (causal ? 0.5 : 1.0);
-  }
+  // qkv [B, T, W]: q k^T and p v, 2 B T^2 C each (C = query heads x head dim; halved when causal)
+  if (auto* a = dynamic_cast<nn::AttentionCore*>(&m)) return a->forward_flops(in);
   double f = 0;
   const double rows = n / double(in.back());
   for (auto& [name, p] : m.named_parameters()) {

@@ -72,6 +72,21 @@ TEST(Gradcheck, Rotary) {
   EXPECT_TRUE(gradcheck([](const V& x) { return rotary_embedding(x[0], 100.0, 3); }, {rand64({2, 2, 5, 6}, 30)}));
 }
 
+TEST(Gradcheck, RotaryPacked) {
+  // 3 rotated heads of 6 (q, k) and one passed through (v); a position offset.
+  EXPECT_TRUE(gradcheck([](const V& x) { return rotary_embedding_packed(x[0], {1.0f, 0.2f, 0.05f}, 3, 7); },
+                        {rand64({2, 4, 4 * 6}, 32)}));
+}
+
+TEST(Gradcheck, Swiglu) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_packed(x[0]); }, {rand64({2, 3, 2 * 5}, 33)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu(x[0], x[1]); }, {rand64({3, 4}, 34), rand64({3, 4}, 35)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_linear(x[0], x[1], x[2]); },
+                        {rand64({2, 3, 2 * 5}, 36), rand64({4, 5}, 37), rand64({4}, 38)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_linear(x[0], x[1], Tensor()); },
+                        {rand64({3, 2 * 6}, 39), rand64({2, 6}, 40)}));
+}
+
 TEST(Gradcheck, CrossEntropy) {
   Tensor targets = from_ints({2, -100, 0, 4, 4}, {5});
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})

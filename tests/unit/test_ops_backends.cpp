@@ -243,6 +243,13 @@ const std::vector<OpCase>& op_cases() {
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
       {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},
+      // a packed q | k | v of 4 + 2 + 2 heads of 8, llama3-like uneven frequencies, q and k rotated
+      {"rotary_packed", {F({2, 5, 8 * 8})},
+       [](const V& x) { return rotary_embedding_packed(x[0], {1.0f, 0.3f, 0.01f, 2e-4f}, 6, 1000); }},
+      {"swiglu_packed", {F({3, 5, 2 * 24})}, [](const V& x) { return swiglu_packed(x[0]); }},
+      {"swiglu", {F({4, 7, 10}), F({4, 7, 10})}, [](const V& x) { return swiglu(x[0], x[1]); }},
+      {"swiglu_linear", {F({3, 5, 2 * 24}), F({16, 24}), F({16})},
+       [](const V& x) { return swiglu_linear(x[0], x[1], x[2]); }},
       // loss and regularisation
       {"cross_entropy_mean", {F({9, 13}), Tgt({9}, 13)}, [](const V& x) { return cross_entropy(x[0], x[1]); }},
       {"cross_entropy_sum", {F({9, 13}), Tgt({9}, 13)},

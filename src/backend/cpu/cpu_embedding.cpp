@@ -50,29 +50,41 @@ void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const 
   });
 }
 
-// Rotate-half: pairs (j, j + D/2) turn by (pos_offset + t) * base^(-2j/D). Angles are taken
-// in double, so long positions keep their precision in the reference.
-void CpuBackend::rope(const Tensor& out, const Tensor& x, float base, int64_t pos_offset, bool inverse) {
-  const int64_t bh = x.size(0) * x.size(1), t_len = x.size(2), d = x.size(3), half = d / 2;
-  std::vector<double> cs(size_t(t_len * half)), sn(size_t(t_len * half));
+// Rotate-half as transformers' apply_rotary_pos_emb: pairs (j, j + D/2) of the first rot_heads
+// heads turn by angle = f32(inv_freq[j] * f32(pos_offset + t)) (its freqs, one f32 product), with
+// cos and sin rounded to f32 as torch's f32 cos/sin return them; the rotation itself runs in the
+// accumulation type and is rounded once. The other heads are copied.
+void CpuBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
+                      int64_t rot_heads, bool inverse) {
+  const int64_t rows = x.size(0), t_len = x.size(1), heads = x.size(2), d = x.size(3), half = d / 2;
+  LT_ASSERT(int64_t(inv_freq.size()) == half && rot_heads >= 0 && rot_heads <= heads);
+  std::vector<float> cs(size_t(t_len * half)), sn(size_t(t_len * half));
   for (int64_t t = 0; t < t_len; ++t)
     for (int64_t j = 0; j < half; ++j) {
-      const double angle = double(pos_offset + t) * std::pow(double(base), -2.0 * double(j) / double(d));
-      cs[size_t(t * half + j)] = std::cos(angle);
-      sn[size_t(t * half + j)] = inverse ? -std::sin(angle) : std::sin(angle);
+      const float angle = inv_freq[size_t(j)] * float(pos_offset + t);
+      cs[size_t(t * half + j)] = float(std::cos(double(angle)));
+      sn[size_t(t * half + j)] = inverse ? -float(std::sin(double(angle))) : float(std::sin(double(angle)));
     }
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    for (int64_t r = 0; r < bh * t_len; ++r) {
-      const int64_t t = r % t_len, row = r * d;
-      for (int64_t j = 0; j < half; ++j) {
-        const A c = A(cs[size_t(t * half + j)]), s = A(sn[size_t(t * half + j)]);
-        const A x1 = ld(px, row + j), x2 = ld(px, row + j + half);
-        st(po, row + j, x1 * c - x2 * s);
-        st(po, row + j + half, x2 * c + x1 * s);
+    for (int64_t r = 0; r < rows * t_len; ++r) {
+      const int64_t t = r % t_len;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t row = (r * heads + h) * d;
+        if (h >= rot_heads) {
+          if (po != px)
+            for (int64_t j = 0; j < d; ++j) po[row + j] = px[row + j];
+          continue;
+        }
+        for (int64_t j = 0; j < half; ++j) {
+          const A c = A(cs[size_t(t * half + j)]), s = A(sn[size_t(t * half + j)]);
+          const A x1 = ld(px, row + j), x2 = ld(px, row + j + half);
+          st(po, row + j, x1 * c - x2 * s);
+          st(po, row + j + half, x2 * c + x1 * s);
+        }
       }
     }
   });

@@ -11,8 +11,10 @@
 // more than kEmbCap hits (a very frequent id, e.g. padding), it flushes the list into dweight
 // (read-add-write) and goes on, which costs one extra rounding per flush, still deterministic.
 //
-// rope: rotate-half pairs (i, i + D/2) by angle (pos_offset + t) * base^(-2i/D), computed in
-// double so long positions keep full f32 accuracy.
+// rope: rotate-half pairs (i, i + D/2) of the first rot_heads heads by angle
+// f32(inv_freq[i] * f32(pos_offset + t)), as transformers computes its freqs; cos and sin are
+// taken in double and rounded to f32 (torch's f32 cos/sin, within an ulp), and the rotation uses
+// unfused f32 products (__fmul_rn: no FMA contraction), as torch's separate mul and add kernels do.
 #include <algorithm>
 #include <string>
 
@@ -194,24 +196,34 @@ __global__ void __launch_bounds__(kEmbThreads)
 
 // ---------------------------------------------------------------- rope
 
-// Block (32, 8): x = pair index within a row (grid.y covers D/2), y = rows (grid-stride).
+// The inverse frequencies by value (a kernel argument): no device table to allocate or copy.
+struct RopeTable {
+  float inv_freq[kRopeMaxHalf];
+};
+
+// Block (32, 8): x = pair index within a row (grid.y covers D/2), y = rows [R*T*N] (grid-stride).
 template <class T>
-__global__ void rope_kernel(T* out, const T* x, int64_t rows, int64_t T_len, int D, double base, int64_t pos_offset,
-                            bool inverse) {
+__global__ void rope_kernel(T* out, const T* x, int64_t rows, int64_t T_len, int64_t N, int D, RopeTable table,
+                            int64_t pos_offset, int64_t rot_heads, bool inverse) {
   const int half = D / 2;
   const int k = int(blockIdx.y) * 32 + threadIdx.x;
   if (k >= half) return;
-  const double inv_freq = pow(base, -2.0 * double(k) / double(D));
   for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
-    const int64_t t = r % T_len;
-    double s, cth;
-    sincos(double(pos_offset + t) * inv_freq, &s, &cth);
-    const float cs = float(cth), sn = inverse ? -float(s) : float(s);
     const T* xr = x + r * D;
     T* orow = out + r * D;
+    if (r % N >= rot_heads) {  // v: passed through
+      orow[k] = xr[k];
+      orow[k + half] = xr[k + half];
+      continue;
+    }
+    const int64_t t = (r / N) % T_len;
+    const float angle = __fmul_rn(table.inv_freq[k], float(pos_offset + t));
+    double s, cth;
+    sincos(double(angle), &s, &cth);
+    const float cs = float(cth), sn = inverse ? -float(s) : float(s);
     const float a = to_f32(xr[k]), b = to_f32(xr[k + half]);  // both read before either write (out may alias x)
-    orow[k] = from_f32<T>(a * cs - b * sn);
-    orow[k + half] = from_f32<T>(b * cs + a * sn);
+    orow[k] = from_f32<T>(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
+    orow[k + half] = from_f32<T>(__fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn)));
   }
 }
 
@@ -287,22 +299,26 @@ void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const
   });
 }
 
-void CudaBackend::rope(const Tensor& out, const Tensor& x, float base, int64_t pos_offset, bool inverse) {
-  LT_CHECK(x.dim() == 4 && x.is_contiguous(), "rope: x must be a contiguous [B, H, T, D] tensor",
+void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
+                       int64_t rot_heads, bool inverse) {
+  LT_CHECK(x.dim() == 4 && x.is_contiguous(), "rope: x must be a contiguous [R, T, N, D] tensor",
            "the kernel rotates the last dim of each row", "");
   LT_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype() && out.is_contiguous(),
            "rope: out must match x's shape and dtype", "the kernel writes it row by row", "");
-  const int64_t D = x.size(3), T_len = x.size(2), rows = x.numel() / (D == 0 ? 1 : D);
-  LT_CHECK(D % 2 == 0, "rope: head dim " + std::to_string(D) + " is odd", "rotate-half pairs i with i + D/2",
-           "use an even head dim");
+  const int64_t D = x.size(3), T_len = x.size(1), N = x.size(2), rows = x.numel() / (D == 0 ? 1 : D);
+  LT_CHECK(D % 2 == 0 && int64_t(inv_freq.size()) == D / 2 && D / 2 <= kRopeMaxHalf,
+           "rope: head dim " + std::to_string(D) + " with " + std::to_string(inv_freq.size()) + " frequencies",
+           "rotate-half pairs i with i + D/2, one frequency per pair, D/2 <= " + std::to_string(kRopeMaxHalf),
+           "use an even head dim of at most " + std::to_string(2 * kRopeMaxHalf));
   if (x.numel() == 0) return;
+  RopeTable table{};
+  std::copy(inv_freq.begin(), inv_freq.end(), table.inv_freq);
   const int64_t ychunks = (D / 2 + 31) / 32;
-  LT_CHECK(ychunks <= 65535, "rope: head dim too large", "grid y limit", "");
   const int64_t xblocks = std::min<int64_t>((rows + 7) / 8, int64_t(1) << 20);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<T><<<dim3(unsigned(xblocks), unsigned(ychunks)), dim3(32, 8), 0, current_stream()>>>(
-        out.data<T>(), x.data<T>(), rows, T_len, int(D), double(base), pos_offset, inverse);
+        out.data<T>(), x.data<T>(), rows, T_len, N, int(D), table, pos_offset, rot_heads, inverse);
     LT_CUDA_LAUNCH_CHECK("rope_kernel");
   });
 }

@@ -1,0 +1,65 @@
+// SwiGLU on the CPU: out = silu(gate) * up, rounded as transformers' LlamaMLP computes
+// act_fn(gate_proj(x)) * up_proj(x) with two torch ops: silu(gate) is rounded to the storage type
+// before the product (a no-op for f32 and f64), and so are the backward's intermediate products.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_common.h"
+
+namespace lt {
+using namespace cpu;
+
+namespace {
+
+// v rounded to T and read back in the accumulation type (what storing it in a tensor does).
+template <class T> acc_t<T> rounded(acc_t<T> v) {
+  T t;
+  st(&t, 0, v);
+  return ld(&t, 0);
+}
+
+template <class A> A sigmoid_of(A x) { return A(1) / (A(1) + std::exp(-x)); }
+
+}  // namespace
+
+void CpuBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  const int64_t n = out.size(0), f = out.size(1), gs = gate.strides()[0], us = up.strides()[0];
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* g = gate.data<T>();
+    const T* u = up.data<T>();
+    T* o = out.data<T>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < f; ++j) {
+        const A x = ld(g, r * gs + j);
+        const A s = rounded<T>(x / (A(1) + std::exp(-x)));
+        st(o, r * f + j, s * ld(u, r * us + j));
+      }
+  });
+}
+
+void CpuBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                            const Tensor& up) {
+  const int64_t n = dout.size(0), f = dout.size(1);
+  const int64_t gs = gate.strides()[0], us = up.strides()[0], dgs = dgate.strides()[0], dus = dup.strides()[0];
+  dispatch_float(dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* g = gate.data<T>();
+    const T* u = up.data<T>();
+    const T* dy = dout.data<T>();
+    T* dg = dgate.data<T>();
+    T* du = dup.data<T>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < f; ++j) {
+        const A x = ld(g, r * gs + j), d = ld(dy, r * f + j), sg = sigmoid_of(x);
+        const A s = rounded<T>(x / (A(1) + std::exp(-x)));
+        const A ds = rounded<T>(d * ld(u, r * us + j));  // d(silu(gate)), as torch's mul backward stores it
+        st(du, r * dus + j, d * s);
+        st(dg, r * dgs + j, ds * (sg * (A(1) + x * (A(1) - sg))));
+      }
+  });
+}
+
+}  // namespace lt

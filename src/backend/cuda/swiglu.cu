@@ -1,0 +1,86 @@
+// SwiGLU (out = silu(gate) * up) and its backward, with the CPU's rounding (cpu_swiglu.cpp):
+// silu(gate) and the backward's d(silu) are rounded to the storage type, as transformers' two
+// torch ops round them. One thread per element, grid-stride; gate and up are row-strided views.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_strided.cuh"
+
+namespace lt {
+using namespace cuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T> __device__ __forceinline__ float rounded(float v) {
+  T t;
+  store_t(&t, 0, v);
+  return load_t(&t, 0);
+}
+
+template <class T>
+__global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n, int64_t f, int64_t gs, int64_t us) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / f, j = i - r * f;
+    const float x = load_t(gate, r * gs + j);
+    const float s = rounded<T>(x / (1.f + expf(-x)));
+    store_t(out, i, s * load_t(up, r * us + j));
+  }
+}
+
+template <class T>
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n, int64_t f,
+                                  int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / f, j = i - r * f;
+    const float x = load_t(gate, r * gs + j), d = load_t(dout, i);
+    const float sg = 1.f / (1.f + expf(-x));
+    const float s = rounded<T>(x / (1.f + expf(-x)));
+    const float ds = rounded<T>(d * load_t(up, r * us + j));
+    store_t(dup, r * dus + j, d * s);
+    store_t(dgate, r * dgs + j, ds * (sg * (1.f + x * (1.f - sg))));
+  }
+}
+
+void check_rows(const Tensor& t, const Tensor& out, int dev, const char* op, const char* name) {
+  LT_CHECK(t.defined() && t.device() == Device::cuda(dev) && t.dim() == 2 && t.shape() == out.shape() &&
+               t.dtype() == out.dtype() && t.strides()[1] == 1,
+           std::string(op) + ": " + name + " must be a " + dtype_name(out.dtype()) + " " + shape_str(out.shape()) +
+               " tensor on cuda:" + std::to_string(dev) + " with unit stride along its rows",
+           "the kernel indexes rows by their stride", "");
+}
+
+}  // namespace
+
+void CudaBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  LT_CHECK(out.dim() == 2 && out.is_contiguous(), "swiglu_fwd: out must be a contiguous [N, F] tensor",
+           "the kernel writes it densely", "");
+  check_rows(gate, out, device_index_, "swiglu_fwd", "gate");
+  check_rows(up, out, device_index_, "swiglu_fwd", "up");
+  const int64_t n = out.size(0), f = out.size(1);
+  if (n * f == 0) return;
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_fwd_kernel<T><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
+        out.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0], up.strides()[0]);
+    LT_CUDA_LAUNCH_CHECK("swiglu_fwd_kernel");
+  });
+}
+
+void CudaBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                             const Tensor& up) {
+  LT_CHECK(dout.dim() == 2 && dout.is_contiguous(), "swiglu_bwd: dout must be a contiguous [N, F] tensor",
+           "the kernel reads it densely", "");
+  for (auto [t, name] : {std::pair{&dgate, "dgate"}, {&dup, "dup"}, {&gate, "gate"}, {&up, "up"}})
+    check_rows(*t, dout, device_index_, "swiglu_bwd", name);
+  const int64_t n = dout.size(0), f = dout.size(1);
+  if (n * f == 0) return;
+  dispatch_float(dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_bwd_kernel<T><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
+        dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0],
+        up.strides()[0], dgate.strides()[0], dup.strides()[0]);
+    LT_CUDA_LAUNCH_CHECK("swiglu_bwd_kernel");
+  });
+}
+
+}  // namespace lt

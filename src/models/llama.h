@@ -1,0 +1,97 @@
+// LLaMA-family decoders as transformers computes them: LlamaForCausalLM (LLaMA 2/3/3.1/3.2,
+// TinyLlama, SmolLM2), Qwen2ForCausalLM (q/k/v biases) and MistralForCausalLM without a sliding
+// window. Pre-RMSNorm blocks, RoPE (rotate-half; default, linear or llama3 frequencies),
+// grouped-query attention, SwiGLU MLP, tied or untied LM head; transformers' parameter names.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "leantrain/models.h"
+#include "leantrain/nn_llama.h"
+
+namespace lt::models {
+
+// config.json's rope_scaling (or rope_parameters): which frequencies RoPE turns by.
+struct RopeScaling {
+  std::string type;  // "" (none: rope_type "default" or rope_scaling null), "linear" or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position_embeddings = 8192;       // llama3
+};
+
+struct LlamaConfig {
+  // "llama", "qwen2" or "mistral": the family, its defaults (transformers' for that type) and its
+  // biases (llama: attention_bias, mlp_bias; qwen2: q, k, v always; mistral: none).
+  std::string model_type = "llama";
+  int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008, num_hidden_layers = 32,
+          num_attention_heads = 32;
+  int64_t num_key_value_heads = 0;  // 0 (absent or null): num_attention_heads
+  int64_t head_dim = 0;             // 0 (absent or null): hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6, rope_theta = 10000.0, initializer_range = 0.02;
+  RopeScaling rope_scaling;
+  bool attention_bias = false, mlp_bias = false;  // llama only
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+  // Read and written back untouched: bos_token_id, eos_token_id, pad_token_id, torch_dtype.
+  nlohmann::json kept = nlohmann::json::object();
+
+  // transformers' defaults of LlamaConfig, Qwen2Config or MistralConfig; lt::Error for another type.
+  static LlamaConfig defaults(const std::string& model_type);
+  static std::vector<std::string> preset_names();
+  static LlamaConfig preset(const std::string& name);
+  // A parsed config.json of model_type llama, qwen2 or mistral (missing keys keep that type's
+  // defaults), validated.
+  static LlamaConfig from_json(const nlohmann::json& j);
+  std::string to_json() const;  // loads in transformers as the matching *ForCausalLM
+  // Field checks (one lt::Error line naming the field), then the size limit (check_model_size).
+  void validate() const;
+  int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t head_size() const;  // head_dim, or hidden_size / num_attention_heads
+  bool qkv_bias() const { return model_type == "qwen2" || (model_type == "llama" && attention_bias); }
+  bool o_bias() const { return model_type == "llama" && attention_bias; }
+  bool gated_bias() const { return model_type == "llama" && mlp_bias; }
+  double num_parameters() const;  // closed form, from the fields alone (no overflow for any values)
+  // transformers' class names for this type: "Llama", "Qwen2", "Mistral" (+ "DecoderLayer", ...).
+  std::string class_prefix() const;
+};
+
+// RoPE inverse frequencies [head_dim / 2] as transformers computes them in f32: the default
+// 1 / theta^(2i/D), then the scaling's (linear: / factor; llama3: _compute_llama3_parameters).
+std::vector<float> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);
+
+// transformers' *ForCausalLM: model.{embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+// post_attention_layernorm, mlp.{gate,up,down}_proj}, norm, rotary_emb}, lm_head (absent when tied).
+class Llama : public CausalLM {
+ public:
+  Llama(const LlamaConfig& cfg, const nn::InitOptions& init);
+  const char* type_name() const override { return type_.c_str(); }
+  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
+  // Final hidden states [B, T, C] (after the final norm). pos_offset: position of ids[:, 0], for a
+  // cached decoding step; only without autograd (a recomputed forward would not see it).
+  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  std::string model_type() const override { return cfg_.model_type; }
+  std::string config_json() const override { return cfg_.to_json(); }
+  double root_forward_flops(const Shape& input) const override;
+  // Accepts *ForCausalLM and bare *Model files ("model." added), skips a tied lm_head.weight and
+  // the rotary_emb.inv_freq buffers older checkpoints hold.
+  std::string checkpoint_key_to_name(const std::string& key) const override;
+  const LlamaConfig& config() const { return cfg_; }
+
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t context_length() const override { return cfg_.max_position_embeddings; }
+  Tensor next_token_logits(const Tensor& ids) override;
+
+ private:
+  Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
+  LlamaConfig cfg_;
+  std::string type_;
+  std::shared_ptr<nn::Embedding> embed_tokens_;
+  std::shared_ptr<nn::ModuleList> layers_;
+  std::shared_ptr<nn::RMSNorm> norm_;
+  std::shared_ptr<nn::RotaryEmbedding> rotary_;
+  std::shared_ptr<nn::Linear> lm_head_;  // only when untied
+};
+
+}  // namespace lt::models

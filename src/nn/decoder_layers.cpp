@@ -1,0 +1,102 @@
+// LLaMA-family attention and MLP (leantrain/nn_llama.h). Each projection group (q | k | v,
+// gate | up) is made one weight after another, so one GEMM runs over stacked_rows() of them; when
+// a projection has been replaced (an adapter) or wrapped (a checkpointed or sharded Linear), its
+// module is called instead, so every feature that acts on Linears still sees its calls.
+#include <typeinfo>
+
+#include "leantrain/autocast.h"
+#include "leantrain/error.h"
+#include "leantrain/nn_llama.h"
+
+namespace lt::nn {
+
+namespace {
+
+// The plain Linear behind a child, or nullptr when its forward must run as a call (a wrapper is
+// installed, or it is another module).
+Linear* plain_linear(const Child<UnaryModule>& c) {
+  UnaryModule* m = c.get();
+  if (!m || typeid(*m) != typeid(Linear) || m->forward_wrapper()) return nullptr;
+  return static_cast<Linear*>(m);
+}
+
+// One GEMM over the Linears' stacked weights (and biases); an undefined tensor when some child is
+// not a plain Linear, or some have a bias and others not (the caller then calls the modules).
+Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children) {
+  std::vector<Tensor> ws, bs;
+  for (const Child<UnaryModule>* c : children) {
+    Linear* l = plain_linear(*c);
+    if (!l) return Tensor();
+    ws.push_back(l->weight());
+    if (l->bias().defined()) bs.push_back(l->bias());
+  }
+  if (!bs.empty() && bs.size() != ws.size()) return Tensor();
+  return linear(autocast(x), autocast(stacked_rows(ws)), bs.empty() ? Tensor() : autocast(stacked_rows(bs)));
+}
+
+}  // namespace
+
+DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o,
+                                           std::shared_ptr<RotaryEmbedding> rope)
+    : SelfAttention(o.heads * o.head_dim, o.heads, true),
+      kv_heads_(o.kv_heads),
+      type_(o.type),
+      rope_(std::move(rope)) {
+  LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
+           "attention: " + std::to_string(o.heads) + " heads and " + std::to_string(o.kv_heads) + " key/value heads",
+           "each key/value head serves an equal group of query heads",
+           "use num_key_value_heads dividing num_attention_heads");
+  LT_CHECK(rope_ && rope_->head_dim() == o.head_dim,
+           "attention: head dim " + std::to_string(o.head_dim) + " and rotary dim " +
+               std::to_string(rope_ ? rope_->head_dim() : 0),
+           "RoPE rotates whole heads", "build the rotary embedding for the head dim");
+  const int64_t q = o.heads * o.head_dim, kv = o.kv_heads * o.head_dim;
+  // Weights first, one after another (one GEMM), then the biases (one stack).
+  Tensor qw = pf.make({q, o.hidden}, o.init), kw = pf.make({kv, o.hidden}, o.init), vw = pf.make({kv, o.hidden}, o.init);
+  Tensor qb, kb, vb;
+  if (o.qkv_bias) qb = pf.make({q}, Init::zeros()), kb = pf.make({kv}, Init::zeros()), vb = pf.make({kv}, Init::zeros());
+  q_proj_ = register_child<UnaryModule>("q_proj", std::make_shared<Linear>(qw, qb));
+  k_proj_ = register_child<UnaryModule>("k_proj", std::make_shared<Linear>(kw, kb));
+  v_proj_ = register_child<UnaryModule>("v_proj", std::make_shared<Linear>(vw, vb));
+  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true));
+  o_proj_ = register_child<UnaryModule>(
+      "o_proj", std::make_shared<Linear>(pf, q, o.hidden, LinearOptions{.bias = o.o_bias, .weight_init = o.init}));
+}
+
+Tensor DecoderSelfAttention::project(const Tensor& x) {
+  Tensor qkv = fused_linear(x, {&q_proj_, &k_proj_, &v_proj_});
+  if (qkv.defined()) return qkv;
+  return concat({(*q_proj_)(x), (*k_proj_)(x), (*v_proj_)(x)}, -1);
+}
+
+Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+  LT_CHECK(x.dim() == 3, "attention: input shape " + shape_str(x.shape()), "expected [B, T, hidden]",
+           "pass a batch of sequences");
+  // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
+  // rotated buffer, the only tensor of this layer's forward that the backward reads.
+  Tensor qkv = rotary_embedding_packed(project(x), rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
+  return (*o_proj_)(attend(qkv, mask));
+}
+
+GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type) {
+  const int64_t c = o.hidden, f = o.intermediate;
+  Tensor gw = pf.make({f, c}, o.init), uw = pf.make({f, c}, o.init);
+  Tensor gb, ub;
+  if (o.bias) gb = pf.make({f}, Init::zeros()), ub = pf.make({f}, Init::zeros());
+  gate_proj_ = register_child<UnaryModule>("gate_proj", std::make_shared<Linear>(gw, gb));
+  up_proj_ = register_child<UnaryModule>("up_proj", std::make_shared<Linear>(uw, ub));
+  down_proj_ = register_child<UnaryModule>(
+      "down_proj", std::make_shared<Linear>(pf, f, c, LinearOptions{.bias = o.bias, .weight_init = o.init}));
+}
+
+Tensor GatedMlp::forward(const Tensor& x) {
+  Tensor gate_up = fused_linear(x, {&gate_proj_, &up_proj_});
+  // down_proj over the activation in one op that recomputes the activation in its backward
+  // instead of keeping it: the MLP keeps x and gate | up, nothing F wide besides.
+  Linear* down = plain_linear(down_proj_);
+  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()));
+  Tensor h = gate_up.defined() ? swiglu_packed(gate_up) : swiglu((*gate_proj_)(x), (*up_proj_)(x));
+  return (*down_proj_)(h);
+}
+
+}  // namespace lt::nn

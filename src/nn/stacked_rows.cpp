@@ -1,0 +1,49 @@
+// One GEMM for several Linears: their weights as one [sum of out, in] weight. The parameter store
+// places tensors made one after another back to back (each at a 512-byte boundary, which a
+// weight of any usual shape already ends on), so the stack is usually a view and costs nothing;
+// when it is not (a per-parameter build, odd sizes, 16-bit biases) it is a concatenation.
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "leantrain/nn_llama.h"
+
+namespace lt::nn {
+
+namespace {
+
+bool back_to_back(const std::vector<Tensor>& ws) {
+  const Tensor& w0 = ws[0];
+  if (!w0.storage()) return false;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const Tensor& w = ws[i];
+    if (!w.is_contiguous() || w.storage() != w0.storage() || w.dtype() != w0.dtype() || w.dim() != w0.dim())
+      return false;
+    for (int64_t d = 1; d < w.dim(); ++d)
+      if (w.size(d) != w0.size(d)) return false;
+    if (i > 0 && w.offset() != ws[i - 1].offset() + ws[i - 1].numel()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Tensor stacked_rows(const std::vector<Tensor>& ws) {
+  LT_CHECK(!ws.empty(), "stacked_rows: no tensors", "there is nothing to stack", "pass at least one tensor");
+  if (ws.size() == 1) return ws[0];
+  if (!back_to_back(ws)) return concat(ws, 0);
+  Shape shape = ws[0].shape();
+  std::vector<int64_t> starts;
+  int64_t rows = 0;
+  for (const Tensor& w : ws) starts.push_back(rows), rows += w.size(0);
+  shape[0] = rows;
+  Tensor out = make_view(ws[0], shape, contiguous_strides(shape), ws[0].offset());
+  if (!needs_grad(ws)) return out;
+  record(out, "stacked_rows", ws, [=](const Tensor& g) {
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < starts.size(); ++i)
+      grads.push_back(slice(g, 0, starts[i], i + 1 < starts.size() ? starts[i + 1] : rows));
+    return grads;
+  });
+  return out;
+}
+
+}  // namespace lt::nn

@@ -1,0 +1,135 @@
+// SwiGLU, the LLaMA MLP's activation, as one op: silu(gate) * up. As two ops (silu, then mul) the
+// backward would keep gate, silu(gate) and up; this one keeps gate and up only (silu is
+// recomputed in the backward kernel), and the packed form takes both from one fused
+// gate | up projection and returns one gradient for it. swiglu_linear goes one step further for
+// the MLP's down projection: its input, the activation, is recomputed in the backward instead of
+// kept, so the whole MLP keeps its input and the gate | up buffer.
+#include "autograd/kept_outputs.h"
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+// [N, F] view of the F columns of a contiguous [..., W] tensor that start `col` into each row.
+Tensor columns(const Tensor& x, int64_t f, int64_t col) {
+  const int64_t w = x.size(-1), n = w == 0 ? 0 : x.numel() / w;
+  return make_view(x, {n, f}, {w, 1}, x.offset() + col);
+}
+
+Shape with_last(Shape s, int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+}  // namespace
+
+Tensor swiglu_packed(const Tensor& gate_up_in) {
+  const char* name = "swiglu_packed";
+  OpNameScope op("swiglu");
+  check_floating(name, gate_up_in);
+  LT_CHECK(gate_up_in.dim() >= 1 && gate_up_in.size(-1) % 2 == 0,
+           std::string(name) + ": input " + shape_str(gate_up_in.shape()),
+           "its last dim holds [gate | up], two halves of equal width", "pass the fused gate | up projection");
+  const int64_t F = gate_up_in.size(-1) / 2;
+  Tensor x = contiguous(gate_up_in);
+  Tensor out = Tensor::empty(with_last(x.shape(), F), x.dtype(), x.device());
+  backend_of(x).swiglu_fwd(columns(out, F, 0), columns(x, F, 0), columns(x, F, F));
+  if (!needs_grad({x})) return out;
+  SavedTensor saved(x);
+  record(out, "swiglu", {x}, [=](const Tensor& g) {
+    Tensor sx = saved.unpack(), gc = contiguous_data(g);
+    Tensor dx = Tensor::empty(sx.shape(), g.dtype(), g.device());
+    backend_of(g).swiglu_bwd(columns(dx, F, 0), columns(dx, F, F), columns(gc, F, 0), columns(sx, F, 0),
+                             columns(sx, F, F));
+    return std::vector<Tensor>{dx};
+  });
+  return out;
+}
+
+Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
+  const char* name = "swiglu";
+  OpNameScope op("swiglu");
+  common_device(name, {gate_in, up_in});
+  check_floating(name, gate_in);
+  check_same_dtype(name, gate_in, up_in);
+  LT_CHECK(gate_in.dim() >= 1 && gate_in.shape() == up_in.shape(),
+           std::string(name) + ": gate " + shape_str(gate_in.shape()) + " and up " + shape_str(up_in.shape()),
+           "they are multiplied elementwise", "pass two tensors of one shape");
+  const int64_t F = gate_in.size(-1);
+  Tensor gate = contiguous(gate_in), up = contiguous(up_in);
+  Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  backend_of(gate).swiglu_fwd(columns(out, F, 0), columns(gate, F, 0), columns(up, F, 0));
+  if (!needs_grad({gate, up})) return out;
+  SavedTensor saved_gate(gate), saved_up(up);
+  record(out, "swiglu", {gate, up}, [=](const Tensor& g) {
+    Tensor sg = saved_gate.unpack(), su = saved_up.unpack(), gc = contiguous_data(g);
+    Tensor dgate = Tensor::empty(sg.shape(), g.dtype(), g.device());
+    Tensor dup = Tensor::empty(su.shape(), g.dtype(), g.device());
+    backend_of(g).swiglu_bwd(columns(dgate, F, 0), columns(dup, F, 0), columns(gc, F, 0), columns(sg, F, 0),
+                             columns(su, F, 0));
+    return std::vector<Tensor>{dgate, dup};
+  });
+  return out;
+}
+
+Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor& bias) {
+  const char* name = "swiglu_linear";
+  OpNameScope op_name("swiglu_linear");
+  Device dev = common_device(name, {gate_up_in, w_in, bias});
+  check_floating(name, gate_up_in);
+  check_same_dtype(name, gate_up_in, w_in);
+  check_rank(name, w_in, 2, "weight [out, F]");
+  const int64_t F = w_in.size(1), outf = w_in.size(0);
+  LT_CHECK(gate_up_in.dim() >= 1 && gate_up_in.size(-1) == 2 * F,
+           std::string(name) + ": input " + shape_str(gate_up_in.shape()) + ", weight " + shape_str(w_in.shape()),
+           "the input's last dim holds [gate | up], each as wide as the weight's input features",
+           "pass the fused gate | up projection and the down projection's [out, F] weight");
+  if (bias.defined()) {
+    check_same_dtype(name, gate_up_in, bias);
+    LT_CHECK(bias.dim() == 1 && bias.size(0) == outf, std::string(name) + ": bias shape " + shape_str(bias.shape()),
+             "expected [" + std::to_string(outf) + "]", "match out_features");
+  }
+  Tensor x = contiguous(gate_up_in), w = contiguous(w_in);
+  const int64_t rows = x.numel() / (2 * F);
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  // The activation is a temporary of the forward; the GEMM's result may be selective
+  // checkpointing's kept one (kept_outputs.h), as linear's is.
+  auto activation = [F, rows](const Tensor& gu) {
+    Tensor act = Tensor::empty({rows, F}, gu.dtype(), gu.device());
+    backend_of(gu).swiglu_fwd(act, columns(gu, F, 0), columns(gu, F, F));
+    return act;
+  };
+  GemmDesc d;
+  d.m = rows;
+  d.n = outf;
+  d.k = F;
+  d.trans_b = true;
+  bool fresh = true;
+  Tensor out = kept_or_empty("linear", out_shape, x.dtype(), dev, fresh);
+  if (fresh) {
+    backend_for(dev).gemm(out, activation(x), w, d, bias);
+    keep_outputs("linear", {out});
+  }
+  if (!needs_grad({x, w, bias})) return out;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+  SavedTensor saved_x((need_x || need_w) ? x : Tensor()), saved_w(need_x ? w : Tensor());
+  record(out, "swiglu_linear", {x, w, bias}, [=](const Tensor& g) {
+    Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
+    Tensor g2 = reshape(contiguous_data(g), {rows, outf});
+    Tensor gx, gw, gb;
+    if (need_w) gw = matmul(g2, activation(sx), true, false);  // [out, rows] @ [rows, F]
+    if (need_b) gb = sum_to(g2, {outf});
+    if (need_x) {
+      Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
+      gx = Tensor::empty(sx.shape(), g.dtype(), g.device());
+      backend_of(g).swiglu_bwd(columns(gx, F, 0), columns(gx, F, F), dact, columns(sx, F, 0), columns(sx, F, F));
+    }
+    return std::vector<Tensor>{gx, gw, gb};
+  });
+  return out;
+}
+
+}  // namespace lt

@@ -1,0 +1,181 @@
+// LlamaConfig from config.json (models/llama.h): every field read, each type's transformers
+// defaults, the refusals (one line each), and to_json's round trip.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "leantrain/error.h"
+#include "models/llama.h"
+#include "models/registry.h"
+
+using namespace lt;
+using models::LlamaConfig;
+
+namespace {
+
+LlamaConfig parse(const std::string& text) { return LlamaConfig::from_json(nlohmann::json::parse(text)); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The config's error through the registry (what `--config` runs): one line containing `fragment`.
+void expect_refused(const std::string& text, const std::string& fragment) {
+  const std::string m = error_of([&] { models::config_from_json(text); });
+  EXPECT_NE(m.find(fragment), std::string::npos) << text << "\n -> " << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+TEST(LlamaConfig, ReadsEveryField) {
+  LlamaConfig c = parse(R"({
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 300, "hidden_size": 48,
+    "intermediate_size": 100, "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2,
+    "head_dim": 16, "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 256},
+    "attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true, "hidden_act": "silu",
+    "initializer_range": 0.03, "attention_dropout": 0.0, "pretraining_tp": 1, "use_cache": true,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128009], "pad_token_id": null, "torch_dtype": "bfloat16"})");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.vocab_size, 300);
+  EXPECT_EQ(c.hidden_size, 48);
+  EXPECT_EQ(c.intermediate_size, 100);
+  EXPECT_EQ(c.num_hidden_layers, 3);
+  EXPECT_EQ(c.num_attention_heads, 6);
+  EXPECT_EQ(c.kv_heads(), 2);
+  EXPECT_EQ(c.head_size(), 16);  // given: 6 heads of 16 = 96, not the hidden size 48
+  EXPECT_EQ(c.max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 256);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_TRUE(c.mlp_bias);
+  EXPECT_TRUE(c.qkv_bias() && c.o_bias() && c.gated_bias());
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c.initializer_range, 0.03);
+  EXPECT_EQ(c.kept["bos_token_id"], 128000);
+  EXPECT_EQ(c.kept["eos_token_id"], nlohmann::json({128001, 128009}));
+  EXPECT_TRUE(c.kept["pad_token_id"].is_null());
+  EXPECT_EQ(c.kept["torch_dtype"], "bfloat16");
+
+  // Written back: everything transformers reads, the kept keys untouched, and read again equal.
+  const nlohmann::json j = nlohmann::json::parse(c.to_json());
+  EXPECT_EQ(j["architectures"], nlohmann::json({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["head_dim"], 16);
+  EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 256);
+  EXPECT_EQ(j["eos_token_id"], nlohmann::json({128001, 128009}));
+  EXPECT_EQ(j["attention_bias"], true);
+  EXPECT_EQ(parse(c.to_json()).to_json(), c.to_json());
+}
+
+TEST(LlamaConfig, DefaultsAreTransformersPerType) {
+  LlamaConfig l = parse(R"({"model_type": "llama"})");  // transformers' LlamaConfig()
+  EXPECT_EQ(l.vocab_size, 32000);
+  EXPECT_EQ(l.hidden_size, 4096);
+  EXPECT_EQ(l.intermediate_size, 11008);
+  EXPECT_EQ(l.num_hidden_layers, 32);
+  EXPECT_EQ(l.num_attention_heads, 32);
+  EXPECT_EQ(l.kv_heads(), 32);  // None: one per head
+  EXPECT_EQ(l.head_size(), 128);
+  EXPECT_EQ(l.max_position_embeddings, 2048);
+  EXPECT_DOUBLE_EQ(l.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(l.rope_theta, 10000.0);
+  EXPECT_TRUE(l.rope_scaling.type.empty());
+  EXPECT_FALSE(l.tie_word_embeddings);
+  EXPECT_FALSE(l.qkv_bias() || l.o_bias() || l.gated_bias());
+
+  LlamaConfig q = parse(R"({"model_type": "qwen2", "attention_bias": false, "mlp_bias": true})");  // Qwen2Config()
+  EXPECT_EQ(q.vocab_size, 151936);
+  EXPECT_EQ(q.intermediate_size, 22016);
+  EXPECT_EQ(q.kv_heads(), 32);
+  EXPECT_EQ(q.max_position_embeddings, 32768);
+  EXPECT_TRUE(q.qkv_bias());  // Qwen2: q, k, v always with bias, o_proj and the MLP never
+  EXPECT_FALSE(q.o_bias() || q.gated_bias());
+  EXPECT_EQ(nlohmann::json::parse(q.to_json())["architectures"], nlohmann::json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(nlohmann::json::parse(q.to_json())["use_sliding_window"], false);
+
+  LlamaConfig m = parse(R"({"model_type": "mistral", "sliding_window": null})");  // MistralConfig()
+  EXPECT_EQ(m.intermediate_size, 14336);
+  EXPECT_EQ(m.kv_heads(), 8);
+  EXPECT_EQ(m.max_position_embeddings, 131072);
+  EXPECT_FALSE(m.qkv_bias() || m.o_bias() || m.gated_bias());
+  EXPECT_TRUE(nlohmann::json::parse(m.to_json())["sliding_window"].is_null());
+  EXPECT_EQ(&models::config_from_json(m.to_json())->family(), &models::family_of_type("mistral"));
+}
+
+TEST(LlamaConfig, RopeScalingForms) {
+  // The older "type" key, "default" (no scaling), transformers 5's rope_parameters with the theta.
+  EXPECT_EQ(parse(R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}})").rope_scaling.type,
+            "linear");
+  EXPECT_TRUE(parse(R"({"model_type": "llama", "rope_scaling": {"rope_type": "default"}})").rope_scaling.type.empty());
+  LlamaConfig p = parse(R"({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 4.0,
+                           "rope_theta": 1000.0}})");
+  EXPECT_EQ(p.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(p.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(p.rope_theta, 1000.0);
+  EXPECT_EQ(parse(p.to_json()).rope_scaling.factor, 4.0);
+}
+
+TEST(LlamaConfig, RefusalsAreOneLine) {
+  expect_refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+                 "rope_scaling type 'yarn' is not supported");
+  expect_refused(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}})", "'dynamic'");
+  expect_refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}})",
+                 "has no 'original_max_position_embeddings'");
+  expect_refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "linear"}})", "has no 'factor'");
+  expect_refused(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                   "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}})",
+                 "low_freq_factor < high_freq_factor");
+  expect_refused(R"({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 3})",
+                 "hidden_size 100 is not divisible by num_attention_heads 3");
+  expect_refused(R"({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5})",
+                 "num_attention_heads 32 is not divisible by num_key_value_heads 5");
+  expect_refused(R"({"model_type": "llama", "head_dim": 7})", "head dim 7");
+  expect_refused(R"({"model_type": "llama", "head_dim": 1024})", "head dim 1024");
+  expect_refused(R"({"model_type": "llama", "num_key_value_heads": -2})", "num_key_value_heads = -2");
+  expect_refused(R"({"model_type": "llama", "hidden_act": "gelu"})", "hidden_act 'gelu' is not supported");
+  expect_refused(R"({"model_type": "llama", "attention_dropout": 0.1})", "attention_dropout");
+  expect_refused(R"({"model_type": "llama", "rms_norm_eps": 0})", "rms_norm_eps");
+  expect_refused(R"({"model_type": "llama", "rope_theta": -1})", "rope_theta");
+  expect_refused(R"({"model_type": "llama", "num_hidden_layers": 0})", "num_hidden_layers = 0");
+  expect_refused(R"({"model_type": "llama", "hidden_size": 4611686018427387904, "num_attention_heads": 1,
+                   "head_dim": 2})",
+                 "parameters");
+  expect_refused(R"({"model_type": "mistral"})", "transformers reads 4096");
+  expect_refused(R"({"model_type": "mistral", "sliding_window": 4096})", "'sliding_window' is 4096");
+  expect_refused(R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window");
+  // 0 key/value heads read as absent (one per head), as transformers' None.
+  EXPECT_EQ(error_of([] { models::config_from_json(R"({"model_type": "llama", "num_key_value_heads": 0})"); }), "");
+}
+
+TEST(LlamaConfig, SizeFlags) {
+  auto c = models::config_from_preset("llama-tiny");
+  c->apply_overrides({.dim = 96, .depth = 3, .heads = 6, .mlp_dim = 200});
+  c->validate();
+  EXPECT_EQ(c->size_summary(), "dim 96, depth 3, heads 6 (2 kv), mlp 200");
+  const nlohmann::json j = nlohmann::json::parse(c->to_json());
+  EXPECT_EQ(j["hidden_size"], 96);
+  EXPECT_EQ(j["num_hidden_layers"], 3);
+  EXPECT_EQ(j["num_attention_heads"], 6);
+  EXPECT_EQ(j["head_dim"], 16);
+  EXPECT_EQ(j["intermediate_size"], 200);
+  EXPECT_NE(error_of([&] { c->apply_overrides({.heads = 5}); }).find("not divisible by 5 heads"), std::string::npos);
+  EXPECT_NE(error_of([&] { c->apply_overrides({.dim = 90, .heads = 3}); }).find("3 heads do not divide"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c->apply_overrides({.patch = 4}); }).find("has no patches"), std::string::npos);
+}
+
+}  // namespace
