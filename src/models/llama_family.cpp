@@ -70,7 +70,8 @@ class LlamaFamily final : public ModelFamily {
   std::string display_name() const override { return display_; }
   InputKind input() const override { return InputKind::Tokens; }
   bool causal() const override { return true; }
-  std::string tokenizer() const override { return "bytes"; }
+  // LLaMA-family models read text through a tokenizer.json (--tokenizer, or the model directory's).
+  std::string tokenizer() const override { return "tokenizer.json"; }
   std::vector<std::string> presets() const override { return presets_; }
   std::unique_ptr<ModelConfig> preset(const std::string& name) const override {
     return std::make_unique<LlamaSpec>(LlamaConfig::preset(name));

@@ -66,7 +66,8 @@ RunTokenizer load_run_tokenizer(const std::string& json_path, const models::Mode
   if (family.tokenizer() != "bytes")
     throw UsageError("model " + model_name + " has no tokenizer",
                      family.display_name() + " models read text through a tokenizer.json",
-                     "pass --tokenizer PATH (a tokenizer.json, or a directory holding one)");
+                     "pass --tokenizer PATH (a tokenizer.json, or a directory holding one), or --data synthetic "
+                     "for random tokens (plan, speed runs)");
   RunTokenizer t;
   t.tokenizer = text::byte_tokenizer();
   return t;
