@@ -26,8 +26,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
            "make the contracted dimensions equal");
   Shape batch = broadcast_shapes("matmul", batch_of(a_in), batch_of(b_in));
   const int64_t nb = numel(batch);
-  // Operands are made contiguous; a broadcast operand (whole batch from one matrix) keeps stride 0.
-  Tensor a = contiguous(a_in), b = contiguous(b_in);
+  // Operands are made contiguous unless they come in padded rows (a padded linear's gradient),
+  // which the GEMM reads in place; a broadcast operand (whole batch from one matrix) keeps stride 0.
+  Tensor a = padded_rows(a_in) ? a_in : contiguous(a_in);
+  Tensor b = padded_rows(b_in) ? b_in : contiguous(b_in);
+  const int64_t lda = padded_rows(a), ldb = padded_rows(b);
   const bool a_bcast = numel(batch_of(a)) == 1 && nb > 1;
   const bool b_bcast = numel(batch_of(b)) == 1 && nb > 1;
   LT_CHECK((a_bcast || batch_of(a) == batch || numel(batch_of(a)) == nb) &&
@@ -48,8 +51,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     d.k = ka;
     d.trans_a = trans_a;
     d.trans_b = trans_b;
-    d.stride_a = a_bcast ? 0 : m * ka;
-    d.stride_b = b_bcast ? 0 : ka * n;
+    d.lda = lda;
+    d.ldb = ldb;
+    d.stride_a = a_bcast ? 0 : a.size(-2) * lda;
+    d.stride_b = b_bcast ? 0 : b.size(-2) * ldb;
     d.stride_c = m * n;
     backend_for(dev).gemm(out, a, b, d, Tensor());
     keep_outputs("matmul", {out});
@@ -87,19 +92,25 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
     LT_CHECK(bias.dim() == 1 && bias.size(0) == outf, "linear: bias shape " + shape_str(bias.shape()),
              "expected [" + std::to_string(outf) + "]", "match out_features");
   }
-  Tensor xc = contiguous(x);
+  Tensor xc = padded_rows(x) ? x : contiguous(x);  // padded rows are read in place
   Tensor wc = contiguous(w);
   const int64_t rows = xc.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = outf;
-  bool fresh = true;  // false: selective checkpointing's recomputation hands the forward's result back
-  Tensor out = kept_or_empty("linear", out_shape, x.dtype(), dev, fresh);
+  // A wide output of an odd width gets padded rows (padded_row_stride, op_common.h).
+  const int64_t ldc = padded_row_stride(outf, x.dtype());
+  // Selective checkpointing's recomputation hands the forward's result back (kept_outputs.h).
+  std::vector<Tensor> kept = take_kept_outputs("linear", {out_shape}, {x.dtype()});
+  const bool fresh = kept.empty();
+  Tensor out = fresh ? empty_rows(out_shape, ldc, x.dtype(), dev) : kept[0];
   if (fresh) {
     GemmDesc d;
     d.m = rows;
     d.n = outf;
     d.k = in;
     d.trans_b = !weight_in_out;
+    d.lda = padded_rows(xc);
+    d.ldc = ldc;
     backend_for(dev).gemm(out, xc, wc, d, bias);
     keep_outputs("linear", {out});
   }

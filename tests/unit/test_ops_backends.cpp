@@ -97,6 +97,11 @@ const std::vector<OpCase>& op_cases() {
       {"matmul_bcast_b", {F({2, 3, 4, 5}), F({5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"linear", {F({2, 3, 8}), F({5, 8}), F({5})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
       {"linear_nobias", {F({6, 8}), F({5, 8})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):
+      // the GEMMs write and read them through ldc/lda/ldb, and the bias epilogue writes them too
+      {"linear_wide_odd", {F({2, 3, 16}), F({1001, 16})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      {"linear_wide_odd_bias_chain", {F({5, 16}), F({1001, 16}), F({1001}), F({7, 1001})},
+       [](const V& x) { return linear(linear(x[0], x[1], x[2]), x[3], Tensor()); }},
       // reductions
       {"sum_keepdim", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {0, 2}, true); }},
       {"sum_last", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {-1}); }},
@@ -231,6 +236,16 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::Sum); }},
       {"cross_entropy_none", {F({2, 5, 13}), Tgt({2, 5}, 13)},
        [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::None); }},
+      // a tied LM head: padded logits read in place, padded dlogits into both backward GEMMs
+      // (lda of dX = dlogits @ W, the transposed a of dW = dlogits^T @ x); Conv1D layout: ldb
+      {"cross_entropy_wide_head", {F({6, 32}), F({1001, 32}), Tgt({6}, 1001)},
+       [](const V& x) { return cross_entropy(linear(x[0], x[1], Tensor()), x[2]); }},
+      {"cross_entropy_wide_head_in_out", {F({5, 16}), F({16, 1001}), Tgt({5}, 1001)},
+       [](const V& x) { return cross_entropy(linear(x[0], x[1], Tensor(), true), x[2], -100, Reduction::Sum); }},
+      // the model's reshapes ([B, T, V] -> [B*T, V] stays a padded view); GPT-2's own 50257 is in
+      // test_padded_rows.cpp (the f32 CPU result's sequential sum of 50257 exps is off by ~1e-5)
+      {"cross_entropy_head_reshaped", {F({2, 3, 16}), F({1001, 16}), Tgt({2, 3}, 1001)},
+       [](const V& x) { return cross_entropy(reshape(linear(x[0], x[1], Tensor()), {-1, 1001}), reshape(x[2], {-1})); }},
       {"dropout", {F({8, 9})},
        [](const V& x) {
          Generator gen(1234);
