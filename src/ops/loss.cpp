@@ -74,7 +74,13 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
       dloss = Tensor::empty({N}, gc.dtype(), gc.device());
       b.copy(dloss, expand_view(gs, {N}));
     }
-    Tensor dlogits = empty_rows(ls, dld, slogits.dtype(), g.device());
+    // In place when nothing else can read the logits again: this backward frees the graph, and
+    // the saved view is the only one of its buffer (loss = model.loss(...): the caller holds no
+    // logits). The kernels read and write each element in one thread, so dlogits may overwrite
+    // them; this saves a logits-sized buffer at the peak of backward.
+    const bool in_place = !backward_retains_graph() && slogits.storage().use_count() == 1 &&
+                          padded_rows(slogits) == dld && slogits.size(0) > 0;
+    Tensor dlogits = in_place ? rows_reshape_view(slogits, ls, dld) : empty_rows(ls, dld, slogits.dtype(), g.device());
     b.cross_entropy_bwd(make_view(dlogits, {N, V}, {dld, 1}, dlogits.offset()),
                         make_view(dloss, {N}, {1}, dloss.offset()), slogits, slse, stargets, ignore_index);
     return std::vector<Tensor>{dlogits};
