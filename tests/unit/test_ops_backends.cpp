@@ -109,6 +109,13 @@ const std::vector<OpCase>& op_cases() {
       {"sum_all", {Pos({6, 7})}, [](const V& x) { return sum_all(x[0]); }},
       {"mean_all", {Pos({6, 7})}, [](const V& x) { return mean_all(x[0]); }},
       {"sum_to", {F({2, 3, 4})}, [](const V& x) { return sum_to(x[0], {3, 1}); }},
+      // column sums (bias gradients) on the GPU's column kernel: 16-byte packs (24 columns),
+      // scalar columns (37, GPT-2's 50257), more rows than row lanes, fewer rows than lanes
+      {"sum_cols_tall", {F({4100, 24})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_odd", {F({300, 37})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_short_wide", {F({3, 1000})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_vocab", {F({20, 50257})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"linear_bias_tall", {F({2, 257, 16}), F({40, 16}), F({40})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
       {"argmax", {Fc({5, 9})}, [](const V& x) { return argmax(x[0]); }},
       // shape and layout
       {"reshape", {F({2, 3, 4})}, [](const V& x) { return reshape(x[0], {4, -1}); }},

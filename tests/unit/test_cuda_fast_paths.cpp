@@ -1,0 +1,70 @@
+// The GPU's fast paths at the sizes of a GPT-2 124M step (B16 x T1024: 16384 rows), against the
+// CPU backend on the same inputs, and run twice for bitwise determinism: the bias-gradient column
+// sums, the 16-byte elementwise kernels (GELU forward and backward, residual adds) and the
+// f32 <-> 16-bit casts of mixed precision. Small and odd sizes are in test_ops_backends.cpp.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "leantrain/autograd.h"
+#include "leantrain/ops.h"
+
+using namespace lt;
+
+namespace {
+
+// ||a - ref|| / ||ref||; NaN anywhere fails.
+double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
+  if (a.size() != ref.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
+    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-12);
+}
+
+double tolerance(DType dt) { return dt == DType::F32 ? 1e-5 : 1e-2; }
+
+Tensor random(const Shape& s, DType dt, uint64_t seed) {
+  Generator gen(seed);
+  return randn(s, gen, 1.0f, dt);
+}
+
+// fn on the CPU and (twice) on the GPU with the same inputs: the GPU within the dtype's tolerance
+// of the CPU, and its two runs bitwise equal.
+void expect_matches_cpu(const std::vector<Tensor>& cpu_inputs, const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                        DType dt) {
+  std::vector<Tensor> gpu_inputs;
+  for (const Tensor& t : cpu_inputs) gpu_inputs.push_back(t.to(Device::cuda()));
+  const std::vector<float> ref = fn(cpu_inputs).to_float_vector();
+  const std::vector<float> got = fn(gpu_inputs).to_float_vector();
+  const std::vector<float> again = fn(gpu_inputs).to_float_vector();
+  EXPECT_LE(rel_error(got, ref), tolerance(dt));
+  EXPECT_TRUE(got == again) << "two GPU runs differ";
+}
+
+class CudaFastPaths : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  }
+};
+
+}  // namespace
+
+// Bias gradients of GPT-2's four linears (N = 768, 2304, 3072) and an odd width.
+TEST_F(CudaFastPaths, ColumnSumsAtGpt2Shapes) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (int64_t cols : {768, 2304, 3072, 50257}) {
+      const int64_t rows = cols == 50257 ? 64 : 16384;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+      expect_matches_cpu({random({rows, cols}, dt, 1)}, [](const std::vector<Tensor>& x) { return sum(x[0], {0}); },
+                         dt);
+    }
+  }
+}
