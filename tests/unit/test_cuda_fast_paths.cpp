@@ -68,3 +68,22 @@ TEST_F(CudaFastPaths, ColumnSumsAtGpt2Shapes) {
     }
   }
 }
+
+// GELU (tanh, GPT-2's) forward and backward over a [4096, 3072] MLP activation, and the residual
+// add of [16384, 768], on the packed kernels.
+TEST_F(CudaFastPaths, GeluAndResidualAddAtGpt2Shapes) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_matches_cpu({random({4096, 3072}, dt, 2), random({4096, 3072}, dt, 3)},
+                       [](const std::vector<Tensor>& x) {
+                         Tensor h = x[0].detach();
+                         h.set_requires_grad(true);
+                         Tensor y = gelu(h, GeluApprox::Tanh);
+                         y.backward(x[1]);
+                         return concat({reshape(y, {-1}), reshape(h.grad(), {-1})}, 0);
+                       },
+                       dt);
+    expect_matches_cpu({random({16384, 768}, dt, 4), random({16384, 768}, dt, 5)},
+                       [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }, dt);
+  }
+}

@@ -87,6 +87,16 @@ const std::vector<OpCase>& op_cases() {
       {"silu", {F({33})}, [](const V& x) { return silu(x[0]); }},
       {"pow", {Pos({33})}, [](const V& x) { return pow_scalar(x[0], 1.7); }},
       {"exp_strided", {F({4, 6})}, [](const V& x) { return exp(transpose(x[0], 0, 1)); }},
+      // the GPU's 16-byte kernels: whole packs plus a tail (3003 = 375 x 8 + 3), a row bias of whole
+      // packs, a row of 7 (scalar), and views starting off a 16-byte boundary (scalar)
+      {"gelu_tanh_packed", {F({3, 1001, 1})}, [](const V& x) { return gelu(x[0], GeluApprox::Tanh); }},
+      {"silu_packed", {F({1005})}, [](const V& x) { return silu(x[0]); }},
+      {"add_dense_tail", {F({5, 13}), F({5, 13})}, [](const V& x) { return add(x[0], x[1]); }},
+      {"mul_dense_tail", {F({67}), F({67})}, [](const V& x) { return mul(x[0], x[1]); }},
+      {"add_row_packed", {F({6, 16}), F({16})}, [](const V& x) { return add(x[0], x[1]); }},
+      {"sub_row_odd", {F({4, 7}), F({7})}, [](const V& x) { return sub(x[0], x[1]); }},
+      {"exp_offset", {F({4, 3})}, [](const V& x) { return exp(slice(x[0], 0, 1, 4)); }},
+      {"add_offset", {F({4, 3}), F({3, 3})}, [](const V& x) { return add(slice(x[0], 0, 1, 4), x[1]); }},
       // matrix products
       {"matmul", {F({5, 7}), F({7, 3})}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"matmul_batched", {F({2, 3, 4, 5}), F({2, 3, 5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
