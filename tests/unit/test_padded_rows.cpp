@@ -130,7 +130,7 @@ struct HeadRun {
 // GPT-2's tied head on `dev`: loss = CE(reshape(x @ wte^T, [B*T, V]), targets), then backward.
 HeadRun gpt2_head(Device dev, DType dt) {
   const int64_t B = 2, T = 32, C = 64, V = 50257;
-  Tensor x = random({B, T, C}, dt, 11, false).to(dev);
+  Tensor x = scale(random({B, T, C}, dt, 11, false), 0.125).to(dev);  // logits ~N(0, 1)
   Tensor w = random({V, C}, dt, 12, false).to(dev);
   x.set_requires_grad(true);
   w.set_requires_grad(true);
