@@ -87,3 +87,20 @@ TEST_F(CudaFastPaths, GeluAndResidualAddAtGpt2Shapes) {
                        [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }, dt);
   }
 }
+
+// Mixed precision's casts: a GPT-2 table (wte, 50257 x 768) and an odd-sized tensor to 16 bits
+// and back. A cast rounds once, so the GPU's bits must be the CPU's.
+TEST_F(CudaFastPaths, CastsAreBitwiseTheCpus) {
+  for (int64_t n : {int64_t(50257) * 768, int64_t(1001)}) {
+    Tensor w = random({n}, DType::F32, 6);
+    Tensor wg = w.to(Device::cuda());
+    for (DType dt : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " n " + std::to_string(n));
+      Tensor down = cast(w, dt), down_gpu = cast(wg, dt);
+      EXPECT_TRUE(down_gpu.to(Device::cpu()).to_float_vector() == down.to_float_vector());
+      EXPECT_TRUE(cast(down_gpu, DType::F32).to_float_vector() == cast(down, DType::F32).to_float_vector());
+      const DType other = dt == DType::BF16 ? DType::F16 : DType::BF16;
+      EXPECT_TRUE(cast(down_gpu, other).to_float_vector() == cast(down, other).to_float_vector());
+    }
+  }
+}

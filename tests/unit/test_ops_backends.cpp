@@ -136,6 +136,10 @@ const std::vector<OpCase>& op_cases() {
       {"concat", {F({2, 1, 3}), F({2, 4, 3})}, [](const V& x) { return concat({x[0], x[1]}, 1); }},
       {"expand", {F({3, 1})}, [](const V& x) { return expand(x[0], {2, 3, 4}); }},
       {"cast", {F({9})}, [](const V& x) { return cast(scale(cast(x[0], DType::F32), 2.0), x[0].dtype()); }},
+      // the GPU's packed casts: 8-element packs and a tail (201 = 25 x 8 + 1), 16-bit to 16-bit
+      {"cast_packed", {F({3, 67})}, [](const V& x) { return cast(scale(cast(x[0], DType::F32), 2.0), x[0].dtype()); }},
+      {"cast_f16_bf16", {F({3, 67})},
+       [](const V& x) { return cast(cast(x[0], x[0].dtype() == DType::F16 ? DType::BF16 : DType::F16), x[0].dtype()); }},
       {"patchify", {F({2, 3, 8, 8})}, [](const V& x) { return patchify(x[0], 4); }},
       // norms and softmax
       {"layer_norm", {F({4, 6, 32}), F({32}), F({32})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
