@@ -104,3 +104,20 @@ TEST_F(CudaFastPaths, CastsAreBitwiseTheCpus) {
     }
   }
 }
+
+// LayerNorm's weight and bias gradients over GPT-2's 16384 rows of 768 (the packed column sums).
+TEST_F(CudaFastPaths, LayerNormParameterGradientsAtGpt2Shapes) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_matches_cpu({random({16384, 768}, dt, 7), random({768}, dt, 8), random({768}, dt, 9),
+                        random({16384, 768}, dt, 10)},
+                       [](const std::vector<Tensor>& x) {
+                         Tensor w = x[1].detach(), b = x[2].detach();
+                         w.set_requires_grad(true);
+                         b.set_requires_grad(true);
+                         layer_norm(x[0], w, b).backward(x[3]);
+                         return concat({w.grad(), b.grad()}, 0);
+                       },
+                       dt);
+  }
+}

@@ -146,6 +146,9 @@ const std::vector<OpCase>& op_cases() {
       {"layer_norm_nobias", {F({5, 16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], Tensor()); }},
       {"layer_norm_const_w", {F({5, 16}), Fc({16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"rms_norm", {F({4, 6, 32}), F({32})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
+      // dw, db over more rows than the GPU's packed column kernel has lanes (two rows in flight, a tail)
+      {"layer_norm_tall", {F({601, 48}), F({48}), F({48})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm_tall", {F({300, 24}), F({24})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
       // fused residual add + norm: both outputs (concat gives each its own upstream gradient),
       // then each alone (y only: no incoming gradient for the sum; sum only: the norm gets none)
       {"add_layer_norm", {F({4, 6, 32}), F({4, 6, 32}), F({32}), F({32})},
