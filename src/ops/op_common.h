@@ -29,6 +29,10 @@ inline DType aux_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F
 // A contiguous view of x as [numel / last, last] (row-wise kernels take 2-D operands).
 Tensor rows_view(const Tensor& x);
 
+// Records out = op(xc) (xc contiguous) for autograd: its backward is dy * op'(x), saving xc
+// (unless op is linear). The unary ops' front-ends and linear_gelu's GELU node share it.
+void record_unary(UnaryOp op, const char* name, Tensor& out, const Tensor& xc, float alpha);
+
 // Padded rows. A tensor "in rows of ld" has stride 1 along its last dim and every leading dim
 // packed over rows that start ld elements apart (strides [..., r*ld, ld, 1], ld >= the last
 // size n): a contiguous tensor (ld = n), or a [..., n] view of a [..., ld] allocation.

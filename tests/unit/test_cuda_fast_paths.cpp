@@ -1,8 +1,8 @@
 // The GPU's fast paths at the sizes of a GPT-2 124M step (B16 x T1024: 16384 rows), against the
 // CPU backend on the same inputs, and run twice for bitwise determinism: the bias-gradient column
-// sums, the 16-byte elementwise kernels (GELU forward and backward, residual adds) and the
-// f32 <-> 16-bit casts of mixed precision. Small and odd sizes are in test_ops_backends.cpp.
-// Skipped without a GPU.
+// sums, the 16-byte elementwise kernels (GELU forward and backward, residual adds), the
+// f32 <-> 16-bit casts of mixed precision, LayerNorm's dw/db and the GELU GEMM epilogue. Small
+// and odd sizes are in test_ops_backends.cpp. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -117,6 +117,24 @@ TEST_F(CudaFastPaths, LayerNormParameterGradientsAtGpt2Shapes) {
                          b.set_requires_grad(true);
                          layer_norm(x[0], w, b).backward(x[3]);
                          return concat({w.grad(), b.grad()}, 0);
+                       },
+                       dt);
+  }
+}
+
+// GPT-2's c_fc + GELU as one GEMM with cuBLASLt's GELU_AUX epilogue ([4096, 768] @ [768, 3072]
+// Conv1D layout, bias), forward and the gradients through the saved pre-activation.
+TEST_F(CudaFastPaths, LinearGeluEpilogueAtGpt2Shapes) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_matches_cpu({random({4096, 768}, dt, 11), scale(random({768, 3072}, dt, 12), 0.036),
+                        random({3072}, dt, 13), random({4096, 3072}, dt, 14)},
+                       [](const std::vector<Tensor>& in) {
+                         Tensor x = in[0].detach(), w = in[1].detach(), b = in[2].detach();
+                         for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+                         Tensor y = linear_gelu(x, w, b, true);
+                         y.backward(in[3]);
+                         return concat({reshape(y, {-1}), reshape(x.grad(), {-1}), reshape(w.grad(), {-1}), b.grad()}, 0);
                        },
                        dt);
   }

@@ -107,6 +107,13 @@ const std::vector<OpCase>& op_cases() {
       {"matmul_bcast_b", {F({2, 3, 4, 5}), F({5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"linear", {F({2, 3, 8}), F({5, 8}), F({5})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
       {"linear_nobias", {F({6, 8}), F({5, 8})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      // fc1 + tanh GELU in one op (the GPU's GEMM epilogue): both weight layouts, and a width
+      // that is not a multiple of 8 (runs as linear then gelu)
+      {"linear_gelu", {F({2, 3, 16}), F({24, 16}), F({24})}, [](const V& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      {"linear_gelu_in_out", {F({5, 16}), F({16, 32}), F({32})},
+       [](const V& x) { return linear_gelu(x[0], x[1], x[2], true); }},
+      {"linear_gelu_nobias", {F({7, 8}), F({16, 8})}, [](const V& x) { return linear_gelu(x[0], x[1], Tensor()); }},
+      {"linear_gelu_odd", {F({4, 8}), F({13, 8}), F({13})}, [](const V& x) { return linear_gelu(x[0], x[1], x[2]); }},
       // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):
       // the GEMMs write and read them through ldc/lda/ldb, and the bias epilogue writes them too
       {"linear_wide_odd", {F({2, 3, 16}), F({1001, 16})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},

@@ -85,4 +85,10 @@ void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const G
   });
 }
 
+void CpuBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a, const Tensor& b, const GemmDesc& d,
+                           const Tensor& bias) {
+  gemm(pre, a, b, d, bias);
+  unary(UnaryOp::GeluTanh, c, pre, 0.f);
+}
+
 }  // namespace lt

@@ -241,6 +241,13 @@ void CudaBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const 
   run_gemm(device_index_, c, a, b, d, bias, false, Tensor());
 }
 
+void CudaBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a, const Tensor& b, const GemmDesc& d,
+                            const Tensor& bias) {
+  LT_CHECK(pre.defined() && d.batch == 1, "gemm_gelu: needs the pre-activation output and one matrix",
+           pre.defined() ? "batch " + std::to_string(d.batch) : "pre is undefined", "call gemm, then the GELU");
+  run_gemm(device_index_, c, a, b, d, bias, true, pre);
+}
+
 namespace cuda {
 
 void gemm_gelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias,
