@@ -155,6 +155,10 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
 // Runs backward from `root` (a scalar unless `grad` is given, which must have root's shape and
 // dtype). Nodes run in decreasing sequence_nr among those whose gradient is complete.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+// True while a backward that keeps its graph (retain_graph) runs on this thread: the nodes'
+// saved tensors will be read again, so a backward function must leave them intact. False
+// outside backward and in a backward that frees each node's saved tensors after running it.
+bool backward_retains_graph();
 
 // Sets .grad to none (frees it) or to zeros.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);

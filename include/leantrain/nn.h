@@ -289,6 +289,9 @@ class Linear : public UnaryModule {
   Linear(Tensor weight, Tensor bias, WeightLayout layout = WeightLayout::OutIn);
   const char* type_name() const override { return layout_ == WeightLayout::InOut ? "Conv1D" : "Linear"; }
   Tensor forward(const Tensor& x) override;  // [..., in] -> [..., out]
+  // gelu(forward(x), Tanh) as one op (linear_gelu: the GELU in the GEMM's epilogue on the GPU).
+  // Bypasses the forward wrapper: callers use it only when this module has none.
+  Tensor forward_gelu_tanh(const Tensor& x);
   const Tensor& weight() const { return *weight_; }
   Tensor bias() const { return bias_ ? *bias_ : Tensor(); }
   int64_t in_features() const { return in_; }
@@ -376,6 +379,7 @@ class Gelu : public UnaryModule {
   explicit Gelu(GeluApprox approx) : approx_(approx) {}
   const char* type_name() const override { return "GELU"; }
   Tensor forward(const Tensor& x) override { return gelu(x, approx_); }
+  GeluApprox approx() const { return approx_; }
 
  private:
   GeluApprox approx_;

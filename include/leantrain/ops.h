@@ -85,6 +85,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // x [..., in] @ w[out, in]^T + bias[out] (bias may be undefined): PyTorch/HF Linear layout.
 // weight_in_out: w is [in, out] (Hugging Face Conv1D, GPT-2). The bias rides in the GEMM epilogue.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out = false);
+// gelu(linear(x, w, bias), Tanh) with the GELU in the GEMM's epilogue on the GPU (one pass, no
+// separate activation kernel) when out_features is a multiple of 8; the same autograd graph,
+// saved tensors and allocations as the two ops (GPT-2's MLP c_fc).
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out = false);
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim

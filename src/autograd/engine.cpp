@@ -140,6 +140,23 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
   out.impl()->requires_grad = true;
 }
 
+namespace {
+thread_local bool t_retains_graph = false;
+
+class RetainScope {
+ public:
+  explicit RetainScope(bool on) : prev_(t_retains_graph) { t_retains_graph = on; }
+  ~RetainScope() { t_retains_graph = prev_; }
+  RetainScope(const RetainScope&) = delete;
+  RetainScope& operator=(const RetainScope&) = delete;
+
+ private:
+  bool prev_;
+};
+}  // namespace
+
+bool backward_retains_graph() { return t_retains_graph; }
+
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   LT_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad",
            "no input of the computation requires grad, or it ran under no-grad/inference mode",
@@ -157,6 +174,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   std::shared_ptr<Node> start = edge_for(root);
   NoGradGuard no_grad;  // backward itself is not differentiated
   MemoryCategoryScope scope(Category::Activation);
+  RetainScope retains(retain_graph);  // nested (a checkpoint's recomputation) restores the outer one
 
   // Dependency counts: how many edges point at each node.
   std::unordered_map<Node*, int> deps;

@@ -31,12 +31,20 @@ inline constexpr int64_t kRopeMaxHalf = 256;
 
 // Row-major GEMM, batched: C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] (+ bias[n]).
 // op(A) is M×K (A stored M×K, or K×M when trans_a); op(B) is K×N (stored K×N, or N×K when trans_b).
-// Batch strides are in elements; 0 broadcasts one matrix over the batch.
+// Batch strides are in elements; 0 broadcasts one matrix over the batch. lda, ldb, ldc are the
+// row strides of the stored matrices (0: packed, the stored row length): a padded row (a
+// multiple of 16 bytes) keeps every row of an odd width aligned for the tensor cores. The
+// tensors passed are views whose rows lie that far apart (stride 1 along a row).
 struct GemmDesc {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
+
+  int64_t ld_a() const { return lda ? lda : (trans_a ? m : k); }
+  int64_t ld_b() const { return ldb ? ldb : (trans_b ? k : n); }
+  int64_t ld_c() const { return ldc ? ldc : n; }
 };
 
 // Stochastic rounding of 16-bit parameter stores (Optimizer::set_stochastic_rounding). Empty:

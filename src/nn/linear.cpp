@@ -32,4 +32,8 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
 }
 
+Tensor Linear::forward_gelu_tanh(const Tensor& x) {
+  return linear_gelu(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
+}
+
 }  // namespace lt::nn

@@ -11,6 +11,15 @@ Mlp::Mlp(ParamFactory& pf, const MlpOptions& o) {
   drop_ = register_child<UnaryModule>(o.dropout_name, std::make_shared<Dropout>(o.dropout, pf.next_seed()));
 }
 
-Tensor Mlp::forward(const Tensor& x) { return (*drop_)((*fc2_)((*act_)((*fc1_)(x)))); }
+// fc1 and a tanh GELU run as one op (linear_gelu: on the GPU the GELU rides in the GEMM's
+// epilogue, with the same saved tensors and graph) unless either module has a forward wrapper
+// (checkpointing, offload, the profiler's call recording), which must see its own call.
+Tensor Mlp::forward(const Tensor& x) {
+  auto* fc1 = dynamic_cast<Linear*>(fc1_.get());
+  auto* act = dynamic_cast<Gelu*>(act_.get());
+  if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
+    return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
+  return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
+}
 
 }  // namespace lt::nn

@@ -51,7 +51,14 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, float alpha) {
   Tensor xc = contiguous(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_of(x).unary(op, out, xc, alpha);
-  if (!needs_grad({xc})) return out;
+  record_unary(op, name, out, xc, alpha);
+  return out;
+}
+
+}  // namespace
+
+void detail::record_unary(UnaryOp op, const char* name, Tensor& out, const Tensor& xc, float alpha) {
+  if (!needs_grad({xc})) return;
   const bool linear = op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Neg;
   SavedTensor saved_x(linear ? Tensor() : xc);
   record(out, name, {xc}, [=](const Tensor& g) {
@@ -61,10 +68,7 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, float alpha) {
     backend_of(gc).unary_backward(op, dx, gc, sx, alpha);
     return std::vector<Tensor>{dx};
   });
-  return out;
 }
-
-}  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Add, "add", a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::Sub, "sub", a, b); }

@@ -1,5 +1,7 @@
 // Cross-entropy from logits. The kernel writes one f32 loss and one lse per row, so no
 // probability tensor is ever allocated; the backward rebuilds softmax from logits and lse.
+// Logits in padded rows (GPT-2's head: 50257 columns in rows of 50264) are read in place, and
+// dlogits are written in the same padded rows.
 // The mean divides by the number of non-ignored rows, counted on the host from the targets
 // (they are read anyway to check their range; meta has no values and uses N).
 #include "ops/op_common.h"
@@ -33,8 +35,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
       ++count;
     }
   }
-  Tensor logits = contiguous(logits_in);
-  Tensor logits2 = rows_view(logits), targets1 = make_view(targets, {N}, {1}, targets.offset());
+  // Padded rows (a wide linear's logits) are read in place; any other strided view is copied.
+  Tensor logits = padded_rows(logits_in) ? logits_in : contiguous(logits_in);
+  const int64_t ld = padded_rows(logits);
+  Tensor logits2 = make_view(logits, {N, V}, {ld, 1}, logits.offset());
+  Tensor targets1 = make_view(targets, {N}, {1}, targets.offset());
   const DType aux = aux_dtype(logits.dtype());
   Tensor rows = Tensor::empty({N}, aux, dev);
   Tensor lse = Tensor::empty({N}, aux, dev);
@@ -53,6 +58,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   }
   if (!needs_grad({logits})) return out;
   const Shape ls = logits.shape();
+  // dlogits come in the padded rows a linear gives this width, so the head's backward GEMMs
+  // read them aligned and in place.
+  const int64_t dld = padded_row_stride(V, logits.dtype());
   // The backward reads the logits, the lse and the targets (as the kernels' flat views).
   SavedTensor saved_logits(logits2), saved_lse(lse), saved_targets(targets1);
   record(out, "cross_entropy", {logits}, [=](const Tensor& g) {
@@ -66,9 +74,15 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
       dloss = Tensor::empty({N}, gc.dtype(), gc.device());
       b.copy(dloss, expand_view(gs, {N}));
     }
-    Tensor dlogits = Tensor::empty(ls, slogits.dtype(), g.device());
-    b.cross_entropy_bwd(rows_view(dlogits), make_view(dloss, {N}, {1}, dloss.offset()), slogits, slse, stargets,
-                        ignore_index);
+    // In place when nothing else can read the logits again: this backward frees the graph, and
+    // the saved view is the only one of its buffer (loss = model.loss(...): the caller holds no
+    // logits). The kernels read and write each element in one thread, so dlogits may overwrite
+    // them; this saves a logits-sized buffer at the peak of backward.
+    const bool in_place = !backward_retains_graph() && slogits.storage().use_count() == 1 &&
+                          padded_rows(slogits) == dld && slogits.size(0) > 0;
+    Tensor dlogits = in_place ? rows_reshape_view(slogits, ls, dld) : empty_rows(ls, dld, slogits.dtype(), g.device());
+    b.cross_entropy_bwd(make_view(dlogits, {N, V}, {dld, 1}, dlogits.offset()),
+                        make_view(dloss, {N}, {1}, dloss.offset()), slogits, slse, stargets, ignore_index);
     return std::vector<Tensor>{dlogits};
   });
   return out;

@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <string>
+
 #include "autograd/kept_outputs.h"
 #include "ops/op_common.h"
 
@@ -26,8 +29,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
            "make the contracted dimensions equal");
   Shape batch = broadcast_shapes("matmul", batch_of(a_in), batch_of(b_in));
   const int64_t nb = numel(batch);
-  // Operands are made contiguous; a broadcast operand (whole batch from one matrix) keeps stride 0.
-  Tensor a = contiguous(a_in), b = contiguous(b_in);
+  // Operands are made contiguous unless they come in padded rows (a padded linear's gradient),
+  // which the GEMM reads in place; a broadcast operand (whole batch from one matrix) keeps stride 0.
+  Tensor a = padded_rows(a_in) ? a_in : contiguous(a_in);
+  Tensor b = padded_rows(b_in) ? b_in : contiguous(b_in);
+  const int64_t lda = padded_rows(a), ldb = padded_rows(b);
   const bool a_bcast = numel(batch_of(a)) == 1 && nb > 1;
   const bool b_bcast = numel(batch_of(b)) == 1 && nb > 1;
   LT_CHECK((a_bcast || batch_of(a) == batch || numel(batch_of(a)) == nb) &&
@@ -48,8 +54,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     d.k = ka;
     d.trans_a = trans_a;
     d.trans_b = trans_b;
-    d.stride_a = a_bcast ? 0 : m * ka;
-    d.stride_b = b_bcast ? 0 : ka * n;
+    d.lda = lda;
+    d.ldb = ldb;
+    d.stride_a = a_bcast ? 0 : a.size(-2) * lda;
+    d.stride_b = b_bcast ? 0 : b.size(-2) * ldb;
     d.stride_c = m * n;
     backend_for(dev).gemm(out, a, b, d, Tensor());
     keep_outputs("matmul", {out});
@@ -72,44 +80,71 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
-  OpNameScope op_name("linear");
-  Device dev = common_device("linear", {x, w, bias});
+namespace {
+
+// LEANTRAIN_GEMM_GELU=0 in the environment sends linear_gelu back to linear then gelu (to time
+// the fused epilogue against the two kernels); read once, the same for every device.
+bool gemm_gelu_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LEANTRAIN_GEMM_GELU");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+// A linear's operands, checked, in the layouts its GEMM reads.
+struct LinearArgs {
+  Device dev;
+  Tensor xc, wc;
+  int64_t in = 0, outf = 0, rows = 0;
+  Shape out_shape;
+  GemmDesc desc(int64_t ldc) const;
+};
+
+LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  LinearArgs a;
+  a.dev = common_device("linear", {x, w, bias});
   check_same_dtype("linear", x, w);
   check_rank("linear", w, 2, "weight");
-  const int64_t in = weight_in_out ? w.size(0) : w.size(1), outf = weight_in_out ? w.size(1) : w.size(0);
-  LT_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input features differ from the weight's",
+  a.in = weight_in_out ? w.size(0) : w.size(1);
+  a.outf = weight_in_out ? w.size(1) : w.size(0);
+  LT_CHECK(x.dim() >= 1 && x.size(-1) == a.in, "linear: input features differ from the weight's",
            "input " + shape_str(x.shape()) + ", weight " + shape_str(w.shape()) +
                (weight_in_out ? " ([in, out])" : " ([out, in])"),
            "match in_features");
   if (bias.defined()) {
     check_same_dtype("linear", x, bias);
-    LT_CHECK(bias.dim() == 1 && bias.size(0) == outf, "linear: bias shape " + shape_str(bias.shape()),
-             "expected [" + std::to_string(outf) + "]", "match out_features");
+    LT_CHECK(bias.dim() == 1 && bias.size(0) == a.outf, "linear: bias shape " + shape_str(bias.shape()),
+             "expected [" + std::to_string(a.outf) + "]", "match out_features");
   }
-  Tensor xc = contiguous(x);
-  Tensor wc = contiguous(w);
-  const int64_t rows = xc.numel() / in;
-  Shape out_shape = x.shape();
-  out_shape.back() = outf;
-  bool fresh = true;  // false: selective checkpointing's recomputation hands the forward's result back
-  Tensor out = kept_or_empty("linear", out_shape, x.dtype(), dev, fresh);
-  if (fresh) {
-    GemmDesc d;
-    d.m = rows;
-    d.n = outf;
-    d.k = in;
-    d.trans_b = !weight_in_out;
-    backend_for(dev).gemm(out, xc, wc, d, bias);
-    keep_outputs("linear", {out});
-  }
-  if (!needs_grad({xc, wc, bias})) return out;
-  const bool need_x = xc.requires_grad(), need_w = wc.requires_grad();
+  a.xc = padded_rows(x) ? x : contiguous(x);  // padded rows are read in place
+  a.wc = contiguous(w);
+  a.rows = a.xc.numel() / a.in;
+  a.out_shape = x.shape();
+  a.out_shape.back() = a.outf;
+  return a;
+}
+
+// x @ W (+ b) as one GEMM, the output in rows of ldc.
+GemmDesc LinearArgs::desc(int64_t ldc) const {
+  GemmDesc d;
+  d.m = rows;
+  d.n = outf;
+  d.k = in;
+  d.lda = padded_rows(xc);
+  d.ldc = ldc;
+  return d;
+}
+
+// Records out's backward: dX = dY W^T, dW, db = column sums of dY (each only when needed).
+void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs) {
+  if (!needs_grad({a.xc, a.wc, bias})) return;
+  const bool need_x = a.xc.requires_grad(), need_w = a.wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  SavedTensor saved_x(need_w ? xc : Tensor());
-  SavedTensor saved_w(need_x ? wc : Tensor());
-  Shape xs = x.shape();
-  record(out, "linear", {xc, wc, bias}, [=](const Tensor& g) {
+  SavedTensor saved_x(need_w ? a.xc : Tensor());
+  SavedTensor saved_w(need_x ? a.wc : Tensor());
+  const int64_t rows = a.rows, in = a.in, outf = a.outf;
+  record(out, "linear", {a.xc, a.wc, bias}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gx, gw, gb;
@@ -122,6 +157,57 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
     if (need_b) gb = sum_to(g2, {outf});
     return std::vector<Tensor>{gx, gw, gb};
   });
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  OpNameScope op_name("linear");
+  LinearArgs a = prepare_linear(x, w, bias, weight_in_out);
+  // A wide output of an odd width gets padded rows (padded_row_stride, op_common.h).
+  const int64_t ldc = padded_row_stride(a.outf, x.dtype());
+  // Selective checkpointing's recomputation hands the forward's result back (kept_outputs.h).
+  std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {x.dtype()});
+  const bool fresh = kept.empty();
+  Tensor out = fresh ? empty_rows(a.out_shape, ldc, x.dtype(), a.dev) : kept[0];
+  if (fresh) {
+    GemmDesc d = a.desc(ldc);
+    d.trans_b = !weight_in_out;
+    backend_for(a.dev).gemm(out, a.xc, a.wc, d, bias);
+    keep_outputs("linear", {out});
+  }
+  record_linear(out, a, bias, weight_in_out, x.shape());
+  return out;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  const int64_t outf = w.dim() == 2 ? (weight_in_out ? w.size(1) : w.size(0)) : 0;
+  // The epilogue writes rows of a multiple of 8 (16 bytes of 16-bit): other widths run unfused.
+  if (outf % 8 != 0 || !gemm_gelu_enabled()) return gelu(linear(x, w, bias, weight_in_out), GeluApprox::Tanh);
+  LinearArgs a;
+  Tensor pre;
+  bool fresh = true;
+  {
+    OpNameScope op_name("linear");
+    a = prepare_linear(x, w, bias, weight_in_out);
+    // Selective checkpointing's recomputation hands the forward's pre-activation back.
+    std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {x.dtype()});
+    fresh = kept.empty();
+    pre = fresh ? Tensor::empty(a.out_shape, x.dtype(), a.dev) : kept[0];
+  }
+  // The same two allocations, in the same order, as linear then gelu.
+  Tensor out = Tensor::empty(a.out_shape, x.dtype(), a.dev);
+  if (fresh) {
+    GemmDesc d = a.desc(0);
+    d.trans_b = !weight_in_out;
+    backend_for(a.dev).gemm_gelu(out, pre, a.xc, a.wc, d, bias);
+    keep_outputs("linear", {pre});
+  } else {  // the GELU of the kept pre-activation, as gelu() computes it
+    backend_for(a.dev).unary(UnaryOp::GeluTanh, out, pre, 0.f);
+  }
+  // The graph of linear then gelu: two nodes, the same saved tensors, the same backward.
+  record_linear(pre, a, bias, weight_in_out, x.shape());
+  record_unary(UnaryOp::GeluTanh, "gelu_tanh", out, pre, 0.f);
   return out;
 }
 

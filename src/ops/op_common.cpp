@@ -69,6 +69,65 @@ Tensor rows_view(const Tensor& x) {
   return make_view(x, {rows, last}, {last, 1}, x.offset());
 }
 
+namespace {
+
+// ld when x is in rows of ld (see op_common.h), else 0.
+int64_t row_stride(const Tensor& x) {
+  if (x.dim() == 0) return 0;
+  const int64_t last = x.size(-1);
+  if (x.is_contiguous()) return last;
+  const Shape& sh = x.shape();
+  const Shape& st = x.strides();
+  const size_t r = sh.size();
+  if (sh[r - 1] != 1 && st[r - 1] != 1) return 0;
+  // The row stride: that of the innermost leading dim of size > 1 (none: a single row, packed).
+  int64_t ld = 0;
+  for (size_t i = r - 1; i-- > 0;)
+    if (sh[i] != 1) { ld = st[i]; break; }
+  if (ld == 0) return last;
+  if (ld < last) return 0;
+  int64_t expect = ld;
+  for (size_t i = r - 1; i-- > 0;) {
+    if (sh[i] == 1) continue;
+    if (st[i] != expect) return 0;
+    expect *= sh[i];
+  }
+  return ld;
+}
+
+}  // namespace
+
+int64_t padded_rows(const Tensor& x) {
+  const int64_t ld = row_stride(x);
+  if (ld == 0) return 0;
+  const int64_t last = x.size(-1);
+  return ld == last || ld == padded_row_stride(last, x.dtype()) ? ld : 0;
+}
+
+int64_t padded_row_stride(int64_t width, DType dtype) {
+  const int64_t vec = std::max<int64_t>(1, 16 / int64_t(dtype_size(dtype)));
+  const int64_t ld = (width + vec - 1) / vec * vec;
+  return ld != width && (ld - width) * 64 <= width ? ld : width;
+}
+
+Tensor empty_rows(const Shape& shape, int64_t ld, DType dtype, Device device) {
+  if (shape.empty() || ld == shape.back() || numel(shape) == 0) return Tensor::empty(shape, dtype, device);
+  LT_ASSERT(ld > shape.back());
+  Shape full = shape;
+  full.back() = ld;
+  Tensor buf = Tensor::empty(full, dtype, device);
+  return rows_reshape_view(buf, shape, ld);
+}
+
+Tensor rows_reshape_view(const Tensor& x, const Shape& shape, int64_t ld) {
+  LT_ASSERT(!shape.empty() && ld >= shape.back());
+  Shape padded = shape;
+  padded.back() = ld;
+  Shape strides = contiguous_strides(padded);
+  strides.back() = 1;
+  return make_view(x, shape, strides, x.offset());
+}
+
 std::vector<int64_t> read_indices(const Tensor& ids) {
   LT_ASSERT(ids.is_contiguous() && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32));
   if (ids.device().is_meta()) return {};

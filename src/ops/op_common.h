@@ -28,6 +28,32 @@ inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 inline DType aux_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 // A contiguous view of x as [numel / last, last] (row-wise kernels take 2-D operands).
 Tensor rows_view(const Tensor& x);
+
+// Records out = op(xc) (xc contiguous) for autograd: its backward is dy * op'(x), saving xc
+// (unless op is linear). The unary ops' front-ends and linear_gelu's GELU node share it.
+void record_unary(UnaryOp op, const char* name, Tensor& out, const Tensor& xc, float alpha);
+
+// Padded rows. A tensor "in rows of ld" has stride 1 along its last dim and every leading dim
+// packed over rows that start ld elements apart (strides [..., r*ld, ld, 1], ld >= the last
+// size n): a contiguous tensor (ld = n), or a [..., n] view of a [..., ld] allocation.
+//
+// The row stride linear gives an output of `width` features: rounded up to a multiple of 16
+// bytes when the width is not one and the padding adds at most 1/64 to the row (wide, odd
+// outputs: GPT-2's 50257 logits get rows of 50264, so every GEMM operand stays 16-byte aligned
+// and cuBLASLt keeps its fast kernels); else the width itself. It depends on the shape and the
+// dtype only, never on the device, so every backend allocates the same bytes.
+int64_t padded_row_stride(int64_t width, DType dtype);
+// x's row stride when x is contiguous or in the padded rows padded_row_stride gives its width;
+// 0 for any other layout (a slice's rows stay a strided view: reading it in place would keep
+// its whole base alive where a copy would not). The GEMMs (lda/ldb/ldc), cross-entropy and
+// reshape take such tensors without a copy; any other op copies a padded tensor first, as it
+// does every strided view.
+int64_t padded_rows(const Tensor& x);
+// An uninitialised tensor of `shape` in rows of ld: a view at the start of a [..., ld]
+// allocation (ld == the last size: a plain contiguous tensor).
+Tensor empty_rows(const Shape& shape, int64_t ld, DType dtype, Device device);
+// A view of x's storage from x's first element, of `shape`, in rows of ld.
+Tensor rows_reshape_view(const Tensor& x, const Shape& shape, int64_t ld);
 // Host copy of a contiguous i32/i64 index tensor, read without the allocator (so the
 // allocation trace is the same on every backend). Empty on meta: there are no values.
 std::vector<int64_t> read_indices(const Tensor& ids);

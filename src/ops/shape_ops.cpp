@@ -1,5 +1,5 @@
-// Views (reshape of contiguous data, permute, slice, select, expand) share storage; their
-// backward maps the gradient back to the input's shape.
+// Views (reshape of contiguous data or of padded rows, permute, slice, select, expand) share
+// storage; their backward maps the gradient back to the input's shape.
 #include <algorithm>
 #include <numeric>
 
@@ -35,9 +35,16 @@ Tensor reshape(const Tensor& x, const Shape& shape_in) {
            shape_str(x.shape()) + " has " + std::to_string(x.numel()) + ", " + shape_str(shape) + " has " +
                std::to_string(numel(shape)),
            "keep the product of sizes equal");
+  Shape in_shape = x.shape();
+  // Padded rows (a wide linear's output, op_common.h) keep their rows when the last size stays.
+  const int64_t ld = x.is_contiguous() ? 0 : padded_rows(x);
+  if (ld > 0 && !shape.empty() && shape.back() == in_shape.back()) {
+    Tensor out = rows_reshape_view(x, shape, ld);
+    record(out, "reshape", {x}, [in_shape](const Tensor& g) { return std::vector<Tensor>{reshape(g, in_shape)}; });
+    return out;
+  }
   Tensor src = contiguous(x);
   Tensor out = make_view(src, shape, contiguous_strides(shape), src.offset());
-  Shape in_shape = x.shape();
   record(out, "reshape", {src}, [in_shape](const Tensor& g) { return std::vector<Tensor>{reshape(g, in_shape)}; });
   return out;
 }

@@ -87,6 +87,16 @@ const std::vector<OpCase>& op_cases() {
       {"silu", {F({33})}, [](const V& x) { return silu(x[0]); }},
       {"pow", {Pos({33})}, [](const V& x) { return pow_scalar(x[0], 1.7); }},
       {"exp_strided", {F({4, 6})}, [](const V& x) { return exp(transpose(x[0], 0, 1)); }},
+      // the GPU's 16-byte kernels: whole packs plus a tail (3003 = 375 x 8 + 3), a row bias of whole
+      // packs, a row of 7 (scalar), and views starting off a 16-byte boundary (scalar)
+      {"gelu_tanh_packed", {F({3, 1001, 1})}, [](const V& x) { return gelu(x[0], GeluApprox::Tanh); }},
+      {"silu_packed", {F({1005})}, [](const V& x) { return silu(x[0]); }},
+      {"add_dense_tail", {F({5, 13}), F({5, 13})}, [](const V& x) { return add(x[0], x[1]); }},
+      {"mul_dense_tail", {F({67}), F({67})}, [](const V& x) { return mul(x[0], x[1]); }},
+      {"add_row_packed", {F({6, 16}), F({16})}, [](const V& x) { return add(x[0], x[1]); }},
+      {"sub_row_odd", {F({4, 7}), F({7})}, [](const V& x) { return sub(x[0], x[1]); }},
+      {"exp_offset", {F({4, 3})}, [](const V& x) { return exp(slice(x[0], 0, 1, 4)); }},
+      {"add_offset", {F({4, 3}), F({3, 3})}, [](const V& x) { return add(slice(x[0], 0, 1, 4), x[1]); }},
       // matrix products
       {"matmul", {F({5, 7}), F({7, 3})}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"matmul_batched", {F({2, 3, 4, 5}), F({2, 3, 5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
@@ -97,6 +107,18 @@ const std::vector<OpCase>& op_cases() {
       {"matmul_bcast_b", {F({2, 3, 4, 5}), F({5, 6})}, [](const V& x) { return matmul(x[0], x[1]); }},
       {"linear", {F({2, 3, 8}), F({5, 8}), F({5})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
       {"linear_nobias", {F({6, 8}), F({5, 8})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      // fc1 + tanh GELU in one op (the GPU's GEMM epilogue): both weight layouts, and a width
+      // that is not a multiple of 8 (runs as linear then gelu)
+      {"linear_gelu", {F({2, 3, 16}), F({24, 16}), F({24})}, [](const V& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      {"linear_gelu_in_out", {F({5, 16}), F({16, 32}), F({32})},
+       [](const V& x) { return linear_gelu(x[0], x[1], x[2], true); }},
+      {"linear_gelu_nobias", {F({7, 8}), F({16, 8})}, [](const V& x) { return linear_gelu(x[0], x[1], Tensor()); }},
+      {"linear_gelu_odd", {F({4, 8}), F({13, 8}), F({13})}, [](const V& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):
+      // the GEMMs write and read them through ldc/lda/ldb, and the bias epilogue writes them too
+      {"linear_wide_odd", {F({2, 3, 16}), F({1001, 16})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},
+      {"linear_wide_odd_bias_chain", {F({5, 16}), F({1001, 16}), F({1001}), F({7, 1001})},
+       [](const V& x) { return linear(linear(x[0], x[1], x[2]), x[3], Tensor()); }},
       // reductions
       {"sum_keepdim", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {0, 2}, true); }},
       {"sum_last", {F({3, 4, 5})}, [](const V& x) { return sum(x[0], {-1}); }},
@@ -104,6 +126,13 @@ const std::vector<OpCase>& op_cases() {
       {"sum_all", {Pos({6, 7})}, [](const V& x) { return sum_all(x[0]); }},
       {"mean_all", {Pos({6, 7})}, [](const V& x) { return mean_all(x[0]); }},
       {"sum_to", {F({2, 3, 4})}, [](const V& x) { return sum_to(x[0], {3, 1}); }},
+      // column sums (bias gradients) on the GPU's column kernel: 16-byte packs (24 columns),
+      // scalar columns (37, GPT-2's 50257), more rows than row lanes, fewer rows than lanes
+      {"sum_cols_tall", {F({4100, 24})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_odd", {F({300, 37})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_short_wide", {F({3, 1000})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"sum_cols_vocab", {F({20, 50257})}, [](const V& x) { return sum(x[0], {0}); }},
+      {"linear_bias_tall", {F({2, 257, 16}), F({40, 16}), F({40})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
       {"argmax", {Fc({5, 9})}, [](const V& x) { return argmax(x[0]); }},
       // shape and layout
       {"reshape", {F({2, 3, 4})}, [](const V& x) { return reshape(x[0], {4, -1}); }},
@@ -114,12 +143,19 @@ const std::vector<OpCase>& op_cases() {
       {"concat", {F({2, 1, 3}), F({2, 4, 3})}, [](const V& x) { return concat({x[0], x[1]}, 1); }},
       {"expand", {F({3, 1})}, [](const V& x) { return expand(x[0], {2, 3, 4}); }},
       {"cast", {F({9})}, [](const V& x) { return cast(scale(cast(x[0], DType::F32), 2.0), x[0].dtype()); }},
+      // the GPU's packed casts: 8-element packs and a tail (201 = 25 x 8 + 1), 16-bit to 16-bit
+      {"cast_packed", {F({3, 67})}, [](const V& x) { return cast(scale(cast(x[0], DType::F32), 2.0), x[0].dtype()); }},
+      {"cast_f16_bf16", {F({3, 67})},
+       [](const V& x) { return cast(cast(x[0], x[0].dtype() == DType::F16 ? DType::BF16 : DType::F16), x[0].dtype()); }},
       {"patchify", {F({2, 3, 8, 8})}, [](const V& x) { return patchify(x[0], 4); }},
       // norms and softmax
       {"layer_norm", {F({4, 6, 32}), F({32}), F({32})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"layer_norm_nobias", {F({5, 16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], Tensor()); }},
       {"layer_norm_const_w", {F({5, 16}), Fc({16}), F({16})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"rms_norm", {F({4, 6, 32}), F({32})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
+      // dw, db over more rows than the GPU's packed column kernel has lanes (two rows in flight, a tail)
+      {"layer_norm_tall", {F({601, 48}), F({48}), F({48})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm_tall", {F({300, 24}), F({24})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
       // fused residual add + norm: both outputs (concat gives each its own upstream gradient),
       // then each alone (y only: no incoming gradient for the sum; sum only: the norm gets none)
       {"add_layer_norm", {F({4, 6, 32}), F({4, 6, 32}), F({32}), F({32})},
@@ -256,6 +292,18 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::Sum); }},
       {"cross_entropy_none", {F({2, 5, 13}), Tgt({2, 5}, 13)},
        [](const V& x) { return cross_entropy(x[0], x[1], -100, Reduction::None); }},
+      // a tied LM head: padded logits read in place, padded dlogits into both backward GEMMs
+      // (lda of dX = dlogits @ W, the transposed a of dW = dlogits^T @ x); Conv1D layout: ldb.
+      // x is scaled by ~1/sqrt(C) so the logits are ~N(0, 1): with larger ones the rounding of
+      // the logits to 16 bits, not the op, dominates the softmax's error
+      {"cross_entropy_wide_head", {F({6, 32}), F({1001, 32}), Tgt({6}, 1001)},
+       [](const V& x) { return cross_entropy(linear(scale(x[0], 0.18), x[1], Tensor()), x[2]); }},
+      {"cross_entropy_wide_head_in_out", {F({5, 16}), F({16, 1001}), Tgt({5}, 1001)},
+       [](const V& x) { return cross_entropy(linear(scale(x[0], 0.25), x[1], Tensor(), true), x[2], -100, Reduction::Sum); }},
+      // the model's reshapes ([B, T, V] -> [B*T, V] stays a padded view); GPT-2's own 50257 is in
+      // test_padded_rows.cpp (the f32 CPU result's sequential sum of 50257 exps is off by ~1e-5)
+      {"cross_entropy_head_reshaped", {F({2, 3, 16}), F({1001, 16}), Tgt({2, 3}, 1001)},
+       [](const V& x) { return cross_entropy(reshape(linear(scale(x[0], 0.25), x[1], Tensor()), {-1, 1001}), reshape(x[2], {-1})); }},
       {"dropout", {F({8, 9})},
        [](const V& x) {
          Generator gen(1234);

@@ -1,6 +1,6 @@
-// Lion and the 8-bit optimizers on every backend, for f32 and bf16 parameters, with tensors that
-// end in a partial quantisation block, small ones that keep f32 state, and groups longer than one
-// CUDA launch table. cpu: the reference must run and move every parameter. meta: the same
+// AdamW, Lion and the 8-bit optimizers on every backend, for f32 and bf16 parameters, with
+// tensors that end in a partial quantisation block (or float4), small ones that keep f32 state,
+// and groups longer than one CUDA launch table. cpu: the reference must run and move every parameter. meta: the same
 // allocation trace as the CPU (state sizes, rounding, categories) and no compute. cuda (when a
 // GPU answers, else skipped): parameters and states equal to the CPU's. The kernels are written
 // to compute the same bits; the comparison still allows a rare one-code / one-ulp difference.
@@ -45,6 +45,10 @@ OptimizerConfig cfg(const char* name, double lr, std::optional<DType> state = {}
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> cs = {
+      // AdamW: f32 tensors take the GPU's float4 path (tails of 1 and 3, a chunk boundary), bf16 the per-dtype one
+      {"adamw_f32", cfg("adamw", 1e-3), DType::F32, mixed_shapes(), 0.5f},
+      {"adamw_bf16", cfg("adamw", 1e-2), DType::BF16, mixed_shapes()},
+      {"adamw_many", cfg("adamw", 1e-3), DType::F32, many_shapes()},
       {"lion_f32", cfg("lion", 1e-3), DType::F32, mixed_shapes(), 0.5f},
       {"lion_bf16_state", cfg("lion", 1e-3, DType::BF16), DType::F32, mixed_shapes()},
       {"lion_bf16", cfg("lion", 1e-2), DType::BF16, mixed_shapes()},

@@ -1,5 +1,7 @@
 // GEMM through OpenBLAS for f32/f64; f16/bf16 operands are widened to f32 scratch first
 // (host scratch, outside the allocator: the CPU is the reference, not a prediction target).
+// Row strides (lda, ldb, ldc) go to BLAS as they are; the padding between rows is neither read
+// as data nor written.
 #include <cblas.h>
 
 #include <vector>
@@ -18,20 +20,27 @@ template <class T> std::vector<float> widen(const T* p, int64_t n) {
   return out;
 }
 
-int64_t extent(const Tensor& t) { return t.numel(); }
+// Elements from a view's first element to its last, inclusive (a padded-row view spans more
+// than its numel).
+int64_t extent(const Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t e = 1;
+  for (size_t d = 0; d < t.shape().size(); ++d) e += (t.shape()[d] - 1) * t.strides()[d];
+  return e;
+}
 
 }  // namespace
 
 void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
   const CBLAS_TRANSPOSE ta = d.trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = d.trans_b ? CblasTrans : CblasNoTrans;
-  const int lda = int(d.trans_a ? d.m : d.k);
-  const int ldb = int(d.trans_b ? d.k : d.n);
-  const int ldc = int(d.n);
+  const int lda = int(d.ld_a());
+  const int ldb = int(d.ld_b());
+  const int ldc = int(d.ld_c());
   auto add_bias = [&](auto* cp, const auto* bp) {
     for (int64_t bi = 0; bi < d.batch; ++bi)
       for (int64_t i = 0; i < d.m; ++i)
-        for (int64_t j = 0; j < d.n; ++j) cp[bi * d.stride_c + i * d.n + j] += bp[j];
+        for (int64_t j = 0; j < d.n; ++j) cp[bi * d.stride_c + i * ldc + j] += bp[j];
   };
   if (c.dtype() == DType::F64) {
     const double* pa = a.data<double>();
@@ -67,8 +76,19 @@ void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const G
       add_bias(fc.data(), fbias.data());
     }
     T* pc = c.data<T>();
-    for (int64_t i = 0; i < extent(c); ++i) store(pc, i, fc[size_t(i)]);
+    for (int64_t bi = 0; bi < d.batch; ++bi)  // the product's elements only: a row's padding stays untouched
+      for (int64_t i = 0; i < d.m; ++i)
+        for (int64_t j = 0; j < d.n; ++j) {
+          const int64_t at = bi * d.stride_c + i * ldc + j;
+          store(pc, at, fc[size_t(at)]);
+        }
   });
+}
+
+void CpuBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a, const Tensor& b, const GemmDesc& d,
+                           const Tensor& bias) {
+  gemm(pre, a, b, d, bias);
+  unary(UnaryOp::GeluTanh, c, pre, 0.f);
 }
 
 }  // namespace lt

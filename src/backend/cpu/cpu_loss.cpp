@@ -1,6 +1,7 @@
 // Cross-entropy from logits, one row at a time: loss = lse - x[target] with
 // lse = max + log(sum exp(x - max)). The backward rebuilds softmax from the saved lse, so
-// probabilities never exist beyond the row being processed.
+// probabilities never exist beyond the row being processed. Rows may be padded apart (the
+// row stride is strides()[0]); the padding is neither read nor written.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,9 +12,16 @@
 namespace lt {
 using namespace cpu;
 
+namespace {
+
+// Elements between the starts of two rows of an [N, V] operand (padded rows allowed).
+int64_t row_step(const Tensor& t) { return t.size(0) > 1 ? t.strides()[0] : t.size(1); }
+
+}  // namespace
+
 void CpuBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
                                    int64_t ignore_index) {
-  const int64_t n = logits.size(0), v = logits.size(1);
+  const int64_t n = logits.size(0), v = logits.size(1), step = row_step(logits);
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
@@ -21,7 +29,7 @@ void CpuBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const 
     A* plse = aux_data<A>(lse);
     std::vector<A> row(static_cast<size_t>(v));
     for (int64_t i = 0; i < n; ++i) {
-      const T* px = logits.data<T>() + i * v;
+      const T* px = logits.data<T>() + i * step;
       A mx = ld(px, 0);
       for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[size_t(j)] = ld(px, j));
       A s = 0;
@@ -41,15 +49,15 @@ void CpuBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const 
 // dlogits = (softmax - onehot(target)) * dloss[row]; ignored rows get 0.
 void CpuBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                    const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
-  const int64_t n = logits.size(0), v = logits.size(1);
+  const int64_t n = logits.size(0), v = logits.size(1), step = row_step(logits), dstep = row_step(dlogits);
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     const A* pd = aux_data<A>(dloss);
     const A* plse = aux_data<A>(lse);
     for (int64_t i = 0; i < n; ++i) {
-      const T* px = logits.data<T>() + i * v;
-      T* pg = dlogits.data<T>() + i * v;
+      const T* px = logits.data<T>() + i * step;
+      T* pg = dlogits.data<T>() + i * dstep;
       const int64_t t = load_index(targets, i);
       const A d = t == ignore_index ? A(0) : pd[i];
       for (int64_t j = 0; j < v; ++j) st(pg, j, d * (std::exp(ld(px, j) - plse[i]) - A(j == t ? 1 : 0)));

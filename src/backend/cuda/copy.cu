@@ -1,11 +1,14 @@
 // Data movement: fill, strided copy with dtype casts, host transfers, counter-based random fill.
 // Conversions mirror cpu_copy.cpp exactly (fill patterns are even computed on the host with the
 // CPU's own functions), so a tensor moved or cast on the GPU holds the bits the CPU would hold.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
+#include "backend/cuda/row_kernels.cuh"
 #include "leantrain/random.h"
 
 namespace lt {
@@ -14,6 +17,8 @@ using namespace cuda;
 namespace {
 
 constexpr int kThreads = 256;
+
+bool is_float_storage(DCode d) { return d == kF32 || d == kBF16 || d == kF16; }
 
 void check_on_device(const Tensor& t, int dev, const char* op, const char* name) {
   LT_CHECK(t.defined() && t.device() == Device::cuda(dev), std::string(op) + ": " + name + " is not on cuda:" +
@@ -98,6 +103,46 @@ __global__ void copy_cast_kernel(CopyArgs a) {
   }
 }
 
+// Float to float casts (f32, bf16, f16) between dense tensors with 16-byte aligned pointers:
+// mixed precision's weight casts and the gradient casts back. 8 elements per thread step (16
+// bytes of 16-bit, two 16-byte accesses of f32), the n % 8 tail element by element. Each value
+// goes through f32, which is exact from every source type, and is stored with store_t's
+// rounding: the bits copy_cast_kernel (through double) gives.
+constexpr int kCastPack = 8;
+
+template <class S> __device__ __forceinline__ void load_pack8(const S* p, float (&v)[kCastPack]) {
+  if constexpr (std::is_same_v<S, float>) {
+    const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+  } else {
+    rk::load_f32<S, kCastPack>(p, v);
+  }
+}
+
+template <class D> __device__ __forceinline__ void store_pack8(D* p, const float (&v)[kCastPack]) {
+  if constexpr (std::is_same_v<D, float>) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    rk::Pack<D, kCastPack> pk;
+#pragma unroll
+    for (int k = 0; k < kCastPack; ++k) store_t(pk.v, k, v[k]);
+    *reinterpret_cast<rk::Pack<D, kCastPack>*>(p) = pk;
+  }
+}
+
+template <class D, class S> __global__ void cast_packed_kernel(D* dst, const S* src, int64_t n) {
+  const int64_t npack = n / kCastPack, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t k = first; k < npack; k += step) {
+    float v[kCastPack];
+    load_pack8(src + k * kCastPack, v);
+    store_pack8(dst + k * kCastPack, v);
+  }
+  for (int64_t i = npack * kCastPack + first; i < n; i += step) store_t(dst, i, load_t(src, i));
+}
+
 template <class T>
 __global__ void fill_random_kernel(T* out, int64_t n, bool normal, float a, float b, uint64_t seed, uint64_t offset) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -151,6 +196,20 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
   if (ddt == sdt && dst.is_contiguous() && src.is_contiguous()) {
     LT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), size_t(dst.nbytes()), cudaMemcpyDeviceToDevice,
                                   current_stream()));
+    return;
+  }
+  const bool floats = is_float_storage(ddt) && is_float_storage(sdt);
+  if (floats && dst.is_contiguous() && src.is_contiguous() && rk::aligned16(dst.raw_data()) &&
+      rk::aligned16(src.raw_data())) {
+    dispatch_float(dst.dtype(), [&](auto dtag) {
+      using D = decltype(dtag);
+      dispatch_float(src.dtype(), [&](auto stag) {
+        using S = decltype(stag);
+        cast_packed_kernel<D, S><<<grid_for(std::max<int64_t>(n / kCastPack, 1), kThreads), kThreads, 0,
+                                   current_stream()>>>(dst.data<D>(), src.data<S>(), n);
+      });
+    });
+    LT_CUDA_LAUNCH_CHECK("cast_packed_kernel");
     return;
   }
   std::vector<Shape> strides{dst.strides(), src.strides()};

@@ -2,8 +2,18 @@
 // Math in f32 as in cpu_elementwise.cpp; the op is a runtime switch (uniform across the grid),
 // so each kernel is compiled once per dtype rather than once per op. Dropout draws the same
 // keep mask as the CPU from (seed, offset + i), so backward and recomputation regenerate it.
+//
+// Dense operands whose pointers are 16-byte aligned take the packed kernels: each thread moves
+// 16 bytes (8 bf16) per load and store, and the activations of the models (GELU both ways,
+// SiLU) and the plain add are compiled with the op fixed, so the switch folds away. The
+// per-element math and rounding are those of the scalar kernels; only the memory access and
+// the index arithmetic change.
+#include <algorithm>
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
+#include "backend/cuda/row_kernels.cuh"
 #include "leantrain/random.h"
 
 namespace lt {
@@ -115,6 +125,93 @@ __global__ void dropout_kernel(T* out, const T* x, int64_t n, float p, float kee
   }
 }
 
+// --- packed kernels: P = 16 bytes of T per access; the n % P tail goes element by element ---
+
+// P values stored with store_t's rounding (the CPU's bf16 rounding, NaN payload kept).
+template <class T, int P> __device__ __forceinline__ void store_pack(T* p, const float (&v)[P]) {
+  rk::Pack<T, P> pk;
+#pragma unroll
+  for (int k = 0; k < P; ++k) store_t(pk.v, k, v[k]);
+  *reinterpret_cast<rk::Pack<T, P>*>(p) = pk;
+}
+
+// The op as a template argument: kRuntimeOp takes it from the launch, any other value fixes it.
+constexpr int kRuntimeOp = -1;
+template <int OP> __device__ __forceinline__ UnaryOp unary_op_of(UnaryOp runtime) {
+  return OP == kRuntimeOp ? runtime : UnaryOp(OP);
+}
+template <int OP> __device__ __forceinline__ BinaryOp binary_op_of(BinaryOp runtime) {
+  return OP == kRuntimeOp ? runtime : BinaryOp(OP);
+}
+
+template <class T, int OP> __global__ void unary_vec_kernel(T* out, const T* x, int64_t n, UnaryOp op_in, float alpha) {
+  constexpr int P = rk::kVec<T>;
+  const UnaryOp op = unary_op_of<OP>(op_in);
+  const int64_t npack = n / P, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t k = first; k < npack; k += step) {
+    float v[P];
+    rk::load_f32<T, P>(x + k * P, v);
+#pragma unroll
+    for (int j = 0; j < P; ++j) v[j] = apply_unary(op, v[j], alpha);
+    store_pack<T, P>(out + k * P, v);
+  }
+  for (int64_t i = npack * P + first; i < n; i += step) store_t(out, i, apply_unary(op, load_t(x, i), alpha));
+}
+
+// x null: the derivative does not read it (Scale, AddScalar, Neg).
+template <class T, int OP>
+__global__ void unary_backward_vec_kernel(T* dx, const T* dy, const T* x, int64_t n, UnaryOp op_in, float alpha) {
+  constexpr int P = rk::kVec<T>;
+  const UnaryOp op = unary_op_of<OP>(op_in);
+  const int64_t npack = n / P, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t k = first; k < npack; k += step) {
+    float g[P], v[P];
+    rk::load_f32<T, P>(dy + k * P, g);
+    if (x) rk::load_f32<T, P>(x + k * P, v);
+#pragma unroll
+    for (int j = 0; j < P; ++j) g[j] *= derivative(op, x ? v[j] : 0.f, alpha);
+    store_pack<T, P>(dx + k * P, g);
+  }
+  for (int64_t i = npack * P + first; i < n; i += step)
+    store_t(dx, i, load_t(dy, i) * derivative(op, x ? load_t(x, i) : 0.f, alpha));
+}
+
+// a dense; b dense (b_row == 0) or one row of b_row elements (a multiple of P) repeated.
+template <class T, int OP>
+__global__ void binary_vec_kernel(T* out, const T* a, const T* b, int64_t n, BinaryOp op_in, int64_t b_row) {
+  constexpr int P = rk::kVec<T>;
+  const BinaryOp op = binary_op_of<OP>(op_in);
+  const int64_t npack = n / P, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t k = first; k < npack; k += step) {
+    float va[P], vb[P];
+    rk::load_f32<T, P>(a + k * P, va);
+    rk::load_f32<T, P>(b + (b_row > 0 ? (k * P) % b_row : k * P), vb);
+#pragma unroll
+    for (int j = 0; j < P; ++j) va[j] = apply_binary(op, va[j], vb[j]);
+    store_pack<T, P>(out + k * P, va);
+  }
+  for (int64_t i = npack * P + first; i < n; i += step)
+    store_t(out, i, apply_binary(op, load_t(a, i), load_t(b, b_row > 0 ? i % b_row : i)));
+}
+
+bool aligned16(const void* p) { return p == nullptr || rk::aligned16(p); }
+
+// Calls f(std::integral_constant<int, OP>) with the op fixed for the models' activations
+// (GELU tanh/erf, SiLU) and kRuntimeOp for the rest.
+template <class F> void with_unary_op(UnaryOp op, F&& f) {
+  switch (op) {
+    case UnaryOp::GeluTanh: f(std::integral_constant<int, int(UnaryOp::GeluTanh)>{}); return;
+    case UnaryOp::GeluErf: f(std::integral_constant<int, int(UnaryOp::GeluErf)>{}); return;
+    case UnaryOp::Silu: f(std::integral_constant<int, int(UnaryOp::Silu)>{}); return;
+    default: f(std::integral_constant<int, kRuntimeOp>{}); return;
+  }
+}
+
+unsigned vec_grid(int64_t n, int P) { return grid_for(std::max<int64_t>(n / P, 1), kThreads); }
+
 void check_tensor(const Tensor& t, int dev, const char* op, const char* name, bool contiguous) {
   LT_CHECK(t.defined(), std::string(op) + ": " + name + " is undefined", "the kernel needs it", "pass a tensor");
   LT_CHECK(t.device() == Device::cuda(dev), std::string(op) + ": " + name + " is not on cuda:" + std::to_string(dev),
@@ -162,6 +259,21 @@ void CudaBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const 
   }
   dispatch_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    constexpr int P = rk::kVec<T>;
+    // Packed: a dense, b dense or a repeated row of whole packs, every pointer 16-byte aligned.
+    const bool packed = p.a_dense && (p.b_dense || (p.b_row > 0 && p.b_row % P == 0)) && aligned16(out.raw_data()) &&
+                        aligned16(a.raw_data()) && aligned16(b.raw_data());
+    if (packed) {
+      const int64_t b_row = p.b_dense ? 0 : p.b_row;
+      if (op == BinaryOp::Add)
+        binary_vec_kernel<T, int(BinaryOp::Add)><<<vec_grid(n, P), kThreads, 0, current_stream()>>>(
+            out.data<T>(), a.data<T>(), b.data<T>(), n, op, b_row);
+      else
+        binary_vec_kernel<T, kRuntimeOp><<<vec_grid(n, P), kThreads, 0, current_stream()>>>(
+            out.data<T>(), a.data<T>(), b.data<T>(), n, op, b_row);
+      LT_CUDA_LAUNCH_CHECK("binary_vec_kernel");
+      return;
+    }
     binary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(out.data<T>(), a.data<T>(),
                                                                                 b.data<T>(), p);
     LT_CUDA_LAUNCH_CHECK("binary_kernel");
@@ -176,6 +288,14 @@ void CudaBackend::unary(UnaryOp op, const Tensor& out, const Tensor& x, float al
   if (n == 0) return;
   dispatch_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    if (aligned16(out.raw_data()) && aligned16(x.raw_data())) {
+      with_unary_op(op, [&](auto fixed) {
+        unary_vec_kernel<T, decltype(fixed)::value><<<vec_grid(n, rk::kVec<T>), kThreads, 0, current_stream()>>>(
+            out.data<T>(), x.data<T>(), n, op, alpha);
+      });
+      LT_CUDA_LAUNCH_CHECK("unary_vec_kernel");
+      return;
+    }
     unary_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(out.data<T>(), x.data<T>(), n, op, alpha);
     LT_CUDA_LAUNCH_CHECK("unary_kernel");
   });
@@ -195,6 +315,14 @@ void CudaBackend::unary_backward(UnaryOp op, const Tensor& dx, const Tensor& dy,
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.defined() ? x.data<T>() : nullptr;
+    if (aligned16(dx.raw_data()) && aligned16(dy.raw_data()) && aligned16(px)) {
+      with_unary_op(op, [&](auto fixed) {
+        unary_backward_vec_kernel<T, decltype(fixed)::value>
+            <<<vec_grid(n, rk::kVec<T>), kThreads, 0, current_stream()>>>(dx.data<T>(), dy.data<T>(), px, n, op, alpha);
+      });
+      LT_CUDA_LAUNCH_CHECK("unary_backward_vec_kernel");
+      return;
+    }
     unary_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, current_stream()>>>(dx.data<T>(), dy.data<T>(), px,
                                                                                         n, op, alpha);
     LT_CUDA_LAUNCH_CHECK("unary_backward_kernel");

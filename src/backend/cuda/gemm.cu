@@ -74,17 +74,40 @@ uint32_t alignment(const void* p, int64_t stride_bytes) {
   return uint32_t(v & (~v + 1));
 }
 
-void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t need) {
+// Elements from a view's first element to its last, inclusive: numel for a contiguous tensor,
+// more for rows padded apart.
+int64_t extent(const Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t e = 1;
+  for (size_t d = 0; d < t.shape().size(); ++d) e += (t.shape()[d] - 1) * t.strides()[d];
+  return e;
+}
+
+// Contiguous, or rows of stride 1 whose leading dims are packed over a row stride `ld` (the
+// GemmDesc's; 0 when the operand is packed): what the product reads.
+bool row_layout(const Tensor& t, int64_t ld) {
+  if (t.is_contiguous()) return true;
+  if (ld == 0 || t.dim() < 2) return false;
+  int64_t expect = 1;
+  for (size_t i = t.shape().size(); i-- > 0;) {
+    if (t.shape()[i] == 1) continue;
+    if (t.strides()[i] != expect) return false;
+    expect = i + 1 == t.shape().size() ? ld : expect * t.shape()[i];
+  }
+  return true;
+}
+
+void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t need, int64_t ld = 0) {
   LT_CHECK(t.defined() && t.device() == Device::cuda(dev), std::string("gemm: ") + name + " is not on cuda:" +
                                                                std::to_string(dev),
            t.defined() ? "it is on " + t.device().str() : "it is undefined", "move it with .to()");
   LT_CHECK(t.dtype() == dt, std::string("gemm: ") + name + " is " + dtype_name(t.dtype()),
            std::string("the output is ") + dtype_name(dt), "cast the operands to one dtype");
-  LT_CHECK(t.is_contiguous(), std::string("gemm: ") + name + " must be contiguous",
-           "got strides " + shape_str(t.strides()), "call contiguous() first");
-  LT_CHECK(t.numel() >= need, std::string("gemm: ") + name + " is too small for the described product",
-           "needs " + std::to_string(need) + " elements, has " + std::to_string(t.numel()) + " " + shape_str(t.shape()),
-           "check m, n, k, batch and strides");
+  LT_CHECK(row_layout(t, ld), std::string("gemm: ") + name + " must be contiguous or rows " + std::to_string(ld) + " apart",
+           "got strides " + shape_str(t.strides()) + " for shape " + shape_str(t.shape()), "call contiguous() first");
+  LT_CHECK(extent(t) >= need, std::string("gemm: ") + name + " is too small for the described product",
+           "needs " + std::to_string(need) + " elements, spans " + std::to_string(extent(t)) + " " + shape_str(t.shape()),
+           "check m, n, k, batch, strides and leading dimensions");
 }
 
 void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
@@ -98,19 +121,27 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
            "CUDA GEMM takes f32, bf16 or f16", "cast the operands");
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
   const int64_t nb = d.batch - 1;
-  check_operand(c, dev, "c", dt, nb * d.stride_c + d.m * d.n);
-  check_operand(a, dev, "a", dt, nb * d.stride_a + d.m * d.k);
-  check_operand(b, dev, "b", dt, nb * d.stride_b + d.k * d.n);
+  const int64_t lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
+  // Stored shapes (rows x row length): a is m x k (k x m when transposed), b is k x n (n x k).
+  const int64_t a_rows = d.trans_a ? d.k : d.m, a_cols = d.trans_a ? d.m : d.k;
+  const int64_t b_rows = d.trans_b ? d.n : d.k, b_cols = d.trans_b ? d.k : d.n;
+  LT_CHECK(lda >= a_cols && ldb >= b_cols && ldc >= d.n, "gemm: a leading dimension is shorter than its row",
+           "lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " + std::to_string(ldc),
+           "pass 0 (packed) or the row stride of the stored matrix");
+  check_operand(c, dev, "c", dt, nb * d.stride_c + (d.m - 1) * ldc + d.n, d.ldc);
+  check_operand(a, dev, "a", dt, nb * d.stride_a + (a_rows - 1) * lda + a_cols, d.lda);
+  check_operand(b, dev, "b", dt, nb * d.stride_b + (b_rows - 1) * ldb + b_cols, d.ldb);
   if (bias.defined()) check_operand(bias, dev, "bias", dt, d.n);
   if (aux.defined()) {
     check_operand(aux, dev, "pre_gelu", dt, nb * d.stride_c + d.m * d.n);
-    LT_CHECK(d.n % 8 == 0, "gemm_gelu: pre_gelu output needs n % 8 == 0", "got n = " + std::to_string(d.n),
+    LT_CHECK(d.n % 8 == 0 && ldc == d.n, "gemm_gelu: pre_gelu output needs n % 8 == 0 and a packed c",
+             "got n = " + std::to_string(d.n) + ", ldc = " + std::to_string(ldc),
              "pad the layer width to a multiple of 8 or skip the fused epilogue");
   }
   LT_CHECK(d.k > 0, "gemm: k = 0 is not supported on CUDA", "the product has no inner dimension",
            "check the operand shapes");
   // A shared b over a contiguous batch of a is one taller matrix: fold the batch into m.
-  if (d.batch > 1 && d.stride_b == 0 && !d.trans_a && d.stride_a == d.m * d.k && d.stride_c == d.m * d.n) {
+  if (d.batch > 1 && d.stride_b == 0 && !d.trans_a && d.stride_a == d.m * lda && d.stride_c == d.m * ldc) {
     d.m *= d.batch;
     d.batch = 1;
   }
@@ -140,24 +171,27 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(d.n));
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, int64_t(d.batch > 1 ? d.stride_c : 0));
   }
-  // Column-major views: b is n x k (ld n) or, transposed, k x n (ld k); a is k x m (ld k) or
-  // m x k (ld m); c is n x m (ld n).
+  // Column-major views: b is n x k (ld ldb) or, transposed, k x n; a is k x m (ld lda) or, transposed,
+  // m x k; c is n x m (ld ldc).
   Layout la, lb, lc;
-  make_layout(la, ct, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.batch, d.stride_b);
-  make_layout(lb, ct, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.batch, d.stride_a);
-  make_layout(lc, ct, d.n, d.m, d.n, d.batch, d.stride_c);
+  make_layout(la, ct, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, ldb, d.batch, d.stride_b);
+  make_layout(lb, ct, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, lda, d.batch, d.stride_a);
+  make_layout(lc, ct, d.n, d.m, ldc, d.batch, d.stride_c);
 
-  const size_t es = dtype_size(dt);
-  const uint32_t al_a = alignment(b.raw_data(), d.stride_b * int64_t(es));
-  const uint32_t al_b = alignment(a.raw_data(), d.stride_a * int64_t(es));
-  const uint32_t al_c = alignment(c.raw_data(), d.stride_c * int64_t(es));
+  // Each operand's alignment covers its base, its batch stride and its row stride: a row of an
+  // odd length (GPT-2's 50257 logits) is what drops cuBLASLt to its align1 kernels.
+  const int64_t es = int64_t(dtype_size(dt));
+  const uint32_t al_a = alignment(b.raw_data(), (d.stride_b | ldb) * es);
+  const uint32_t al_b = alignment(a.raw_data(), (d.stride_a | lda) * es);
+  const uint32_t al_c = alignment(c.raw_data(), (d.stride_c | ldc) * es);
   const uint32_t al_bias = bias.defined() ? alignment(bias.raw_data(), 0) : 0;
-  const uint32_t al_aux = aux.defined() ? alignment(aux.raw_data(), d.stride_c * int64_t(es)) : 0;
-  char key[256];
-  std::snprintf(key, sizeof key, "%d|%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u", dev, int(dt),
-                int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n, (long long)d.k,
-                (long long)d.batch, (long long)d.stride_a, (long long)d.stride_b, (long long)d.stride_c, int(epi), al_a,
-                al_b, al_c, al_bias, al_aux);
+  const uint32_t al_aux = aux.defined() ? alignment(aux.raw_data(), d.stride_c * es) : 0;
+  char key[320];
+  std::snprintf(key, sizeof key, "%d|%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u",
+                dev, int(dt), int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n,
+                (long long)d.k, (long long)d.batch, (long long)d.stride_a, (long long)d.stride_b,
+                (long long)d.stride_c, (long long)lda, (long long)ldb, (long long)ldc, int(epi), al_a, al_b, al_c,
+                al_bias, al_aux);
 
   cuda::DeviceState& ds = cuda::device_state(dev);
   void* ws = workspace(dev);
@@ -188,7 +222,7 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
       cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     LT_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "gemm: cuBLASLt has no algorithm for this product",
-             std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|epilogue|alignments)",
+             std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
              "make the operands contiguous and 16-byte aligned, or report the shapes");
     algo = res.algo;
     std::lock_guard<std::mutex> g(g_mu);
@@ -205,6 +239,13 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
 
 void CudaBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
   run_gemm(device_index_, c, a, b, d, bias, false, Tensor());
+}
+
+void CudaBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a, const Tensor& b, const GemmDesc& d,
+                            const Tensor& bias) {
+  LT_CHECK(pre.defined() && d.batch == 1, "gemm_gelu: needs the pre-activation output and one matrix",
+           pre.defined() ? "batch " + std::to_string(d.batch) : "pre is undefined", "call gemm, then the GELU");
+  run_gemm(device_index_, c, a, b, d, bias, true, pre);
 }
 
 namespace cuda {

@@ -6,7 +6,8 @@
 // same pass that reads the logits, so no f32 probability tensor ever exists. Each element is
 // read and written by the same thread, so dlogits may alias logits (in-place backward).
 //
-// Rows of an odd vocabulary (GPT-2: 50257) start at any 2-byte boundary; each row is split
+// Rows may be padded apart (GPT-2's logits: 50257 columns in rows of 50264, the stride is
+// strides()[0]); rows of an odd stride start at any 2-byte boundary, so each row is split
 // into a scalar head up to the next 16-byte boundary, a body of 16-byte packs, and a tail.
 #include <string>
 
@@ -45,9 +46,9 @@ __device__ __forceinline__ void for_row(const T* row, int64_t V, FS&& scalar, FP
 
 template <class T, int P, class I>
 __global__ void ce_fwd_kernel(float* __restrict__ loss, float* __restrict__ lse, const T* __restrict__ logits,
-                              const I* __restrict__ targets, int64_t V, int64_t ignore_index) {
+                              const I* __restrict__ targets, int64_t V, int64_t ld, int64_t ignore_index) {
   const int64_t r = blockIdx.x;
-  const T* row = logits + r * V;
+  const T* row = logits + r * ld;
   OnlineMax<T> st;
   for_row<T, P>(
       row, V,
@@ -72,11 +73,11 @@ __global__ void ce_fwd_kernel(float* __restrict__ loss, float* __restrict__ lse,
 // No __restrict__: dlogits may alias logits.
 template <class T, int P, class I>
 __global__ void ce_bwd_kernel(T* dlogits, const float* __restrict__ dloss, const T* logits,
-                              const float* __restrict__ lse, const I* __restrict__ targets, int64_t V,
-                              int64_t ignore_index) {
+                              const float* __restrict__ lse, const I* __restrict__ targets, int64_t V, int64_t ld,
+                              int64_t dld, int64_t ignore_index) {
   const int64_t r = blockIdx.x;
-  const T* row = logits + r * V;
-  T* drow = dlogits + r * V;
+  const T* row = logits + r * ld;
+  T* drow = dlogits + r * dld;
   const int64_t t = int64_t(targets[r]);
   const bool ignored = t == ignore_index;
   const float scale = ignored ? 0.0f : dloss[r];
@@ -101,11 +102,19 @@ int ce_threads(int64_t V, int P) {
   return n;
 }
 
+// Elements between the starts of two rows of an [N, V] operand (padded rows allowed).
+int64_t row_step(const Tensor& t) { return t.size(0) > 1 ? t.strides()[0] : t.size(1); }
+
+// [N, V] with stride 1 along a row and rows at least V apart (contiguous, or padded rows).
+bool rows_ok(const Tensor& t) {
+  return t.dim() == 2 && (t.size(1) <= 1 || t.strides()[1] == 1) && row_step(t) >= t.size(1);
+}
+
 void check_ce(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& a, const char* an,
               const Tensor& b, const char* bn) {
-  LT_CHECK(logits.defined() && targets.defined() && logits.dim() == 2 && logits.is_contiguous(),
-           std::string(op) + ": logits must be a contiguous [N, V] tensor", "the CUDA kernel reads rows directly",
-           "");
+  LT_CHECK(logits.defined() && targets.defined() && rows_ok(logits),
+           std::string(op) + ": logits must be an [N, V] tensor of contiguous rows",
+           "the CUDA kernel reads rows directly", "");
   const int64_t N = logits.size(0);
   LT_CHECK(N < (int64_t(1) << 31), std::string(op) + ": too many rows", "one block per row (grid limit 2^31)", "");
   LT_CHECK(targets.numel() == N && targets.is_contiguous() &&
@@ -137,7 +146,8 @@ void CudaBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const
       using I = decltype(itag);
       constexpr int P = kVec<T>;
       ce_fwd_kernel<T, P, I><<<unsigned(N), ce_threads(V, P), 0, current_stream()>>>(
-          loss.data<float>(), lse.data<float>(), logits.data<T>(), targets.data<I>(), V, ignore_index);
+          loss.data<float>(), lse.data<float>(), logits.data<T>(), targets.data<I>(), V, row_step(logits),
+          ignore_index);
       LT_CUDA_LAUNCH_CHECK("ce_fwd_kernel");
     });
   });
@@ -146,27 +156,31 @@ void CudaBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const
 void CudaBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
                                     const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
   check_ce("cross_entropy_bwd", logits, targets, dloss, "dloss", lse, "lse");
-  LT_CHECK(dlogits.defined() && dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() && dlogits.is_contiguous(),
-           "cross_entropy_bwd: dlogits must be contiguous with the logits' shape and dtype",
+  LT_CHECK(dlogits.defined() && dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype() &&
+               rows_ok(dlogits),
+           "cross_entropy_bwd: dlogits must be rows of the logits' shape and dtype",
            "the kernel writes it row by row", "");
   const int64_t N = logits.size(0), V = logits.size(1);
   if (N == 0 || V == 0) return;
+  const int64_t ld = row_step(logits), dld = row_step(dlogits);
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     dispatch_index(targets.dtype(), [&](auto itag) {
       using I = decltype(itag);
       constexpr int P = kVec<T>;
-      // Packs need both rows at the same 16-byte phase (true for allocator-aligned tensors).
+      // Packs need every row pair at the same 16-byte phase: the bases' gap and the row strides'
+      // difference both multiples of 16 bytes (true for allocator-aligned tensors of one layout).
       const auto gap = reinterpret_cast<uintptr_t>(dlogits.raw_data()) - reinterpret_cast<uintptr_t>(logits.raw_data());
-      const bool vec = (gap & 15u) == 0;
+      const auto drift = uintptr_t(dld - ld) * sizeof(T);
+      const bool vec = ((gap | drift) & 15u) == 0;
       if (vec)
         ce_bwd_kernel<T, P, I><<<unsigned(N), ce_threads(V, P), 0, current_stream()>>>(
-            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V,
-            ignore_index);
+            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V, ld,
+            dld, ignore_index);
       else
         ce_bwd_kernel<T, 1, I><<<unsigned(N), ce_threads(V, 1), 0, current_stream()>>>(
-            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V,
-            ignore_index);
+            dlogits.data<T>(), dloss.data<float>(), logits.data<T>(), lse.data<float>(), targets.data<I>(), V, ld,
+            dld, ignore_index);
       LT_CUDA_LAUNCH_CHECK("ce_bwd_kernel");
     });
   });

@@ -13,8 +13,9 @@
 //
 // Parameter gradients (dw, db) are column sums over all rows. Without scratch memory (the
 // backend never allocates) and without atomics (not deterministic), each block owns a strip
-// of 8 columns and loops over every row; the 128 row-phases of the block are combined by a
-// fixed-order tree in shared memory, so the result is bitwise reproducible.
+// of columns and loops over every row; its row phases are combined by a fixed-order tree in
+// shared memory, so the result is bitwise reproducible. Rows of 16-byte packs (every model
+// width) go 16 bytes per load, 16 columns per block; others 2 bytes, 8 columns per block.
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -186,6 +187,77 @@ __global__ void __launch_bounds__(kColStrip* kColPhases)
   }
 }
 
+// The same sums for rows of 16-byte packs (C a multiple of P, aligned rows: every model width).
+// A block of kColPackThreads is (packs x lanes), as the bias column sums of reduce.cu: thread
+// (tx, ty) owns P adjacent columns (one 16-byte load of dy and of x per row) and sums rows ty,
+// ty + lanes, ..., two rows in flight; a warp reads whole 32-byte sectors. The lanes then meet
+// in a fixed tree: deterministic, no scratch, no atomics.
+constexpr int kColPackThreads = 512;
+constexpr int kColPackLanes = 256;
+
+template <class T, int P, bool RMS>
+__global__ void __launch_bounds__(kColPackThreads)
+    norm_bwd_dwdb_packed_kernel(T* __restrict__ dw, T* __restrict__ db, const T* __restrict__ dy,
+                                const T* __restrict__ x, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, int64_t N, int C) {
+  __shared__ float red_w[kColPackThreads * P], red_b[kColPackThreads * P];
+  const int packs = blockDim.x, lanes = blockDim.y;
+  const int c0 = (int(blockIdx.x) * packs + int(threadIdx.x)) * P;
+  float aw[P], ab[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) aw[k] = ab[k] = 0.0f;
+  if (c0 < C) {
+    auto add_row = [&](int64_t r, const float (&g)[P], const float (&xv)[P]) {
+      const float mu = RMS ? 0.0f : mean[r], rs = rstd[r];
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        aw[k] += g[k] * (xv[k] - mu) * rs;
+        ab[k] += g[k];
+      }
+    };
+    int64_t r = threadIdx.y;
+    for (; r + lanes < N; r += 2 * int64_t(lanes)) {
+      float g0[P], x0[P], g1[P], x1[P];
+      load_f32<T, P>(dy + r * C + c0, g0);
+      load_f32<T, P>(x + r * C + c0, x0);
+      load_f32<T, P>(dy + (r + lanes) * C + c0, g1);
+      load_f32<T, P>(x + (r + lanes) * C + c0, x1);
+      add_row(r, g0, x0);
+      add_row(r + lanes, g1, x1);
+    }
+    for (; r < N; r += lanes) {
+      float g0[P], x0[P];
+      load_f32<T, P>(dy + r * C + c0, g0);
+      load_f32<T, P>(x + r * C + c0, x0);
+      add_row(r, g0, x0);
+    }
+  }
+  const int me = (int(threadIdx.y) * packs + int(threadIdx.x)) * P;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    red_w[me + k] = aw[k];
+    red_b[me + k] = ab[k];
+  }
+  for (int half = lanes / 2; half > 0; half >>= 1) {
+    __syncthreads();  // the previous level's writes are visible
+    if (int(threadIdx.y) < half) {
+      const int other = me + half * packs * P;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        red_w[me + k] += red_w[other + k];
+        red_b[me + k] += red_b[other + k];
+      }
+    }
+  }
+  if (threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      if (dw) dw[c0 + k] = from_f32<T>(red_w[me + k]);
+      if (db) db[c0 + k] = from_f32<T>(red_b[me + k]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- softmax
 
 // One row per warp (BLOCK = false, blockDim (32, kRowWarps)) or per block (BLOCK = true,
@@ -330,6 +402,17 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
   T* pdw = dw.defined() ? dw.data<T>() : nullptr;
   T* pdb = db.defined() ? db.data<T>() : nullptr;
   if (pdw || pdb) {  // N == 0 still writes zeros
+    if (can_vectorise<T>(C, {pdy, px})) {
+      int lanes = 1;
+      while (lanes < kColPackLanes && lanes < N) lanes *= 2;
+      const int packs = kColPackThreads / lanes;
+      const int64_t npacks = C / kVec<T>;
+      const dim3 grid{unsigned((npacks + packs - 1) / packs)}, block{unsigned(packs), unsigned(lanes)};
+      norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr,
+                                                                                          N, int(C));
+      LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
+      return;
+    }
     const dim3 grid(unsigned((C + kColStrip - 1) / kColStrip)), block(kColStrip, kColPhases);
     norm_bwd_dwdb_kernel<T, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_kernel");

@@ -24,7 +24,18 @@ struct AdamWConst {
   float beta1, beta2, eps, decay, step_size, bc2_sqrt, grad_scale;
 };
 
-// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq.
+// One element's update: p, g, m, v in; the new p, m, v out (f32, cpu_optim.cpp's operations).
+__device__ __forceinline__ void adamw_update(const AdamWConst& c, float& p, float g, float& m, float& v) {
+  const float gi = __fmul_rn(g, c.grad_scale);
+  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(__fsub_rn(1.f, c.beta1), gi));
+  v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(__fsub_rn(1.f, c.beta2), gi), gi));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), c.bc2_sqrt), c.eps);
+  p = __fsub_rn(__fmul_rn(p, c.decay), __fdiv_rn(__fmul_rn(c.step_size, m), denom));
+}
+
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq. A tensor whose four lists are all f32 and
+// 16-byte aligned (parameters, gradients and moments of the f32-state policies) moves float4s;
+// any other mix reads and writes each element by its dtype. The same update either way.
 __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
@@ -34,15 +45,34 @@ __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
     const void* g = t.ptr[1][k];
     void* m = t.ptr[2][k];
     void* v = t.ptr[3][k];
-    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
-      const float gi = __fmul_rn(load_float(g, i, t.dtype[1][k]), c.grad_scale);
-      const float mi = __fadd_rn(__fmul_rn(c.beta1, load_float(m, i, t.dtype[2][k])), __fmul_rn(__fsub_rn(1.f, c.beta1), gi));
-      const float vi =
-          __fadd_rn(__fmul_rn(c.beta2, load_float(v, i, t.dtype[3][k])), __fmul_rn(__fmul_rn(__fsub_rn(1.f, c.beta2), gi), gi));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
-      const float pi = load_float(p, i, t.dtype[0][k]);
-      store_param(p, i, t.dtype[0][k], __fsub_rn(__fmul_rn(pi, c.decay), __fdiv_rn(__fmul_rn(c.step_size, mi), denom)),
-                  sr.on, sr.stream[k]);
+    int64_t first = start;  // the elements before it went as float4s
+    if (t.dtype[0][k] == kF32 && t.dtype[1][k] == kF32 && t.dtype[2][k] == kF32 && t.dtype[3][k] == kF32 &&
+        ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(m) |
+          reinterpret_cast<uintptr_t>(v)) & 15u) == 0) {
+      // start is a multiple of kMtChunk (of 4): every float4 below is aligned.
+      float4* p4 = reinterpret_cast<float4*>(p);
+      const float4* g4 = reinterpret_cast<const float4*>(g);
+      float4* m4 = reinterpret_cast<float4*>(m);
+      float4* v4 = reinterpret_cast<float4*>(v);
+      const int64_t end4 = start / 4 + (end - start) / 4;
+      for (int64_t j = start / 4 + threadIdx.x; j < end4; j += blockDim.x) {
+        float4 pj = p4[j], mj = m4[j], vj = v4[j];
+        const float4 gj = g4[j];
+        adamw_update(c, pj.x, gj.x, mj.x, vj.x);
+        adamw_update(c, pj.y, gj.y, mj.y, vj.y);
+        adamw_update(c, pj.z, gj.z, mj.z, vj.z);
+        adamw_update(c, pj.w, gj.w, mj.w, vj.w);
+        p4[j] = pj;
+        m4[j] = mj;
+        v4[j] = vj;
+      }
+      first = end4 * 4;
+    }
+    for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+      float pi = load_float(p, i, t.dtype[0][k]), mi = load_float(m, i, t.dtype[2][k]);
+      float vi = load_float(v, i, t.dtype[3][k]);
+      adamw_update(c, pi, load_float(g, i, t.dtype[1][k]), mi, vi);
+      store_param(p, i, t.dtype[0][k], pi, sr.on, sr.stream[k]);
       store_float(m, i, t.dtype[2][k], mi);
       store_float(v, i, t.dtype[3][k], vi);
     }

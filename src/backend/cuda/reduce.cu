@@ -1,12 +1,14 @@
 // Reductions. reduce_sum collapses the input's dims into alternating kept/reduced groups and
 // picks a kernel: rows (reduce the trailing group), columns (reduce the leading group: the
-// bias gradient), or a general walk for any other pattern. All accumulate in f32 and write each
-// output once, without atomics, so results are deterministic run to run. sum_squares sums
-// many tensors in one launch into per-block partials, then one block adds them in fixed order.
+// bias gradient; 16-byte loads, a whole block down the rows), or a general walk for any other
+// pattern. All accumulate in f32 and write each output once, without atomics, so results are
+// deterministic run to run. sum_squares sums many tensors in one launch into per-block
+// partials, then one block adds them in fixed order.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
+#include "backend/cuda/row_kernels.cuh"
 
 namespace lt {
 using namespace cuda;
@@ -24,21 +26,76 @@ template <class T> __global__ void reduce_rows_kernel(T* out, const T* in, int64
   }
 }
 
-// Column sums of a [rows, cols] matrix: a block owns 32 columns; its 8 rows of threads stride
-// down the rows, then combine through shared memory.
-template <class T> __global__ void reduce_cols_kernel(T* out, const T* in, int64_t rows, int64_t cols) {
-  __shared__ float part[8][33];
-  const int64_t c = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.f;
-  if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8) s += load_t(in, r * cols + c);
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float t = 0.f;
-    for (int y = 0; y < 8; ++y) t += part[y][threadIdx.x];
-    store_t(out, c, t);
+// Column sums of a [rows, cols] matrix (the bias gradient: dY [B*T, N] -> [N], N columns over
+// 16k rows). A block of kColThreads threads is a (packs x lanes) grid: threadIdx.x picks a pack
+// of P adjacent columns (16 bytes when P = kVec<T>), threadIdx.y one of `lanes` row phases
+// that stride down every row, four rows in flight; a warp reads whole 32-byte sectors
+// (packs >= 2). The lanes' f32 sums then meet in a fixed shared-memory tree: the result does not
+// depend on timing, and there is no scratch and no atomic.
+constexpr int kColThreads = 1024;
+constexpr int kColMaxLanes = 512;
+
+template <class T, int P> __global__ void __launch_bounds__(kColThreads)
+reduce_cols_kernel(T* out, const T* in, int64_t rows, int64_t cols) {
+  __shared__ float part[kColThreads * 8];  // [lanes][packs][P], P <= 8
+  const int packs = blockDim.x, lanes = blockDim.y;
+  const int64_t c0 = (int64_t(blockIdx.x) * packs + threadIdx.x) * P;
+  float s[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) s[k] = 0.f;
+  if (c0 < cols) {  // P > 1 only when cols % P == 0: a pack lies wholly inside the row
+    const T* p = in + c0;
+    auto load = [&](int64_t r, float(&v)[P]) {
+      if constexpr (P > 1) rk::load_f32<T, P>(p + r * cols, v);
+      else v[0] = load_t(p, r * cols);
+    };
+    int64_t r = threadIdx.y;
+    for (; r + 3 * int64_t(lanes) < rows; r += 4 * int64_t(lanes)) {  // four loads in flight
+      float v[4][P];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) load(r + u * int64_t(lanes), v[u]);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int k = 0; k < P; ++k) s[k] += v[u][k];
+    }
+    for (; r < rows; r += lanes) {
+      float v[P];
+      load(r, v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) s[k] += v[k];
+    }
   }
+  float* mine = part + (threadIdx.y * packs + threadIdx.x) * P;
+#pragma unroll
+  for (int k = 0; k < P; ++k) mine[k] = s[k];
+  __syncthreads();
+  for (int half = lanes / 2; half > 0; half /= 2) {  // lanes is a power of two
+    if (int(threadIdx.y) < half) {
+      const float* other = part + ((threadIdx.y + half) * packs + threadIdx.x) * P;
+#pragma unroll
+      for (int k = 0; k < P; ++k) mine[k] += other[k];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c0 < cols)
+#pragma unroll
+    for (int k = 0; k < P; ++k) store_t(out, c0 + k, mine[k]);
+}
+
+// Launch shape: as many row lanes as rows (a power of two, at most kColMaxLanes), the rest of
+// the block spread over column packs.
+template <class T> void launch_reduce_cols(T* out, const T* in, int64_t rows, int64_t cols, cudaStream_t stream) {
+  int lanes = 1;
+  while (lanes < kColMaxLanes && lanes < rows) lanes *= 2;
+  const int packs = kColThreads / lanes;
+  constexpr int V = rk::kVec<T>;
+  const bool vec = cols % V == 0 && rk::aligned16(in);
+  const int64_t npacks = vec ? cols / V : cols;
+  const unsigned grid = unsigned((npacks + packs - 1) / packs);
+  if (vec) reduce_cols_kernel<T, V><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
+  else reduce_cols_kernel<T, 1><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
+  LT_CUDA_LAUNCH_CHECK("reduce_cols_kernel");
 }
 
 // Any pattern: kept dims (sizes ks, input strides kst) index the output, reduced dims (rs, rst)
@@ -168,9 +225,7 @@ void CudaBackend::reduce_sum(const Tensor& out, const Tensor& in) {
       reduce_rows_kernel<T><<<grid_for(nout, 1, 65535), threads, 0, stream>>>(po, pi, nout, len);
       LT_CUDA_LAUNCH_CHECK("reduce_rows_kernel");
     } else if (g == 2 && reduced[0]) {  // [reduced, kept]: column sums
-      const int64_t cols = sizes[1];
-      reduce_cols_kernel<T><<<unsigned((cols + 31) / 32), dim3(32, 8), 0, stream>>>(po, pi, sizes[0], cols);
-      LT_CUDA_LAUNCH_CHECK("reduce_cols_kernel");
+      launch_reduce_cols<T>(po, pi, sizes[0], sizes[1], stream);
     } else {
       GeneralArgs a{};
       a.nout = nout;

@@ -13,12 +13,13 @@ class MetaBackend final : public Backend {
  public:
   const char* name() const override { return "meta"; }
 
-  // gemm also mirrors the CUDA backend's cuBLASLt workspace (taken at the first GEMM) when meta
-  // simulates CUDA; an op with a result returns a value-initialised one.
-#define LT_BACKEND_OP(group, ret, op, params, args)                               \
-  ret op params override {                                                         \
-    if constexpr (BackendOp::op == BackendOp::gemm) simulate_gemm_workspace();     \
-    return no_result<ret>();                                                       \
+  // gemm and gemm_gelu also mirror the CUDA backend's cuBLASLt workspace (taken at the first
+  // GEMM) when meta simulates CUDA; an op with a result returns a value-initialised one.
+#define LT_BACKEND_OP(group, ret, op, params, args)                                          \
+  ret op params override {                                                                    \
+    if constexpr (BackendOp::op == BackendOp::gemm || BackendOp::op == BackendOp::gemm_gelu) \
+      simulate_gemm_workspace();                                                              \
+    return no_result<ret>();                                                                  \
   }
 #include "backend/backend_ops.def"
 
