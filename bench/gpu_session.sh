@@ -38,6 +38,26 @@ for s in $sections; do
         [ "$round" = 1 ] && timeout 400 python3 bench/peers/gpt2_throughput_torch.py --compile 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
       done
       ;;
+    llama)
+      # Issue 12's throughput line: TinyLlama-1.1B shape, B4 x T1024, bf16-mixed, checkpointed blocks,
+      # AdamW, one GPU; leantrain (the CLI on random tokens, its plan first) and the PyTorch peers
+      # (plain autocast + fused AdamW, and FSDP2 fully_shard as the issue measured it), alternating.
+      F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --checkpoint blocks --fused-step"
+      timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/tinyllama-plan.json" 2>&1; tail -c 400 "$OUT/tinyllama-plan.json"; echo
+      : > "$OUT/llama-throughput.jsonl"
+      for round in 1 2; do
+        timeout 240 "./$BUILD/leantrain" train $F --device cuda --steps 15 --eval-batches 1 --log-every 5 \
+          --metrics-json "$OUT/tinyllama-run$round.json" 2>&1 | tail -4
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({'system': 'leantrain', 'tokens_per_s': round(j['steady_items_per_s']), 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes']}))" \
+          "$OUT/tinyllama-run$round.json" | tee -a "$OUT/llama-throughput.jsonl"
+        timeout 240 python3 bench/peers/llama_throughput_torch.py --mode plain 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
+        [ "$round" = 1 ] && timeout 240 python3 bench/peers/llama_throughput_torch.py --mode fsdp 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
+      done
+      ;;
+    hf)
+      timeout 400 python3 bench/peers/hf_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/hf" 2>&1 | tail -30
+      rm -rf "$OUT/hf"
+      ;;
     cli)
       # The CLI on the GPU: the demo (ViT on Fashion-MNIST) and a GPT-2 on fortunes, with the
       # progress lines and the memory table; then generation from the saved GPT.

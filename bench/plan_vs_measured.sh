@@ -29,7 +29,19 @@ CONFIGS=(
   "vit-l fused step + clip (norm pass)|$VIT --batch 16 --optimizer sgd --precision bf16-true --checkpoint blocks --fused-step --clip 1"
   "rung7 + offload activations|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true --checkpoint blocks --offload-activations"
   "gpt2-124m b16x1024 blocks + offload|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed --checkpoint blocks --offload-activations"
+  "llama-small f32 b4x77|--config bench/configs/llama-small.json --batch 4 --seq-len 77 --optimizer adamw"
+  "qwen2-small bf16-mixed b4x77|--config bench/configs/qwen2-small.json --batch 4 --seq-len 77 --optimizer adamw --precision bf16-mixed"
+  "llama3 rope hd128 b2x300|--config bench/configs/llama3-rope-d128.json --batch 2 --seq-len 300 --optimizer adamw"
+  "smollm2-135m b2x256 bf16-mixed|--model smollm2-135m --batch 2 --seq-len 256 --optimizer adamw --precision bf16-mixed"
+  "tinyllama-1.1b b1x128 bf16-true|--model tinyllama-1.1b --batch 1 --seq-len 128 --optimizer adamw --precision bf16-true"
+  "tinyllama-1.1b b4x1024 bf16-mixed blocks fused-step|--model tinyllama-1.1b --batch 4 --seq-len 1024 --optimizer adamw --precision bf16-mixed --checkpoint blocks --fused-step"
 )
+# ROWS: a regular expression choosing configurations by name (default: all).
+if [ -n "${ROWS:-}" ]; then
+  kept=()
+  for entry in "${CONFIGS[@]}"; do [[ "${entry%%|*}" =~ $ROWS ]] && kept+=("$entry"); done
+  CONFIGS=("${kept[@]}")
+fi
 rows="$WORK/rows.jsonl"
 : >"$rows"
 for entry in "${CONFIGS[@]}"; do
