@@ -84,7 +84,7 @@ def batches(kind, cfg, n, b, gen):
     if kind in TOKEN_KINDS:
         T = cfg["seq"]
         ids = torch.randint(0, cfg["vocab_size"], (n, b, T + 1), generator=gen)
-        return {"input_ids": ids[..., :-1].contiguous(), "labels": ids[..., 1:].contiguous()}
+        return {"input_ids": ids[..., :-1].clone(), "labels": ids[..., 1:].clone()}  # clone: never views of one buffer
     C, H = 3, cfg["image_size"]
     return {"images": torch.randn(n, b, C, H, H, generator=gen),
             "labels": torch.randint(0, cfg["num_labels"], (n, b), generator=gen)}
