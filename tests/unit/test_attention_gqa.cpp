@@ -16,6 +16,7 @@
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "unit/gradcheck.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 
@@ -287,14 +288,7 @@ TEST(AttentionGqa, ForwardAllocatesOnlyOutAndLse) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 TEST(AttentionGqa, HeadCountsThatDoNotDivideGiveOneLineErrors) {
   Generator gen(2);

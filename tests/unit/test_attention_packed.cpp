@@ -18,6 +18,7 @@
 #include "leantrain/nn.h"
 #include "leantrain/ops.h"
 #include "unit/gradcheck.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 
@@ -236,14 +237,7 @@ TEST(AttentionPacked, Gpt2TinyMetaTraceEqualsCpu) {
   EXPECT_TRUE(saw_attention) << "the step should allocate inside the attention op";
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 TEST(AttentionPacked, BadShapesGiveOneLineErrors) {
   Generator gen(1);

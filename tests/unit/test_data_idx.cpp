@@ -9,6 +9,7 @@
 
 #include "leantrain/data.h"
 #include "leantrain/error.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 namespace fs = std::filesystem;
@@ -49,15 +50,7 @@ std::vector<uint8_t> pixels() { return {0, 255, 51, 102, 1, 2, 3, 4, 250, 251, 2
 std::vector<uint8_t> good_images() { return idx_bytes(0x803, {3, 2, 2}, pixels()); }
 std::vector<uint8_t> good_labels() { return idx_bytes(0x801, {3}, {7, 0, 9}); }
 
-// The lt::Error message of f(), or "" if it did not throw.
-template <class F> std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "fake_tokenizers.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 namespace fs = std::filesystem;
@@ -44,14 +45,7 @@ std::vector<bool> targets(const TokenStream& t) {
   for (int64_t i = 0; i < t.size(); ++i) out.push_back(t.is_target(i));
   return out;
 }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "io/input_file.h"
 #include "leantrain/error.h"
+#include "unit/error_of.h"
 
 namespace fs = std::filesystem;
 
@@ -25,14 +26,7 @@ fs::path temp_dir() {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lt::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "leantrain/error.h"
 #include "models/llama.h"
 #include "models/registry.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 using models::LlamaConfig;
@@ -16,14 +17,7 @@ namespace {
 
 LlamaConfig parse(const std::string& text) { return LlamaConfig::from_json(nlohmann::json::parse(text)); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 // The config's error through the registry (what `--config` runs): one line containing `fragment`.
 void expect_refused(const std::string& text, const std::string& fragment) {

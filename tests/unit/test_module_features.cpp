@@ -12,6 +12,7 @@
 #include "leantrain/optim.h"
 #include "leantrain/safetensors.h"
 #include "small_models.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 using lt::test::small_gpt2;
@@ -26,14 +27,7 @@ Tensor ids() {
   return from_ints(v, {2, 8});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -18,6 +18,7 @@
 #include "train/finite_state.h"
 #include "train/output_paths.h"
 #include "train_test_util.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 namespace fs = std::filesystem;
@@ -36,16 +37,7 @@ std::string slurp(const fs::path& p) {
 
 void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
-// The message of the lt::Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -12,19 +12,13 @@
 #include "train/decode_stream.h"
 #include "train/run_tokenizer.h"
 #include "train_test_util.h"
+#include "unit/error_of.h"
 
 using namespace lt;
 namespace fs = std::filesystem;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using lt::test::error_of;
 }  // namespace
 
 TEST(DecodeStream, PiecesAreTheFullDecodesSuffixes) {
