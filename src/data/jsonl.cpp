@@ -81,6 +81,10 @@ void parse_jsonl(const std::string& text, const std::string& path, const TextOpt
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
       bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
+    } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
+      bad("it holds a number too large for a double (" + std::string(e.what()).substr(std::string(e.what()).find(' ') + 1) + ")");
+    } catch (const nlohmann::json::exception& e) {
+      bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
     }
     Document d = document_of(j, opt, bad);
     batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);

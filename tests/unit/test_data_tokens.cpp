@@ -175,6 +175,10 @@ TEST(TokenCorpus, BadJsonLinesNameFileAndLine) {
       {"{\"text\": \"t\", \"prompt\": \"p\", \"response\": \"r\"}", ":2: it has \"text\" and \"prompt\""},
       {"{\"body\": \"t\"}", ":2: it has no \"text\" field"},
       {"{\"text\": \"\xff\xfe\"}", ":2: it is not JSON (byte "},  // JSON text is UTF-8
+      // Valid JSON with a number no double holds (found by the text fuzz harness: it escaped as
+      // nlohmann's out_of_range, i.e. a crash).
+      {"2E111111111111111111111", ":2: it holds a number too large for a double (number overflow parsing"},
+      {"{\"text\": \"t\", \"n\": 1e400}", ":2: it holds a number too large for a double"},
   };
   for (const auto& [line, want] : cases) {
     write(d / "x.jsonl", good + line + "\n" + good);
