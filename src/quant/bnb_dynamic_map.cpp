@@ -27,7 +27,7 @@ namespace {
 
 std::vector<float> f32_linspace(float start, float end, int steps) {
   const float step = (end - start) / float(steps - 1);
-  std::vector<float> v(size_t(steps));
+  std::vector<float> v(static_cast<size_t>(steps));
   for (int k = 0; k < steps; ++k)
     v[size_t(k)] = k < steps / 2 ? start + step * float(k) : end - step * float(steps - 1 - k);
   return v;

@@ -1,0 +1,64 @@
+// leantrain's NF4 against bench/peers/nf4_reference.py (torch, bitsandbytes' algorithm), byte for
+// byte: run on the GPU machine with LT_NF4_REFERENCE=<the file that script wrote>; skipped
+// without it. Every NAME.input is quantised on the CPU (and on CUDA when there is one); codes,
+// nested absmax codes, nested absmax, offset, the dynamic map and the dequantised tensor must be
+// identical to the reference's.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "leantrain/device.h"
+#include "leantrain/ops.h"
+#include "leantrain/safetensors.h"
+#include "quant/bnb_dynamic_map.h"
+#include "quant/nf4.h"
+
+using namespace lt;
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor h = contiguous(t.device().is_cpu() ? t : to_device(t, Device::cpu()));
+  const auto* p = static_cast<const uint8_t*>(h.raw_data());
+  return std::vector<uint8_t>(p, p + h.numel() * int64_t(dtype_size(h.dtype())));
+}
+
+}  // namespace
+
+TEST(QuantNf4Reference, MatchesTorchReferenceFile) {
+  const char* path = std::getenv("LT_NF4_REFERENCE");
+  if (!path || !*path) GTEST_SKIP() << "set LT_NF4_REFERENCE to the file bench/peers/nf4_reference.py wrote";
+  const std::map<std::string, Tensor> ref = load_safetensors(path);
+  ASSERT_TRUE(ref.count("bnb_dynamic_map"));
+  const std::span<const float> map = bnb_dynamic_map_signed();
+  const std::vector<uint8_t> ref_map = bytes_of(ref.at("bnb_dynamic_map"));
+  ASSERT_EQ(ref_map.size(), 256 * sizeof(float));
+  for (size_t i = 0; i < 256; ++i) {
+    float r;
+    std::memcpy(&r, ref_map.data() + 4 * i, 4);
+    EXPECT_EQ(map[i], r) << "dynamic map entry " << i;
+  }
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda());
+  int cases = 0;
+  for (const auto& [key, input] : ref) {
+    const std::string suffix = ".input";
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string name = key.substr(0, key.size() - suffix.size());
+    ++cases;
+    for (Device dev : devices) {
+      SCOPED_TRACE(name + " on " + (dev.is_cpu() ? "cpu" : "cuda"));
+      const Nf4Weight q = nf4_quantize(to_device(input, dev));
+      EXPECT_EQ(bytes_of(q.codes), bytes_of(ref.at(name + ".weight")));
+      EXPECT_EQ(bytes_of(q.absmax_codes), bytes_of(ref.at(name + ".weight.absmax")));
+      EXPECT_EQ(bytes_of(q.nested_absmax), bytes_of(ref.at(name + ".weight.nested_absmax")));
+      EXPECT_EQ(bytes_of(from_vector(std::vector<float>{q.offset}, {1})), bytes_of(ref.at(name + ".weight.offset")));
+      EXPECT_EQ(bytes_of(nf4_dequantize(q, input.dtype())), bytes_of(ref.at(name + ".dequant")));
+    }
+  }
+  EXPECT_GT(cases, 10);
+}
