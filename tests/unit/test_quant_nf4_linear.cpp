@@ -1,0 +1,71 @@
+// nf4_linear against linear() on the dequantised weight: the same output and input gradient,
+// no gradient for the frozen weight, refusals, and no dequantised weight left alive afterwards.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "error_of.h"
+#include "leantrain/ops.h"
+#include "quant/nf4.h"
+#include "quant/nf4_linear.h"
+
+using namespace lt;
+using lt::test::error_of;
+
+namespace {
+
+std::vector<float> normal(size_t n, uint64_t seed, float std) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, std);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+std::vector<float> values(const Tensor& t) {
+  const Tensor f = cast(t, DType::F32);
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+}  // namespace
+
+TEST(QuantNf4Linear, MatchesLinearOnTheDequantisedWeight) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Nf4Weight w = nf4_quantize(from_vector(normal(24 * 40, 1, 0.05f), {24, 40}, dt));
+    const Tensor wd = nf4_dequantize(w, dt);
+    const Tensor bias = from_vector(normal(24, 2, 0.1f), {24}, dt);
+    const std::vector<float> xv = normal(2 * 3 * 40, 3, 1.0f);
+    Tensor x1 = from_vector(xv, {2, 3, 40}, dt), x2 = from_vector(xv, {2, 3, 40}, dt);
+    x1.set_requires_grad(true);
+    x2.set_requires_grad(true);
+    const Tensor y1 = nf4_linear(x1, w, bias), y2 = linear(x2, wd, bias);
+    EXPECT_EQ(y1.shape(), (Shape{2, 3, 24}));
+    EXPECT_EQ(values(y1), values(y2));
+    const Tensor dy = from_vector(normal(2 * 3 * 24, 4, 1.0f), {2, 3, 24}, dt);
+    y1.backward(dy);
+    y2.backward(dy);
+    ASSERT_TRUE(x1.grad().defined());
+    EXPECT_EQ(x1.grad().shape(), x1.shape());
+    EXPECT_EQ(values(x1.grad()), values(x2.grad()));
+    EXPECT_FALSE(w.codes.requires_grad());
+  }
+}
+
+TEST(QuantNf4Linear, NoGraphWithoutGrad) {
+  const Nf4Weight w = nf4_quantize(from_vector(normal(8 * 64, 5, 0.05f), {8, 64}));
+  const Tensor y = nf4_linear(from_vector(normal(64, 6, 1.0f), {1, 64}), w);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(values(y), values(linear(from_vector(normal(64, 6, 1.0f), {1, 64}), nf4_dequantize(w, DType::F32),
+                                     Tensor())));
+}
+
+TEST(QuantNf4Linear, Refusals) {
+  const Nf4Weight w = nf4_quantize(from_vector(normal(8 * 64, 5, 0.05f), {8, 64}));
+  EXPECT_NE(error_of([&] { nf4_linear(zeros({2, 63}), w); }).find("input features"), std::string::npos);
+  Tensor b = zeros({8});
+  b.set_requires_grad(true);
+  EXPECT_NE(error_of([&] { nf4_linear(zeros({2, 64}), w, b); }).find("bias requires grad"), std::string::npos);
+  const Nf4Weight w1 = nf4_quantize(zeros({64}));
+  EXPECT_NE(error_of([&] { nf4_linear(zeros({2, 64}), w1); }).find("[out, in]"), std::string::npos);
+}
