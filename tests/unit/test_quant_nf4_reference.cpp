@@ -32,7 +32,7 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 TEST(QuantNf4Reference, MatchesTorchReferenceFile) {
   const char* path = std::getenv("LT_NF4_REFERENCE");
   if (!path || !*path) GTEST_SKIP() << "set LT_NF4_REFERENCE to the file bench/peers/nf4_reference.py wrote";
-  const std::map<std::string, Tensor> ref = load_safetensors(path);
+  const std::map<std::string, Tensor> ref = io::load_safetensors(path);
   ASSERT_TRUE(ref.count("bnb_dynamic_map"));
   const std::span<const float> map = bnb_dynamic_map_signed();
   const std::vector<uint8_t> ref_map = bytes_of(ref.at("bnb_dynamic_map"));
