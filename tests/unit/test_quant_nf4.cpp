@@ -175,10 +175,20 @@ TEST(QuantNf4, BnbCodeSearchPicksANearestEntry) {
       ASSERT_LE(std::abs(double(m[size_t(c)]) - x), std::abs(double(m[j]) - x)) << "x " << x << " code " << c;
     if (t < 256) EXPECT_EQ(c, t);
   }
-  // The tie rule: exactly at the f32 midpoint of two entries, the search keeps its final pivot.
-  const float mid = (m[200] + m[201]) * 0.5f;
-  const int c = q8_bnb_code(m.data(), mid);
-  EXPECT_TRUE(c == 200 || c == 201);
+}
+
+TEST(QuantNf4, BnbCodeSearchTieKeepsTheFinalPivot) {
+  // A map of 0, 1, ..., 255: halfway between two entries, bitsandbytes' search keeps the entry
+  // it probed last. For 200.5 the probes are 127, 191, 223, 207, 199, 203, 201, 200 (last: 200,
+  // below x, so the tie goes down); for 201.5 they end on 202 (above x: the tie goes up).
+  std::vector<float> iota(256);
+  for (int i = 0; i < 256; ++i) iota[size_t(i)] = float(i);
+  EXPECT_EQ(q8_bnb_code(iota.data(), 200.5f), 200);
+  EXPECT_EQ(q8_bnb_code(iota.data(), 201.5f), 202);
+  EXPECT_EQ(q8_bnb_code(iota.data(), 200.25f), 200);
+  EXPECT_EQ(q8_bnb_code(iota.data(), 201.75f), 202);
+  EXPECT_EQ(q8_bnb_code(iota.data(), 1000.0f), 255);
+  EXPECT_EQ(q8_bnb_code(iota.data(), -5.0f), 0);
 }
 
 TEST(QuantNf4, DoubleQuantOffsetAndNestedAbsmax) {
