@@ -26,11 +26,11 @@ struct Reader {
   const Tensor& get(const std::string& suffix, DType dtype, int64_t numel) const {
     const auto it = tensors.find(name + suffix);
     if (it == tensors.end())
-      refuse(suffix, "is missing: a bitsandbytes 4-bit weight with double quantisation has it",
+      refuse(suffix, "missing (a bitsandbytes 4-bit weight with double quantisation has it)",
              "save the checkpoint with bnb_4bit_use_double_quant=True, or pass the unquantised weights");
     const Tensor& t = it->second;
     if (t.dtype() != dtype || t.numel() != numel)
-      refuse(suffix, std::string("is ") + dtype_name(t.dtype()) + " " + shape_str(t.shape()) + ", expected " +
+      refuse(suffix, std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) + ", expected " +
                          dtype_name(dtype) + " with " + std::to_string(numel) + " elements",
              "the file is not a bitsandbytes NF4 state of the shape its quant_state names");
     return t;
@@ -73,12 +73,12 @@ Nf4Weight nf4_from_bnb(const std::map<std::string, Tensor>& tensors, const std::
     r.refuse(kFp4State, "FP4 is not supported (leantrain reads NF4)", "quantise with bnb_4bit_quant_type=\"nf4\"");
   const auto st = tensors.find(name + kNf4State);
   if (st == tensors.end())
-    r.refuse(kNf4State, "is missing", "pass a checkpoint saved by bitsandbytes with load_in_4bit");
+    r.refuse(kNf4State, "missing", "pass a checkpoint saved by bitsandbytes with load_in_4bit");
   const Tensor state = contiguous(st->second.device().is_cpu() ? st->second : to_device(st->second, Device::cpu()));
-  if (state.dtype() != DType::U8) r.refuse(kNf4State, "is not u8 bytes", "the file is not a bitsandbytes state");
+  if (state.dtype() != DType::U8) r.refuse(kNf4State, "not u8 bytes", "the file is not a bitsandbytes state");
   const auto* p = state.data<uint8_t>();
   const nlohmann::json j = nlohmann::json::parse(p, p + state.numel(), nullptr, false);
-  if (!j.is_object()) r.refuse(kNf4State, "is not a JSON object", "the file is not a bitsandbytes state");
+  if (!j.is_object()) r.refuse(kNf4State, "not a JSON object", "the file is not a bitsandbytes state");
   auto field = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key))
       r.refuse(kNf4State, std::string("has no '") + key + "'",

@@ -91,7 +91,7 @@ TEST(QuantNf4BnbFormat, Refusals) {
     return from_ints(std::vector<int64_t>(s.begin(), s.end()), {int64_t(s.size())}, DType::U8);
   };
   EXPECT_EQ(with([](auto&) {}), "");
-  EXPECT_NE(with([&](auto& m) { m.erase(kName + ".nested_absmax"); }).find(".nested_absmax: is missing"),
+  EXPECT_NE(with([&](auto& m) { m.erase(kName + ".nested_absmax"); }).find(".nested_absmax: missing"),
             std::string::npos);
   EXPECT_NE(with([&](auto& m) {
               m.erase(state);
@@ -118,4 +118,13 @@ TEST(QuantNf4BnbFormat, Refusals) {
             std::string::npos);
   EXPECT_NE(error_of([&] { nf4_from_bnb({}, kName, "model.safetensors"); }).find("model.safetensors: " + kName),
             std::string::npos);
+}
+
+TEST(QuantNf4BnbFormat, MessageReadsAsOneLine) {
+  std::map<std::string, Tensor> m = as_map(nf4_to_bnb(sample_weight(), kName));
+  m.erase(kName + ".absmax");
+  EXPECT_EQ(error_of([&] { nf4_from_bnb(m, kName, "model.safetensors"); }),
+            "model.safetensors: " + kName +
+                ".absmax: missing (a bitsandbytes 4-bit weight with double quantisation has it) (save the checkpoint "
+                "with bnb_4bit_use_double_quant=True, or pass the unquantised weights)");
 }
