@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "error_of.h"
+#include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "quant/nf4.h"
 #include "quant/nf4_linear.h"
@@ -68,4 +69,21 @@ TEST(QuantNf4Linear, Refusals) {
   EXPECT_NE(error_of([&] { nf4_linear(zeros({2, 64}), w, b); }).find("bias requires grad"), std::string::npos);
   const Nf4Weight w1 = nf4_quantize(zeros({64}));
   EXPECT_NE(error_of([&] { nf4_linear(zeros({2, 64}), w1); }).find("[out, in]"), std::string::npos);
+}
+
+TEST(QuantNf4Linear, DequantisedWeightLivesOnlyInsideTheOp) {
+  // On the meta device (allocations tracked, no data): the bf16 weight of 512 x 1024 (1 MiB) is
+  // workspace while the forward or the backward runs and is gone when each returns.
+  Allocator& a = allocator_for(Device::meta());
+  const int64_t before = a.stats().category[int(Category::Workspace)].current;
+  const Nf4Weight w = nf4_quantize(empty({512, 1024}, DType::BF16, Device::meta()));
+  Tensor x = empty({4, 1024}, DType::BF16, Device::meta());
+  x.set_requires_grad(true);
+  a.reset_peak_stats();
+  const Tensor y = nf4_linear(x, w);
+  EXPECT_EQ(a.stats().category[int(Category::Workspace)].current, before);
+  EXPECT_GE(a.stats().category[int(Category::Workspace)].peak, before + 512 * 1024 * 2);
+  y.backward(empty({4, 512}, DType::BF16, Device::meta()));
+  EXPECT_EQ(a.stats().category[int(Category::Workspace)].current, before);
+  EXPECT_EQ(x.grad().shape(), (Shape{4, 1024}));
 }
