@@ -68,6 +68,9 @@ LT_NF4_HD float nf4_threshold(int k) {
 // Equivalent to bitsandbytes' decision tree, since the thresholds are sorted.
 LT_NF4_HD uint8_t nf4_code(float x) {
   int c = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
   for (int k = 0; k < 15; ++k) c += (x > nf4_threshold(k)) ? 1 : 0;
   return uint8_t(c);
 }

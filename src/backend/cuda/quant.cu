@@ -54,15 +54,20 @@ __global__ void nf4_quantize_kernel(uint8_t* codes, float* absmax, const T* x, i
   codes[i / 2] = uint8_t(high << 4 | low);
 }
 
+// The 16 values in shared memory: nf4_value's table indexed by a run-time code would otherwise
+// live in local memory.
 template <class T>
 __global__ void nf4_dequantize_kernel(T* out, const uint8_t* codes, const float* absmax, int64_t n) {
+  __shared__ float lut[16];
+  if (threadIdx.x < 16) lut[threadIdx.x] = nf4_value(int(threadIdx.x));
+  __syncthreads();
   const int64_t byte = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t i = 2 * byte;
   if (i >= n) return;
   const uint8_t c = codes[byte];
   const float a = absmax[i / kNf4Block];  // a pair never straddles blocks (64 is even)
-  out[i] = from_f32<T>(__fmul_rn(nf4_value(c >> 4), a));
-  if (i + 1 < n) out[i + 1] = from_f32<T>(__fmul_rn(nf4_value(c & 15), a));
+  out[i] = from_f32<T>(__fmul_rn(lut[c >> 4], a));
+  if (i + 1 < n) out[i + 1] = from_f32<T>(__fmul_rn(lut[c & 15], a));
 }
 
 __global__ void q8_quantize_kernel(uint8_t* codes, float* absmax, const float* x, float offset, int64_t n,
