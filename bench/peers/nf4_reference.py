@@ -29,6 +29,8 @@ Writes OUT.safetensors with, for each case NAME:
   NAME.weight.quant_map              f32 [16]
   NAME.weight.offset                 f32 [1]
   NAME.dequant                       the dequantised tensor, in the input's dtype
+  NAME.weight.quant_state.bitsandbytes__nf4   u8: the JSON bitsandbytes packs (2-d cases are
+                                     also read back through leantrain's bitsandbytes loader)
 and `bnb_dynamic_map` (f32 [256]). Then run
   LT_NF4_REFERENCE=OUT.safetensors build-cuda/leantrain_tests --gtest_filter='QuantNf4Reference*'
 which quantises every NAME.input with leantrain (CPU, and CUDA when present) and compares every
@@ -173,6 +175,7 @@ def cases():
     out["normal_bf16"] = (torch.randn(64 * 300 + 7, generator=g) * 0.05).to(torch.bfloat16)
     out["normal_f16"] = (torch.randn(64 * 300 + 9, generator=g) * 0.05).to(torch.float16)
     out["matrix_256x384"] = torch.randn(256, 384, generator=g) * 0.03
+    out["matrix_bf16_96x200"] = (torch.randn(96, 200, generator=g) * 0.03).to(torch.bfloat16)
     out["zeros_200"] = torch.zeros(200)
     z = torch.randn(64 * 10 + 5, generator=g)
     z[64:192] = 0
@@ -227,6 +230,12 @@ def main():
         tensors[f"{name}.weight.quant_map"] = NF4.clone()
         tensors[f"{name}.weight.offset"] = offset
         tensors[f"{name}.dequant"] = dequantize_nf4(packed, acodes, nested, dmap, offset, n, a.dtype).reshape(a.shape)
+        # QuantState.as_dict(packed=True)'s JSON: json.dumps of the non-tensor fields, as bytes
+        state = {"quant_type": "nf4", "blocksize": 64, "dtype": str(a.dtype).strip("torch."),
+                 "shape": tuple(a.shape), "nested_blocksize": 256, "nested_dtype": "float32",
+                 "nested_offset": offset.item()}
+        tensors[f"{name}.weight.quant_state.bitsandbytes__nf4"] = torch.tensor(
+            list(json.dumps(state).encode("utf-8")), dtype=torch.uint8)
     tensors["bnb_dynamic_map"] = create_dynamic_map_signed()
     save_safetensors(args.out, tensors)
     print("bnb dynamic map (hex):", " ".join(float(v).hex() for v in tensors["bnb_dynamic_map"]))

@@ -2,7 +2,7 @@
 // byte: run on the GPU machine with LT_NF4_REFERENCE=<the file that script wrote>; skipped
 // without it. Every NAME.input is quantised on the CPU (and on CUDA when there is one); codes,
 // nested absmax codes, nested absmax, offset, the dynamic map and the dequantised tensor must be
-// identical to the reference's.
+// identical to the reference's; 2-d cases also go through the bitsandbytes-format loader and writer.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "leantrain/safetensors.h"
 #include "quant/bnb_dynamic_map.h"
 #include "quant/nf4.h"
+#include "quant/nf4_bnb_format.h"
 
 using namespace lt;
 
@@ -58,6 +59,13 @@ TEST(QuantNf4Reference, MatchesTorchReferenceFile) {
       EXPECT_EQ(bytes_of(q.nested_absmax), bytes_of(ref.at(name + ".weight.nested_absmax")));
       EXPECT_EQ(bytes_of(from_vector(std::vector<float>{q.offset}, {1})), bytes_of(ref.at(name + ".weight.offset")));
       EXPECT_EQ(bytes_of(nf4_dequantize(q, input.dtype())), bytes_of(ref.at(name + ".dequant")));
+      if (input.dim() != 2) continue;
+      // A linear weight: the reference's state read through the bitsandbytes loader, and the
+      // JSON leantrain writes for its own state byte-identical to json.dumps'.
+      const Nf4Weight b = nf4_from_bnb(ref, name + ".weight", path);
+      EXPECT_EQ(bytes_of(nf4_dequantize(b, b.dtype)), bytes_of(ref.at(name + ".dequant")));
+      const auto written = nf4_to_bnb(q, name + ".weight");
+      EXPECT_EQ(bytes_of(written.back().second), bytes_of(ref.at(name + ".weight.quant_state.bitsandbytes__nf4")));
     }
   }
   EXPECT_GT(cases, 10);
