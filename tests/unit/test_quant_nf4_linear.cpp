@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "error_of.h"
+#include "leantrain/device.h"
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "quant/nf4.h"
@@ -86,4 +87,25 @@ TEST(QuantNf4Linear, DequantisedWeightLivesOnlyInsideTheOp) {
   y.backward(empty({4, 512}, DType::BF16, Device::meta()));
   EXPECT_EQ(a.stats().category[int(Category::Workspace)].current, before);
   EXPECT_EQ(x.grad().shape(), (Shape{4, 1024}));
+}
+
+TEST(QuantNf4Linear, CudaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const std::vector<float> wv = normal(64 * 96, 11, 0.05f), xv = normal(5 * 96, 12, 1.0f), gv = normal(5 * 64, 13, 1.0f);
+  std::vector<float> y[2], dx[2];
+  int k = 0;
+  for (Device dev : {Device::cpu(), Device::cuda()}) {
+    const Nf4Weight w = nf4_quantize(from_vector(wv, {64, 96}, DType::F32, dev));
+    Tensor x = from_vector(xv, {5, 96}, DType::F32, dev);
+    x.set_requires_grad(true);
+    const Tensor out = nf4_linear(x, w);
+    out.backward(from_vector(gv, {5, 64}, DType::F32, dev));
+    y[k] = values(to_device(out, Device::cpu()));
+    dx[k] = values(to_device(x.grad(), Device::cpu()));
+    ++k;
+  }
+  // The same dequantised weight on both (bit-identical kernels); only the GEMMs' summation
+  // orders differ (TF32 is not used for f32 GEMMs).
+  for (size_t i = 0; i < y[0].size(); ++i) EXPECT_NEAR(y[0][i], y[1][i], 1e-4f) << i;
+  for (size_t i = 0; i < dx[0].size(); ++i) EXPECT_NEAR(dx[0][i], dx[1][i], 1e-4f) << i;
 }
