@@ -271,3 +271,20 @@ TEST(QuantNf4, CudaMatchesCpuBitForBit) {
     }
   }
 }
+
+TEST(QuantNf4, DoubleQuantKnownVector) {
+  // Two blocks with absmax 1 and 3: offset 2, absmax - offset = {-1, 1}, nested absmax 1; -1 is
+  // nearest the map's most negative entry (code 0, there is no -1.0), 1 is code 255 (1.0).
+  std::vector<float> x(128, 0.25f);
+  x[5] = -1.0f;
+  x[64 + 9] = 3.0f;
+  const Nf4Weight q = nf4_quantize(from_vector(x, {128}));
+  EXPECT_EQ(q.offset, 2.0f);
+  EXPECT_EQ(host<float>(q.nested_absmax), std::vector<float>{1.0f});
+  EXPECT_EQ(host<uint8_t>(q.absmax_codes), (std::vector<uint8_t>{0, 255}));
+  const std::vector<float> a = host<float>(nf4_block_absmax(q));
+  EXPECT_EQ(a[0], bnb_dynamic_map_signed()[0] + 2.0f);
+  EXPECT_EQ(a[1], 3.0f);
+  // The first block's -1.0 comes back as its code value (-1) times the dequantised absmax.
+  EXPECT_EQ(host<float>(nf4_dequantize(q, DType::F32))[5], -a[0]);
+}
