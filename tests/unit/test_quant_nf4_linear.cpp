@@ -109,3 +109,40 @@ TEST(QuantNf4Linear, CudaMatchesCpu) {
   for (size_t i = 0; i < y[0].size(); ++i) EXPECT_NEAR(y[0][i], y[1][i], 1e-4f) << i;
   for (size_t i = 0; i < dx[0].size(); ++i) EXPECT_NEAR(dx[0][i], dx[1][i], 1e-4f) << i;
 }
+
+namespace {
+
+std::vector<MemoryEvent> nf4_trace(Device dev) {
+  Allocator& alloc = allocator_for(dev);
+  alloc.clear_history();
+  alloc.set_history(true);
+  {
+    Nf4Weight w;
+    {
+      MemoryCategoryScope s(Category::Parameter);
+      w = nf4_quantize(zeros({96, 200}, DType::BF16, dev));
+    }
+    MemoryCategoryScope s(Category::Activation);
+    Tensor x = zeros({3, 200}, DType::BF16, dev);
+    x.set_requires_grad(true);
+    nf4_linear(x, w).backward(zeros({3, 96}, DType::BF16, dev));
+  }
+  alloc.set_history(false);
+  std::vector<MemoryEvent> trace = alloc.history();
+  alloc.clear_history();
+  return trace;
+}
+
+}  // namespace
+
+TEST(QuantNf4Linear, MetaTraceMatchesCpu) {
+  // The dry-run premise: quantising and the op's forward and backward allocate the same on meta.
+  const std::vector<MemoryEvent> cpu = nf4_trace(Device::cpu()), meta = nf4_trace(Device::meta());
+  ASSERT_GT(cpu.size(), 10u);
+  ASSERT_EQ(cpu.size(), meta.size());
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_TRUE(cpu[i].action == meta[i].action && cpu[i].size == meta[i].size &&
+                cpu[i].category == meta[i].category)
+        << "event " << i << ": cpu " << action_name(cpu[i].action) << " " << cpu[i].size << " op " << cpu[i].op
+        << "; meta " << action_name(meta[i].action) << " " << meta[i].size << " op " << meta[i].op;
+}
