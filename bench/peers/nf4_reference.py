@@ -57,29 +57,41 @@ def f32(v):
     return torch.tensor(v, dtype=torch.float32)
 
 
+# dQuantizeNF4's 15 thresholds as the f32 values nvcc (and gcc) give its float literals, which it
+# rounds from decimal to f32 directly. Written in hex because going through a Python float (decimal
+# -> f64 -> f32, two roundings) lands one ulp off for four of them (thresholds 0, 8, 12, 14):
+# e.g. -0.8480964004993439f is -0x1.b239b2p-1, but float32(float("-0.8480964004993439")) is
+# -0x1.b239b0p-1. (Checked with nvcc -ptx: the constants are 0fBF591CD9, 0f3DF64863, ...)
+THRESHOLDS = [float.fromhex(h) for h in (
+    "-0x1.b239b2p-1", "-0x1.38a4ep-1", "-0x1.d709p-2", "-0x1.5bd4ecp-2", "-0x1.e079d8p-3",
+    "-0x1.1a7178p-3", "-0x1.74f0e2p-5", "0x1.45f5fep-5", "0x1.ec90c6p-4", "0x1.a0cfcp-3",
+    "0x1.2b05a8p-2", "0x1.8ea7f2p-2", "0x1.00da06p-1", "0x1.491b5ep-1", "0x1.b913b2p-1")]
+
+
 def nf4_tree(x):
-    """dQuantizeNF4's decision tree, node by node (torch.where per branch)."""
+    """dQuantizeNF4's decision tree, node by node (torch.where per branch); THRESHOLDS[k]
+    separates code k from code k + 1."""
     def leaf(c):
         return torch.full_like(x, c, dtype=torch.int64)
 
-    def node(t, hi, lo):
-        return torch.where(x > f32(t), hi, lo)
+    def node(k, hi, lo):
+        return torch.where(x > f32(THRESHOLDS[k]), hi, lo)
 
-    c111 = node(0.8614784181118011, leaf(15), leaf(14))
-    c110 = node(0.5016634166240692, leaf(13), leaf(12))
-    c11 = node(0.6427869200706482, c111, c110)
-    c101 = node(0.2920137718319893, leaf(11), leaf(10))
-    c100 = node(0.1202552504837513, leaf(9), leaf(8))
-    c10 = node(0.2035212516784668, c101, c100)
-    c1 = node(0.3893125355243683, c11, c10)
-    c011 = node(-0.045525018125772476, leaf(7), leaf(6))
-    c010 = node(-0.23460740596055984, leaf(5), leaf(4))
-    c01 = node(-0.13791173323988914, c011, c010)
-    c001 = node(-0.4599952697753906, leaf(3), leaf(2))
-    c000 = node(-0.8480964004993439, leaf(1), leaf(0))
-    c00 = node(-0.6106329262256622, c001, c000)
-    c0 = node(-0.33967943489551544, c01, c00)
-    return node(0.03979014977812767, c1, c0)
+    c111 = node(14, leaf(15), leaf(14))
+    c110 = node(12, leaf(13), leaf(12))
+    c11 = node(13, c111, c110)
+    c101 = node(10, leaf(11), leaf(10))
+    c100 = node(8, leaf(9), leaf(8))
+    c10 = node(9, c101, c100)
+    c1 = node(11, c11, c10)
+    c011 = node(6, leaf(7), leaf(6))
+    c010 = node(4, leaf(5), leaf(4))
+    c01 = node(5, c011, c010)
+    c001 = node(2, leaf(3), leaf(2))
+    c000 = node(0, leaf(1), leaf(0))
+    c00 = node(1, c001, c000)
+    c0 = node(3, c01, c00)
+    return node(7, c1, c0)
 
 
 def create_dynamic_map_signed():
@@ -183,11 +195,7 @@ def cases():
     out["zero_blocks"] = z
     codes = torch.arange(16 * 40) % 16
     out["code_values"] = NF4[codes] * 3.0
-    t = torch.tensor([-0.8480964004993439, -0.6106329262256622, -0.4599952697753906,
-                      -0.33967943489551544, -0.23460740596055984, -0.13791173323988914,
-                      -0.045525018125772476, 0.03979014977812767, 0.1202552504837513,
-                      0.2035212516784668, 0.2920137718319893, 0.3893125355243683,
-                      0.5016634166240692, 0.6427869200706482, 0.8614784181118011], dtype=torch.float32)
+    t = torch.tensor(THRESHOLDS, dtype=torch.float32)
     out["thresholds"] = torch.cat([t, torch.nextafter(t, torch.full_like(t, 2)),
                                    torch.nextafter(t, torch.full_like(t, -2)), torch.ones(1)])
     out["wide_range"] = torch.randn(64 * 512, generator=g) * torch.logspace(-6, 2, 64 * 512)

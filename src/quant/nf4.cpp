@@ -23,7 +23,7 @@ float mean_of(const Tensor& absmax) {
 
 }  // namespace
 
-Nf4Weight nf4_quantize(const Tensor& w) {
+Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map) {
   LT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F16 || w.dtype() == DType::BF16,
            std::string("nf4 quantize: the weight is ") + dtype_name(w.dtype()), "NF4 quantises f32, f16 or bf16 weights",
            "cast the weight to bf16 first");
@@ -39,7 +39,9 @@ Nf4Weight nf4_quantize(const Tensor& w) {
   const Tensor absmax = empty({blocks}, DType::F32, dev);
   be.nf4_quantize(q.codes, absmax, reshape(x, {n}));
   q.offset = mean_of(absmax);
-  const std::span<const float> map = bnb_dynamic_map_signed();
+  const std::span<const float> map = nested_map.empty() ? bnb_dynamic_map_signed() : nested_map;
+  LT_CHECK(map.size() == 256, "nf4 quantize: the nested map has " + std::to_string(map.size()) + " entries",
+           "an 8-bit map has 256", "pass bitsandbytes' signed dynamic map");
   q.nested_map.assign(map.begin(), map.end());
   q.absmax_codes = empty({blocks}, DType::U8, dev);
   q.nested_absmax = empty({nf4_nested_blocks(blocks)}, DType::F32, dev);

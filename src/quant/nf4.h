@@ -7,6 +7,7 @@
 //   offset         the mean of the f32 absmax values, subtracted before quantising them
 // The 16-value NF4 map itself ("weight.quant_map") is fixed: backend/nf4.h's nf4_value.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "leantrain/tensor.h"
@@ -25,7 +26,9 @@ struct Nf4Weight {
 // absmax values accumulated in double and rounded once to f32 (bitsandbytes takes torch's f32
 // mean, whose summation order depends on the device: the two can differ in the last bits).
 // On the meta device the offset is 0 (no values to average).
-Nf4Weight nf4_quantize(const Tensor& w);
+// `nested_map` (256 ascending values) quantises the absmax; bitsandbytes' signed dynamic map by
+// default. A caller that must match a given file's bits passes that file's map.
+Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map = {});
 
 // The f32 absmax of every 64-block: nested_map[absmax_codes] * nested_absmax + offset.
 Tensor nf4_block_absmax(const Nf4Weight& q);

@@ -5,6 +5,8 @@
 // identical to the reference's; 2-d cases also go through the bitsandbytes-format loader and writer.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -35,14 +37,20 @@ TEST(QuantNf4Reference, MatchesTorchReferenceFile) {
   if (!path || !*path) GTEST_SKIP() << "set LT_NF4_REFERENCE to the file bench/peers/nf4_reference.py wrote";
   const std::map<std::string, Tensor> ref = io::load_safetensors(path);
   ASSERT_TRUE(ref.count("bnb_dynamic_map"));
+  // The map: torch's f32 linspace differs between versions and CPUs in the last bit of some
+  // boundaries (see docs/decisions.md), so leantrain's map must agree to a few ulps only; the
+  // cases below quantise with the reference's own map, so everything else must agree exactly.
   const std::span<const float> map = bnb_dynamic_map_signed();
-  const std::vector<uint8_t> ref_map = bytes_of(ref.at("bnb_dynamic_map"));
-  ASSERT_EQ(ref_map.size(), 256 * sizeof(float));
+  const std::vector<uint8_t> ref_map_bytes = bytes_of(ref.at("bnb_dynamic_map"));
+  ASSERT_EQ(ref_map_bytes.size(), 256 * sizeof(float));
+  std::vector<float> ref_map(256);
+  std::memcpy(ref_map.data(), ref_map_bytes.data(), ref_map_bytes.size());
+  int differ = 0;
   for (size_t i = 0; i < 256; ++i) {
-    float r;
-    std::memcpy(&r, ref_map.data() + 4 * i, 4);
-    EXPECT_EQ(map[i], r) << "dynamic map entry " << i;
+    EXPECT_NEAR(map[i], ref_map[i], 4e-7 * std::abs(ref_map[i])) << "dynamic map entry " << i;
+    differ += map[i] != ref_map[i];
   }
+  std::printf("dynamic map: %d of 256 entries differ from the reference's in the last bits\n", differ);
   std::vector<Device> devices = {Device::cpu()};
   if (cuda_available()) devices.push_back(Device::cuda());
   int cases = 0;
@@ -53,7 +61,7 @@ TEST(QuantNf4Reference, MatchesTorchReferenceFile) {
     ++cases;
     for (Device dev : devices) {
       SCOPED_TRACE(name + " on " + (dev.is_cpu() ? "cpu" : "cuda"));
-      const Nf4Weight q = nf4_quantize(to_device(input, dev));
+      const Nf4Weight q = nf4_quantize(to_device(input, dev), ref_map);
       EXPECT_EQ(bytes_of(q.codes), bytes_of(ref.at(name + ".weight")));
       EXPECT_EQ(bytes_of(q.absmax_codes), bytes_of(ref.at(name + ".weight.absmax")));
       EXPECT_EQ(bytes_of(q.nested_absmax), bytes_of(ref.at(name + ".weight.nested_absmax")));
