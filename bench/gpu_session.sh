@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4 (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -53,6 +53,13 @@ for s in $sections; do
         timeout 240 python3 bench/peers/llama_throughput_torch.py --mode plain 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
         [ "$round" = 1 ] && timeout 240 python3 bench/peers/llama_throughput_torch.py --mode fsdp 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
       done
+      ;;
+    nf4)
+      # Issue 15: NF4 + double quantisation against the torch re-implementation of bitsandbytes,
+      # byte for byte on CPU and CUDA; then CPU vs CUDA on leantrain's own cases.
+      timeout 120 python3 bench/peers/nf4_reference.py --out "$OUT/nf4_ref.safetensors" 2>&1 | tail -3
+      LT_NF4_REFERENCE="$OUT/nf4_ref.safetensors" timeout 120 "./$BUILD/leantrain_tests" \
+        --gtest_filter='QuantNf4*' 2>&1 | tail -25
       ;;
     hf)
       timeout 400 python3 bench/peers/hf_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/hf" 2>&1 | tail -30

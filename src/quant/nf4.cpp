@@ -1,0 +1,67 @@
+// NF4 quantisation front-end: allocates the state, runs the backend's quant ops in bitsandbytes'
+// order (NF4 codes and f32 absmax; mean of the absmax; 8-bit codes of absmax - mean).
+#include "quant/nf4.h"
+
+#include "backend/backend.h"
+#include "backend/nf4.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+#include "quant/bnb_dynamic_map.h"
+
+namespace lt {
+
+namespace {
+
+float mean_of(const Tensor& absmax) {
+  if (absmax.device().is_meta() || absmax.numel() == 0) return 0.0f;
+  const Tensor host = absmax.device().is_cpu() ? absmax : to_device(absmax, Device::cpu());
+  const float* a = host.data<float>();
+  double sum = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) sum += a[i];
+  return float(sum / double(host.numel()));
+}
+
+}  // namespace
+
+Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map) {
+  LT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F16 || w.dtype() == DType::BF16,
+           std::string("nf4 quantize: the weight is ") + dtype_name(w.dtype()), "NF4 quantises f32, f16 or bf16 weights",
+           "cast the weight to bf16 first");
+  const Tensor x = contiguous(w);
+  const Device dev = x.device();
+  const int64_t n = x.numel();
+  const int64_t blocks = nf4_blocks(n);
+  Backend& be = backend_for(dev);
+  Nf4Weight q;
+  q.shape = w.shape();
+  q.dtype = w.dtype();
+  q.codes = empty({nf4_bytes(n)}, DType::U8, dev);
+  const Tensor absmax = empty({blocks}, DType::F32, dev);
+  be.nf4_quantize(q.codes, absmax, reshape(x, {n}));
+  q.offset = mean_of(absmax);
+  const std::span<const float> map = nested_map.empty() ? bnb_dynamic_map_signed() : nested_map;
+  LT_CHECK(map.size() == 256, "nf4 quantize: the nested map has " + std::to_string(map.size()) + " entries",
+           "an 8-bit map has 256", "pass bitsandbytes' signed dynamic map");
+  q.nested_map.assign(map.begin(), map.end());
+  q.absmax_codes = empty({blocks}, DType::U8, dev);
+  q.nested_absmax = empty({nf4_nested_blocks(blocks)}, DType::F32, dev);
+  be.q8_blockwise_quantize(q.absmax_codes, q.nested_absmax, absmax, q.offset, map);
+  return q;
+}
+
+Tensor nf4_block_absmax(const Nf4Weight& q) {
+  LT_CHECK(q.nested_map.size() == 256, "nf4: the nested quant map has " + std::to_string(q.nested_map.size()) + " entries",
+           "an 8-bit map has 256", "load weight.nested_quant_map with the weight");
+  const Tensor absmax = empty({q.absmax_codes.numel()}, DType::F32, q.codes.device());
+  backend_for(q.codes.device()).q8_blockwise_dequantize(absmax, q.absmax_codes, q.nested_absmax, q.offset, q.nested_map);
+  return absmax;
+}
+
+Tensor nf4_dequantize(const Nf4Weight& q, DType dtype) {
+  const Tensor absmax = nf4_block_absmax(q);
+  const Tensor out = empty(q.shape, dtype, q.codes.device());
+  backend_for(q.codes.device()).nf4_dequantize(reshape(out, {out.numel()}), q.codes, absmax);
+  return out;
+}
+
+}  // namespace lt
