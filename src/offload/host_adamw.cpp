@@ -19,6 +19,9 @@
 #include "leantrain/error.h"
 
 #pragma GCC optimize("fp-contract=off")
+// GCC 12's AVX-512 headers self-initialise their "undefined" operands (__m512 __Y = __Y), which
+// -Wmaybe-uninitialized reports once the intrinsics are inlined; a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace lt::offload {
 

@@ -95,7 +95,7 @@ void check_case(const Case& c) {
       for (int64_t i = 0; i < c.n; ++i)
         ASSERT_EQ(out[size_t(i)], c.out == DType::BF16 ? float_to_bf16(master[size_t(i)]) : float_to_half(master[size_t(i)]))
             << "16-bit copy element " << i;
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -167,7 +167,7 @@ TEST(OffloadHostAdamW, ThreadCountDoesNotChangeBits) {
   std::vector<float> want;
   for (int threads : {1, 2, 5, 16}) {
     std::vector<float> p = base, m(size_t(n), 0.0f), v(size_t(n), 0.0f);
-    std::vector<uint16_t> h(size_t(n));
+    std::vector<uint16_t> h(static_cast<size_t>(n));
     host_adamw_step({p.data(), m.data(), v.data(), g.data(), DType::BF16, h.data(), DType::BF16, n},
                     AdamWArgs{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f}, threads, best_simd_path());
     if (want.empty()) want = p;
