@@ -64,7 +64,7 @@ std::vector<Tensor> OffloadAdamW::make_state(const Tensor& p, Device) const {
   Tensor master = host_view(st, 2 * part, p.shape(), DType::F32);
   std::fill_n(m.data<float>(), p.numel(), 0.0f);
   std::fill_n(v.data<float>(), p.numel(), 0.0f);
-  copy_(master, p);  // exact: f32, or a widened 16-bit value
+  if (!p.device().is_meta()) copy_(master, p);  // exact: f32, or a widened 16-bit value
   return {m, v, master};
 }
 
@@ -107,6 +107,8 @@ void OffloadAdamW::update_bucket(const std::vector<Slot*>& bucket, float grad_sc
   }
   grown(grad_bucket_, total, d, Category::Gradient);
   grown(staging_, total, d, Category::Workspace);
+  // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
+  if (d.is_meta()) return;
   for (size_t k = 0; k < bucket.size(); ++k) {
     const Tensor& p = bucket[k]->param;
     copy_(host_view(grad_bucket_, off[k], p.shape(), p.dtype()), p.grad());

@@ -11,6 +11,8 @@
 // which is copied into the parameters. The result is bitwise that of AdamW with f32 master
 // weights (set_master_weights) for 16-bit parameters, and of plain AdamW for f32 ones.
 //
+// On meta (plan's dry run) the same pinned buffers are taken in the same order and no data moves,
+// so the planner's pinned-host peak is the run's.
 // Not yet: the copies are synchronous (the overlap with backward and the double-buffered copy
 // stream of the design are to come), stochastic rounding and f64 parameters are refused.
 #pragma once
