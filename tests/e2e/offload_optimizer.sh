@@ -29,6 +29,13 @@ expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload o
 if [ "$(losses "$WORK/master.jsonl" | wc -l)" = 4 ] && cmp -s <(losses "$WORK/master.jsonl") <(losses "$WORK/off.jsonl"); then
   ok; else fail "bf16-true: --offload optimizer changed the loss curve"; diff <(losses "$WORK/master.jsonl") <(losses "$WORK/off.jsonl") | head -6 >&2; fi
 
+# Stopped after 2 steps, saved (the host state by name) and resumed: the uninterrupted curve.
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stop-at 2 --save "$WORK/ck" \
+  --metrics "$WORK/resumed.jsonl"
+expect_ok "$LT" train --resume "$WORK/ck"
+if cmp -s <(losses "$WORK/off.jsonl") <(losses "$WORK/resumed.jsonl"); then ok; else
+  fail "--offload optimizer: the resumed run differs from the uninterrupted one"; fi
+
 expect_ok "$LT" train "${GPT[@]}" --device cpu --metrics "$WORK/f32.jsonl"
 expect_ok "$LT" train "${GPT[@]}" --device cpu --offload optimizer --metrics "$WORK/f32off.jsonl"
 if cmp -s <(losses "$WORK/f32.jsonl") <(losses "$WORK/f32off.jsonl"); then ok; else
