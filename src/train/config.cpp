@@ -63,7 +63,7 @@ void validate_precision(const RunConfig& c) {
           "use --precision bf16-mixed, which needs no loss scaling, or drop --fused-step");
 }
 
-// --offload: what runs today (optimizer, with AdamW and f32 host state), one line for the rest.
+// --offload: what runs today (optimizer, with AdamW, Lion or SGD and f32 host state), one line for the rest.
 void check_offload(const RunConfig& c) {
   if (c.offload == "none") return;
   if (c.offload == "params")
@@ -71,9 +71,9 @@ void check_offload(const RunConfig& c) {
           "use --offload optimizer, or --offload none");
   if (c.offload != "optimizer")
     usage("--offload " + c.offload, "not a value it takes", "use --offload none or --offload optimizer");
-  if (c.optimizer != "adamw")
-    usage("--offload optimizer with --optimizer " + c.optimizer, "only AdamW has a host step so far",
-          "use --optimizer adamw, or drop --offload");
+  if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd")
+    usage("--offload optimizer with --optimizer " + c.optimizer, "only adamw, lion and sgd have a host step so far",
+          "use --optimizer adamw, lion or sgd, or drop --offload");
   if (c.stochastic_rounding)
     usage("--offload optimizer with --stochastic-rounding", "the host step rounds the 16-bit parameters to nearest",
           "drop --stochastic-rounding (the host keeps f32 master weights anyway)");

@@ -12,8 +12,8 @@ expect_error 2 "^leantrain: error: --offload params: offloading the parameters t
   "$LT" train "${GPT[@]}" --device cpu --offload params
 expect_error 2 "^leantrain: error: --offload disk: not a value it takes \(use --offload none or --offload optimizer\)" \
   "$LT" train "${GPT[@]}" --device cpu --offload disk
-expect_error 2 "^leantrain: error: --offload optimizer with --optimizer sgd: only AdamW has a host step so far" \
-  "$LT" train "${GPT[@]}" --device cpu --offload optimizer --optimizer sgd
+expect_error 2 "^leantrain: error: --offload optimizer with --optimizer adamw8bit: only adamw, lion and sgd have a host step so far" \
+  "$LT" train "${GPT[@]}" --device cpu --offload optimizer --optimizer adamw8bit
 expect_error 2 "^leantrain: error: --offload optimizer with --stochastic-rounding" \
   "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stochastic-rounding
 expect_error 2 "^leantrain: error: --offload optimizer with --master-weights fp32" \
@@ -28,6 +28,18 @@ expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload o
   --metrics-json "$WORK/off.json"
 if [ "$(losses "$WORK/master.jsonl" | wc -l)" = 4 ] && cmp -s <(losses "$WORK/master.jsonl") <(losses "$WORK/off.jsonl"); then
   ok; else fail "bf16-true: --offload optimizer changed the loss curve"; diff <(losses "$WORK/master.jsonl") <(losses "$WORK/off.jsonl") | head -6 >&2; fi
+
+# Lion and SGD (momentum, Nesterov) likewise.
+for opt in "lion --lr 1e-4" "sgd --lr 0.05 --momentum 0.9 --nesterov"; do
+  name=${opt%% *}
+  expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --optimizer $opt --master-weights fp32 \
+    --metrics "$WORK/$name-master.jsonl"
+  expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --optimizer $opt --offload optimizer \
+    --metrics "$WORK/$name-off.jsonl"
+  if [ "$(losses "$WORK/$name-master.jsonl" | wc -l)" = 4 ] &&
+    cmp -s <(losses "$WORK/$name-master.jsonl") <(losses "$WORK/$name-off.jsonl"); then ok; else
+    fail "$name: --offload optimizer changed the loss curve"; fi
+done
 
 # Stopped after 2 steps, saved (the host state by name) and resumed: the uninterrupted curve.
 expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stop-at 2 --save "$WORK/ck" \

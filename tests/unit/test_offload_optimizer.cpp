@@ -1,5 +1,6 @@
-// OffloadAdamW (--offload optimizer's optimizer, src/offload/offload_adamw.*) on the CPU backend:
-// the same bits as AdamW with f32 master weights (16-bit parameters) or plain AdamW (f32), its
+// OffloadOptimizer (--offload optimizer's optimizer, src/offload/offload_optimizer.*) on the CPU
+// backend: the same bits as AdamW, Lion and SGD with f32 master weights (16-bit parameters) or
+// without (f32), its
 // state in the pinned-host account (OptimizerState) and not in the device's, its bucket buffers
 // counted there too, and a state dict that resumes to the same bits.
 #include <gtest/gtest.h>
@@ -10,7 +11,8 @@
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
-#include "offload/offload_adamw.h"
+#include "leantrain/optim_lean.h"
+#include "offload/offload_optimizer.h"
 #include "optim_test_values.h"
 
 using namespace lt;
@@ -57,31 +59,64 @@ AdamWOptions adamw_options() {
   return o;
 }
 
-// Four steps of both optimizers on equal parameters and gradients; parameters, moments and
-// master copies compared bit for bit after each.
-void check_against_reference(DType dt, int64_t bucket_bytes, int threads) {
-  SCOPED_TRACE(std::string(dtype_name(dt)) + " bucket " + std::to_string(bucket_bytes) + " threads " +
+std::unique_ptr<Optimizer> reference_for(const std::string& kind, std::vector<ParamGroup> groups) {
+  if (kind == "lion") {
+    LionOptions o;
+    o.lr = 3e-3;
+    o.weight_decay = 0.1;
+    return std::make_unique<Lion>(std::move(groups), o);
+  }
+  if (kind == "sgd") {
+    SgdOptions o;
+    o.lr = 5e-2;
+    o.momentum = 0.9;
+    o.nesterov = true;
+    o.weight_decay = 1e-2;
+    return std::make_unique<SGD>(std::move(groups), o);
+  }
+  return std::make_unique<AdamW>(std::move(groups), adamw_options());
+}
+
+OffloadOptions offload_for(const std::string& kind) {
+  OffloadOptions o;
+  o.kind = kind;
+  o.adamw = adamw_options();
+  o.lion.lr = 3e-3;
+  o.lion.weight_decay = 0.1;
+  o.sgd.lr = 5e-2;
+  o.sgd.momentum = 0.9;
+  o.sgd.nesterov = true;
+  o.sgd.weight_decay = 1e-2;
+  return o;
+}
+
+// Four steps of both optimizers on equal parameters and gradients; parameters, state and master
+// copies compared bit for bit after each.
+void check_against_reference(const std::string& kind, DType dt, int64_t bucket_bytes, int threads) {
+  SCOPED_TRACE(kind + " " + dtype_name(dt) + " bucket " + std::to_string(bucket_bytes) + " threads " +
                std::to_string(threads));
   std::vector<NamedTensor> ref = make_params(dt, 1), off = make_params(dt, 1);
-  AdamW reference(two_groups(ref), adamw_options());
-  reference.set_master_weights(dt != DType::F32);
-  OffloadAdamWOptions o;
-  o.adamw = adamw_options();
+  std::unique_ptr<Optimizer> reference = reference_for(kind, two_groups(ref));
+  reference->set_master_weights(dt != DType::F32);
+  OffloadOptions o = offload_for(kind);
   o.bucket_bytes = bucket_bytes;
   o.threads = threads;
-  OffloadAdamW offloaded(two_groups(off), o);
+  OffloadOptimizer offloaded(two_groups(off), o);
+  const std::vector<std::string> states = kind == "adamw"  ? std::vector<std::string>{"exp_avg", "exp_avg_sq"}
+                                          : kind == "lion" ? std::vector<std::string>{"exp_avg"}
+                                                           : std::vector<std::string>{"momentum_buffer"};
   for (int t = 1; t <= 4; ++t) {
     set_grads(ref, t);
     set_grads(off, t);
     const float scale = t == 3 ? 0.25f : 1.0f;
-    reference.step(scale);
+    reference->step(scale);
     offloaded.step(scale);
-    const OptimizerStateDict rs = reference.state_dict(), os = offloaded.state_dict();
+    const OptimizerStateDict rs = reference->state_dict(), os = offloaded.state_dict();
     for (size_t i = 0; i < ref.size(); ++i) {
       const std::string& n = ref[i].first;
       ASSERT_TRUE(same_bits(ref[i].second, off[i].second)) << n << " after step " << t;
-      ASSERT_TRUE(same_bits(rs.tensors.at(n + ".exp_avg"), os.tensors.at(n + ".exp_avg"))) << n;
-      ASSERT_TRUE(same_bits(rs.tensors.at(n + ".exp_avg_sq"), os.tensors.at(n + ".exp_avg_sq"))) << n;
+      for (const std::string& st : states)
+        ASSERT_TRUE(same_bits(rs.tensors.at(n + "." + st), os.tensors.at(n + "." + st))) << n << "." << st;
       const Tensor want_master = dt == DType::F32 ? ref[i].second : rs.tensors.at(n + ".master");
       ASSERT_TRUE(same_bits(want_master, os.tensors.at(n + ".master_f32"))) << n;
     }
@@ -90,18 +125,19 @@ void check_against_reference(DType dt, int64_t bucket_bytes, int threads) {
 
 }  // namespace
 
-TEST(OffloadAdamW, BitwiseEqualToMasterWeightAdamW) {
-  for (DType dt : {DType::BF16, DType::F16, DType::F32})
-    for (int64_t bucket : {int64_t(32) << 20, int64_t(256)})  // one bucket; one parameter per bucket
-      for (int threads : {1, 3}) {
-        check_against_reference(dt, bucket, threads);
-        if (HasFatalFailure()) return;
-      }
+TEST(OffloadOptimizer, BitwiseEqualToMasterWeightOptimizer) {
+  for (const char* kind : {"adamw", "lion", "sgd"})
+    for (DType dt : {DType::BF16, DType::F16, DType::F32})
+      for (int64_t bucket : {int64_t(32) << 20, int64_t(256)})  // one bucket; one parameter per bucket
+        for (int threads : {1, 3}) {
+          check_against_reference(kind, dt, bucket, threads);
+          if (HasFatalFailure()) return;
+        }
 }
 
 // State and master in the pinned-host account (OptimizerState), gradient bucket (Gradient) and
 // staging buffer (Workspace) there too, nothing of it in the device account.
-TEST(OffloadAdamW, StateIsCountedAsPinnedHost) {
+TEST(OffloadOptimizer, StateIsCountedAsPinnedHost) {
   Allocator& host = pinned_host_allocator(Device::cpu());
   Allocator& dev = allocator_for(Device::cpu());
   const MemoryStats h0 = host.stats();
@@ -109,9 +145,9 @@ TEST(OffloadAdamW, StateIsCountedAsPinnedHost) {
   set_grads(ps, 1);
   const int64_t dev_state0 = dev.stats().category[int(Category::OptimizerState)].current;
   {
-    OffloadAdamWOptions o;
+    OffloadOptions o;
     o.adamw = adamw_options();
-    OffloadAdamW opt({ParamGroup{ps, std::nullopt}}, o);
+    OffloadOptimizer opt({ParamGroup{ps, std::nullopt}}, o);
     opt.step();
     int64_t state = 0, bucket = 0;
     for (const auto& [n, p] : ps) {
@@ -131,41 +167,44 @@ TEST(OffloadAdamW, StateIsCountedAsPinnedHost) {
   EXPECT_EQ(host.stats().allocated_bytes.current, h0.allocated_bytes.current);  // all returned
 }
 
-TEST(OffloadAdamW, StateDictResumesToTheSameBits) {
+TEST(OffloadOptimizer, StateDictResumesToTheSameBits) {
   std::vector<NamedTensor> a = make_params(DType::BF16, 5), b = make_params(DType::BF16, 5);
-  OffloadAdamWOptions o;
+  OffloadOptions o;
   o.adamw = adamw_options();
-  OffloadAdamW first(two_groups(a), o);
+  OffloadOptimizer first(two_groups(a), o);
   for (int t = 1; t <= 2; ++t) set_grads(a, t), first.step();
   // b resumes: its parameters take a's values, its optimizer a's state.
   for (size_t i = 0; i < a.size(); ++i) copy_(b[i].second, a[i].second);
-  OffloadAdamW resumed(two_groups(b), o);
+  OffloadOptimizer resumed(two_groups(b), o);
   resumed.load_state_dict(first.state_dict());
   set_grads(a, 3), first.step();
   set_grads(b, 3), resumed.step();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(a[i].second, b[i].second)) << a[i].first;
 }
 
-TEST(OffloadAdamW, RefusesWhatItCannotDo) {
+TEST(OffloadOptimizer, RefusesWhatItCannotDo) {
   std::vector<NamedTensor> ps = make_params(DType::BF16, 7);
   set_grads(ps, 1);
-  OffloadAdamWOptions o;
+  OffloadOptions o;
   o.adamw = adamw_options();
   {
-    OffloadAdamW opt({ParamGroup{ps, std::nullopt}}, o);
+    OffloadOptimizer opt({ParamGroup{ps, std::nullopt}}, o);
     opt.set_stochastic_rounding(true, 1);
     EXPECT_NE(error_of([&] { opt.step(); }).find("stochastic rounding"), std::string::npos);
   }
   {
-    OffloadAdamW opt({ParamGroup{ps, std::nullopt}}, o);
+    OffloadOptimizer opt({ParamGroup{ps, std::nullopt}}, o);
     opt.set_master_weights(true);
     EXPECT_NE(error_of([&] { opt.step(); }).find("--master-weights"), std::string::npos);
   }
   std::vector<NamedTensor> f64 = {{"w", from_vector(std::vector<double>{1.0, 2.0}, {2})}};
   f64[0].second.set_grad(from_vector(std::vector<double>{1.0, 2.0}, {2}));
-  OffloadAdamW opt({ParamGroup{f64, std::nullopt}}, o);
+  OffloadOptimizer opt({ParamGroup{f64, std::nullopt}}, o);
   EXPECT_NE(error_of([&] { opt.step(); }).find("f64 parameters"), std::string::npos);
   o.adamw.state_dtype = DType::BF16;
-  EXPECT_NE(error_of([&] { OffloadAdamW bad({ParamGroup{ps, std::nullopt}}, o); }).find("state dtype"),
+  EXPECT_NE(error_of([&] { OffloadOptimizer bad({ParamGroup{ps, std::nullopt}}, o); }).find("state dtype"),
+            std::string::npos);
+  o.kind = "adamw8bit";
+  EXPECT_NE(error_of([&] { OffloadOptimizer bad({ParamGroup{ps, std::nullopt}}, o); }).find("adamw, lion and sgd"),
             std::string::npos);
 }
