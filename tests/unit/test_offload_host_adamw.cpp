@@ -111,7 +111,7 @@ TEST(OffloadHostAdamW, BitwiseEqualToReference) {
   for (SimdPath path : paths_here())
     for (DType grad : {DType::F32, DType::BF16, DType::F16})
       for (DType out : {DType::BF16, DType::F16})
-        for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 64 * 3 + 5, 4099})
+        for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 64 * 3 + 5, 4099, 40003})  // 40003: several chunks
           for (int threads : {1, 2, 3, 8})
             for (float wd : {0.0f, 0.1f}) {
               check_case({n, grad, true, out, threads, wd, path});

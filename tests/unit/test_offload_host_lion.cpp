@@ -61,7 +61,7 @@ TEST(OffloadHostLion, BitwiseEqualToReference) {
   for (SimdPath path : paths)
     for (DType grad : {DType::F32, DType::BF16, DType::F16})
       for (DType out : {DType::BF16, DType::F16})
-        for (int64_t n : {1, 9, 16, 17, 64 * 3 + 5, 4099})
+        for (int64_t n : {1, 9, 16, 17, 64 * 3 + 5, 4099, 40003})  // 40003: several chunks
           for (int threads : {1, 3, 8})
             for (float wd : {0.0f, 0.1f}) {
               check(n, grad, out, threads, wd, path);

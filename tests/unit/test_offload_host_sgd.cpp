@@ -73,7 +73,7 @@ TEST(OffloadHostSgd, BitwiseEqualToReference) {
   if (simd_path_available(SimdPath::Avx512)) paths.push_back(SimdPath::Avx512);
   for (SimdPath path : paths)
     for (DType grad : {DType::F32, DType::BF16, DType::F16})
-      for (int64_t n : {1, 9, 17, 64 * 3 + 5, 4099})
+      for (int64_t n : {1, 9, 17, 64 * 3 + 5, 4099, 40003})  // 40003: several chunks
         for (int threads : {1, 3, 8})
           for (float wd : {0.0f, 1e-2f}) {
             const Case cases[] = {{n, grad, DType::BF16, threads, wd, 0.0f, 0.0f, false, path},
