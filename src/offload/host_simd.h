@@ -7,10 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <thread>
-#include <vector>
 
 #include "leantrain/dtype.h"
+#include "offload/host_workers.h"
 
 namespace lt::offload::simd {
 
@@ -103,16 +102,15 @@ template <int O> LT_AVX512 inline void store_out16(void* out, int64_t i, __m512 
 }
 
 // fn(lo, hi) over [0, n) in contiguous chunks of a multiple of 64 elements (whole cache lines of
-// f32 state), one per thread, the first on the calling thread. Element-wise updates give the same
-// bits for any thread count. A chunk has at least kMinChunk elements: a thread's start costs about
-// as much as updating that many, so small tensors (biases, norms) stay on fewer threads.
+// f32 state), one per task of run_host_tasks (the first on the calling thread). Element-wise
+// updates give the same bits for any thread count. A chunk has at least kMinChunk elements:
+// waking a worker costs about as much as updating a few thousand, so biases and norms stay on
+// the calling thread.
 inline constexpr int64_t kMinChunk = 16384;
 template <class F> void for_chunks(int64_t n, int threads, F fn) {
   const int64_t per = std::max(kMinChunk, ((n + threads - 1) / threads + 63) / 64 * 64);
-  std::vector<std::thread> workers;
-  for (int64_t lo = per; lo < n; lo += per) workers.emplace_back(fn, lo, std::min(n, lo + per));
-  fn(int64_t(0), std::min(n, per));
-  for (auto& w : workers) w.join();
+  const int tasks = int((n + per - 1) / per);  // at most `threads`
+  run_host_tasks(tasks, [&](int i) { fn(int64_t(i) * per, std::min(n, int64_t(i + 1) * per)); });
 }
 
 }  // namespace lt::offload::simd
