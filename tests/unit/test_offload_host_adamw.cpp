@@ -187,3 +187,22 @@ TEST(OffloadHostAdamW, RefusesWhatItDoesNotDo) {
   a.sr.streams = streams;
   EXPECT_NE(error_of([&] { host_adamw_step(s, a, 1, SimdPath::Avx2); }).find("stochastic"), std::string::npos);
 }
+
+// The AVX-512 path against the scalar one on many elements (skipped, visibly, on a CPU without it).
+TEST(OffloadHostAdamW, Avx512PathWhereTheCpuHasIt) {
+  if (!simd_path_available(SimdPath::Avx512)) GTEST_SKIP() << "this CPU has no AVX-512F/BW/VL";
+  EXPECT_EQ(best_simd_path(), SimdPath::Avx512);
+  const int64_t n = 50021;
+  const Grad g = make_grad(n, DType::F16, 2);
+  std::vector<float> base = optim_test::values(n, 9, 0);
+  std::vector<float> p1 = base, m1(size_t(n), 0.01f), v1(size_t(n), 1e-4f), p2 = p1, m2 = m1, v2 = v1;
+  std::vector<uint16_t> h1(static_cast<size_t>(n)), h2(static_cast<size_t>(n));
+  const AdamWArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 5, 1.0f};
+  host_adamw_step({p1.data(), m1.data(), v1.data(), g.data(), DType::F16, h1.data(), DType::F16, n}, a, 4,
+                  SimdPath::Avx512);
+  host_adamw_step({p2.data(), m2.data(), v2.data(), g.data(), DType::F16, h2.data(), DType::F16, n}, a, 1,
+                  SimdPath::Scalar);
+  expect_same_bits(p2, p1.data(), "master");
+  expect_same_bits(v2, v1.data(), "exp_avg_sq");
+  EXPECT_EQ(h1, h2);
+}
