@@ -14,6 +14,11 @@
 //   tokenize   encode speed of a tokenizer.json (--tokenizer) on one core: every fortune of
 //              --data (default /usr/share/games/fortunes) encoded one by one, twice (the second
 //              pass finds its words in the BPE cache); one JSON line of MB/s and tokens
+//   host_step  the CPU step of --offload optimizer (--optimizer adamw|lion|sgd: src/offload/host_*.h)
+//              over --elements f32 master weights and states, a --grad (bf16|f16|f32) gradient and
+//              a --out (bf16|f16|none) copy, on --threads (default: all cores) with --path
+//              (best|avx512|avx2|scalar); median of --steps steps; one JSON line of ms/step and
+//              GB/s (bytes each element reads and writes), and the single-threaded reference's ms
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -30,6 +35,9 @@
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
+#include "offload/host_adamw.h"
+#include "offload/host_lion.h"
+#include "offload/host_sgd.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 #include "leantrain/ops.h"
@@ -334,6 +342,69 @@ int tokenize(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int host_step(const std::map<std::string, std::string>& f) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t n = std::stoll(get(f, "elements", "67108864"));
+  const int threads = std::stoi(get(f, "threads", std::to_string(std::max(1u, std::thread::hardware_concurrency()))));
+  const int steps = std::stoi(get(f, "steps", "10"));
+  const std::string opt = get(f, "optimizer", "adamw");
+  const std::string gname = get(f, "grad", "bf16"), oname = get(f, "out", "bf16"), pname = get(f, "path", "best");
+  LT_CHECK(opt == "adamw" || opt == "lion" || opt == "sgd", "host_step: --optimizer " + opt, "no host step for it",
+           "use adamw, lion or sgd");
+  const DType gdt = parse_dtype(gname);
+  const bool has_out = oname != "none";
+  const DType odt = has_out ? parse_dtype(oname) : DType::BF16;
+  offload::SimdPath path = offload::best_simd_path();
+  if (pname == "avx512") path = offload::SimdPath::Avx512;
+  else if (pname == "avx2") path = offload::SimdPath::Avx2;
+  else if (pname == "scalar") path = offload::SimdPath::Scalar;
+  else LT_CHECK(pname == "best", "host_step: --path " + pname, "not a path", "use best, avx512, avx2 or scalar");
+  std::vector<float> master(size_t(n), 0.5f), m(size_t(n), 0.0f), v(opt == "adamw" ? size_t(n) : 0, 0.0f), g32;
+  std::vector<uint16_t> g16, out(has_out ? size_t(n) : 0);
+  if (gdt == DType::F32) g32.assign(size_t(n), 1e-3f);
+  else g16.assign(size_t(n), gdt == DType::BF16 ? float_to_bf16(1e-3f) : float_to_half(1e-3f));
+  const void* grad = g32.empty() ? static_cast<const void*>(g16.data()) : g32.data();
+  void* copy = has_out ? out.data() : nullptr;
+  // One step of the chosen optimizer: the host kernel (host = true) or the single-threaded
+  // CpuBackend reference on f32 tensors of the same size.
+  Tensor rp = full({n}, 0.5f), rg = full({n}, 1e-3f), rm = zeros({n}), rv = opt == "adamw" ? zeros({n}) : Tensor();
+  auto one_step = [&](int t, bool host) {
+    if (opt == "adamw") {
+      AdamWArgs a{1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 1.0f};
+      if (host) offload::host_adamw_step({master.data(), m.data(), v.data(), grad, gdt, copy, odt, n}, a, threads, path);
+      else backend_for(Device::cpu()).adamw_step({&rp, 1}, {&rg, 1}, {&rm, 1}, {&rv, 1}, a);
+    } else if (opt == "lion") {
+      LionArgs a{1e-4f, 0.9f, 0.99f, 0.1f, 1.0f};
+      if (host) offload::host_lion_step({master.data(), m.data(), grad, gdt, copy, odt, n}, a, threads, path);
+      else backend_for(Device::cpu()).lion_step({&rp, 1}, {&rg, 1}, {&rm, 1}, a);
+    } else {
+      SgdArgs a{1e-2f, 0.9f, 0.0f, 0.0f, false, t == 1, 1.0f};
+      if (host) offload::host_sgd_step({master.data(), m.data(), grad, gdt, copy, odt, n}, a, threads, path);
+      else backend_for(Device::cpu()).sgd_step({&rp, 1}, {&rg, 1}, {&rm, 1}, a);
+    }
+  };
+  std::vector<double> ms;
+  for (int t = 0; t <= steps; ++t) {  // step 0 warms the pages up and is not counted
+    const auto t0 = Clock::now();
+    one_step(t + 1, true);
+    if (t > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  // Bytes per element: master and each f32 state read and written, the gradient read, the copy written.
+  const double states = opt == "adamw" ? 2.0 : 1.0;
+  const double bytes = double(n) * (8.0 * (1.0 + states) + double(dtype_size(gdt)) + (has_out ? 2.0 : 0.0));
+  one_step(1, false);  // the reference: its pages warmed up, then timed once
+  const auto t0 = Clock::now();
+  one_step(2, false);
+  const double ref_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("{\"mode\": \"host_step\", \"optimizer\": \"%s\", \"elements\": %lld, \"threads\": %d, \"path\": \"%s\", "
+              "\"grad\": \"%s\", \"out\": \"%s\", \"ms_per_step\": %.3f, \"gb_per_s\": %.2f, \"reference_1thread_ms\": %.3f}\n",
+              opt.c_str(), (long long)n, threads, offload::simd_path_name(path), gname.c_str(), oname.c_str(), med,
+              bytes / (med * 1e-3) / 1e9, ref_ms);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,7 +415,8 @@ int main(int argc, char** argv) {
     if (mode == "throughput") return throughput(flags);
     if (mode == "loader") return loader(flags);
     if (mode == "tokenize") return tokenize(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize --flag value ...\n");
+    if (mode == "host_step") return host_step(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

@@ -65,6 +65,9 @@ struct RunConfig {
   // What the checkpointed modules keep goes to pinned host memory during the forward and comes
   // back one module ahead in backward (docs/memory-model.md, "Activation offload"). Needs --checkpoint.
   bool offload_activations = false;
+  // none | optimizer: AdamW's f32 master weights and moments in pinned host memory, the step on
+  // the CPU (docs/decisions.md, "--offload optimizer"; issue #14). params is not there yet.
+  std::string offload = "none";
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

@@ -98,6 +98,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                "Keep what checkpointed modules save in pinned host memory, copied back one module ahead in backward "
                "(needs --checkpoint)")
       ->group(what);
+  cmd.add_option("--offload", c.offload,
+                 "none, or optimizer: AdamW's f32 master weights and moments in pinned host memory, its step on "
+                 "the CPU (SIMD, all cores)")
+      ->capture_default_str()->group(what);
 
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")

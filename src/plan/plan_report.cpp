@@ -42,8 +42,8 @@ std::string plan_text(const PlanResult& r) {
   }
   s += "\n";
   s += line("predicted peak pinned host", r.pinned_host.allocated_bytes.peak,
-            r.device_type == "cuda" ? "  (loader staging, page-locked; not in the totals)"
-                                    : "  (loader staging, ordinary memory on cpu; not in the totals)");
+            r.device_type == "cuda" ? "  (host: loader ring, offload buffers; page-locked; not in the totals)"
+                                    : "  (host: loader ring, offload buffers; ordinary memory on cpu; not in the totals)");
   for (int i = 0; i < kNumCategories; ++i)
     if (r.pinned_host.category[size_t(i)].peak) {
       std::snprintf(buf, sizeof buf, "    %s", category_name(Category(i)));

@@ -63,6 +63,31 @@ void validate_precision(const RunConfig& c) {
           "use --precision bf16-mixed, which needs no loss scaling, or drop --fused-step");
 }
 
+// --offload: what runs today (optimizer, with AdamW, Lion or SGD and f32 host state), one line for the rest.
+void check_offload(const RunConfig& c) {
+  if (c.offload == "none") return;
+  if (c.offload == "params")
+    usage("--offload params", "offloading the parameters themselves is not implemented yet (issue #14)",
+          "use --offload optimizer, or --offload none");
+  if (c.offload != "optimizer")
+    usage("--offload " + c.offload, "not a value it takes", "use --offload none or --offload optimizer");
+  if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd")
+    usage("--offload optimizer with --optimizer " + c.optimizer, "only adamw, lion and sgd have a host step so far",
+          "use --optimizer adamw, lion or sgd, or drop --offload");
+  if (c.stochastic_rounding)
+    usage("--offload optimizer with --stochastic-rounding", "the host step rounds the 16-bit parameters to nearest",
+          "drop --stochastic-rounding (the host keeps f32 master weights anyway)");
+  if (c.master_weights == "fp32")
+    usage("--offload optimizer with --master-weights fp32", "the offloaded state already keeps f32 master weights",
+          "drop --master-weights");
+  if (c.state_dtype != "auto" && c.state_dtype != "f32")
+    usage("--offload optimizer with --state-dtype " + c.state_dtype, "the offloaded state is f32",
+          "drop --state-dtype");
+  if (c.fused_step)
+    usage("--offload optimizer with --fused-step", "the two are not combined yet",
+          "drop --fused-step (offload already keeps the state off the device)");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
@@ -82,6 +107,7 @@ void validate(const RunConfig& c) {
     usage("--offload-activations without --checkpoint",
           "it offloads what checkpointed modules keep for their recomputation, and none is checkpointed",
           "add --checkpoint blocks (or another --checkpoint value)");
+  check_offload(c);
   check_range(flag_range::batch, c.batch);
   check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -175,7 +201,7 @@ Device resolve_device(const std::string& spec) {
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
-  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes)
+  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

@@ -10,6 +10,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
+#include "offload/offload_optimizer.h"
 #include "train/precision_hooks.h"
 
 namespace lt {
@@ -17,6 +18,19 @@ namespace lt {
 namespace {
 
 std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector<NamedTensor>& named) {
+  if (c.offload == "optimizer") {  // validate() has refused every other optimizer and setting with it
+    offload::OffloadOptions o;
+    o.kind = c.optimizer;
+    o.adamw.lr = o.lion.lr = o.sgd.lr = c.lr;
+    o.adamw.weight_decay = o.lion.weight_decay = o.sgd.weight_decay = c.weight_decay;
+    o.adamw.beta1 = c.beta1;
+    o.adamw.beta2 = c.beta2;
+    o.adamw.eps = c.eps;
+    o.sgd.momentum = c.momentum;
+    o.sgd.dampening = c.dampening;
+    o.sgd.nesterov = c.nesterov;
+    return std::make_unique<offload::OffloadOptimizer>(decay_groups(named), o);
+  }
   OptimizerConfig oc;
   oc.name = c.optimizer;
   oc.lr = c.lr;

@@ -1,0 +1,200 @@
+// --offload optimizer's optimizer: host state, bucketed copies, the SIMD host steps
+// (offload_optimizer.h).
+#include "offload/offload_optimizer.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+#include "offload/host_lion.h"
+#include "offload/host_sgd.h"
+
+namespace lt::offload {
+
+namespace {
+
+int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+// A CPU tensor over pinned host memory at `byte_offset` (a multiple of the dtype size).
+Tensor host_view(const std::shared_ptr<Storage>& st, int64_t byte_offset, const Shape& shape, DType dt) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = st;
+  impl->offset = byte_offset / int64_t(dtype_size(dt));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dt;
+  impl->device = Device::cpu();
+  return Tensor(impl);
+}
+
+std::shared_ptr<Storage> pin(int64_t bytes, Device d, const char* what) {
+  std::shared_ptr<Storage> s = allocate_pinned_host(bytes, d);
+  LT_CHECK(s != nullptr, std::string("--offload optimizer: pinning ") + std::to_string(bytes) + " bytes for " + what,
+           "the system refused to pin more host memory",
+           "raise the locked-memory limit (ulimit -l), or train without --offload optimizer");
+  return s;
+}
+
+double lr_of(const OffloadOptions& o) {
+  return o.kind == "lion" ? o.lion.lr : o.kind == "sgd" ? o.sgd.lr : o.adamw.lr;
+}
+double weight_decay_of(const OffloadOptions& o) {
+  return o.kind == "lion" ? o.lion.weight_decay : o.kind == "sgd" ? o.sgd.weight_decay : o.adamw.weight_decay;
+}
+
+void check_state_dtype(const std::optional<DType>& t) {
+  LT_CHECK(!t || *t == DType::F32, std::string("--offload optimizer with state dtype ") + dtype_name(*t),
+           "the offloaded state is f32 (host memory is the plentiful kind)", "drop the state dtype");
+}
+
+}  // namespace
+
+OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o)
+    : Optimizer(std::move(groups), lr_of(o), weight_decay_of(o), o.kind == "lion" ? "lion" : o.kind == "sgd" ? "sgd" : "adamw"),
+      opt_(o), kind_(o.kind) {
+  if (o.kind == "adamw") {
+    const AdamWOptions& a = o.adamw;
+    LT_CHECK(a.beta1 >= 0 && a.beta1 < 1 && a.beta2 >= 0 && a.beta2 < 1,
+             "adamw: betas (" + std::to_string(a.beta1) + ", " + std::to_string(a.beta2) + ") out of range",
+             "each beta must be in [0, 1)", "use e.g. 0.9 and 0.999");
+    LT_CHECK(a.eps >= 0, "adamw: eps " + std::to_string(a.eps) + " is negative", "eps guards a division",
+             "use e.g. 1e-8");
+    check_state_dtype(a.state_dtype);
+  } else if (o.kind == "lion") {
+    const LionOptions& l = o.lion;
+    LT_CHECK(l.beta1 >= 0 && l.beta1 <= 1 && l.beta2 >= 0 && l.beta2 < 1,
+             "lion: betas (" + std::to_string(l.beta1) + ", " + std::to_string(l.beta2) + ") out of range",
+             "beta1 must be in [0, 1] and beta2 in [0, 1)", "use e.g. 0.9 and 0.99");
+    check_state_dtype(l.state_dtype);
+  } else if (o.kind == "sgd") {
+    const SgdOptions& s = o.sgd;
+    LT_CHECK(s.momentum >= 0, "sgd: momentum " + std::to_string(s.momentum) + " is negative",
+             "momentum is a decay factor", "pass momentum >= 0");
+    LT_CHECK(!s.nesterov || (s.momentum > 0 && s.dampening == 0),
+             "sgd: Nesterov momentum needs momentum > 0 and dampening 0",
+             "got momentum " + std::to_string(s.momentum) + ", dampening " + std::to_string(s.dampening),
+             "set momentum (e.g. 0.9) and no dampening, or turn Nesterov off");
+    check_state_dtype(s.state_dtype);
+  } else {
+    fail("--offload optimizer with --optimizer " + o.kind, "the host step exists for adamw, lion and sgd",
+         "use one of those, or drop --offload");
+  }
+  LT_CHECK(o.bucket_bytes > 0, "--offload optimizer: bucket of " + std::to_string(o.bucket_bytes) + " bytes",
+           "a bucket must hold something", "use a positive bucket size");
+  threads_ = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int OffloadOptimizer::states() const {
+  if (kind_ == "adamw") return 2;
+  if (kind_ == "lion") return 1;
+  return opt_.sgd.momentum == 0 ? 0 : 1;
+}
+
+std::vector<std::string> OffloadOptimizer::state_names() const {
+  std::vector<std::string> n;
+  if (kind_ == "adamw") n = {"exp_avg", "exp_avg_sq"};
+  else if (kind_ == "lion") n = {"exp_avg"};
+  else if (opt_.sgd.momentum != 0) n = {"momentum_buffer"};
+  n.push_back("master_f32");
+  return n;
+}
+
+// One pinned buffer per parameter: the states, then the master, each at a 64-byte boundary.
+std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const {
+  LT_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16 || p.dtype() == DType::F16,
+           std::string("--offload optimizer with ") + dtype_name(p.dtype()) + " parameters",
+           "the host step updates f32, bf16 and f16 parameters", "use --dtype f32, bf16 or f16");
+  const int64_t part = align64(p.numel() * 4);
+  const int k = states();
+  std::shared_ptr<Storage> st = pin((k + 1) * part, p.device(), "optimizer state");
+  std::vector<Tensor> out;
+  for (int i = 0; i <= k; ++i) out.push_back(host_view(st, i * part, p.shape(), DType::F32));
+  for (int i = 0; i < k; ++i) std::fill_n(out[size_t(i)].data<float>(), p.numel(), 0.0f);
+  if (!p.device().is_meta()) copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
+  return out;
+}
+
+void OffloadOptimizer::update(const std::vector<Slot*>& slots, float grad_scale) {
+  LT_CHECK(!master_weights(), "--offload optimizer with --master-weights fp32",
+           "the offloaded state already keeps an f32 master copy on the host", "drop --master-weights");
+  std::vector<Slot*> bucket;
+  int64_t bytes = 0;
+  for (Slot* s : slots) {
+    const int64_t b = align64(s->param.nbytes());
+    if (!bucket.empty() && bytes + b > opt_.bucket_bytes) {
+      update_bucket(bucket, grad_scale);
+      bucket.clear();
+      bytes = 0;
+    }
+    bucket.push_back(s);
+    bytes += b;
+  }
+  if (!bucket.empty()) update_bucket(bucket, grad_scale);
+}
+
+std::shared_ptr<Storage> OffloadOptimizer::grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c) {
+  if (buf && buf->nbytes() >= bytes) return buf;
+  buf.reset();  // the old one goes first: the pinned peak is the largest bucket, not two
+  MemoryCategoryScope scope(c);
+  buf = pin(bytes, d, c == Category::Gradient ? "the gradient bucket" : "the parameter staging buffer");
+  return buf;
+}
+
+// The host step of one parameter: state and master updated, the 16-bit copy (when param16) written.
+void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream) {
+  const DType dt = s.param.dtype();
+  float* master = s.state.back().data<float>();
+  const int64_t n = s.param.numel();
+  StochasticRounding sr;
+  if (sr_stream) sr.streams = std::span<const uint64_t>(sr_stream, 1);
+  if (kind_ == "adamw") {
+    AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
+                float(s.weight_decay), s.step + 1, grad_scale, sr};
+    host_adamw_step({master, s.state[0].data<float>(), s.state[1].data<float>(), grad, dt, param16, dt, n}, a,
+                    threads_, opt_.path);
+  } else if (kind_ == "lion") {
+    LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, sr};
+    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads_, opt_.path);
+  } else {
+    SgdArgs a{float(lr()), float(opt_.sgd.momentum), float(opt_.sgd.dampening), float(s.weight_decay),
+              opt_.sgd.nesterov, s.step == 0, grad_scale, sr};
+    float* buf = opt_.sgd.momentum != 0 ? s.state[0].data<float>() : nullptr;
+    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads_, opt_.path);
+  }
+}
+
+// The flow of one bucket: every gradient to the host, the host step, every parameter back.
+void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float grad_scale) {
+  const Device d = bucket.front()->param.device();
+  std::vector<int64_t> off(bucket.size());
+  int64_t total = 0;
+  for (size_t k = 0; k < bucket.size(); ++k) {
+    LT_CHECK(bucket[k]->param.device() == d, "--offload optimizer: parameters on two devices in one bucket",
+             d.str() + " and " + bucket[k]->param.device().str(), "keep the model on one device");
+    off[k] = total;
+    total += align64(bucket[k]->param.nbytes());
+  }
+  grown(grad_bucket_, total, d, Category::Gradient);
+  grown(staging_, total, d, Category::Workspace);
+  // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
+  if (d.is_meta()) return;
+  for (size_t k = 0; k < bucket.size(); ++k) {
+    const Tensor& p = bucket[k]->param;
+    copy_(host_view(grad_bucket_, off[k], p.shape(), p.dtype()), p.grad());
+  }
+  std::vector<uint64_t> streams = sr_streams(bucket);
+  for (size_t k = 0; k < bucket.size(); ++k) {
+    Slot& s = *bucket[k];
+    void* narrow = s.param.dtype() != DType::F32 ? static_cast<char*>(staging_->data()) + off[k] : nullptr;
+    step_one(s, static_cast<const char*>(grad_bucket_->data()) + off[k], narrow, grad_scale,
+             streams.empty() ? nullptr : &streams[k]);
+  }
+  for (size_t k = 0; k < bucket.size(); ++k) {
+    Slot& s = *bucket[k];
+    if (s.param.dtype() == DType::F32) copy_(s.param, s.state.back());
+    else copy_(s.param, host_view(staging_, off[k], s.param.shape(), s.param.dtype()));
+  }
+}
+
+}  // namespace lt::offload

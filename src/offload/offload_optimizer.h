@@ -1,0 +1,65 @@
+// AdamW, Lion or SGD with their state in pinned host memory and their step on the CPU: the
+// optimizer of `--offload optimizer` (docs/decisions.md, "--offload optimizer"; issue #14).
+//
+// Per parameter (keyed by name, as every Optimizer): the optimizer's f32 state and an f32 master
+// copy in one pinned-host buffer of the parameter's device (Category::OptimizerState in the
+// pinned-host account). State names: adamw "exp_avg", "exp_avg_sq"; lion "exp_avg"; sgd
+// "momentum_buffer" (with momentum); then "master_f32". The device keeps only the parameter
+// (bf16, f16 or f32) and its gradient. An update goes bucket by bucket (parameters in order, up
+// to bucket_bytes of gradient): the gradients are copied into a pinned gradient buffer
+// (Category::Gradient), the host step (host_adamw.h, host_lion.h, host_sgd.h) updates state and
+// master on `threads` CPU threads and writes the 16-bit copy into a pinned staging buffer
+// (Category::Workspace), which is copied into the parameters. The result is bitwise that of the
+// same optimizer with f32 master weights (set_master_weights) for 16-bit parameters, and of the
+// plain optimizer for f32 ones.
+//
+// On meta (plan's dry run) the same pinned buffers are taken in the same order and no data moves,
+// so the planner's pinned-host peak is the run's.
+// Not yet: the copies are synchronous (the overlap with backward and the double-buffered copy
+// stream of the design are to come); stochastic rounding, master weights on top, f64 parameters
+// and state dtypes other than f32 are refused.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "leantrain/memory.h"
+#include "leantrain/optim.h"
+#include "leantrain/optim_lean.h"
+#include "offload/host_adamw.h"
+
+namespace lt::offload {
+
+struct OffloadOptions {
+  std::string kind = "adamw";  // adamw | lion | sgd: which of the options below applies
+  AdamWOptions adamw;          // state_dtype must stay unset (or f32): the host state is f32
+  LionOptions lion;
+  SgdOptions sgd;
+  int threads = 0;  // 0: every hardware thread
+  SimdPath path = best_simd_path();
+  int64_t bucket_bytes = 32 << 20;  // of gradient per bucket (a larger parameter is its own bucket)
+};
+
+class OffloadOptimizer final : public Optimizer {
+ public:
+  OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o);
+  const char* name() const override { return kind_.c_str(); }
+  int threads() const { return threads_; }
+
+ protected:
+  std::vector<std::string> state_names() const override;
+  std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
+  void update(const std::vector<Slot*>& slots, float grad_scale) override;
+
+ private:
+  int states() const;  // f32 state arrays before the master
+  void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
+  void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream);
+  std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
+
+  OffloadOptions opt_;
+  std::string kind_;
+  int threads_;
+  std::shared_ptr<Storage> grad_bucket_, staging_;  // pinned, grown to the largest bucket
+};
+
+}  // namespace lt::offload
