@@ -118,9 +118,14 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
 void OffloadOptimizer::update(const std::vector<Slot*>& slots, float grad_scale) {
   LT_CHECK(!master_weights(), "--offload optimizer with --master-weights fp32",
            "the offloaded state already keeps an f32 master copy on the host", "drop --master-weights");
+  // Gradients drained during backward are on the host already; any other (a parameter whose
+  // hook did not drain it) takes the synchronous path.
+  std::vector<Slot*> drained, rest;
+  for (Slot* s : slots) (is_drained(*s) ? drained : rest).push_back(s);
+  if (!drained.empty()) update_drained(drained, grad_scale);
   std::vector<Slot*> bucket;
   int64_t bytes = 0;
-  for (Slot* s : slots) {
+  for (Slot* s : rest) {
     const int64_t b = align64(s->param.nbytes());
     if (!bucket.empty() && bytes + b > opt_.bucket_bytes) {
       update_bucket(bucket, grad_scale);

@@ -15,9 +15,22 @@
 //
 // On meta (plan's dry run) the same pinned buffers are taken in the same order and no data moves,
 // so the planner's pinned-host peak is the run's.
-// Not yet: the copies are synchronous (the overlap with backward and the double-buffered copy
-// stream of the design are to come); stochastic rounding, master weights on top, f64 parameters
-// and state dtypes other than f32 are refused.
+//
+// Draining during backward (drain_during_backward, what the trainer uses): a post-accumulate-grad
+// hook on every parameter copies its gradient, as soon as backward completes it, into a pinned
+// gradient area that holds every trainable gradient (Category::Gradient, parameter order, 64-byte
+// aligned), on the copy stream after an event on the compute stream; the device gradient is
+// freed on the spot (record_stream: reused only after the copy) and .grad becomes a tensor of the
+// parameter's device over the area (CUDA reads pinned memory in place, unified addressing), so
+// clipping, the loss scaler's check and the update see the usual .grad. The compute stream waits
+// for the copies only once more than bucket_bytes are in flight, and at finish_backward(). The
+// update then steps bucket by bucket on the worker threads, writes the 16-bit result over the
+// gradient in the area (each element's gradient is read before its result is written), and copies
+// each bucket back on the copy stream while the next bucket is stepped; the compute stream waits
+// for the last copy with an event (the next forward), the host does not.
+// Not yet: stochastic rounding, master weights on top, f64 parameters and state dtypes other than
+// f32 are refused; the steps start after backward (clipping and the loss scaler need every
+// gradient first), not during it.
 #pragma once
 #include <memory>
 #include <string>
@@ -44,6 +57,15 @@ class OffloadOptimizer final : public Optimizer {
   OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o);
   const char* name() const override { return kind_.c_str(); }
   int threads() const { return threads_; }
+  ~OffloadOptimizer() override;
+
+  // Registers the draining hooks (once); they act while set_draining(true) (the last micro-batch's
+  // backward: earlier ones accumulate on the device as usual).
+  void drain_during_backward();
+  void set_draining(bool on);
+  // After backward: the compute stream waits for every gradient copy (the norm reads the area).
+  void finish_backward();
+  int64_t drained() const;  // gradients moved to the host since construction
 
  protected:
   std::vector<std::string> state_names() const override;
@@ -53,6 +75,8 @@ class OffloadOptimizer final : public Optimizer {
  private:
   int states() const;  // f32 state arrays before the master
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
+  void update_drained(const std::vector<Slot*>& slots, float grad_scale);
+  bool is_drained(const Slot& s) const;
   void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream);
   std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
 
@@ -60,6 +84,8 @@ class OffloadOptimizer final : public Optimizer {
   std::string kind_;
   int threads_;
   std::shared_ptr<Storage> grad_bucket_, staging_;  // pinned, grown to the largest bucket
+  struct Drain;
+  std::shared_ptr<Drain> drain_;  // the hooks hold it weakly: destroying the optimizer disarms them
 };
 
 }  // namespace lt::offload

@@ -11,6 +11,7 @@
 #include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
 #include "offload/offload_optimizer.h"
+#include "train/offload_hooks.h"
 #include "train/precision_hooks.h"
 
 namespace lt {
@@ -84,6 +85,7 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
   model().train();
   add_precision_hooks(*this);
+  add_offload_hooks(*this);
 }
 
 double Trainer::epochs_done() const {

@@ -64,4 +64,43 @@ assert plan["peak_pinned_host_bytes"] == run["peak_pinned_host_bytes"], (plan["p
 assert plan["pinned_host_categories_peak"] == host, (plan["pinned_host_categories_peak"], host)
 assert plan["peak_allocated_bytes"] == run["peak_allocated_bytes"], (plan["peak_allocated_bytes"], run["peak_allocated_bytes"])
 PY
+# Gradients drain to the host during backward: with --clip and two micro-batches (the first
+# accumulates on the device, the second's backward drains the sum) the curve (loss and grad norm)
+# is still bitwise that of --master-weights fp32; 16-mixed (f32 parameters, loss scaling) that of
+# plain AdamW. The device holds at most a bucket of gradients, not all of them, and plan says so.
+ACC=(--clip 0.5 --micro-batch 2)
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --master-weights fp32 "${ACC[@]}" \
+  --metrics "$WORK/acc-master.jsonl" --metrics-json "$WORK/acc-master.json"
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer "${ACC[@]}" \
+  --metrics "$WORK/acc-off.jsonl" --metrics-json "$WORK/acc-off.json"
+if [ "$(grep -c '"grad_norm"' "$WORK/acc-off.jsonl")" = 4 ] &&
+  cmp -s <(losses "$WORK/acc-master.jsonl") <(losses "$WORK/acc-off.jsonl"); then ok; else
+  fail "--offload optimizer with --clip and --micro-batch changed the loss curve"; fi
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision 16-mixed --clip 1 --metrics "$WORK/mixed.jsonl"
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision 16-mixed --clip 1 --offload optimizer \
+  --metrics "$WORK/mixed-off.jsonl"
+if cmp -s <(losses "$WORK/mixed.jsonl") <(losses "$WORK/mixed-off.jsonl"); then ok; else
+  fail "16-mixed: --offload optimizer changed the loss curve"; fi
+expect_ok "$LT" plan "${GPT[@]}" --device-type cpu --precision bf16-true --offload optimizer "${ACC[@]}" --json
+cp "$WORK/out" "$WORK/acc-plan.json"
+if python3 - "$WORK/acc-plan.json" "$WORK/acc-off.json" "$WORK/acc-master.json" <<'PY'; then ok; else fail "drained gradients: plan != measured, or the device still holds them all"; fi
+import json, sys
+plan, run, master = (json.load(open(f)) for f in sys.argv[1:4])
+dev, host = run["categories_peak"], run["pinned_host_categories_peak"]
+# the gradients' pinned area, no staging buffer (the results go back from the area); with
+# accumulation the device holds the first micro-batch's gradients as without offload
+assert host["gradient"] > 0 and host["workspace"] == 0, host
+assert dev["gradient"] <= master["categories_peak"]["gradient"], (dev, master["categories_peak"])
+assert plan["peak_pinned_host_bytes"] == run["peak_pinned_host_bytes"], (plan["peak_pinned_host_bytes"], run["peak_pinned_host_bytes"])
+assert plan["pinned_host_categories_peak"] == host, (plan["pinned_host_categories_peak"], host)
+assert plan["peak_allocated_bytes"] == run["peak_allocated_bytes"], (plan["peak_allocated_bytes"], run["peak_allocated_bytes"])
+PY
+# Without accumulation the device never holds more than the largest gradient plus a bucket.
+if python3 - "$WORK/off.json" "$WORK/plan.json" <<'PY'; then ok; else fail "drained gradients: the device still holds them all"; fi
+import json, sys
+run, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+dev, host = run["categories_peak"], run["pinned_host_categories_peak"]
+assert host["gradient"] > 0 and 4 * dev["gradient"] < host["gradient"], (dev, host)
+assert plan["categories_peak"]["gradient"] == dev["gradient"], (plan["categories_peak"], dev)
+PY
 finish
