@@ -4,7 +4,11 @@
 // Per parameter (keyed by name, as every Optimizer): the optimizer's f32 state and an f32 master
 // copy in one pinned-host buffer of the parameter's device (Category::OptimizerState in the
 // pinned-host account). State names: adamw "exp_avg", "exp_avg_sq"; lion "exp_avg"; sgd
-// "momentum_buffer" (with momentum); then "master_f32". The device keeps only the parameter
+// "momentum_buffer" (with momentum); adamw8bit and lion8bit those of AdamW8bit and Lion8bit (u8
+// codes + f32 absmax, or f32 under min_8bit_size); then "master_f32". The 8-bit steps are the CPU
+// backend's reference kernels (the ones the CUDA kernels equal), one thread per bucket, on the
+// gradient widened to f32 in an untracked scratch buffer: the bits of AdamW8bit / Lion8bit with
+// master weights. The device keeps only the parameter
 // (bf16, f16 or f32) and its gradient. An update goes bucket by bucket (parameters in order, up
 // to bucket_bytes of gradient): the gradients are copied into a pinned gradient buffer
 // (Category::Gradient), the host step (host_adamw.h, host_lion.h, host_sgd.h) updates state and
@@ -43,10 +47,12 @@
 namespace lt::offload {
 
 struct OffloadOptions {
-  std::string kind = "adamw";  // adamw | lion | sgd: which of the options below applies
+  std::string kind = "adamw";  // adamw | lion | sgd | adamw8bit | lion8bit: which options apply
   AdamWOptions adamw;          // state_dtype must stay unset (or f32): the host state is f32
   LionOptions lion;
   SgdOptions sgd;
+  AdamW8bitOptions adamw8bit;  // 8-bit moments on the host, stepped by the CPU reference kernels
+  Lion8bitOptions lion8bit;
   int threads = 0;  // 0: every hardware thread
   SimdPath path = best_simd_path();
   int64_t bucket_bytes = 32 << 20;  // of gradient per bucket (a larger parameter is its own bucket)
@@ -73,7 +79,9 @@ class OffloadOptimizer final : public Optimizer {
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
-  int states() const;  // f32 state arrays before the master
+  int states() const;  // f32 state arrays before the master (the f32 kinds)
+  bool eight_bit() const { return kind_ == "adamw8bit" || kind_ == "lion8bit"; }
+  void step_8bit(Slot& s, const void* grad, void* param16, float grad_scale);
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
   void update_drained(const std::vector<Slot*>& slots, float grad_scale);
   bool is_drained(const Slot& s) const;

@@ -30,6 +30,11 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
     o.sgd.momentum = c.momentum;
     o.sgd.dampening = c.dampening;
     o.sgd.nesterov = c.nesterov;
+    o.adamw8bit.lr = o.lion8bit.lr = c.lr;
+    o.adamw8bit.weight_decay = o.lion8bit.weight_decay = c.weight_decay;
+    o.adamw8bit.beta1 = c.beta1;
+    o.adamw8bit.beta2 = c.beta2;
+    o.adamw8bit.eps = c.eps;
     return std::make_unique<offload::OffloadOptimizer>(decay_groups(named), o);
   }
   OptimizerConfig oc;

@@ -58,6 +58,7 @@ OffloadOptions options(const std::string& kind, int64_t bucket_bytes) {
   o.lion.lr = 3e-3;
   o.sgd.lr = 5e-2;
   o.sgd.momentum = 0.9;
+  o.adamw8bit.min_8bit_size = o.lion8bit.min_8bit_size = 64;
   o.bucket_bytes = bucket_bytes;
   o.threads = 2;
   return o;
@@ -66,7 +67,7 @@ OffloadOptions options(const std::string& kind, int64_t bucket_bytes) {
 }  // namespace
 
 TEST(OffloadGradDrain, BitwiseEqualToTheSynchronousPath) {
-  for (const char* kind : {"adamw", "lion", "sgd"})
+  for (const char* kind : {"adamw", "lion", "sgd", "adamw8bit", "lion8bit"})
     for (DType dt : {DType::BF16, DType::F16, DType::F32})
       for (int64_t bucket : {int64_t(32) << 20, int64_t(256)}) {
         SCOPED_TRACE(std::string(kind) + " " + dtype_name(dt) + " bucket " + std::to_string(bucket));
