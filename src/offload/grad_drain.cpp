@@ -4,6 +4,7 @@
 // Every choice below follows program order, never timing, so cpu (plain copies), meta (no copies)
 // and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
 // pinned-host peaks of a run.
+#include <cstring>
 #include <deque>
 #include <unordered_map>
 
@@ -23,6 +24,11 @@ int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 struct OffloadOptimizer::Drain {
   std::unordered_map<std::string, int64_t> offset;  // of each trainable gradient in the area
+  // The device of each parameter at rest, which its gradient view takes: the CPU for a block
+  // parameter under --offload params (the view is host memory like the parameter), else the
+  // parameter's device (CUDA reads the pinned view in place).
+  std::unordered_map<std::string, Device> rest;
+  Device grad_device;  // where backward produces the gradients (set by the first one)
   int64_t bytes = 0;                                // the area's size
   int64_t bucket_bytes = 0;
   std::shared_ptr<Storage> area;  // pinned, taken at the first gradient, kept for the next steps
@@ -63,14 +69,14 @@ struct OffloadOptimizer::Drain {
   }
 
   // A tensor of `param`'s device over the area (CUDA reads and writes pinned memory in place).
-  Tensor view(const Tensor& param, int64_t off) const {
+  Tensor view(const Tensor& param, int64_t off, Device device) const {
     auto impl = std::make_shared<TensorImpl>();
     impl->storage = area;
     impl->offset = off / int64_t(dtype_size(param.dtype()));
     impl->shape = param.shape();
     impl->strides = contiguous_strides(param.shape());
     impl->dtype = param.dtype();
-    impl->device = param.device();
+    impl->device = device;
     return Tensor(impl);
   }
 
@@ -81,6 +87,7 @@ struct OffloadOptimizer::Drain {
     LT_CHECK(g.is_contiguous() && g.dtype() == param.dtype(), "--offload optimizer: the gradient of '" + name + "'",
              "is not a contiguous gradient of the parameter's dtype", "report this: the engine made it");
     if (!area) {
+      grad_device = d;
       MemoryCategoryScope cat(Category::Gradient);
       area = allocate_pinned_host(bytes, d);
       LT_CHECK(area != nullptr, "--offload optimizer: pinning " + std::to_string(bytes) + " bytes for the gradients",
@@ -99,7 +106,7 @@ struct OffloadOptimizer::Drain {
     }
     record_stream(g, kCopyStream);  // its memory is reused only after the copy
     pending_bytes += g.nbytes();
-    param.set_grad(view(param, off));
+    param.set_grad(view(param, off, rest.at(name)));
     ++drained;
   }
 };
@@ -113,6 +120,7 @@ void OffloadOptimizer::drain_during_backward() {
   std::weak_ptr<Drain> weak = drain_;
   for (auto& [name, p] : named_params()) {
     drain_->offset[name] = drain_->bytes;
+    drain_->rest[name] = p.device();
     drain_->bytes += align64(p.nbytes());
     // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
     p.register_post_accumulate_grad_hook([weak, name = name](Tensor& param) {
@@ -127,9 +135,13 @@ void OffloadOptimizer::set_draining(bool on) {
 }
 
 void OffloadOptimizer::finish_backward() {
-  if (!drain_ || !drain_->area) return;
+  if (!drain_) return;
   drain_->armed = false;
-  drain_->mark(drain_->area ? drain_->area->device : Device::cpu());
+  if (!drain_->area) return;
+  drain_->mark(drain_->grad_device);
+  // The host waits too: gradient views of host-resting parameters are read by the CPU (the norm)
+  // next, and the device's norm reads the rest right after anyway.
+  if (!drain_->markers.empty()) drain_->markers.back().event->synchronize();
   drain_->wait_until(0);
 }
 
@@ -143,7 +155,7 @@ bool OffloadOptimizer::is_drained(const Slot& s) const {
 // bucket copied back on the copy stream while the next one is stepped.
 void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float grad_scale) {
   Drain& dr = *drain_;
-  const Device d = slots.front()->param.device();
+  const Device d = dr.grad_device;
   dr.mark(d);
   dr.wait_until(0);  // (finish_backward did this already when the trainer ran it)
   // The host writes the 16-bit results over the gradients: whatever the compute stream enqueued
@@ -175,7 +187,9 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
       Slot& s = *slots[k];
       const void* src = s.param.dtype() == DType::F32 ? s.state.back().data<float>()
                                                        : static_cast<const void*>(base + dr.offset.at(s.name));
-      if (!d.is_meta()) backend_for(d).copy_from_host_async(s.param, src);
+      if (d.is_meta()) continue;
+      if (s.param.device() == d) backend_for(d).copy_from_host_async(s.param, src);
+      else std::memcpy(s.param.raw_data(), src, size_t(s.param.nbytes()));  // it rests in host memory
     }
     returned.record();
     i = j;

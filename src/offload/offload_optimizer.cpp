@@ -158,10 +158,10 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
     at.push_back(bytes);
     bytes += align64(numel(shape) * int64_t(dtype_size(dt)));
   }
-  std::shared_ptr<Storage> st = pin(bytes, p.device(), "optimizer state");
+  std::shared_ptr<Storage> st = pin(bytes, opt_.device.value_or(p.device()), "optimizer state");
   std::vector<Tensor> out;
   for (size_t i = 0; i < parts.size(); ++i) out.push_back(host_view(st, at[i], parts[i].first, parts[i].second));
-  if (!p.device().is_meta()) {
+  if (!p.device().is_meta()) {  // (a resting parameter is a CPU tensor: a host copy)
     std::fill_n(static_cast<char*>(st->data()), at.back(), char(0));  // zero state (absmax 0: all codes 0)
     copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
   }
@@ -273,8 +273,8 @@ void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float gra
     off[k] = total;
     total += align64(bucket[k]->param.nbytes());
   }
-  grown(grad_bucket_, total, d, Category::Gradient);
-  grown(staging_, total, d, Category::Workspace);
+  grown(grad_bucket_, total, opt_.device.value_or(d), Category::Gradient);
+  grown(staging_, total, opt_.device.value_or(d), Category::Workspace);
   // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
   if (d.is_meta()) return;
   for (size_t k = 0; k < bucket.size(); ++k) {

@@ -37,6 +37,7 @@
 // gradient first), not during it.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "leantrain/memory.h"
@@ -56,6 +57,9 @@ struct OffloadOptions {
   int threads = 0;  // 0: every hardware thread
   SimdPath path = best_simd_path();
   int64_t bucket_bytes = 32 << 20;  // of gradient per bucket (a larger parameter is its own bucket)
+  // Whose pinned-host account the state and buffers join; unset: each parameter's device (a
+  // parameter resting in host memory, --offload params, is a CPU tensor: pass the run's device).
+  std::optional<Device> device;
 };
 
 class OffloadOptimizer final : public Optimizer {

@@ -7,7 +7,7 @@ namespace lt {
 
 class Trainer;
 
-// Adds the hook when the run offloads the optimizer (nothing otherwise).
+// Adds the hook when the run offloads the optimizer (--offload optimizer or params; nothing otherwise).
 void add_offload_hooks(Trainer& t);
 
 }  // namespace lt
