@@ -127,19 +127,24 @@ std::vector<std::string> offload_block_parameters(nn::Module& root, Device devic
     }
     off->blocks.push_back(std::move(b));
   }
-  // The parameters that stay on the device get storages of their own: the model may have built
-  // all its parameters in one buffer, which would otherwise stay whole on the device.
-  for (auto& [name, t] : root.named_parameters()) {
-    if (!(t.device() == device) || t.storage()->nbytes() == t.nbytes()) continue;
+  // The parameters that stay on the device get storages of their own: the model built all its
+  // parameters in one buffer (the parameter store), which would otherwise stay whole on the
+  // device. They go through host memory, so the device never holds more than that buffer.
+  std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> staying;
+  for (auto& [name, t] : root.named_parameters())
+    if (t.device() == device && t.storage()->nbytes() != t.nbytes()) staying.push_back({t, nullptr});
+  for (auto& [t, host] : staying) host = move_home(t, device);
+  for (auto& [t, host] : staying) {  // the store is freed by now
     Tensor own;
     {
       MemoryCategoryScope cat(Category::Parameter);
       own = Tensor::empty(t.shape(), t.dtype(), device);
     }
-    copy_(own, t);
+    if (!device.is_meta()) backend_for(device).copy_from_host(own, host->data());
     TensorImpl* impl = t.impl();
     impl->storage = own.storage();
     impl->offset = 0;
+    impl->device = device;
   }
   for (size_t i = 0; i < modules.size(); ++i) {
     nn::Module::ForwardWrapper inner = modules[i]->forward_wrapper();
