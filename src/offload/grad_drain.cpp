@@ -82,7 +82,8 @@ struct OffloadOptimizer::Drain {
 
   void drain(Tensor& param, const std::string& name) {
     Tensor g = param.grad();
-    if (!g.defined()) return;
+    // Undefined, or in the area already (a second armed backward without zero_grad added into it).
+    if (!g.defined() || (area && g.storage() == area)) return;
     const Device d = g.device();
     LT_CHECK(g.is_contiguous() && g.dtype() == param.dtype(), "--offload optimizer: the gradient of '" + name + "'",
              "is not a contiguous gradient of the parameter's dtype", "report this: the engine made it");

@@ -84,12 +84,12 @@ struct ParamOffloader {
 };
 
 // The parameter's values into a pinned home; the parameter then rests there.
-std::shared_ptr<Storage> move_home(Tensor& p, Device device) {
+std::shared_ptr<Storage> move_home(Tensor& p, Device device, Category category = Category::Parameter) {
   LT_CHECK(p.is_contiguous() && p.device() == device, "--offload params: parameter of " + shape_str(p.shape()),
            "is not a contiguous tensor on the run's device", "report this: the model made it");
   std::shared_ptr<Storage> home;
   {
-    MemoryCategoryScope cat(Category::Parameter);
+    MemoryCategoryScope cat(category);
     home = allocate_pinned_host(p.nbytes(), device);
   }
   LT_CHECK(home != nullptr, "--offload params: pinning " + std::to_string(p.nbytes()) + " bytes for a parameter",
@@ -130,14 +130,25 @@ std::vector<std::string> offload_block_parameters(nn::Module& root, Device devic
   // The parameters that stay on the device get storages of their own: the model built all its
   // parameters in one buffer (the parameter store), which would otherwise stay whole on the
   // device. They go through host memory, so the device never holds more than that buffer.
+  // Buffers (a RoPE table, a mask) may be views of the same store: they move out and back too.
   std::vector<std::pair<Tensor, std::shared_ptr<Storage>>> staying;
+  auto stays = [&](const Tensor& t) {
+    return t.defined() && t.device() == device && t.is_contiguous() && t.storage()->nbytes() != t.nbytes();
+  };
   for (auto& [name, t] : root.named_parameters())
-    if (t.device() == device && t.storage()->nbytes() != t.nbytes()) staying.push_back({t, nullptr});
-  for (auto& [t, host] : staying) host = move_home(t, device);
-  for (auto& [t, host] : staying) {  // the store is freed by now
+    if (stays(t)) staying.push_back({t, nullptr});
+  for (auto& [name, t] : root.named_buffers())
+    if (stays(t)) staying.push_back({t, nullptr});
+  std::vector<Category> categories;
+  for (auto& [t, host] : staying) {
+    categories.push_back(t.category());
+    host = move_home(t, device, categories.back());
+  }
+  for (size_t k = 0; k < staying.size(); ++k) {  // the store is freed by now
+    auto& [t, host] = staying[k];
     Tensor own;
     {
-      MemoryCategoryScope cat(Category::Parameter);
+      MemoryCategoryScope cat(categories[k]);
       own = Tensor::empty(t.shape(), t.dtype(), device);
     }
     if (!device.is_meta()) backend_for(device).copy_from_host(own, host->data());

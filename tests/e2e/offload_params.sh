@@ -37,6 +37,14 @@ expect_ok "$LT" train "${VIT[@]}" --device cpu --precision bf16-true --master-we
 expect_ok "$LT" train "${VIT[@]}" --device cpu --precision bf16-true --offload params --metrics "$WORK/vitoff.jsonl"
 same_curve "vit-tiny" "$WORK/vit.jsonl" "$WORK/vitoff.jsonl"
 
+# A LLaMA-family model (GQA, RoPE, RMSNorm; its buffers leave the parameter store too).
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+LLAMA=(--config "$ROOT/bench/configs/llama-small.json" --data synthetic --batch 2 --seq-len 64 --steps 4 --log-every 1
+  --eval-batches 1 --checkpoint blocks --device cpu --precision bf16-true --clip 1)
+expect_ok "$LT" train "${LLAMA[@]}" --master-weights fp32 --metrics "$WORK/llama.jsonl"
+expect_ok "$LT" train "${LLAMA[@]}" --offload params --metrics "$WORK/llamaoff.jsonl"
+same_curve "llama" "$WORK/llama.jsonl" "$WORK/llamaoff.jsonl"
+
 # Stopped after 2 steps, saved, resumed: the uninterrupted curve (the weights at rest are saved
 # from their pinned homes).
 expect_ok "$LT" train "${GPT[@]}" "${BF[@]}" --offload params --stop-at 2 --save "$WORK/ck" --metrics "$WORK/resumed.jsonl"
