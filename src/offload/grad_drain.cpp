@@ -4,9 +4,14 @@
 // Every choice below follows program order, never timing, so cpu (plain copies), meta (no copies)
 // and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
 // pinned-host peaks of a run.
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/backend.h"
 #include "backend/event.h"
@@ -33,7 +38,7 @@ struct OffloadOptimizer::Drain {
   int64_t bucket_bytes = 0;
   std::shared_ptr<Storage> area;  // pinned, taken at the first gradient, kept for the next steps
   bool armed = false;
-  int64_t drained = 0;
+  int64_t drained = 0, stepped_early = 0;
   // Copies enqueued on the copy stream whose device gradients the compute stream may not reuse
   // yet. A marker is an event recorded on the copy stream after the gradients it covers were
   // freed (the engine frees each one after its hook returns, so the marker for a gradient is
@@ -46,6 +51,101 @@ struct OffloadOptimizer::Drain {
   std::deque<Marker> markers;
   int64_t marked_bytes = 0;   // covered by the markers
   int64_t pending_bytes = 0;  // copied since the last marker
+
+  // Early steps (set_early_step): buckets of landed gradients stepped by a host thread while
+  // backward goes on, the 16-bit results into `staging` (the gradients stay for the norm).
+  struct Landed {
+    std::vector<std::string> names;
+    std::unique_ptr<Event> event;  // on the copy stream, after their copies
+  };
+  OffloadOptimizer* owner = nullptr;
+  bool early = false;
+  std::shared_ptr<Storage> staging;                       // pinned, beside the area
+  std::unordered_map<std::string, Slot*> slots;           // filled by update(): states exist
+  std::vector<std::string> filling;                       // names copied since the last bucket
+  int64_t filling_bytes = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Landed> queue;
+  bool busy = false, stop = false;
+  std::unordered_set<std::string> stepped;  // this step's, by the thread
+  std::exception_ptr error;
+  std::thread worker;
+
+  ~Drain() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  // The gradients copied since the last bucket become one, stepped once their copies land.
+  void close_bucket(Device d) {
+    if (filling.empty()) return;
+    Landed b{std::move(filling), std::make_unique<Event>(d)};
+    filling.clear();
+    filling_bytes = 0;
+    {
+      StreamGuard on_copy(kCopyStream);
+      b.event->record();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back(std::move(b));
+    }
+    if (!worker.joinable()) worker = std::thread([this] { work(); });
+    cv.notify_all();
+  }
+
+  void work() {
+    for (;;) {
+      Landed b;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        b = std::move(queue.front());
+        queue.pop_front();
+        busy = true;
+      }
+      try {
+        const bool meta = b.event->device().is_meta();
+        if (!meta) b.event->synchronize();
+        char* g = static_cast<char*>(area->data());
+        char* out = static_cast<char*>(staging->data());
+        for (const std::string& n : b.names) {
+          auto it = slots.find(n);
+          if (it == slots.end()) continue;  // no state yet (the first step): update() steps it
+          Slot& sl = *it->second;
+          const int64_t off = offset.at(n);
+          if (!meta) owner->step_one(sl, g + off, sl.param.dtype() != DType::F32 ? out + off : nullptr, 1.0f, nullptr);
+          std::lock_guard<std::mutex> lk(mu);
+          stepped.insert(n);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!error) error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        busy = false;
+      }
+      cv.notify_all();
+    }
+  }
+
+  // Until the thread has stepped every bucket handed to it; its error, if any, thrown here.
+  void wait_idle() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return queue.empty() && !busy; });
+    if (error) {
+      std::exception_ptr e = error;
+      error = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
 
   void mark(Device d) {
     if (pending_bytes == 0) return;
@@ -94,6 +194,13 @@ struct OffloadOptimizer::Drain {
       LT_CHECK(area != nullptr, "--offload optimizer: pinning " + std::to_string(bytes) + " bytes for the gradients",
                "the system refused to pin more host memory",
                "raise the locked-memory limit (ulimit -l), or train without --offload optimizer");
+      if (early) {
+        MemoryCategoryScope ws(Category::Workspace);
+        staging = allocate_pinned_host(bytes, d);
+        LT_CHECK(staging != nullptr, "--offload optimizer: pinning " + std::to_string(bytes) + " bytes for the results",
+                 "the system refused to pin more host memory",
+                 "raise the locked-memory limit (ulimit -l), or train without --offload optimizer");
+      }
     }
     mark(d);  // the gradients drained before this one are freed by now
     wait_until(bucket_bytes);
@@ -109,6 +216,11 @@ struct OffloadOptimizer::Drain {
     pending_bytes += g.nbytes();
     param.set_grad(view(param, off, rest.at(name)));
     ++drained;
+    if (early) {
+      filling.push_back(name);
+      filling_bytes += align64(param.nbytes());
+      if (filling_bytes >= bucket_bytes) close_bucket(d);
+    }
   }
 };
 
@@ -135,10 +247,19 @@ void OffloadOptimizer::set_draining(bool on) {
   if (drain_) drain_->armed = on;
 }
 
+void OffloadOptimizer::set_early_step(bool on) {
+  LT_CHECK(drain_ && !drain_->area, "--offload optimizer: early steps switched on late",
+           "they need draining on and the result buffer taken with the gradient area",
+           "call set_early_step after drain_during_backward and before the first backward");
+  drain_->early = on;
+  drain_->owner = this;
+}
+
 void OffloadOptimizer::finish_backward() {
   if (!drain_) return;
   drain_->armed = false;
   if (!drain_->area) return;
+  if (drain_->early) drain_->close_bucket(drain_->grad_device);
   drain_->mark(drain_->grad_device);
   // The host waits too: gradient views of host-resting parameters are read by the CPU (the norm)
   // next, and the device's norm reads the rest right after anyway.
@@ -147,6 +268,8 @@ void OffloadOptimizer::finish_backward() {
 }
 
 int64_t OffloadOptimizer::drained() const { return drain_ ? drain_->drained : 0; }
+
+int64_t OffloadOptimizer::stepped_early() const { return drain_ ? drain_->stepped_early : 0; }
 
 bool OffloadOptimizer::is_drained(const Slot& s) const {
   return drain_ && drain_->area && s.param.grad().defined() && s.param.grad().storage() == drain_->area;
@@ -157,6 +280,19 @@ bool OffloadOptimizer::is_drained(const Slot& s) const {
 void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float grad_scale) {
   Drain& dr = *drain_;
   const Device d = dr.grad_device;
+  std::unordered_set<std::string> early;  // stepped during backward: only their copies back remain
+  if (dr.early) {
+    dr.close_bucket(d);
+    dr.wait_idle();
+    std::lock_guard<std::mutex> lk(dr.mu);
+    for (Slot* s : slots)
+      if (dr.stepped.erase(s->name)) early.insert(s->name);
+    LT_CHECK(early.empty() || grad_scale == 1.0f, "--offload optimizer: a step with gradient scale " +
+             std::to_string(grad_scale) + " after early steps", "the early steps assumed no clipping and no loss scaling",
+             "report this: the trainer switched early steps on");
+    dr.stepped_early += int64_t(early.size());
+  }
+  for (Slot* s : slots) dr.slots[s->name] = s;  // their states exist now: the next steps go early
   dr.mark(d);
   dr.wait_until(0);  // (finish_backward did this already when the trainer ran it)
   // The host writes the 16-bit results over the gradients: whatever the compute stream enqueued
@@ -180,14 +316,16 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
     if (!d.is_meta())
       for (size_t k = i; k < j; ++k) {
         Slot& s = *slots[k];
+        if (early.count(s.name)) continue;
         char* at = base + dr.offset.at(s.name);
         step_one(s, at, s.param.dtype() != DType::F32 ? at : nullptr, grad_scale, nullptr);
       }
     StreamGuard on_copy(kCopyStream);
     for (size_t k = i; k < j; ++k) {
       Slot& s = *slots[k];
+      char* from = early.count(s.name) ? static_cast<char*>(dr.staging->data()) : base;
       const void* src = s.param.dtype() == DType::F32 ? s.state.back().data<float>()
-                                                       : static_cast<const void*>(base + dr.offset.at(s.name));
+                                                       : static_cast<const void*>(from + dr.offset.at(s.name));
       if (d.is_meta()) continue;
       if (s.param.device() == d) backend_for(d).copy_from_host_async(s.param, src);
       else std::memcpy(s.param.raw_data(), src, size_t(s.param.nbytes()));  // it rests in host memory

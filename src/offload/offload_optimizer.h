@@ -73,9 +73,15 @@ class OffloadOptimizer final : public Optimizer {
   // backward: earlier ones accumulate on the device as usual).
   void drain_during_backward();
   void set_draining(bool on);
+  // Each bucket of drained gradients stepped on the host as soon as its copies land, by a thread
+  // of its own while backward goes on (results into a pinned buffer beside the area; the copies
+  // back still wait for update()). Only for steps whose gradient scale is 1 and that nothing
+  // skips: no clipping, no loss scaling. Call before the first backward.
+  void set_early_step(bool on);
   // After backward: the compute stream waits for every gradient copy (the norm reads the area).
   void finish_backward();
-  int64_t drained() const;  // gradients moved to the host since construction
+  int64_t drained() const;       // gradients moved to the host since construction
+  int64_t stepped_early() const;  // parameters stepped during backward since construction
 
  protected:
   std::vector<std::string> state_names() const override;

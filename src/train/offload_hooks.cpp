@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "leantrain/precision.h"
 #include "offload/offload_optimizer.h"
 #include "train/trainer.h"
 
@@ -18,6 +19,9 @@ class GradDrainHook : public StepHook {
     const RunConfig& c = t.config();
     micro_batches_ = c.micro_batch ? c.batch / c.micro_batch : 1;
     opt_->drain_during_backward();
+    // Without clipping and loss scaling nothing needs every gradient before the update, and no
+    // hook skips a step: each bucket is stepped on the host as soon as it lands, during backward.
+    opt_->set_early_step(c.clip == 0 && !precision_policy(c.precision).loss_scaling);
   }
   // Called once per micro-batch, just before its backward: counts them to arm the last one.
   Tensor scale_loss(const Tensor& loss) override {

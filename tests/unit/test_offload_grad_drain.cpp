@@ -101,6 +101,40 @@ TEST(OffloadGradDrain, BitwiseEqualToTheSynchronousPath) {
       }
 }
 
+// Early steps (no clipping, no loss scaling): from the second step on, each bucket is stepped by
+// the drain's thread during backward; the bits are still the synchronous path's.
+TEST(OffloadGradDrain, EarlyStepsBitwiseEqualToTheSynchronousPath) {
+  for (const char* kind : {"adamw", "lion", "sgd", "adamw8bit"})
+    for (DType dt : {DType::BF16, DType::F32})
+      for (int64_t bucket : {int64_t(32) << 20, int64_t(256)}) {
+        SCOPED_TRACE(std::string(kind) + " " + dtype_name(dt) + " bucket " + std::to_string(bucket));
+        std::vector<NamedTensor> sync_p = make_params(dt), drain_p = make_params(dt);
+        OffloadOptimizer sync({ParamGroup{sync_p, {}}}, options(kind, bucket));
+        OffloadOptimizer drained({ParamGroup{drain_p, {}}}, options(kind, bucket));
+        drained.drain_during_backward();
+        drained.set_early_step(true);
+        for (int t = 1; t <= 3; ++t) {
+          for (size_t i = 0; i < sync_p.size(); ++i) sync_p[i].second.set_grad(grad_values(sync_p[i].second, i, t));
+          drained.set_draining(true);
+          backward_with_grads(drain_p, t);
+          drained.finish_backward();
+          // The gradients stay intact for the norm while the early steps write elsewhere.
+          for (size_t i = 0; i < drain_p.size(); ++i)
+            ASSERT_TRUE(same_bits(drain_p[i].second.grad(), grad_values(drain_p[i].second, i, t)));
+          sync.step();
+          drained.step();
+          sync.zero_grad(true);
+          drained.zero_grad(true);
+          for (size_t i = 0; i < sync_p.size(); ++i)
+            ASSERT_TRUE(same_bits(sync_p[i].second, drain_p[i].second)) << sync_p[i].first << " step " << t;
+          const OptimizerStateDict a = sync.state_dict(), b = drained.state_dict();
+          for (const auto& [name, v] : a.tensors) ASSERT_TRUE(same_bits(v, b.tensors.at(name))) << name;
+        }
+        // The first step creates the states (no early step possible); the next two go early.
+        EXPECT_EQ(drained.stepped_early(), int64_t(2 * drain_p.size()));
+      }
+}
+
 // Not armed (an earlier micro-batch of an accumulation): the gradients stay where they are and
 // accumulate; the armed backward then drains the sum.
 TEST(OffloadGradDrain, DrainsOnlyWhileArmed) {
