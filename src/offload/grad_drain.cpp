@@ -4,6 +4,7 @@
 // Every choice below follows program order, never timing, so cpu (plain copies), meta (no copies)
 // and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
 // pinned-host peaks of a run.
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -120,7 +121,10 @@ struct OffloadOptimizer::Drain {
           if (it == slots.end()) continue;  // no state yet (the first step): update() steps it
           Slot& sl = *it->second;
           const int64_t off = offset.at(n);
-          if (!meta) owner->step_one(sl, g + off, sl.param.dtype() != DType::F32 ? out + off : nullptr, 1.0f, nullptr);
+          // One core fewer: the thread that enqueues backward's kernels must not wait for a core.
+          if (!meta)
+            owner->step_one(sl, g + off, sl.param.dtype() != DType::F32 ? out + off : nullptr, 1.0f, nullptr,
+                            std::max(1, owner->threads_ - 1));
           std::lock_guard<std::mutex> lk(mu);
           stepped.insert(n);
         }

@@ -202,7 +202,9 @@ std::shared_ptr<Storage> OffloadOptimizer::grown(std::shared_ptr<Storage>& buf, 
 }
 
 // The host step of one parameter: state and master updated, the 16-bit copy (when param16) written.
-void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream) {
+void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream,
+                                int threads) {
+  if (threads <= 0) threads = threads_;
   const DType dt = s.param.dtype();
   float* master = s.state.back().data<float>();
   const int64_t n = s.param.numel();
@@ -214,15 +216,15 @@ void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float 
     AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
                 float(s.weight_decay), s.step + 1, grad_scale, sr};
     host_adamw_step({master, s.state[0].data<float>(), s.state[1].data<float>(), grad, dt, param16, dt, n}, a,
-                    threads_, opt_.path);
+                    threads, opt_.path);
   } else if (kind_ == "lion") {
     LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, sr};
-    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads_, opt_.path);
+    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads, opt_.path);
   } else {
     SgdArgs a{float(lr()), float(opt_.sgd.momentum), float(opt_.sgd.dampening), float(s.weight_decay),
               opt_.sgd.nesterov, s.step == 0, grad_scale, sr};
     float* buf = opt_.sgd.momentum != 0 ? s.state[0].data<float>() : nullptr;
-    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads_, opt_.path);
+    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads, opt_.path);
   }
 }
 

@@ -95,7 +95,8 @@ class OffloadOptimizer final : public Optimizer {
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
   void update_drained(const std::vector<Slot*>& slots, float grad_scale);
   bool is_drained(const Slot& s) const;
-  void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream);
+  // threads <= 0: threads_.
+  void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream, int threads = 0);
   std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
 
   OffloadOptions opt_;
