@@ -32,9 +32,9 @@
 // gradient in the area (each element's gradient is read before its result is written), and copies
 // each bucket back on the copy stream while the next bucket is stepped; the compute stream waits
 // for the last copy with an event (the next forward), the host does not.
-// Not yet: stochastic rounding, master weights on top, f64 parameters and state dtypes other than
-// f32 are refused; the steps start after backward (clipping and the loss scaler need every
-// gradient first), not during it.
+// With early steps (set_early_step: no clipping, no loss scaling) the buckets are stepped during
+// backward instead, as their copies land. Refused: stochastic rounding, master weights on top,
+// f64 parameters and state dtypes other than f32.
 #pragma once
 #include <memory>
 #include <optional>
