@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4 (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -52,6 +52,29 @@ for s in $sections; do
           "$OUT/tinyllama-run$round.json" | tee -a "$OUT/llama-throughput.jsonl"
         timeout 240 python3 bench/peers/llama_throughput_torch.py --mode plain 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
         [ "$round" = 1 ] && timeout 240 python3 bench/peers/llama_throughput_torch.py --mode fsdp 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
+      done
+      ;;
+    offload)
+      # Issue 14: TinyLlama-1.1B shape, B4 x T1024, bf16, checkpointed blocks, AdamW. leantrain
+      # --offload optimizer and --offload params (plan first, then 6 steps; tokens/s, device and
+      # pinned-host peaks, host RSS) against PyTorch FSDP2 + CPUOffloadPolicy(pin_memory=True) on
+      # one GPU; then the host AdamW kernel against torch.optim.AdamW(foreach) on the CPU, same
+      # 1.1B elements, every core. All lines in $OUT/offload.jsonl.
+      F="--model tinyllama-1.1b --data synthetic --precision bf16-true --checkpoint blocks --batch 4 --seq-len 1024"
+      : > "$OUT/offload.jsonl"
+      for mode in optimizer params; do
+        timeout 300 "./$BUILD/leantrain" plan $F --offload $mode --json > "$OUT/offload-plan-$mode.json" 2>&1
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({'system': 'leantrain-plan', 'offload': sys.argv[2], 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes'], 'peak_pinned_host': j['peak_pinned_host_bytes'], 'categories_peak': j['categories_peak'], 'pinned_host_categories_peak': j['pinned_host_categories_peak']}))" \
+          "$OUT/offload-plan-$mode.json" $mode 2>&1 | tee -a "$OUT/offload.jsonl"
+        timeout 500 python3 bench/peers/leantrain_offload_run.py --label "leantrain-offload-$mode" \
+          --metrics "$OUT/offload-$mode.json" -- "./$BUILD/leantrain" train $F --offload $mode --device cuda --steps 6 \
+          --eval-batches 1 --log-every 1 --metrics-json "$OUT/offload-$mode.json" 2>&1 | tail -9 | tee -a "$OUT/offload.jsonl"
+      done
+      timeout 500 python3 bench/peers/offload_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
+      timeout 400 python3 bench/peers/cpu_adamw_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
+      for g in "--grad f32 --out none" "--grad bf16 --out bf16"; do
+        timeout 300 "./$BUILD/leantrain_bench" host_step --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 |
+          tail -1 | tee -a "$OUT/offload.jsonl"
       done
       ;;
     nf4)
