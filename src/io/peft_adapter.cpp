@@ -1,5 +1,6 @@
 #include "io/peft_adapter.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,7 +16,9 @@ std::string peft_adapter_config_json(const PeftAdapterConfig& c) {
   nlohmann::json j;
   j["peft_type"] = "LORA";
   j["r"] = c.r;
-  j["lora_alpha"] = c.lora_alpha;
+  // An integer when it is one, as LoraConfig types it (lora_alpha: int).
+  if (c.lora_alpha == std::floor(c.lora_alpha) && std::abs(c.lora_alpha) < 1e15) j["lora_alpha"] = int64_t(c.lora_alpha);
+  else j["lora_alpha"] = c.lora_alpha;
   j["lora_dropout"] = c.lora_dropout;
   if (c.target_regex) j["target_modules"] = *c.target_regex;
   else j["target_modules"] = c.target_modules;
