@@ -39,7 +39,10 @@ class LoraLinear : public UnaryModule {
   // are made by `pf` (its device and dtype; call pf.materialize() before the first forward).
   LoraLinear(std::shared_ptr<UnaryModule> base, const LoraOptions& o, ParamFactory& pf);
   const char* type_name() const override { return "LoraLinear"; }
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  // base(x) + update(x)
+  // The adapter's term alone, (dropout(x) A^T * alpha/r) B^T: lets a caller that computes several
+  // bases in one GEMM (stacked weights) add the updates after it.
+  Tensor update(const Tensor& x);
 
   UnaryModule& base() const { return *base_; }
   std::shared_ptr<UnaryModule> base_ptr() const { return base_; }

@@ -53,10 +53,13 @@ LoraLinear::LoraLinear(std::shared_ptr<UnaryModule> base, const LoraOptions& o, 
 
 Tensor LoraLinear::forward(const Tensor& x) {
   Tensor y = (*base_)(x);
+  return add(y, update(x));
+}
+
+Tensor LoraLinear::update(const Tensor& x) {
   Tensor h = dropout_ ? (*dropout_)(x) : x;
-  // lora_A/lora_B cast under autocast as every Linear does, so the update is in y's dtype.
-  Tensor d = lora_B_->forward(scale(lora_A_->forward(h), scaling()));
-  return add(y, d);
+  // lora_A/lora_B cast under autocast as every Linear does, so the update is in the base's dtype.
+  return lora_B_->forward(scale(lora_A_->forward(h), scaling()));
 }
 
 Tensor lora_merged_weight(const LoraLinear& m) {

@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 #include "leantrain/models.h"
 #include "leantrain/nn_lora.h"
+#include "models/llama.h"
 #include "small_models.h"
 #include "train/lora_setup.h"
 
@@ -218,6 +219,37 @@ TEST(LoraModel, MergeFoldsAdaptersAndRestoresThePlainModel) {
   const auto merged = m.forward(ids).to_double_vector();
   ASSERT_EQ(with_lora.size(), merged.size());
   for (size_t i = 0; i < merged.size(); ++i) EXPECT_NEAR(merged[i], with_lora[i], 1e-4);
+}
+
+// LLaMA keeps one GEMM over q|k|v and gate|up when each is an adapter on a plain Linear, and adds
+// the updates after it: the same logits and adapter gradients as calling every module on its own
+// (which a forward wrapper on an adapter forces).
+TEST(LoraModel, LlamaFusedProjectionsEqualPerModuleCalls) {
+  models::LlamaConfig c = models::LlamaConfig::defaults("llama");
+  c.vocab_size = 40, c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.max_position_embeddings = 64;
+  Tensor ids = from_ints({1, 5, 9, 3, 7, 2, 30, 11}, {2, 4});
+  auto run = [&](bool unfused) {
+    models::Llama m(c, {.dtype = DType::F64, .seed = 3});
+    apply_lora(m, lora_run(2));
+    {
+      NoGradGuard ng;
+      Generator g(5);
+      for (auto& [path, l] : lora_modules(m)) copy_(l->lora_B(), randn(l->lora_B().shape(), g, 0.5f, DType::F64));
+    }
+    if (unfused)
+      for (auto& [path, l] : lora_modules(m))
+        l->set_forward_wrapper([](nn::Module&, const Tensor& x, const nn::Module::ForwardFn& f) { return f(x); });
+    Tensor logits = m.forward(ids);
+    sum_all(logits).backward();
+    std::vector<double> out = logits.to_double_vector();
+    for (auto& [n, p] : m.named_trainable_parameters())
+      for (double g : p.grad().to_double_vector()) out.push_back(g);
+    return out;
+  };
+  const std::vector<double> fused = run(false), called = run(true);
+  ASSERT_EQ(fused.size(), called.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], called[i], 1e-10) << i;
 }
 
 }  // namespace
