@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 #include "leantrain/models.h"
 #include "leantrain/nn_lora.h"
+#include "leantrain/plan.h"
 #include "models/llama.h"
 #include "small_models.h"
 #include "train/lora_setup.h"
@@ -250,6 +251,17 @@ TEST(LoraModel, LlamaFusedProjectionsEqualPerModuleCalls) {
   const std::vector<double> fused = run(false), called = run(true);
   ASSERT_EQ(fused.size(), called.size());
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], called[i], 1e-10) << i;
+}
+
+// The command a plan prints (--budget, an OOM's advice) keeps the adapters.
+TEST(LoraModel, PlanCommandLineKeepsTheLoraFlags) {
+  RunConfig c = lora_run(16, R"(.*\.(q_proj|v_proj))");
+  c.lora_alpha = 32;
+  c.lora_dropout = 0.05;
+  const std::string cmd = command_line(c);
+  for (const char* part : {" --lora-rank 16", " --lora-alpha 32", " --lora-dropout 0.05", " --lora-targets '.*\\.(q_proj|v_proj)'"})
+    EXPECT_NE(cmd.find(part), std::string::npos) << part << " in " << cmd;
+  EXPECT_EQ(command_line(RunConfig{}).find("--lora"), std::string::npos);
 }
 
 }  // namespace
