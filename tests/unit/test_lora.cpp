@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "error_of.h"
 #include "gradcheck.h"
@@ -251,6 +252,41 @@ TEST(LoraModel, LlamaFusedProjectionsEqualPerModuleCalls) {
   const std::vector<double> fused = run(false), called = run(true);
   ASSERT_EQ(fused.size(), called.size());
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], called[i], 1e-10) << i;
+}
+
+// adapter_config.json's target_modules select exactly the adapted layers under PEFT's suffix rule,
+// and a fresh model given the adapter directory gets the same adapters with the same values.
+TEST(LoraModel, AdapterDirectoryRoundTripsTheTargets) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "lt-lora-unit-adapter").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& [targets, names] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"", {"c_attn", "c_proj", "c_fc"}},
+           {R"(.*\.attn\.c_proj)", {"attn.c_proj"}},
+           {R"(transformer\.h\.1\.mlp\.c_fc|.*\.attn\.c_attn)", {"c_attn", "1.mlp.c_fc"}}}) {
+    models::GPT2 m(test::small_gpt2(), {.seed = 1});
+    apply_lora(m, lora_run(2, targets));
+    {
+      NoGradGuard ng;
+      Generator g(5);
+      for (auto& [path, l] : lora_modules(m)) copy_(l->lora_B(), randn(l->lora_B().shape(), g, 0.1f));
+    }
+    write_lora_adapter(dir, m, "gpt2-small");
+    const io::PeftAdapterConfig c = io::read_peft_adapter_config(dir);
+    EXPECT_EQ(c.target_modules, names) << targets;
+    EXPECT_TRUE(c.fan_in_fan_out);
+    EXPECT_EQ(c.task_type, "CAUSAL_LM");
+    models::GPT2 fresh(test::small_gpt2(), {.seed = 2});
+    attach_peft_adapter(fresh, dir);
+    const auto a = lora_modules(m), b = lora_modules(fresh);
+    ASSERT_EQ(a.size(), b.size()) << targets;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].first, b[i].first);
+      EXPECT_EQ(a[i].second->lora_B().to_double_vector(), b[i].second->lora_B().to_double_vector());
+      EXPECT_EQ(a[i].second->lora_A().to_double_vector(), b[i].second->lora_A().to_double_vector());
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The command a plan prints (--budget, an OOM's advice) keeps the adapters.
