@@ -106,9 +106,20 @@ for extra in "--precision bf16-mixed --checkpoint blocks" "--precision bf16-true
   # shellcheck disable=SC2086
   expect_ok "$LT" train --model llama-tiny "${G[@]}" --batch 4 --lr 1e-2 --steps 2 --lora-rank 4 $extra
 done
-expect_ok "$LT" train --model vit-tiny --data synthetic --batch 4 --steps 2 --eval-batches 1 --device cpu --lora-rank 4 --save "$WORK/vit"
+# The ViT: its head trains whole (modules_to_save) and is saved in the adapter file; resume is exact.
+V=(--model vit-tiny --data synthetic --batch 4 --steps 4 --eval-batches 1 --device cpu --lora-rank 4 --lr 1e-2)
+expect_ok "$LT" train "${V[@]}" --metrics "$WORK/vfull.jsonl"
+expect_ok "$LT" train "${V[@]}" --stop-at 2 --save "$WORK/vit" --metrics "$WORK/vhalf.jsonl"
 expect_grep '"modules_to_save": \[' "$WORK/vit/adapter_config.json"
 expect_grep '"heads.head"' "$WORK/vit/adapter_config.json"
+expect_grep '"target_modules": \[' "$WORK/vit/adapter_config.json"
+if python3 "$TOOL" check "$WORK/vit/adapter_model.safetensors" | grep -q "^base_model.model.heads.head.weight F32"; then ok; else
+  fail "the ViT adapter lacks its head"; fi
+expect_ok "$LT" train --resume "$WORK/vit"
+losses "$WORK/vfull.jsonl" >"$WORK/a"
+losses "$WORK/vhalf.jsonl" >"$WORK/b"
+if [ "$(wc -l <"$WORK/a")" = 4 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else
+  fail "ViT LoRA: resumed losses differ from the straight run"; paste "$WORK/a" "$WORK/b" >&2; fi
 
 # plan == measured (cpu): the adapters, their gradients and states are all in the prediction.
 P=(--model gpt2-tiny --data synthetic --batch 4 --seq-len 32 --steps 2 --eval-batches 1 --lora-rank 8 --checkpoint blocks)
