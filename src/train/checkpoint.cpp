@@ -112,6 +112,14 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
   const TrainerState s = read_trainer_state(dir);
   // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
   // only from files leantrain could have written: one dtype, of a precision it trains in.
+  std::error_code ec;
+  const bool adapters = std::filesystem::exists(std::filesystem::path(dir) / io::kAdapterConfigFile, ec);
+  if (adapters != (t.config().lora_rank > 0))
+    fail("cannot resume from " + dir + " with --lora-rank " + std::to_string(t.config().lora_rank),
+         adapters ? "it is a LoRA checkpoint: it holds adapters, not the model's weights"
+                  : "it holds a whole model, not LoRA adapters",
+         adapters ? "drop --lora-rank 0 (the checkpoint's own settings continue it)"
+                  : "drop --lora-rank, or start a LoRA run from it with --model " + dir);
   if (t.config().lora_rank > 0) {  // the adapters; the base was loaded from --model
     with_context(dir, [&] {
       load_lora_adapter(dir, t.model());
