@@ -143,7 +143,7 @@ expect_error 2 "--lora-alpha 0: it must be positive" "$LT" train --model gpt2-ti
 expect_error 2 "--lora-dropout 1: it must be in \[0, 1\)" "$LT" train --model gpt2-tiny "${G[@]}" --batch 4 --steps 1 --lora-rank 4 --lora-dropout 1
 expect_error 2 "--lora-dropout -0.1: it must be in \[0, 1\)" "$LT" train --model gpt2-tiny "${G[@]}" --batch 4 --steps 1 --lora-rank 4 --lora-dropout -0.1
 expect_error 2 "--lora-targets: it configures LoRA adapters, and --lora-rank is 0" "$LT" train --model gpt2-tiny "${G[@]}" --batch 4 --steps 1 --lora-targets c_attn
-expect_error 1 "cannot resume from $WORK/ck with --lora-rank 0: it is a LoRA checkpoint" "$LT" train --resume "$WORK/ck" --lora-rank 0
+expect_error 1 "cannot resume from $WORK/vit with --lora-rank 0: it is a LoRA checkpoint" "$LT" train --resume "$WORK/vit" --lora-rank 0
 expect_error 1 "cannot resume from $WORK/base with --lora-rank 4: it holds a whole model, not LoRA adapters" \
   "$LT" train --resume "$WORK/base" --lora-rank 4 --steps 3
 expect_error 2 "--lora-targets 'nothing' matches no module" "$LT" plan --model gpt2-tiny --data synthetic --lora-rank 4 --lora-targets nothing
