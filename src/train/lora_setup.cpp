@@ -39,6 +39,45 @@ std::shared_ptr<nn::Module> shared_module(nn::Module& root, const std::string& p
   return nullptr;
 }
 
+// Module and parameter names as the model's Hugging Face checkpoint has them, which the adapter
+// file uses too: the ViT keeps torchvision's structure but saves under ViTForImageClassification's
+// names (encoder.layers.encoder_layer_0.mlp.0 -> vit.encoder.layer.0.intermediate.dense, heads.head
+// -> classifier); GPT-2's and LLaMA's names are the same either way.
+struct HfNames {
+  std::map<std::string, std::string> module_to_hf, module_from_hf, param_to_hf, param_from_hf;
+  std::set<std::string> hf_modules;  // every module path of the checkpoint's names, with ancestors
+  static std::string get(const std::map<std::string, std::string>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? k : it->second;
+  }
+  std::string module(const std::string& ours) const { return get(module_to_hf, ours); }
+  std::string module_ours(const std::string& hf) const { return get(module_from_hf, hf); }
+  std::string param(const std::string& ours) const { return get(param_to_hf, ours); }
+  std::string param_ours(const std::string& hf) const { return get(param_from_hf, hf); }
+};
+
+HfNames hf_names(models::Model& m) {
+  HfNames n;
+  auto parent = [](const std::string& s) {
+    const size_t dot = s.rfind('.');
+    return dot == std::string::npos ? std::string() : s.substr(0, dot);
+  };
+  for (const models::CheckpointTensor& t : m.checkpoint_tensors()) {
+    if (t.name.find(".lora_") != std::string::npos) continue;
+    for (std::string p = parent(t.name); !p.empty(); p = parent(p)) n.hf_modules.insert(p);
+    if (t.rows >= 0 || t.buffer) continue;  // a slice of a fused parameter names no module of ours
+    n.param_to_hf[t.param] = t.name;
+    n.param_from_hf[t.name] = t.param;
+    const std::string leaf = ".weight";
+    auto ends = [&](const std::string& s) { return s.size() > leaf.size() && s.compare(s.size() - leaf.size(), leaf.size(), leaf) == 0; };
+    if (ends(t.param) && ends(t.name)) {
+      n.module_to_hf[parent(t.param)] = parent(t.name);
+      n.module_from_hf[parent(t.name)] = parent(t.param);
+    }
+  }
+  return n;
+}
+
 // The paths of the base model's modules (adapters' own children left out).
 std::vector<std::string> base_module_paths(nn::Module& m) {
   std::vector<std::string> out, lora;
@@ -55,11 +94,12 @@ std::vector<std::string> base_module_paths(nn::Module& m) {
 // PEFT's target_modules for the adapted paths: for each, the shortest dotted suffix that selects
 // adapted modules only (by PEFT's rule: equal to the path or after a '.'), so that PEFT adapts
 // exactly these modules of the same model.
-std::vector<std::string> peft_target_names(nn::Module& m, const std::vector<std::string>& adapted) {
-  const std::vector<std::string> paths = base_module_paths(m);
-  const std::set<std::string> chosen(adapted.begin(), adapted.end());
+std::vector<std::string> peft_target_names(const HfNames& hf, const std::vector<std::string>& adapted_paths) {
+  std::set<std::string> chosen;
+  for (const std::string& p : adapted_paths) chosen.insert(hf.module(p));
   std::vector<std::string> names;
-  for (const std::string& p : adapted) {
+  for (const std::string& ours : adapted_paths) {
+    const std::string p = hf.module(ours);
     std::string suffix;
     for (size_t pos = p.size();;) {
       const size_t dot = pos == 0 ? std::string::npos : p.rfind('.', pos - 1);
@@ -67,7 +107,7 @@ std::vector<std::string> peft_target_names(nn::Module& m, const std::vector<std:
       io::PeftAdapterConfig probe;
       probe.target_modules = {suffix};
       bool only_adapted = true;
-      for (const std::string& q : paths) only_adapted = only_adapted && (!io::peft_targets(probe, q) || chosen.count(q));
+      for (const std::string& q : hf.hf_modules) only_adapted = only_adapted && (!io::peft_targets(probe, q) || chosen.count(q));
       if (only_adapted || dot == std::string::npos) break;
       pos = dot;
     }
@@ -90,15 +130,26 @@ std::string module_list_summary(const std::vector<std::string>& paths) {
 
 // The tensors of an adapter file, under PEFT's keys: every adapter's A and B, then the
 // parameters of modules_to_save, whole.
-std::vector<std::pair<std::string, Tensor>> adapter_tensors(models::Model& m) {
+std::vector<std::pair<std::string, Tensor>> adapter_tensors(models::Model& m, const HfNames& hf) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [path, l] : lora_modules(m)) {
-    out.emplace_back(io::kPeftKeyPrefix + path + ".lora_A.weight", l->lora_A());
-    out.emplace_back(io::kPeftKeyPrefix + path + ".lora_B.weight", l->lora_B());
+    out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + ".lora_A.weight", l->lora_A());
+    out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + ".lora_B.weight", l->lora_B());
   }
   for (const std::string& path : lora_modules_to_save(m))
-    for (auto& [name, t] : m.find_module(path)->named_parameters()) out.emplace_back(io::kPeftKeyPrefix + path + "." + name, t);
+    for (auto& [name, t] : m.find_module(path)->named_parameters())
+      out.emplace_back(io::kPeftKeyPrefix + hf.param(path + "." + name), t);
   return out;
+}
+
+// A key of an adapter file (without PEFT's prefix) -> the parameter of ours it fills.
+std::string adapter_key_to_param(const HfNames& hf, const std::string& key) {
+  for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
+    const std::string s = suffix;
+    if (key.size() > s.size() && key.compare(key.size() - s.size(), s.size(), s) == 0)
+      return hf.module_ours(key.substr(0, key.size() - s.size())) + s;
+  }
+  return hf.param_ours(key);
 }
 
 }  // namespace
@@ -226,24 +277,35 @@ void write_lora_adapter(const std::string& dir, models::Model& m, const std::str
     paths.push_back(path);
     c.fan_in_fan_out = c.fan_in_fan_out || l->shape().layout == nn::WeightLayout::InOut;
   }
-  c.target_modules = peft_target_names(m, paths);
-  c.modules_to_save = lora_modules_to_save(m);
+  const HfNames hf = hf_names(m);
+  c.target_modules = peft_target_names(hf, paths);
+  for (const std::string& p : lora_modules_to_save(m)) c.modules_to_save.push_back(hf.module(p));
   c.task_type = dynamic_cast<models::CausalLM*>(&m) ? "CAUSAL_LM" : "";
   c.base_model_name_or_path = base_model;
-  io::save_safetensors(dir + "/" + io::kAdapterWeightsFile, adapter_tensors(m), {{"format", "pt"}});
+  io::save_safetensors(dir + "/" + io::kAdapterWeightsFile, adapter_tensors(m, hf), {{"format", "pt"}});
   write_text_file(dir + "/" + io::kAdapterConfigFile, io::peft_adapter_config_json(c));
 }
 
 void load_lora_adapter(const std::string& dir, models::Model& m) {
   const std::string file = dir + "/" + io::kAdapterWeightsFile;
+  const HfNames hf = hf_names(m);
+  std::map<std::string, std::string> file_key;  // our parameter -> its key in the file
+  for (auto& [key, t] : adapter_tensors(m, hf)) {
+    const std::string k = key.substr(std::string(io::kPeftKeyPrefix).size());
+    file_key[adapter_key_to_param(hf, k)] = key;
+  }
+  // A module saved whole (the ViT's head) is required only when the adapter says it saved one;
+  // without, the model keeps its base values there, as PEFT does.
+  const bool saved_modules = !io::read_peft_adapter_config(dir).modules_to_save.empty();
   std::set<std::string> want;
-  for (auto& [key, t] : adapter_tensors(m)) want.insert(key.substr(std::string(io::kPeftKeyPrefix).size()));
+  for (auto& [param, key] : file_key)
+    if (saved_modules || param.find(".lora_") != std::string::npos) want.insert(param);
   io::LoadOptions lo;
   lo.allow_missing = true;  // the base's parameters are not in an adapter file
   lo.allow_cast = true;     // adapters saved in another precision
-  lo.rename = [](const std::string& key) {
+  lo.rename = [&hf](const std::string& key) {
     const std::string prefix = io::kPeftKeyPrefix;
-    return key.compare(0, prefix.size(), prefix) == 0 ? key.substr(prefix.size()) : key;
+    return key.compare(0, prefix.size(), prefix) == 0 ? adapter_key_to_param(hf, key.substr(prefix.size())) : key;
   };
   io::LoadResult r;
   {
@@ -257,23 +319,24 @@ void load_lora_adapter(const std::string& dir, models::Model& m) {
   }
   for (const std::string& name : r.loaded) want.erase(name);
   if (!want.empty())
-    fail("adapter " + file + " lacks " + io::kPeftKeyPrefix + *want.begin(),
+    fail("adapter " + file + " lacks " + file_key[*want.begin()],
          std::to_string(want.size()) + " of the model's adapter tensors are not in it",
          "pass the adapter trained with the same --lora-targets (and modules_to_save) on this model");
   for (const std::string& name : r.loaded) {
     bool adapter = name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
     for (const std::string& p : lora_modules_to_save(m)) adapter = adapter || under(name, p);
     if (!adapter)
-      fail("adapter " + file + " holds " + io::kPeftKeyPrefix + name, "it is a base weight, not an adapter's",
+      fail("adapter " + file + " holds " + io::kPeftKeyPrefix + hf.param(name), "it is a base weight, not an adapter's",
            "pass an adapter directory, not a model");
   }
 }
 
 void attach_peft_adapter(models::Model& m, const std::string& dir) {
   const io::PeftAdapterConfig c = io::read_peft_adapter_config(dir);
+  const HfNames hf = hf_names(m);
   std::vector<std::string> paths;
   for (const std::string& path : base_module_paths(m))
-    if (io::peft_targets(c, path)) {
+    if (io::peft_targets(c, hf.module(path))) {
       if (!nn::linear_shape(*m.find_module(path)))
         fail("adapter " + dir + ": target_modules selects " + path + " (a " + m.find_module(path)->type_name() + ")",
              "LoRA adapts linear layers only", "pass the adapter trained for this model");

@@ -111,9 +111,10 @@ V=(--model vit-tiny --data synthetic --batch 4 --steps 4 --eval-batches 1 --devi
 expect_ok "$LT" train "${V[@]}" --metrics "$WORK/vfull.jsonl"
 expect_ok "$LT" train "${V[@]}" --stop-at 2 --save "$WORK/vit" --metrics "$WORK/vhalf.jsonl"
 expect_grep '"modules_to_save": \[' "$WORK/vit/adapter_config.json"
-expect_grep '"heads.head"' "$WORK/vit/adapter_config.json"
+expect_grep '"classifier"' "$WORK/vit/adapter_config.json"
+expect_grep '"dense"' "$WORK/vit/adapter_config.json"
 expect_grep '"target_modules": \[' "$WORK/vit/adapter_config.json"
-if python3 "$TOOL" check "$WORK/vit/adapter_model.safetensors" | grep -q "^base_model.model.heads.head.weight F32"; then ok; else
+if python3 "$TOOL" check "$WORK/vit/adapter_model.safetensors" | grep -q "^base_model.model.classifier.weight F32"; then ok; else
   fail "the ViT adapter lacks its head"; fi
 expect_ok "$LT" train --resume "$WORK/vit"
 losses "$WORK/vfull.jsonl" >"$WORK/a"
