@@ -62,6 +62,9 @@ for s in $sections; do
       # adapters, autocast, fused AdamW).
       timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --only lora-tinyllama \
         2>&1 | tail -6
+      # leantrain's adapter files loaded by PeftModel.from_pretrained; merge against merge_and_unload.
+      timeout 200 python3 bench/peers/lora_peft_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/lora-rt" \
+        2>&1 | tail -4 | tee "$OUT/lora-peft-roundtrip.jsonl"
       F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-true --lora-rank 64 --lora-alpha 16 --checkpoint blocks"
       timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/lora-plan.json" 2>&1; tail -c 400 "$OUT/lora-plan.json"; echo
       : > "$OUT/lora-throughput.jsonl"
