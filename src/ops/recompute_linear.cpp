@@ -79,9 +79,10 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
     if (need_w) gw = weight_grad(g2, gelu_of(op, spre), rows, in, weight_in_out);  // act freed after the GEMM
     if (need_b) gb = sum_to(g2, {outf});
     if (need_pre) {
-      Tensor gact = matmul(g2, sw, false, weight_in_out);  // [rows, in]
-      gpre = Tensor::empty(spre.shape(), g.dtype(), g.device());
-      backend_of(g).unary_backward(op, gpre, gact, spre, 0.f);
+      // d(gelu(pre)) = g W^T, then times gelu'(pre) in place: the kernels are elementwise, each
+      // element read before it is written, so one [rows, in] buffer serves both.
+      gpre = reshape(matmul(g2, sw, false, weight_in_out), spre.shape());
+      backend_of(g).unary_backward(op, gpre, gpre, spre, 0.f);
     }
     return std::vector<Tensor>{gpre, gw, gb};
   });
