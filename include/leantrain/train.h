@@ -68,6 +68,11 @@ struct RunConfig {
   // none | optimizer: AdamW's f32 master weights and moments in pinned host memory, the step on
   // the CPU (docs/decisions.md, "--offload optimizer"; issue #14). params is not there yet.
   std::string offload = "none";
+  // Several processes (docs/user-guide.md, "Several GPUs / processes"; issue #13). Each rank
+  // trains on batch / world rows of every global batch.
+  std::string strategy = "ddp";       // ddp | zero1 | zero2 | fsdp (used when the world has 2+ ranks)
+  bool reshard_after_forward = true;  // fsdp: free a block's gathered parameters after its forward
+  int64_t devices = 1;                // start this many processes on this host (not saved with the run)
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

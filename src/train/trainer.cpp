@@ -10,6 +10,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
+#include "dist/data_parallel.h"
 #include "offload/offload_optimizer.h"
 #include "train/precision_hooks.h"
 
@@ -78,7 +79,8 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   // Frozen parameters (Module::set_trainable) get neither optimizer state nor a share of the clip norm.
   auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
-  opt_ = build_optimizer(cfg_, named);
+  // ZeRO / FSDP: this rank's optimizer steps (and keeps state for) its shard only.
+  opt_ = build_optimizer(cfg_, dist::owned_parameters(cfg_, named));
   total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
@@ -117,6 +119,7 @@ StepOutcome Trainer::step() {
     {
       MemoryCategoryScope in(Category::Input);
       b = loader().next();
+      for (auto& h : hooks_) h->on_batch(b);
     }
     MemoryCategoryScope act(Category::Activation);
     if (norm_pass) {
@@ -158,6 +161,7 @@ StepOutcome Trainer::step() {
     scaled.backward();
   }
   out.loss = loss_sum / double(k);
+  for (auto& h : hooks_) out.loss = h->reduce_loss(out.loss);
 
   bool apply = true;
   for (auto& h : hooks_) apply = h->after_backward(*this) && apply;
