@@ -1,7 +1,9 @@
 // ddp / zero1 / zero2 as one StepHook (data_parallel.h explains the strategies).
 #include "dist/data_parallel.h"
+#include "dist/fsdp_units.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -15,11 +17,12 @@ namespace {
 
 constexpr int64_t kBucketBytes = int64_t(25) << 20;  // PyTorch DDP's default bucket_cap_mb
 
-enum class Strategy { Ddp, Zero1, Zero2 };
+enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 
 Strategy parse(const std::string& s) {
   if (s == "zero1") return Strategy::Zero1;
   if (s == "zero2") return Strategy::Zero2;
+  if (s == "fsdp") return Strategy::Fsdp;
   return Strategy::Ddp;
 }
 
@@ -44,10 +47,15 @@ class DataParallel final : public StepHook {
   void on_start(Trainer& t) override {
     for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
     owner_ = shard_owners(params_, comm_.size());
+    if (strategy_ == Strategy::Fsdp)
+      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward);
     make_buckets();
     make_runs();
     for (size_t i = 0; i < params_.size(); ++i)
-      params_[i].register_post_accumulate_grad_hook([this, i](Tensor&) { ready(int(i)); });
+      params_[i].register_post_accumulate_grad_hook([this, i](Tensor&) {
+        ready(int(i));
+        if (units_) units_->grad_ready(i);
+      });
   }
 
   void on_batch(Batch& b) override {
@@ -72,6 +80,17 @@ class DataParallel final : public StepHook {
     return sum / double(comm_.size());
   }
 
+  // Under zero2 each rank holds the gradients of its shard only: the norm is the root of the
+  // sum of the shards' squared norms (rank order). ddp and zero1 hold them all already.
+  double reduce_grad_norm(double norm) override {
+    if (strategy_ == Strategy::Ddp || strategy_ == Strategy::Zero1) return norm;
+    std::vector<double> all(size_t(comm_.size()));
+    comm_.all_gather(&norm, all.data(), 1, DType::F64);
+    double sq = 0;
+    for (double x : all) sq += x * x;
+    return std::sqrt(sq);
+  }
+
   bool after_backward(Trainer&) override {
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!buckets_[b].reduced) reduce_bucket(int(b));  // parameters that got no gradient this step
@@ -84,6 +103,7 @@ class DataParallel final : public StepHook {
     if (strategy_ == Strategy::Ddp) return;
     for (size_t i = 0; i < params_.size(); ++i)  // the optimizer cleared its own shard's
       if (owner_[i] != comm_.rank()) params_[i].set_grad(Tensor());
+    if (units_) units_->release_all();  // the next forward gathers the updated shards
     if (!applied) return;
     for (const Run& r : runs_) {
       char* begin = static_cast<char*>(params_[size_t(r.first)].raw_data());
@@ -113,10 +133,11 @@ class DataParallel final : public StepHook {
   void make_runs() {
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i];
+      if (units_ && units_->in_unit(i)) continue;  // fsdp gathers these before each use
       if (!runs_.empty()) {
         Run& r = runs_.back();
         const Tensor& q = params_[size_t(r.last)];
-        if (r.owner == owner_[i] && q.storage() == p.storage() && p.is_contiguous() &&
+        if (r.owner == owner_[i] && r.last + 1 == int(i) && q.storage() == p.storage() && p.is_contiguous() &&
             static_cast<char*>(p.raw_data()) >= static_cast<char*>(q.raw_data()) + q.nbytes()) {
           r.last = int(i);
           continue;
@@ -140,7 +161,7 @@ class DataParallel final : public StepHook {
     std::vector<int> with_grad;
     for (int i : b.params)
       if (params_[size_t(i)].grad().defined()) with_grad.push_back(i);
-    if (strategy_ != Strategy::Zero2) {
+    if (strategy_ == Strategy::Ddp || strategy_ == Strategy::Zero1) {
       reduce_group(with_grad, -1);
       return;
     }
@@ -189,6 +210,7 @@ class DataParallel final : public StepHook {
   std::vector<int> owner_, bucket_of_;
   std::vector<Bucket> buckets_;
   std::vector<Run> runs_;
+  std::unique_ptr<FsdpUnits> units_;  // fsdp only
 };
 
 }  // namespace
@@ -221,9 +243,14 @@ std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vecto
 void install_strategy(Trainer& t) {
   const RunConfig& c = t.config();
   if (world().size() == 1) return;
-  if (c.strategy == "fsdp")
-    throw UsageError("--strategy fsdp", "sharding the parameters themselves is not implemented yet (issue #13)",
-                     "use --strategy zero2, zero1 or ddp");
+  if (c.strategy == "fsdp" && c.checkpoint != "none" && !c.checkpoint.empty())
+    throw UsageError("--strategy fsdp with --checkpoint " + c.checkpoint,
+                     "a block's recomputation in backward would need its parameters gathered again, which is not "
+                     "combined yet", "drop --checkpoint, or use --strategy zero2");
+  if (!t.device().is_cpu())
+    throw UsageError("--strategy " + c.strategy + " on " + t.device().str(),
+                     "the strategies run on the CPU backend so far (the gradient buckets are host memory)",
+                     "use --device cpu");
   if (c.fused_step)
     throw UsageError("--fused-step with " + std::to_string(world().size()) + " ranks",
                      "a fused step updates parameters inside backward, before their gradients are reduced over the ranks",

@@ -176,6 +176,7 @@ StepOutcome Trainer::step() {
       MemoryCategoryScope ws(Category::Workspace);
       gn = clip_grad_norm(params_, cfg_.clip, pre);
     }
+    for (auto& h : hooks_) gn.norm = h->reduce_grad_norm(gn.norm);
     out.grad_norm = gn.norm;
     bool skip = false;
     if (!gn.finite())

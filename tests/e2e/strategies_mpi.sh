@@ -1,0 +1,82 @@
+# Data parallelism on the CPU over MPI (issue #13): `mpirun -np 2 leantrain train --strategy S`
+# gives the losses of the 1-process run with the same global batch (within 1e-5 relative: the
+# ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
+# zero1 and zero2, with and without micro-batches; repeated runs give identical losses; --devices
+# 2 starts the same job itself; a mismatched configuration, a rank that dies, and a batch that
+# does not split end the job with one clear line and never hang. Skipped visibly without mpirun.
+source "$(dirname "$0")/common.bash" "$@"
+if ! command -v mpirun >/dev/null; then
+  echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, or scripts/deps.sh)"
+  exit 0
+fi
+# Root in CI containers must say so; containers often forbid the cross-memory-attach copy.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPI=(timeout 300 mpirun -np 2 --oversubscribe)
+COMMON=(train --device cpu --model gpt2-tiny --data fortunes --steps 5 --lr 1e-3 --eval-batches 1 --workers 1)
+RUN=("${COMMON[@]}" --batch 8)
+
+# same_losses A B TOL what: the "loss" of every step of two metrics files agree within TOL (relative).
+same_losses() {
+  if python3 - "$1" "$2" "$3" <<'PY'; then ok; else fail "$4: losses differ"; fi
+import json, sys
+def losses(p): return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l and "eval_loss" not in l]
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+if len(a) != len(b) or not a: print(f"steps: {len(a)} vs {len(b)}"); sys.exit(1)
+for i, (x, y) in enumerate(zip(a, b)):
+    if abs(x - y) > tol * max(1.0, abs(x)): print(f"step {i+1}: {x!r} vs {y!r}"); sys.exit(1)
+PY
+}
+
+expect_ok "$LT" "${RUN[@]}" --metrics "$WORK/one.jsonl"
+expect_ok "$LT" "${RUN[@]}" --micro-batch 4 --metrics "$WORK/one_mb.jsonl"
+if ! "${MPI[@]}" "$LT" --version >/dev/null 2>&1; then fail "mpirun cannot start two ranks here"; finish; exit; fi
+for s in ddp zero1 zero2; do
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s --metrics "$WORK/$s.jsonl"; then
+    expect_grep "rank 0 of 2, strategy $s: each rank trains on 4 of the 8 samples" "$WORK/out" "$s run"
+    same_losses "$WORK/one.jsonl" "$WORK/$s.jsonl" 1e-5 "$s vs 1 process"
+  fi
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --micro-batch 4 --strategy $s --metrics "$WORK/${s}_mb.jsonl"; then
+    same_losses "$WORK/one_mb.jsonl" "$WORK/${s}_mb.jsonl" 1e-5 "$s with micro-batches vs 1 process"
+  fi
+done
+# zero1 steps the same numbers as ddp (only where they are computed changes): identical.
+same_losses "$WORK/ddp.jsonl" "$WORK/zero1.jsonl" 0 "zero1 vs ddp"
+# Run to run: the reductions sum in rank order, so a repeat is identical to the last bit.
+expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero2 --metrics "$WORK/zero2_again.jsonl"
+same_losses "$WORK/zero2.jsonl" "$WORK/zero2_again.jsonl" 0 "zero2 twice"
+# zero2's reported gradient norm is the whole model's (the shards' norms combined), as ddp's.
+if python3 - "$WORK/ddp.jsonl" "$WORK/zero2.jsonl" <<'PY'; then ok; else fail "zero2's grad_norm is not the global one"; fi
+import json, sys
+n = [[json.loads(l)["grad_norm"] for l in open(p) if "grad_norm" in l] for p in sys.argv[1:]]
+sys.exit(0 if all(abs(a - b) <= 1e-5 * a for a, b in zip(*n)) else 1)
+PY
+
+# --devices 2 on the CPU hands the same job to mpirun.
+if expect_ok timeout 300 "$LT" "${RUN[@]}" --devices 2 --metrics "$WORK/devices.jsonl"; then
+  same_losses "$WORK/ddp.jsonl" "$WORK/devices.jsonl" 0 "--devices 2 vs mpirun -np 2"
+fi
+
+# expect_job_error REGEX CMD...: the job fails (non-zero, within the timeout) and some rank's
+# stderr has exactly one leantrain line, matching REGEX. mpirun adds its own notice.
+expect_job_error() {
+  local regex=$1 rc=0
+  shift
+  "$@" >"$WORK/out" 2>"$WORK/err" </dev/null || rc=$?
+  if [ "$rc" = 0 ]; then fail "exit 0, want a failure: $*"; return; fi
+  if [ "$rc" = 124 ]; then fail "the job hung (timeout): $*"; return; fi
+  if [ "$(grep -c '^leantrain: error: ' "$WORK/err")" -lt 1 ]; then fail "no leantrain error line: $*"; cat "$WORK/err" >&2; return; fi
+  if ! grep '^leantrain: error: ' "$WORK/err" | grep -Eq -- "$regex"; then fail "no error matches /$regex/: $*"; cat "$WORK/err" >&2; return; fi
+  if grep -Eqi 'terminate called|segmentation|core dumped' "$WORK/err"; then fail "crash text: $*"; return; fi
+  ok
+}
+# One rank with another --weight-decay: refused at start by the configuration hash.
+expect_job_error "rank 1's configuration differs from rank 0's" \
+  timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --weight-decay 0.1
+# A rank that dies mid-run (its loss turns NaN at step 2) ends the whole job.
+expect_job_error "training loss is NaN at step 2" \
+  timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --debug-nan-at-step 2
+# A batch that does not split over the ranks.
+expect_job_error "--batch 9 over 2 ranks.*multiple of 2" "${MPI[@]}" "$LT" "${COMMON[@]}" --batch 9
+# Sharded strategies cannot save yet: said at start, not after the run.
+expect_job_error "--strategy zero1 with --save.*sharded checkpoints" "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero1 --save "$WORK/ck"
+finish
