@@ -1,7 +1,7 @@
 # Data parallelism on the CPU over MPI (issue #13): `mpirun -np 2 leantrain train --strategy S`
 # gives the losses of the 1-process run with the same global batch (within 1e-5 relative: the
 # ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
-# zero1 and zero2, with and without micro-batches; repeated runs give identical losses; --devices
+# zero1, zero2 and fsdp, with and without micro-batches; repeated runs give identical losses; --devices
 # 2 starts the same job itself; a mismatched configuration, a rank that dies, and a batch that
 # does not split end the job with one clear line and never hang. Skipped visibly without mpirun.
 source "$(dirname "$0")/common.bash" "$@"
@@ -30,7 +30,7 @@ PY
 expect_ok "$LT" "${RUN[@]}" --metrics "$WORK/one.jsonl"
 expect_ok "$LT" "${RUN[@]}" --micro-batch 4 --metrics "$WORK/one_mb.jsonl"
 if ! "${MPI[@]}" "$LT" --version >/dev/null 2>&1; then fail "mpirun cannot start two ranks here"; finish; exit; fi
-for s in ddp zero1 zero2; do
+for s in ddp zero1 zero2 fsdp; do
   if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s --metrics "$WORK/$s.jsonl"; then
     expect_grep "rank 0 of 2, strategy $s: each rank trains on 4 of the 8 samples" "$WORK/out" "$s run"
     same_losses "$WORK/one.jsonl" "$WORK/$s.jsonl" 1e-5 "$s vs 1 process"
@@ -39,6 +39,19 @@ for s in ddp zero1 zero2; do
     same_losses "$WORK/one_mb.jsonl" "$WORK/${s}_mb.jsonl" 1e-5 "$s with micro-batches vs 1 process"
   fi
 done
+# fsdp keeping the gathered blocks to backward: the same losses.
+if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy fsdp --reshard-after-forward false --metrics "$WORK/fsdp_keep.jsonl"; then
+  same_losses "$WORK/fsdp.jsonl" "$WORK/fsdp_keep.jsonl" 0 "fsdp --reshard-after-forward false vs true"
+fi
+# What each rank keeps between steps: fsdp less than zero2, zero2 and zero1 less than ddp
+# (the progress line's "mem": parameters, gradients and optimizer state after the step).
+mem_of() { grep -Eo 'mem [0-9.]+ MiB' "$WORK/mem_$1" | tail -1 | grep -Eo '[0-9.]+'; }
+for s in ddp zero1 fsdp; do "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s >"$WORK/mem_$s" 2>&1; done
+if python3 -c "import sys; d,z,f=map(float,sys.argv[1:]); sys.exit(0 if f < z < d else 1)" "$(mem_of ddp)" "$(mem_of zero1)" "$(mem_of fsdp)"; then
+  ok
+else
+  fail "memory per rank: ddp $(mem_of ddp), zero1 $(mem_of zero1), fsdp $(mem_of fsdp) MiB: want fsdp < zero1 < ddp"
+fi
 # zero1 steps the same numbers as ddp (only where they are computed changes): identical.
 same_losses "$WORK/ddp.jsonl" "$WORK/zero1.jsonl" 0 "zero1 vs ddp"
 # Run to run: the reductions sum in rank order, so a repeat is identical to the last bit.
