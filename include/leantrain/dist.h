@@ -51,6 +51,11 @@ class Communicator {
 // The 1-rank communicator: every collective is the identity (a copy where send != recv).
 std::unique_ptr<Communicator> make_single_communicator();
 
+// A plan's stand-in for rank `rank` of `size` (leantrain plan --devices N): moves no data (the
+// buffers are meta), but all_gather / reduce_scatter of host values hand back this rank's own
+// value in every slot, so averages of host numbers stay this rank's.
+std::unique_ptr<Communicator> make_meta_communicator(int size, int rank);
+
 // How this process was launched: torchrun / `leantrain train --devices N` (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT), mpirun (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK, PMI_RANK/SIZE)
 // or SLURM (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). world_size 1 when none is set.

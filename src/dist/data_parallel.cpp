@@ -185,6 +185,7 @@ class DataParallel final : public StepHook {
     MemoryCategoryScope ws(Category::Workspace);
     Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
     char* base = static_cast<char*>(staging.raw_data());
+    if (!base) return;  // a plan on meta: the staging buffer's bytes are what it replays
     int64_t at = 0;
     for (int i : group) {
       Tensor g = params_[size_t(i)].grad().contiguous();
@@ -247,7 +248,7 @@ void install_strategy(Trainer& t) {
     throw UsageError("--strategy fsdp with --checkpoint " + c.checkpoint,
                      "a block's recomputation in backward would need its parameters gathered again, which is not "
                      "combined yet", "drop --checkpoint, or use --strategy zero2");
-  if (!t.device().is_cpu())
+  if (!t.device().is_cpu() && !t.device().is_meta())  // meta: a plan replaying a CPU rank
     throw UsageError("--strategy " + c.strategy + " on " + t.device().str(),
                      "the strategies run on the CPU backend so far (the gradient buckets are host memory)",
                      "use --device cpu");

@@ -3,7 +3,8 @@
 # ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
 # zero1, zero2 and fsdp, with and without micro-batches; repeated runs give identical losses; --devices
 # 2 starts the same job itself; a mismatched configuration, a rank that dies, and a batch that
-# does not split end the job with one clear line and never hang. Skipped visibly without mpirun.
+# does not split end the job with one clear line and never hang; `plan --devices 2` predicts
+# rank 0's measured peak exactly for each strategy. Skipped visibly without mpirun.
 source "$(dirname "$0")/common.bash" "$@"
 if ! command -v mpirun >/dev/null; then
   echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, or scripts/deps.sh)"
@@ -12,7 +13,8 @@ fi
 # Root in CI containers must say so; containers often forbid the cross-memory-attach copy.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPI=(timeout 300 mpirun -np 2 --oversubscribe)
-COMMON=(train --device cpu --model gpt2-tiny --data fortunes --steps 5 --lr 1e-3 --eval-batches 1 --workers 1)
+BASE=(train --device cpu --model gpt2-tiny --data fortunes --lr 1e-3 --eval-batches 1 --workers 1)
+COMMON=("${BASE[@]}" --steps 5)
 RUN=("${COMMON[@]}" --batch 8)
 
 # same_losses A B TOL what: the "loss" of every step of two metrics files agree within TOL (relative).
@@ -52,6 +54,17 @@ if python3 -c "import sys; d,z,f=map(float,sys.argv[1:]); sys.exit(0 if f < z < 
 else
   fail "memory per rank: ddp $(mem_of ddp), zero1 $(mem_of zero1), fsdp $(mem_of fsdp) MiB: want fsdp < zero1 < ddp"
 fi
+# plan --devices 2 --strategy S replays rank 0's allocations: its predicted peak is the measured one, to the byte.
+peak_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_allocated_bytes'])" "$1"; }
+for s in ddp zero1 zero2 fsdp; do
+  expect_ok "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 2 --strategy $s --metrics-json "$WORK/measured_$s.json" || continue
+  "$LT" plan "${BASE[@]:1}" --batch 8 --steps 2 --strategy $s --devices 2 --device-type cpu --json >"$WORK/plan_$s.json" 2>"$WORK/err" || {
+    fail "plan --strategy $s failed"; cat "$WORK/err" >&2; continue; }
+  if [ "$(peak_of "$WORK/plan_$s.json")" = "$(peak_of "$WORK/measured_$s.json")" ]; then ok; else
+    fail "$s: plan says $(peak_of "$WORK/plan_$s.json") B, rank 0 measured $(peak_of "$WORK/measured_$s.json") B"; fi
+done
+expect_ok "$LT" plan "${RUN[@]:1}" --strategy fsdp --devices 2 --device-type cpu
+expect_grep '^  rank 1: peak allocated' "$WORK/out" "plan's per-rank lines"
 # zero1 steps the same numbers as ddp (only where they are computed changes): identical.
 same_losses "$WORK/ddp.jsonl" "$WORK/zero1.jsonl" 0 "zero1 vs ddp"
 # Run to run: the reductions sum in rank order, so a repeat is identical to the last bit.
@@ -82,6 +95,12 @@ expect_job_error() {
   if grep -Eqi 'terminate called|segmentation|core dumped' "$WORK/err"; then fail "crash text: $*"; return; fi
   ok
 }
+# ddp saves from rank 0 (the whole state is on every rank) and resumes on another world size:
+# stopped after step 3 on 2 ranks, continued on 1 process, the last steps are the 1-process run's.
+expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --stop-at 3 --save "$WORK/ck" --metrics "$WORK/resumed.jsonl"
+expect_ok "$LT" train --resume "$WORK/ck" --metrics "$WORK/resumed.jsonl"
+same_losses "$WORK/one.jsonl" "$WORK/resumed.jsonl" 1e-5 "ddp saved on 2 ranks, resumed on 1"
+
 # One rank with another --weight-decay: refused at start by the configuration hash.
 expect_job_error "rank 1's configuration differs from rank 0's" \
   timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --weight-decay 0.1
