@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "leantrain/data.h"
 #include "leantrain/ops.h"
@@ -43,6 +44,8 @@ class DataParallel final : public StepHook {
  public:
   DataParallel(Communicator& comm, Strategy s, int64_t micro_batches) : comm_(comm), strategy_(s), k_(micro_batches) {}
   const char* name() const override { return "data-parallel"; }
+  bool sharded() const { return strategy_ != Strategy::Ddp; }
+  FsdpUnits* units() { return units_.get(); }
 
   void on_start(Trainer& t) override {
     for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
@@ -214,7 +217,77 @@ class DataParallel final : public StepHook {
   std::unique_ptr<FsdpUnits> units_;  // fsdp only
 };
 
+DataParallel* strategy_hook(Trainer& t) {
+  for (auto& h : t.hooks())
+    if (auto* d = dynamic_cast<DataParallel*>(h.get())) return d;
+  return nullptr;
+}
+
+// One rank's optimizer state sent to every rank: a header line per tensor (name, dtype, shape),
+// then each tensor's bytes. Rank 0 keeps what it receives; the others drop it.
+void share_state(Communicator& comm, int from, std::map<std::string, Tensor>& mine, std::map<std::string, Tensor>& into) {
+  std::string header;
+  std::vector<Tensor> host;
+  if (comm.rank() == from)
+    for (auto& [name, t] : mine) {
+      host.push_back(t.contiguous().to(Device::cpu()));
+      header += name + "\t" + std::to_string(int(t.dtype()));
+      for (int64_t d : t.shape()) header += "\t" + std::to_string(d);
+      header += "\n";
+    }
+  int64_t size = int64_t(header.size());
+  comm.broadcast(&size, sizeof size, from);
+  header.resize(size_t(size));
+  comm.broadcast(header.data(), size, from);
+  size_t at = 0, k = 0;
+  while (at < header.size()) {
+    const size_t end = header.find('\n', at);
+    std::vector<std::string> f;
+    for (size_t p = at; p <= end;) {
+      size_t q = std::min(header.find('\t', p), end);
+      f.push_back(header.substr(p, q - p));
+      p = q + 1;
+    }
+    at = end + 1;
+    Shape shape;
+    for (size_t i = 2; i < f.size(); ++i) shape.push_back(std::stoll(f[i]));
+    Tensor t = comm.rank() == from ? host[k] : Tensor::empty(shape, DType(std::stoi(f[1])), Device::cpu());
+    comm.broadcast(t.raw_data(), t.nbytes(), from);
+    if (comm.rank() == 0 && from != 0) into[f[0]] = t;
+    ++k;
+  }
+}
+
 }  // namespace
+
+CheckpointGather::CheckpointGather(Trainer& t) {
+  state = t.optimizer().state_dict();
+  DataParallel* dp = strategy_hook(t);
+  if (!dp || !dp->sharded()) return;  // ddp: every rank has it all already
+  units_ = dp->units();
+  if (units_) units_->gather_all();
+  Communicator& comm = world();
+  std::map<std::string, Tensor> all;
+  for (int r = 0; r < comm.size(); ++r) share_state(comm, r, state.tensors, all);
+  if (comm.rank() == 0) state.tensors.insert(all.begin(), all.end());
+}
+
+CheckpointGather::~CheckpointGather() {
+  if (units_) units_->release_all();
+}
+
+std::map<std::string, Tensor> owned_state(Trainer& t, std::map<std::string, Tensor> all) {
+  DataParallel* dp = strategy_hook(t);
+  if (!dp || !dp->sharded()) return all;
+  std::set<std::string> mine;
+  for (auto& [n, p] : t.optimizer().named_params()) mine.insert(n);
+  std::map<std::string, Tensor> out;
+  for (auto& [key, v] : all) {  // "<parameter>.<state>"
+    const size_t dot = key.rfind('.');
+    if (dot != std::string::npos && mine.count(key.substr(0, dot))) out.emplace(key, v);
+  }
+  return out;
+}
 
 std::vector<int> shard_owners(const std::vector<Tensor>& params, int world) {
   int64_t total = 0;

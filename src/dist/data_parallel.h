@@ -17,7 +17,9 @@
 // the flat buffer, broadcast in one call. Sharding is by whole parameters (no parameter is split
 // across ranks); docs/decisions.md says why.
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "leantrain/dist.h"
@@ -40,5 +42,27 @@ std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vecto
 // Installs the strategy's hook on the trainer when the world has 2+ ranks (or a sharded strategy
 // is asked for in one process, where it is the identity). Throws UsageError on what cannot combine.
 void install_strategy(Trainer& trainer);
+
+// A checkpoint is one consolidated directory whatever the strategy: every rank constructs this
+// (a collective) when the run saves; under zero1 / zero2 / fsdp it brings every rank's optimizer
+// state to rank 0 (and, under fsdp, gathers every block's parameters until it is destroyed), so
+// that rank 0 writes the same files a 1-process run would. Such a checkpoint resumes on any
+// number of ranks with any strategy (owned_state keeps each rank's part).
+class CheckpointGather {
+ public:
+  explicit CheckpointGather(Trainer& t);
+  ~CheckpointGather();
+  CheckpointGather(const CheckpointGather&) = delete;
+  CheckpointGather& operator=(const CheckpointGather&) = delete;
+  bool writes() const { return world().rank() == 0; }
+  OptimizerStateDict state;  // rank 0: the whole run's; other ranks: their own
+
+ private:
+  class FsdpUnits* units_ = nullptr;
+};
+
+// The entries of a loaded optimizer state that belong to this rank's optimizer (all of them
+// unless it steps a shard).
+std::map<std::string, Tensor> owned_state(Trainer& t, std::map<std::string, Tensor> all);
 
 }  // namespace lt::dist

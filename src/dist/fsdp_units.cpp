@@ -130,6 +130,10 @@ void FsdpUnits::grad_ready(size_t i) {
   if (++u.grads == u.params.size()) release(u);
 }
 
+void FsdpUnits::gather_all() {
+  for (Unit& u : units_) gather(u);
+}
+
 void FsdpUnits::release_all() {
   for (Unit& u : units_) release(u), u.grads = 0;
 }

@@ -26,6 +26,8 @@ class FsdpUnits {
   bool in_unit(size_t i) const { return unit_of_[i] >= 0; }
   // After the optimizer step: every gathered copy goes (the next forward gathers fresh values).
   void release_all();
+  // Every unit's parameters gathered (a checkpoint of the whole model); release_all() undoes it.
+  void gather_all();
   // From the post-accumulate-grad hook: once a unit's parameters all have their gradients, its
   // backward is over and its gathered copies can go.
   void grad_ready(size_t i);

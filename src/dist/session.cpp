@@ -45,10 +45,6 @@ void check_world_fits(const RunConfig& cfg, int w) {
                          std::to_string(w) + " ranks",
                      "each rank trains on an equal share of every (micro-)batch",
                      "make it a multiple of " + std::to_string(w));
-  if (cfg.strategy != "ddp" && (!cfg.save.empty() || !cfg.resume.empty()))
-    throw UsageError("--strategy " + cfg.strategy + " with " + std::string(cfg.resume.empty() ? "--save" : "--resume"),
-                     "each rank holds only its shard of the optimizer state, and sharded checkpoints are not "
-                     "implemented yet", "use --strategy ddp to save and resume, or drop --save");
   if (cfg.devices != 1 && cfg.devices != w)
     throw UsageError("--devices " + std::to_string(cfg.devices) + " in a job of " + std::to_string(w) + " ranks",
                      "the launcher already started the ranks", "drop --devices");
@@ -75,7 +71,8 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
                      "the launcher's variables say " + std::to_string(info_.world_size), "launch through mpirun alone");
   set_world(std::move(c));
   check_same_config(world(), cfg);
-  if (info_.rank != 0) cfg.save.clear(), cfg.metrics.clear(), cfg.memory_snapshot.clear(), cfg.memory_report.clear();
+  // Ranks > 0 write nothing; they keep --save because saving is collective (rank 0 writes).
+  if (info_.rank != 0) cfg.metrics.clear(), cfg.memory_snapshot.clear(), cfg.memory_report.clear();
 }
 
 Session::~Session() { set_world(nullptr); }

@@ -1,7 +1,8 @@
 // Joining the job a `leantrain train` process belongs to (issue #13). A Session reads how the
 // process was launched (launch_info), installs the world's communicator (MPI for an mpirun job on
 // the CPU, NCCL for CUDA ranks), checks that every rank runs the same configuration, and makes
-// every rank but 0 quiet (no progress lines, checkpoints or metrics files: rank 0 writes them).
+// every rank but 0 quiet (no progress lines or metrics files; checkpoints are collective and
+// rank 0 writes them).
 #pragma once
 #include "leantrain/dist.h"
 #include "leantrain/train.h"
