@@ -69,7 +69,7 @@ struct LaunchInfo {
 // variable that is not a number or a rank outside [0, world size).
 LaunchInfo launch_info(const std::map<std::string, std::string>* env = nullptr);
 
-// Seconds a collective may take before the process is ended (LEANTRAIN_DIST_TIMEOUT, default 300).
+// Seconds a collective may take before the process is ended (LEANTRAIN_DIST_TIMEOUT, default 600).
 double timeout_seconds();
 
 bool mpi_built();   // this binary has the MPI communicator

@@ -83,7 +83,7 @@ LaunchInfo launch_info(const Env* env) {
 
 double timeout_seconds() {
   const char* v = std::getenv("LEANTRAIN_DIST_TIMEOUT");
-  if (!v || !*v) return 300;
+  if (!v || !*v) return 600;
   char* end = nullptr;
   double s = std::strtod(v, &end);
   if (end == v || *end || !(s > 0))

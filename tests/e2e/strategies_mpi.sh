@@ -1,11 +1,12 @@
 # Data parallelism on the CPU over MPI (issue #13): `mpirun -np 2 leantrain train --strategy S`
 # gives the losses of the 1-process run with the same global batch (within 1e-5 relative: the
 # ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
-# zero1, zero2 and fsdp, with and without micro-batches; repeated runs give identical losses; --devices
-# 2 starts the same job itself; a mismatched configuration, a rank that dies, and a batch that
-# does not split end the job with one clear line; checkpoints of every strategy resume on
-# another world size and never hang; `plan --devices 2` predicts
-# rank 0's measured peak exactly for each strategy. Skipped visibly without mpirun.
+# zero1, zero2 and fsdp, with and without micro-batches; each rank keeps less memory the more is
+# sharded; repeated runs give identical losses; --devices 2 starts the same job itself;
+# `plan --devices 2` predicts rank 0's measured peak exactly for each strategy; checkpoints of
+# every strategy resume on another world size; a mismatched configuration, a rank that dies, a
+# hung collective (the watchdog) and a batch that does not split end the job with one clear
+# line, never a hang. Skipped visibly without mpirun.
 source "$(dirname "$0")/common.bash" "$@"
 if ! command -v mpirun >/dev/null; then
   echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, or scripts/deps.sh)"
@@ -118,6 +119,10 @@ expect_job_error "rank 1's configuration differs from rank 0's" \
 # A rank that dies mid-run (its loss turns NaN at step 2) ends the whole job.
 expect_job_error "training loss is NaN at step 2" \
   timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --debug-nan-at-step 2
+# A rank that stops early without an error leaves the other waiting in a collective: the
+# watchdog ends it after LEANTRAIN_DIST_TIMEOUT seconds with one line, never a hang.
+expect_job_error "rank 1: MPI [a-z_]+ did not finish in 5 s: another rank died or hangs" \
+  env LEANTRAIN_DIST_TIMEOUT=5 timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" --stop-at 2 : -np 1 "$LT" "${RUN[@]}"
 # A batch that does not split over the ranks.
 expect_job_error "--batch 9 over 2 ranks.*multiple of 2" "${MPI[@]}" "$LT" "${COMMON[@]}" --batch 9
 # Sharded strategies save one consolidated checkpoint too (every rank's optimizer state and
