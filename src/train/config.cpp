@@ -75,13 +75,6 @@ void check_strategy(const RunConfig& c) {
   if (c.fused_step)
     usage("--strategy " + c.strategy + " with --fused-step", "a fused step updates parameters inside backward, before "
           "their gradients are reduced over the ranks", "drop --fused-step, or use --strategy ddp");
-  if (c.strategy == "zero1") return;
-  if (c.clip > 0)
-    usage("--strategy " + c.strategy + " with --clip", "each rank keeps only its shard of the gradients, and the "
-          "sharded norm is not implemented yet", "use --strategy zero1 or ddp with --clip, or drop --clip");
-  if (c.precision == "16-mixed")
-    usage("--strategy " + c.strategy + " with --precision 16-mixed", "the overflow check needs every gradient, and "
-          "each rank keeps only its shard", "use --precision bf16-mixed, or --strategy zero1 / ddp");
 }
 
 // --offload: what runs today (optimizer, with AdamW, Lion or SGD and f32 host state), one line for the rest.

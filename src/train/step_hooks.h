@@ -29,7 +29,8 @@ class StepHook {
   virtual void on_batch(Batch&) {}
   // The step's mean loss as reported; data parallelism averages it over the ranks.
   virtual double reduce_loss(double loss) { return loss; }
-  // The gradient norm the step reports and checks; ZeRO-2 combines the ranks' shard norms.
+  // The gradient norm the step reports, checks and clips by; ZeRO-2 / FSDP combine the ranks'
+  // shard norms (the loop then recomputes the clip coefficient from it).
   virtual double reduce_grad_norm(double norm) { return norm; }
   // The loss each micro-batch backpropagates (already divided by the accumulation count).
   virtual Tensor scale_loss(const Tensor& loss) { return loss; }

@@ -176,7 +176,10 @@ StepOutcome Trainer::step() {
       MemoryCategoryScope ws(Category::Workspace);
       gn = clip_grad_norm(params_, cfg_.clip, pre);
     }
-    for (auto& h : hooks_) gn.norm = h->reduce_grad_norm(gn.norm);
+    // A rank holding a shard of the gradients has its shard's norm: clip by the whole one.
+    for (auto& h : hooks_)
+      if (const double n = h->reduce_grad_norm(gn.norm); n != gn.norm)
+        gn = grad_norm_from_sum_squares((n / pre) * (n / pre), cfg_.clip, pre);
     out.grad_norm = gn.norm;
     bool skip = false;
     if (!gn.finite())

@@ -53,6 +53,13 @@ for s in ddp zero1 zero2 fsdp; do
     same_losses "$WORK/one_mb.jsonl" "$WORK/${s}_mb.jsonl" 1e-5 "$s with micro-batches vs 1 process"
   fi
 done
+# --clip under zero2 / fsdp clips by the whole model's norm (the shards' norms combined).
+expect_ok "$LT" "${RUN[@]}" --clip 0.5 --metrics "$WORK/one_clip.jsonl"
+for s in zero2 fsdp; do
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --clip 0.5 --strategy $s --metrics "$WORK/${s}_clip.jsonl"; then
+    same_losses "$WORK/one_clip.jsonl" "$WORK/${s}_clip.jsonl" 1e-5 "$s --clip 0.5 vs 1 process"
+  fi
+done
 # fsdp keeping the gathered blocks to backward: the same losses.
 if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy fsdp --reshard-after-forward false --metrics "$WORK/fsdp_keep.jsonl"; then
   same_losses "$WORK/fsdp.jsonl" "$WORK/fsdp_keep.jsonl" 0 "fsdp --reshard-after-forward false vs true"

@@ -173,9 +173,11 @@ TEST(DistConfig, StrategyFlagsAreChecked) {
   c.strategy = "zero4";
   EXPECT_THROW(validate(c), UsageError);
   c.strategy = "zero2";
-  c.clip = 1.0;
+  c.clip = 1.0;  // the shards' norms are combined before clipping
+  EXPECT_NO_THROW(validate(c));
+  c.fused_step = true;
   EXPECT_THROW(validate(c), UsageError);
-  c.clip = 0;
+  c.fused_step = false;
   c.devices = 0;
   EXPECT_THROW(validate(c), UsageError);
   c.devices = 2;
