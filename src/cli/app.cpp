@@ -110,10 +110,10 @@ int dispatch(int argc, char** argv) {
       RunResult result;
       int rc = x.fit.empty() ? run_train(tcfg, &result) : run_train_fit(tcfg, x.fit, &result);
       if (rc == 0 && !x.metrics_json.empty() && dist::launch_info().rank == 0) write_run_memory_json(x.metrics_json, tcfg, result);
-      if (!tcfg.memory_report.empty()) write_report(tcfg);
+      if (!tcfg.memory_report.empty() && dist::launch_info().rank == 0) write_report(tcfg);  // rank 0 writes
       return rc;
     } catch (const OutOfMemoryError& e) {  // name what grew and the plan that fits (docs/memory-model.md)
-      if (!tcfg.memory_report.empty()) write_report(tcfg);  // the timeline up to the OOM is what helps most
+      if (!tcfg.memory_report.empty() && dist::launch_info().rank == 0) write_report(tcfg);  // the timeline up to the OOM is what helps most
       throw OutOfMemoryError(e.what_part(), oom_guidance(tcfg, e), "");
     }
   }
