@@ -5,6 +5,7 @@
 # `deps.sh --sanitize` adds clang and its sanitizer/libFuzzer runtimes (scripts/sanitize.sh, fuzz.sh).
 set -euo pipefail
 PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libpcre2-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes)
 for arg in "$@"; do
   case "$arg" in

@@ -26,6 +26,8 @@ struct PlanOptions {
   // Write the config's --memory-snapshot / --memory-report from the dry run (the predicted
   // timeline). Off for the budget search's many candidate runs.
   bool write_memory_files = false;
+  // With --devices N (2+): the rank whose memory is replayed (under --strategy).
+  int rank = 0;
 };
 
 struct PlanResult {

@@ -74,6 +74,11 @@ struct RunConfig {
   double lora_dropout = 0;      // on the adapters' input
   std::string lora_targets;     // regex over module paths; "": every linear layer inside the blocks
   std::string lora_init;        // a PEFT adapter directory the adapters start from (not saved with the run)
+  // Several processes (docs/user-guide.md, "Several GPUs / processes"; issue #13). Each rank
+  // trains on batch / world rows of every global batch.
+  std::string strategy = "ddp";       // ddp | zero1 | zero2 | fsdp (used when the world has 2+ ranks)
+  bool reshard_after_forward = true;  // fsdp: free a block's gathered parameters after its forward
+  int64_t devices = 1;                // start this many processes on this host (not saved with the run)
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

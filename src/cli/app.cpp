@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "leantrain/plan.h"
+#include "dist/session.h"
 #include "train/checkpoint.h"
 #include "train/output_paths.h"
 
@@ -103,15 +104,20 @@ int dispatch(int argc, char** argv) {
     return report_parse_error(e, command_of(argc, argv));
   }
   if (c.train->parsed()) {
+    // --devices N in a process no launcher started: this process becomes the launcher.
+    if (tcfg.devices > 1 && dist::launch_info().world_size == 1) {
+      validate(tcfg);
+      return dist::launch_local(int(tcfg.devices), tcfg.device, argc, argv);
+    }
     check_output_file("--metrics-json", x.metrics_json, true);  // before the run, not after it
     try {
       RunResult result;
       int rc = x.fit.empty() ? run_train(tcfg, &result) : run_train_fit(tcfg, x.fit, &result);
-      if (rc == 0 && !x.metrics_json.empty()) write_run_memory_json(x.metrics_json, tcfg, result);
-      if (!tcfg.memory_report.empty()) write_report(tcfg);
+      if (rc == 0 && !x.metrics_json.empty() && dist::launch_info().rank == 0) write_run_memory_json(x.metrics_json, tcfg, result);
+      if (!tcfg.memory_report.empty() && dist::launch_info().rank == 0) write_report(tcfg);  // rank 0 writes
       return rc;
     } catch (const OutOfMemoryError& e) {  // name what grew and the plan that fits (docs/memory-model.md)
-      if (!tcfg.memory_report.empty()) write_report(tcfg);  // the timeline up to the OOM is what helps most
+      if (!tcfg.memory_report.empty() && dist::launch_info().rank == 0) write_report(tcfg);  // the timeline up to the OOM is what helps most
       throw OutOfMemoryError(e.what_part(), oom_guidance(tcfg, e), "");
     }
   }

@@ -60,6 +60,23 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     }
     return 0;
   }
+  if (cfg.devices > 1 && !p.json) {
+    // Every rank's own replay (shards differ by up to one parameter), then rank 0's full report.
+    std::printf("%lld ranks, --strategy %s: each rank trains on %lld of the %lld samples of every batch\n",
+                (long long)cfg.devices, cfg.strategy.c_str(), (long long)(cfg.batch / cfg.devices), (long long)cfg.batch);
+    for (int rank = 0; rank < int(cfg.devices); ++rank) {
+      PlanOptions ro = o;
+      ro.rank = rank;
+      PlanResult rr = plan_run(cfg, ro);
+      std::printf("  rank %d: peak allocated %s, reserved %s\n", rank, format_bytes(rr.peak_allocated).c_str(),
+                  format_bytes(rr.peak_reserved).c_str());
+    }
+    if (o.device_type == "cuda")
+      std::printf("  + NCCL's own buffers per rank (outside the allocator, an estimate like the CUDA context): "
+                  "NCCL_BUFFSIZE 4 MiB x 2 directions x its channels (2-32, chosen by NCCL at run time)\n"
+                  "  note: the strategies run on the CPU backend so far; this is the pattern they allocate\n");
+    std::printf("rank 0:\n");
+  }
   o.write_memory_files = true;  // --memory-snapshot / --memory-report from the predicted trace
   PlanResult r = plan_run(cfg, o);
   add_cost_prediction(r);

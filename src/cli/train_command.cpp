@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "cli/cli.h"
+#include "dist/session.h"
 #include "leantrain/data.h"
 #include "leantrain/plan.h"
 #include "leantrain/models.h"
@@ -118,6 +119,18 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "blocks, e.g. q|k|v|o|gate|up|down_proj)")
       ->group(what);
   cmd.add_option("--lora-init", c.lora_init, "Start the adapters from this PEFT adapter directory")->group(what);
+  what = "Several processes";
+  cmd.add_option("--strategy", c.strategy,
+                 "With 2+ ranks: ddp (replicas, gradients all-reduced), zero1 (+ optimizer state sharded), zero2 "
+                 "(+ gradients sharded), fsdp (+ parameters sharded)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
+                 "fsdp: free a block's gathered parameters after its forward (false: keep them to backward)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--devices", c.devices,
+                 "Start this many processes on this host (one per GPU; on the CPU through mpirun); a job started "
+                 "by torchrun, mpirun or SLURM needs no flag")
+      ->capture_default_str()->group(what);
 
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")
@@ -151,7 +164,11 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
 
 int run_train(RunConfig cfg, RunResult* result) {
   validate(cfg);
-  ProgressPrinter printer(stdout, is_terminal(stdout), cfg.log_every);
+  dist::Session session(cfg);  // joins an mpirun / torchrun / SLURM job; ranks > 0 stay quiet
+  std::FILE* out = stdout;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(nullptr, &std::fclose);
+  if (session.rank() != 0) quiet.reset(std::fopen("/dev/null", "w")), out = quiet ? quiet.get() : stdout;
+  ProgressPrinter printer(out, out == stdout && is_terminal(stdout), cfg.log_every);
   RunObserver obs;
   obs.on_message = [&](const std::string& s) { printer.message(s); };
   obs.on_step = [&](const ProgressInfo& p) { printer.step(p); };
@@ -159,8 +176,16 @@ int run_train(RunConfig cfg, RunResult* result) {
   obs.on_save = [&](const std::string& dir, int64_t step) {
     printer.message("saved checkpoint " + dir + " (step " + std::to_string(step) + ")");
   };
+  if (session.size() > 1)
+    printer.message("rank 0 of " + std::to_string(session.size()) + ", strategy " + cfg.strategy + ": each rank trains on " +
+                    std::to_string(cfg.batch / session.size()) + " of the " + std::to_string(cfg.batch) +
+                    " samples of every batch");
   RunResult r = train(cfg, obs);
   printer.finish();
+  if (session.rank() != 0) {
+    if (result) *result = std::move(r);
+    return 0;
+  }
 
   std::printf("\nfinal: steps %lld | train loss %.4f", (long long)r.steps, r.final_loss);
   if (r.eval) {

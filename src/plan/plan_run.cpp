@@ -10,6 +10,7 @@
 #include "memory/host_allocators.h"
 #include "plan/memory_report_html.h"
 #include "train/activation_checkpointing.h"
+#include "dist/data_parallel.h"
 #include "train/trainer.h"
 
 namespace lt {
@@ -56,6 +57,13 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   r.config = cfg_in;
   r.device_type = opt.device_type;
   r.context_bytes = opt.context_bytes >= 0 ? opt.context_bytes : cuda ? kCudaContextBytes + kCudaLibraryBytes : 0;
+  // --devices N: this is one rank of N under --strategy, with a communicator that moves nothing.
+  struct World {
+    explicit World(int n, int rank) {
+      if (n > 1) dist::set_world(dist::make_meta_communicator(n, rank));
+    }
+    ~World() { dist::set_world(nullptr); }
+  } world(int(cfg.devices), opt.rank);
   MetaAllocatorScope swap(cuda);
   Allocator& al = allocator_for(Device::meta());
   al.set_history_max_entries(size_t(1) << 24);
@@ -65,6 +73,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
     std::unique_ptr<Task> task = make_task(cfg, meta);
     apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);  // as train() does, same modules
     Trainer trainer(cfg, *task);
+    dist::install_strategy(trainer);  // as train() does
     r.description = task->description + (task->lora_note.empty() ? "" : "\n" + task->lora_note);
     r.parameters = task->model->num_parameters();
     const int64_t total = trainer.total_steps();

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "dist/data_parallel.h"
 #include "io/text_format.h"
 #include "io/weight_files.h"
 #include "leantrain/precision.h"
@@ -70,7 +71,10 @@ RunConfig read_checkpoint_config(const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, Trainer& t) {
   MemoryCategoryScope other(Category::Other);  // host staging copies are not part of the run
-  OptimizerStateDict sd = t.optimizer().state_dict();
+  // Several ranks: every rank calls this; sharded state comes to rank 0, which alone writes.
+  dist::CheckpointGather gathered(t);
+  if (!gathered.writes()) return;
+  OptimizerStateDict sd = std::move(gathered.state);
   // The finite-state guard: a diverged state never replaces a checkpoint.
   std::string bad = nonfinite_weight(t.model());
   if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
@@ -144,6 +148,7 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
     if (std::string bad = bad_optimizer_state(sd.tensors); !bad.empty())
       checkpoint_corrupt(dir, "optimizer.safetensors", bad + "; a run that diverged saved it, or it was altered");
     sd.step = s.step;
+    sd.tensors = dist::owned_state(t, std::move(sd.tensors));  // a rank that steps a shard keeps its part
     with_context(dir, [&] {
       t.optimizer().load_state_dict(sd);
       return 0;

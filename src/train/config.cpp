@@ -63,6 +63,20 @@ void validate_precision(const RunConfig& c) {
           "use --precision bf16-mixed, which needs no loss scaling, or drop --fused-step");
 }
 
+// --strategy and --devices on their own; what depends on the world size is checked when the
+// process joins it (src/dist/session.cpp).
+void check_strategy(const RunConfig& c) {
+  if (c.strategy != "ddp" && c.strategy != "zero1" && c.strategy != "zero2" && c.strategy != "fsdp")
+    usage("--strategy " + c.strategy, "not a value it takes", "use --strategy ddp, zero1, zero2 or fsdp");
+  if (c.devices < 1 || c.devices > 1024)
+    usage("--devices " + std::to_string(c.devices), "it counts the processes to start on this host",
+          "pass --devices between 1 and 1024");
+  if (c.strategy == "ddp") return;
+  if (c.fused_step)
+    usage("--strategy " + c.strategy + " with --fused-step", "a fused step updates parameters inside backward, before "
+          "their gradients are reduced over the ranks", "drop --fused-step, or use --strategy ddp");
+}
+
 // --offload: what runs today (optimizer, with AdamW, Lion, SGD or their 8-bit states on the host), one line for the rest.
 void check_offload(const RunConfig& c) {
   if (c.offload == "none") return;
@@ -130,6 +144,7 @@ void validate(const RunConfig& c) {
           "add --checkpoint blocks (or another --checkpoint value)");
   check_offload(c);
   check_lora(c);
+  check_strategy(c);
   check_range(flag_range::batch, c.batch);
   check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -224,7 +239,7 @@ Device resolve_device(const std::string& spec) {
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
   X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
-  X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets)
+  X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "backend/backend.h"
+#include "dist/data_parallel.h"
 #include "io/file_io.h"
 #include "io/text_format.h"
 #include "train/activation_checkpointing.h"
@@ -104,6 +105,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   std::unique_ptr<Task> task = make_task(cfg, device);
   const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);
   Trainer trainer(cfg, *task);
+  dist::install_strategy(trainer);  // ddp / zero1 / zero2 when the world has 2+ ranks
   if (!cfg.resume.empty()) {
     load_checkpoint(cfg.resume, trainer);
     say(obs, "resumed from " + cfg.resume + " at step " + std::to_string(trainer.steps_done()));

@@ -6,7 +6,8 @@
 //   optimizer step inside backward: on_start registers post-accumulate-grad hooks that call
 //     Optimizer::step_param, and owns_optimizer_step() tells the loop not to step again; with
 //     --clip the loop runs a norm pass first through fused_step();
-//   sharding: after_backward reduce-scatters gradients, after_step all-gathers parameters.
+//   sharding (src/dist/data_parallel.cpp): on_batch keeps this rank's rows, post-accumulate-grad
+//     hooks reduce gradient buckets during backward, after_step all-gathers parameters.
 #pragma once
 #include <string>
 
@@ -16,6 +17,7 @@ namespace lt {
 
 class Trainer;
 class FusedStep;
+struct Batch;
 
 class StepHook {
  public:
@@ -23,6 +25,13 @@ class StepHook {
   virtual const char* name() const = 0;
   // Once, after the model and optimizer exist and before the first step.
   virtual void on_start(Trainer&) {}
+  // Each micro-batch as the loader made it; data parallelism keeps this rank's rows of it.
+  virtual void on_batch(Batch&) {}
+  // The step's mean loss as reported; data parallelism averages it over the ranks.
+  virtual double reduce_loss(double loss) { return loss; }
+  // The gradient norm the step reports, checks and clips by; ZeRO-2 / FSDP combine the ranks'
+  // shard norms (the loop then recomputes the clip coefficient from it).
+  virtual double reduce_grad_norm(double norm) { return norm; }
   // The loss each micro-batch backpropagates (already divided by the accumulation count).
   virtual Tensor scale_loss(const Tensor& loss) { return loss; }
   // A factor the gradients still carry after backward (1 / loss scale); the optimizer removes it.

@@ -10,6 +10,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
+#include "dist/data_parallel.h"
 #include "offload/offload_optimizer.h"
 #include "train/offload_hooks.h"
 #include "train/param_offload.h"
@@ -88,7 +89,8 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   if (cfg_.offload == "params") offload_block_parameters(model(), task_.device);
   auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
-  opt_ = build_optimizer(cfg_, named, task_.device);
+  // ZeRO / FSDP: this rank's optimizer steps (and keeps state for) its shard only.
+  opt_ = build_optimizer(cfg_, dist::owned_parameters(cfg_, named), task_.device);
   total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
@@ -128,6 +130,7 @@ StepOutcome Trainer::step() {
     {
       MemoryCategoryScope in(Category::Input);
       b = loader().next();
+      for (auto& h : hooks_) h->on_batch(b);
     }
     MemoryCategoryScope act(Category::Activation);
     if (norm_pass) {
@@ -169,6 +172,7 @@ StepOutcome Trainer::step() {
     scaled.backward();
   }
   out.loss = loss_sum / double(k);
+  for (auto& h : hooks_) out.loss = h->reduce_loss(out.loss);
 
   bool apply = true;
   for (auto& h : hooks_) apply = h->after_backward(*this) && apply;
@@ -183,6 +187,10 @@ StepOutcome Trainer::step() {
       MemoryCategoryScope ws(Category::Workspace);
       gn = clip_grad_norm(params_, cfg_.clip, pre);
     }
+    // A rank holding a shard of the gradients has its shard's norm: clip by the whole one.
+    for (auto& h : hooks_)
+      if (const double n = h->reduce_grad_norm(gn.norm); n != gn.norm)
+        gn = grad_norm_from_sum_squares((n / pre) * (n / pre), cfg_.clip, pre);
     out.grad_norm = gn.norm;
     bool skip = false;
     if (!gn.finite())

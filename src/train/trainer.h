@@ -25,6 +25,9 @@ class Trainer {
   Trainer(const RunConfig& cfg, Task& task);
 
   void add_hook(std::unique_ptr<StepHook> h) { hooks_.push_back(std::move(h)); }
+  // A hook that must see the step before the others (data parallelism: gradients are reduced
+  // before the precision hooks check them).
+  void add_hook_first(std::unique_ptr<StepHook> h) { hooks_.insert(hooks_.begin(), std::move(h)); }
   // Runs on_start of every hook; call once before the first step.
   void start();
   // One optimizer step. Throws NumericError (naming the step) when the loss is NaN/inf.

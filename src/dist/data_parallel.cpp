@@ -1,0 +1,336 @@
+// ddp / zero1 / zero2 as one StepHook (data_parallel.h explains the strategies).
+#include "dist/data_parallel.h"
+#include "dist/fsdp_units.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "leantrain/data.h"
+#include "leantrain/ops.h"
+#include "train/trainer.h"
+
+namespace lt::dist {
+
+namespace {
+
+constexpr int64_t kBucketBytes = int64_t(25) << 20;  // PyTorch DDP's default bucket_cap_mb
+
+enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
+
+Strategy parse(const std::string& s) {
+  if (s == "zero1") return Strategy::Zero1;
+  if (s == "zero2") return Strategy::Zero2;
+  if (s == "fsdp") return Strategy::Fsdp;
+  return Strategy::Ddp;
+}
+
+// Parameters in one bucket: consecutive (in reverse registration order), one dtype.
+struct Bucket {
+  std::vector<int> params;  // indices into DataParallel::params_
+  int ready = 0;
+  bool reduced = false;
+};
+
+// A run of consecutive bytes of one storage that one rank owns: broadcast in one call.
+struct Run {
+  int owner;
+  int first, last;  // parameter indices, inclusive
+};
+
+class DataParallel final : public StepHook {
+ public:
+  DataParallel(Communicator& comm, Strategy s, int64_t micro_batches) : comm_(comm), strategy_(s), k_(micro_batches) {}
+  const char* name() const override { return "data-parallel"; }
+  bool sharded() const { return strategy_ != Strategy::Ddp; }
+  FsdpUnits* units() { return units_.get(); }
+
+  void on_start(Trainer& t) override {
+    for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
+    owner_ = shard_owners(params_, comm_.size());
+    if (strategy_ == Strategy::Fsdp)
+      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward);
+    make_buckets();
+    make_runs();
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].register_post_accumulate_grad_hook([this, i](Tensor&) {
+        ready(int(i));
+        if (units_) units_->grad_ready(i);
+      });
+  }
+
+  void on_batch(Batch& b) override {
+    const int64_t rows = b.inputs.size(0), w = comm_.size(), r = comm_.rank();
+    if (rows % w != 0)
+      fail("a micro-batch of " + std::to_string(rows) + " rows", "it does not split evenly over " + std::to_string(w) + " ranks",
+           "make --micro-batch (or --batch) a multiple of the world size");
+    b.inputs = slice(b.inputs, 0, r * rows / w, (r + 1) * rows / w);
+    b.targets = slice(b.targets, 0, r * rows / w, (r + 1) * rows / w);
+  }
+
+  Tensor scale_loss(const Tensor& loss) override {
+    ++micro_;  // called once per micro-batch, before its backward
+    return loss;
+  }
+
+  double reduce_loss(double loss) override {
+    std::vector<double> all(size_t(comm_.size()));
+    comm_.all_gather(&loss, all.data(), 1, DType::F64);  // bytes only: no f32 rounding
+    double sum = 0;
+    for (double x : all) sum += x;  // rank order
+    return sum / double(comm_.size());
+  }
+
+  // Under zero2 each rank holds the gradients of its shard only: the norm is the root of the
+  // sum of the shards' squared norms (rank order). ddp and zero1 hold them all already.
+  double reduce_grad_norm(double norm) override {
+    if (strategy_ == Strategy::Ddp || strategy_ == Strategy::Zero1) return norm;
+    std::vector<double> all(size_t(comm_.size()));
+    comm_.all_gather(&norm, all.data(), 1, DType::F64);
+    double sq = 0;
+    for (double x : all) sq += x * x;
+    return std::sqrt(sq);
+  }
+
+  bool after_backward(Trainer&) override {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!buckets_[b].reduced) reduce_bucket(int(b));  // parameters that got no gradient this step
+    for (auto& b : buckets_) b.ready = 0, b.reduced = false;
+    micro_ = 0;
+    return true;
+  }
+
+  void after_step(Trainer&, bool applied) override {
+    if (strategy_ == Strategy::Ddp) return;
+    for (size_t i = 0; i < params_.size(); ++i)  // the optimizer cleared its own shard's
+      if (owner_[i] != comm_.rank()) params_[i].set_grad(Tensor());
+    if (units_) units_->release_all();  // the next forward gathers the updated shards
+    if (!applied) return;
+    for (const Run& r : runs_) {
+      char* begin = static_cast<char*>(params_[size_t(r.first)].raw_data());
+      char* end = static_cast<char*>(params_[size_t(r.last)].raw_data()) + params_[size_t(r.last)].nbytes();
+      comm_.broadcast(begin, end - begin, r.owner);
+    }
+  }
+
+ private:
+  void make_buckets() {
+    int64_t bytes = 0;
+    for (int i = int(params_.size()) - 1; i >= 0; --i) {
+      const Tensor& p = params_[size_t(i)];
+      bool fresh = buckets_.empty() || bytes + p.nbytes() > kBucketBytes ||
+                   params_[size_t(buckets_.back().params.back())].dtype() != p.dtype();
+      if (fresh) buckets_.emplace_back(), bytes = 0;
+      buckets_.back().params.push_back(i);
+      bucket_of_.resize(params_.size());
+      bucket_of_[size_t(i)] = int(buckets_.size()) - 1;
+      bytes += p.nbytes();
+    }
+  }
+
+  // Owner ranges as runs of one storage with increasing addresses. The bytes between two owned
+  // parameters (alignment, frozen parameters, buffers) are identical on every rank, so
+  // broadcasting them with the run changes nothing.
+  void make_runs() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& p = params_[i];
+      if (units_ && units_->in_unit(i)) continue;  // fsdp gathers these before each use
+      if (!runs_.empty()) {
+        Run& r = runs_.back();
+        const Tensor& q = params_[size_t(r.last)];
+        if (r.owner == owner_[i] && r.last + 1 == int(i) && q.storage() == p.storage() && p.is_contiguous() &&
+            static_cast<char*>(p.raw_data()) >= static_cast<char*>(q.raw_data()) + q.nbytes()) {
+          r.last = int(i);
+          continue;
+        }
+      }
+      runs_.push_back({owner_[i], int(i), int(i)});
+    }
+  }
+
+  void ready(int i) {
+    if (micro_ < k_) return;  // gradients are reduced once, after the last micro-batch's backward
+    Bucket& b = buckets_[size_t(bucket_of_[size_t(i)])];
+    if (++b.ready == int(b.params.size())) reduce_bucket(bucket_of_[size_t(i)]);
+  }
+
+  // The bucket's gradients, packed in one buffer, reduced (mean) to everyone (ddp, zero1) or to
+  // each parameter's owner (zero2), then unpacked.
+  void reduce_bucket(int index) {
+    Bucket& b = buckets_[size_t(index)];
+    b.reduced = true;
+    std::vector<int> with_grad;
+    for (int i : b.params)
+      if (params_[size_t(i)].grad().defined()) with_grad.push_back(i);
+    if (strategy_ == Strategy::Ddp || strategy_ == Strategy::Zero1) {
+      reduce_group(with_grad, -1);
+      return;
+    }
+    for (size_t s = 0; s < with_grad.size();) {  // one reduce per owner, owners are contiguous
+      size_t e = s;
+      while (e < with_grad.size() && owner_[size_t(with_grad[e])] == owner_[size_t(with_grad[s])]) ++e;
+      std::vector<int> group(with_grad.begin() + long(s), with_grad.begin() + long(e));
+      const int root = owner_[size_t(with_grad[s])];
+      reduce_group(group, root);
+      if (root != comm_.rank())
+        for (int i : group) params_[size_t(i)].set_grad(Tensor());  // ZeRO-2: only the owner keeps it
+      s = e;
+    }
+  }
+
+  void reduce_group(const std::vector<int>& group, int root) {
+    if (group.empty()) return;
+    const DType dt = params_[size_t(group[0])].grad().dtype();
+    int64_t n = 0;
+    for (int i : group) n += params_[size_t(i)].grad().numel();
+    MemoryCategoryScope ws(Category::Workspace);
+    Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
+    char* base = static_cast<char*>(staging.raw_data());
+    if (!base) return;  // a plan on meta: the staging buffer's bytes are what it replays
+    int64_t at = 0;
+    for (int i : group) {
+      Tensor g = params_[size_t(i)].grad().contiguous();
+      std::memcpy(base + at, g.raw_data(), size_t(g.nbytes()));
+      at += g.nbytes();
+    }
+    if (root < 0) comm_.all_reduce(base, n, dt, ReduceOp::Avg);
+    else comm_.reduce(base, n, dt, ReduceOp::Avg, root);
+    if (root >= 0 && root != comm_.rank()) return;
+    at = 0;
+    for (int i : group) {
+      Tensor g = params_[size_t(i)].grad();
+      std::memcpy(g.raw_data(), base + at, size_t(g.nbytes()));
+      at += g.nbytes();
+    }
+  }
+
+  Communicator& comm_;
+  Strategy strategy_;
+  int64_t k_;
+  int64_t micro_ = 0;
+  std::vector<Tensor> params_;
+  std::vector<int> owner_, bucket_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<Run> runs_;
+  std::unique_ptr<FsdpUnits> units_;  // fsdp only
+};
+
+DataParallel* strategy_hook(Trainer& t) {
+  for (auto& h : t.hooks())
+    if (auto* d = dynamic_cast<DataParallel*>(h.get())) return d;
+  return nullptr;
+}
+
+// One rank's optimizer state sent to every rank: a header line per tensor (name, dtype, shape),
+// then each tensor's bytes. Rank 0 keeps what it receives; the others drop it.
+void share_state(Communicator& comm, int from, std::map<std::string, Tensor>& mine, std::map<std::string, Tensor>& into) {
+  std::string header;
+  std::vector<Tensor> host;
+  if (comm.rank() == from)
+    for (auto& [name, t] : mine) {
+      host.push_back(t.contiguous().to(Device::cpu()));
+      header += name + "\t" + std::to_string(int(t.dtype()));
+      for (int64_t d : t.shape()) header += "\t" + std::to_string(d);
+      header += "\n";
+    }
+  int64_t size = int64_t(header.size());
+  comm.broadcast(&size, sizeof size, from);
+  header.resize(size_t(size));
+  comm.broadcast(header.data(), size, from);
+  size_t at = 0, k = 0;
+  while (at < header.size()) {
+    const size_t end = header.find('\n', at);
+    std::vector<std::string> f;
+    for (size_t p = at; p <= end;) {
+      size_t q = std::min(header.find('\t', p), end);
+      f.push_back(header.substr(p, q - p));
+      p = q + 1;
+    }
+    at = end + 1;
+    Shape shape;
+    for (size_t i = 2; i < f.size(); ++i) shape.push_back(std::stoll(f[i]));
+    Tensor t = comm.rank() == from ? host[k] : Tensor::empty(shape, DType(std::stoi(f[1])), Device::cpu());
+    comm.broadcast(t.raw_data(), t.nbytes(), from);
+    if (comm.rank() == 0 && from != 0) into[f[0]] = t;
+    ++k;
+  }
+}
+
+}  // namespace
+
+CheckpointGather::CheckpointGather(Trainer& t) {
+  state = t.optimizer().state_dict();
+  DataParallel* dp = strategy_hook(t);
+  if (!dp || !dp->sharded()) return;  // ddp: every rank has it all already
+  units_ = dp->units();
+  if (units_) units_->gather_all();
+  Communicator& comm = world();
+  std::map<std::string, Tensor> all;
+  for (int r = 0; r < comm.size(); ++r) share_state(comm, r, state.tensors, all);
+  if (comm.rank() == 0) state.tensors.insert(all.begin(), all.end());
+}
+
+CheckpointGather::~CheckpointGather() {
+  if (units_) units_->release_all();
+}
+
+std::map<std::string, Tensor> owned_state(Trainer& t, std::map<std::string, Tensor> all) {
+  DataParallel* dp = strategy_hook(t);
+  if (!dp || !dp->sharded()) return all;
+  std::set<std::string> mine;
+  for (auto& [n, p] : t.optimizer().named_params()) mine.insert(n);
+  std::map<std::string, Tensor> out;
+  for (auto& [key, v] : all) {  // "<parameter>.<state>"
+    const size_t dot = key.rfind('.');
+    if (dot != std::string::npos && mine.count(key.substr(0, dot))) out.emplace(key, v);
+  }
+  return out;
+}
+
+std::vector<int> shard_owners(const std::vector<Tensor>& params, int world) {
+  int64_t total = 0;
+  for (const Tensor& p : params) total += p.nbytes();
+  std::vector<int> owner(params.size(), 0);
+  int64_t at = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    // The rank whose equal share holds the parameter's middle byte: contiguous, balanced.
+    const int64_t mid = at + params[i].nbytes() / 2;
+    owner[i] = total > 0 ? int(std::min<int64_t>(world - 1, mid * world / total)) : 0;
+    at += params[i].nbytes();
+  }
+  return owner;
+}
+
+std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vector<NamedTensor>& named) {
+  if (cfg.strategy == "ddp" || world().size() == 1) return named;
+  std::vector<Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  const std::vector<int> owner = shard_owners(params, world().size());
+  std::vector<NamedTensor> mine;
+  for (size_t i = 0; i < named.size(); ++i)
+    if (owner[i] == world().rank()) mine.push_back(named[i]);
+  return mine;
+}
+
+void install_strategy(Trainer& t) {
+  const RunConfig& c = t.config();
+  if (world().size() == 1) return;
+  if (c.strategy == "fsdp" && c.checkpoint != "none" && !c.checkpoint.empty())
+    throw UsageError("--strategy fsdp with --checkpoint " + c.checkpoint,
+                     "a block's recomputation in backward would need its parameters gathered again, which is not "
+                     "combined yet", "drop --checkpoint, or use --strategy zero2");
+  if (!t.device().is_cpu() && !t.device().is_meta())  // meta: a plan replaying a CPU rank
+    throw UsageError("--strategy " + c.strategy + " on " + t.device().str(),
+                     "the strategies run on the CPU backend so far (the gradient buckets are host memory)",
+                     "use --device cpu");
+  if (c.fused_step)
+    throw UsageError("--fused-step with " + std::to_string(world().size()) + " ranks",
+                     "a fused step updates parameters inside backward, before their gradients are reduced over the ranks",
+                     "drop --fused-step");
+  const int64_t k = c.batch / (c.micro_batch ? c.micro_batch : c.batch);
+  t.add_hook_first(std::make_unique<DataParallel>(world(), parse(c.strategy), k));
+}
+
+}  // namespace lt::dist

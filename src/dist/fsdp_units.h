@@ -1,0 +1,52 @@
+// FSDP's parameter side (--strategy fsdp, ZeRO-3): each transformer block is a unit whose
+// trainable parameters live only on their owners (shard_owners) between uses. The unit's forward
+// wrapper broadcasts the missing ones into fresh allocations just before its forward and frees
+// them after it (--reshard-after-forward true) or after its backward (false). With resharding,
+// what backward saved of those parameters is packed as a reference (saved-tensor hooks) and
+// re-gathered when backward unpacks it. Gradients go the zero2 way (data_parallel.cpp).
+//
+// Parameters outside every block (embeddings, final norm, tied head) stay replicated, as
+// PyTorch's root FSDP unit keeps them; they are broadcast by their owners after each step.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "leantrain/dist.h"
+#include "leantrain/nn.h"
+
+namespace lt::dist {
+
+class FsdpUnits {
+ public:
+  // params: the trainable parameters in registration order; owner: their ranks.
+  FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params, const std::vector<int>& owner,
+            bool reshard_after_forward);
+  ~FsdpUnits();
+  // Whether parameter i belongs to a unit (else it is replicated).
+  bool in_unit(size_t i) const { return unit_of_[i] >= 0; }
+  // After the optimizer step: every gathered copy goes (the next forward gathers fresh values).
+  void release_all();
+  // Every unit's parameters gathered (a checkpoint of the whole model); release_all() undoes it.
+  void gather_all();
+  // From the post-accumulate-grad hook: once a unit's parameters all have their gradients, its
+  // backward is over and its gathered copies can go.
+  void grad_ready(size_t i);
+
+ private:
+  struct Unit {
+    std::vector<size_t> params;
+    bool gathered = false;
+    size_t grads = 0;
+  };
+  void gather(Unit& u);
+  void release(Unit& u);
+  void move_out_of_flat_store(nn::Module& model);
+
+  Communicator& comm_;
+  std::vector<Tensor> params_;
+  std::vector<int> owner_, unit_of_;
+  std::vector<Unit> units_;
+  bool reshard_;
+};
+
+}  // namespace lt::dist

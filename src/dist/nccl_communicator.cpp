@@ -1,0 +1,176 @@
+// The NCCL communicator (CUDA; built with -DLEANTRAIN_NCCL=ON). Collectives are enqueued on the
+// caller's stream and return at once; the caller records an event after them and makes the
+// compute stream wait on it. Rank 0 makes the unique id and hands it out through the TCP store
+// (tcp_store.cpp). NCCL's ring order is fixed for a fixed topology, so sums repeat run to run.
+//
+// Failures: the communicator is made non-blocking; a watchdog thread polls ncclCommGetAsyncError
+// and the age of the oldest unfinished collective (an event per call), and on an error or a
+// collective older than timeout_seconds() prints one line, aborts the communicator and exits.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "leantrain/dist.h"
+#include "leantrain/error.h"
+
+namespace lt::dist {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(std::string("CUDA ") + what, cudaGetErrorString(e), "");
+}
+
+ncclDataType_t nccl_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return ncclFloat32;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    default: return ncclUint8;
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Avg ? ncclAvg : ncclSum; }
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const LaunchInfo& li, int device) : rank_(li.rank), size_(li.world_size), timeout_(timeout_seconds()) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    ncclUniqueId id{};
+    if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::string blob = tcp_store_exchange(li, std::string(reinterpret_cast<const char*>(&id), sizeof id));
+    if (blob.size() != sizeof id) fail("the NCCL unique id from rank 0", "it has the wrong size", "run the same leantrain on every rank");
+    std::memcpy(&id, blob.data(), sizeof id);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg), "ncclCommInitRank");
+    wait_ready("ncclCommInitRank");
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~NcclCommunicator() override {
+    stop_.store(true);
+    if (watchdog_.joinable()) watchdog_.join();
+    for (auto& p : pending_) cudaEventDestroy(p.event);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "nccl"; }
+
+  void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op, void* stream) override {
+    check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "all_reduce");
+    track(stream, "all_reduce");
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op, void* stream) override {
+    check(ncclReduceScatter(send, recv, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "reduce_scatter");
+    track(stream, "reduce_scatter");
+  }
+  void all_gather(const void* send, void* recv, int64_t count, DType dt, void* stream) override {
+    check(ncclAllGather(send, recv, size_t(count), nccl_type(dt), comm_, cuda(stream)), "all_gather");
+    track(stream, "all_gather");
+  }
+  void reduce(void* buf, int64_t count, DType dt, ReduceOp op, int root, void* stream) override {
+    check(ncclReduce(buf, buf, size_t(count), nccl_type(dt), nccl_op(op), root, comm_, cuda(stream)), "reduce");
+    track(stream, "reduce");
+  }
+  void broadcast(void* buf, int64_t bytes, int root, void* stream) override {
+    check(ncclBroadcast(buf, buf, size_t(bytes), ncclUint8, root, comm_, cuda(stream)), "broadcast");
+    track(stream, "broadcast");
+  }
+  void barrier() override {
+    float* one = nullptr;
+    check_cuda(cudaMalloc(&one, sizeof(float)), "cudaMalloc");
+    check(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm_, nullptr), "barrier");
+    cudaError_t e = cudaStreamSynchronize(nullptr);
+    cudaFree(one);
+    check_cuda(e, "barrier");
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    double started;
+    const char* what;
+  };
+  static cudaStream_t cuda(void* s) { return static_cast<cudaStream_t>(s); }
+  void check(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    fail(std::string("NCCL ") + what, ncclGetErrorString(r), "check that every rank is alive and runs the same command");
+  }
+  void wait_ready(const char* what) {
+    const double t0 = now_s();
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress) {
+      check(ncclCommGetAsyncError(comm_, &st), what);
+      if (now_s() - t0 > timeout_) fail(std::string("NCCL ") + what, "timed out waiting for the other ranks", "");
+    }
+    check(st, what);
+  }
+  // An event after each collective: its age is how long the collective has been unfinished.
+  void track(void* stream, const char* what) {
+    cudaEvent_t e;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(e, cuda(stream)), "cudaEventRecord");
+    std::lock_guard<std::mutex> l(m_);
+    pending_.push_back({e, now_s(), what});
+  }
+  void watch() {
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      const char* late = nullptr;
+      {
+        std::lock_guard<std::mutex> l(m_);
+        while (!pending_.empty() && cudaEventQuery(pending_.front().event) == cudaSuccess) {
+          cudaEventDestroy(pending_.front().event);
+          pending_.pop_front();
+        }
+        if (!pending_.empty() && now_s() - pending_.front().started > timeout_) late = pending_.front().what;
+      }
+      if (st != ncclSuccess && st != ncclInProgress)
+        die(std::string("NCCL reported ") + ncclGetErrorString(st) + ": another rank died or the link failed");
+      if (late)
+        die(std::string("NCCL ") + late + " did not finish in " + std::to_string(int(timeout_)) +
+            " s: another rank died or hangs (LEANTRAIN_DIST_TIMEOUT sets the limit)");
+    }
+  }
+  [[noreturn]] void die(const std::string& why) {
+    std::fprintf(stderr, "leantrain: error: rank %d: %s\n", rank_, why.c_str());
+    std::fflush(stderr);
+    ncclCommAbort(comm_);
+    _exit(1);
+  }
+
+  int rank_, size_;
+  double timeout_;
+  ncclComm_t comm_ = nullptr;
+  std::mutex m_;
+  std::deque<Pending> pending_;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+std::unique_ptr<Communicator> make_nccl_communicator(const LaunchInfo& info, int device_index) {
+  return std::make_unique<NcclCommunicator>(info, device_index);
+}
+
+}  // namespace lt::dist

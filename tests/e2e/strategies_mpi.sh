@@ -1,0 +1,146 @@
+# Data parallelism on the CPU over MPI (issue #13): `mpirun -np 2 leantrain train --strategy S`
+# gives the losses of the 1-process run with the same global batch (within 1e-5 relative: the
+# ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
+# zero1, zero2 and fsdp, with and without micro-batches; each rank keeps less memory the more is
+# sharded; repeated runs give identical losses; --devices 2 starts the same job itself;
+# `plan --devices 2` predicts rank 0's measured peak exactly for each strategy; checkpoints of
+# every strategy resume on another world size; a mismatched configuration, a rank that dies, a
+# hung collective (the watchdog) and a batch that does not split end the job with one clear
+# line, never a hang. Skipped visibly without mpirun.
+source "$(dirname "$0")/common.bash" "$@"
+if ! command -v mpirun >/dev/null; then
+  echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, or scripts/deps.sh)"
+  exit 0
+fi
+# A build without MPI where mpirun exists is a failure, except where it is meant (scripts/sanitize.sh).
+if ! grep -q MPI_Init_thread "$LT"; then
+  if [ -n "${LT_E2E_NO_MPI:-}" ]; then
+    echo "SKIP: $LT was built without MPI on purpose (LT_E2E_NO_MPI)"
+    exit 0
+  fi
+  fail "$LT was built without MPI while mpirun is installed (install libopenmpi-dev and re-run cmake)"
+  finish
+  exit
+fi
+# Root in CI containers must say so; containers often forbid the cross-memory-attach copy.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPI=(timeout 300 mpirun -np 2 --oversubscribe)
+BASE=(train --device cpu --model gpt2-tiny --data fortunes --lr 1e-3 --eval-batches 1 --workers 1)
+COMMON=("${BASE[@]}" --steps 5)
+RUN=("${COMMON[@]}" --batch 8)
+
+# same_losses A B TOL what: the "loss" of every step of two metrics files agree within TOL (relative).
+same_losses() {
+  if python3 - "$1" "$2" "$3" <<'PY'; then ok; else fail "$4: losses differ"; fi
+import json, sys
+def losses(p): return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l and "eval_loss" not in l]
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+if len(a) != len(b) or not a: print(f"steps: {len(a)} vs {len(b)}"); sys.exit(1)
+for i, (x, y) in enumerate(zip(a, b)):
+    if abs(x - y) > tol * max(1.0, abs(x)): print(f"step {i+1}: {x!r} vs {y!r}"); sys.exit(1)
+PY
+}
+
+expect_ok "$LT" "${RUN[@]}" --metrics "$WORK/one.jsonl"
+expect_ok "$LT" "${RUN[@]}" --micro-batch 4 --metrics "$WORK/one_mb.jsonl"
+if ! "${MPI[@]}" "$LT" --version >/dev/null 2>&1; then fail "mpirun cannot start two ranks here"; finish; exit; fi
+for s in ddp zero1 zero2 fsdp; do
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s --metrics "$WORK/$s.jsonl"; then
+    expect_grep "rank 0 of 2, strategy $s: each rank trains on 4 of the 8 samples" "$WORK/out" "$s run"
+    same_losses "$WORK/one.jsonl" "$WORK/$s.jsonl" 1e-5 "$s vs 1 process"
+  fi
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --micro-batch 4 --strategy $s --metrics "$WORK/${s}_mb.jsonl"; then
+    same_losses "$WORK/one_mb.jsonl" "$WORK/${s}_mb.jsonl" 1e-5 "$s with micro-batches vs 1 process"
+  fi
+done
+# --clip under zero2 / fsdp clips by the whole model's norm (the shards' norms combined).
+expect_ok "$LT" "${RUN[@]}" --clip 0.5 --metrics "$WORK/one_clip.jsonl"
+for s in zero2 fsdp; do
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --clip 0.5 --strategy $s --metrics "$WORK/${s}_clip.jsonl"; then
+    same_losses "$WORK/one_clip.jsonl" "$WORK/${s}_clip.jsonl" 1e-5 "$s --clip 0.5 vs 1 process"
+  fi
+done
+# fsdp keeping the gathered blocks to backward: the same losses.
+if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy fsdp --reshard-after-forward false --metrics "$WORK/fsdp_keep.jsonl"; then
+  same_losses "$WORK/fsdp.jsonl" "$WORK/fsdp_keep.jsonl" 0 "fsdp --reshard-after-forward false vs true"
+fi
+# What each rank keeps between steps: fsdp less than zero2, zero2 and zero1 less than ddp
+# (the progress line's "mem": parameters, gradients and optimizer state after the step).
+mem_of() { grep -Eo 'mem [0-9.]+ MiB' "$WORK/mem_$1" | tail -1 | grep -Eo '[0-9.]+'; }
+for s in ddp zero1 fsdp; do "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s >"$WORK/mem_$s" 2>&1; done
+if python3 -c "import sys; d,z,f=map(float,sys.argv[1:]); sys.exit(0 if f < z < d else 1)" "$(mem_of ddp)" "$(mem_of zero1)" "$(mem_of fsdp)"; then
+  ok
+else
+  fail "memory per rank: ddp $(mem_of ddp), zero1 $(mem_of zero1), fsdp $(mem_of fsdp) MiB: want fsdp < zero1 < ddp"
+fi
+# plan --devices 2 --strategy S replays rank 0's allocations: its predicted peak is the measured one, to the byte.
+peak_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_allocated_bytes'])" "$1"; }
+for s in ddp zero1 zero2 fsdp; do
+  expect_ok "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 2 --strategy $s --metrics-json "$WORK/measured_$s.json" || continue
+  "$LT" plan "${BASE[@]:1}" --batch 8 --steps 2 --strategy $s --devices 2 --device-type cpu --json >"$WORK/plan_$s.json" 2>"$WORK/err" || {
+    fail "plan --strategy $s failed"; cat "$WORK/err" >&2; continue; }
+  if [ "$(peak_of "$WORK/plan_$s.json")" = "$(peak_of "$WORK/measured_$s.json")" ]; then ok; else
+    fail "$s: plan says $(peak_of "$WORK/plan_$s.json") B, rank 0 measured $(peak_of "$WORK/measured_$s.json") B"; fi
+done
+expect_ok "$LT" plan "${RUN[@]:1}" --strategy fsdp --devices 2 --device-type cpu
+expect_grep '^  rank 1: peak allocated' "$WORK/out" "plan's per-rank lines"
+# zero1 steps the same numbers as ddp (only where they are computed changes): identical.
+same_losses "$WORK/ddp.jsonl" "$WORK/zero1.jsonl" 0 "zero1 vs ddp"
+# Run to run: the reductions sum in rank order, so a repeat is identical to the last bit.
+expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero2 --metrics "$WORK/zero2_again.jsonl"
+same_losses "$WORK/zero2.jsonl" "$WORK/zero2_again.jsonl" 0 "zero2 twice"
+# zero2's reported gradient norm is the whole model's (the shards' norms combined), as ddp's.
+if python3 - "$WORK/ddp.jsonl" "$WORK/zero2.jsonl" <<'PY'; then ok; else fail "zero2's grad_norm is not the global one"; fi
+import json, sys
+n = [[json.loads(l)["grad_norm"] for l in open(p) if "grad_norm" in l] for p in sys.argv[1:]]
+sys.exit(0 if all(abs(a - b) <= 1e-5 * a for a, b in zip(*n)) else 1)
+PY
+
+# --devices 2 on the CPU hands the same job to mpirun.
+if expect_ok timeout 300 "$LT" "${RUN[@]}" --devices 2 --metrics "$WORK/devices.jsonl"; then
+  same_losses "$WORK/ddp.jsonl" "$WORK/devices.jsonl" 0 "--devices 2 vs mpirun -np 2"
+fi
+
+# expect_job_error REGEX CMD...: the job fails (non-zero, within the timeout) and some rank's
+# stderr has exactly one leantrain line, matching REGEX. mpirun adds its own notice.
+expect_job_error() {
+  local regex=$1 rc=0
+  shift
+  "$@" >"$WORK/out" 2>"$WORK/err" </dev/null || rc=$?
+  if [ "$rc" = 0 ]; then fail "exit 0, want a failure: $*"; return; fi
+  if [ "$rc" = 124 ]; then fail "the job hung (timeout): $*"; return; fi
+  if [ "$(grep -c '^leantrain: error: ' "$WORK/err")" -lt 1 ]; then fail "no leantrain error line: $*"; cat "$WORK/err" >&2; return; fi
+  if ! grep '^leantrain: error: ' "$WORK/err" | grep -Eq -- "$regex"; then fail "no error matches /$regex/: $*"; cat "$WORK/err" >&2; return; fi
+  if grep -Eqi 'terminate called|segmentation|core dumped' "$WORK/err"; then fail "crash text: $*"; return; fi
+  ok
+}
+# ddp saves from rank 0 (the whole state is on every rank) and resumes on another world size:
+# stopped after step 3 on 2 ranks, continued on 1 process, the last steps are the 1-process run's.
+expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --stop-at 3 --save "$WORK/ck" --metrics "$WORK/resumed.jsonl"
+expect_ok "$LT" train --resume "$WORK/ck" --metrics "$WORK/resumed.jsonl"
+same_losses "$WORK/one.jsonl" "$WORK/resumed.jsonl" 1e-5 "ddp saved on 2 ranks, resumed on 1"
+
+# One rank with another --weight-decay: refused at start by the configuration hash.
+expect_job_error "rank 1's configuration differs from rank 0's" \
+  timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --weight-decay 0.1
+# A rank that dies mid-run (its loss turns NaN at step 2) ends the whole job.
+expect_job_error "training loss is NaN at step 2" \
+  timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --debug-nan-at-step 2
+# A rank that stops early without an error leaves the other waiting in a collective: the
+# watchdog ends it after LEANTRAIN_DIST_TIMEOUT seconds with one line, never a hang.
+expect_job_error "rank 1: MPI [a-z_]+ did not finish in 5 s: another rank died or hangs" \
+  env LEANTRAIN_DIST_TIMEOUT=5 timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" --stop-at 2 : -np 1 "$LT" "${RUN[@]}"
+# A batch that does not split over the ranks.
+expect_job_error "--batch 9 over 2 ranks.*multiple of 2" "${MPI[@]}" "$LT" "${COMMON[@]}" --batch 9
+# Sharded strategies save one consolidated checkpoint too (every rank's optimizer state and
+# fsdp's blocks gathered to rank 0), which resumes on any world size and strategy.
+for s in zero2 fsdp; do
+  expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy $s --stop-at 3 --save "$WORK/ck_$s" --metrics "$WORK/resumed_$s.jsonl"
+  expect_ok "$LT" train --resume "$WORK/ck_$s" --metrics "$WORK/resumed_$s.jsonl"
+  same_losses "$WORK/one.jsonl" "$WORK/resumed_$s.jsonl" 1e-5 "$s saved on 2 ranks, resumed on 1"
+done
+# ... and the other way: a 1-process checkpoint continued by 2 fsdp ranks.
+expect_ok "$LT" "${RUN[@]}" --stop-at 3 --save "$WORK/ck_one" --metrics "$WORK/resumed_2.jsonl"
+expect_ok "${MPI[@]}" "$LT" train --resume "$WORK/ck_one" --strategy fsdp --metrics "$WORK/resumed_2.jsonl"
+same_losses "$WORK/one.jsonl" "$WORK/resumed_2.jsonl" 1e-5 "saved by 1 process, resumed on 2 fsdp ranks"
+finish
