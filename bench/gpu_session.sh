@@ -31,6 +31,10 @@ for s in $sections; do
         # bf16-mixed as BENCHMARKS.md: f32 parameters and AdamW state, bf16 compute (autocast).
         timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m --precision bf16-mixed \
           --batch 16 --seq 1024 --warmup 5 --steps 20 2>&1 | tail -3 | tee -a "$OUT/throughput.jsonl"
+        # The same with the blocks keeping their norm and GELU outputs (train's --no-lean-saves).
+        timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m --precision bf16-mixed \
+          --batch 16 --seq 1024 --warmup 5 --steps 20 --lean-saves 0 2>&1 | tail -1 | sed 's/^{/{"lean_saves": 0, /' |
+          tee -a "$OUT/throughput.jsonl"
         [ "$round" = 1 ] && timeout 180 "./$BUILD/leantrain_bench" throughput --device cuda --model gpt2-124m \
           --precision bf16-true --master-weights fp32 --batch 16 --seq 1024 --warmup 5 --steps 20 2>&1 | tail -3 |
           tee -a "$OUT/throughput.jsonl"
@@ -99,6 +103,9 @@ for s in $sections; do
         timeout 240 python3 bench/peers/lora_throughput_torch.py 2>&1 | tail -1 | tee -a "$OUT/lora-throughput.jsonl"
         [ "$round" = 1 ] && timeout 240 python3 bench/peers/lora_throughput_torch.py --adapter-dtype bf16 2>&1 | tail -1 |
           tee -a "$OUT/lora-throughput.jsonl"
+        # PEFT at its fastest: bf16 adapters on the bf16 base, no autocast (nothing to cast).
+        [ "$round" = 1 ] && timeout 240 python3 bench/peers/lora_throughput_torch.py --adapter-dtype bf16 --no-autocast \
+          2>&1 | tail -1 | tee -a "$OUT/lora-throughput.jsonl"
       done
       python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print('lora plan peak_allocated', p.get('peak_allocated_bytes'))" \
         "$OUT/lora-plan.json" 2>&1 | tail -1

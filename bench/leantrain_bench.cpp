@@ -6,7 +6,8 @@
 //   throughput training steps of a language model preset (--model: GPT-2 or LLaMA family) on
 //              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
-//              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's
+//              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's;
+//              --lean-saves 0 as train's --no-lean-saves
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
 //              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
@@ -193,6 +194,8 @@ int throughput(const std::map<std::string, std::string>& f) {
   LT_CHECK(lm, "throughput: --model " + get(f, "model", "gpt2-124m") + " is not a language model",
            "the bench trains on random tokens", "pass a GPT-2 or LLaMA-family preset");
   const int64_t V = lm->vocab_size();
+  // --lean-saves 0: blocks keep their norm and GELU outputs (train's --no-lean-saves).
+  nn::set_lean_saves(*model, get(f, "lean-saves", "1") != "0");
   // --checkpoint SPEC: as train's (e.g. blocks).
   if (get(f, "checkpoint", "none") != "none") nn::apply_checkpointing(*model, get(f, "checkpoint", "none"));
   // Layers and attention width for the attention term of the FLOPs per token.

@@ -46,7 +46,12 @@ def check(args, kind):
     row["adapter_config"] = json.load(open(os.path.join(adapter, "adapter_config.json")))
 
     base = cls.from_pretrained(base_dir).float().eval()
-    peft = PeftModel.from_pretrained(base, adapter)
+    try:
+        peft = PeftModel.from_pretrained(base, adapter)
+    except Exception as e:  # say which modules the base has, so a naming mismatch shows
+        linear = [n for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)]
+        return {**row, "ok": False, "failures": [f"PeftModel.from_pretrained: {type(e).__name__}: {e}"],
+                "base_linear_modules": linear[:12], "adapter_config": row.get("adapter_config")}
     # Every tensor of the file went somewhere: PEFT warns about unexpected keys; check by name.
     saved = set(load_file(os.path.join(adapter, "adapter_model.safetensors")))
     params = {n.replace(".default", "").replace("modules_to_save.", "") for n, _ in peft.named_parameters()}

@@ -271,6 +271,30 @@ def run_lora_case(args, name, cfg, dtype_name, steps, lr, tmp):
     extra = [k for k in ours if k.startswith("grad.") and ".lora_" not in k]
     res.update(grad_worst_rel_err=worst, grad_worst_param=worst_name, grads_missing=missing,
                grads_of_frozen_params=extra, num_adapter_params=count)
+    # bf16: as run_case, how far each side is from f32 arithmetic on the same weights, adapter and
+    # batch (PEFT's adapter directory loaded onto an f32 copy of the base).
+    if dtype_name == "bf16" and args.f32_reference:
+        from peft import PeftModel
+        torch_grads = {n: p.grad.float() for n, p in model.named_parameters() if p.requires_grad}
+        torch_logits = logits.float()
+        ref_base = make_model("llama", {k: v for k, v in cfg.items() if not k.startswith("lora_")}, torch.float32)
+        ref_base.load_state_dict({k: v.float().cuda() for k, v in weights.items()}, strict=False)
+        ref = PeftModel.from_pretrained(ref_base, adapter_dir, is_trainable=True).float()
+        rlogits, rloss = torch_loss("llama", ref, data, 0, torch.float32)
+        rloss.backward()
+        wt, wo = 0.0, 0.0
+        for n, p in ref.named_parameters():
+            key = "grad." + n.replace("base_model.model.", "", 1).replace(".default.", ".")
+            if not p.requires_grad or n not in torch_grads or key not in ours:
+                continue
+            wt = max(wt, rel_err(torch_grads[n], p.grad.float()))
+            wo = max(wo, rel_err(ours[key].float().reshape(p.shape).cuda(), p.grad.float()))
+        res["f32_ref_logits_rel_err"] = {"torch_bf16": rel_err(torch_logits, rlogits.float()),
+                                         "leantrain_bf16": rel_err(ours["logits"].float().reshape(rlogits.shape).cuda(),
+                                                                   rlogits.float())}
+        res["f32_ref_grad_worst_rel_err"] = {"torch_bf16": wt, "leantrain_bf16": wo}
+        del ref, ref_base, rlogits, rloss
+        torch.cuda.empty_cache()
     if steps > 0:
         with torch.no_grad():
             for n, p in model.named_parameters():
@@ -290,7 +314,13 @@ def run_lora_case(args, name, cfg, dtype_name, steps, lr, tmp):
                    curve_max_abs_diff=max(abs(a - b) for a, b in zip(curve, ours_curve)) if ours_curve else None)
     tol = {"f32": (1e-4, 1e-3, 1e-3), "bf16": (3e-2, 6e-2, 5e-2)}[dtype_name]
     res["tolerances"] = {"logits": tol[0], "grads": tol[1], "curve_abs": tol[2]}
-    res["ok"] = (res["logits_rel_err"] <= tol[0] and worst <= tol[1] and not missing and not extra and
+    close = res["logits_rel_err"] <= tol[0] and worst <= tol[1]
+    if not close and "f32_ref_logits_rel_err" in res:
+        # Outside the table only counts when leantrain is also farther from f32 than PyTorch's bf16 is.
+        fl, fg = res["f32_ref_logits_rel_err"], res["f32_ref_grad_worst_rel_err"]
+        close = fl["leantrain_bf16"] <= fl["torch_bf16"] and fg["leantrain_bf16"] <= fg["torch_bf16"]
+        res["ok_by_f32_reference"] = close
+    res["ok"] = (close and not missing and not extra and
                  (steps == 0 or (res.get("curve_max_abs_diff") is not None and res["curve_max_abs_diff"] <= tol[2])))
     return res
 

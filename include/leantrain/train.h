@@ -58,6 +58,7 @@ struct RunConfig {
   std::string precision = "32-true";    // 32-true | 16-mixed | bf16-mixed | 16-true | bf16-true
   std::string master_weights = "none";  // fp32: f32 master copies of the 16-bit parameters (-true)
   bool fused_step = false;              // optimizer step inside backward: no gradient buffer is kept
+  bool lean_saves = true;               // blocks recompute norm and GELU outputs in backward (nn::set_lean_saves)
   bool stochastic_rounding = false;     // round 16-bit parameter updates stochastically (-true, no master weights)
   // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |
   // selective | a regex over module paths.

@@ -18,11 +18,11 @@ PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, 
 // saved) unless ln_2 has a forward wrapper (a checkpointed ln_2 must run through it).
 Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
   Tensor a;
-  if (LayerNorm* ln = plain_layer_norm(ln_1_.get()); ln && !attn_->forward_wrapper())
+  if (LayerNorm* ln = plain_layer_norm(ln_1_.get()); lean_saves_ && ln && !attn_->forward_wrapper())
     a = attn_->forward_normed(x, *ln, mask);
   if (!a.defined()) a = (*attn_)((*ln_1_)(x), mask);
   auto* mlp = dynamic_cast<Mlp*>(mlp_.get());
-  if (LayerNorm* ln = plain_layer_norm(ln_2_.get()); ln && mlp && !mlp->forward_wrapper()) {
+  if (LayerNorm* ln = plain_layer_norm(ln_2_.get()); lean_saves_ && ln && mlp && !mlp->forward_wrapper()) {
     Tensor h = add(x, a);
     Tensor m = mlp->forward_normed(h, *ln);
     if (m.defined()) return add(h, m);
@@ -40,6 +40,17 @@ Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
   }
   Tensor h = add(x, a);
   return add(h, (*mlp_)((*ln_2_)(h)));
+}
+
+int64_t set_lean_saves(Module& root, bool on) {
+  int64_t n = 0;
+  std::function<void(Module&)> visit = [&](Module& m) {
+    if (auto* b = dynamic_cast<PreNormBlock*>(&m)) b->set_lean_saves(on), ++n;
+    if (auto* mlp = dynamic_cast<Mlp*>(&m)) mlp->set_lean_saves(on), ++n;
+    for (auto& [name, child] : m.children()) visit(*child);
+  };
+  visit(root);
+  return n;
 }
 
 }  // namespace lt::nn

@@ -23,6 +23,12 @@ Mlp::Mlp(ParamFactory& pf, const MlpOptions& o) {
 Tensor Mlp::forward(const Tensor& x) {
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
+  if (!lean_saves_) {
+    // The GELU's output kept for fc2; a tanh GELU still rides in fc1's GEMM epilogue.
+    if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
+      return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
+    return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
+  }
   if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->recomputed_or_unwrapped()) {
     LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
     return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx()));
@@ -31,6 +37,7 @@ Tensor Mlp::forward(const Tensor& x) {
 }
 
 Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln) {
+  if (!lean_saves_) return Tensor();
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
   if (!fc1 || !fc2 || !act || typeid(*act) != typeid(Gelu) || !act->recomputed_or_unwrapped()) return Tensor();

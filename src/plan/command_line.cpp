@@ -73,6 +73,7 @@ std::string command_line(const RunConfig& c) {
   str("--master-weights", c.master_weights, d.master_weights);
   if (c.stochastic_rounding) s += " --stochastic-rounding";
   if (c.fused_step) s += " --fused-step";
+  if (!c.lean_saves) s += " --no-lean-saves";
   str("--checkpoint", c.checkpoint, d.checkpoint);
   if (c.offload_activations) s += " --offload-activations";
   i("--lora-rank", c.lora_rank, d.lora_rank);

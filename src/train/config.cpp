@@ -237,7 +237,7 @@ Device resolve_device(const std::string& spec) {
   X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
+  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(lean_saves) X(checkpoint) \
   X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
   X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward)
 

@@ -150,6 +150,7 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
     t.weights_note = "; weights loaded from " + s.weights_dir + " (" + std::to_string(w.tensors) + " tensors" +
                      (w.files > 1 ? " in " + std::to_string(w.files) + " shards" : "") + ")";
   }
+  nn::set_lean_saves(*t.model, c.lean_saves);
   t.lora_note = apply_lora(*t.model, c);  // --lora-rank: adapters on the loaded base, the rest frozen
 }
 
@@ -251,6 +252,10 @@ std::string model_directory(const RunConfig& c) {
 // still loaded, and saved, when given or found beside the model).
 RunTokenizer choose_tokenizer(const RunConfig& c, const ModelSpec& s, bool required) {
   if (!c.resume.empty()) {
+    // A synthetic-data run saved without a tokenizer resumes without one (random ids need none).
+    std::error_code ec;
+    if (!required && c.tokenizer.empty() && !std::filesystem::exists(std::filesystem::path(c.resume) / "tokenizer.json", ec))
+      return {};
     RunTokenizer saved = checkpoint_tokenizer(c.resume);
     if (!c.tokenizer.empty() && !same_tokenizer_json(saved, resolve_tokenizer_json(c.tokenizer, "")))
       throw UsageError("--tokenizer " + c.tokenizer + " with --resume " + c.resume,
