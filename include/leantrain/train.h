@@ -68,6 +68,9 @@ struct RunConfig {
   // none | optimizer: AdamW's f32 master weights and moments in pinned host memory, the step on
   // the CPU (docs/decisions.md, "--offload optimizer"; issue #14). params is not there yet.
   std::string offload = "none";
+  // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
+  // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
+  std::string quantize = "none";
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

@@ -102,6 +102,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "none, or optimizer: AdamW's f32 master weights and moments in pinned host memory, its step on "
                  "the CPU (SIMD, all cores)")
       ->capture_default_str()->group(what);
+  cmd.add_option("--quantize", c.quantize,
+                 "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA "
+                 "format; embeddings, head and norms stay 16-bit)")
+      ->capture_default_str()->group(what);
 
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")

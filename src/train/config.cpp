@@ -13,6 +13,7 @@
 #include "leantrain/train.h"
 #include "train/output_paths.h"
 #include "train/flag_ranges.h"
+#include "train/quantize_setup.h"
 
 namespace lt {
 
@@ -108,6 +109,7 @@ void validate(const RunConfig& c) {
           "it offloads what checkpointed modules keep for their recomputation, and none is checkpointed",
           "add --checkpoint blocks (or another --checkpoint value)");
   check_offload(c);
+  check_quantize_flag(c.quantize);
   check_range(flag_range::batch, c.batch);
   check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -201,7 +203,8 @@ Device resolve_device(const std::string& spec) {
   X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
-  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload)
+  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
+  X(quantize)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;
