@@ -153,6 +153,14 @@ std::map<std::string, std::string> nf4_prepare_load(const io::WeightFiles& files
   return float_keys;
 }
 
+std::string nf4_config_json(nn::Module& m, const std::string& config_json) {
+  const auto layers = nf4_layers(m);
+  if (layers.empty()) return config_json;
+  nlohmann::json j = nlohmann::json::parse(config_json);
+  j["quantization_config"] = bnb_quantization_config(layers.front().second->state().dtype);
+  return j.dump(2) + "\n";
+}
+
 nlohmann::json bnb_quantization_config(DType compute) {
   // BitsAndBytesConfig.to_dict(), keys sorted as config.json is written (json.dumps(sort_keys=True)).
   return nlohmann::json{{"_load_in_4bit", true},

@@ -41,4 +41,8 @@ std::map<std::string, std::string> nf4_prepare_load(const io::WeightFiles& files
 // bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute).
 nlohmann::json bnb_quantization_config(DType compute);
 
+// config.json text with the quantization_config of `m`'s NF4 layers added (their weights' dtype as
+// bnb_4bit_compute_dtype); the text unchanged when m has none.
+std::string nf4_config_json(nn::Module& m, const std::string& config_json);
+
 }  // namespace lt

@@ -8,6 +8,7 @@
 #include "io/weight_files.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
+#include "quant/nf4_checkpoint.h"
 #include "train/checkpoint_weights.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
@@ -80,7 +81,7 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
 
   StagedDir stage(dir);
   save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
-  write_text_file(stage.path("config.json"), t.model().config_json());
+  write_text_file(stage.path("config.json"), nf4_config_json(t.model(), t.model().config_json()));
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
 
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
