@@ -80,9 +80,15 @@ Tensor nf4_block_absmax(const Nf4Weight& q) {
 }
 
 Tensor nf4_dequantize(const Nf4Weight& q, DType dtype) {
-  const Tensor absmax = nf4_block_absmax(q);
+  LT_CHECK(q.nested_map.size() == 256, "nf4: the nested quant map has " + std::to_string(q.nested_map.size()) + " entries",
+           "an 8-bit map has 256", "load weight.nested_quant_map with the weight");
+  // One pass, the absmax decoded on the fly: no f32 absmax tensor (the same bits as
+  // nf4_block_absmax followed by the backend's nf4_dequantize).
   const Tensor out = empty(q.shape, dtype, q.codes.device());
-  backend_for(q.codes.device()).nf4_dequantize(reshape(out, {out.numel()}), q.codes, absmax);
+  backend_for(q.codes.device())
+      .nf4_dequantize_nested(reshape(out, {out.numel()}), reshape(q.codes, {q.codes.numel()}),
+                             reshape(q.absmax_codes, {q.absmax_codes.numel()}),
+                             reshape(q.nested_absmax, {q.nested_absmax.numel()}), q.offset, q.nested_map);
   return out;
 }
 

@@ -57,8 +57,9 @@ std::vector<std::string> nf4_target_paths(nn::Module& m, const std::vector<std::
   for (auto& [path, mod] : m.named_modules()) {
     if (dynamic_cast<nn::ModuleList*>(mod)) lists.push_back(path + ".");
     if (!dynamic_cast<nn::Linear*>(mod) || skipped(path, skip)) continue;
+    // Inside an entry of the list (a block), not an entry itself (ViT's heads.head).
     for (const std::string& l : lists)
-      if (path.rfind(l, 0) == 0) {
+      if (path.rfind(l, 0) == 0 && path.find('.', l.size()) != std::string::npos) {
         out.push_back(path);
         break;
       }

@@ -26,7 +26,7 @@ void check_quantize_flag(const std::string& quantize);
 std::optional<BnbQuantConfig> model_dir_quantization(const std::string& dir);
 
 // The paths of the linear layers --quantize nf4 turns into NF4: every Linear / Conv1D inside a
-// ModuleList (the blocks); embeddings, heads, norms and ViT's fused in_proj stay as they are. A
+// ModuleList's entry (a block's, not an entry of the list itself); embeddings, heads, norms and ViT's fused in_proj stay as they are. A
 // module named in `skip` (bitsandbytes' llm_int8_skip_modules: a path, or a name it ends with)
 // is left out.
 std::vector<std::string> nf4_target_paths(nn::Module& m, const std::vector<std::string>& skip = {});
