@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/nf4.h"
 #include "error_of.h"
 #include "io/weight_files.h"
@@ -236,4 +237,28 @@ TEST(QuantNf4Module, UnknownQuantisationIsAUsageError) {
   EXPECT_NO_THROW(check_quantize_flag("nf4"));
   EXPECT_NO_THROW(check_quantize_flag("none"));
   EXPECT_NE(error_of([] { check_quantize_flag("int8"); }).find("--quantize int8"), std::string::npos);
+}
+
+// The fused dequantisation (what nf4_linear runs) gives the bits of the two-step one, for partial
+// blocks and several nested blocks.
+TEST(QuantNf4Module, FusedDequantiseEqualsBlockAbsmaxThenDequantise) {
+  for (int64_t n : {int64_t(7), int64_t(64 * 300 + 37), int64_t(64 * 256 * 2)})
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      const Nf4Weight q = nf4_quantize(from_vector(normal(size_t(n), uint64_t(n), 0.1f), {n}, DType::F32));
+      const Tensor fused = nf4_dequantize(q, dt);
+      const Tensor two = empty({n}, dt, Device::cpu());
+      backend_for(Device::cpu()).nf4_dequantize(two, q.codes, nf4_block_absmax(q));
+      EXPECT_EQ(values(fused), values(two)) << n << " " << dtype_name(dt);
+    }
+}
+
+// ViT: the blocks' Linears (out_proj, mlp.0, mlp.3) are quantised, the classifier heads.head (an
+// entry of a ModuleList, not inside one) and the fused in_proj (no Linear) are not.
+TEST(QuantNf4Module, VitQuantisesItsBlocksLinearsOnly) {
+  const auto m = models::create_model("vit-tiny", {.device = Device::meta()});
+  const std::vector<std::string> paths = nf4_target_paths(*m);
+  EXPECT_EQ(paths.size(), size_t(3 * 4));
+  for (const std::string& p : paths) EXPECT_EQ(p.rfind("encoder.layers.", 0), 0u) << p;
+  const auto skip = nf4_target_paths(*m, {"out_proj"});
+  EXPECT_EQ(skip.size(), size_t(2 * 4));
 }
