@@ -25,10 +25,10 @@ void check_quantize_flag(const std::string& quantize);
 // unquantised model). lt::Error for one leantrain cannot load (FP4, 8-bit, no double quant, ...).
 std::optional<BnbQuantConfig> model_dir_quantization(const std::string& dir);
 
-// The paths of the linear layers --quantize nf4 turns into NF4: every Linear / Conv1D inside a
-// ModuleList's entry (a block's, not an entry of the list itself); embeddings, heads, norms and ViT's fused in_proj stay as they are. A
-// module named in `skip` (bitsandbytes' llm_int8_skip_modules: a path, or a name it ends with)
-// is left out.
+// The paths of the linear layers --quantize nf4 turns into NF4: every Linear / Conv1D inside an
+// entry of a ModuleList (a block; not an entry itself, as ViT's heads.head); embeddings, heads,
+// norms and ViT's fused in_proj stay as they are. A module named in `skip` (bitsandbytes'
+// llm_int8_skip_modules: a path, or a name it ends with) is left out.
 std::vector<std::string> nf4_target_paths(nn::Module& m, const std::vector<std::string>& skip = {});
 
 struct QuantizedModel {
