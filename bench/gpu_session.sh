@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4 (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, lora (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -53,6 +53,29 @@ for s in $sections; do
         timeout 240 python3 bench/peers/llama_throughput_torch.py --mode plain 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
         [ "$round" = 1 ] && timeout 240 python3 bench/peers/llama_throughput_torch.py --mode fsdp 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
       done
+      ;;
+    lora)
+      # Issue 15, LoRA on a bf16 base: parity with PEFT (TinyLlama shape, T 128, r 16 alpha 32 on the 7
+      # linear names: logits, adapter grads, 50 steps), then throughput side by side, alternating:
+      # TinyLlama-1.1B shape, B4 x T1024, r 64 alpha 16 on all linear layers, checkpointed layers,
+      # AdamW; leantrain (plan first, then the CLI on random tokens) against PEFT (bf16 base, f32
+      # adapters, autocast, fused AdamW).
+      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --only lora-tinyllama \
+        2>&1 | tail -6
+      F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-true --lora-rank 64 --lora-alpha 16 --checkpoint blocks"
+      timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/lora-plan.json" 2>&1; tail -c 400 "$OUT/lora-plan.json"; echo
+      : > "$OUT/lora-throughput.jsonl"
+      for round in 1 2; do
+        timeout 240 "./$BUILD/leantrain" train $F --device cuda --steps 15 --eval-batches 1 --log-every 5 \
+          --metrics-json "$OUT/lora-run$round.json" 2>&1 | tail -4
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({'system': 'leantrain-lora', 'tokens_per_s': round(j['steady_items_per_s']), 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes']}))" \
+          "$OUT/lora-run$round.json" | tee -a "$OUT/lora-throughput.jsonl"
+        timeout 240 python3 bench/peers/lora_throughput_torch.py 2>&1 | tail -1 | tee -a "$OUT/lora-throughput.jsonl"
+        [ "$round" = 1 ] && timeout 240 python3 bench/peers/lora_throughput_torch.py --adapter-dtype bf16 2>&1 | tail -1 |
+          tee -a "$OUT/lora-throughput.jsonl"
+      done
+      python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print('lora plan peak_allocated', p.get('peak_allocated_bytes'))" \
+        "$OUT/lora-plan.json" 2>&1 | tail -1
       ;;
     nf4)
       # Issue 15: NF4 + double quantisation against the torch re-implementation of bitsandbytes,

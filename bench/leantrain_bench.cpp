@@ -1,6 +1,8 @@
 // The leantrain side of the GPU benches (run by scripts under bench/, next to PyTorch peers).
 //   parity     load weights + batches written by bench/peers/parity.py, write logits, loss,
-//              every parameter gradient, and the loss curve of N AdamW steps
+//              every parameter gradient, and the loss curve of N AdamW steps; with --adapter DIR
+//              (a PEFT LoRA adapter directory) the adapter goes on the model, the base stays frozen,
+//              and the gradients and steps are the adapters' (named as leantrain names them)
 //   throughput training steps of a language model preset (--model: GPT-2 or LLaMA family) on
 //              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
@@ -56,6 +58,7 @@
 #include "models/registry.h"
 #include "quant/nf4.h"
 #include "quant/nf4_linear.h"
+#include "train/lora_setup.h"
 
 using namespace lt;
 
@@ -116,6 +119,8 @@ int parity(const std::map<std::string, std::string>& f) {
   model->eval();  // dropout off (PyTorch side has p = 0 too)
   const std::string weights = need(f, "weights");
   io::load_module(*model, weights);
+  const std::string adapter = get(f, "adapter", "");
+  if (!adapter.empty()) attach_peft_adapter(*model, adapter);  // the base frozen, the adapters trainable
   std::map<std::string, Tensor> data;
   {
     MemoryCategoryScope s(Category::Input);
@@ -124,7 +129,8 @@ int parity(const std::map<std::string, std::string>& f) {
   const bool gpt = models::family_of_type(model->model_type()).input() == models::InputKind::Tokens;
   const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
   const Tensor& ys = data.at("labels");
-  for (auto& p : model->parameters()) p.set_requires_grad(true);
+  if (adapter.empty())
+    for (auto& p : model->parameters()) p.set_requires_grad(true);
 
   std::vector<std::pair<std::string, Tensor>> out;
   {
@@ -136,17 +142,19 @@ int parity(const std::map<std::string, std::string>& f) {
     out.push_back({"logits", cast(logits.detach(), DType::F32)});
     out.push_back({"loss", reshape(cast(loss.detach(), DType::F32), {1})});
   }
-  for (auto& [name, p] : model->named_parameters()) {
+  for (auto& [name, p] : model->named_trainable_parameters()) {
     LT_CHECK(p.grad().defined(), "no gradient for " + name, "backward did not reach it", "check the model");
     out.push_back({"grad." + name, cast(p.grad(), DType::F32)});
   }
   if (steps > 0) {
-    io::load_module(*model, weights);  // the same start as PyTorch's fresh model
-    zero_grad(model->parameters(), true);
+    // The same start as PyTorch's fresh model (with an adapter only it has changed: the base is frozen).
+    if (adapter.empty()) io::load_module(*model, weights);
+    else load_lora_adapter(adapter, *model);
+    zero_grad(model->trainable_parameters(), true);
     AdamWOptions o;
     o.lr = lr;
     o.weight_decay = 0.0;
-    AdamW opt(model->named_parameters(), o);
+    AdamW opt(model->named_trainable_parameters(), o);
     std::vector<float> curve;
     for (int64_t i = 0; i < steps; ++i) {
       Tensor loss;

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Parity with PyTorch on the GPU machine.
 
+LoRA: PEFT's adapter (r 16, alpha 32, all 7 linear names of TinyLlama's shape) against
+leantrain_bench parity --adapter: logits, adapter gradients, 50 adapter-only AdamW steps.
+
 For each model (HF GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM and torchvision
 VisionTransformer, small ones and full-size ones) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
 as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and writes its logits,
@@ -204,6 +207,94 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     return res
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def run_lora_case(args, name, cfg, dtype_name, steps, lr, tmp):
+    """LoRA on a frozen base, PEFT against leantrain (issue 15): PEFT writes its adapter
+    (save_pretrained: adapter_config.json + adapter_model.safetensors, B drawn non-zero so the
+    update shows), leantrain_bench parity --adapter reads that directory; logits, loss and every
+    adapter gradient are compared, then `steps` AdamW steps on the adapters only."""
+    from peft import LoraConfig, get_peft_model
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    torch.manual_seed(1234)
+    base = make_model("llama", {k: v for k, v in cfg.items() if not k.startswith("lora_")}, dtype)
+    weights = {k: v.detach().contiguous().cpu() for k, v in base.named_parameters()}
+    lcfg = LoraConfig(r=cfg["lora_r"], lora_alpha=cfg["lora_alpha"], target_modules=LORA_TARGETS, lora_dropout=0.0,
+                      bias="none", task_type="CAUSAL_LM")
+    # autocast_adapter_dtype=False: adapters in the base's dtype on both sides (PEFT's default
+    # upcasts bf16 adapters to f32; leantrain keeps them in the run's parameter dtype).
+    model = get_peft_model(base, lcfg, autocast_adapter_dtype=False)
+    with torch.no_grad():
+        g = torch.Generator(device="cpu").manual_seed(7)
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p.dtype))
+    adapter_dir = os.path.join(tmp, f"{name}-{dtype_name}-adapter")
+    model.save_pretrained(adapter_dir)
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    gen = torch.Generator().manual_seed(99)
+    data = batches("llama", cfg, max(steps, 1), cfg["batch"], gen)
+    paths = {k: os.path.join(tmp, f"{name}-{dtype_name}-{k}") for k in ("w", "b", "cfg", "out")}
+    save_file(weights, paths["w"] + ".safetensors")
+    save_file(data, paths["b"] + ".safetensors")
+    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "lora_r", "lora_alpha")}
+    with open(paths["cfg"] + ".json", "w") as f:
+        json.dump({**json.loads(base.config.to_json_string()), **keys}, f)
+    cmd = [args.bench, "parity", "--kind", "llama", "--config", paths["cfg"] + ".json",
+           "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
+           "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
+           "--adapter", adapter_dir, "--out", paths["out"] + ".safetensors"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"case": name, "dtype": dtype_name, "ok": False, "error": (proc.stderr or proc.stdout)[-2000:]}
+    ours = load_file(paths["out"] + ".safetensors")
+    logits, loss = torch_loss("llama", model, data, 0, dtype)
+    loss.backward()
+    res = {"case": name, "dtype": dtype_name, "lora": {"r": cfg["lora_r"], "alpha": cfg["lora_alpha"],
+                                                        "targets": LORA_TARGETS, "adapter_dtype": dtype_name}}
+    res["logits_rel_err"] = rel_err(ours["logits"].float().reshape(logits.shape).cuda(), logits.float())
+    res["loss_torch"], res["loss_leantrain"] = float(loss), float(ours["loss"].reshape(-1)[0])
+    worst, worst_name, missing, count = 0.0, None, [], 0
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        count += 1
+        # PEFT: base_model.model.<path>.lora_A.default.weight; leantrain: <path>.lora_A.weight
+        key = "grad." + n.replace("base_model.model.", "", 1).replace(".default.", ".")
+        if key not in ours:
+            missing.append(n)
+            continue
+        e = rel_err(ours[key].float().reshape(p.shape).cuda(), p.grad.float())
+        if e > worst:
+            worst, worst_name = e, n
+    extra = [k for k in ours if k.startswith("grad.") and ".lora_" not in k]
+    res.update(grad_worst_rel_err=worst, grad_worst_param=worst_name, grads_missing=missing,
+               grads_of_frozen_params=extra, num_adapter_params=count)
+    if steps > 0:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if p.requires_grad:
+                    p.copy_(start[n])
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        curve = []
+        for i in range(steps):
+            opt.zero_grad(set_to_none=True)
+            _, l = torch_loss("llama", model, data, i, dtype)
+            l.backward()
+            opt.step()
+            curve.append(float(l))
+        ours_curve = [float(x) for x in ours["losses"].reshape(-1)]
+        res.update(curve_torch=curve, curve_leantrain=ours_curve,
+                   curve_max_abs_diff=max(abs(a - b) for a, b in zip(curve, ours_curve)) if ours_curve else None)
+    tol = {"f32": (1e-4, 1e-3, 1e-3), "bf16": (3e-2, 6e-2, 5e-2)}[dtype_name]
+    res["tolerances"] = {"logits": tol[0], "grads": tol[1], "curve_abs": tol[2]}
+    res["ok"] = (res["logits_rel_err"] <= tol[0] and worst <= tol[1] and not missing and not extra and
+                 (steps == 0 or (res.get("curve_max_abs_diff") is not None and res["curve_max_abs_diff"] <= tol[2])))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default="build-cuda/leantrain_bench")
@@ -253,8 +344,16 @@ def main():
             ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                                      image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),
         ]
+    # LoRA (issue 15): TinyLlama's shape (every layer), T 128, r 16 alpha 32 on the 7 linear names.
+    tinyllama = dict(model_type="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                     num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, batch=1, seq=128)
+    lora_cases = [("lora-tinyllama", dict(tinyllama, lora_r=16, lora_alpha=32), 50)]
+    if args.quick:  # the same recipe on the small LLaMA
+        lora_cases = [("lora-llama-small", dict(llama_small, lora_r=16, lora_alpha=32), 50)]
     only = set(filter(None, args.only.split(",")))
     cases = [c for c in cases if not only or c[0] in only]
+    lora_cases = [c for c in lora_cases if not only or c[0] in only]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, kind, cfg, steps in cases:
@@ -267,6 +366,12 @@ def main():
                                                "grad_worst_param", "curve_max_abs_diff", "f32_ref_logits_rel_err",
                                                "f32_ref_grad_worst_rel_err", "error")}
                 print(json.dumps(brief), flush=True)
+        for name, cfg, steps in lora_cases:
+            for dt in args.dtypes.split(","):
+                r = run_lora_case(args, name, cfg, dt, steps, 1e-3, tmp)
+                results.append(r)
+                print(json.dumps({k: r.get(k) for k in ("case", "dtype", "ok", "logits_rel_err", "grad_worst_rel_err",
+                                                        "grad_worst_param", "curve_max_abs_diff", "error")}), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "torch": torch.__version__, "results": results}
     os.makedirs(args.out, exist_ok=True)

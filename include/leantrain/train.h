@@ -71,6 +71,12 @@ struct RunConfig {
   // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
   // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
   std::string quantize = "none";
+  // LoRA adapters (docs/user-guide.md, "LoRA"): rank 0 is off. Everything else is frozen.
+  int64_t lora_rank = 0;
+  double lora_alpha = 8;        // PEFT's default; the update is scaled by alpha / rank
+  double lora_dropout = 0;      // on the adapters' input
+  std::string lora_targets;     // regex over module paths; "": every linear layer inside the blocks
+  std::string lora_init;        // a PEFT adapter directory the adapters start from (not saved with the run)
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)
   std::string memory_snapshot;  // PATH.json (+ PATH.pickle for pytorch.org/memory_viz) after the last step

@@ -22,6 +22,7 @@ struct Commands {
   CLI::App* plan = nullptr;
   CLI::App* profile = nullptr;
   CLI::App* eval = nullptr;
+  CLI::App* merge = nullptr;
 };
 
 // Flags of train and plan that live outside RunConfig.
@@ -32,6 +33,7 @@ struct Extras {
   RunConfig prof_cfg;
   ProfileFlags profile;
   EvalConfig eval;
+  MergeConfig merge;
 };
 
 Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
@@ -56,6 +58,8 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   add_profile_flags(*c.profile, x.prof_cfg, x.profile);
   c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file");
   add_eval_flags(*c.eval, x.eval);
+  c.merge = c.app->add_subcommand("merge", "Fold a LoRA adapter into its base model: a merged Hugging Face model directory");
+  add_merge_flags(*c.merge, x.merge);
   return c;
 }
 
@@ -63,7 +67,7 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
 std::string command_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "train" || a == "generate" || a == "plan" || a == "profile" || a == "eval") return a;
+    if (a == "train" || a == "generate" || a == "plan" || a == "profile" || a == "eval" || a == "merge") return a;
     if (a.rfind("-", 0) != 0) return "";
   }
   return "";
@@ -115,6 +119,7 @@ int dispatch(int argc, char** argv) {
   if (c.profile->parsed()) return run_profile(x.prof_cfg, x.profile);
   if (c.generate->parsed()) return run_generate(gcfg);
   if (c.eval->parsed()) return run_eval(x.eval);
+  if (c.merge->parsed()) return run_merge(x.merge);
   std::fputs(c.app->help().c_str(), stdout);
   return 0;
 }

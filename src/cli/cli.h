@@ -10,6 +10,7 @@
 #include "leantrain/train.h"
 #include "train/eval_inputs.h"
 #include "train/flag_ranges.h"
+#include "train/lora_merge.h"
 
 namespace lt::cli {
 
@@ -63,6 +64,10 @@ int run_generate(const GenerateConfig& cfg);
 // `eval` (src/cli/eval_command.cpp): logits and loss of a model directory on given inputs.
 void add_eval_flags(CLI::App& cmd, EvalConfig& cfg);
 int run_eval(const EvalConfig& cfg);
+
+// `merge` (src/cli/merge_command.cpp): a LoRA adapter folded into its base model.
+void add_merge_flags(CLI::App& cmd, MergeConfig& cfg);
+int run_merge(const MergeConfig& cfg);
 
 // "leantrain: error: <what>: <why> (<fix>)" on one line; returns the exit code to use.
 int report(const std::exception& e, std::FILE* err = stderr);

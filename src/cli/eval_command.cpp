@@ -9,6 +9,7 @@ namespace lt::cli {
 void add_eval_flags(CLI::App& cmd, EvalConfig& c) {
   cmd.footer("Example: leantrain eval --model runs/gpt --inputs batch.safetensors --out logits.safetensors");
   cmd.add_option("--model", c.model, "A model directory (config.json + weights) or a preset (random weights)")->required();
+  cmd.add_option("--adapter", c.adapter, "A PEFT LoRA adapter directory (a LoRA run's --save) applied on the model");
   cmd.add_option("--inputs", c.inputs,
                  "safetensors file: input_ids (language models) or pixel_values (image models), optional labels")
       ->required();

@@ -107,6 +107,20 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "format; embeddings, head and norms stay 16-bit)")
       ->capture_default_str()->group(what);
 
+  what = "LoRA adapters";
+  add_int_flag(cmd, flag_range::lora_rank, c.lora_rank,
+               "LoRA rank r: train low-rank adapters on the linear layers, everything else frozen (0: off)")
+      ->capture_default_str()->group(what);
+  add_real_flag(cmd, "--lora-alpha", c.lora_alpha, "LoRA alpha: the adapters' update is scaled by alpha / r (PEFT's default 8)")
+      ->capture_default_str()->group(what);
+  add_real_flag(cmd, "--lora-dropout", c.lora_dropout, "Dropout on the adapters' input, in [0, 1)")
+      ->capture_default_str()->group(what);
+  cmd.add_option("--lora-targets", c.lora_targets,
+                 "Regex over module paths of the linear layers to adapt (default: every linear layer inside the "
+                 "blocks, e.g. q|k|v|o|gate|up|down_proj)")
+      ->group(what);
+  cmd.add_option("--lora-init", c.lora_init, "Start the adapters from this PEFT adapter directory")->group(what);
+
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")
       ->group(what);

@@ -1,12 +1,14 @@
 // LLaMA-family attention and MLP (leantrain/nn_llama.h). Each projection group (q | k | v,
 // gate | up) is made one weight after another, so one GEMM runs over stacked_rows() of them; when
-// a projection has been replaced (an adapter) or wrapped (a checkpointed or sharded Linear), its
-// module is called instead, so every feature that acts on Linears still sees its calls.
+// a projection has been wrapped (a checkpointed or sharded Linear) or replaced by another module,
+// its module is called instead, so every feature that acts on Linears still sees its calls. LoRA
+// adapters on plain Linears keep the one GEMM and add their updates after it.
 #include <typeinfo>
 
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
+#include "leantrain/nn_lora.h"
 
 namespace lt::nn {
 
@@ -20,18 +22,38 @@ Linear* plain_linear(const Child<UnaryModule>& c) {
   return static_cast<Linear*>(m);
 }
 
-// One GEMM over the Linears' stacked weights (and biases); an undefined tensor when some child is
-// not a plain Linear, or some have a bias and others not (the caller then calls the modules).
+// The Linear whose weight a fused GEMM may use for child `c`: a plain Linear, or the plain base
+// of a LoRA adapter (whose update is then added after the GEMM); nullptr otherwise.
+Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
+  *lora = nullptr;
+  if (Linear* l = plain_linear(c)) return l;
+  auto* a = dynamic_cast<LoraLinear*>(c.get());
+  if (!a || a->forward_wrapper() || a->base().forward_wrapper() || typeid(a->base()) != typeid(Linear)) return nullptr;
+  *lora = a;
+  return static_cast<Linear*>(&a->base());
+}
+
+// One GEMM over the Linears' stacked weights (and biases), plus the LoRA updates when every child
+// is an adapter on a plain Linear; an undefined tensor when some child is neither, only some are
+// adapters, or some have a bias and others not (the caller then calls the modules).
 Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children) {
   std::vector<Tensor> ws, bs;
+  std::vector<LoraLinear*> loras;
   for (const Child<UnaryModule>* c : children) {
-    Linear* l = plain_linear(*c);
+    LoraLinear* lora = nullptr;
+    Linear* l = fusable_linear(*c, &lora);
     if (!l) return Tensor();
+    if (lora) loras.push_back(lora);
     ws.push_back(l->weight());
     if (l->bias().defined()) bs.push_back(l->bias());
   }
   if (!bs.empty() && bs.size() != ws.size()) return Tensor();
-  return linear(autocast(x), autocast(stacked_rows(ws)), bs.empty() ? Tensor() : autocast(stacked_rows(bs)));
+  if (!loras.empty() && loras.size() != children.size()) return Tensor();
+  Tensor y = linear(autocast(x), autocast(stacked_rows(ws)), bs.empty() ? Tensor() : autocast(stacked_rows(bs)));
+  if (loras.empty()) return y;
+  std::vector<Tensor> updates;
+  for (LoraLinear* a : loras) updates.push_back(a->update(x));
+  return add(y, concat(updates, -1));
 }
 
 }  // namespace

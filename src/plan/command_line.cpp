@@ -76,6 +76,11 @@ std::string command_line(const RunConfig& c) {
   str("--checkpoint", c.checkpoint, d.checkpoint);
   if (c.offload_activations) s += " --offload-activations";
   str("--quantize", c.quantize, d.quantize);
+  i("--lora-rank", c.lora_rank, d.lora_rank);
+  if (c.lora_rank > 0) n("--lora-alpha", c.lora_alpha, d.lora_alpha);
+  n("--lora-dropout", c.lora_dropout, d.lora_dropout);
+  str("--lora-targets", c.lora_targets, d.lora_targets);
+  str("--lora-init", c.lora_init, d.lora_init);
   i("--eval-every", c.eval_every, d.eval_every);
   i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);

@@ -65,7 +65,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
     std::unique_ptr<Task> task = make_task(cfg, meta);
     apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);  // as train() does, same modules
     Trainer trainer(cfg, *task);
-    r.description = task->description;
+    r.description = task->description + (task->lora_note.empty() ? "" : "\n" + task->lora_note);
     r.parameters = task->model->num_parameters();
     const int64_t total = trainer.total_steps();
     r.steps = std::min<int64_t>(opt.steps, cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total);

@@ -12,6 +12,7 @@
 #include "train/checkpoint_weights.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
+#include "train/lora_setup.h"
 #include "train/run_tokenizer.h"
 #include "train/trainer.h"
 #include "train/trainer_state.h"
@@ -80,8 +81,12 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
                        "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
 
   StagedDir stage(dir);
-  save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
-  write_text_file(stage.path("config.json"), nf4_config_json(t.model(), t.model().config_json()));
+  // A LoRA run saves its adapters as PEFT does, not the frozen base (--resume takes it from --model).
+  if (t.config().lora_rank > 0) write_lora_adapter(stage.dir(), t.model(), t.config().model);
+  else save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
+  // A whole quantised model's config.json carries its quantization_config (quant/nf4_checkpoint.h).
+  write_text_file(stage.path("config.json"), t.config().lora_rank > 0 ? t.model().config_json()
+                                                                       : nf4_config_json(t.model(), t.model().config_json()));
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
 
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
@@ -110,8 +115,25 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
   const TrainerState s = read_trainer_state(dir);
   // Casting lets a run continue under another --precision (e.g. bf16-true after 32-true), but
   // only from files leantrain could have written: one dtype, of a precision it trains in.
-  with_context(dir, [&] { return load_model_weights(dir, t.model(), /*leantrain_checkpoint=*/true); });
-  check_loaded_weights(dir, t.model());
+  std::error_code ec;
+  const bool adapters = std::filesystem::exists(std::filesystem::path(dir) / io::kAdapterConfigFile, ec);
+  if (adapters != (t.config().lora_rank > 0))
+    fail("cannot resume from " + dir + " with --lora-rank " + std::to_string(t.config().lora_rank),
+         adapters ? "it is a LoRA checkpoint: it holds adapters, not the model's weights"
+                  : "it holds a whole model, not LoRA adapters",
+         adapters ? "drop --lora-rank 0 (the checkpoint's own settings continue it)"
+                  : "drop --lora-rank, or start a LoRA run from it with --model " + dir);
+  if (t.config().lora_rank > 0) {  // the adapters; the base was loaded from --model
+    with_context(dir, [&] {
+      load_lora_adapter(dir, t.model());
+      return 0;
+    });
+    if (std::string bad = nonfinite_weight(t.model()); !bad.empty())
+      checkpoint_corrupt(dir, io::kAdapterWeightsFile, bad + "; a run that diverged saved it, or it was altered");
+  } else {
+    with_context(dir, [&] { return load_model_weights(dir, t.model(), /*leantrain_checkpoint=*/true); });
+    check_loaded_weights(dir, t.model());
+  }
 
   OptimizerStateDict sd;
   {
@@ -150,7 +172,9 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
 
 void load_weights(const std::string& dir, models::Model& m) {
   const bool ours = !is_plain_model_dir(dir);
-  if (ours) read_trainer_state(dir);
+  if (ours && read_checkpoint_config(dir).lora_rank > 0)
+    fail("cannot load the weights of " + dir, "it is a LoRA checkpoint: it holds adapters, not a model",
+         "merge them into the base first: leantrain merge --model BASE --adapter " + dir + " --out DIR");
   with_context(dir, [&] { return load_model_weights(dir, m, ours); });
   check_loaded_weights(dir, m);
 }

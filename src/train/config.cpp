@@ -89,6 +89,22 @@ void check_offload(const RunConfig& c) {
           "drop --fused-step (offload already keeps the state off the device)");
 }
 
+// --lora-*: the values alone; what --lora-targets matches is checked on the model (train/lora_setup.h).
+void check_lora(const RunConfig& c) {
+  check_range(flag_range::lora_rank, c.lora_rank);
+  if (c.lora_rank == 0) {
+    if (!c.lora_targets.empty() || !c.lora_init.empty() || c.lora_dropout != 0)
+      usage(!c.lora_targets.empty() ? "--lora-targets" : !c.lora_init.empty() ? "--lora-init" : "--lora-dropout",
+            "it configures LoRA adapters, and --lora-rank is 0 (no adapters)", "add --lora-rank, e.g. --lora-rank 16");
+    return;
+  }
+  check_finite(c.lora_alpha, "--lora-alpha");
+  if (!(c.lora_alpha > 0)) usage("--lora-alpha " + short_number(c.lora_alpha), "it must be positive", "pass e.g. --lora-alpha 16");
+  check_finite(c.lora_dropout, "--lora-dropout");
+  if (!(c.lora_dropout >= 0 && c.lora_dropout < 1))
+    usage("--lora-dropout " + short_number(c.lora_dropout), "it must be in [0, 1)", "pass e.g. --lora-dropout 0.05");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
@@ -110,6 +126,7 @@ void validate(const RunConfig& c) {
           "add --checkpoint blocks (or another --checkpoint value)");
   check_offload(c);
   check_quantize_flag(c.quantize);
+  check_lora(c);
   check_range(flag_range::batch, c.batch);
   check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
@@ -204,7 +221,7 @@ Device resolve_device(const std::string& spec) {
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(checkpoint) \
   X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
-  X(quantize)
+  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

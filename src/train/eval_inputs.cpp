@@ -10,6 +10,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
 #include "train/quantize_setup.h"
+#include "train/lora_setup.h"
 
 namespace lt {
 
@@ -90,6 +91,10 @@ EvalResult eval_inputs(const EvalConfig& cfg) {
                      std::to_string(w.files) + (w.files == 1 ? " file)" : " files)");
   }
 
+  if (!cfg.adapter.empty()) {
+    attach_peft_adapter(*model, cfg.adapter);
+    r.description += ", LoRA adapter from " + cfg.adapter + " (" + std::to_string(lora_modules(*model).size()) + " layers)";
+  }
   std::map<std::string, Tensor> in;
   {
     MemoryCategoryScope c(Category::Input);

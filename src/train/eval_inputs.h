@@ -19,6 +19,7 @@ namespace lt {
 
 struct EvalConfig {
   std::string model;   // a model directory or a preset
+  std::string adapter; // a PEFT LoRA adapter directory applied on the model ("" = none)
   std::string inputs;  // safetensors file
   std::string out;     // safetensors file to write ("" = none)
   std::string dtype = "f32";  // the parameters': f32, bf16 or f16

@@ -45,6 +45,7 @@ inline constexpr IntRange log_every{"--log-every", 0, kSteps, "steps"};
 inline constexpr IntRange stop_at{"--stop-at", 0, kSteps, "steps"};
 inline constexpr IntRange debug_nan_at_step{"--debug-nan-at-step", 0, kSteps, "steps"};
 inline constexpr IntRange workers{"--workers", 1, 1024, "threads"};
+inline constexpr IntRange lora_rank{"--lora-rank", 0, kWidth, "adapter rank (0: no adapters)"};
 inline constexpr RealRange epochs{"--epochs", 0, 1e6, "passes over the training data"};
 // profile
 inline constexpr IntRange warmup_steps{"--warmup-steps", 0, 1'000'000, "untimed steps per run"};

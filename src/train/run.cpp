@@ -117,6 +117,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
                      "pass a larger --steps to continue training");
   trainer.start();
   say(obs, task->description);
+  if (!task->lora_note.empty()) say(obs, task->lora_note);
   char line[200];
   int64_t mb = cfg.micro_batch ? cfg.micro_batch : cfg.batch;
   std::snprintf(line, sizeof line, "training %lld steps on %s: batch %lld (%lld x micro-batch %lld), %s lr %.3g, %s schedule",

@@ -13,6 +13,7 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "train/lora_setup.h"
 #include "io/input_file.h"
 #include "train/quantize_setup.h"
 #include "train/task.h"
@@ -68,7 +69,8 @@ ModelSpec resolve_model(const RunConfig& c) {
   if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model), ""};
   // Resuming a run that started from a model directory: the checkpoint has the architecture and
   // the weights, so the directory it started from need not exist any more.
-  if (!c.resume.empty()) return spec_from_file("--resume", c.resume);
+  // A LoRA checkpoint holds the adapters only: its base comes from --model again.
+  if (!c.resume.empty() && c.lora_rank == 0) return spec_from_file("--resume", c.resume);
   std::error_code ec;
   if (std::filesystem::is_directory(c.model, ec)) {
     ModelSpec s = spec_from_file("--model", c.model);
@@ -137,7 +139,7 @@ void check_resume_config(const RunConfig& c, const models::ModelConfig& cfg) {
 void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   s.cfg->validate();
   check_resume_config(c, *s.cfg);
-  const bool load = !s.weights_dir.empty() && c.resume.empty();
+  const bool load = !s.weights_dir.empty() && (c.resume.empty() || c.lora_rank > 0);
   init.fill = !load;
   // --quantize nf4, or a bitsandbytes 4-bit model directory (train/quantize_setup.h).
   const std::string saved = !c.resume.empty() ? c.resume : s.weights_dir;
@@ -152,17 +154,17 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
     if (load)
       t.weights_note += "; weights loaded from " + s.weights_dir + " (" + std::to_string(q.weights.tensors) + " tensors" +
                         (q.weights.files > 1 ? " in " + std::to_string(q.weights.files) + " shards" : "") + ")";
-    return;
-  }
-  {
+  } else {
     MemoryCategoryScope p(Category::Parameter);
     t.model = s.cfg->build(init);
   }
-  if (!load) return;
-  const LoadedWeights w =
-      in_context("--model " + s.weights_dir, [&] { return load_model_weights(s.weights_dir, *t.model); });
-  t.weights_note = "; weights loaded from " + s.weights_dir + " (" + std::to_string(w.tensors) + " tensors" +
-                   (w.files > 1 ? " in " + std::to_string(w.files) + " shards" : "") + ")";
+  if (load && t.weights_note.empty()) {
+    const LoadedWeights w =
+        in_context("--model " + s.weights_dir, [&] { return load_model_weights(s.weights_dir, *t.model); });
+    t.weights_note = "; weights loaded from " + s.weights_dir + " (" + std::to_string(w.tensors) + " tensors" +
+                     (w.files > 1 ? " in " + std::to_string(w.files) + " shards" : "") + ")";
+  }
+  t.lora_note = apply_lora(*t.model, c);  // --lora-rank: adapters on the loaded base, the rest frozen
 }
 
 // A loaded image model reads the images it was trained on: the data must fit it, not it the data.

@@ -24,6 +24,7 @@ struct Task {
   bool masked_targets = false;            // some targets are kIgnoreTarget (prompt tokens)
   std::string description;                // one line for the log
   std::string weights_note;               // "; weights loaded from DIR (...)" with --model DIR
+  std::string lora_note;                  // the LoRA adapters installed (--lora-rank), for the log; "" without
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
 

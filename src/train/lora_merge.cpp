@@ -1,0 +1,53 @@
+#include "train/lora_merge.h"
+
+#include <filesystem>
+
+#include "leantrain/train.h"
+#include "models/registry.h"
+#include "train/atomic_dir.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_weights.h"
+#include "train/lora_setup.h"
+#include "train/run_tokenizer.h"
+
+namespace lt {
+
+MergeResult merge_adapter(const MergeConfig& c) {
+  // The output is checked first: a merge that cannot be written is refused before any work.
+  if (SaveTarget t = save_target(c.out); !t.ok()) throw UsageError("--out " + c.out, t.why, t.fix);
+  std::error_code ec;
+  if (models::family_of_preset(c.model) || !std::filesystem::is_directory(c.model, ec) || !has_model_weights(c.model))
+    throw UsageError("--model " + c.model, "merge needs the base model's weights",
+                     "pass a directory holding config.json and model.safetensors (the model the adapter was trained on)");
+  io::read_peft_adapter_config(c.adapter);  // a missing or foreign adapter is named before the base is read
+  const std::string config_text = read_model_config(c.model);
+  std::unique_ptr<models::ModelConfig> mcfg;
+  try {
+    mcfg = models::config_from_json(config_text);
+  } catch (const Error& e) {
+    throw Error("--model " + c.model + ": config.json: " + e.what_part(), e.why(), e.fix());
+  }
+  const DType dtype = checkpoint_param_dtype(c.model);
+  std::shared_ptr<models::Model> model;
+  {
+    MemoryCategoryScope p(Category::Parameter);
+    model = mcfg->build(nn::InitOptions{.device = Device::cpu(), .dtype = dtype, .fill = false});
+  }
+  load_weights(c.model, *model);
+  attach_peft_adapter(*model, c.adapter);
+  const size_t layers = lora_modules(*model).size();
+  merge_lora(*model);
+
+  StagedDir stage(c.out);
+  save_model_weights(stage.dir(), *model, c.shard_bytes);
+  write_text_file(stage.path("config.json"), config_text);
+  for (const char* name : kTokenizerFiles) {  // the base's tokenizer goes with it, when it has one
+    const std::filesystem::path src = std::filesystem::path(c.model) / name;
+    if (std::filesystem::is_regular_file(src, ec)) write_text_file(stage.path(name), read_text_file(c.model, name));
+  }
+  stage.commit();
+  return {"merged " + std::to_string(layers) + " LoRA layers of " + c.adapter + " into " + c.model + " (" +
+          dtype_name(dtype) + ") -> " + c.out};
+}
+
+}  // namespace lt
