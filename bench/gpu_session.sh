@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, lora (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -54,6 +54,29 @@ for s in $sections; do
         [ "$round" = 1 ] && timeout 240 python3 bench/peers/llama_throughput_torch.py --mode fsdp 2>&1 | tail -1 | tee -a "$OUT/llama-throughput.jsonl"
       done
       ;;
+    offload)
+      # Issue 14: TinyLlama-1.1B shape, B4 x T1024, bf16, checkpointed blocks, AdamW. leantrain
+      # --offload optimizer and --offload params (plan first, then 6 steps; tokens/s, device and
+      # pinned-host peaks, host RSS) against PyTorch FSDP2 + CPUOffloadPolicy(pin_memory=True) on
+      # one GPU; then the host AdamW kernel against torch.optim.AdamW(foreach) on the CPU, same
+      # 1.1B elements, every core. All lines in $OUT/offload.jsonl.
+      F="--model tinyllama-1.1b --data synthetic --precision bf16-true --checkpoint blocks --batch 4 --seq-len 1024"
+      : > "$OUT/offload.jsonl"
+      for mode in optimizer params; do
+        timeout 300 "./$BUILD/leantrain" plan $F --offload $mode --json > "$OUT/offload-plan-$mode.json" 2>&1
+        python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({'system': 'leantrain-plan', 'offload': sys.argv[2], 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes'], 'peak_pinned_host': j['peak_pinned_host_bytes'], 'categories_peak': j['categories_peak'], 'pinned_host_categories_peak': j['pinned_host_categories_peak']}))" \
+          "$OUT/offload-plan-$mode.json" $mode 2>&1 | tee -a "$OUT/offload.jsonl"
+        timeout 500 python3 bench/peers/leantrain_offload_run.py --label "leantrain-offload-$mode" \
+          --metrics "$OUT/offload-$mode.json" -- "./$BUILD/leantrain" train $F --offload $mode --device cuda --steps 6 \
+          --eval-batches 1 --log-every 1 --metrics-json "$OUT/offload-$mode.json" 2>&1 | tail -9 | tee -a "$OUT/offload.jsonl"
+      done
+      timeout 500 python3 bench/peers/offload_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
+      timeout 400 python3 bench/peers/cpu_adamw_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
+      for g in "--grad f32 --out none" "--grad bf16 --out bf16"; do
+        timeout 300 "./$BUILD/leantrain_bench" host_step --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 |
+          tail -1 | tee -a "$OUT/offload.jsonl"
+      done
+      ;;
     lora)
       # Issue 15, LoRA on a bf16 base: parity with PEFT (TinyLlama shape, T 128, r 16 alpha 32 on the 7
       # linear names: logits, adapter grads, 50 steps), then throughput side by side, alternating:
@@ -62,6 +85,9 @@ for s in $sections; do
       # adapters, autocast, fused AdamW).
       timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --only lora-tinyllama \
         2>&1 | tail -6
+      # leantrain's adapter files loaded by PeftModel.from_pretrained; merge against merge_and_unload.
+      timeout 200 python3 bench/peers/lora_peft_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/lora-rt" \
+        2>&1 | tail -4 | tee "$OUT/lora-peft-roundtrip.jsonl"
       F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-true --lora-rank 64 --lora-alpha 16 --checkpoint blocks"
       timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/lora-plan.json" 2>&1; tail -c 400 "$OUT/lora-plan.json"; echo
       : > "$OUT/lora-throughput.jsonl"

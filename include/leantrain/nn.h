@@ -206,8 +206,16 @@ class Module {
   // checkpointing installs wrappers on the modules its regex selects.
   using ForwardFn = std::function<Tensor(const Tensor&)>;
   using ForwardWrapper = std::function<Tensor(Module& self, const Tensor& x, const ForwardFn& forward)>;
-  void set_forward_wrapper(ForwardWrapper w) { wrapper_ = std::move(w); }
+  // only_recomputes: the wrapper does nothing but recompute the module in the backward (a
+  // checkpoint with no other wrapper inside); an op that recomputes this module anyway (a norm
+  // or GELU folded into the linear after it) may then bypass the wrapper.
+  void set_forward_wrapper(ForwardWrapper w, bool only_recomputes = false) {
+    wrapper_ = std::move(w);
+    wrapper_only_recomputes_ = wrapper_ && only_recomputes;
+  }
   const ForwardWrapper& forward_wrapper() const { return wrapper_; }
+  // No wrapper, or one that only recomputes (see set_forward_wrapper).
+  bool recomputed_or_unwrapped() const { return !wrapper_ || wrapper_only_recomputes_; }
 
   // Maps a tensor name found in a checkpoint file to this module's parameter name ("" = skip
   // it). Models override it to accept reference checkpoints (e.g. GPT-2 files without the
@@ -253,6 +261,7 @@ class Module {
   std::vector<Accepts> accepts_;  // per child
   bool training_ = true;
   ForwardWrapper wrapper_;
+  bool wrapper_only_recomputes_ = false;
 };
 
 template <class M>
@@ -314,6 +323,12 @@ class Linear : public UnaryModule {
   // gelu(forward(x), Tanh) as one op (linear_gelu: the GELU in the GEMM's epilogue on the GPU).
   // Bypasses the forward wrapper: callers use it only when this module has none.
   Tensor forward_gelu_tanh(const Tensor& x);
+  // {forward(x), gelu(forward(x))} (linear_gelu_parts; the GELU not recorded) and
+  // forward(gelu(pre)) saving pre only (gelu_linear): an MLP's fc1 and fc2 when neither has a
+  // forward wrapper. Both bypass the forward wrapper.
+  LinearGelu forward_gelu_parts(const Tensor& x, GeluApprox approx);
+  Tensor forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx);
+  bool weight_in_out() const { return layout_ == WeightLayout::InOut; }
   const Tensor& weight() const { return *weight_; }
   Tensor bias() const { return bias_ ? *bias_ : Tensor(); }
   int64_t in_features() const { return in_; }
@@ -334,12 +349,25 @@ class LayerNorm : public UnaryModule {
   // {x + residual, forward(x + residual)} in one fused op (add_layer_norm). Bypasses the forward
   // wrapper: callers use it only when none is installed.
   AddNormResult forward_add(const Tensor& x, const Tensor& residual);
+  // linear(forward(x), w, b) with the normalised rows recomputed in the backward instead of
+  // saved (layer_norm_linear); w and b already in their compute dtype. When w's dtype is not
+  // x's, the unfused norm then linear. Bypasses the forward wrapper.
+  Tensor forward_linear(const Tensor& x, const Tensor& w, const Tensor& b, bool weight_in_out);
 
  private:
   double eps_;
   Tensor* weight_ = nullptr;
   Tensor* bias_ = nullptr;
 };
+
+// `m` as a plain Linear (not a subclass, no forward wrapper), else nullptr: the fused paths
+// that bypass a module's forward take only such modules.
+Linear* plain_linear(UnaryModule* m);
+// `m` as a plain LayerNorm (not a subclass; no forward wrapper, or a checkpoint's alone: the
+// fold recomputes the norm anyway), else nullptr.
+LayerNorm* plain_layer_norm(UnaryModule* m);
+// The dtype autocast(w) would have (w itself outside autocast or when w is not f32).
+DType compute_dtype_of(const Tensor& w);
 
 class RMSNorm : public UnaryModule {
  public:
@@ -422,6 +450,9 @@ class Mlp : public UnaryModule {
   Mlp(ParamFactory& pf, const MlpOptions& o);
   const char* type_name() const override { return "MLP"; }
   Tensor forward(const Tensor& x) override;
+  // forward(ln(x)) with ln folded into fc1 (layer_norm_linear) when fc1, the GELU and fc2 are
+  // plain modules and x has fc1's compute dtype; undefined when it cannot (call forward then).
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln);
 
  private:
   Child<UnaryModule> fc1_, fc2_, act_, drop_;
@@ -461,6 +492,13 @@ class SelfAttention : public Module {
   }
   virtual Tensor forward(const Tensor& x, const Tensor& key_padding_mask) = 0;
   int64_t heads() const { return heads_; }
+  // forward(ln(x)) with ln folded into the input projection (layer_norm_linear) where the
+  // projection allows it; undefined when it cannot (call forward(ln(x)) then). Bypasses the
+  // forward wrappers of this module and its projection's: callers check there are none.
+  virtual Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) {
+    (void)x, (void)ln, (void)key_padding_mask;
+    return Tensor();
+  }
 
  protected:
   // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
@@ -478,6 +516,7 @@ class CausalSelfAttention : public SelfAttention {
   CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout, const Init& proj_init);
   const char* type_name() const override { return "GPT2Attention"; }
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) override;
 
  private:
   Child<UnaryModule> c_attn_, c_proj_, drop_;
@@ -489,6 +528,7 @@ class MultiheadSelfAttention : public SelfAttention {
   MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal = false);
   const char* type_name() const override { return "MultiheadAttention"; }
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) override;
 
  private:
   Tensor* in_proj_weight_ = nullptr;

@@ -89,6 +89,24 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
 // separate activation kernel) when out_features is a multiple of 8; the same autograd graph,
 // saved tensors and allocations as the two ops (GPT-2's MLP c_fc).
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out = false);
+// linear then GELU as two tensors: pre = linear(x, w, bias) (recorded) and act = gelu(pre)
+// (data only, not recorded: for gelu_linear). The tanh GELU rides in the GEMM's epilogue as in
+// linear_gelu; the erf GELU (or LEANTRAIN_GEMM_GELU=0) runs the GELU kernel on pre.
+struct LinearGelu {
+  Tensor pre, act;
+};
+LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& w, const Tensor& bias, GeluApprox approx,
+                             bool weight_in_out = false);
+// linear(gelu(pre, approx), w, bias) saving pre only (not gelu(pre)): the backward recomputes
+// gelu(pre) for the weight gradient. act: gelu(pre) when the caller has it (linear_gelu_parts),
+// else computed here. An MLP keeps one hidden-width buffer per token instead of two.
+Tensor gelu_linear(const Tensor& pre, const Tensor& w, const Tensor& bias, GeluApprox approx,
+                   bool weight_in_out = false, const Tensor& act = Tensor());
+// linear(layer_norm(x, ln_w, ln_b, eps), w, bias) saving x, mean and rstd (what the norm's
+// backward reads anyway), not the normalised rows: the backward recomputes them for dW.
+// x, ln_w, ln_b, w and bias share one dtype.
+Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
+                         const Tensor& bias, bool weight_in_out = false);
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim

@@ -99,8 +99,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                "(needs --checkpoint)")
       ->group(what);
   cmd.add_option("--offload", c.offload,
-                 "none, or optimizer: AdamW's f32 master weights and moments in pinned host memory, its step on "
-                 "the CPU (SIMD, all cores)")
+                 "none; optimizer: the f32 master weights and optimizer state in pinned host memory, gradients "
+                 "drained there during backward, the step on the CPU (SIMD, all cores); params: that, and the "
+                 "checkpointed blocks' weights in pinned host memory, each block copied to the device for its "
+                 "forward and its recomputation (needs --checkpoint)")
       ->capture_default_str()->group(what);
   cmd.add_option("--quantize", c.quantize,
                  "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA "

@@ -44,6 +44,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   return (*drop_)((*c_proj_)(attend((*c_attn_)(x), mask)));
 }
 
+Tensor CausalSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& mask) {
+  Linear* c_attn = plain_linear(c_attn_.get());
+  if (!c_attn || compute_dtype_of(c_attn->weight()) != x.dtype()) return Tensor();
+  Tensor qkv = ln.forward_linear(x, autocast(c_attn->weight()), autocast(c_attn->bias()), c_attn->weight_in_out());
+  return (*drop_)((*c_proj_)(attend(qkv, mask)));
+}
+
 MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal)
     : SelfAttention(dim, heads, causal) {
   // torch.nn.MultiheadAttention's init: xavier in_proj, zero biases, kaiming-uniform out_proj.
@@ -58,6 +65,14 @@ Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
            "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
   Tensor qkv = linear(autocast(x), autocast(*in_proj_weight_), autocast(*in_proj_bias_));
+  return (*out_proj_)(attend(qkv, mask));
+}
+
+Tensor MultiheadSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& mask) {
+  if (compute_dtype_of(*in_proj_weight_) != x.dtype()) return Tensor();
+  LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
+           "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
+  Tensor qkv = ln.forward_linear(x, autocast(*in_proj_weight_), autocast(*in_proj_bias_), false);
   return (*out_proj_)(attend(qkv, mask));
 }
 

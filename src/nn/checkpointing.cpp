@@ -71,7 +71,7 @@ void checkpoint_module(Module& m, bool keep_matmul_outputs) {
       AutocastGuard g(cast);
       return fn(in);
     }, x, o);
-  });
+  }, /*only_recomputes=*/!inner);
 }
 
 CheckpointSpec parse_checkpoint_spec(const std::string& spec) {

@@ -1,5 +1,7 @@
 // Linear in both reference layouts. The Conv1D layout [in, out] (GPT-2) runs as x @ W + b so
 // checkpoints load without a transpose; the torch layout [out, in] uses lt::linear.
+#include <typeinfo>
+
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
@@ -34,6 +36,26 @@ Tensor Linear::forward(const Tensor& x) {
 
 Tensor Linear::forward_gelu_tanh(const Tensor& x) {
   return linear_gelu(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
+}
+
+LinearGelu Linear::forward_gelu_parts(const Tensor& x, GeluApprox approx) {
+  return linear_gelu_parts(autocast(x), autocast(*weight_), autocast(bias()), approx, weight_in_out());
+}
+
+Tensor Linear::forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx) {
+  Tensor p = autocast(pre);
+  // act is gelu(pre) only while the cast left pre as it was.
+  return gelu_linear(p, autocast(*weight_), autocast(bias()), approx, weight_in_out(),
+                     p.dtype() == pre.dtype() ? act : Tensor());
+}
+
+Linear* plain_linear(UnaryModule* m) {
+  return m && typeid(*m) == typeid(Linear) && !m->forward_wrapper() ? static_cast<Linear*>(m) : nullptr;
+}
+
+DType compute_dtype_of(const Tensor& w) {
+  auto dt = autocast_dtype();
+  return dt && w.dtype() == DType::F32 ? *dt : w.dtype();
 }
 
 }  // namespace lt::nn

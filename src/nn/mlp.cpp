@@ -1,3 +1,6 @@
+#include <typeinfo>
+
+#include "leantrain/autocast.h"
 #include "leantrain/nn.h"
 
 namespace lt::nn {
@@ -11,15 +14,29 @@ Mlp::Mlp(ParamFactory& pf, const MlpOptions& o) {
   drop_ = register_child<UnaryModule>(o.dropout_name, std::make_shared<Dropout>(o.dropout, pf.next_seed()));
 }
 
-// fc1 and a tanh GELU run as one op (linear_gelu: on the GPU the GELU rides in the GEMM's
-// epilogue, with the same saved tensors and graph) unless either module has a forward wrapper
-// (checkpointing, offload, the profiler's call recording), which must see its own call.
+// fc1 -> GELU -> fc2 as linear_gelu_parts then gelu_linear (docs/memory-model.md, "What a
+// block keeps"): fc2 saves fc1's output, which the GELU's backward reads anyway, instead of the
+// GELU's output, and recomputes the GELU for its weight gradient. The tanh GELU rides in fc1's
+// GEMM epilogue on the GPU. A forward wrapper on fc1 or fc2 (checkpointing, offload, the
+// profiler's call recording), one on the GELU that does more than recompute it, or a replaced
+// module sends it through the modules one by one.
 Tensor Mlp::forward(const Tensor& x) {
-  auto* fc1 = dynamic_cast<Linear*>(fc1_.get());
+  Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
-  if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
-    return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
+  if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->recomputed_or_unwrapped()) {
+    LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
+    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx()));
+  }
   return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
+}
+
+Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln) {
+  Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
+  auto* act = dynamic_cast<Gelu*>(act_.get());
+  if (!fc1 || !fc2 || !act || typeid(*act) != typeid(Gelu) || !act->recomputed_or_unwrapped()) return Tensor();
+  if (compute_dtype_of(fc1->weight()) != x.dtype()) return Tensor();
+  Tensor pre = ln.forward_linear(x, autocast(fc1->weight()), autocast(fc1->bias()), fc1->weight_in_out());
+  return (*drop_)(fc2->forward_after_gelu(pre, Tensor(), act->approx()));
 }
 
 }  // namespace lt::nn

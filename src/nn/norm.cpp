@@ -1,3 +1,5 @@
+#include <typeinfo>
+
 #include "leantrain/autocast.h"
 #include "leantrain/nn.h"
 
@@ -15,6 +17,16 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 AddNormResult LayerNorm::forward_add(const Tensor& x, const Tensor& residual) {
   return add_layer_norm(x, residual, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_);
+}
+
+Tensor LayerNorm::forward_linear(const Tensor& x, const Tensor& w, const Tensor& b, bool weight_in_out) {
+  if (w.dtype() != x.dtype()) return linear(autocast(forward(x)), w, b, weight_in_out);
+  return layer_norm_linear(x, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_, w, b,
+                           weight_in_out);
+}
+
+LayerNorm* plain_layer_norm(UnaryModule* m) {
+  return m && typeid(*m) == typeid(LayerNorm) && m->recomputed_or_unwrapped() ? static_cast<LayerNorm*>(m) : nullptr;
 }
 
 RMSNorm::RMSNorm(ParamFactory& pf, int64_t dim, double eps) : eps_(eps) {

@@ -9,6 +9,8 @@
 #include "leantrain/ops.h"
 #include "offload/host_lion.h"
 #include "offload/host_sgd.h"
+#include "optim/q8_state.h"
+#include "optim/quant_map.h"
 
 namespace lt::offload {
 
@@ -37,10 +39,28 @@ std::shared_ptr<Storage> pin(int64_t bytes, Device d, const char* what) {
 }
 
 double lr_of(const OffloadOptions& o) {
+  if (o.kind == "adamw8bit") return o.adamw8bit.lr;
+  if (o.kind == "lion8bit") return o.lion8bit.lr;
   return o.kind == "lion" ? o.lion.lr : o.kind == "sgd" ? o.sgd.lr : o.adamw.lr;
 }
 double weight_decay_of(const OffloadOptions& o) {
+  if (o.kind == "adamw8bit") return o.adamw8bit.weight_decay;
+  if (o.kind == "lion8bit") return o.lion8bit.weight_decay;
   return o.kind == "lion" ? o.lion.weight_decay : o.kind == "sgd" ? o.sgd.weight_decay : o.adamw.weight_decay;
+}
+
+// A CPU tensor over `bytes` at `ptr`, owning nothing (the area, a bucket, a scratch buffer).
+Tensor raw_view(void* ptr, const Shape& shape, DType dt) {
+  Block b;
+  b.ptr = ptr;
+  b.size = b.requested = numel(shape) * int64_t(dtype_size(dt));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(b, nullptr, Device::cpu());
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dt;
+  impl->device = Device::cpu();
+  return Tensor(impl);
 }
 
 void check_state_dtype(const std::optional<DType>& t) {
@@ -51,7 +71,9 @@ void check_state_dtype(const std::optional<DType>& t) {
 }  // namespace
 
 OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o)
-    : Optimizer(std::move(groups), lr_of(o), weight_decay_of(o), o.kind == "lion" ? "lion" : o.kind == "sgd" ? "sgd" : "adamw"),
+    : Optimizer(std::move(groups), lr_of(o), weight_decay_of(o),
+                o.kind == "lion" ? "lion" : o.kind == "sgd" ? "sgd" : o.kind == "adamw8bit" ? "adamw8bit"
+                                                              : o.kind == "lion8bit" ? "lion8bit" : "adamw"),
       opt_(o), kind_(o.kind) {
   if (o.kind == "adamw") {
     const AdamWOptions& a = o.adamw;
@@ -76,8 +98,18 @@ OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const Offload
              "got momentum " + std::to_string(s.momentum) + ", dampening " + std::to_string(s.dampening),
              "set momentum (e.g. 0.9) and no dampening, or turn Nesterov off");
     check_state_dtype(s.state_dtype);
+  } else if (o.kind == "adamw8bit" || o.kind == "lion8bit") {
+    const double b1 = o.kind == "adamw8bit" ? o.adamw8bit.beta1 : o.lion8bit.beta1;
+    const double b2 = o.kind == "adamw8bit" ? o.adamw8bit.beta2 : o.lion8bit.beta2;
+    const int64_t min8 = o.kind == "adamw8bit" ? o.adamw8bit.min_8bit_size : o.lion8bit.min_8bit_size;
+    LT_CHECK(b1 >= 0 && b1 <= 1 && b2 >= 0 && b2 < 1,
+             o.kind + ": betas (" + std::to_string(b1) + ", " + std::to_string(b2) + ") out of range",
+             "beta1 must be in [0, 1] and beta2 in [0, 1)", "use e.g. 0.9 and 0.999");
+    LT_CHECK(min8 >= 1, o.kind + ": min_8bit_size " + std::to_string(min8),
+             "it is the element count from which states are quantised", "use e.g. 4096");
   } else {
-    fail("--offload optimizer with --optimizer " + o.kind, "the host step exists for adamw, lion and sgd",
+    fail("--offload optimizer with --optimizer " + o.kind,
+         "the host step exists for adamw, lion, sgd, adamw8bit and lion8bit",
          "use one of those, or drop --offload");
   }
   LT_CHECK(o.bucket_bytes > 0, "--offload optimizer: bucket of " + std::to_string(o.bucket_bytes) + " bytes",
@@ -93,7 +125,9 @@ int OffloadOptimizer::states() const {
 
 std::vector<std::string> OffloadOptimizer::state_names() const {
   std::vector<std::string> n;
-  if (kind_ == "adamw") n = {"exp_avg", "exp_avg_sq"};
+  if (kind_ == "adamw8bit") n = {"exp_avg", "exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax"};
+  else if (kind_ == "lion8bit") n = {"exp_avg", "exp_avg_absmax"};
+  else if (kind_ == "adamw") n = {"exp_avg", "exp_avg_sq"};
   else if (kind_ == "lion") n = {"exp_avg"};
   else if (opt_.sgd.momentum != 0) n = {"momentum_buffer"};
   n.push_back("master_f32");
@@ -105,22 +139,48 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   LT_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16 || p.dtype() == DType::F16,
            std::string("--offload optimizer with ") + dtype_name(p.dtype()) + " parameters",
            "the host step updates f32, bf16 and f16 parameters", "use --dtype f32, bf16 or f16");
-  const int64_t part = align64(p.numel() * 4);
-  const int k = states();
-  std::shared_ptr<Storage> st = pin((k + 1) * part, p.device(), "optimizer state");
+  // The parts, each at a 64-byte boundary: (shape, dtype) of every state, then the master.
+  std::vector<std::pair<Shape, DType>> parts;
+  if (eight_bit()) {
+    const int64_t min8 = kind_ == "adamw8bit" ? opt_.adamw8bit.min_8bit_size : opt_.lion8bit.min_8bit_size;
+    const bool q = p.numel() >= min8;  // as q8_moment: u8 codes + absmax, or f32 and an empty absmax
+    for (int m = 0; m < (kind_ == "adamw8bit" ? 2 : 1); ++m) {
+      parts.push_back({p.shape(), q ? DType::U8 : DType::F32});
+      parts.push_back({q ? Shape{quant_blocks(p.numel())} : Shape{0}, DType::F32});
+    }
+  } else {
+    for (int i = 0; i < states(); ++i) parts.push_back({p.shape(), DType::F32});
+  }
+  parts.push_back({p.shape(), DType::F32});
+  std::vector<int64_t> at;
+  int64_t bytes = 0;
+  for (auto& [shape, dt] : parts) {
+    at.push_back(bytes);
+    bytes += align64(numel(shape) * int64_t(dtype_size(dt)));
+  }
+  std::shared_ptr<Storage> st = pin(bytes, opt_.device.value_or(p.device()), "optimizer state");
   std::vector<Tensor> out;
-  for (int i = 0; i <= k; ++i) out.push_back(host_view(st, i * part, p.shape(), DType::F32));
-  for (int i = 0; i < k; ++i) std::fill_n(out[size_t(i)].data<float>(), p.numel(), 0.0f);
-  if (!p.device().is_meta()) copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
+  for (size_t i = 0; i < parts.size(); ++i) out.push_back(host_view(st, at[i], parts[i].first, parts[i].second));
+  if (!p.device().is_meta()) {  // (a resting parameter is a CPU tensor: a host copy)
+    std::fill_n(static_cast<char*>(st->data()), at.back(), char(0));  // zero state (absmax 0: all codes 0)
+    copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
+  }
   return out;
 }
 
 void OffloadOptimizer::update(const std::vector<Slot*>& slots, float grad_scale) {
   LT_CHECK(!master_weights(), "--offload optimizer with --master-weights fp32",
            "the offloaded state already keeps an f32 master copy on the host", "drop --master-weights");
+  LT_CHECK(!(eight_bit() && stochastic_rounding()), "--offload optimizer with stochastic rounding",
+           "the host step rounds the 16-bit parameters to nearest", "turn stochastic rounding off");
+  // Gradients drained during backward are on the host already; any other (a parameter whose
+  // hook did not drain it) takes the synchronous path.
+  std::vector<Slot*> drained, rest;
+  for (Slot* s : slots) (is_drained(*s) ? drained : rest).push_back(s);
+  if (!drained.empty()) update_drained(drained, grad_scale);
   std::vector<Slot*> bucket;
   int64_t bytes = 0;
-  for (Slot* s : slots) {
+  for (Slot* s : rest) {
     const int64_t b = align64(s->param.nbytes());
     if (!bucket.empty() && bytes + b > opt_.bucket_bytes) {
       update_bucket(bucket, grad_scale);
@@ -142,26 +202,66 @@ std::shared_ptr<Storage> OffloadOptimizer::grown(std::shared_ptr<Storage>& buf, 
 }
 
 // The host step of one parameter: state and master updated, the 16-bit copy (when param16) written.
-void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream) {
+void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream,
+                                int threads) {
+  if (threads <= 0) threads = threads_;
   const DType dt = s.param.dtype();
   float* master = s.state.back().data<float>();
   const int64_t n = s.param.numel();
   StochasticRounding sr;
   if (sr_stream) sr.streams = std::span<const uint64_t>(sr_stream, 1);
-  if (kind_ == "adamw") {
+  if (eight_bit()) {
+    step_8bit(s, grad, param16, grad_scale);
+  } else if (kind_ == "adamw") {
     AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
                 float(s.weight_decay), s.step + 1, grad_scale, sr};
     host_adamw_step({master, s.state[0].data<float>(), s.state[1].data<float>(), grad, dt, param16, dt, n}, a,
-                    threads_, opt_.path);
+                    threads, opt_.path);
   } else if (kind_ == "lion") {
     LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, sr};
-    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads_, opt_.path);
+    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads, opt_.path);
   } else {
     SgdArgs a{float(lr()), float(opt_.sgd.momentum), float(opt_.sgd.dampening), float(s.weight_decay),
               opt_.sgd.nesterov, s.step == 0, grad_scale, sr};
     float* buf = opt_.sgd.momentum != 0 ? s.state[0].data<float>() : nullptr;
-    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads_, opt_.path);
+    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads, opt_.path);
   }
+}
+
+// An 8-bit step: the CPU backend's kernel on the f32 master and the gradient widened to f32 (as
+// Optimizer::update_elsewhere does for master weights), then the master rounded to nearest into
+// the 16-bit copy.
+void OffloadOptimizer::step_8bit(Slot& s, const void* grad, void* param16, float grad_scale) {
+  const DType dt = s.param.dtype();
+  const Shape& shape = s.param.shape();
+  Tensor g = raw_view(const_cast<void*>(grad), shape, dt);
+  std::vector<float> wide;  // untracked scratch: the host's working memory, not an account's
+  if (dt != DType::F32) {
+    wide.resize(size_t(s.param.numel()));
+    Tensor w = raw_view(wide.data(), shape, DType::F32);
+    copy_(w, g);
+    g = w;
+  }
+  std::vector<Tensor> p{s.state.back()}, gs{g};
+  std::vector<Tensor> m{s.state[0]}, m_absmax{s.state[1]};
+  Backend& cpu = backend_for(Device::cpu());
+  const bool q = q8_is_quantised(s.state[0]);
+  if (kind_ == "adamw8bit") {
+    const AdamW8bitOptions& o = opt_.adamw8bit;
+    AdamWArgs a{float(lr()), float(o.beta1), float(o.beta2), float(o.eps), float(s.weight_decay), s.step + 1, grad_scale};
+    std::vector<Tensor> v{s.state[2]}, v_absmax{s.state[3]};
+    if (q)
+      cpu.adamw8bit_step(p, gs, QuantState{m, m_absmax, dynamic_map_signed()},
+                         QuantState{v, v_absmax, dynamic_map_unsigned()}, a);
+    else
+      cpu.adamw_step(p, gs, m, v, a);
+  } else {
+    const Lion8bitOptions& o = opt_.lion8bit;
+    LionArgs a{float(lr()), float(o.beta1), float(o.beta2), float(s.weight_decay), grad_scale};
+    if (q) cpu.lion8bit_step(p, gs, QuantState{m, m_absmax, dynamic_map_signed()}, a);
+    else cpu.lion_step(p, gs, m, a);
+  }
+  if (param16) copy_(raw_view(param16, shape, dt), s.state.back());
 }
 
 // The flow of one bucket: every gradient to the host, the host step, every parameter back.
@@ -175,8 +275,8 @@ void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float gra
     off[k] = total;
     total += align64(bucket[k]->param.nbytes());
   }
-  grown(grad_bucket_, total, d, Category::Gradient);
-  grown(staging_, total, d, Category::Workspace);
+  grown(grad_bucket_, total, opt_.device.value_or(d), Category::Gradient);
+  grown(staging_, total, opt_.device.value_or(d), Category::Workspace);
   // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
   if (d.is_meta()) return;
   for (size_t k = 0; k < bucket.size(); ++k) {

@@ -4,7 +4,11 @@
 // Per parameter (keyed by name, as every Optimizer): the optimizer's f32 state and an f32 master
 // copy in one pinned-host buffer of the parameter's device (Category::OptimizerState in the
 // pinned-host account). State names: adamw "exp_avg", "exp_avg_sq"; lion "exp_avg"; sgd
-// "momentum_buffer" (with momentum); then "master_f32". The device keeps only the parameter
+// "momentum_buffer" (with momentum); adamw8bit and lion8bit those of AdamW8bit and Lion8bit (u8
+// codes + f32 absmax, or f32 under min_8bit_size); then "master_f32". The 8-bit steps are the CPU
+// backend's reference kernels (the ones the CUDA kernels equal), one thread per bucket, on the
+// gradient widened to f32 in an untracked scratch buffer: the bits of AdamW8bit / Lion8bit with
+// master weights. The device keeps only the parameter
 // (bf16, f16 or f32) and its gradient. An update goes bucket by bucket (parameters in order, up
 // to bucket_bytes of gradient): the gradients are copied into a pinned gradient buffer
 // (Category::Gradient), the host step (host_adamw.h, host_lion.h, host_sgd.h) updates state and
@@ -15,11 +19,25 @@
 //
 // On meta (plan's dry run) the same pinned buffers are taken in the same order and no data moves,
 // so the planner's pinned-host peak is the run's.
-// Not yet: the copies are synchronous (the overlap with backward and the double-buffered copy
-// stream of the design are to come); stochastic rounding, master weights on top, f64 parameters
-// and state dtypes other than f32 are refused.
+//
+// Draining during backward (drain_during_backward, what the trainer uses): a post-accumulate-grad
+// hook on every parameter copies its gradient, as soon as backward completes it, into a pinned
+// gradient area that holds every trainable gradient (Category::Gradient, parameter order, 64-byte
+// aligned), on the copy stream after an event on the compute stream; the device gradient is
+// freed on the spot (record_stream: reused only after the copy) and .grad becomes a tensor of the
+// parameter's device over the area (CUDA reads pinned memory in place, unified addressing), so
+// clipping, the loss scaler's check and the update see the usual .grad. The compute stream waits
+// for the copies only once more than bucket_bytes are in flight, and at finish_backward(). The
+// update then steps bucket by bucket on the worker threads, writes the 16-bit result over the
+// gradient in the area (each element's gradient is read before its result is written), and copies
+// each bucket back on the copy stream while the next bucket is stepped; the compute stream waits
+// for the last copy with an event (the next forward), the host does not.
+// With early steps (set_early_step: no clipping, no loss scaling) the buckets are stepped during
+// backward instead, as their copies land. Refused: stochastic rounding, master weights on top,
+// f64 parameters and state dtypes other than f32.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "leantrain/memory.h"
@@ -30,13 +48,18 @@
 namespace lt::offload {
 
 struct OffloadOptions {
-  std::string kind = "adamw";  // adamw | lion | sgd: which of the options below applies
+  std::string kind = "adamw";  // adamw | lion | sgd | adamw8bit | lion8bit: which options apply
   AdamWOptions adamw;          // state_dtype must stay unset (or f32): the host state is f32
   LionOptions lion;
   SgdOptions sgd;
+  AdamW8bitOptions adamw8bit;  // 8-bit moments on the host, stepped by the CPU reference kernels
+  Lion8bitOptions lion8bit;
   int threads = 0;  // 0: every hardware thread
   SimdPath path = best_simd_path();
   int64_t bucket_bytes = 32 << 20;  // of gradient per bucket (a larger parameter is its own bucket)
+  // Whose pinned-host account the state and buffers join; unset: each parameter's device (a
+  // parameter resting in host memory, --offload params, is a CPU tensor: pass the run's device).
+  std::optional<Device> device;
 };
 
 class OffloadOptimizer final : public Optimizer {
@@ -44,6 +67,21 @@ class OffloadOptimizer final : public Optimizer {
   OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o);
   const char* name() const override { return kind_.c_str(); }
   int threads() const { return threads_; }
+  ~OffloadOptimizer() override;
+
+  // Registers the draining hooks (once); they act while set_draining(true) (the last micro-batch's
+  // backward: earlier ones accumulate on the device as usual).
+  void drain_during_backward();
+  void set_draining(bool on);
+  // Each bucket of drained gradients stepped on the host as soon as its copies land, by a thread
+  // of its own while backward goes on (results into a pinned buffer beside the area; the copies
+  // back still wait for update()). Only for steps whose gradient scale is 1 and that nothing
+  // skips: no clipping, no loss scaling. Call before the first backward.
+  void set_early_step(bool on);
+  // After backward: the compute stream waits for every gradient copy (the norm reads the area).
+  void finish_backward();
+  int64_t drained() const;       // gradients moved to the host since construction
+  int64_t stepped_early() const;  // parameters stepped during backward since construction
 
  protected:
   std::vector<std::string> state_names() const override;
@@ -51,15 +89,22 @@ class OffloadOptimizer final : public Optimizer {
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
 
  private:
-  int states() const;  // f32 state arrays before the master
+  int states() const;  // f32 state arrays before the master (the f32 kinds)
+  bool eight_bit() const { return kind_ == "adamw8bit" || kind_ == "lion8bit"; }
+  void step_8bit(Slot& s, const void* grad, void* param16, float grad_scale);
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
-  void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream);
+  void update_drained(const std::vector<Slot*>& slots, float grad_scale);
+  bool is_drained(const Slot& s) const;
+  // threads <= 0: threads_.
+  void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream, int threads = 0);
   std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
 
   OffloadOptions opt_;
   std::string kind_;
   int threads_;
   std::shared_ptr<Storage> grad_bucket_, staging_;  // pinned, grown to the largest bucket
+  struct Drain;
+  std::shared_ptr<Drain> drain_;  // the hooks hold it weakly: destroying the optimizer disarms them
 };
 
 }  // namespace lt::offload

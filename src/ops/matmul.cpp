@@ -2,7 +2,7 @@
 #include <string>
 
 #include "autograd/kept_outputs.h"
-#include "ops/op_common.h"
+#include "ops/linear_args.h"
 
 namespace lt {
 using namespace detail;
@@ -84,7 +84,7 @@ namespace {
 
 // LEANTRAIN_GEMM_GELU=0 in the environment sends linear_gelu back to linear then gelu (to time
 // the fused epilogue against the two kernels); read once, the same for every device.
-bool gemm_gelu_enabled() {
+bool gemm_gelu_on() {
   static const bool on = [] {
     const char* v = std::getenv("LEANTRAIN_GEMM_GELU");
     return !(v && std::string(v) == "0");
@@ -92,16 +92,11 @@ bool gemm_gelu_enabled() {
   return on;
 }
 
-// A linear's operands, checked, in the layouts its GEMM reads.
-struct LinearArgs {
-  Device dev;
-  Tensor xc, wc;
-  int64_t in = 0, outf = 0, rows = 0;
-  Shape out_shape;
-  GemmDesc desc(int64_t ldc) const;
-};
+}  // namespace
 
-LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+bool detail::gemm_gelu_enabled() { return gemm_gelu_on(); }
+
+LinearArgs detail::prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
   LinearArgs a;
   a.dev = common_device("linear", {x, w, bias});
   check_same_dtype("linear", x, w);
@@ -126,7 +121,7 @@ LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, 
 }
 
 // x @ W (+ b) as one GEMM, the output in rows of ldc.
-GemmDesc LinearArgs::desc(int64_t ldc) const {
+GemmDesc detail::LinearArgs::desc(int64_t ldc) const {
   GemmDesc d;
   d.m = rows;
   d.n = outf;
@@ -137,7 +132,7 @@ GemmDesc LinearArgs::desc(int64_t ldc) const {
 }
 
 // Records out's backward: dX = dY W^T, dW, db = column sums of dY (each only when needed).
-void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs) {
+void detail::record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs) {
   if (!needs_grad({a.xc, a.wc, bias})) return;
   const bool need_x = a.xc.requires_grad(), need_w = a.wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
@@ -159,8 +154,6 @@ void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool we
   });
 }
 
-}  // namespace
-
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
   OpNameScope op_name("linear");
   LinearArgs a = prepare_linear(x, w, bias, weight_in_out);
@@ -180,12 +173,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
   return out;
 }
 
-Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& w, const Tensor& bias, GeluApprox approx,
+                             bool weight_in_out) {
+  const UnaryOp op = approx == GeluApprox::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf;
   const int64_t outf = w.dim() == 2 ? (weight_in_out ? w.size(1) : w.size(0)) : 0;
-  // The epilogue writes rows of a multiple of 8 (16 bytes of 16-bit): other widths run unfused.
-  if (outf % 8 != 0 || !gemm_gelu_enabled()) return gelu(linear(x, w, bias, weight_in_out), GeluApprox::Tanh);
+  // The epilogue computes the tanh GELU and writes rows of a multiple of 8 (16 bytes of 16-bit):
+  // anything else runs the linear, then the GELU kernel on its output.
+  if (approx != GeluApprox::Tanh || outf % 8 != 0 || !gemm_gelu_enabled()) {
+    LinearGelu r;
+    r.pre = linear(x, w, bias, weight_in_out);
+    Tensor pc = contiguous_data(r.pre);
+    r.act = Tensor::empty(pc.shape(), pc.dtype(), pc.device());
+    backend_of(pc).unary(op, r.act, pc, 0.f);
+    return r;
+  }
   LinearArgs a;
-  Tensor pre;
+  LinearGelu r;
   bool fresh = true;
   {
     OpNameScope op_name("linear");
@@ -193,22 +196,29 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool we
     // Selective checkpointing's recomputation hands the forward's pre-activation back.
     std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {x.dtype()});
     fresh = kept.empty();
-    pre = fresh ? Tensor::empty(a.out_shape, x.dtype(), a.dev) : kept[0];
+    r.pre = fresh ? Tensor::empty(a.out_shape, x.dtype(), a.dev) : kept[0];
   }
   // The same two allocations, in the same order, as linear then gelu.
-  Tensor out = Tensor::empty(a.out_shape, x.dtype(), a.dev);
+  r.act = Tensor::empty(a.out_shape, x.dtype(), a.dev);
   if (fresh) {
     GemmDesc d = a.desc(0);
     d.trans_b = !weight_in_out;
-    backend_for(a.dev).gemm_gelu(out, pre, a.xc, a.wc, d, bias);
-    keep_outputs("linear", {pre});
+    backend_for(a.dev).gemm_gelu(r.act, r.pre, a.xc, a.wc, d, bias);
+    keep_outputs("linear", {r.pre});
   } else {  // the GELU of the kept pre-activation, as gelu() computes it
-    backend_for(a.dev).unary(UnaryOp::GeluTanh, out, pre, 0.f);
+    backend_for(a.dev).unary(UnaryOp::GeluTanh, r.act, r.pre, 0.f);
   }
+  record_linear(r.pre, a, bias, weight_in_out, x.shape());
+  return r;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  const int64_t outf = w.dim() == 2 ? (weight_in_out ? w.size(1) : w.size(0)) : 0;
+  if (outf % 8 != 0 || !gemm_gelu_enabled()) return gelu(linear(x, w, bias, weight_in_out), GeluApprox::Tanh);
   // The graph of linear then gelu: two nodes, the same saved tensors, the same backward.
-  record_linear(pre, a, bias, weight_in_out, x.shape());
-  record_unary(UnaryOp::GeluTanh, "gelu_tanh", out, pre, 0.f);
-  return out;
+  LinearGelu r = linear_gelu_parts(x, w, bias, GeluApprox::Tanh, weight_in_out);
+  record_unary(UnaryOp::GeluTanh, "gelu_tanh", r.act, r.pre, 0.f);
+  return r.act;
 }
 
 }  // namespace lt

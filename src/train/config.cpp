@@ -64,28 +64,33 @@ void validate_precision(const RunConfig& c) {
           "use --precision bf16-mixed, which needs no loss scaling, or drop --fused-step");
 }
 
-// --offload: what runs today (optimizer, with AdamW, Lion or SGD and f32 host state), one line for the rest.
+// --offload: what runs today (optimizer, with AdamW, Lion, SGD or their 8-bit states on the host), one line for the rest.
 void check_offload(const RunConfig& c) {
   if (c.offload == "none") return;
-  if (c.offload == "params")
-    usage("--offload params", "offloading the parameters themselves is not implemented yet (issue #14)",
-          "use --offload optimizer, or --offload none");
-  if (c.offload != "optimizer")
-    usage("--offload " + c.offload, "not a value it takes", "use --offload none or --offload optimizer");
-  if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd")
-    usage("--offload optimizer with --optimizer " + c.optimizer, "only adamw, lion and sgd have a host step so far",
-          "use --optimizer adamw, lion or sgd, or drop --offload");
+  if (c.offload != "optimizer" && c.offload != "params")
+    usage("--offload " + c.offload, "not a value it takes", "use --offload none, optimizer or params");
+  // params: the blocks' weights in host memory, fetched per block; the optimizer on the host too.
+  if (c.offload == "params" && (c.checkpoint.empty() || c.checkpoint == "none"))
+    usage("--offload params without --checkpoint",
+          "the weights of a block come to the device for its forward and again for its recomputation, "
+          "and only checkpointed blocks are recomputed",
+          "add --checkpoint blocks");
+  const std::string what = "--offload " + c.offload;
+  if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd" && c.optimizer != "adamw8bit" &&
+      c.optimizer != "lion8bit")
+    usage(what + " with --optimizer " + c.optimizer, "no host step for it",
+          "use --optimizer adamw, lion, sgd, adamw8bit or lion8bit, or drop --offload");
   if (c.stochastic_rounding)
-    usage("--offload optimizer with --stochastic-rounding", "the host step rounds the 16-bit parameters to nearest",
+    usage(what + " with --stochastic-rounding", "the host step rounds the 16-bit parameters to nearest",
           "drop --stochastic-rounding (the host keeps f32 master weights anyway)");
   if (c.master_weights == "fp32")
-    usage("--offload optimizer with --master-weights fp32", "the offloaded state already keeps f32 master weights",
+    usage(what + " with --master-weights fp32", "the offloaded state already keeps f32 master weights",
           "drop --master-weights");
   if (c.state_dtype != "auto" && c.state_dtype != "f32")
-    usage("--offload optimizer with --state-dtype " + c.state_dtype, "the offloaded state is f32",
-          "drop --state-dtype");
+    usage(what + " with --state-dtype " + c.state_dtype,
+          "the offloaded state is f32 (or 8-bit with --optimizer adamw8bit / lion8bit)", "drop --state-dtype");
   if (c.fused_step)
-    usage("--offload optimizer with --fused-step", "the two are not combined yet",
+    usage(what + " with --fused-step", "the two are not combined yet",
           "drop --fused-step (offload already keeps the state off the device)");
 }
 

@@ -15,6 +15,15 @@ namespace lt {
 MergeResult merge_adapter(const MergeConfig& c) {
   // The output is checked first: a merge that cannot be written is refused before any work.
   if (SaveTarget t = save_target(c.out); !t.ok()) throw UsageError("--out " + c.out, t.why, t.fix);
+  // A leantrain checkpoint may be replaced by a save, but not the model or adapter being read.
+  auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec);
+  };
+  for (const auto& [flag, dir] : {std::pair{"--model", c.model}, std::pair{"--adapter", c.adapter}})
+    if (same(c.out, dir))
+      throw UsageError("--out " + c.out, std::string("it is the ") + flag + " directory, which the merge reads",
+                       "pass a new directory for the merged model");
   std::error_code ec;
   if (models::family_of_preset(c.model) || !std::filesystem::is_directory(c.model, ec) || !has_model_weights(c.model))
     throw UsageError("--model " + c.model, "merge needs the base model's weights",

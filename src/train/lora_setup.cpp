@@ -8,6 +8,7 @@
 #include "io/peft_adapter.h"
 #include "io/text_format.h"
 #include "leantrain/autograd.h"
+#include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 #include "train/atomic_dir.h"
 
@@ -182,8 +183,8 @@ std::vector<std::pair<std::string, nn::LoraLinear*>> lora_modules(nn::Module& m)
   return out;
 }
 
-void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed) {
-  const DType dtype = m.dtype();
+void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed,
+                  DType dtype) {
   m.set_trainable(".*", false);  // PEFT's default: only the adapters (and modules_to_save) train
   {
     MemoryCategoryScope p(Category::Parameter);
@@ -244,7 +245,9 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
     }
   }
   const int64_t before = m.num_parameters();
-  install_lora(m, paths, nn::LoraOptions{c.lora_rank, c.lora_alpha, c.lora_dropout}, c.seed ^ 0x4c6f5241ull);
+  // The run's parameter dtype (not the first parameter's: a quantised base keeps u8 weights).
+  install_lora(m, paths, nn::LoraOptions{c.lora_rank, c.lora_alpha, c.lora_dropout}, c.seed ^ 0x4c6f5241ull,
+               precision_policy(c.precision).param_dtype);
   if (!c.lora_init.empty() && !m.device().is_meta()) {
     const io::PeftAdapterConfig a = io::read_peft_adapter_config(c.lora_init);
     if (a.r != c.lora_rank || a.lora_alpha != c.lora_alpha)
@@ -345,7 +348,7 @@ void attach_peft_adapter(models::Model& m, const std::string& dir) {
   if (paths.empty())
     fail("adapter " + dir + ": target_modules selects no module of this " + m.model_type() + " model",
          "the adapter was trained for another model", "pass the base model the adapter was trained on");
-  install_lora(m, paths, nn::LoraOptions{c.r, c.lora_alpha, 0.0}, 0);
+  install_lora(m, paths, nn::LoraOptions{c.r, c.lora_alpha, 0.0}, 0, m.dtype());
   load_lora_adapter(dir, m);
 }
 

@@ -21,10 +21,11 @@ std::vector<std::string> default_lora_targets(nn::Module& m);
 // head, which a fine-tune to new classes must learn. Empty for language models.
 std::vector<std::string> lora_modules_to_save(models::Model& m);
 
-// Wraps the modules at `paths` in LoraLinear (adapters on the model's device, in its parameter
-// dtype, drawn from `seed`) and freezes every other parameter but those of modules_to_save.
+// Wraps the modules at `paths` in LoraLinear (adapters on the model's device, in `dtype`, drawn
+// from `seed`) and freezes every other parameter but those of modules_to_save.
 // lt::Error naming the module when one is not a replaceable linear layer or too narrow for the rank.
-void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed);
+void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed,
+                  DType dtype);
 
 // The run's --lora-* flags on its model (nothing when --lora-rank is 0). UsageError when
 // --lora-targets is not a regex, matches nothing or matches a module that is not a linear layer.

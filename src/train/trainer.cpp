@@ -11,15 +11,18 @@
 #include "leantrain/fused_step.h"
 #include "leantrain/precision.h"
 #include "offload/offload_optimizer.h"
+#include "train/offload_hooks.h"
+#include "train/param_offload.h"
 #include "train/precision_hooks.h"
 
 namespace lt {
 
 namespace {
 
-std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector<NamedTensor>& named) {
-  if (c.offload == "optimizer") {  // validate() has refused every other optimizer and setting with it
+std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector<NamedTensor>& named, Device device) {
+  if (c.offload == "optimizer" || c.offload == "params") {  // validate() refused what they cannot take
     offload::OffloadOptions o;
+    o.device = device;
     o.kind = c.optimizer;
     o.adamw.lr = o.lion.lr = o.sgd.lr = c.lr;
     o.adamw.weight_decay = o.lion.weight_decay = o.sgd.weight_decay = c.weight_decay;
@@ -29,6 +32,11 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
     o.sgd.momentum = c.momentum;
     o.sgd.dampening = c.dampening;
     o.sgd.nesterov = c.nesterov;
+    o.adamw8bit.lr = o.lion8bit.lr = c.lr;
+    o.adamw8bit.weight_decay = o.lion8bit.weight_decay = c.weight_decay;
+    o.adamw8bit.beta1 = c.beta1;
+    o.adamw8bit.beta2 = c.beta2;
+    o.adamw8bit.eps = c.eps;
     return std::make_unique<offload::OffloadOptimizer>(decay_groups(named), o);
   }
   OptimizerConfig oc;
@@ -76,14 +84,17 @@ int64_t steps_per_epoch(const RunConfig& c, int64_t micro_batches) {
 
 Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   // Frozen parameters (Module::set_trainable) get neither optimizer state nor a share of the clip norm.
+  // --offload params: the blocks' parameters rest in pinned host memory from here on.
+  if (cfg_.offload == "params") offload_block_parameters(model(), task_.device);
   auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
-  opt_ = build_optimizer(cfg_, named);
+  opt_ = build_optimizer(cfg_, named, task_.device);
   total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
   model().train();
   add_precision_hooks(*this);
+  add_offload_hooks(*this);
 }
 
 double Trainer::epochs_done() const {

@@ -78,6 +78,10 @@ PY
 expect_error 2 "--out $WORK/user: it is a directory that holds files but no leantrain checkpoint" \
   bash -c "mkdir -p '$WORK/user' && touch '$WORK/user/notes.txt' && '$LT' merge --model '$WORK/base' --adapter '$WORK/ck' --out '$WORK/user'"
 if [ -e "$WORK/user/notes.txt" ]; then ok; else fail "merge deleted a user's file"; fi
+expect_error 2 "--out $WORK/ck/: it is the --adapter directory, which the merge reads" \
+  "$LT" merge --model "$WORK/base" --adapter "$WORK/ck" --out "$WORK/ck/"
+expect_error 2 "--out $WORK/base: it is the --model directory" "$LT" merge --model "$WORK/base" --adapter "$WORK/ck" --out "$WORK/base"
+if [ -s "$WORK/ck/adapter_model.safetensors" ]; then ok; else fail "merge replaced its adapter"; fi
 expect_error 1 "adapter $WORK/nothing: no such directory" "$LT" merge --model "$WORK/base" --adapter "$WORK/nothing" --out "$WORK/m2"
 expect_error 2 "--model gpt2-tiny: merge needs the base model's weights" "$LT" merge --model gpt2-tiny --adapter "$WORK/ck" --out "$WORK/m2"
 expect_ok "$LT" train --model llama-tiny "${G[@]}" --batch 4 --steps 1 --lr 0 --save "$WORK/llama"

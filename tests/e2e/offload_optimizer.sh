@@ -8,12 +8,8 @@ GPT=(--model gpt2-tiny --dim 32 --depth 2 --heads 2 --batch 4 --seq-len 32 --eva
 
 losses() { grep '"loss"' "$1" | sed 's/, "seconds": [0-9.e+-]*//'; }
 
-expect_error 2 "^leantrain: error: --offload params: offloading the parameters themselves is not implemented yet" \
-  "$LT" train "${GPT[@]}" --device cpu --offload params
-expect_error 2 "^leantrain: error: --offload disk: not a value it takes \(use --offload none or --offload optimizer\)" \
+expect_error 2 "^leantrain: error: --offload disk: not a value it takes \(use --offload none, optimizer or params\)" \
   "$LT" train "${GPT[@]}" --device cpu --offload disk
-expect_error 2 "^leantrain: error: --offload optimizer with --optimizer adamw8bit: only adamw, lion and sgd have a host step so far" \
-  "$LT" train "${GPT[@]}" --device cpu --offload optimizer --optimizer adamw8bit
 expect_error 2 "^leantrain: error: --offload optimizer with --stochastic-rounding" \
   "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stochastic-rounding
 expect_error 2 "^leantrain: error: --offload optimizer with --master-weights fp32" \
@@ -41,6 +37,20 @@ for opt in "lion --lr 1e-4" "sgd --lr 0.05 --momentum 0.9 --nesterov"; do
     fail "$name: --offload optimizer changed the loss curve"; fi
 done
 
+# The 8-bit states on the host (the CPU reference kernels): the curve of the 8-bit optimizer with
+# --master-weights fp32 (dim 64: the 64x64 weights and the embeddings are quantised, the rest f32).
+GPT64=(--model gpt2-tiny --dim 64 --depth 2 --heads 2 --batch 4 --seq-len 32 --eval-batches 1 --steps 4 --log-every 1)
+for opt in "adamw8bit" "lion8bit --lr 1e-4"; do
+  name=${opt%% *}
+  expect_ok "$LT" train "${GPT64[@]}" --device cpu --precision bf16-true --optimizer $opt --master-weights fp32 \
+    --clip 1 --metrics "$WORK/$name-master.jsonl"
+  expect_ok "$LT" train "${GPT64[@]}" --device cpu --precision bf16-true --optimizer $opt --offload optimizer \
+    --clip 1 --metrics "$WORK/$name-off.jsonl"
+  if [ "$(losses "$WORK/$name-master.jsonl" | wc -l)" = 4 ] &&
+    cmp -s <(losses "$WORK/$name-master.jsonl") <(losses "$WORK/$name-off.jsonl"); then ok; else
+    fail "$name: --offload optimizer changed the loss curve"; fi
+done
+
 # Stopped after 2 steps, saved (the host state by name) and resumed: the uninterrupted curve.
 expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stop-at 2 --save "$WORK/ck" \
   --metrics "$WORK/resumed.jsonl"
@@ -63,5 +73,44 @@ assert host.get("optimizer_state", 0) > 0, host
 assert plan["peak_pinned_host_bytes"] == run["peak_pinned_host_bytes"], (plan["peak_pinned_host_bytes"], run["peak_pinned_host_bytes"])
 assert plan["pinned_host_categories_peak"] == host, (plan["pinned_host_categories_peak"], host)
 assert plan["peak_allocated_bytes"] == run["peak_allocated_bytes"], (plan["peak_allocated_bytes"], run["peak_allocated_bytes"])
+PY
+# Gradients drain to the host during backward: with --clip and two micro-batches (the first
+# accumulates on the device, the second's backward drains the sum) the curve (loss and grad norm)
+# is still bitwise that of --master-weights fp32; 16-mixed (f32 parameters, loss scaling) that of
+# plain AdamW. The device holds at most a bucket of gradients, not all of them, and plan says so.
+ACC=(--clip 0.5 --micro-batch 2)
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --master-weights fp32 "${ACC[@]}" \
+  --metrics "$WORK/acc-master.jsonl" --metrics-json "$WORK/acc-master.json"
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer "${ACC[@]}" \
+  --metrics "$WORK/acc-off.jsonl" --metrics-json "$WORK/acc-off.json"
+if [ "$(grep -c '"grad_norm"' "$WORK/acc-off.jsonl")" = 4 ] &&
+  cmp -s <(losses "$WORK/acc-master.jsonl") <(losses "$WORK/acc-off.jsonl"); then ok; else
+  fail "--offload optimizer with --clip and --micro-batch changed the loss curve"; fi
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision 16-mixed --clip 1 --metrics "$WORK/mixed.jsonl"
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision 16-mixed --clip 1 --offload optimizer \
+  --metrics "$WORK/mixed-off.jsonl"
+if cmp -s <(losses "$WORK/mixed.jsonl") <(losses "$WORK/mixed-off.jsonl"); then ok; else
+  fail "16-mixed: --offload optimizer changed the loss curve"; fi
+expect_ok "$LT" plan "${GPT[@]}" --device-type cpu --precision bf16-true --offload optimizer "${ACC[@]}" --json
+cp "$WORK/out" "$WORK/acc-plan.json"
+if python3 - "$WORK/acc-plan.json" "$WORK/acc-off.json" "$WORK/acc-master.json" <<'PY'; then ok; else fail "drained gradients: plan != measured, or the device still holds them all"; fi
+import json, sys
+plan, run, master = (json.load(open(f)) for f in sys.argv[1:4])
+dev, host = run["categories_peak"], run["pinned_host_categories_peak"]
+# the gradients' pinned area, no staging buffer (the results go back from the area); with
+# accumulation the device holds the first micro-batch's gradients as without offload
+assert host["gradient"] > 0 and host["workspace"] == 0, host
+assert dev["gradient"] <= master["categories_peak"]["gradient"], (dev, master["categories_peak"])
+assert plan["peak_pinned_host_bytes"] == run["peak_pinned_host_bytes"], (plan["peak_pinned_host_bytes"], run["peak_pinned_host_bytes"])
+assert plan["pinned_host_categories_peak"] == host, (plan["pinned_host_categories_peak"], host)
+assert plan["peak_allocated_bytes"] == run["peak_allocated_bytes"], (plan["peak_allocated_bytes"], run["peak_allocated_bytes"])
+PY
+# Without accumulation the device never holds more than the largest gradient plus a bucket.
+if python3 - "$WORK/off.json" "$WORK/plan.json" <<'PY'; then ok; else fail "drained gradients: the device still holds them all"; fi
+import json, sys
+run, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+dev, host = run["categories_peak"], run["pinned_host_categories_peak"]
+assert host["gradient"] > 0 and 4 * dev["gradient"] < host["gradient"], (dev, host)
+assert plan["categories_peak"]["gradient"] == dev["gradient"], (plan["categories_peak"], dev)
 PY
 finish

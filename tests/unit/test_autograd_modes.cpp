@@ -68,10 +68,11 @@ TEST(AutogradModes, InferenceModeKeepsNoActivations) {
   Tensor ids = from_ints(v, {4, 64});
   const int64_t train_peak = activation_peak_of_forward(m, ids, false);
   const int64_t infer_peak = activation_peak_of_forward(m, ids, true);
-  // Training keeps every block's saved tensors alive until backward; inference frees each
-  // intermediate as soon as the next op has consumed it, so only a few live at once.
+  // Training keeps every block's saved tensors alive until backward (10 C per token a block:
+  // docs/memory-model.md); inference frees each intermediate as soon as the next op has
+  // consumed it, so only a few live at once (the MLP's two 4 C buffers at most).
   EXPECT_GT(train_peak, 0);
-  EXPECT_LT(infer_peak * 4, train_peak) << "inference " << infer_peak << " B, training " << train_peak << " B";
+  EXPECT_LT(infer_peak * 3, train_peak) << "inference " << infer_peak << " B, training " << train_peak << " B";
   // And nothing requires grad in inference mode.
   InferenceModeGuard g;
   EXPECT_FALSE(m.forward(ids).requires_grad());

@@ -233,7 +233,7 @@ TEST(LoraModel, LlamaFusedProjectionsEqualPerModuleCalls) {
   Tensor ids = from_ints({1, 5, 9, 3, 7, 2, 30, 11}, {2, 4});
   auto run = [&](bool unfused) {
     models::Llama m(c, {.dtype = DType::F64, .seed = 3});
-    apply_lora(m, lora_run(2));
+    install_lora(m, default_lora_targets(m), {2, 8, 0}, 1, DType::F64);
     {
       NoGradGuard ng;
       Generator g(5);

@@ -74,6 +74,20 @@ std::unique_ptr<Optimizer> reference_for(const std::string& kind, std::vector<Pa
     o.weight_decay = 1e-2;
     return std::make_unique<SGD>(std::move(groups), o);
   }
+  if (kind == "adamw8bit") {
+    AdamW8bitOptions o;
+    o.lr = 1e-2;
+    o.weight_decay = 0.1;
+    o.min_8bit_size = 64;  // the 256- and 303-element parameters quantised, the others f32
+    return std::make_unique<AdamW8bit>(std::move(groups), o);
+  }
+  if (kind == "lion8bit") {
+    Lion8bitOptions o;
+    o.lr = 3e-3;
+    o.weight_decay = 0.1;
+    o.min_8bit_size = 64;
+    return std::make_unique<Lion8bit>(std::move(groups), o);
+  }
   return std::make_unique<AdamW>(std::move(groups), adamw_options());
 }
 
@@ -87,6 +101,12 @@ OffloadOptions offload_for(const std::string& kind) {
   o.sgd.momentum = 0.9;
   o.sgd.nesterov = true;
   o.sgd.weight_decay = 1e-2;
+  o.adamw8bit.lr = 1e-2;
+  o.adamw8bit.weight_decay = 0.1;
+  o.adamw8bit.min_8bit_size = 64;
+  o.lion8bit.lr = 3e-3;
+  o.lion8bit.weight_decay = 0.1;
+  o.lion8bit.min_8bit_size = 64;
   return o;
 }
 
@@ -102,9 +122,12 @@ void check_against_reference(const std::string& kind, DType dt, int64_t bucket_b
   o.bucket_bytes = bucket_bytes;
   o.threads = threads;
   OffloadOptimizer offloaded(two_groups(off), o);
-  const std::vector<std::string> states = kind == "adamw"  ? std::vector<std::string>{"exp_avg", "exp_avg_sq"}
-                                          : kind == "lion" ? std::vector<std::string>{"exp_avg"}
-                                                           : std::vector<std::string>{"momentum_buffer"};
+  const std::vector<std::string> states =
+      kind == "adamw"       ? std::vector<std::string>{"exp_avg", "exp_avg_sq"}
+      : kind == "lion"      ? std::vector<std::string>{"exp_avg"}
+      : kind == "adamw8bit" ? std::vector<std::string>{"exp_avg", "exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax"}
+      : kind == "lion8bit"  ? std::vector<std::string>{"exp_avg", "exp_avg_absmax"}
+                            : std::vector<std::string>{"momentum_buffer"};
   for (int t = 1; t <= 4; ++t) {
     set_grads(ref, t);
     set_grads(off, t);
@@ -126,7 +149,7 @@ void check_against_reference(const std::string& kind, DType dt, int64_t bucket_b
 }  // namespace
 
 TEST(OffloadOptimizer, BitwiseEqualToMasterWeightOptimizer) {
-  for (const char* kind : {"adamw", "lion", "sgd"})
+  for (const char* kind : {"adamw", "lion", "sgd", "adamw8bit", "lion8bit"})
     for (DType dt : {DType::BF16, DType::F16, DType::F32})
       for (int64_t bucket : {int64_t(32) << 20, int64_t(256)})  // one bucket; one parameter per bucket
         for (int threads : {1, 3}) {
@@ -204,7 +227,13 @@ TEST(OffloadOptimizer, RefusesWhatItCannotDo) {
   o.adamw.state_dtype = DType::BF16;
   EXPECT_NE(error_of([&] { OffloadOptimizer bad({ParamGroup{ps, std::nullopt}}, o); }).find("state dtype"),
             std::string::npos);
-  o.kind = "adamw8bit";
-  EXPECT_NE(error_of([&] { OffloadOptimizer bad({ParamGroup{ps, std::nullopt}}, o); }).find("adamw, lion and sgd"),
+  o.kind = "adafactor";
+  EXPECT_NE(error_of([&] { OffloadOptimizer bad({ParamGroup{ps, std::nullopt}}, o); }).find("adamw8bit and lion8bit"),
             std::string::npos);
+  o.kind = "adamw8bit";
+  {
+    OffloadOptimizer opt({ParamGroup{ps, std::nullopt}}, o);
+    opt.set_stochastic_rounding(true, 1);
+    EXPECT_NE(error_of([&] { opt.step(); }).find("stochastic rounding"), std::string::npos);
+  }
 }

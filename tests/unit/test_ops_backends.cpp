@@ -114,6 +114,20 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return linear_gelu(x[0], x[1], x[2], true); }},
       {"linear_gelu_nobias", {F({7, 8}), F({16, 8})}, [](const V& x) { return linear_gelu(x[0], x[1], Tensor()); }},
       {"linear_gelu_odd", {F({4, 8}), F({13, 8}), F({13})}, [](const V& x) { return linear_gelu(x[0], x[1], x[2]); }},
+      // the linears that recompute their input in the backward (gelu(pre), layer_norm(x))
+      {"gelu_linear_erf", {F({2, 3, 16}), F({8, 16}), F({8})},
+       [](const V& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Erf); }},
+      {"gelu_linear_tanh_in_out", {F({5, 24}), F({24, 8})},
+       [](const V& x) { return gelu_linear(x[0], x[1], Tensor(), GeluApprox::Tanh, true); }},
+      {"linear_gelu_parts_then_gelu_linear", {F({2, 3, 16}), F({24, 16}), F({24}), F({16, 24}), F({16})},
+       [](const V& x) {
+         LinearGelu h = linear_gelu_parts(x[0], x[1], x[2], GeluApprox::Tanh);
+         return gelu_linear(h.pre, x[3], x[4], GeluApprox::Tanh, false, h.act);
+       }},
+      {"layer_norm_linear", {F({4, 6, 32}), F({32}), F({32}), F({12, 32}), F({12})},
+       [](const V& x) { return layer_norm_linear(x[0], x[1], x[2], 1e-5, x[3], x[4]); }},
+      {"layer_norm_linear_nobias_in_out", {F({5, 16}), F({16}), F({16, 24})},
+       [](const V& x) { return layer_norm_linear(x[0], x[1], Tensor(), 1e-5, x[2], Tensor(), true); }},
       // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):
       // the GEMMs write and read them through ldc/lda/ldb, and the bias epilogue writes them too
       {"linear_wide_odd", {F({2, 3, 16}), F({1001, 16})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},

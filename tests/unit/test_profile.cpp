@@ -167,7 +167,10 @@ TEST(Profile, CpuPeaksEqualTheMetaPredictionToTheByte) {
   }
   EXPECT_GT(r.rows[0].saved_measured, 0);
   EXPECT_GT(r.rows.back().saved_measured, 0);
-  EXPECT_GE(r.rows.back().act_saved_measured, r.rows[0].act_saved_measured);
+  // Not ">= block 0's": a block keeps little since it recomputes its norms and GELU, and the last
+  // block's recomputation runs at the backward's peak, so checkpointing it can cost a little;
+  // "all blocks" is then block 0's saving less that cost.
+  EXPECT_GT(r.rows.back().act_saved_measured, 0);
   const std::string svg = profile_svg(r);
   EXPECT_EQ(count(svg, "<circle class=\"point\""), r.rows.size());
   EXPECT_NE(profile_table(r).find("CPU figures"), std::string::npos);

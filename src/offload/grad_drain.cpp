@@ -1,0 +1,343 @@
+// --offload optimizer's gradients moved to the host during backward, and the update that reads
+// them there (offload_optimizer.h, "Draining during backward"; docs/decisions.md).
+//
+// Every choice below follows program order, never timing, so cpu (plain copies), meta (no copies)
+// and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
+// pinned-host peaks of a run.
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/backend.h"
+#include "backend/event.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+#include "offload/offload_optimizer.h"
+
+namespace lt::offload {
+
+namespace {
+
+int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+
+}  // namespace
+
+struct OffloadOptimizer::Drain {
+  std::unordered_map<std::string, int64_t> offset;  // of each trainable gradient in the area
+  // The device of each parameter at rest, which its gradient view takes: the CPU for a block
+  // parameter under --offload params (the view is host memory like the parameter), else the
+  // parameter's device (CUDA reads the pinned view in place).
+  std::unordered_map<std::string, Device> rest;
+  Device grad_device;  // where backward produces the gradients (set by the first one)
+  int64_t bytes = 0;                                // the area's size
+  int64_t bucket_bytes = 0;
+  std::shared_ptr<Storage> area;  // pinned, taken at the first gradient, kept for the next steps
+  bool armed = false;
+  int64_t drained = 0, stepped_early = 0;
+  // Copies enqueued on the copy stream whose device gradients the compute stream may not reuse
+  // yet. A marker is an event recorded on the copy stream after the gradients it covers were
+  // freed (the engine frees each one after its hook returns, so the marker for a gradient is
+  // recorded at the next hook): only such an event lets the caching allocator hand their memory
+  // to the compute stream again (Note [Cross-stream reuse]).
+  struct Marker {
+    std::unique_ptr<Event> event;
+    int64_t bytes = 0;
+  };
+  std::deque<Marker> markers;
+  int64_t marked_bytes = 0;   // covered by the markers
+  int64_t pending_bytes = 0;  // copied since the last marker
+
+  // Early steps (set_early_step): buckets of landed gradients stepped by a host thread while
+  // backward goes on, the 16-bit results into `staging` (the gradients stay for the norm).
+  struct Landed {
+    std::vector<std::string> names;
+    std::unique_ptr<Event> event;  // on the copy stream, after their copies
+  };
+  OffloadOptimizer* owner = nullptr;
+  bool early = false;
+  std::shared_ptr<Storage> staging;                       // pinned, beside the area
+  std::unordered_map<std::string, Slot*> slots;           // filled by update(): states exist
+  std::vector<std::string> filling;                       // names copied since the last bucket
+  int64_t filling_bytes = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Landed> queue;
+  bool busy = false, stop = false;
+  std::unordered_set<std::string> stepped;  // this step's, by the thread
+  std::exception_ptr error;
+  std::thread worker;
+
+  ~Drain() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  // The gradients copied since the last bucket become one, stepped once their copies land.
+  void close_bucket(Device d) {
+    if (filling.empty()) return;
+    Landed b{std::move(filling), std::make_unique<Event>(d)};
+    filling.clear();
+    filling_bytes = 0;
+    {
+      StreamGuard on_copy(kCopyStream);
+      b.event->record();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back(std::move(b));
+    }
+    if (!worker.joinable()) worker = std::thread([this] { work(); });
+    cv.notify_all();
+  }
+
+  void work() {
+    for (;;) {
+      Landed b;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        b = std::move(queue.front());
+        queue.pop_front();
+        busy = true;
+      }
+      try {
+        const bool meta = b.event->device().is_meta();
+        if (!meta) b.event->synchronize();
+        char* g = static_cast<char*>(area->data());
+        char* out = static_cast<char*>(staging->data());
+        for (const std::string& n : b.names) {
+          auto it = slots.find(n);
+          if (it == slots.end()) continue;  // no state yet (the first step): update() steps it
+          Slot& sl = *it->second;
+          const int64_t off = offset.at(n);
+          // One core fewer: the thread that enqueues backward's kernels must not wait for a core.
+          if (!meta)
+            owner->step_one(sl, g + off, sl.param.dtype() != DType::F32 ? out + off : nullptr, 1.0f, nullptr,
+                            std::max(1, owner->threads_ - 1));
+          std::lock_guard<std::mutex> lk(mu);
+          stepped.insert(n);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!error) error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        busy = false;
+      }
+      cv.notify_all();
+    }
+  }
+
+  // Until the thread has stepped every bucket handed to it; its error, if any, thrown here.
+  void wait_idle() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return queue.empty() && !busy; });
+    if (error) {
+      std::exception_ptr e = error;
+      error = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+  void mark(Device d) {
+    if (pending_bytes == 0) return;
+    Marker m{std::make_unique<Event>(d), pending_bytes};
+    {
+      StreamGuard on_copy(kCopyStream);
+      m.event->record();
+    }
+    marked_bytes += pending_bytes;
+    pending_bytes = 0;
+    markers.push_back(std::move(m));
+  }
+
+  // The compute stream waits for the oldest copies until at most `keep` bytes stay in flight.
+  void wait_until(int64_t keep) {
+    while (!markers.empty() && marked_bytes > keep) {
+      markers.front().event->block_current_stream();
+      marked_bytes -= markers.front().bytes;
+      markers.pop_front();
+    }
+  }
+
+  // A tensor of `param`'s device over the area (CUDA reads and writes pinned memory in place).
+  Tensor view(const Tensor& param, int64_t off, Device device) const {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = area;
+    impl->offset = off / int64_t(dtype_size(param.dtype()));
+    impl->shape = param.shape();
+    impl->strides = contiguous_strides(param.shape());
+    impl->dtype = param.dtype();
+    impl->device = device;
+    return Tensor(impl);
+  }
+
+  void drain(Tensor& param, const std::string& name) {
+    Tensor g = param.grad();
+    // Undefined, or in the area already (a second armed backward without zero_grad added into it).
+    if (!g.defined() || (area && g.storage() == area)) return;
+    const Device d = g.device();
+    LT_CHECK(g.is_contiguous() && g.dtype() == param.dtype(), "--offload optimizer: the gradient of '" + name + "'",
+             "is not a contiguous gradient of the parameter's dtype", "report this: the engine made it");
+    if (!area) {
+      grad_device = d;
+      MemoryCategoryScope cat(Category::Gradient);
+      area = allocate_pinned_host(bytes, d);
+      LT_CHECK(area != nullptr, "--offload optimizer: pinning " + std::to_string(bytes) + " bytes for the gradients",
+               "the system refused to pin more host memory",
+               "raise the locked-memory limit (ulimit -l), or train without --offload optimizer");
+      if (early) {
+        MemoryCategoryScope ws(Category::Workspace);
+        staging = allocate_pinned_host(bytes, d);
+        LT_CHECK(staging != nullptr, "--offload optimizer: pinning " + std::to_string(bytes) + " bytes for the results",
+                 "the system refused to pin more host memory",
+                 "raise the locked-memory limit (ulimit -l), or train without --offload optimizer");
+      }
+    }
+    mark(d);  // the gradients drained before this one are freed by now
+    wait_until(bucket_bytes);
+    const int64_t off = offset.at(name);
+    Event written(d);
+    written.record();  // compute: the gradient holds its values
+    {
+      StreamGuard on_copy(kCopyStream);
+      written.block_current_stream();
+      if (!d.is_meta()) backend_for(d).copy_to_host_async(static_cast<char*>(area->data()) + off, g);
+    }
+    record_stream(g, kCopyStream);  // its memory is reused only after the copy
+    pending_bytes += g.nbytes();
+    param.set_grad(view(param, off, rest.at(name)));
+    ++drained;
+    if (early) {
+      filling.push_back(name);
+      filling_bytes += align64(param.nbytes());
+      if (filling_bytes >= bucket_bytes) close_bucket(d);
+    }
+  }
+};
+
+OffloadOptimizer::~OffloadOptimizer() = default;
+
+void OffloadOptimizer::drain_during_backward() {
+  if (drain_) return;
+  drain_ = std::make_shared<Drain>();
+  drain_->bucket_bytes = opt_.bucket_bytes;
+  std::weak_ptr<Drain> weak = drain_;
+  for (auto& [name, p] : named_params()) {
+    drain_->offset[name] = drain_->bytes;
+    drain_->rest[name] = p.device();
+    drain_->bytes += align64(p.nbytes());
+    // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
+    p.register_post_accumulate_grad_hook([weak, name = name](Tensor& param) {
+      std::shared_ptr<Drain> d = weak.lock();
+      if (d && d->armed) d->drain(param, name);
+    });
+  }
+}
+
+void OffloadOptimizer::set_draining(bool on) {
+  if (drain_) drain_->armed = on;
+}
+
+void OffloadOptimizer::set_early_step(bool on) {
+  LT_CHECK(drain_ && !drain_->area, "--offload optimizer: early steps switched on late",
+           "they need draining on and the result buffer taken with the gradient area",
+           "call set_early_step after drain_during_backward and before the first backward");
+  drain_->early = on;
+  drain_->owner = this;
+}
+
+void OffloadOptimizer::finish_backward() {
+  if (!drain_) return;
+  drain_->armed = false;
+  if (!drain_->area) return;
+  if (drain_->early) drain_->close_bucket(drain_->grad_device);
+  drain_->mark(drain_->grad_device);
+  // The host waits too: gradient views of host-resting parameters are read by the CPU (the norm)
+  // next, and the device's norm reads the rest right after anyway.
+  if (!drain_->markers.empty()) drain_->markers.back().event->synchronize();
+  drain_->wait_until(0);
+}
+
+int64_t OffloadOptimizer::drained() const { return drain_ ? drain_->drained : 0; }
+
+int64_t OffloadOptimizer::stepped_early() const { return drain_ ? drain_->stepped_early : 0; }
+
+bool OffloadOptimizer::is_drained(const Slot& s) const {
+  return drain_ && drain_->area && s.param.grad().defined() && s.param.grad().storage() == drain_->area;
+}
+
+// Slots whose gradients are in the area: stepped bucket by bucket on the worker threads, each
+// bucket copied back on the copy stream while the next one is stepped.
+void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float grad_scale) {
+  Drain& dr = *drain_;
+  const Device d = dr.grad_device;
+  std::unordered_set<std::string> early;  // stepped during backward: only their copies back remain
+  if (dr.early) {
+    dr.close_bucket(d);
+    dr.wait_idle();
+    std::lock_guard<std::mutex> lk(dr.mu);
+    for (Slot* s : slots)
+      if (dr.stepped.erase(s->name)) early.insert(s->name);
+    LT_CHECK(early.empty() || grad_scale == 1.0f, "--offload optimizer: a step with gradient scale " +
+             std::to_string(grad_scale) + " after early steps", "the early steps assumed no clipping and no loss scaling",
+             "report this: the trainer switched early steps on");
+    dr.stepped_early += int64_t(early.size());
+  }
+  for (Slot* s : slots) dr.slots[s->name] = s;  // their states exist now: the next steps go early
+  dr.mark(d);
+  dr.wait_until(0);  // (finish_backward did this already when the trainer ran it)
+  // The host writes the 16-bit results over the gradients: whatever the compute stream enqueued
+  // that reads them (the norm, a loss scaler's check) must be done, and it is the last reader of
+  // the parameters before the copies back.
+  Event computed(d);
+  computed.record();
+  if (!d.is_meta()) computed.synchronize();
+  Event returned(d);
+  {
+    StreamGuard on_copy(kCopyStream);
+    computed.block_current_stream();
+  }
+  char* base = static_cast<char*>(dr.area->data());
+  size_t i = 0;
+  while (i < slots.size()) {
+    size_t j = i;
+    int64_t bytes = 0;
+    while (j < slots.size() && (j == i || bytes + align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
+      bytes += align64(slots[j++]->param.nbytes());
+    if (!d.is_meta())
+      for (size_t k = i; k < j; ++k) {
+        Slot& s = *slots[k];
+        if (early.count(s.name)) continue;
+        char* at = base + dr.offset.at(s.name);
+        step_one(s, at, s.param.dtype() != DType::F32 ? at : nullptr, grad_scale, nullptr);
+      }
+    StreamGuard on_copy(kCopyStream);
+    for (size_t k = i; k < j; ++k) {
+      Slot& s = *slots[k];
+      char* from = early.count(s.name) ? static_cast<char*>(dr.staging->data()) : base;
+      const void* src = s.param.dtype() == DType::F32 ? s.state.back().data<float>()
+                                                       : static_cast<const void*>(from + dr.offset.at(s.name));
+      if (d.is_meta()) continue;
+      if (s.param.device() == d) backend_for(d).copy_from_host_async(s.param, src);
+      else std::memcpy(s.param.raw_data(), src, size_t(s.param.nbytes()));  // it rests in host memory
+    }
+    returned.record();
+    i = j;
+  }
+  returned.block_current_stream();  // compute (the next forward) runs after the copies back
+}
+
+}  // namespace lt::offload

@@ -1,0 +1,23 @@
+// What linear (matmul.cpp) and the linears that recompute their input (recompute_linear.cpp)
+// share: the checked operands, the GEMM descriptor and the plain linear's backward.
+#pragma once
+#include "ops/op_common.h"
+
+namespace lt::detail {
+
+// A linear's operands, checked, in the layouts its GEMM reads.
+struct LinearArgs {
+  Device dev;
+  Tensor xc, wc;
+  int64_t in = 0, outf = 0, rows = 0;
+  Shape out_shape;
+  GemmDesc desc(int64_t ldc) const;  // x @ W (+ b) as one GEMM, the output in rows of ldc
+};
+
+LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out);
+// Records out's backward: dX = dY W^T, dW, db = column sums of dY (each only when needed).
+void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs);
+// False when LEANTRAIN_GEMM_GELU=0 sends the tanh GELU out of the GEMM's epilogue.
+bool gemm_gelu_enabled();
+
+}  // namespace lt::detail

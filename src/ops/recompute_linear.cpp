@@ -1,0 +1,168 @@
+// Linears whose input is cheap to recompute from a tensor that is saved anyway: they save that
+// tensor instead of their own input, and recompute the input in the backward for the weight
+// gradient (one elementwise or row pass over a buffer that lives only inside the backward).
+//   gelu_linear:        linear(gelu(pre)) saves pre (which the GELU's backward needs anyway),
+//                       not gelu(pre): an MLP keeps one 4C buffer per token instead of two.
+//   layer_norm_linear:  linear(layer_norm(x)) saves x, mean and rstd (which the norm's backward
+//                       needs anyway), not the normalised rows: C per token less per norm.
+// The recomputation runs the forward's own kernel on the same inputs, so the backward sees the
+// same values the forward used (docs/memory-model.md, "What a block keeps").
+#include "autograd/kept_outputs.h"
+#include "ops/linear_args.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+UnaryOp gelu_op(GeluApprox approx) { return approx == GeluApprox::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf; }
+
+Tensor gelu_of(UnaryOp op, const Tensor& pre) {
+  Tensor act = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+  backend_of(pre).unary(op, act, pre, 0.f);
+  return act;
+}
+
+// The GEMM of a linear over `in` (the recomputable input, already computed), with the kept-
+// outputs protocol of linear() so that selective checkpointing sees the same sequence.
+Tensor linear_forward(const LinearArgs& a, const Tensor& in, const Tensor& bias, bool weight_in_out) {
+  OpNameScope op_name("linear");
+  const int64_t ldc = padded_row_stride(a.outf, a.xc.dtype());
+  std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {a.xc.dtype()});
+  if (!kept.empty()) return kept[0];
+  Tensor out = empty_rows(a.out_shape, ldc, a.xc.dtype(), a.dev);
+  GemmDesc d = a.desc(ldc);
+  d.lda = padded_rows(in);
+  d.trans_b = !weight_in_out;
+  backend_for(a.dev).gemm(out, in, a.wc, d, bias);
+  keep_outputs("linear", {out});
+  return out;
+}
+
+// dW (and db) of a linear from its gradient g [rows, out] and its recomputed input in [rows, in].
+Tensor weight_grad(const Tensor& g2, const Tensor& in, int64_t rows, int64_t in_features, bool weight_in_out) {
+  Tensor x2 = reshape(in, {rows, in_features});
+  return weight_in_out ? matmul(x2, g2, true, false) : matmul(g2, x2, true, false);
+}
+
+}  // namespace
+
+Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, GeluApprox approx, bool weight_in_out,
+                   const Tensor& act_in) {
+  check_floating("gelu_linear", pre_in);
+  Tensor pre = contiguous(pre_in);
+  LinearArgs a = prepare_linear(pre, w, bias, weight_in_out);
+  const UnaryOp op = gelu_op(approx);
+  if (act_in.defined())
+    LT_CHECK(act_in.shape() == pre.shape() && act_in.dtype() == pre.dtype(),
+             "gelu_linear: act " + shape_str(act_in.shape()) + " " + dtype_name(act_in.dtype()) + " vs pre " +
+                 shape_str(pre.shape()) + " " + dtype_name(pre.dtype()),
+             "act must be gelu(pre): same shape and dtype", "pass gelu(pre) or leave act undefined");
+  Tensor out;
+  {
+    Tensor act = act_in.defined() ? contiguous_data(act_in) : Tensor();
+    if (!act.defined()) {
+      OpNameScope op_name(approx == GeluApprox::Tanh ? "gelu_tanh" : "gelu_erf");
+      act = gelu_of(op, pre);
+    }
+    out = linear_forward(a, act, bias, weight_in_out);
+  }  // act is freed here: the backward recomputes it
+  if (!needs_grad({pre, a.wc, bias})) return out;
+  const bool need_pre = pre.requires_grad(), need_w = a.wc.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  SavedTensor saved_pre((need_pre || need_w) ? pre : Tensor()), saved_w(need_pre ? a.wc : Tensor());
+  const int64_t rows = a.rows, in = a.in, outf = a.outf;
+  record(out, "gelu_linear", {pre, a.wc, bias}, [=](const Tensor& g) {
+    Tensor spre = saved_pre.unpack(), sw = saved_w.unpack();
+    Tensor g2 = reshape(g, {rows, outf});
+    Tensor gpre, gw, gb;
+    if (need_w) gw = weight_grad(g2, gelu_of(op, spre), rows, in, weight_in_out);  // act freed after the GEMM
+    if (need_b) gb = sum_to(g2, {outf});
+    if (need_pre) {
+      // d(gelu(pre)) = g W^T, then times gelu'(pre) in place: the kernels are elementwise, each
+      // element read before it is written, so one [rows, in] buffer serves both.
+      gpre = reshape(matmul(g2, sw, false, weight_in_out), spre.shape());
+      backend_of(g).unary_backward(op, gpre, gpre, spre, 0.f);
+    }
+    return std::vector<Tensor>{gpre, gw, gb};
+  });
+  return out;
+}
+
+Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& ln_b_in, double eps, const Tensor& w,
+                         const Tensor& bias, bool weight_in_out) {
+  const char* name = "layer_norm_linear";
+  Device dev = common_device(name, {x, ln_w_in, ln_b_in, w, bias});
+  check_floating(name, x);
+  LT_CHECK(x.dim() >= 1 && x.size(-1) > 0, std::string(name) + ": input of shape " + shape_str(x.shape()),
+           "it needs a non-empty last dimension to normalise over", "pass a tensor shaped [..., C]");
+  LT_CHECK(ln_w_in.defined(), std::string(name) + ": no norm weight", "the kernels need a [C] weight",
+           "pass ones([C]) for none");
+  for (const Tensor* p : {&ln_w_in, &ln_b_in}) {
+    if (!p->defined()) continue;
+    check_same_dtype(name, x, *p);
+    LT_CHECK(p->dim() == 1 && p->size(0) == x.size(-1),
+             std::string(name) + ": norm weight or bias has shape " + shape_str(p->shape()),
+             "it must be [" + std::to_string(x.size(-1)) + "] to match the last dim of input " + shape_str(x.shape()),
+             "create it with the normalised size");
+  }
+  Tensor xc = contiguous(x), ln_w = contiguous(ln_w_in), ln_b = ln_b_in.defined() ? contiguous(ln_b_in) : Tensor();
+  const int64_t C = x.size(-1), N = x.numel() / C;
+  const DType aux = aux_dtype(x.dtype());
+  const float feps = float(eps);
+  Tensor mu, rstd, out;
+  LinearArgs a;
+  {
+    Tensor y;
+    {
+      OpNameScope op_name("layer_norm_linear");
+      y = Tensor::empty(x.shape(), x.dtype(), dev);
+      mu = Tensor::empty({N}, aux, dev);
+      rstd = Tensor::empty({N}, aux, dev);
+      backend_for(dev).layernorm_fwd(rows_view(y), mu, rstd, rows_view(xc), ln_w, ln_b, feps);
+    }
+    a = prepare_linear(y, w, bias, weight_in_out);
+    out = linear_forward(a, y, bias, weight_in_out);
+    a.xc = Tensor();  // y is freed here: the backward recomputes it
+  }
+  if (!needs_grad({xc, ln_w, ln_b, a.wc, bias})) return out;
+  const bool need_x = xc.requires_grad(), need_lnw = ln_w.requires_grad();
+  const bool need_lnb = ln_b.defined() && ln_b.requires_grad();
+  const bool need_w = a.wc.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+  const bool need_norm_grad = need_x || need_lnw || need_lnb;
+  // y = norm(x) is needed for dW; dy = g W^T goes through the norm's backward (x, w, mean, rstd).
+  const bool keep_x = need_w || need_norm_grad;
+  SavedTensor saved_x(keep_x ? xc : Tensor()), saved_lnw(keep_x ? ln_w : Tensor());
+  SavedTensor saved_lnb(need_w ? ln_b : Tensor());
+  SavedTensor saved_mu(need_norm_grad ? mu : Tensor()), saved_rstd(need_norm_grad ? rstd : Tensor());
+  SavedTensor saved_w(need_norm_grad ? a.wc : Tensor());
+  const int64_t rows = a.rows, in = a.in, outf = a.outf;
+  Shape xs = x.shape();
+  record(out, name, {xc, ln_w, ln_b, a.wc, bias}, [=](const Tensor& g) {
+    // Each saved tensor unpacked once (a pack/unpack hook may move it on every unpack).
+    Tensor sx = saved_x.unpack(), slnw = saved_lnw.unpack(), slnb = saved_lnb.unpack();
+    Tensor smu = saved_mu.unpack(), srstd = saved_rstd.unpack(), sw = saved_w.unpack();
+    Tensor g2 = reshape(g, {rows, outf});
+    Tensor gx, glnw, glnb, gw, gb;
+    if (need_w) {  // y = norm(x) again, by the forward's kernel, freed after the GEMM
+      OpNameScope op_name("layer_norm_linear");
+      Tensor y = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
+      Tensor tmp_mu = Tensor::empty({N}, aux, sx.device()), tmp_rstd = Tensor::empty({N}, aux, sx.device());
+      backend_of(sx).layernorm_fwd(rows_view(y), tmp_mu, tmp_rstd, rows_view(sx), slnw, slnb, feps);
+      gw = weight_grad(g2, y, rows, in, weight_in_out);
+    }
+    if (need_b) gb = sum_to(g2, {outf});
+    if (need_norm_grad) {
+      Tensor dy = matmul(g2, sw, false, weight_in_out);  // [rows, C]
+      gx = Tensor::empty(xs, g.dtype(), g.device());
+      if (need_lnw) glnw = Tensor::empty({C}, g.dtype(), g.device());
+      if (need_lnb) glnb = Tensor::empty({C}, g.dtype(), g.device());
+      backend_of(g).layernorm_bwd(rows_view(gx), glnw, glnb, dy, rows_view(sx), slnw, smu, srstd);
+      if (!need_x) gx = Tensor();
+    }
+    return std::vector<Tensor>{gx, glnw, glnb, gw, gb};
+  });
+  return out;
+}
+
+}  // namespace lt

@@ -1,0 +1,48 @@
+#include "train/offload_hooks.h"
+
+#include <memory>
+
+#include "leantrain/precision.h"
+#include "offload/offload_optimizer.h"
+#include "train/trainer.h"
+
+namespace lt {
+
+namespace {
+
+class GradDrainHook : public StepHook {
+ public:
+  const char* name() const override { return "offload_grad_drain"; }
+  void on_start(Trainer& t) override {
+    opt_ = dynamic_cast<offload::OffloadOptimizer*>(&t.optimizer());
+    if (!opt_) return;
+    const RunConfig& c = t.config();
+    micro_batches_ = c.micro_batch ? c.batch / c.micro_batch : 1;
+    opt_->drain_during_backward();
+    // Without clipping and loss scaling nothing needs every gradient before the update, and no
+    // hook skips a step: each bucket is stepped on the host as soon as it lands, during backward.
+    opt_->set_early_step(c.clip == 0 && !precision_policy(c.precision).loss_scaling);
+  }
+  // Called once per micro-batch, just before its backward: counts them to arm the last one.
+  Tensor scale_loss(const Tensor& loss) override {
+    if (opt_) opt_->set_draining(++seen_ % micro_batches_ == 0);
+    return loss;
+  }
+  bool after_backward(Trainer&) override {
+    if (opt_) opt_->finish_backward();
+    seen_ = 0;
+    return true;
+  }
+
+ private:
+  offload::OffloadOptimizer* opt_ = nullptr;
+  int64_t micro_batches_ = 1, seen_ = 0;
+};
+
+}  // namespace
+
+void add_offload_hooks(Trainer& t) {
+  if (t.config().offload == "optimizer" || t.config().offload == "params") t.add_hook(std::make_unique<GradDrainHook>());
+}
+
+}  // namespace lt

@@ -1,0 +1,22 @@
+# The ViT-L/16 memory ladder (bench/ladder.sh) by plan: the rungs whose planned peak is at most
+# 0.9x PyTorch's measured peak_allocated (bench/results/ladder-vitl16-h100-5ab384c.jsonl) stay
+# there. The plan is the meta dry run, equal to the GPU's measured peak to the byte; a block
+# keeps 10 C per token since the norms and GELU are recomputed (docs/memory-model.md).
+source "$(dirname "$0")/common.bash" "$@"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BASE="--config $ROOT/bench/configs/vit-l-16-10cls.json --data synthetic --device cuda --steps 6 --weight-decay 0 --warmup 0 --json"
+# rung | flags | 0.9 x PyTorch's peak_allocated on the H100
+check() {
+  local rung=$1 flags=$2 limit=$3
+  # shellcheck disable=SC2086
+  if ! expect_ok "$LT" plan $BASE $flags; then return; fi
+  local peak
+  peak=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_allocated_bytes"])' "$WORK/out")
+  if [ "$peak" -le "$limit" ]; then ok; else fail "rung $rung: planned peak $peak B > 0.9x PyTorch ($limit B)"; fi
+}
+check 1 "--precision 32-true --optimizer adamw --lr 5e-5 --batch 64" 22788274176
+check 2 "--precision 16-mixed --optimizer adamw --lr 5e-5 --batch 64" 14281470720
+check 3 "--precision bf16-true --optimizer adamw --lr 5e-5 --batch 64" 10886713344
+check 4 "--precision bf16-true --optimizer adamw --lr 5e-5 --batch 16" 4038709248
+check 6 "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 4" 1745713612
+finish

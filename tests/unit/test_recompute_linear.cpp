@@ -1,0 +1,154 @@
+// gelu_linear and layer_norm_linear (src/ops/recompute_linear.cpp): finite-difference gradients
+// in f64; in f32 the same output and gradients, bit for bit, as the ops they replace (linear of
+// gelu, linear of layer_norm), for every subset of inputs that requires grad; and what they
+// keep after the forward: the composed ops' saved tensors less the recomputed input.
+#include <gtest/gtest.h>
+
+#include "leantrain/error.h"
+#include "leantrain/memory.h"
+#include "unit/gradcheck.h"
+
+using namespace lt;
+using lt::test::gradcheck;
+using lt::test::rand64;
+
+namespace {
+
+Tensor rand32(const Shape& s, uint64_t seed, bool grad) {
+  Generator g(seed);
+  Tensor t = randn(s, g, 1.0f, DType::F32);
+  if (grad) t.set_requires_grad(true);
+  return t;
+}
+
+std::vector<float> bits(const Tensor& t) { return t.defined() ? t.to_float_vector() : std::vector<float>{}; }
+
+// f(inputs) and the gradients of every input, from backward(r) with a fixed random r.
+std::vector<std::vector<float>> run(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                    const std::vector<Tensor>& inputs) {
+  for (const Tensor& x : inputs)
+    if (x.defined()) x.impl()->grad.reset();
+  Tensor y = f(inputs);
+  Generator g(99);
+  Tensor r = randn(y.shape(), g, 1.0f, y.dtype());
+  std::vector<std::vector<float>> out{bits(y)};
+  y.backward(r);
+  for (const Tensor& x : inputs) out.push_back(x.defined() && x.grad().defined() ? bits(x.grad()) : std::vector<float>{});
+  return out;
+}
+
+// Activation bytes still allocated after f's forward (the output dropped), relative to before.
+int64_t kept_after_forward(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
+                           Tensor& graph) {
+  Allocator& a = allocator_for(Device::cpu());
+  MemoryCategoryScope scope(Category::Activation);
+  const int64_t before = a.stats().category[int(Category::Activation)].current;
+  graph = f(in);
+  return a.stats().category[int(Category::Activation)].current - before - round_allocation(graph.nbytes());
+}
+
+}  // namespace
+
+TEST(RecomputeLinear, GeluLinearGradcheck) {
+  for (GeluApprox ap : {GeluApprox::Erf, GeluApprox::Tanh})
+    for (bool in_out : {false, true}) {
+      Tensor pre = rand64({2, 3, 6}, 1), w = rand64(in_out ? Shape{6, 4} : Shape{4, 6}, 2), b = rand64({4}, 3);
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& x) { return gelu_linear(x[0], x[1], x[2], ap, in_out); },
+                            {pre, w, b}));
+    }
+}
+
+TEST(RecomputeLinear, LayerNormLinearGradcheck) {
+  for (bool in_out : {false, true}) {
+    Tensor x = rand64({2, 3, 8}, 4), lw = rand64({8}, 5), lb = rand64({8}, 6);
+    Tensor w = rand64(in_out ? Shape{8, 5} : Shape{5, 8}, 7), b = rand64({5}, 8);
+    EXPECT_TRUE(gradcheck(
+        [&](const std::vector<Tensor>& v) { return layer_norm_linear(v[0], v[1], v[2], 1e-5, v[3], v[4], in_out); },
+        {x, lw, lb, w, b}));
+  }
+}
+
+// Every subset of {pre, w, b} requiring grad (the backward computes only what is needed).
+TEST(RecomputeLinear, GeluLinearEqualsLinearOfGeluBitwise) {
+  for (GeluApprox ap : {GeluApprox::Erf, GeluApprox::Tanh})
+    for (bool in_out : {false, true})
+      for (int mask = 1; mask < 8; ++mask) {
+        Tensor pre = rand32({3, 5, 16}, 11, mask & 1), w = rand32(in_out ? Shape{16, 8} : Shape{8, 16}, 12, mask & 2);
+        Tensor b = rand32({8}, 13, mask & 4);
+        auto fused = run([&](const std::vector<Tensor>& x) { return gelu_linear(x[0], x[1], x[2], ap, in_out); },
+                         {pre, w, b});
+        auto ref = run([&](const std::vector<Tensor>& x) { return linear(gelu(x[0], ap), x[1], x[2], in_out); },
+                       {pre, w, b});
+        EXPECT_EQ(fused, ref) << "approx " << int(ap) << ", in_out " << in_out << ", mask " << mask;
+      }
+}
+
+TEST(RecomputeLinear, LinearGeluPartsThenGeluLinearEqualsTheMlpBitwise) {
+  for (GeluApprox ap : {GeluApprox::Erf, GeluApprox::Tanh}) {
+    Tensor x = rand32({2, 4, 8}, 21, true), w1 = rand32({16, 8}, 22, true), b1 = rand32({16}, 23, true);
+    Tensor w2 = rand32({8, 16}, 24, true), b2 = rand32({8}, 25, true);
+    auto fused = run(
+        [&](const std::vector<Tensor>& v) {
+          LinearGelu h = linear_gelu_parts(v[0], v[1], v[2], ap);
+          EXPECT_FALSE(h.act.requires_grad());
+          return gelu_linear(h.pre, v[3], v[4], ap, false, h.act);
+        },
+        {x, w1, b1, w2, b2});
+    auto ref = run([&](const std::vector<Tensor>& v) { return linear(gelu(linear(v[0], v[1], v[2]), ap), v[3], v[4]); },
+                   {x, w1, b1, w2, b2});
+    EXPECT_EQ(fused, ref) << int(ap);
+  }
+}
+
+TEST(RecomputeLinear, LayerNormLinearEqualsLinearOfLayerNormBitwise) {
+  for (bool in_out : {false, true})
+    for (bool bias : {false, true})
+      for (int mask = 1; mask < 32; ++mask) {
+        Tensor x = rand32({3, 7, 32}, 31, mask & 1), lw = rand32({32}, 32, mask & 2);
+        Tensor lb = bias ? rand32({32}, 33, mask & 4) : Tensor();
+        Tensor w = rand32(in_out ? Shape{32, 12} : Shape{12, 32}, 34, mask & 8), b = rand32({12}, 35, mask & 16);
+        if (mask == 4 && !bias) continue;  // only the absent bias would need a gradient
+        auto fused = run([&](const std::vector<Tensor>& v) { return layer_norm_linear(v[0], v[1], v[2], 1e-5, v[3], v[4], in_out); },
+                         {x, lw, lb, w, b});
+        auto ref = run([&](const std::vector<Tensor>& v) { return linear(layer_norm(v[0], v[1], v[2], 1e-5), v[3], v[4], in_out); },
+                       {x, lw, lb, w, b});
+        EXPECT_EQ(fused, ref) << "in_out " << in_out << ", bias " << bias << ", mask " << mask;
+      }
+}
+
+// After the forward, gelu_linear keeps pre (not gelu(pre)) and layer_norm_linear keeps x, mean
+// and rstd (not the normalised rows): the composed ops' bytes less exactly that one input.
+TEST(RecomputeLinear, KeepsTheComposedOpsSavedTensorsLessTheRecomputedInput) {
+  const int64_t rows = 128, hidden = 64, out = 32;
+  const int64_t buffer = round_allocation(rows * hidden * 4);
+  {
+    Tensor pre = rand32({rows, hidden}, 41, true), w = rand32({out, hidden}, 42, true), b = rand32({out}, 43, true);
+    Tensor g1, g2;
+    const int64_t fused = kept_after_forward(
+        [](const std::vector<Tensor>& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Erf); }, {pre, w, b}, g1);
+    const int64_t ref = kept_after_forward(
+        [](const std::vector<Tensor>& x) { return linear(gelu(x[0], GeluApprox::Erf), x[1], x[2]); }, {pre, w, b}, g2);
+    EXPECT_EQ(ref - fused, buffer);
+    EXPECT_EQ(fused, 0);  // pre is the caller's tensor: nothing new is kept
+  }
+  {
+    Tensor x = rand32({rows, hidden}, 44, true), lw = rand32({hidden}, 45, true), lb = rand32({hidden}, 46, true);
+    Tensor w = rand32({out, hidden}, 47, true), b = rand32({out}, 48, true);
+    Tensor g1, g2;
+    const int64_t fused = kept_after_forward(
+        [](const std::vector<Tensor>& v) { return layer_norm_linear(v[0], v[1], v[2], 1e-5, v[3], v[4]); },
+        {x, lw, lb, w, b}, g1);
+    const int64_t ref = kept_after_forward(
+        [](const std::vector<Tensor>& v) { return linear(layer_norm(v[0], v[1], v[2], 1e-5), v[3], v[4]); },
+        {x, lw, lb, w, b}, g2);
+    EXPECT_EQ(ref - fused, buffer);
+    EXPECT_EQ(fused, 2 * round_allocation(rows * 4));  // mean and rstd
+  }
+}
+
+TEST(RecomputeLinear, BadInputsAreOneLineErrors) {
+  Tensor pre = rand32({4, 8}, 51, true), w = rand32({3, 8}, 52, true);
+  EXPECT_THROW(gelu_linear(pre, w, Tensor(), GeluApprox::Erf, false, rand32({4, 7}, 53, false)), Error);
+  EXPECT_THROW(layer_norm_linear(pre, rand32({7}, 54, true), Tensor(), 1e-5, w, Tensor()), Error);
+  EXPECT_THROW(layer_norm_linear(pre, rand32({8}, 55, true), Tensor(), 1e-5, rand32({3, 5}, 56, true), Tensor()), Error);
+}
