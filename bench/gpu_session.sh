@@ -116,6 +116,15 @@ for s in $sections; do
       timeout 120 python3 bench/peers/nf4_reference.py --out "$OUT/nf4_ref.safetensors" 2>&1 | tail -3
       LT_NF4_REFERENCE="$OUT/nf4_ref.safetensors" timeout 120 "./$BUILD/leantrain_tests" \
         --gtest_filter='QuantNf4*' 2>&1 | tail -25
+      # The dequantise pass and nf4_linear forward + backward against a bf16 linear (Llama-3-8B's
+      # shapes, 4096 tokens), then a QLoRA step of TinyLlama on the GPU with plan == measured.
+      timeout 300 "./$BUILD/leantrain_bench" nf4 --device cuda 2>&1 | tail -4
+      ARGS=(--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --steps 3 --eval-batches 1
+            --precision bf16-true --checkpoint blocks --quantize nf4 --lora-rank 64 --lora-alpha 16)
+      timeout 120 "./$BUILD/leantrain" plan "${ARGS[@]}" --json > "$OUT/qlora-plan.json" 2>&1
+      timeout 300 "./$BUILD/leantrain" train "${ARGS[@]}" --device cuda --metrics-json "$OUT/qlora-run.json" 2>&1 | tail -3
+      python3 -c "import json,sys; p,r=(json.load(open(f)) for f in sys.argv[1:]); print('qlora plan', p['peak_allocated_bytes'], 'run', r['peak_allocated_bytes'])" \
+        "$OUT/qlora-plan.json" "$OUT/qlora-run.json" 2>&1 | tail -1
       ;;
     hf)
       timeout 400 python3 bench/peers/hf_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/hf" 2>&1 | tail -30

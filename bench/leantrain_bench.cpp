@@ -22,11 +22,18 @@
 //              a --out (bf16|f16|none) copy, on --threads (default: all cores) with --path
 //              (best|avx512|avx2|scalar); median of --steps steps; one JSON line of ms/step and
 //              GB/s (bytes each element reads and writes), and the single-threaded reference's ms
+//   nf4        the QLoRA base layer (quant/nf4_linear.h) on --device (default cuda when there is
+//              one): per --shapes OUTxIN (default 4096x4096,14336x4096,4096x14336), the dequantise
+//              pass (ms, GB/s over the 0.5 + 1/64 + 2 bytes per weight it moves) and, for
+//              --tokens rows of bf16 input (default 4096), nf4_linear forward + backward (input
+//              gradient) against a bf16 linear of the same shape, frozen (input gradient) and
+//              trained (input and weight gradients); medians of --iters (default 20); one JSON line each
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -50,6 +57,8 @@
 #include "text/tokenizer.h"
 #include "models/llama.h"
 #include "models/registry.h"
+#include "quant/nf4.h"
+#include "quant/nf4_linear.h"
 #include "train/lora_setup.h"
 
 using namespace lt;
@@ -416,6 +425,72 @@ int host_step(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+int nf4(const std::map<std::string, std::string>& f) {
+  using Clock = std::chrono::steady_clock;
+  const Device dev = Device::parse(get(f, "device", cuda_available() ? "cuda" : "cpu"));
+  const int64_t tokens = std::stoll(get(f, "tokens", "4096"));
+  const int iters = std::stoi(get(f, "iters", "20"));
+  Backend& be = backend_for(dev);
+  // Median milliseconds of fn over `iters` runs after one warm-up.
+  auto time_ms = [&](const std::function<void()>& fn) {
+    fn();
+    be.synchronize();
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      fn();
+      be.synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  std::string shapes = get(f, "shapes", "4096x4096,14336x4096,4096x14336");
+  Generator gen(1);
+  for (size_t start = 0; start < shapes.size();) {
+    size_t end = shapes.find(',', start);
+    if (end == std::string::npos) end = shapes.size();
+    const std::string one = shapes.substr(start, end - start);
+    start = end + 1;
+    const size_t x = one.find('x');
+    LT_CHECK(x != std::string::npos, "nf4: --shapes " + one, "a shape is OUTxIN", "e.g. 4096x14336");
+    const int64_t out = std::stoll(one.substr(0, x)), in = std::stoll(one.substr(x + 1));
+    const Tensor w = randn({out, in}, gen, 0.02f, DType::BF16, dev);
+    const Nf4Weight q = nf4_quantize(w);
+    const double deq_ms = time_ms([&] { (void)nf4_dequantize(q, DType::BF16); });
+    const double n = double(out) * double(in);
+    const double deq_bytes = n * (0.5 + 2.0) + double(q.absmax_codes.numel()) + 4.0 * double(q.nested_absmax.numel());
+    Tensor xin = randn({tokens, in}, gen, 1.0f, DType::BF16, dev);
+    xin.set_requires_grad(true);
+    const Tensor dy = randn({tokens, out}, gen, 1.0f, DType::BF16, dev);
+    auto fwd_bwd = [&](const std::function<Tensor()>& fwd) {
+      return time_ms([&] {
+        xin.set_grad(Tensor());
+        fwd().backward(dy);
+      });
+    };
+    const double nf4_ms = fwd_bwd([&] { return nf4_linear(xin, q); });
+    Tensor wf = w.detach();
+    const double frozen_ms = fwd_bwd([&] { return linear(xin, wf, Tensor()); });
+    Tensor wt = w.detach();
+    wt.set_requires_grad(true);
+    const double trained_ms = fwd_bwd([&] {
+      wt.set_grad(Tensor());
+      return linear(xin, wt, Tensor());
+    });
+    const double gemm_flops = 2.0 * double(tokens) * n;
+    std::printf("{\"mode\": \"nf4\", \"device\": \"%s\", \"out\": %lld, \"in\": %lld, \"tokens\": %lld, "
+                "\"dequantize_ms\": %.4f, \"dequantize_gb_per_s\": %.1f, \"nf4_linear_fwd_bwd_ms\": %.3f, "
+                "\"bf16_linear_frozen_fwd_bwd_ms\": %.3f, \"bf16_linear_trained_fwd_bwd_ms\": %.3f, "
+                "\"nf4_over_bf16_frozen\": %.3f, \"nf4_tflops\": %.1f}\n",
+                dev.str().c_str(), (long long)out, (long long)in, (long long)tokens, deq_ms,
+                deq_bytes / (deq_ms * 1e-3) / 1e9, nf4_ms, frozen_ms, trained_ms, nf4_ms / frozen_ms,
+                2.0 * gemm_flops / (nf4_ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -427,7 +502,8 @@ int main(int argc, char** argv) {
     if (mode == "loader") return loader(flags);
     if (mode == "tokenize") return tokenize(flags);
     if (mode == "host_step") return host_step(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step --flag value ...\n");
+    if (mode == "nf4") return nf4(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step|nf4 --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

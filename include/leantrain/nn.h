@@ -32,6 +32,8 @@ namespace lt::nn {
 
 // ---------------------------------------------------------------- parameter creation
 
+struct DeferredSlot;
+
 struct InitOptions {
   Device device = Device::cpu();
   DType dtype = DType::F32;
@@ -43,6 +45,10 @@ struct InitOptions {
   // every one (a model directory, --resume): no random draws for a model that is loaded. Buffers
   // are still filled (a checkpoint may lack them). Allocations are the same either way.
   bool fill = true;
+  // Set (flat builds only): materialize() allocates nothing and appends the pending slots here,
+  // for a feature that creates some of them its own way before the rest get their store
+  // (--quantize: one layer's 16-bit weight at a time, never the whole model; quant/nf4_build.h).
+  std::vector<DeferredSlot>* deferred = nullptr;
 };
 
 // How one parameter's initial values are drawn.
@@ -105,6 +111,22 @@ class ParamFactory {
   uint64_t seeds_ = 0;
   std::vector<Pending> pending_;
 };
+
+// A parameter slot left without memory by InitOptions::deferred: its tensor (shape, dtype,
+// device, no storage yet) and how its values are drawn.
+struct DeferredSlot {
+  Tensor tensor;
+  Init init;
+  uint64_t seed = 0, counter = 0;  // the generator's seed and the slot's first counter
+  bool buffer = false;
+};
+
+// The values a slot gets in a non-deferred build, written into `t` (the slot's shape and dtype,
+// any device): what lets a deferred slot be created one at a time with the same values.
+void fill_slot(const Tensor& t, const DeferredSlot& s);
+// Gives `slots` their store (one flat allocation per (device, dtype), views in order, as
+// ParamFactory::materialize does) and fills buffers always, parameters when `fill`.
+void materialize_slots(const std::vector<DeferredSlot>& slots, bool fill);
 
 // ---------------------------------------------------------------- Module
 

@@ -69,6 +69,9 @@ struct RunConfig {
   // none | optimizer: AdamW's f32 master weights and moments in pinned host memory, the step on
   // the CPU (docs/decisions.md, "--offload optimizer"; issue #14). params is not there yet.
   std::string offload = "none";
+  // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
+  // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
+  std::string quantize = "none";
   // LoRA adapters (docs/user-guide.md, "LoRA"): rank 0 is off. Everything else is frozen.
   int64_t lora_rank = 0;
   double lora_alpha = 8;        // PEFT's default; the update is scaled by alpha / rank

@@ -109,6 +109,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "checkpointed blocks' weights in pinned host memory, each block copied to the device for its "
                  "forward and its recomputation (needs --checkpoint)")
       ->capture_default_str()->group(what);
+  cmd.add_option("--quantize", c.quantize,
+                 "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA "
+                 "format; embeddings, head and norms stay 16-bit)")
+      ->capture_default_str()->group(what);
 
   what = "LoRA adapters";
   add_int_flag(cmd, flag_range::lora_rank, c.lora_rank,

@@ -67,42 +67,57 @@ Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype, b
   return Tensor(impl);
 }
 
-void ParamFactory::fill(const Tensor& t, const Init& init, uint64_t counter) {
-  switch (init.kind) {
+void fill_slot(const Tensor& t, const DeferredSlot& s) {
+  switch (s.init.kind) {
     case Init::Kind::Normal:
-      backend_for(t.device()).fill_random(t, RandomKind::Normal, 0.0f, float(init.a), gen_.seed, counter);
+      backend_for(t.device()).fill_random(t, RandomKind::Normal, 0.0f, float(s.init.a), s.seed, s.counter);
       break;
     case Init::Kind::Uniform:
-      backend_for(t.device()).fill_random(t, RandomKind::Uniform, float(-init.a), float(init.a), gen_.seed, counter);
+      backend_for(t.device()).fill_random(t, RandomKind::Uniform, float(-s.init.a), float(s.init.a), s.seed, s.counter);
       break;
     case Init::Kind::Zeros: fill_(t, 0.0); break;
     case Init::Kind::Ones: fill_(t, 1.0); break;
   }
 }
 
+void ParamFactory::fill(const Tensor& t, const Init& init, uint64_t counter) {
+  fill_slot(t, DeferredSlot{t, init, gen_.seed, counter, false});
+}
+
 void ParamFactory::materialize() {
   if (pending_.empty()) return;
   std::vector<Pending> batch = std::move(pending_);
   pending_.clear();
+  std::vector<DeferredSlot> slots;
+  for (const Pending& p : batch) slots.push_back(DeferredSlot{Tensor(p.impl), p.init, gen_.seed, p.counter, p.buffer});
+  if (opts_.deferred) {
+    opts_.deferred->insert(opts_.deferred->end(), slots.begin(), slots.end());
+    return;
+  }
+  materialize_slots(slots, opts_.fill);
+}
+
+void materialize_slots(const std::vector<DeferredSlot>& batch, bool fill) {
+  if (batch.empty()) return;
   MemoryCategoryScope scope(Category::Parameter);
   NoGradGuard no_grad;
   // Sizes first: each (device, dtype) in order of first appearance, views in registration order.
   std::vector<std::pair<std::pair<Device, DType>, int64_t>> stores;  // key -> bytes
   std::vector<size_t> store_of(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
-    TensorImpl& t = *batch[i].impl;
+    TensorImpl& t = *batch[i].tensor.impl();
     size_t s = 0;
     while (s < stores.size() && !(stores[s].first.first == t.device && stores[s].first.second == t.dtype)) ++s;
     if (s == stores.size()) stores.push_back({{t.device, t.dtype}, 0});
     store_of[i] = s;
     t.offset = stores[s].second / int64_t(dtype_size(t.dtype));
-    stores[s].second += flat_bytes(t.shape, t.dtype);
+    stores[s].second += ParamFactory::flat_bytes(t.shape, t.dtype);
   }
   std::vector<std::shared_ptr<Storage>> storage;
   for (auto& [key, bytes] : stores) storage.push_back(allocate_storage(bytes, key.first));
   for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i].impl->storage = storage[store_of[i]];
-    if (opts_.fill || batch[i].buffer) fill(Tensor(batch[i].impl), batch[i].init, batch[i].counter);
+    batch[i].tensor.impl()->storage = storage[store_of[i]];
+    if (fill || batch[i].buffer) fill_slot(batch[i].tensor, batch[i]);
   }
 }
 

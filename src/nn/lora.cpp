@@ -6,6 +6,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_lora.h"
+#include "leantrain/nn_quant.h"
 
 namespace lt::nn {
 
@@ -13,6 +14,8 @@ std::optional<LinearShape> linear_shape(const Module& m) {
   if (auto* l = dynamic_cast<const Linear*>(&m))
     return LinearShape{l->in_features(), l->out_features(),
                        std::string(l->type_name()) == "Conv1D" ? WeightLayout::InOut : WeightLayout::OutIn};
+  // QLoRA: an NF4 base holds the [out, in] weight of bitsandbytes' Linear4bit (Conv1D included).
+  if (auto* q = dynamic_cast<const Nf4Linear*>(&m)) return LinearShape{q->in_features(), q->out_features(), WeightLayout::OutIn};
   return std::nullopt;
 }
 

@@ -76,6 +76,7 @@ std::string command_line(const RunConfig& c) {
   if (!c.lean_saves) s += " --no-lean-saves";
   str("--checkpoint", c.checkpoint, d.checkpoint);
   if (c.offload_activations) s += " --offload-activations";
+  str("--quantize", c.quantize, d.quantize);
   i("--lora-rank", c.lora_rank, d.lora_rank);
   if (c.lora_rank > 0) n("--lora-alpha", c.lora_alpha, d.lora_alpha);
   n("--lora-dropout", c.lora_dropout, d.lora_dropout);

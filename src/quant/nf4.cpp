@@ -23,29 +23,51 @@ float mean_of(const Tensor& absmax) {
 
 }  // namespace
 
-Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map) {
+namespace {
+
+void check_quantizable(const Tensor& w) {
   LT_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::F16 || w.dtype() == DType::BF16,
            std::string("nf4 quantize: the weight is ") + dtype_name(w.dtype()), "NF4 quantises f32, f16 or bf16 weights",
            "cast the weight to bf16 first");
+}
+
+}  // namespace
+
+void nf4_quantize_into(const Tensor& w, Nf4Weight& q, std::span<const float> nested_map) {
+  check_quantizable(w);
   const Tensor x = contiguous(w);
   const Device dev = x.device();
   const int64_t n = x.numel();
   const int64_t blocks = nf4_blocks(n);
-  Backend& be = backend_for(dev);
-  Nf4Weight q;
-  q.shape = w.shape();
-  q.dtype = w.dtype();
-  q.codes = empty({nf4_bytes(n)}, DType::U8, dev);
-  const Tensor absmax = empty({blocks}, DType::F32, dev);
-  be.nf4_quantize(q.codes, absmax, reshape(x, {n}));
-  q.offset = mean_of(absmax);
+  LT_CHECK(q.codes.numel() == nf4_bytes(n) && q.absmax_codes.numel() == blocks &&
+               q.nested_absmax.numel() == nf4_nested_blocks(blocks) && q.codes.device() == dev,
+           "nf4 quantize: a state of " + std::to_string(q.codes.numel()) + " code bytes for " + std::to_string(n) +
+               " values",
+           "the state must be sized for the weight, on its device", "allocate it with nf4_bytes / nf4_blocks");
   const std::span<const float> map = nested_map.empty() ? bnb_dynamic_map_signed() : nested_map;
   LT_CHECK(map.size() == 256, "nf4 quantize: the nested map has " + std::to_string(map.size()) + " entries",
            "an 8-bit map has 256", "pass bitsandbytes' signed dynamic map");
+  Backend& be = backend_for(dev);
+  q.shape = w.shape();
+  q.dtype = w.dtype();
+  const Tensor absmax = empty({blocks}, DType::F32, dev);
+  be.nf4_quantize(reshape(q.codes, {nf4_bytes(n)}), absmax, reshape(x, {n}));
+  q.offset = mean_of(absmax);
   q.nested_map.assign(map.begin(), map.end());
+  be.q8_blockwise_quantize(reshape(q.absmax_codes, {blocks}), reshape(q.nested_absmax, {nf4_nested_blocks(blocks)}),
+                           absmax, q.offset, map);
+}
+
+Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map) {
+  check_quantizable(w);
+  const Device dev = w.device();
+  const int64_t n = w.numel();
+  const int64_t blocks = nf4_blocks(n);
+  Nf4Weight q;
+  q.codes = empty({nf4_bytes(n)}, DType::U8, dev);
   q.absmax_codes = empty({blocks}, DType::U8, dev);
   q.nested_absmax = empty({nf4_nested_blocks(blocks)}, DType::F32, dev);
-  be.q8_blockwise_quantize(q.absmax_codes, q.nested_absmax, absmax, q.offset, map);
+  nf4_quantize_into(w, q, nested_map);
   return q;
 }
 
@@ -58,9 +80,15 @@ Tensor nf4_block_absmax(const Nf4Weight& q) {
 }
 
 Tensor nf4_dequantize(const Nf4Weight& q, DType dtype) {
-  const Tensor absmax = nf4_block_absmax(q);
+  LT_CHECK(q.nested_map.size() == 256, "nf4: the nested quant map has " + std::to_string(q.nested_map.size()) + " entries",
+           "an 8-bit map has 256", "load weight.nested_quant_map with the weight");
+  // One pass, the absmax decoded on the fly: no f32 absmax tensor (the same bits as
+  // nf4_block_absmax followed by the backend's nf4_dequantize).
   const Tensor out = empty(q.shape, dtype, q.codes.device());
-  backend_for(q.codes.device()).nf4_dequantize(reshape(out, {out.numel()}), q.codes, absmax);
+  backend_for(q.codes.device())
+      .nf4_dequantize_nested(reshape(out, {out.numel()}), reshape(q.codes, {q.codes.numel()}),
+                             reshape(q.absmax_codes, {q.absmax_codes.numel()}),
+                             reshape(q.nested_absmax, {q.nested_absmax.numel()}), q.offset, q.nested_map);
   return out;
 }
 

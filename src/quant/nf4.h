@@ -30,6 +30,11 @@ struct Nf4Weight {
 // default. A caller that must match a given file's bits passes that file's map.
 Nf4Weight nf4_quantize(const Tensor& w, std::span<const float> nested_map = {});
 
+// As nf4_quantize, into a state whose codes, absmax_codes and nested_absmax already exist (views
+// of a parameter store, sized for w's numel; on w's device): only the f32 block absmax is a
+// temporary. Sets shape, dtype, offset and nested_map.
+void nf4_quantize_into(const Tensor& w, Nf4Weight& q, std::span<const float> nested_map = {});
+
 // The f32 absmax of every 64-block: nested_map[absmax_codes] * nested_absmax + offset.
 Tensor nf4_block_absmax(const Nf4Weight& q);
 

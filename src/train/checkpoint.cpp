@@ -9,6 +9,7 @@
 #include "io/weight_files.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
+#include "quant/nf4_checkpoint.h"
 #include "train/checkpoint_weights.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
@@ -87,7 +88,9 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   // A LoRA run saves its adapters as PEFT does, not the frozen base (--resume takes it from --model).
   if (t.config().lora_rank > 0) write_lora_adapter(stage.dir(), t.model(), t.config().model);
   else save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
-  write_text_file(stage.path("config.json"), t.model().config_json());
+  // A whole quantised model's config.json carries its quantization_config (quant/nf4_checkpoint.h).
+  write_text_file(stage.path("config.json"), t.config().lora_rank > 0 ? t.model().config_json()
+                                                                       : nf4_config_json(t.model(), t.model().config_json()));
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
 
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());

@@ -4,6 +4,7 @@
 #include "io/weight_load.h"
 #include "io/weight_save.h"
 #include "leantrain/error.h"
+#include "quant/nf4_checkpoint.h"
 
 namespace lt {
 
@@ -47,8 +48,16 @@ void check_single_dtype(const io::WeightFiles& files) {
 bool has_model_weights(const std::string& dir) { return io::WeightFiles::present(dir); }
 
 LoadedWeights load_model_weights(const std::string& dir, models::Model& m, bool leantrain_checkpoint) {
+  std::map<std::string, std::string> unused;
+  return load_model_weights_nf4(dir, m, {}, unused, leantrain_checkpoint);
+}
+
+LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, const std::set<std::string>& quantize_from,
+                                     std::map<std::string, std::string>& float_keys, bool leantrain_checkpoint) {
   io::WeightFiles files(dir);
-  if (leantrain_checkpoint) check_single_dtype(files);
+  // A quantised model's checkpoint holds bitsandbytes' u8 and f32 state beside its 16-bit weights.
+  const bool quantized = !nf4_layers(m).empty();
+  if (leantrain_checkpoint && !quantized) check_single_dtype(files);
   io::WeightLoadSpec spec;
   spec.params = tensors_by_name(m);
   for (const models::CheckpointTensor& c : m.checkpoint_tensors()) {
@@ -57,6 +66,9 @@ LoadedWeights load_model_weights(const std::string& dir, models::Model& m, bool 
     spec.targets.push_back({c.name, c.param, rows_of(p->second, c), !c.buffer});
   }
   spec.rename = [&m](const std::string& key) { return m.checkpoint_key_to_name(key); };
+  if (quantized)
+    float_keys = nf4_prepare_load(files, m, spec, [&m](const std::string& key) { return m.checkpoint_key_to_name(key); },
+                                  quantize_from);
   const io::WeightLoadResult r = io::load_weights(files, spec);
   return {r.tensors, r.bytes, int64_t(files.files().size()), r.staging_bytes};
 }
@@ -65,6 +77,8 @@ void save_model_weights(const std::string& dir, const models::Model& m, int64_t 
   const std::map<std::string, Tensor> all = tensors_by_name(m);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const models::CheckpointTensor& c : m.checkpoint_tensors()) tensors.emplace_back(c.name, rows_of(all.at(c.param), c));
+  // NF4 layers as bitsandbytes saves them (quant/nf4_checkpoint.h).
+  tensors = nf4_save_layout(const_cast<models::Model&>(m), std::move(tensors));
   io::save_weight_files(dir, tensors, shard_bytes);
 }
 

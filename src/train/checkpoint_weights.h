@@ -2,6 +2,8 @@
 // alike: the model's checkpoint layout (Model::checkpoint_tensors, Hugging Face names) over the
 // streaming loader (io/weight_load.h) and the sharded writer (io/weight_save.h).
 #pragma once
+#include <map>
+#include <set>
 #include <string>
 
 #include "leantrain/models.h"
@@ -22,6 +24,13 @@ struct LoadedWeights {
 // errors name the file and the tensor. `leantrain_checkpoint`: the weights must also share one
 // dtype of those three, as leantrain saves them (a file edited since is refused, not cast).
 LoadedWeights load_model_weights(const std::string& dir, models::Model& m, bool leantrain_checkpoint = false);
+
+// As load_model_weights, for a model with NF4 layers (leantrain/nn_quant.h): a layer's
+// bitsandbytes state in `dir` fills its buffers as it is; the layers named in `quantize_from`
+// (module paths) are left out instead, and `float_keys` gets the file tensor holding each one's
+// floating weight (the caller quantises it; train/quantize_setup.h).
+LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, const std::set<std::string>& quantize_from,
+                                     std::map<std::string, std::string>& float_keys, bool leantrain_checkpoint = false);
 
 // Writes m's weights into `dir` (an existing directory) under Hugging Face names: model.safetensors,
 // or shards of at most shard_bytes and model.safetensors.index.json, as save_pretrained does.

@@ -9,6 +9,7 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "train/quantize_setup.h"
 #include "train/lora_setup.h"
 
 namespace lt {
@@ -67,15 +68,25 @@ EvalResult eval_inputs(const EvalConfig& cfg) {
   nn::InitOptions init{.device = device, .dtype = dtype, .seed = cfg.seed};
   init.fill = !dir;
   std::shared_ptr<models::Model> model;
+  // A bitsandbytes 4-bit directory (or a quantised leantrain save): its NF4 layers read as they are.
+  const bool quantized = dir && model_dir_quantization(cfg.model).has_value();
+  LoadedWeights loaded;
   {
     MemoryCategoryScope p(Category::Parameter);
-    model = mcfg->build(init);
+    if (quantized) {
+      QuantizedModel q = build_nf4_model(*mcfg, init, cfg.model);
+      model = q.model;
+      loaded = q.weights;
+    } else {
+      model = mcfg->build(init);
+    }
   }
   EvalResult r;
   r.description = "model " + cfg.model + ": " + mcfg->family().display_name() + ", " +
-                  std::to_string(model->num_parameters()) + " parameters in " + dtype_name(dtype);
+                  std::to_string(model->num_parameters()) + " parameters in " + dtype_name(dtype) +
+                  (quantized ? " (block linears in NF4)" : "");
   if (dir) {
-    const LoadedWeights w = load_model_weights(cfg.model, *model);
+    const LoadedWeights w = quantized ? loaded : load_model_weights(cfg.model, *model);
     r.description += ", weights from " + cfg.model + " (" + std::to_string(w.tensors) + " tensors in " +
                      std::to_string(w.files) + (w.files == 1 ? " file)" : " files)");
   }

@@ -11,6 +11,7 @@
 #include "train/checkpoint.h"
 #include "train/decode_stream.h"
 #include "train/run_tokenizer.h"
+#include "train/quantize_setup.h"
 
 namespace lt {
 
@@ -58,7 +59,8 @@ std::string generate_text(const GenerateConfig& cfg, const std::function<void(co
     init.device = device;
     init.dtype = checkpoint_param_dtype(cfg.checkpoint);  // as saved
     init.fill = false;                                     // the checkpoint overwrites every parameter
-    model = mcfg->build(init);
+    // A quantised checkpoint (config.json's quantization_config) rebuilds its NF4 layers.
+    model = model_dir_quantization(cfg.checkpoint) ? build_nf4_model(*mcfg, init, "").model : mcfg->build(init);
   }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   LT_ASSERT(lm);  // a causal token family builds CausalLMs

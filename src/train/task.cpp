@@ -15,6 +15,7 @@
 #include "train/checkpoint_weights.h"
 #include "train/lora_setup.h"
 #include "io/input_file.h"
+#include "train/quantize_setup.h"
 #include "train/task.h"
 
 namespace lt {
@@ -140,11 +141,24 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
   check_resume_config(c, *s.cfg);
   const bool load = !s.weights_dir.empty() && (c.resume.empty() || c.lora_rank > 0);
   init.fill = !load;
-  {
+  // --quantize nf4, or a bitsandbytes 4-bit model directory (train/quantize_setup.h).
+  const std::string saved = !c.resume.empty() ? c.resume : s.weights_dir;
+  const bool prequantized = !saved.empty() && model_dir_quantization(saved).has_value();
+  if (c.quantize == "nf4" || prequantized) {
+    const QuantizedModel q = in_context("--model " + (s.weights_dir.empty() ? s.name : s.weights_dir), [&] {
+      return build_nf4_model(*s.cfg, init, load ? s.weights_dir : "");
+    });
+    t.model = q.model;
+    t.weights_note = "; " + std::to_string(q.layers) + " linear layers in NF4" +
+                     (q.prequantized ? " as saved by bitsandbytes" : "");
+    if (load)
+      t.weights_note += "; weights loaded from " + s.weights_dir + " (" + std::to_string(q.weights.tensors) + " tensors" +
+                        (q.weights.files > 1 ? " in " + std::to_string(q.weights.files) + " shards" : "") + ")";
+  } else {
     MemoryCategoryScope p(Category::Parameter);
     t.model = s.cfg->build(init);
   }
-  if (load) {
+  if (load && t.weights_note.empty()) {
     const LoadedWeights w =
         in_context("--model " + s.weights_dir, [&] { return load_model_weights(s.weights_dir, *t.model); });
     t.weights_note = "; weights loaded from " + s.weights_dir + " (" + std::to_string(w.tensors) + " tensors" +

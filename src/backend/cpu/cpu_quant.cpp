@@ -84,6 +84,38 @@ void CpuBackend::nf4_dequantize(const Tensor& out, const Tensor& codes, const Te
   });
 }
 
+void CpuBackend::nf4_dequantize_nested(const Tensor& out, const Tensor& codes, const Tensor& absmax_codes,
+                                       const Tensor& nested_absmax, float offset, std::span<const float> map) {
+  const int64_t n = out.numel();
+  const int64_t blocks = nf4_blocks(n);
+  check_map("nf4_dequantize_nested", map);
+  LT_CHECK(out.is_contiguous(), "nf4_dequantize_nested: out is strided", "the kernel writes it flat",
+           "make it contiguous");
+  check_contiguous_1d("nf4_dequantize_nested", "codes", codes, nf4_bytes(n), DType::U8);
+  check_contiguous_1d("nf4_dequantize_nested", "absmax_codes", absmax_codes, blocks, DType::U8);
+  check_contiguous_1d("nf4_dequantize_nested", "nested_absmax", nested_absmax, nf4_nested_blocks(blocks), DType::F32);
+  const uint8_t* c = codes.data<uint8_t>();
+  const uint8_t* ac = absmax_codes.data<uint8_t>();
+  const float* na = nested_absmax.data<float>();
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      fail("nf4_dequantize_nested: out is f64", "NF4 dequantises to f32, f16 or bf16", "use an f32 output");
+    } else {
+      T* o = out.data<T>();
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float scaled = map[ac[b]] * na[b / kNf4NestedBlock];  // two roundings, as q8_blockwise_dequantize
+        const float a = scaled + offset;
+        for (int64_t i = b * kNf4Block; i < std::min(n, (b + 1) * kNf4Block); ++i) {
+          const uint8_t byte = c[i / 2];
+          const int code = (i % 2 == 0) ? byte >> 4 : byte & 15;
+          store(o, i, nf4_value(code) * a);
+        }
+      }
+    }
+  });
+}
+
 void CpuBackend::q8_blockwise_quantize(const Tensor& codes, const Tensor& absmax, const Tensor& x, float offset,
                                        std::span<const float> map) {
   const int64_t n = x.numel();

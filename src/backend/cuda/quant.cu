@@ -2,7 +2,11 @@
 // round-to-nearest intrinsics (no FMA contraction, an IEEE reciprocal).
 //
 // nf4_quantize: one warp per 64-element block, each lane a pair of elements (one output byte).
-// nf4_dequantize: one thread per byte. The 8-bit kernels give each 256-element block to one
+// nf4_dequantize: one thread per byte. nf4_dequantize_nested (what nf4_linear runs): one thread
+// per 4 code bytes, one 32-bit load and one 16-byte (bf16/f16) or 32-byte (f32) store of 8
+// values, the block's absmax decoded from its 8-bit code in the same thread (8 threads share a
+// 64-block), the NF4 and nested maps in shared memory: a pass at memory speed over 0.5 + 2 bytes
+// per bf16 weight. The 8-bit kernels give each 256-element block to one
 // thread block of 256 threads, the map in shared memory.
 #include <cstring>
 
@@ -70,6 +74,44 @@ __global__ void nf4_dequantize_kernel(T* out, const uint8_t* codes, const float*
   if (i + 1 < n) out[i + 1] = from_f32<T>(__fmul_rn(lut[c & 15], a));
 }
 
+template <class T>
+struct alignas(8 * sizeof(T)) Pack8 {
+  T v[8];
+};
+
+// `vector`: out is aligned for Pack8 and codes for 32-bit loads (the store's views always are).
+template <class T>
+__global__ void nf4_dequantize_nested_kernel(T* out, const uint8_t* codes, const uint8_t* absmax_codes,
+                                             const float* nested_absmax, float offset, int64_t n, bool vector,
+                                             Map256 map) {
+  __shared__ float smap[256];
+  __shared__ float lut[16];
+  smap[threadIdx.x] = map.v[threadIdx.x];
+  if (threadIdx.x < 16) lut[threadIdx.x] = nf4_value(int(threadIdx.x));
+  __syncthreads();
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i0 = 8 * g;  // 8 values, inside one 64-block
+  if (i0 >= n) return;
+  const int64_t block = i0 / kNf4Block;
+  const float a = __fadd_rn(__fmul_rn(smap[absmax_codes[block]], nested_absmax[block / kNf4NestedBlock]), offset);
+  if (vector && i0 + 8 <= n) {
+    const uint32_t c = reinterpret_cast<const uint32_t*>(codes)[g];
+    Pack8<T> o;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t byte = (c >> (8 * b)) & 0xffu;  // little-endian: byte b holds values 2b, 2b + 1
+      o.v[2 * b] = from_f32<T>(__fmul_rn(lut[byte >> 4], a));
+      o.v[2 * b + 1] = from_f32<T>(__fmul_rn(lut[byte & 15u], a));
+    }
+    reinterpret_cast<Pack8<T>*>(out)[g] = o;
+    return;
+  }
+  for (int64_t i = i0; i < n && i < i0 + 8; ++i) {
+    const uint8_t byte = codes[i / 2];
+    out[i] = from_f32<T>(__fmul_rn(lut[(i % 2 == 0) ? byte >> 4 : byte & 15], a));
+  }
+}
+
 __global__ void q8_quantize_kernel(uint8_t* codes, float* absmax, const float* x, float offset, int64_t n,
                                    Map256 map) {
   __shared__ float smap[256];
@@ -122,6 +164,28 @@ void CudaBackend::nf4_dequantize(const Tensor& out, const Tensor& codes, const T
     nf4_dequantize_kernel<T><<<blocks_for(nf4_bytes(n), kThreads), kThreads, 0, current_stream()>>>(
         static_cast<T*>(out.raw_data()), codes.data<uint8_t>(), absmax.data<float>(), n);
     LT_CUDA_LAUNCH_CHECK("nf4_dequantize_kernel");
+  });
+}
+
+void CudaBackend::nf4_dequantize_nested(const Tensor& out, const Tensor& codes, const Tensor& absmax_codes,
+                                        const Tensor& nested_absmax, float offset, std::span<const float> map) {
+  const int64_t n = out.numel();
+  const int64_t blocks = nf4_blocks(n);
+  const Map256 m = map_arg("nf4_dequantize_nested", map);
+  LT_CHECK(out.is_contiguous(), "nf4_dequantize_nested: out is strided", "the kernel writes it flat",
+           "make it contiguous");
+  check_flat("nf4_dequantize_nested", "codes", codes, nf4_bytes(n), DType::U8);
+  check_flat("nf4_dequantize_nested", "absmax_codes", absmax_codes, blocks, DType::U8);
+  check_flat("nf4_dequantize_nested", "nested_absmax", nested_absmax, nf4_nested_blocks(blocks), DType::F32);
+  if (n == 0) return;
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const bool vector = reinterpret_cast<uintptr_t>(out.raw_data()) % sizeof(Pack8<T>) == 0 &&
+                        reinterpret_cast<uintptr_t>(codes.raw_data()) % 4 == 0;
+    nf4_dequantize_nested_kernel<T><<<blocks_for((n + 7) / 8, kThreads), kThreads, 0, current_stream()>>>(
+        static_cast<T*>(out.raw_data()), codes.data<uint8_t>(), absmax_codes.data<uint8_t>(),
+        nested_absmax.data<float>(), offset, n, vector, m);
+    LT_CUDA_LAUNCH_CHECK("nf4_dequantize_nested_kernel");
   });
 }
 
