@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora, qlora (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -80,6 +80,38 @@ for s in $sections; do
         timeout 300 "./$BUILD/leantrain_bench" host_step --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 |
           tail -1 | tee -a "$OUT/offload.jsonl"
       done
+      ;;
+    qlora)
+      # Issue 15, QLoRA. TinyLlama-1.1B shape, B4 x T1024, r 64 alpha 16 on all linear layers, checkpointed
+      # blocks: leantrain --quantize nf4 (plan, then two runs) against PEFT LoRA on a bf16 base (its default
+      # and its fastest form) in the same call. Then the Llama-3-8B shape (random weights quantised at
+      # load), B2 x T2048, with the switches a user adds (8-bit adapter state, activation offload, and
+      # $QLORA_EXTRA, e.g. --loss-chunk): plan, then 5 steps. Rows in $OUT/qlora.jsonl.
+      summary() {  # label metrics.json -> one JSON line
+        python3 -c "import json,sys; j=json.load(open(sys.argv[2])); print(json.dumps({'system': sys.argv[1], 'tokens_per_s': round(j.get('steady_items_per_s', 0)), 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes'], 'categories_peak': j['categories_peak'], 'peak_pinned_host': j.get('peak_pinned_host_bytes')}))" "$1" "$2" 2>&1
+      }
+      plan_row() {  # label plan.json -> one JSON line
+        python3 -c "import json,sys; j=json.load(open(sys.argv[2])); print(json.dumps({'system': sys.argv[1], 'peak_allocated': j['peak_allocated_bytes'], 'peak_reserved': j['peak_reserved_bytes'], 'categories_peak': j['categories_peak']}))" "$1" "$2" 2>&1
+      }
+      F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-true --lora-rank 64 --lora-alpha 16 --checkpoint blocks --quantize nf4 ${QLORA_EXTRA:-}"
+      : > "$OUT/qlora.jsonl"
+      timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/qlora-plan.json" 2>"$OUT/qlora-plan.err"
+      plan_row leantrain-qlora-plan "$OUT/qlora-plan.json" | tee -a "$OUT/qlora.jsonl"
+      for round in 1 2; do
+        timeout 240 "./$BUILD/leantrain" train $F --device cuda --steps 15 --eval-batches 1 --log-every 5 \
+          --metrics-json "$OUT/qlora-run$round.json" > "$OUT/qlora-run$round.log" 2>&1
+        summary leantrain-qlora "$OUT/qlora-run$round.json" | tee -a "$OUT/qlora.jsonl"
+        timeout 240 python3 bench/peers/lora_throughput_torch.py 2>&1 | tail -1 | tee -a "$OUT/qlora.jsonl"
+        [ "$round" = 1 ] && timeout 240 python3 bench/peers/lora_throughput_torch.py --adapter-dtype bf16 --no-autocast \
+          2>&1 | tail -1 | tee -a "$OUT/qlora.jsonl"
+      done
+      F8="--model llama3-8b --data synthetic --batch 2 --seq-len 2048 --precision bf16-true --quantize nf4 --lora-rank 64 --lora-alpha 16 --checkpoint blocks --optimizer adamw8bit --offload-activations ${QLORA_EXTRA:-}"
+      timeout 120 "./$BUILD/leantrain" plan $F8 --json > "$OUT/qlora8b-plan.json" 2>"$OUT/qlora8b-plan.err"
+      plan_row leantrain-qlora-8b-plan "$OUT/qlora8b-plan.json" | tee -a "$OUT/qlora.jsonl"
+      timeout 420 "./$BUILD/leantrain" train $F8 --device cuda --steps 5 --eval-batches 1 --log-every 1 \
+        --metrics-json "$OUT/qlora8b-run.json" > "$OUT/qlora8b-run.log" 2>&1
+      summary leantrain-qlora-8b "$OUT/qlora8b-run.json" | tee -a "$OUT/qlora.jsonl"
+      tail -3 "$OUT/qlora8b-run.log"
       ;;
     lora)
       # Issue 15, LoRA on a bf16 base: parity with PEFT (TinyLlama shape, T 128, r 16 alpha 32 on the 7
