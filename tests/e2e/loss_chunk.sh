@@ -46,6 +46,14 @@ expect_ok "${T[@]}" "$LT" train --config "$WORK/untied.json" "${G[@]}" --metrics
 expect_ok "${T[@]}" "$LT" train --config "$WORK/untied.json" "${G[@]}" --loss-chunk 50 --metrics "$WORK/u1.jsonl"
 same_losses "$WORK/u0.jsonl" "$WORK/u1.jsonl" "untied lm_head"
 
+# Prompt/response pairs: the prompt's targets are -100, masked in the chunked loss as before
+# (chunks of 5 rows: some hold only prompt tokens).
+for i in $(seq 1 40); do echo "{\"prompt\": \"question number $i?\", \"response\": \"the answer is $i\"}"; done >"$WORK/qa.jsonl"
+M=(--model gpt2-tiny --data "$WORK/qa.jsonl" --seq-len 32 --batch 4 --steps 4 --eval-batches 1 --device cpu --lr 1e-2)
+expect_ok "${T[@]}" "$LT" train "${M[@]}" --metrics "$WORK/m0.jsonl"
+expect_ok "${T[@]}" "$LT" train "${M[@]}" --loss-chunk 5 --metrics "$WORK/m1.jsonl"
+same_losses "$WORK/m0.jsonl" "$WORK/m1.jsonl" "prompt/response"
+
 # plan == measured on the CPU, with the chunked loss.
 P=(--model gpt2-tiny --data synthetic --batch 4 --seq-len 32 --steps 2 --eval-batches 1 --loss-chunk 13)
 expect_ok "${T[@]}" "$LT" plan "${P[@]}" --device-type cpu --json
