@@ -7,7 +7,8 @@
 //              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
 //              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's;
-//              --lean-saves 0 as train's --no-lean-saves
+//              --lean-saves 0 as train's --no-lean-saves;
+//              --loss-chunk N as train's (the head + loss N token rows at a time; 0, default: off)
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
 //              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
@@ -207,6 +208,10 @@ int throughput(const std::map<std::string, std::string>& f) {
   nn::set_lean_saves(*model, get(f, "lean-saves", "1") != "0");
   // --checkpoint SPEC: as train's (e.g. blocks).
   if (get(f, "checkpoint", "none") != "none") nn::apply_checkpointing(*model, get(f, "checkpoint", "none"));
+  const int64_t loss_chunk = std::stoll(get(f, "loss-chunk", "0"));
+  LT_CHECK(loss_chunk >= 0, "throughput: --loss-chunk " + std::to_string(loss_chunk), "it is a number of rows",
+           "pass 0 (off) or a positive number");
+  model->set_loss_chunk(loss_chunk);
   // Layers and attention width for the attention term of the FLOPs per token.
   int64_t layers = 0, width = 0;
   if (auto* g = dynamic_cast<models::GPT2*>(model.get())) layers = g->config().n_layer, width = g->config().n_embd;
@@ -257,9 +262,9 @@ int throughput(const std::map<std::string, std::string>& f) {
   std::printf(
       "{\"system\": \"leantrain\", \"precision\": \"%s\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
       "\"peak_allocated\": %lld, \"peak_reserved\": %lld, \"final_loss\": %.4f, \"batch\": %lld, \"seq\": %lld, "
-      "\"steps\": %lld}\n",
+      "\"steps\": %lld, \"loss_chunk\": %lld}\n",
       has_policy ? policy.name.c_str() : "", dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
-      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps);
+      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps, (long long)loss_chunk);
   return 0;
 }
 

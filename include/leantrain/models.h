@@ -28,7 +28,11 @@ class Model : public nn::Module {
   virtual Tensor forward(const Tensor& input, const Tensor& mask = Tensor()) = 0;
   // Mean cross-entropy of forward(input) against targets (i64, -100 = ignored). For GPT-2 the
   // targets are already shifted ([B, T], target t is the token after input t).
+  // With set_loss_chunk(n > 0) and a head that is one bias-free linear (the causal LMs), the head
+  // and the loss run n rows at a time (linear_cross_entropy): the [N, V] logits never exist.
   Tensor loss(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
+  void set_loss_chunk(int64_t rows) { loss_chunk_ = rows; }
+  int64_t loss_chunk() const { return loss_chunk_; }
   virtual std::string model_type() const = 0;  // "gpt2", "vit"
   virtual std::string config_json() const = 0;  // Hugging Face-style config.json text
   // Where the parameters live and their dtype.
@@ -42,6 +46,19 @@ class Model : public nn::Module {
   // first name) and buffer, whole, under its own name. Other names a file may use for whole
   // parameters go through checkpoint_key_to_name.
   virtual std::vector<CheckpointTensor> checkpoint_tensors() const;
+
+ protected:
+  // What linear_cross_entropy needs of a model whose head is one bias-free linear: the hidden
+  // rows [..., C] and the head's weight [V, C], both as the head's GEMM would read them (cast
+  // under autocast). Undefined (the default) when the head is anything else; then loss() goes
+  // through forward().
+  struct HeadInputs {
+    Tensor hidden, weight;
+  };
+  virtual HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) { return {}; }
+
+ private:
+  int64_t loss_chunk_ = 0;
 };
 
 // A model that predicts the next token (GPT-2): what sampling needs.
@@ -111,6 +128,7 @@ class GPT2 : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
+  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
   GPT2Config cfg_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;

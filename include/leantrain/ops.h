@@ -164,6 +164,12 @@ enum class Reduction { Mean, Sum, None };
 // fp32 probabilities beyond one row at a time on the GPU.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::Mean);
+// cross_entropy(linear(hidden, weight), targets) without the [N, V] logits: hidden [..., C],
+// weight [V, C] (a bias-free head, torch layout), targets [N] (N = hidden's rows). Rows go through
+// the head `chunk` at a time (0: as many as fit 256 MiB of f32 logits); the backward recomputes
+// each chunk's logits. Sum or Mean only.
+Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index = -100, Reduction reduction = Reduction::Mean, int64_t chunk = 0);
 // Identity when !training or p == 0. The mask is regenerated in backward from (seed, offset).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 

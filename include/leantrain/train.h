@@ -36,6 +36,8 @@ struct RunConfig {
   // How much. The defaults are the demo: vit-tiny on Fashion-MNIST, 2 epochs (>= 85% accuracy).
   int64_t batch = 128;
   int64_t micro_batch = 0;  // 0: equal to batch (no accumulation)
+  // Rows per chunk of a causal LM's chunked head + loss (linear_cross_entropy); 0: off (the logits whole).
+  int64_t loss_chunk = 0;
   int64_t steps = 0;        // 0: derived from epochs
   double epochs = 2;        // used when steps == 0
 

@@ -40,6 +40,9 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   add_int_flag(cmd, flag_range::batch, c.batch, "Samples per optimizer step")->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::micro_batch, c.micro_batch, "Samples per forward/backward; the batch is accumulated (0: = batch)")
       ->capture_default_str()->group(what);
+  add_int_flag(cmd, flag_range::loss_chunk, c.loss_chunk,
+               "Causal LMs: the head and loss a chunk of this many token rows at a time, never the whole logits (0: off)")
+      ->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::steps, c.steps, "Optimizer steps (0: from --epochs)")->capture_default_str()->group(what);
   add_real_flag(cmd, "--epochs", c.epochs, "Passes over the training data, may be fractional (used when --steps is 0)",
                 &flag_range::epochs)

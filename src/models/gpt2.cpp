@@ -97,6 +97,14 @@ Tensor GPT2::head(const Tensor& hidden) {
 
 Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
 
+// head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
+Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+  if (!lm_head_) return {hidden_states(ids, mask), autocast(wte_->weight())};
+  nn::Linear* l = nn::plain_linear(lm_head_.get());
+  if (!l || l->bias().defined() || l->weight_in_out()) return {};
+  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+}
+
 double GPT2::root_forward_flops(const Shape& input) const {
   if (lm_head_) return 0;  // the untied head is a module: counted at its own call
   double rows = 1;

@@ -130,6 +130,14 @@ Tensor Llama::head(const Tensor& hidden) {
 
 Tensor Llama::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
 
+// head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
+Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast(embed_tokens_->weight())};
+  nn::Linear* l = nn::plain_linear(lm_head_.get());
+  if (!l || l->bias().defined() || l->weight_in_out()) return {};
+  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+}
+
 Tensor Llama::next_token_logits(const Tensor& ids) {
   Tensor h = hidden_states(ids);
   return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.hidden_size}));

@@ -85,6 +85,7 @@ class Llama : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
+  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
   LlamaConfig cfg_;
   std::string type_;
   std::shared_ptr<nn::Embedding> embed_tokens_;

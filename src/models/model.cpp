@@ -5,6 +5,15 @@
 namespace lt::models {
 
 Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mask) {
+  if (loss_chunk_ > 0) {
+    HeadInputs h = loss_head_inputs(input, mask);
+    if (h.weight.defined()) {
+      LT_CHECK(targets.numel() * h.hidden.size(-1) == h.hidden.numel(), "loss: targets have shape " + shape_str(targets.shape()),
+               "hidden states are " + shape_str(h.hidden.shape()) + " (one target per row expected)",
+               "pass one class index per prediction");
+      return linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Mean, loss_chunk_);
+    }
+  }
   Tensor logits = forward(input, mask);
   const int64_t V = logits.size(-1);
   LT_CHECK(targets.numel() * V == logits.numel(), "loss: targets have shape " + shape_str(targets.shape()),

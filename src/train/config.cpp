@@ -241,7 +241,7 @@ Device resolve_device(const std::string& spec) {
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(lean_saves) X(checkpoint) \
   X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
-  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward)
+  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward) X(loss_chunk)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

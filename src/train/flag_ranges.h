@@ -37,6 +37,7 @@ inline constexpr IntRange patch{"--patch", 0, 65536, "pixels"};
 inline constexpr IntRange mlp_dim{"--mlp-dim", 0, 4 * kWidth, "channels"};
 inline constexpr IntRange batch{"--batch", 1, kBatch, "samples per optimizer step"};
 inline constexpr IntRange micro_batch{"--micro-batch", 0, kBatch, "samples per forward/backward"};
+inline constexpr IntRange loss_chunk{"--loss-chunk", 0, kBatch * kWidth, "rows of logits per chunk"};
 inline constexpr IntRange steps{"--steps", 0, kSteps, "optimizer steps"};
 inline constexpr IntRange warmup{"--warmup", -1, kSteps, "steps"};
 inline constexpr IntRange eval_every{"--eval-every", 0, kSteps, "steps"};

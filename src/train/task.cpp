@@ -357,8 +357,13 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   init.device = device;
   init.seed = c.seed;
   init.dtype = precision_policy(c.precision).param_dtype;  // built in the target dtype, no f32 copy
-  if (s.cfg->family().input() == models::InputKind::Tokens) make_text_task(*t, s, c, init);
+  const bool text = s.cfg->family().input() == models::InputKind::Tokens;
+  if (c.loss_chunk > 0 && !text)
+    usage("--loss-chunk " + std::to_string(c.loss_chunk), "model " + s.name + " is a classifier; its logits are one row per image",
+          "drop --loss-chunk (it is for causal language models' vocabulary-wide logits)");
+  if (text) make_text_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
+  t->model->set_loss_chunk(c.loss_chunk);  // used by Model::loss (training); evaluation keeps the logits
   t->description += t->weights_note;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (t->train->batches_per_epoch() * mb < c.batch)

@@ -1,0 +1,146 @@
+// Cross-entropy of a bias-free linear head (logits = hidden W^T) without the [N, V] logits: the
+// rows go through the head a chunk at a time. The forward keeps one f32 loss and lse per row;
+// the backward recomputes each chunk's logits, turns them into dlogits in place (the
+// cross_entropy_bwd kernel) and multiplies them into dHidden and dW. The peak holds one chunk
+// of logits, in the padded rows a linear of this width writes (so each chunk is exactly the
+// rows the unchunked linear + cross_entropy would compute, with the same kernels).
+// Composed from backend ops (gemm, cross_entropy_fwd/bwd, reduce_sum), so every backend and the
+// meta plan get it as is.
+#include <algorithm>
+
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+constexpr int64_t kAutoChunkBytes = int64_t(256) << 20;  // one chunk's logits at 4 bytes each
+
+// Rows per chunk: `chunk` if positive, else as many as keep chunk x ld x 4 bytes <= 256 MiB.
+int64_t chunk_rows(int64_t chunk, int64_t n, int64_t ld) {
+  int64_t c = chunk > 0 ? chunk : std::max<int64_t>(1, kAutoChunkBytes / (ld * 4));
+  return std::max<int64_t>(1, std::min(c, n));
+}
+
+// Rows [r0, r0 + n) of a [N, W] tensor in rows of ld.
+Tensor row_block(const Tensor& t, int64_t r0, int64_t n, int64_t w, int64_t ld) {
+  return make_view(t, {n, w}, {ld, 1}, t.offset() + r0 * ld);
+}
+Tensor row_slice(const Tensor& t, int64_t r0, int64_t n) { return make_view(t, {n}, {1}, t.offset() + r0); }
+
+// logits rows [r0, r0 + n) = hidden rows x W^T, into `buf` (rows of ld).
+Tensor chunk_logits(Backend& be, const Tensor& buf, const Tensor& hidden, const Tensor& w, int64_t r0, int64_t n,
+                    int64_t V, int64_t C, int64_t ld) {
+  Tensor logits = row_block(buf, 0, n, V, ld);
+  GemmDesc d;
+  d.m = n, d.n = V, d.k = C;
+  d.trans_b = true;
+  d.ldc = ld;
+  be.gemm(logits, row_block(hidden, r0, n, C, C), w, d, Tensor());
+  return logits;
+}
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& targets_in,
+                            int64_t ignore_index, Reduction reduction, int64_t chunk) {
+  OpNameScope op("linear_cross_entropy");
+  Device dev = common_device("linear_cross_entropy", {hidden_in, weight_in, targets_in});
+  check_floating("linear_cross_entropy", hidden_in);
+  check_same_dtype("linear_cross_entropy", hidden_in, weight_in);
+  check_rank("linear_cross_entropy", weight_in, 2, "weight");
+  const int64_t V = weight_in.size(0), C = weight_in.size(1);
+  LT_CHECK(hidden_in.dim() >= 1 && hidden_in.size(-1) == C && V > 0,
+           "linear_cross_entropy: hidden " + shape_str(hidden_in.shape()) + " and weight " +
+               shape_str(weight_in.shape()),
+           "the weight is [V, C] and the hidden rows [..., C]", "pass the head's weight in its [out, in] layout");
+  LT_CHECK(reduction != Reduction::None, "linear_cross_entropy: reduction none",
+           "the op keeps no per-row losses beyond its own sum", "use sum or mean");
+  const int64_t N = hidden_in.numel() / C;
+  LT_CHECK(targets_in.numel() == N && (targets_in.dtype() == DType::I64 || targets_in.dtype() == DType::I32),
+           std::string("linear_cross_entropy: targets are ") + dtype_name(targets_in.dtype()) + " " +
+               shape_str(targets_in.shape()),
+           std::to_string(N) + " hidden rows need " + std::to_string(N) + " i64 targets",
+           "pass one class index per row");
+  LT_CHECK(chunk >= 0, "linear_cross_entropy: chunk " + std::to_string(chunk), "it is a number of rows",
+           "pass 0 (automatic) or a positive number of rows");
+  Tensor targets = contiguous_data(cast(targets_in, DType::I64));
+  int64_t count = N;
+  if (!dev.is_meta()) {
+    count = 0;
+    for (int64_t t : read_indices(targets)) {
+      if (t == ignore_index) continue;
+      LT_CHECK(t >= 0 && t < V, "linear_cross_entropy: target " + std::to_string(t) + " is out of range",
+               "there are " + std::to_string(V) + " classes and ignore_index is " + std::to_string(ignore_index),
+               "check the labels against the vocabulary size");
+      ++count;
+    }
+  }
+  Tensor hidden = contiguous(hidden_in), weight = contiguous(weight_in);  // recorded: gradients flow back
+  const DType dt = hidden.dtype(), aux = aux_dtype(dt);
+  const int64_t ld = padded_row_stride(V, dt);
+  const int64_t rows_per = chunk_rows(chunk, N, ld);
+  Backend& be = backend_for(dev);
+  Tensor rows = Tensor::empty({N}, aux, dev);
+  Tensor lse = Tensor::empty({N}, aux, dev);
+  {
+    Tensor buf = empty_rows({rows_per, V}, ld, dt, dev);  // one chunk's logits, reused
+    for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
+      const int64_t n = std::min(rows_per, N - r0);
+      Tensor logits = chunk_logits(be, buf, hidden, weight, r0, n, V, C, ld);
+      be.cross_entropy_fwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
+                           ignore_index);
+    }
+  }
+  // An all-ignored batch gives loss 0 and zero gradients (not 0/0).
+  const double inv = reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
+  Tensor total = Tensor::empty({1}, aux, dev);
+  be.reduce_sum(total, rows);
+  Tensor out = Tensor::empty({}, aux, dev);
+  be.unary(UnaryOp::Scale, out, total, float(inv));
+  if (!needs_grad({hidden, weight})) return out;
+  const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
+  const Shape hs = hidden_in.shape();
+  SavedTensor saved_h(hidden), saved_w(weight), saved_lse(lse), saved_t(make_view(targets, {N}, {1}, targets.offset()));
+  record(out, "linear_cross_entropy", {hidden, weight}, [=](const Tensor& g) {
+    Tensor sh = saved_h.unpack(), sw = saved_w.unpack(), slse = saved_lse.unpack(), st = saved_t.unpack();
+    Backend& b = backend_of(g);
+    const Device d = g.device();
+    Tensor gc = contiguous_data(g);
+    Tensor gs = Tensor::empty({}, gc.dtype(), d);  // the scalar gradient times 1/count, per row
+    b.unary(UnaryOp::Scale, gs, gc, float(inv));
+    Tensor dloss = Tensor::empty({N}, gc.dtype(), d);
+    b.copy(dloss, expand_view(gs, {N}));
+    Tensor dh = need_h ? Tensor::empty(hs, dt, d) : Tensor();
+    Tensor dw = need_w ? Tensor::empty({V, C}, dt, d) : Tensor();
+    Tensor buf = empty_rows({rows_per, V}, ld, dt, d);
+    for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
+      const int64_t n = std::min(rows_per, N - r0);
+      Tensor dlogits = chunk_logits(b, buf, sh, sw, r0, n, V, C, ld);
+      // In place: the kernel reads and writes each element in one thread.
+      b.cross_entropy_bwd(dlogits, row_slice(dloss, r0, n), dlogits, row_slice(slse, r0, n), row_slice(st, r0, n),
+                          ignore_index);
+      if (need_h) {  // dHidden rows = dlogits [n, V] @ W [V, C]
+        GemmDesc gd;
+        gd.m = n, gd.n = C, gd.k = V;
+        gd.lda = ld;
+        b.gemm(row_block(dh, r0, n, C, C), dlogits, sw, gd, Tensor());
+      }
+      if (need_w) {  // dW (+)= dlogits^T [V, n] @ hidden rows [n, C], accumulated in W's dtype
+        GemmDesc gd;
+        gd.m = V, gd.n = C, gd.k = n;
+        gd.trans_a = true;
+        gd.lda = ld;
+        gd.beta = r0 == 0 ? 0.0f : 1.0f;
+        b.gemm(dw, dlogits, row_block(sh, r0, n, C, C), gd, Tensor());
+      }
+    }
+    if (need_w && N == 0) b.fill(dw, 0.0);
+    if (need_h && N == 0) b.fill(dh, 0.0);
+    return std::vector<Tensor>{dh, dw};
+  });
+  return out;
+}
+
+}  // namespace lt
