@@ -32,6 +32,9 @@ class Model : public nn::Module {
   // and the loss run n rows at a time (linear_cross_entropy): the [N, V] logits never exist.
   Tensor loss(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
   void set_loss_chunk(int64_t rows) { loss_chunk_ = rows; }
+  // The summed cross-entropy through linear_cross_entropy (evaluation of a causal LM with
+  // set_loss_chunk(n > 0): no [N, V] logits); undefined when the chunked head does not apply.
+  Tensor chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
   int64_t loss_chunk() const { return loss_chunk_; }
   virtual std::string model_type() const = 0;  // "gpt2", "vit"
   virtual std::string config_json() const = 0;  // Hugging Face-style config.json text

@@ -22,6 +22,13 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mas
   return cross_entropy(reshape(logits, {-1, V}), reshape(targets, {-1}));
 }
 
+Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask) {
+  if (loss_chunk_ <= 0) return Tensor();
+  HeadInputs h = loss_head_inputs(input, mask);
+  if (!h.weight.defined()) return Tensor();
+  return linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Sum, loss_chunk_);
+}
+
 Device Model::device() const {
   auto ps = parameters();
   LT_ASSERT(!ps.empty());

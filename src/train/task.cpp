@@ -363,7 +363,7 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
           "drop --loss-chunk (it is for causal language models' vocabulary-wide logits)");
   if (text) make_text_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
-  t->model->set_loss_chunk(c.loss_chunk);  // used by Model::loss (training); evaluation keeps the logits
+  t->model->set_loss_chunk(c.loss_chunk);  // Model::loss (training) and evaluation's chunked_loss_sum
   t->description += t->weights_note;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (t->train->batches_per_epoch() * mb < c.batch)
@@ -385,11 +385,16 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
   int64_t count = 0, correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     Batch b = loader.next();
-    Tensor logits = t.model->forward(b.inputs);
-    int64_t classes = logits.size(logits.dim() - 1);
-    Tensor flat = reshape(logits, {-1, classes});
     Tensor targets = reshape(b.targets, {-1});
-    Tensor batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
+    // A causal LM with --loss-chunk evaluates as it trains, a chunk of logits at a time (the
+    // whole [T, V] logits of a long context would be the run's peak); a classifier needs them.
+    Tensor flat, batch_loss;
+    if (!t.classifier) batch_loss = t.model->chunked_loss_sum(b.inputs, b.targets);
+    if (!batch_loss.defined()) {
+      Tensor logits = t.model->forward(b.inputs);
+      flat = reshape(logits, {-1, logits.size(logits.dim() - 1)});
+      batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
+    }
     if (t.masked_targets && !t.device.is_meta()) {  // the mean is over the tokens the loss sees
       for (int64_t y : targets.to_int_vector()) count += y != kIgnoreTarget;
     } else {

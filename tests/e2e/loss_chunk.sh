@@ -38,6 +38,17 @@ PY
 expect_ok "${T[@]}" "$LT" train --model llama-tiny "${G[@]}" --metrics "$WORK/l0.jsonl"
 expect_ok "${T[@]}" "$LT" train --model llama-tiny "${G[@]}" --loss-chunk 7 --metrics "$WORK/l1.jsonl"
 same_losses "$WORK/l0.jsonl" "$WORK/l1.jsonl" "llama-tiny"
+# The run's evaluation goes through the chunked head too: the same validation loss.
+if python3 - "$WORK/l0.jsonl" "$WORK/l1.jsonl" <<'PY'; then ok; else fail "llama-tiny: eval_loss differs with --loss-chunk"; fi
+import json, sys
+a = [json.loads(s)["eval_loss"] for s in open(sys.argv[1]) if '"eval_loss"' in s]
+b = [json.loads(s)["eval_loss"] for s in open(sys.argv[2]) if '"eval_loss"' in s]
+assert len(a) == len(b) > 0 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)), (a, b)
+PY
+# A long context: without the chunked evaluation the final evaluation's [T, V] logits were the
+# peak (its phase is named in the plan); with it the peak is training's.
+expect_ok "${T[@]}" "$LT" plan --model llama-tiny --data synthetic --batch 1 --seq-len 1024 --checkpoint blocks --loss-chunk 64
+expect_grep "peak reached during: step" "$WORK/out" "the long-context plan's peak"
 cat >"$WORK/untied.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 1000, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
  "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "tie_word_embeddings": false}
