@@ -19,6 +19,7 @@
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "offload/offload_optimizer.h"
+#include "offload/offload_trace.h"
 
 namespace lt::offload {
 
@@ -116,6 +117,7 @@ struct OffloadOptimizer::Drain {
       try {
         const bool meta = b.event->device().is_meta();
         if (!meta) b.event->synchronize();
+        const double t0 = trace_on() ? trace_now_ms() : 0;
         char* g = static_cast<char*>(area->data());
         char* out = static_cast<char*>(staging->data());
         std::vector<Slot*> back;  // stepped device parameters: copied back below, in one go
@@ -149,6 +151,7 @@ struct OffloadOptimizer::Drain {
           std::lock_guard<std::mutex> lk(mu);
           for (Slot* sl : back) returned.insert(sl->name);
         }
+        if (trace_on()) trace_add(Phase::EarlySteps, trace_now_ms() - t0);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
         if (!error) error = std::current_exception();
@@ -187,6 +190,7 @@ struct OffloadOptimizer::Drain {
   // The compute stream waits for the oldest copies until at most `keep` bytes stay in flight.
   void wait_until(int64_t keep) {
     while (!markers.empty() && marked_bytes > keep) {
+      if (trace_on() && markers.front().event->asynchronous()) trace_device_wait(*markers.front().event, Phase::DrainWait);
       markers.front().event->block_current_stream();
       marked_bytes -= markers.front().bytes;
       markers.pop_front();
@@ -311,7 +315,9 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
   std::unordered_set<std::string> returned;  // stepped and copied back during backward
   if (dr.early) {
     dr.close_bucket(d);
+    const double t0 = trace_on() ? trace_now_ms() : 0;
     dr.wait_idle();
+    if (trace_on()) trace_add(Phase::EarlyWait, trace_now_ms() - t0);
     std::lock_guard<std::mutex> lk(dr.mu);
     for (Slot* s : slots)
       if (dr.stepped.erase(s->name)) early.insert(s->name);
@@ -335,7 +341,11 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
   // the parameters before the copies back.
   Event computed(d);
   computed.record();
-  if (!d.is_meta()) computed.synchronize();
+  if (!d.is_meta()) {
+    const double t0 = trace_on() ? trace_now_ms() : 0;
+    computed.synchronize();
+    if (trace_on()) trace_add(Phase::DeviceWait, trace_now_ms() - t0);
+  }
   Event back(d);
   {
     StreamGuard on_copy(kCopyStream);
@@ -348,6 +358,7 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
     int64_t bytes = 0;
     while (j < slots.size() && (j == i || bytes + align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
       bytes += align64(slots[j++]->param.nbytes());
+    const double t0 = trace_on() ? trace_now_ms() : 0;
     if (!d.is_meta())
       for (size_t k = i; k < j; ++k) {
         Slot& s = *slots[k];
@@ -358,6 +369,7 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
         step_one(s, at, wide ? nullptr : host ? host : at, grad_scale, nullptr);
         if (wide && host) std::memcpy(host, s.state.back().data<float>(), size_t(s.param.nbytes()));
       }
+    if (trace_on()) trace_add(Phase::LateSteps, trace_now_ms() - t0);
     StreamGuard on_copy(kCopyStream);
     for (size_t k = i; k < j; ++k) {
       Slot& s = *slots[k];
@@ -371,6 +383,8 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
     i = j;
   }
   back.block_current_stream();  // compute (the next forward) runs after the copies back
+  if (trace_on() && back.asynchronous()) trace_device_wait(back, Phase::CopyBackWait);
+  trace_mark();
 }
 
 }  // namespace lt::offload

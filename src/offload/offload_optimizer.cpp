@@ -10,6 +10,7 @@
 #include "leantrain/ops.h"
 #include "offload/host_lion.h"
 #include "offload/host_workers.h"
+#include "offload/offload_trace.h"
 #include "offload/host_sgd.h"
 #include "optim/q8_state.h"
 #include "optim/quant_map.h"
@@ -183,6 +184,7 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
 }
 
 void OffloadOptimizer::update(const std::vector<Slot*>& slots, float grad_scale) {
+  trace_lap(Phase::Norm);  // since backward's end: the trainer's norm
   LT_CHECK(!master_weights(), "--offload optimizer with --master-weights fp32",
            "the offloaded state already keeps an f32 master copy on the host", "drop --master-weights");
   LT_CHECK(!(eight_bit() && stochastic_rounding()), "--offload optimizer with stochastic rounding",
