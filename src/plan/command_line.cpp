@@ -75,6 +75,7 @@ std::string command_line(const RunConfig& c) {
   if (c.fused_step) s += " --fused-step";
   str("--checkpoint", c.checkpoint, d.checkpoint);
   if (c.offload_activations) s += " --offload-activations";
+  str("--offload", c.offload, d.offload);
   i("--eval-every", c.eval_every, d.eval_every);
   i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);
