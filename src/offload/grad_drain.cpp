@@ -5,6 +5,7 @@
 // and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
 // pinned-host peaks of a run.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -71,6 +72,9 @@ struct OffloadOptimizer::Drain {
   std::condition_variable cv;
   std::deque<Landed> queue;
   bool busy = false, stop = false;
+  // Set once backward has ended (finish_backward, the update): the trainer's thread then only
+  // waits, so the stepping thread takes every core instead of leaving it one.
+  std::atomic<bool> backward_done{false};
   std::unordered_set<std::string> stepped;   // this step's, by the thread
   std::unordered_set<std::string> returned;  // of those, copied back to the device by the thread
   std::exception_ptr error;
@@ -100,6 +104,7 @@ struct OffloadOptimizer::Drain {
       queue.push_back(std::move(b));
     }
     if (!worker.joinable()) worker = std::thread([this] { work(); });
+    backward_done = false;  // a bucket closed during backward (finish_backward sets it after its own)
     cv.notify_all();
   }
 
@@ -128,10 +133,11 @@ struct OffloadOptimizer::Drain {
           const int64_t off = offset.at(n);
           const bool wide = sl.param.dtype() == DType::F32;
           void* host = host_param.at(n);
-          // One core fewer: the thread that enqueues backward's kernels must not wait for a core.
+          // One core fewer while backward goes on: the thread that enqueues its kernels must not wait
+          // for a core. (Any thread count gives the same bits.)
           if (!meta) {
             owner->step_one(sl, g + off, wide ? nullptr : host ? host : out + off, 1.0f, nullptr,
-                            std::max(1, owner->threads_ - 1));
+                            backward_done ? owner->threads_ : std::max(1, owner->threads_ - 1));
             if (wide && host) std::memcpy(host, sl.state.back().data<float>(), size_t(sl.param.nbytes()));
             if (!host) back.push_back(&sl);
           }
@@ -290,7 +296,10 @@ void OffloadOptimizer::finish_backward() {
   if (!drain_) return;
   drain_->armed = false;
   if (!drain_->area) return;
-  if (drain_->early) drain_->close_bucket(drain_->grad_device);
+  if (drain_->early) {
+    drain_->close_bucket(drain_->grad_device);
+    drain_->backward_done = true;
+  }
   drain_->mark(drain_->grad_device);
   // The host waits too: gradient views of host-resting parameters are read by the CPU (the norm)
   // next, and the device's norm reads the rest right after anyway.
@@ -315,6 +324,7 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
   std::unordered_set<std::string> returned;  // stepped and copied back during backward
   if (dr.early) {
     dr.close_bucket(d);
+    dr.backward_done = true;
     const double t0 = trace_on() ? trace_now_ms() : 0;
     dr.wait_idle();
     if (trace_on()) trace_add(Phase::EarlyWait, trace_now_ms() - t0);
