@@ -77,13 +77,15 @@ for s in $sections; do
       done
       timeout 500 python3 bench/peers/offload_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
       timeout 400 python3 bench/peers/cpu_adamw_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
-      # The host step with streaming stores for the 16-bit copy (the default, 2), for none (0) and for
-      # every output (1).
-      for nt in 2 0 1; do
+      # The host step with the defaults (streaming stores for the 16-bit copy: 2; prefetch 512
+      # elements ahead), then with each knob changed alone (0: no streaming, 1: streaming every
+      # output; prefetch 0, 256, 1024).
+      for knobs in "2 512" "0 512" "1 512" "2 0" "2 256" "2 1024"; do
+        read -r nt pf <<< "$knobs"
         for g in "--grad f32 --out none" "--grad bf16 --out bf16"; do
-          LEANTRAIN_HOST_STREAM_STORES=$nt timeout 300 "./$BUILD/leantrain_bench" host_step --optimizer adamw \
-            --elements 1100048384 --steps 3 $g 2>&1 | tail -1 | sed "s/}\$/, \"stream_stores\": $nt}/" |
-            tee -a "$OUT/offload.jsonl"
+          LEANTRAIN_HOST_STREAM_STORES=$nt LEANTRAIN_HOST_PREFETCH=$pf timeout 300 "./$BUILD/leantrain_bench" host_step \
+            --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 | tail -1 |
+            sed "s/}\$/, \"stream_stores\": $nt, \"prefetch\": $pf}/" | tee -a "$OUT/offload.jsonl"
         done
       done
       ;;

@@ -34,12 +34,22 @@ using namespace simd;
 // Streaming stores (LEANTRAIN_HOST_STREAM_STORES, a measuring knob): 2 (default) for the 16-bit
 // copy only, 1 for master and moments too, 0 none. Master and moments are read just before they
 // are written, so their lines are in the cache and streaming them saves no read; on the 2-core
-// development machine it cost 10-15% (a streamed line still in the cache is evicted first).
+// development machine it cost 10-35% (a streamed line still in the cache is evicted first).
 // The 16-bit copy goes to a buffer not read before (staging, a resting parameter): a streamed
 // store spares its read for ownership, 2 of the 30 bytes an element moves.
 const int kStreamStores = [] {
   const char* e = std::getenv("LEANTRAIN_HOST_STREAM_STORES");
   return e ? std::atoi(e) : 2;
+}();
+
+// Software prefetch distance in elements (LEANTRAIN_HOST_PREFETCH, a measuring knob; 0: none;
+// default 512, 2 KiB of f32 ahead). The step is bound by the cache misses each core keeps in
+// flight as much as by the memory: prefetching master, moments and gradient ahead (also across
+// 4 KiB pages, where the hardware prefetchers stop) raises that number. On the 2-core development
+// machine: 256-1024 all about 10% faster than none, 2048 no better than none.
+const int64_t kPrefetch = [] {
+  const char* e = std::getenv("LEANTRAIN_HOST_PREFETCH");
+  return e ? std::max<int64_t>(0, std::atoll(e)) / 16 * 16 : 512;
 }();
 
 // The per-step scalars, computed exactly as the reference computes them.
@@ -109,7 +119,15 @@ template <int G, int O, int Nt> LT_AVX512 void avx512_loop(const HostAdamWSpan& 
   const __m512 gs = _mm512_set1_ps(c.gs), b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.omb1);
   const __m512 b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.omb2), bc2 = _mm512_set1_ps(c.bc2_sqrt);
   const __m512 eps = _mm512_set1_ps(c.eps), decay = _mm512_set1_ps(c.decay), step = _mm512_set1_ps(c.step_size);
+  const int64_t pf = kPrefetch;
+  const int64_t gsize = G == kGradF32 ? 4 : 2;
   for (; i + 16 <= hi; i += 16) {
+    if (pf) {  // (a prefetch past the end is harmless: it never faults)
+      _mm_prefetch(reinterpret_cast<const char*>(s.master + i + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(s.exp_avg + i + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(s.exp_avg_sq + i + pf), _MM_HINT_T0);
+      _mm_prefetch(static_cast<const char*>(s.grad) + (i + pf) * gsize, _MM_HINT_T0);
+    }
     const __m512 g = _mm512_mul_ps(load_grad16<G>(s.grad, i), gs);
     const __m512 m = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(s.exp_avg + i)), _mm512_mul_ps(omb1, g));
     const __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(s.exp_avg_sq + i)),
