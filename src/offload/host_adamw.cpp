@@ -42,16 +42,6 @@ const int kStreamStores = [] {
   return e ? std::atoi(e) : 2;
 }();
 
-// Software prefetch distance in elements (LEANTRAIN_HOST_PREFETCH, a measuring knob; 0: none;
-// default 512, 2 KiB of f32 ahead). The step is bound by the cache misses each core keeps in
-// flight as much as by the memory: prefetching master, moments and gradient ahead (also across
-// 4 KiB pages, where the hardware prefetchers stop) raises that number. On the 2-core development
-// machine: 256-1024 all about 10% faster than none, 2048 no better than none.
-const int64_t kPrefetch = [] {
-  const char* e = std::getenv("LEANTRAIN_HOST_PREFETCH");
-  return e ? std::max<int64_t>(0, std::atoll(e)) / 16 * 16 : 512;
-}();
-
 // The per-step scalars, computed exactly as the reference computes them.
 struct Consts {
   float gs, b1, omb1, b2, omb2, bc2_sqrt, eps, decay, step_size;
@@ -119,15 +109,9 @@ template <int G, int O, int Nt> LT_AVX512 void avx512_loop(const HostAdamWSpan& 
   const __m512 gs = _mm512_set1_ps(c.gs), b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.omb1);
   const __m512 b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.omb2), bc2 = _mm512_set1_ps(c.bc2_sqrt);
   const __m512 eps = _mm512_set1_ps(c.eps), decay = _mm512_set1_ps(c.decay), step = _mm512_set1_ps(c.step_size);
-  const int64_t pf = kPrefetch;
-  const int64_t gsize = G == kGradF32 ? 4 : 2;
+  const int64_t pf = prefetch_distance();
   for (; i + 16 <= hi; i += 16) {
-    if (pf) {  // (a prefetch past the end is harmless: it never faults)
-      _mm_prefetch(reinterpret_cast<const char*>(s.master + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(s.exp_avg + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(s.exp_avg_sq + i + pf), _MM_HINT_T0);
-      _mm_prefetch(static_cast<const char*>(s.grad) + (i + pf) * gsize, _MM_HINT_T0);
-    }
+    if (pf) prefetch_ahead<G>(i + pf, s.grad, s.master, s.exp_avg, s.exp_avg_sq);
     const __m512 g = _mm512_mul_ps(load_grad16<G>(s.grad, i), gs);
     const __m512 m = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(s.exp_avg + i)), _mm512_mul_ps(omb1, g));
     const __m512 v = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(s.exp_avg_sq + i)),
