@@ -74,11 +74,23 @@ for s in $sections; do
           --metrics "$OUT/offload-$mode.json" -- "./$BUILD/leantrain" train $F --offload $mode --device cuda --steps 6 \
           --eval-batches 1 --log-every 1 --metrics-json "$OUT/offload-$mode.json" 2>&1 | tail -9 | tee -a "$OUT/offload.jsonl"
       done
+      # Where each mode's step time goes (LEANTRAIN_OFFLOAD_TRACE=1: one line per step, phases in ms).
+      for mode in optimizer params; do
+        LEANTRAIN_OFFLOAD_TRACE=1 timeout 300 "./$BUILD/leantrain" train $F --offload $mode --device cuda --steps 5 \
+          --eval-batches 1 --log-every 1 2>&1 | grep '^offload trace' | sed "s/^/$mode: /" | tee "$OUT/offload-trace-$mode.txt"
+      done
       timeout 500 python3 bench/peers/offload_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
       timeout 400 python3 bench/peers/cpu_adamw_torch.py 2>&1 | tail -1 | tee -a "$OUT/offload.jsonl"
-      for g in "--grad f32 --out none" "--grad bf16 --out bf16"; do
-        timeout 300 "./$BUILD/leantrain_bench" host_step --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 |
-          tail -1 | tee -a "$OUT/offload.jsonl"
+      # The host step with the defaults (streaming stores for the 16-bit copy: 2; prefetch 512
+      # elements ahead), then with each knob changed alone (0: no streaming, 1: streaming every
+      # output; prefetch 0, 256, 1024).
+      for knobs in "2 512" "0 512" "1 512" "2 0" "2 256" "2 1024"; do
+        read -r nt pf <<< "$knobs"
+        for g in "--grad f32 --out none" "--grad bf16 --out bf16"; do
+          LEANTRAIN_HOST_STREAM_STORES=$nt LEANTRAIN_HOST_PREFETCH=$pf timeout 300 "./$BUILD/leantrain_bench" host_step \
+            --optimizer adamw --elements 1100048384 --steps 3 $g 2>&1 | tail -1 |
+            sed "s/}\$/, \"stream_stores\": $nt, \"prefetch\": $pf}/" | tee -a "$OUT/offload.jsonl"
+        done
       done
       ;;
     qlora)

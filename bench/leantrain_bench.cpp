@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -367,6 +368,17 @@ int tokenize(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// 64-byte aligned vectors: the pinned state, gradient area and homes of --offload start on
+// 64-byte lines (pages, in fact), which the streaming stores of the host step rely on.
+template <class T> struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U> Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+
 int host_step(const std::map<std::string, std::string>& f) {
   using Clock = std::chrono::steady_clock;
   const int64_t n = std::stoll(get(f, "elements", "67108864"));
@@ -384,8 +396,9 @@ int host_step(const std::map<std::string, std::string>& f) {
   else if (pname == "avx2") path = offload::SimdPath::Avx2;
   else if (pname == "scalar") path = offload::SimdPath::Scalar;
   else LT_CHECK(pname == "best", "host_step: --path " + pname, "not a path", "use best, avx512, avx2 or scalar");
-  std::vector<float> master(size_t(n), 0.5f), m(size_t(n), 0.0f), v(opt == "adamw" ? size_t(n) : 0, 0.0f), g32;
-  std::vector<uint16_t> g16, out(has_out ? size_t(n) : 0);
+  std::vector<float, Aligned64<float>> master(size_t(n), 0.5f), m(size_t(n), 0.0f), v(opt == "adamw" ? size_t(n) : 0, 0.0f),
+      g32;
+  std::vector<uint16_t, Aligned64<uint16_t>> g16, out(has_out ? size_t(n) : 0);
   if (gdt == DType::F32) g32.assign(size_t(n), 1e-3f);
   else g16.assign(size_t(n), gdt == DType::BF16 ? float_to_bf16(1e-3f) : float_to_half(1e-3f));
   const void* grad = g32.empty() ? static_cast<const void*>(g16.data()) : g32.data();

@@ -5,6 +5,7 @@
 // and cuda take the same memory in the same order and `leantrain plan` predicts the device and the
 // pinned-host peaks of a run.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,7 @@
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "offload/offload_optimizer.h"
+#include "offload/offload_trace.h"
 
 namespace lt::offload {
 
@@ -30,10 +32,6 @@ int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 struct OffloadOptimizer::Drain {
   std::unordered_map<std::string, int64_t> offset;  // of each trainable gradient in the area
-  // The device of each parameter at rest, which its gradient view takes: the CPU for a block
-  // parameter under --offload params (the view is host memory like the parameter), else the
-  // parameter's device (CUDA reads the pinned view in place).
-  std::unordered_map<std::string, Device> rest;
   Device grad_device;  // where backward produces the gradients (set by the first one)
   int64_t bytes = 0;                                // the area's size
   int64_t bucket_bytes = 0;
@@ -63,13 +61,22 @@ struct OffloadOptimizer::Drain {
   bool early = false;
   std::shared_ptr<Storage> staging;                       // pinned, beside the area
   std::unordered_map<std::string, Slot*> slots;           // filled by update(): states exist
+  // Filled by update() too (parameters at rest): the memory of each parameter that lives in host
+  // memory (a cpu run, or a block parameter resting in its pinned home under --offload params),
+  // where its step writes the result directly. Taken there and not from the parameter during
+  // backward, where --offload params has switched a block's parameters to their device copies.
+  std::unordered_map<std::string, void*> host_param;
   std::vector<std::string> filling;                       // names copied since the last bucket
   int64_t filling_bytes = 0;
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Landed> queue;
   bool busy = false, stop = false;
-  std::unordered_set<std::string> stepped;  // this step's, by the thread
+  // Set once backward has ended (finish_backward, the update): the trainer's thread then only
+  // waits, so the stepping thread takes every core instead of leaving it one.
+  std::atomic<bool> backward_done{false};
+  std::unordered_set<std::string> stepped;   // this step's, by the thread
+  std::unordered_set<std::string> returned;  // of those, copied back to the device by the thread
   std::exception_ptr error;
   std::thread worker;
 
@@ -97,6 +104,7 @@ struct OffloadOptimizer::Drain {
       queue.push_back(std::move(b));
     }
     if (!worker.joinable()) worker = std::thread([this] { work(); });
+    backward_done = false;  // a bucket closed during backward (finish_backward sets it after its own)
     cv.notify_all();
   }
 
@@ -114,20 +122,42 @@ struct OffloadOptimizer::Drain {
       try {
         const bool meta = b.event->device().is_meta();
         if (!meta) b.event->synchronize();
+        const double t0 = trace_on() ? trace_now_ms() : 0;
         char* g = static_cast<char*>(area->data());
         char* out = static_cast<char*>(staging->data());
+        std::vector<Slot*> back;  // stepped device parameters: copied back below, in one go
         for (const std::string& n : b.names) {
           auto it = slots.find(n);
           if (it == slots.end()) continue;  // no state yet (the first step): update() steps it
           Slot& sl = *it->second;
           const int64_t off = offset.at(n);
-          // One core fewer: the thread that enqueues backward's kernels must not wait for a core.
-          if (!meta)
-            owner->step_one(sl, g + off, sl.param.dtype() != DType::F32 ? out + off : nullptr, 1.0f, nullptr,
-                            std::max(1, owner->threads_ - 1));
+          const bool wide = sl.param.dtype() == DType::F32;
+          void* host = host_param.at(n);
+          // One core fewer while backward goes on: the thread that enqueues its kernels must not wait
+          // for a core. (Any thread count gives the same bits.)
+          if (!meta) {
+            owner->step_one(sl, g + off, wide ? nullptr : host ? host : out + off, 1.0f, nullptr,
+                            backward_done ? owner->threads_ : std::max(1, owner->threads_ - 1));
+            if (wide && host) std::memcpy(host, sl.state.back().data<float>(), size_t(sl.param.nbytes()));
+            if (!host) back.push_back(&sl);
+          }
           std::lock_guard<std::mutex> lk(mu);
           stepped.insert(n);
         }
+        // The results go back at once instead of waiting for update(): the copy stream runs them
+        // after the gradients' copies, which came after every use of these parameters in this
+        // backward (a parameter's hook runs once its gradient is complete, tied ones included).
+        if (!back.empty()) {
+          StreamGuard on_copy(kCopyStream);
+          for (Slot* sl : back) {
+            const void* src = sl->param.dtype() == DType::F32 ? static_cast<const void*>(sl->state.back().data<float>())
+                                                              : out + offset.at(sl->name);
+            backend_for(grad_device).copy_from_host_async(sl->param, src);
+          }
+          std::lock_guard<std::mutex> lk(mu);
+          for (Slot* sl : back) returned.insert(sl->name);
+        }
+        if (trace_on()) trace_add(Phase::EarlySteps, trace_now_ms() - t0);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
         if (!error) error = std::current_exception();
@@ -166,6 +196,7 @@ struct OffloadOptimizer::Drain {
   // The compute stream waits for the oldest copies until at most `keep` bytes stay in flight.
   void wait_until(int64_t keep) {
     while (!markers.empty() && marked_bytes > keep) {
+      if (trace_on() && markers.front().event->asynchronous()) trace_device_wait(*markers.front().event, Phase::DrainWait);
       markers.front().event->block_current_stream();
       marked_bytes -= markers.front().bytes;
       markers.pop_front();
@@ -218,7 +249,10 @@ struct OffloadOptimizer::Drain {
     }
     record_stream(g, kCopyStream);  // its memory is reused only after the copy
     pending_bytes += g.nbytes();
-    param.set_grad(view(param, off, rest.at(name)));
+    // A tensor of the gradient's device also for a block parameter resting in host memory under
+    // --offload params: the norm then runs as one device kernel over every slot, as without
+    // offload (a CPU view would put 1B elements through the CPU backend's one-thread sum).
+    param.set_grad(view(param, off, d));
     ++drained;
     if (early) {
       filling.push_back(name);
@@ -237,7 +271,6 @@ void OffloadOptimizer::drain_during_backward() {
   std::weak_ptr<Drain> weak = drain_;
   for (auto& [name, p] : named_params()) {
     drain_->offset[name] = drain_->bytes;
-    drain_->rest[name] = p.device();
     drain_->bytes += align64(p.nbytes());
     // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
     p.register_post_accumulate_grad_hook([weak, name = name](Tensor& param) {
@@ -263,7 +296,10 @@ void OffloadOptimizer::finish_backward() {
   if (!drain_) return;
   drain_->armed = false;
   if (!drain_->area) return;
-  if (drain_->early) drain_->close_bucket(drain_->grad_device);
+  if (drain_->early) {
+    drain_->close_bucket(drain_->grad_device);
+    drain_->backward_done = true;
+  }
   drain_->mark(drain_->grad_device);
   // The host waits too: gradient views of host-resting parameters are read by the CPU (the norm)
   // next, and the device's norm reads the rest right after anyway.
@@ -284,18 +320,29 @@ bool OffloadOptimizer::is_drained(const Slot& s) const {
 void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float grad_scale) {
   Drain& dr = *drain_;
   const Device d = dr.grad_device;
-  std::unordered_set<std::string> early;  // stepped during backward: only their copies back remain
+  std::unordered_set<std::string> early;     // stepped during backward: at most their copies back remain
+  std::unordered_set<std::string> returned;  // stepped and copied back during backward
   if (dr.early) {
     dr.close_bucket(d);
+    dr.backward_done = true;
+    const double t0 = trace_on() ? trace_now_ms() : 0;
     dr.wait_idle();
+    if (trace_on()) trace_add(Phase::EarlyWait, trace_now_ms() - t0);
     std::lock_guard<std::mutex> lk(dr.mu);
     for (Slot* s : slots)
       if (dr.stepped.erase(s->name)) early.insert(s->name);
+    for (Slot* s : slots)
+      if (dr.returned.erase(s->name)) returned.insert(s->name);
     LT_CHECK(early.empty() || grad_scale == 1.0f, "--offload optimizer: a step with gradient scale " +
              std::to_string(grad_scale) + " after early steps", "the early steps assumed no clipping and no loss scaling",
              "report this: the trainer switched early steps on");
     dr.stepped_early += int64_t(early.size());
   }
+  // A parameter in host memory takes its result directly (host_param).
+  auto host_of = [&](const Slot& s) -> void* {
+    return !d.is_meta() && s.param.device().is_cpu() ? s.param.raw_data() : nullptr;
+  };
+  for (Slot* s : slots) dr.host_param[s->name] = host_of(*s);
   for (Slot* s : slots) dr.slots[s->name] = s;  // their states exist now: the next steps go early
   dr.mark(d);
   dr.wait_until(0);  // (finish_backward did this already when the trainer ran it)
@@ -304,8 +351,12 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
   // the parameters before the copies back.
   Event computed(d);
   computed.record();
-  if (!d.is_meta()) computed.synchronize();
-  Event returned(d);
+  if (!d.is_meta()) {
+    const double t0 = trace_on() ? trace_now_ms() : 0;
+    computed.synchronize();
+    if (trace_on()) trace_add(Phase::DeviceWait, trace_now_ms() - t0);
+  }
+  Event back(d);
   {
     StreamGuard on_copy(kCopyStream);
     computed.block_current_stream();
@@ -317,27 +368,33 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
     int64_t bytes = 0;
     while (j < slots.size() && (j == i || bytes + align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
       bytes += align64(slots[j++]->param.nbytes());
+    const double t0 = trace_on() ? trace_now_ms() : 0;
     if (!d.is_meta())
       for (size_t k = i; k < j; ++k) {
         Slot& s = *slots[k];
         if (early.count(s.name)) continue;
         char* at = base + dr.offset.at(s.name);
-        step_one(s, at, s.param.dtype() != DType::F32 ? at : nullptr, grad_scale, nullptr);
+        void* host = host_of(s);
+        const bool wide = s.param.dtype() == DType::F32;
+        step_one(s, at, wide ? nullptr : host ? host : at, grad_scale, nullptr);
+        if (wide && host) std::memcpy(host, s.state.back().data<float>(), size_t(s.param.nbytes()));
       }
+    if (trace_on()) trace_add(Phase::LateSteps, trace_now_ms() - t0);
     StreamGuard on_copy(kCopyStream);
     for (size_t k = i; k < j; ++k) {
       Slot& s = *slots[k];
+      if (d.is_meta() || host_of(s) || returned.count(s.name)) continue;
       char* from = early.count(s.name) ? static_cast<char*>(dr.staging->data()) : base;
       const void* src = s.param.dtype() == DType::F32 ? s.state.back().data<float>()
                                                        : static_cast<const void*>(from + dr.offset.at(s.name));
-      if (d.is_meta()) continue;
-      if (s.param.device() == d) backend_for(d).copy_from_host_async(s.param, src);
-      else std::memcpy(s.param.raw_data(), src, size_t(s.param.nbytes()));  // it rests in host memory
+      backend_for(d).copy_from_host_async(s.param, src);
     }
-    returned.record();
+    back.record();
     i = j;
   }
-  returned.block_current_stream();  // compute (the next forward) runs after the copies back
+  back.block_current_stream();  // compute (the next forward) runs after the copies back
+  if (trace_on() && back.asynchronous()) trace_device_wait(back, Phase::CopyBackWait);
+  trace_mark();
 }
 
 }  // namespace lt::offload

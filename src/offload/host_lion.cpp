@@ -60,8 +60,10 @@ template <int G, int O> LT_AVX512 void avx512_range(const HostLionSpan& s, const
   const __m512 gs = _mm512_set1_ps(c.grad_scale), b1 = _mm512_set1_ps(c.beta1), omb1 = _mm512_set1_ps(c.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(c.beta2), omb2 = _mm512_set1_ps(c.one_minus_beta2);
   const __m512 lr = _mm512_set1_ps(c.lr), decay = _mm512_set1_ps(c.decay), zero = _mm512_setzero_ps();
+  const int64_t pf = prefetch_distance();
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
+    if (pf) prefetch_ahead<G>(i + pf, s.grad, s.master, s.exp_avg);
     const __m512 g = _mm512_mul_ps(load_grad16<G>(s.grad, i), gs);
     const __m512 m = _mm512_loadu_ps(s.exp_avg + i);
     const __m512 ci = _mm512_add_ps(_mm512_mul_ps(b1, m), _mm512_mul_ps(omb1, g));

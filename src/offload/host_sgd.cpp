@@ -63,8 +63,10 @@ template <int G, int O> void avx2_range(const HostSgdSpan& s, const Consts& c, i
 template <int G, int O> LT_AVX512 void avx512_range(const HostSgdSpan& s, const Consts& c, int64_t lo, int64_t hi) {
   const __m512 lr = _mm512_set1_ps(c.lr), mom = _mm512_set1_ps(c.mom), omd = _mm512_set1_ps(c.omd);
   const __m512 wd = _mm512_set1_ps(c.wd), gs = _mm512_set1_ps(c.gs);
+  const int64_t pf = prefetch_distance();
   int64_t i = lo;
   for (; i + 16 <= hi; i += 16) {
+    if (pf) prefetch_ahead<G>(i + pf, s.grad, s.master, s.momentum_buf);
     const __m512 pi = _mm512_loadu_ps(s.master + i);
     __m512 g = _mm512_add_ps(_mm512_mul_ps(load_grad16<G>(s.grad, i), gs), _mm512_mul_ps(wd, pi));
     if (s.momentum_buf) {

@@ -33,7 +33,11 @@
 // each bucket back on the copy stream while the next bucket is stepped; the compute stream waits
 // for the last copy with an event (the next forward), the host does not.
 // With early steps (set_early_step: no clipping, no loss scaling) the buckets are stepped during
-// backward instead, as their copies land. Refused: stochastic rounding, master weights on top,
+// backward instead, as their copies land, and copied back by the stepping thread right away. A
+// parameter in host memory (a cpu run, a block weight resting under --offload params) takes its
+// result directly, early or late, and is not copied. The views of drained gradients are tensors
+// of the device that produced them, also for a parameter resting in host memory, so the trainer's
+// norm is one device kernel. Refused: stochastic rounding, master weights on top,
 // f64 parameters and state dtypes other than f32.
 #pragma once
 #include <memory>
@@ -74,8 +78,8 @@ class OffloadOptimizer final : public Optimizer {
   void drain_during_backward();
   void set_draining(bool on);
   // Each bucket of drained gradients stepped on the host as soon as its copies land, by a thread
-  // of its own while backward goes on (results into a pinned buffer beside the area; the copies
-  // back still wait for update()). Only for steps whose gradient scale is 1 and that nothing
+  // of its own while backward goes on (results into a pinned buffer beside the area, copied back
+  // to the device at once by that thread; update() waits for it). Only for steps whose gradient scale is 1 and that nothing
   // skips: no clipping, no loss scaling. Call before the first backward.
   void set_early_step(bool on);
   // After backward: the compute stream waits for every gradient copy (the norm reads the area).

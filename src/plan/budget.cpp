@@ -15,6 +15,13 @@
 // copies overlap compute on their own stream, but how much is not modelled (a placeholder, to be
 // refit on the GPU with bench/offload_activations.sh, as bench/cost_model.sh refits the others).
 //
+// --offload optimizer and --offload params are the last resort: when no device-only candidate
+// fits, the cheapest combinations are planned again with their optimizer state (then also the
+// checkpointed blocks' weights) in pinned host memory, everything checkpointed for params. Their
+// time adds the host step and the PCIe traffic at the bandwidths measured on the GPU machine
+// (kOffloadPcieBytesPerSecond, kHostStepBytesPerSecond below), all of it: the early host steps
+// overlap backward, which the H100 measurement shows to be worth little next to the host step.
+//
 // Combinations are taken cheapest first by their cost with nothing checkpointed (a lower bound:
 // checkpointing only adds recompute). For each, the need falls as k grows and the cost rises,
 // so: plan k = 0; if it does not fit, plan selective when it is cheaper than the best so far,
@@ -41,6 +48,13 @@ namespace {
 // Host<->device copy bandwidth for --offload-activations (pinned memory over PCIe 4/5, one
 // direction at a time): a placeholder, not measured yet.
 constexpr double kOffloadBytesPerSecond = 20e9;
+
+// --offload optimizer / params, measured on the H100 machine (bench/results/offload-h100-b1f1975.md:
+// 16 host cores, PCIe 5): pinned copies over PCIe, each direction (torch, 256 MiB: H2D 52.3,
+// D2H 54.9 GB/s), and the host AdamW step's memory traffic on 16 threads (243 ms for 1.1B
+// elements at 28 bytes each: 127 GB/s).
+constexpr double kOffloadPcieBytesPerSecond = 53e9;
+constexpr double kHostStepBytesPerSecond = 127e9;
 
 std::vector<int64_t> micro_batches(int64_t batch) {
   std::vector<int64_t> out;
@@ -80,6 +94,19 @@ std::vector<RunConfig> state_variants(const RunConfig& c) {
 
 int64_t mb_of(const RunConfig& c) { return c.micro_batch ? c.micro_batch : c.batch; }
 
+// The seconds an offloaded step adds, from the planned pinned-host bytes: the host step reads and
+// writes the state, reads each gradient and writes each result (gradient-sized); PCIe carries the
+// gradients out and the results back, and with --offload params the block weights in for every
+// micro-batch's forward and again for its recomputation.
+double offload_seconds(const RunConfig& c, const PlanResult& r) {
+  auto host = [&](Category k) { return double(r.pinned_host.category[size_t(k)].peak); };
+  const double grads = host(Category::Gradient), state = host(Category::OptimizerState);
+  const double step = (2.0 * state + 2.0 * grads) / kHostStepBytesPerSecond;
+  double pcie = 2.0 * grads;
+  if (c.offload == "params") pcie += 2.0 * host(Category::Parameter) * double(c.batch / mb_of(c));
+  return step + pcie / kOffloadPcieBytesPerSecond;
+}
+
 // a needs no more memory than b on every axis (checkpointing aside).
 bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {
   return a.precision == b.precision && mb_of(a) <= mb_of(b) && state_rank(state_of(a)) >= state_rank(state_of(b)) &&
@@ -97,6 +124,11 @@ bool valid(RunConfig c) {
 }
 
 std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
+  if (k.config.offload != "none") {
+    FitCandidate kept = k;
+    kept.config.offload = "none";
+    return ckpt_label(kept, p) + (k.config.offload == "params" ? "+host-params" : "+host-opt");
+  }
   if (k.config.offload_activations) {
     FitCandidate kept = k;
     kept.config.offload_activations = false;
@@ -187,6 +219,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     cand.config.offload_activations = offload;
     cand.units = selective ? 0 : std::min(k, p.order.size());
     cand.state = state_of(c);
+    if (c.offload != "none" && cand.state != "8-bit") cand.state = "f32";  // the host keeps f32 state
     const StepCost sc =
         predict_step_cost(cand.config, p, selective ? selective_recompute_flops(p) : p.recompute_flops(k), base);
     cand.time = sc.seconds() / base_seconds;
@@ -205,6 +238,10 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
                              double(c.batch / mb_of(c));
         cand.time += moved / kOffloadBytesPerSecond / base_seconds;
         cand.cost += moved / kOffloadBytesPerSecond / base_seconds;
+      }
+      if (c.offload != "none") {
+        cand.time += offload_seconds(c, r) / base_seconds;
+        cand.cost += offload_seconds(c, r) / base_seconds;
       }
     } catch (const UsageError& e) {
       cand.skipped = "refused: " + std::string(e.why());
@@ -320,6 +357,33 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     best = f.candidates[size_t(hi_index)].cost, f.chosen = hi_index;
   }
 
+  // Nothing fits on the device: the optimizer state to the host, then the block weights too. Per
+  // mode, the cheapest combinations (as ordered above; the user's optimizer, f32 or 8-bit state,
+  // no fused step) until one fits, at most kOffloadTries plans each.
+  if (f.chosen < 0) {
+    constexpr int kOffloadTries = 8;
+    for (const char* mode : {"optimizer", "params"}) {
+      int tries = 0;
+      for (const Combo& combo : combos) {
+        if (tries >= kOffloadTries) break;
+        RunConfig c = combo.cfg;
+        if (c.fused_step || c.optimizer != base.optimizer || (c.state_dtype != "auto" && c.state_dtype != "f32")) continue;
+        c.offload = mode;
+        c.master_weights = "none";
+        const size_t n = profile(c.precision).order.size();
+        if (c.offload == std::string("params") && n == 0) continue;
+        c.checkpoint = n ? profile(c.precision).spec(n) : "none";
+        if (!valid(c)) continue;
+        ++tries;
+        FitCandidate& k = plan(c, n);
+        if (k.planned && k.fits && (f.chosen < 0 || k.cost < f.candidates[size_t(f.chosen)].cost)) {
+          f.chosen = int(f.candidates.size() - 1);
+          break;
+        }
+      }
+    }
+  }
+
   // Pareto: no other planned candidate is both cheaper (or equal) and smaller (or equal), one strictly.
   for (auto& a : f.candidates) {
     if (!a.planned) continue;
@@ -378,6 +442,13 @@ std::string fit_table(const FitResult& f) {
                   int(i) == f.chosen ? "  <- chosen" : "");
     s += buf;
   }
+  if (std::any_of(idx.begin(), idx.end(), [&](size_t i) { return f.candidates[i].config.offload != "none"; })) {
+    std::snprintf(buf, sizeof buf,
+                  "+host-opt / +host-params: --offload optimizer / params; their time adds the host step at %.0f GB/s and\n"
+                  "PCIe copies at %.0f GB/s each way (measured on an H100 machine with 16 host cores, bench/results/offload-h100-b1f1975.md)\n",
+                  kHostStepBytesPerSecond / 1e9, kOffloadPcieBytesPerSecond / 1e9);
+    s += buf;
+  }
   const CheckpointProfile& p = f.profile;
   if (!p.order.empty()) {
     s += "checkpoint order (" + p.precision + ", per sample: activation bytes saved / recompute FLOPs; " +
@@ -414,6 +485,7 @@ std::string fit_json(const FitResult& f) {
          ", \"state_dtype\": " + json_str(k.config.state_dtype) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +
          ", \"checkpoint\": " + json_str(k.config.checkpoint) + ", \"checkpoint_units\": " + std::to_string(k.units) +
          ", \"offload_activations\": " + (k.config.offload_activations ? "true" : "false") +
+         ", \"offload\": " + json_str(k.config.offload) +
          ", \"peak_allocated_bytes\": " + std::to_string(k.peak_allocated) + ", \"peak_reserved_bytes\": " +
          std::to_string(k.peak_reserved) + ", \"total_needed_bytes\": " + std::to_string(k.total_needed) +
          ", \"fits\": " + (k.fits ? "true" : "false") + ", \"pareto\": " + (k.pareto ? "true" : "false") +

@@ -82,6 +82,7 @@ std::string command_line(const RunConfig& c) {
   n("--lora-dropout", c.lora_dropout, d.lora_dropout);
   str("--lora-targets", c.lora_targets, d.lora_targets);
   str("--lora-init", c.lora_init, d.lora_init);
+  str("--offload", c.offload, d.offload);
   i("--eval-every", c.eval_every, d.eval_every);
   i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);

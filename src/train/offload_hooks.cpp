@@ -1,9 +1,11 @@
 #include "train/offload_hooks.h"
 
+#include <cstdio>
 #include <memory>
 
 #include "leantrain/precision.h"
 #include "offload/offload_optimizer.h"
+#include "offload/offload_trace.h"
 #include "train/trainer.h"
 
 namespace lt {
@@ -22,21 +24,30 @@ class GradDrainHook : public StepHook {
     // Without clipping and loss scaling nothing needs every gradient before the update, and no
     // hook skips a step: each bucket is stepped on the host as soon as it lands, during backward.
     opt_->set_early_step(c.clip == 0 && !precision_policy(c.precision).loss_scaling);
+    offload::trace_mark();
   }
   // Called once per micro-batch, just before its backward: counts them to arm the last one.
   Tensor scale_loss(const Tensor& loss) override {
     if (opt_) opt_->set_draining(++seen_ % micro_batches_ == 0);
+    offload::trace_lap(offload::Phase::Forward);
     return loss;
   }
   bool after_backward(Trainer&) override {
+    offload::trace_lap(offload::Phase::Backward);
     if (opt_) opt_->finish_backward();
+    offload::trace_lap(offload::Phase::FinishWait);
     seen_ = 0;
     return true;
+  }
+  void after_step(Trainer&, bool) override {
+    ++steps_;
+    if (opt_ && offload::trace_on()) std::fprintf(stderr, "%s\n", offload::trace_step_line(steps_).c_str());
   }
 
  private:
   offload::OffloadOptimizer* opt_ = nullptr;
   int64_t micro_batches_ = 1, seen_ = 0;
+  long long steps_ = 0;
 };
 
 }  // namespace

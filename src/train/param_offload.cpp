@@ -8,6 +8,7 @@
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
+#include "offload/offload_trace.h"
 
 namespace lt {
 
@@ -54,6 +55,7 @@ struct ParamOffloader {
     BlockParams& b = blocks[i];
     fetch(i);
     if (!b.in && !b.params.empty()) {
+      offload::trace_device_wait(*b.copied, offload::Phase::FetchWait);  // (LEANTRAIN_OFFLOAD_TRACE=1 only)
       b.copied->block_current_stream();
       for (size_t k = 0; k < b.params.size(); ++k) {
         TensorImpl* impl = b.params[k].impl();

@@ -51,6 +51,14 @@ expect_ok "$LT" train "${GPT[@]}" "${BF[@]}" --offload params --stop-at 2 --save
 expect_ok "$LT" train --resume "$WORK/ck"
 same_curve "resumed" "$WORK/off.jsonl" "$WORK/resumed.jsonl"
 
+# LEANTRAIN_OFFLOAD_TRACE=1: a line per step with every phase's wall time, the curve unchanged;
+# without it, no such line.
+LEANTRAIN_OFFLOAD_TRACE=1 expect_ok "$LT" train "${GPT[@]}" "${BF[@]}" --offload params --metrics "$WORK/traced.jsonl"
+expect_grep '^offload trace: step 4 forward=[0-9.]+ backward=[0-9.]+ fetch_wait=[0-9.]+ drain_wait=[0-9.]+ finish_wait=[0-9.]+ norm=[0-9.]+ early_steps=[0-9.]+ early_wait=[0-9.]+ device_wait=[0-9.]+ late_steps=[0-9.]+ copy_back_wait=[0-9.]+ step_wall=[0-9.]+ ms$' "$WORK/err" "the traced run's stderr"
+same_curve "traced" "$WORK/off.jsonl" "$WORK/traced.jsonl"
+expect_ok "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload params
+if grep -q "offload trace" "$WORK/err" "$WORK/out"; then fail "a trace line without LEANTRAIN_OFFLOAD_TRACE"; else ok; fi
+
 expect_ok "$LT" plan "${GPT[@]}" --device-type cpu --precision bf16-true --clip 0.5 --micro-batch 2 --offload params --json
 cp "$WORK/out" "$WORK/plan.json"
 if python3 - "$WORK/plan.json" "$WORK/off.json" "$WORK/ref.json" <<'PY'; then ok; else fail "offload params: plan != measured, or the weights not on the host"; fi

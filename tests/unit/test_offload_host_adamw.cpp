@@ -4,9 +4,12 @@
 // 1..8 threads, with and without weight decay, on each SIMD path this CPU has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <limits>
 
 #include "backend/backend.h"
@@ -205,4 +208,43 @@ TEST(OffloadHostAdamW, Avx512PathWhereTheCpuHasIt) {
   expect_same_bits(p2, p1.data(), "master");
   expect_same_bits(v2, v1.data(), "exp_avg_sq");
   EXPECT_EQ(h1, h2);
+}
+
+// On 64-byte aligned buffers (as the pinned state is) the AVX-512 path streams its stores past
+// the caches after a scalar head; the bits stay the scalar path's whatever the head's length
+// (the views start 0, 5, 16 and 27 elements into the buffers, and the 16-bit copy at its own
+// offset, which leaves the streaming loop out where the alignments disagree).
+TEST(OffloadHostAdamW, StreamingStoresOnAlignedBuffersKeepTheBits) {
+  if (!simd_path_available(SimdPath::Avx512)) GTEST_SKIP() << "this CPU has no AVX-512F/BW/VL";
+  const int64_t n = 40000;
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  auto aligned = [&](size_t bytes) { return std::unique_ptr<char, Free>(static_cast<char*>(std::aligned_alloc(64, bytes))); };
+  for (DType out : {DType::BF16, DType::F16})
+    for (int64_t head : {0, 5, 16, 27})
+      for (int64_t out_head : {head, head + 1}) {
+        const Grad g = make_grad(n, DType::BF16, 3);
+        const std::vector<float> base = optim_test::values(n, 11, 0);
+        auto buf = aligned(size_t(4 * 3 * (n + 64) + 2 * (n + 64)));
+        float* p = reinterpret_cast<float*>(buf.get()) + head;
+        float* m = p + (n + 64);  // n + 64 floats: each view keeps the same offset from a 64-byte line
+        float* v = m + (n + 64);
+        uint16_t* h = reinterpret_cast<uint16_t*>(buf.get() + 4 * 3 * (n + 64)) + out_head;
+        std::copy(base.begin(), base.end(), p);
+        std::fill_n(m, n, 0.01f);
+        std::fill_n(v, n, 1e-4f);
+        std::vector<float> p2 = base, m2(size_t(n), 0.01f), v2(size_t(n), 1e-4f);
+        std::vector<uint16_t> h2(static_cast<size_t>(n));
+        const AdamWArgs a{1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 3, 1.0f};
+        host_adamw_step({p, m, v, g.data(), DType::BF16, h, out, n}, a, 3, SimdPath::Avx512);
+        host_adamw_step({p2.data(), m2.data(), v2.data(), g.data(), DType::BF16, h2.data(), out, n}, a, 1,
+                        SimdPath::Scalar);
+        const std::string what = std::string(dtype_name(out)) + " head " + std::to_string(head) + "/" +
+                                 std::to_string(out_head);
+        expect_same_bits(p2, p, "master, " + what);
+        expect_same_bits(m2, m, "exp_avg, " + what);
+        expect_same_bits(v2, v, "exp_avg_sq, " + what);
+        EXPECT_TRUE(std::equal(h2.begin(), h2.end(), h)) << what;
+      }
 }
