@@ -83,6 +83,7 @@ std::string command_line(const RunConfig& c) {
   str("--lora-targets", c.lora_targets, d.lora_targets);
   str("--lora-init", c.lora_init, d.lora_init);
   str("--offload", c.offload, d.offload);
+  i("--loss-chunk", c.loss_chunk, d.loss_chunk);
   i("--eval-every", c.eval_every, d.eval_every);
   i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);
