@@ -134,6 +134,25 @@ struct FitResult {
 FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& opt = {});
 std::string fit_table(const FitResult& f);  // the Pareto table, chosen marked
 std::string fit_json(const FitResult& f);   // "candidates": [...] and the checkpoint order
+// plan --budget B --maximize seq-len|batch (src/plan/maximize.cpp): the largest --seq-len, or the
+// largest --batch (micro-batch = batch), whose total need fits `budget`, every other flag as given.
+struct MaximizeResult {
+  std::string what;           // "seq-len" or "batch"
+  int64_t budget = 0;
+  int64_t value = 0;          // the answer
+  PlanResult result;          // its plan
+  int64_t next = 0;           // the smallest value found not to fit (0: none found)
+  bool exact = false;         // next == value + 1
+  bool capped = false;        // the run cap stopped the growth before a miss
+  int64_t first_miss = 0, smallest_need = 0, refused = 0;
+  std::string refused_why;    // the model refused `refused` (past its positions)
+  int plans = 0;
+  double seconds = 0;
+};
+// UsageError: `what` other than seq-len/batch, seq-len on a model of fixed length; lt::Error when
+// even 1 misses the budget.
+MaximizeResult maximize_fit(const RunConfig& base, const std::string& what, int64_t budget, const PlanOptions& opt = {});
+std::string maximize_line(const MaximizeResult& m);
 // The command that reproduces `c`: "leantrain train --model M ..." (or --config PATH), the model
 // always named, every other flag only where it differs from the default.
 std::string command_line(const RunConfig& c);

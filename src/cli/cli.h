@@ -40,6 +40,7 @@ struct PlanFlags {
   std::string device_type = "cuda";
   std::string context;  // --context-bytes; empty: the measured constant
   std::string budget;   // --budget; empty: just plan
+  std::string maximize; // --maximize seq-len|batch (with --budget); empty: the cheapest-config search
   bool json = false;
 };
 void add_plan_flags(CLI::App& cmd, RunConfig& cfg, PlanFlags& p);

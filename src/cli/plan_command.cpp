@@ -17,6 +17,8 @@ void add_plan_flags(CLI::App& cmd, RunConfig& c, PlanFlags& p) {
       ->group(what);
   cmd.add_option("--budget", p.budget, "Search precision, micro-batch, checkpoint set, optimizer-state precision and fused step for the cheapest configuration that fits this much memory, e.g. 8GiB")
       ->group(what);
+  cmd.add_option("--maximize", p.maximize, "With --budget: instead of searching knobs, find the largest seq-len or batch (micro-batch = batch) that fits, every other flag as given")
+      ->group(what);
   cmd.add_flag("--json", p.json, "Print one JSON object instead of the report")->group(what);
 }
 
@@ -38,6 +40,29 @@ PlanOptions options_of(const PlanFlags& p) {
 
 int run_plan(const RunConfig& cfg, const PlanFlags& p) {
   PlanOptions o = options_of(p);
+  if (!p.maximize.empty()) {
+    if (p.budget.empty())
+      throw UsageError("--maximize " + p.maximize, "it needs a budget to fit", "add --budget SIZE, e.g. --budget 24GiB");
+    MaximizeResult m = maximize_fit(cfg, p.maximize, parse_bytes(p.budget, "--budget"), o);
+    add_cost_prediction(m.result);
+    if (p.json) {
+      std::string j = plan_json(m.result);
+      j.pop_back();
+      std::string cmd;
+      for (char c : command_line(m.result.config)) {
+        if (c == '"' || c == '\\') cmd += '\\';
+        cmd += c;
+      }
+      std::printf("%s, \"budget_bytes\": %lld, \"maximize\": \"%s\", \"maximized_value\": %lld, \"next_value\": %lld, "
+                  "\"exact\": %s, \"plans\": %d, \"command\": \"%s\"}\n",
+                  j.c_str(), (long long)m.budget, m.what.c_str(), (long long)m.value, (long long)m.next,
+                  m.exact ? "true" : "false", m.plans, cmd.c_str());
+    } else {
+      std::printf("%s\n%s  %s\n", maximize_line(m).c_str(), plan_text(m.result).c_str(),
+                  command_line(m.result.config).c_str());
+    }
+    return 0;
+  }
   if (!p.budget.empty()) {
     FitResult f = fit_budget(cfg, parse_bytes(p.budget, "--budget"), o);
     const FitCandidate& k = f.candidates[size_t(f.chosen)];
