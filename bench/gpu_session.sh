@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora, qlora (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -124,6 +124,27 @@ for s in $sections; do
         --metrics-json "$OUT/qlora8b-run.json" > "$OUT/qlora8b-run.log" 2>&1
       summary leantrain-qlora-8b "$OUT/qlora8b-run.json" | tee -a "$OUT/qlora.jsonl"
       tail -3 "$OUT/qlora8b-run.log"
+      ;;
+    longctx)
+      # Issue 15: the longest context at batch 1 under a 24 GiB budget, Llama-3.1-8B shape QLoRA
+      # (random weights quantised at load), r 64 on all linear layers, checkpointed, 8-bit adapter
+      # state, activation offload, chunked loss. $LONGCTX_T is what `leantrain plan ... --budget
+      # 24GiB --maximize seq-len` answered on the dev machine (the same dry run); plan, then 2 steps.
+      T=${LONGCTX_T:-65536}
+      F="--config bench/configs/llama3.1-8b.json --data synthetic --batch 1 --seq-len $T --precision bf16-true --quantize nf4 --lora-rank 64 --lora-alpha 16 --checkpoint blocks --optimizer adamw8bit --offload-activations --loss-chunk 4096"
+      timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/longctx-plan.json" 2>"$OUT/longctx-plan.err"
+      timeout 500 "./$BUILD/leantrain" train $F --device cuda --steps 2 --eval-batches 1 --log-every 1 \
+        --metrics-json "$OUT/longctx-run.json" > "$OUT/longctx-run.log" 2>&1
+      python3 - "$OUT/longctx-plan.json" "$OUT/longctx-run.json" "$T" <<'PY' | tee "$OUT/longctx.jsonl"
+import json, sys
+p, r = (json.load(open(f)) for f in sys.argv[1:3])
+for name, j in (("plan", p), ("run", r)):
+    print(json.dumps({"system": "leantrain-qlora-longctx-" + name, "seq_len": int(sys.argv[3]),
+                      "peak_allocated": j["peak_allocated_bytes"], "peak_reserved": j["peak_reserved_bytes"],
+                      "tokens_per_s": round(j.get("steady_items_per_s", 0)), "categories_peak": j["categories_peak"]}))
+PY
+      grep -E "final|step 2/2" "$OUT/longctx-run.log" | tail -2
+      nvidia-smi --query-gpu=memory.total --format=csv,noheader
       ;;
     lora)
       # Issue 15, LoRA on a bf16 base: parity with PEFT (TinyLlama shape, T 128, r 16 alpha 32 on the 7
