@@ -1,5 +1,6 @@
 #include "train/lora_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -43,10 +44,14 @@ std::shared_ptr<nn::Module> shared_module(nn::Module& root, const std::string& p
 // Module and parameter names as the model's Hugging Face checkpoint has them, which the adapter
 // file uses too: the ViT keeps torchvision's structure but saves under ViTForImageClassification's
 // names (encoder.layers.encoder_layer_0.mlp.0 -> vit.encoder.layer.0.intermediate.dense, heads.head
-// -> classifier); GPT-2's and LLaMA's names are the same either way.
+// -> classifier); GPT-2's and LLaMA's names are the same either way. A ViT adapter names its
+// modules as transformers 5 does (vit.layers.0.mlp.fc1; docs/decisions.md): PEFT matches adapters
+// against the live modules, and transformers converts only the checkpoint's keys, not an adapter's.
+// Reading accepts both those and transformers 4's (the checkpoint's) names.
 struct HfNames {
   std::map<std::string, std::string> module_to_hf, module_from_hf, param_to_hf, param_from_hf;
-  std::set<std::string> hf_modules;  // every module path of the checkpoint's names, with ancestors
+  std::map<std::string, std::string> module_legacy;  // ours -> transformers 4 name, where it differs
+  std::set<std::string> hf_modules;  // every module path of the adapter's names, with ancestors
   static std::string get(const std::map<std::string, std::string>& m, const std::string& k) {
     auto it = m.find(k);
     return it == m.end() ? k : it->second;
@@ -55,7 +60,32 @@ struct HfNames {
   std::string module_ours(const std::string& hf) const { return get(module_from_hf, hf); }
   std::string param(const std::string& ours) const { return get(param_to_hf, ours); }
   std::string param_ours(const std::string& hf) const { return get(param_from_hf, hf); }
+  // Every name the module may have in an adapter file: the written one, then the legacy one.
+  std::vector<std::string> module_aliases(const std::string& ours) const {
+    std::vector<std::string> out{module(ours)};
+    auto it = module_legacy.find(ours);
+    if (it != module_legacy.end()) out.push_back(it->second);
+    return out;
+  }
 };
+
+// A ViT module path of transformers 4 (the checkpoint's) -> transformers 5's name for it:
+// vit.encoder.layer.N.{attention.attention.query|key|value, attention.output.dense,
+// intermediate.dense, output.dense} -> vit.layers.N.{attention.q_proj|k_proj|v_proj,
+// attention.o_proj, mlp.fc1, mlp.fc2}; other paths under the layer only move to vit.layers.N.
+std::string vit_transformers5_module(const std::string& legacy) {
+  static const std::regex layer(R"(^vit\.encoder\.layer\.(\d+)(\.(.*))?$)");
+  std::smatch m;
+  if (!std::regex_match(legacy, m, layer)) return legacy;
+  static const std::map<std::string, std::string> renamed = {
+      {"attention.attention.query", "attention.q_proj"}, {"attention.attention.key", "attention.k_proj"},
+      {"attention.attention.value", "attention.v_proj"}, {"attention.output.dense", "attention.o_proj"},
+      {"intermediate.dense", "mlp.fc1"},                  {"output.dense", "mlp.fc2"}};
+  const std::string head = "vit.layers." + m[1].str();
+  if (!m[2].matched) return head;
+  auto it = renamed.find(m[3].str());
+  return head + "." + (it == renamed.end() ? m[3].str() : it->second);
+}
 
 HfNames hf_names(models::Model& m) {
   HfNames n;
@@ -74,6 +104,18 @@ HfNames hf_names(models::Model& m) {
     if (ends(t.param) && ends(t.name)) {
       n.module_to_hf[parent(t.param)] = parent(t.name);
       n.module_from_hf[parent(t.name)] = parent(t.param);
+    }
+  }
+  if (m.model_type() == "vit") {
+    std::set<std::string> modules;
+    for (const std::string& p : n.hf_modules) modules.insert(vit_transformers5_module(p));
+    n.hf_modules = std::move(modules);
+    for (auto& [ours, hf] : n.module_to_hf) {
+      const std::string v5 = vit_transformers5_module(hf);
+      if (v5 == hf) continue;
+      n.module_legacy[ours] = hf;
+      n.module_from_hf[v5] = ours;  // the legacy name keeps mapping to ours as well
+      hf = v5;
     }
   }
   return n;
@@ -339,7 +381,7 @@ void attach_peft_adapter(models::Model& m, const std::string& dir) {
   const HfNames hf = hf_names(m);
   std::vector<std::string> paths;
   for (const std::string& path : base_module_paths(m))
-    if (io::peft_targets(c, hf.module(path))) {
+    if (std::ranges::any_of(hf.module_aliases(path), [&c](const std::string& a) { return io::peft_targets(c, a); })) {
       if (!nn::linear_shape(*m.find_module(path)))
         fail("adapter " + dir + ": target_modules selects " + path + " (a " + m.find_module(path)->type_name() + ")",
              "LoRA adapts linear layers only", "pass the adapter trained for this model");

@@ -116,8 +116,21 @@ expect_ok "$LT" train "${V[@]}" --metrics "$WORK/vfull.jsonl"
 expect_ok "$LT" train "${V[@]}" --stop-at 2 --save "$WORK/vit" --metrics "$WORK/vhalf.jsonl"
 expect_grep '"modules_to_save": \[' "$WORK/vit/adapter_config.json"
 expect_grep '"classifier"' "$WORK/vit/adapter_config.json"
-expect_grep '"dense"' "$WORK/vit/adapter_config.json"
-expect_grep '"target_modules": \[' "$WORK/vit/adapter_config.json"
+# PEFT on transformers 5 matches a ViT's adapters by its module names there (vit.layers.N.attention.o_proj,
+# mlp.fc1, mlp.fc2), not by the checkpoint's legacy ones.
+if python3 - "$TOOL" "$WORK/vit" <<'PY'; then ok; else fail "the ViT adapter does not use transformers 5's names"; fi
+import json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import safetensors_tool as st
+c = json.load(open(sys.argv[2] + "/adapter_config.json"))
+assert c["target_modules"] == ["o_proj", "fc1", "fc2"] and c["modules_to_save"] == ["classifier"], c
+t, _ = st.read(sys.argv[2] + "/adapter_model.safetensors")
+want = {"base_model.model.classifier.weight", "base_model.model.classifier.bias"}
+for i in range(4):
+    for m in ("attention.o_proj", "mlp.fc1", "mlp.fc2"):
+        want |= {f"base_model.model.vit.layers.{i}.{m}.lora_{ab}.weight" for ab in "AB"}
+assert set(t) == want, sorted(set(t) ^ want)
+PY
 if python3 "$TOOL" check "$WORK/vit/adapter_model.safetensors" | grep -q "^base_model.model.classifier.weight F32"; then ok; else
   fail "the ViT adapter lacks its head"; fi
 expect_ok "$LT" train --resume "$WORK/vit"
@@ -125,6 +138,45 @@ losses "$WORK/vfull.jsonl" >"$WORK/a"
 losses "$WORK/vhalf.jsonl" >"$WORK/b"
 if [ "$(wc -l <"$WORK/a")" = 4 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else
   fail "ViT LoRA: resumed losses differ from the straight run"; paste "$WORK/a" "$WORK/b" >&2; fi
+
+# An adapter under transformers 4's ViT names (what PEFT on transformers 4, and leantrain until now,
+# wrote: target_modules ["dense"], vit.encoder.layer.N.attention.output.dense, intermediate.dense,
+# output.dense) still loads: eval and merge give results identical to the transformers 5 named one.
+VB=(--data synthetic --batch 4 --eval-batches 1 --device cpu)
+expect_ok "$LT" train --model vit-tiny "${VB[@]}" --steps 1 --lr 0 --save "$WORK/vitbase"
+expect_ok "$LT" train --model "$WORK/vitbase" "${VB[@]}" --steps 2 --lr 1e-2 --lora-rank 4 --save "$WORK/vitlora"
+cp -r "$WORK/vitlora" "$WORK/vitlegacy"
+if python3 - "$TOOL" "$WORK" <<'PY'; then ok; else fail "could not write the legacy-named ViT adapter"; fi
+import json, os, random, re, struct, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import safetensors_tool as st
+d = sys.argv[2] + "/vitlegacy"
+c = json.load(open(d + "/adapter_config.json"))
+c["target_modules"] = ["dense"]
+json.dump(c, open(d + "/adapter_config.json", "w"))
+legacy = {"attention.o_proj": "attention.output.dense", "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense"}
+def rename(k):
+    m = re.match(r"base_model\.model\.vit\.layers\.(\d+)\.(attention\.o_proj|mlp\.fc[12])\.(lora_[AB]\.weight)$", k)
+    return k if not m else f"base_model.model.vit.encoder.layer.{m[1]}.{legacy[m[2]]}.{m[3]}"
+t, meta = st.read(d + "/adapter_model.safetensors")
+renamed = {rename(k): v for k, v in t.items()}
+assert sum(k != rename(k) for k in t) == 24, sorted(t)
+st.write(d + "/adapter_model.safetensors", renamed, meta)
+rng = random.Random(3)
+px = struct.pack("<%df" % (2 * 28 * 28), *[rng.uniform(-1, 1) for _ in range(2 * 28 * 28)])
+st.write(sys.argv[2] + "/px.safetensors", {"pixel_values": {"dtype": "F32", "shape": [2, 1, 28, 28], "data": px}}, None)
+PY
+for a in vitlora vitlegacy; do
+  expect_ok "$LT" eval --model "$WORK/vitbase" --adapter "$WORK/$a" --inputs "$WORK/px.safetensors" --out "$WORK/$a.logits.safetensors"
+  expect_ok "$LT" merge --model "$WORK/vitbase" --adapter "$WORK/$a" --out "$WORK/$a.merged"
+  expect_grep "merged 12 LoRA layers" "$WORK/out"
+done
+if cmp -s "$WORK/vitlora.logits.safetensors" "$WORK/vitlegacy.logits.safetensors"; then ok; else
+  fail "the legacy-named ViT adapter gives other logits"; fi
+python3 "$TOOL" digest "$WORK/vitlora.merged" >"$WORK/a"
+python3 "$TOOL" digest "$WORK/vitlegacy.merged" >"$WORK/b"
+if [ -s "$WORK/a" ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else fail "the legacy-named ViT adapter merges to other weights"; fi
+expect_ok "$LT" train --model "$WORK/vitbase" "${VB[@]}" --steps 1 --lr 0 --lora-rank 4 --lora-init "$WORK/vitlegacy"
 
 # plan == measured (cpu): the adapters, their gradients and states are all in the prediction.
 P=(--model gpt2-tiny --data synthetic --batch 4 --seq-len 32 --steps 2 --eval-batches 1 --lora-rank 8 --checkpoint blocks)

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <regex>
 
 #include "error_of.h"
 #include "gradcheck.h"
 #include "leantrain/models.h"
 #include "leantrain/nn_lora.h"
 #include "leantrain/plan.h"
+#include "leantrain/safetensors.h"
 #include "models/llama.h"
 #include "small_models.h"
 #include "train/lora_setup.h"
@@ -183,6 +186,66 @@ TEST(LoraModel, ViTDefaultsAdaptBlockLinearsAndTrainTheHead) {
   EXPECT_TRUE(has("heads.head.bias"));
   EXPECT_FALSE(has("heads.head.lora_A.weight"));
   EXPECT_EQ(trainable.size(), size_t(2 * 3 * 2 + 2));
+}
+
+// A ViT adapter names its modules as transformers 5 does (which PEFT matches against there); one
+// under transformers 4's names (PEFT on transformers 4, leantrain before) loads to the same values.
+TEST(LoraModel, ViTAdapterUsesTransformers5NamesAndReadsLegacyOnes) {
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string dir = (tmp / "lt-lora-unit-vit").string(), legacy = (tmp / "lt-lora-unit-vit-legacy").string();
+  for (const std::string& d : {dir, legacy}) {
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+  }
+  models::ViT m(test::small_vit(), {.seed = 1});
+  apply_lora(m, lora_run(2));
+  {
+    NoGradGuard ng;
+    Generator g(5);
+    for (auto& [path, l] : lora_modules(m)) copy_(l->lora_B(), randn(l->lora_B().shape(), g, 0.1f));
+  }
+  write_lora_adapter(dir, m, "vit-small");
+  io::PeftAdapterConfig c = io::read_peft_adapter_config(dir);
+  EXPECT_EQ(c.target_modules, (std::vector<std::string>{"o_proj", "fc1", "fc2"}));
+  EXPECT_EQ(c.modules_to_save, (std::vector<std::string>{"classifier"}));
+  const std::map<std::string, Tensor> t = io::load_safetensors(dir + "/adapter_model.safetensors");
+  EXPECT_TRUE(t.count("base_model.model.vit.layers.0.attention.o_proj.lora_A.weight"));
+  EXPECT_TRUE(t.count("base_model.model.vit.layers.1.mlp.fc1.lora_B.weight"));
+  EXPECT_TRUE(t.count("base_model.model.vit.layers.1.mlp.fc2.lora_A.weight"));
+  EXPECT_TRUE(t.count("base_model.model.classifier.weight"));
+  EXPECT_EQ(t.size(), size_t(2 * 3 * 2 + 2));
+
+  // The same adapter under transformers 4's names.
+  static const std::regex v5(R"(^base_model\.model\.vit\.layers\.(\d+)\.(attention\.o_proj|mlp\.fc1|mlp\.fc2)(\..*)$)");
+  const std::map<std::string, std::string> old_name = {
+      {"attention.o_proj", "attention.output.dense"}, {"mlp.fc1", "intermediate.dense"}, {"mlp.fc2", "output.dense"}};
+  std::vector<std::pair<std::string, Tensor>> renamed;
+  for (const auto& [k, v] : t) {
+    std::smatch sm;
+    renamed.emplace_back(std::regex_match(k, sm, v5) ? "base_model.model.vit.encoder.layer." + sm[1].str() + "." +
+                                                           old_name.at(sm[2].str()) + sm[3].str()
+                                                     : k,
+                         v);
+  }
+  EXPECT_EQ(std::count_if(renamed.begin(), renamed.end(), [](const auto& kv) { return kv.first.find(".dense.lora_") != std::string::npos; }),
+            2 * 3 * 2);
+  io::save_safetensors(legacy + "/adapter_model.safetensors", renamed, {{"format", "pt"}});
+  c.target_modules = {"dense"};
+  std::ofstream(legacy + "/adapter_config.json") << io::peft_adapter_config_json(c);
+
+  for (const std::string& d : {dir, legacy}) {
+    models::ViT fresh(test::small_vit(), {.seed = 2});
+    attach_peft_adapter(fresh, d);
+    const auto a = lora_modules(m), b = lora_modules(fresh);
+    ASSERT_EQ(a.size(), b.size()) << d;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].first, b[i].first) << d;
+      EXPECT_EQ(a[i].second->lora_B().to_double_vector(), b[i].second->lora_B().to_double_vector()) << d;
+      EXPECT_EQ(a[i].second->lora_A().to_double_vector(), b[i].second->lora_A().to_double_vector()) << d;
+    }
+    EXPECT_EQ(m.parameter("heads.head.weight").to_double_vector(), fresh.parameter("heads.head.weight").to_double_vector());
+  }
+  for (const std::string& d : {dir, legacy}) std::filesystem::remove_all(d);
 }
 
 TEST(LoraModel, TargetsRegexAndItsRefusals) {
