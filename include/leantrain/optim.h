@@ -117,6 +117,10 @@ class Optimizer {
   virtual std::vector<Tensor> make_state(const Tensor& param, Device device) const = 0;
   // One backend call updating `slots` (same device, same step, same weight decay, all with grads).
   virtual void update(const std::vector<Slot*>& slots, float grad_scale) = 0;
+  // Whether `grad` may stand for the gradient of `param` on another device: an optimizer that
+  // reads both through host memory says yes (--offload params: a block weight resting in pinned
+  // host memory is a CPU tensor, its drained gradient a device-typed view of pinned memory).
+  virtual bool accepts_grad_device(const Tensor& param, const Tensor& grad) const { return false; }
   // The stochastic-rounding stream of `s` for its coming update (step s.step + 1), for
   // StochasticRounding::streams; only meaningful while stochastic_rounding() is on.
   uint64_t sr_stream_of(const Slot& s) const;

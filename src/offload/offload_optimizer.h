@@ -91,6 +91,11 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<std::string> state_names() const override;
   std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
+  // The host step reads parameters and gradients through host pointers: a resting (pinned host,
+  // CPU-typed) block weight with a CUDA-typed view of its drained gradient in pinned memory.
+  bool accepts_grad_device(const Tensor& param, const Tensor& grad) const override {
+    return param.device().is_cpu() && grad.device().is_cuda();
+  }
 
  private:
   int states() const;  // f32 state arrays before the master (the f32 kinds)

@@ -99,7 +99,8 @@ void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
   for (Slot* s : slots) {
     Tensor g = s->param.grad();
     const std::string who = std::string(name()) + ": gradient of '" + s->name + "'";
-    LT_CHECK(g.shape() == s->param.shape() && g.dtype() == s->param.dtype() && g.device() == s->param.device(),
+    LT_CHECK(g.shape() == s->param.shape() && g.dtype() == s->param.dtype() &&
+                 (g.device() == s->param.device() || accepts_grad_device(s->param, g)),
              who + " does not match its parameter",
              "grad " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) + " on " + g.device().str() + " vs param " +
                  shape_str(s->param.shape()) + " " + dtype_name(s->param.dtype()) + " on " + s->param.device().str(),
