@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds leantrain into build/ (Release; CUDA when nvcc is found, or set
-# LEANTRAIN_CUDA=ON/OFF). Extra arguments are ninja targets.
+# LEANTRAIN_CUDA=ON/OFF). Extra arguments are ninja targets. The MPI communicator is built
+# whenever OpenMPI is installed (deps.sh installs it), CUDA or not: CMake leaves it off by default
+# in CUDA builds only so that a binary carried to a GPU machine needs no libmpi.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEANTRAIN_CUDA="${LEANTRAIN_CUDA:-AUTO}" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEANTRAIN_CUDA="${LEANTRAIN_CUDA:-AUTO}" \
+  -DLEANTRAIN_MPI=ON >/dev/null
 ninja -C build "$@"
