@@ -42,9 +42,10 @@ class OpNameScope {
 };
 
 // Where bytes live (docs/memory-model.md, "Memory kinds"). Each kind has its own allocators,
-// each with the seven categories, current and peak. Disk comes with NVMe offload.
-enum class MemoryKind : uint8_t { Device, PinnedHost };
-const char* memory_kind_name(MemoryKind k);  // "device", "pinned host"
+// each with the seven categories, current and peak. Disk: the extents of --offload-dir's state
+// file (an account of bytes, no memory behind it).
+enum class MemoryKind : uint8_t { Device, PinnedHost, Disk };
+const char* memory_kind_name(MemoryKind k);  // "device", "pinned host", "disk"
 
 // A counter with its peak, and the running totals of what went in and out.
 struct Stat {
@@ -202,5 +203,12 @@ void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a);  // noth
 // owner drops it (its Storage's device is the CPU: it is host memory). nullptr when the system
 // refuses to pin more: pinned memory is limited, so callers fall back to pageable memory.
 std::shared_ptr<Storage> allocate_pinned_host(int64_t nbytes, Device d);
+
+// The disk account of device d's run: the bytes of --offload-dir's state file, by category. Its
+// blocks hold no memory (ptr nullptr); a block's addr is its byte offset in the file (addresses
+// start at 0 and are handed out in order, never reused). Counted the same on every device, so a
+// dry run predicts a run's disk peak. Created on first use; the planner swaps meta's per dry run.
+Allocator& disk_allocator(Device d);
+void set_disk_allocator(Device d, std::unique_ptr<Allocator> a);  // nothing allocated on it
 
 }  // namespace lt

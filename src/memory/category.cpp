@@ -19,6 +19,7 @@ const char* memory_kind_name(MemoryKind k) {
   switch (k) {
     case MemoryKind::Device: return "device";
     case MemoryKind::PinnedHost: return "pinned host";
+    case MemoryKind::Disk: return "disk";
   }
   return "?";
 }

@@ -33,6 +33,17 @@ bool MetaAllocator::do_allocate(Block& b) {
 
 void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
 
+bool DiskAccountAllocator::do_allocate(Block& b) {
+  if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
+  b.ptr = nullptr;
+  b.addr = next_;
+  next_ += uint64_t(b.size);
+  note_segment_alloc(b.addr, b.size);
+  return true;
+}
+
+void DiskAccountAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
+
 bool PinnedHostAllocator::do_allocate(Block& b) {
   if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
   void* p = nullptr;
@@ -87,6 +98,7 @@ MetaAllocatorScope::MetaAllocatorScope(bool simulate_cuda) {
   if (simulate_cuda) set_allocator(Device::meta(), make_simulated_cuda_allocator());
   else set_allocator(Device::meta(), std::make_unique<MetaAllocator>());
   set_pinned_host_allocator(Device::meta(), make_host_pinned_allocator(Device::meta()));
+  set_disk_allocator(Device::meta(), std::make_unique<DiskAccountAllocator>(Device::meta()));
 }
 
 MetaAllocatorScope::~MetaAllocatorScope() {
@@ -97,6 +109,10 @@ MetaAllocatorScope::~MetaAllocatorScope() {
   }
   try {
     set_pinned_host_allocator(Device::meta(), make_host_pinned_allocator(Device::meta()));
+  } catch (...) {
+  }
+  try {
+    set_disk_allocator(Device::meta(), std::make_unique<DiskAccountAllocator>(Device::meta()));
   } catch (...) {
   }
 }

@@ -75,6 +75,20 @@ class HostMemorySource final : public SegmentSource {
 
 std::unique_ptr<Allocator> make_host_pinned_allocator(Device served);  // cpu and meta
 
+// A disk account (disk_allocator in leantrain/memory.h): bytes only. Addresses are file offsets,
+// handed out in order from 0 and never reused, so a run's layout is a dry run's.
+class DiskAccountAllocator final : public Allocator {
+ public:
+  explicit DiskAccountAllocator(Device served) : Allocator(served, MemoryKind::Disk) {}
+
+ protected:
+  bool do_allocate(Block& b) override;
+  void do_free(const Block& b) override;
+
+ private:
+  uint64_t next_ = 0;
+};
+
 // Called by the meta backend at every GEMM: the workspace mirror when meta simulates CUDA.
 void simulate_gemm_workspace();
 

@@ -21,6 +21,10 @@ Table& pinned_table() {
   static auto* t = new Table();
   return *t;
 }
+Table& disk_table() {
+  static auto* t = new Table();
+  return *t;
+}
 std::pair<int, int> key(Device d) { return {int(d.type), d.index}; }
 }  // namespace
 
@@ -74,6 +78,22 @@ Allocator& pinned_host_allocator(Device d) {
 void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a) {
   std::lock_guard<std::mutex> g(g_mu);
   replace_in(pinned_table(), d, std::move(a));
+}
+
+Allocator& disk_allocator(Device d) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& t = disk_table();
+  auto it = t.find(key(d));
+  if (it != t.end()) return *it->second;
+  std::unique_ptr<Allocator> a = std::make_unique<DiskAccountAllocator>(d);
+  Allocator& ref = *a;
+  t.emplace(key(d), std::move(a));
+  return ref;
+}
+
+void set_disk_allocator(Device d, std::unique_ptr<Allocator> a) {
+  std::lock_guard<std::mutex> g(g_mu);
+  replace_in(disk_table(), d, std::move(a));
 }
 
 }  // namespace lt
