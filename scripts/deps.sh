@@ -4,7 +4,7 @@
 # `deps.sh --tests` adds what only the tests need: headless Chromium renders the HTML memory report.
 # `deps.sh --sanitize` adds clang and its sanitizer/libFuzzer runtimes (scripts/sanitize.sh, fuzz.sh).
 set -euo pipefail
-PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libpcre2-dev
+PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libpcre2-dev liburing-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist fortunes)
 for arg in "$@"; do
