@@ -93,10 +93,11 @@ class Optimizer {
   void set_stochastic_rounding(bool on, uint64_t seed = 0);
   bool stochastic_rounding() const { return sr_; }
 
-  OptimizerStateDict state_dict() const;
+  // Virtual for optimizers whose state lives elsewhere between steps (--offload-dir's file).
+  virtual OptimizerStateDict state_dict() const;
   // Copies the saved state into this optimizer's (allocating it where needed). Throws lt::Error
   // on a key that matches no parameter, a missing state tensor, or a shape mismatch.
-  void load_state_dict(const OptimizerStateDict& sd);
+  virtual void load_state_dict(const OptimizerStateDict& sd);
 
  protected:
   // One parameter and what the optimizer keeps for it.

@@ -39,6 +39,7 @@ struct PlanResult {
   bool evaluates = false;
   MemoryStats stats;         // the simulated allocator at the end, the model still alive
   MemoryStats pinned_host;   // meta's pinned-host account (the loaders' staging rings), same moment
+  MemoryStats disk;          // meta's disk account (--offload-dir's state file), same moment
   int64_t peak_allocated = 0, peak_reserved = 0;
   std::string peak_phase;    // "model build", "step 1", "step 2", "evaluation"
   std::array<int64_t, kNumCategories> at_peak{};  // allocated bytes by category at the peak

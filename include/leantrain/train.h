@@ -68,9 +68,15 @@ struct RunConfig {
   // What the checkpointed modules keep goes to pinned host memory during the forward and comes
   // back one module ahead in backward (docs/memory-model.md, "Activation offload"). Needs --checkpoint.
   bool offload_activations = false;
-  // none | optimizer: AdamW's f32 master weights and moments in pinned host memory, the step on
-  // the CPU (docs/decisions.md, "--offload optimizer"; issue #14). params is not there yet.
+  // none | optimizer: the f32 master weights and optimizer state in pinned host memory, the step
+  // on the CPU; params: that, and the checkpointed blocks' weights resting in pinned host memory
+  // (docs/decisions.md, "--offload optimizer").
   std::string offload = "none";
+  // --offload-dir: a directory on a local drive where the state of 16-bit parameters beyond
+  // host_memory_limit bytes of host state (all of it without a limit) lives, in an unnamed file
+  // (docs/memory-model.md, "Disk"). Needs --offload optimizer.
+  std::string offload_dir;
+  int64_t host_memory_limit = -1;  // bytes; < 0: none
   // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
   // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
   std::string quantize = "none";
@@ -146,6 +152,7 @@ struct RunResult {
   Device device;
   MemoryStats memory;            // the device's allocator at the end, with the model still alive
   MemoryStats pinned_host;       // the device's pinned-host account (loader staging), same moment
+  MemoryStats disk;              // the device's disk account (--offload-dir's state file), whole run
 };
 
 // Receives reports; the CLI prints them. All callbacks are optional.
@@ -179,7 +186,9 @@ std::string generate_text(const GenerateConfig& cfg,
 std::string memory_summary(Device d);                          // the allocator's stats now
 std::string memory_summary(Device d, const MemoryStats& stats);  // a snapshot of them
 // The same, followed by the pinned-host account's rows (total and each category that was used).
-std::string memory_summary(Device d, const MemoryStats& stats, const MemoryStats& pinned_host);
+// With `disk` (its peak > 0): the --offload-dir file's rows too.
+std::string memory_summary(Device d, const MemoryStats& stats, const MemoryStats& pinned_host,
+                           const MemoryStats* disk = nullptr);
 std::string format_bytes(int64_t bytes);
 std::string format_duration(double seconds);  // "1m05s", "12.3s", "2h03m"
 

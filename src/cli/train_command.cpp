@@ -112,6 +112,17 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "checkpointed blocks' weights in pinned host memory, each block copied to the device for its "
                  "forward and its recomputation (needs --checkpoint)")
       ->capture_default_str()->group(what);
+  cmd.add_option("--offload-dir", c.offload_dir,
+                 "With --offload optimizer: keep the optimizer state (f32 master weights and moments) of the "
+                 "16-bit parameters in a file in this directory on a local NVMe drive, read and written a chunk "
+                 "at a time through io_uring (ZeRO-Infinity); with --host-memory-limit only what does not fit it")
+      ->group(what);
+  cmd.add_option_function<std::string>(
+         "--host-memory-limit",
+         [&c](const std::string& text) { c.host_memory_limit = parse_bytes(text, "--host-memory-limit"); },
+         "With --offload-dir: host memory the optimizer state may take (e.g. 64GiB); the state of parameters "
+         "beyond it goes to the directory")
+      ->group(what);
   cmd.add_option("--quantize", c.quantize,
                  "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA "
                  "format; embeddings, head and norms stay 16-bit)")
@@ -204,7 +215,7 @@ int run_train(RunConfig cfg, RunResult* result) {
     else std::printf(" | validation loss %.4f", r.eval->loss);
   }
   std::printf(" | time %s\n\n", format_duration(r.seconds).c_str());
-  std::fputs(memory_summary(r.device, r.memory, r.pinned_host).c_str(), stdout);
+  std::fputs(memory_summary(r.device, r.memory, r.pinned_host, &r.disk).c_str(), stdout);
   std::fflush(stdout);
   if (result) *result = std::move(r);
   return 0;

@@ -20,6 +20,7 @@
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "offload/offload_optimizer.h"
+#include "offload/disk_state.h"
 #include "offload/offload_trace.h"
 
 namespace lt::offload {

@@ -8,7 +8,9 @@
 
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
+#include "offload/disk_state.h"
 #include "offload/host_lion.h"
+#include "offload/raw_view.h"
 #include "offload/host_workers.h"
 #include "offload/offload_trace.h"
 #include "offload/host_sgd.h"
@@ -50,20 +52,6 @@ double weight_decay_of(const OffloadOptions& o) {
   if (o.kind == "adamw8bit") return o.adamw8bit.weight_decay;
   if (o.kind == "lion8bit") return o.lion8bit.weight_decay;
   return o.kind == "lion" ? o.lion.weight_decay : o.kind == "sgd" ? o.sgd.weight_decay : o.adamw.weight_decay;
-}
-
-// A CPU tensor over `bytes` at `ptr`, owning nothing (the area, a bucket, a scratch buffer).
-Tensor raw_view(void* ptr, const Shape& shape, DType dt) {
-  Block b;
-  b.ptr = ptr;
-  b.size = b.requested = numel(shape) * int64_t(dtype_size(dt));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(b, nullptr, Device::cpu());
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dt;
-  impl->device = Device::cpu();
-  return Tensor(impl);
 }
 
 // memset on the worker threads, 16 MiB or more each: the first step zeroes the whole state
@@ -130,6 +118,7 @@ OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const Offload
   LT_CHECK(o.bucket_bytes > 0, "--offload optimizer: bucket of " + std::to_string(o.bucket_bytes) + " bytes",
            "a bucket must hold something", "use a positive bucket size");
   threads_ = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  plan_disk_tier();
 }
 
 int OffloadOptimizer::states() const {
@@ -154,6 +143,7 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   LT_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16 || p.dtype() == DType::F16,
            std::string("--offload optimizer with ") + dtype_name(p.dtype()) + " parameters",
            "the host step updates f32, bf16 and f16 parameters", "use --dtype f32, bf16 or f16");
+  if (const int id = disk_id_of(p); id >= 0) return make_disk_state(p, id);
   // The parts, each at a 64-byte boundary: (shape, dtype) of every state, then the master.
   std::vector<std::pair<Shape, DType>> parts;
   if (eight_bit()) {
@@ -221,6 +211,7 @@ std::shared_ptr<Storage> OffloadOptimizer::grown(std::shared_ptr<Storage>& buf, 
 void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream,
                                 int threads) {
   if (threads <= 0) threads = threads_;
+  if (const int id = disk_id_of(s.param); id >= 0) return step_from_disk(s, id, grad, param16, grad_scale, threads);
   const DType dt = s.param.dtype();
   float* master = s.state.back().data<float>();
   const int64_t n = s.param.numel();

@@ -39,6 +39,13 @@
 // of the device that produced them, also for a parameter resting in host memory, so the trainer's
 // norm is one device kernel. Refused: stochastic rounding, master weights on top,
 // f64 parameters and state dtypes other than f32.
+//
+// The disk tier (disk_dir set: --offload-dir): the state and master of 16-bit parameters beyond
+// host_limit bytes of host state (all of them without a limit) live in a file of that directory
+// (disk_state.h) instead of pinned memory, assigned in parameter order at construction (first
+// fit: a parameter whose state fits what is left of the limit stays on the host). Their host
+// steps go a chunk at a time through the store's windows, which read ahead and write behind;
+// the bits are those of the host tier. f32 parameters stay on the host. AdamW, Lion and SGD only.
 #pragma once
 #include <memory>
 #include <optional>
@@ -64,7 +71,15 @@ struct OffloadOptions {
   // Whose pinned-host account the state and buffers join; unset: each parameter's device (a
   // parameter resting in host memory, --offload params, is a CPU tensor: pass the run's device).
   std::optional<Device> device;
+  // The disk tier: the directory of the state file ("" = none), the host state's limit in bytes
+  // (< 0: none, everything eligible goes to disk), the chunk and window count of its I/O.
+  std::string disk_dir;
+  int64_t host_limit = -1;
+  int64_t disk_chunk_elems = int64_t(4) << 20;
+  int disk_windows = 4;
 };
+
+class DiskStateStore;
 
 class OffloadOptimizer final : public Optimizer {
  public:
@@ -72,6 +87,12 @@ class OffloadOptimizer final : public Optimizer {
   const char* name() const override { return kind_.c_str(); }
   int threads() const { return threads_; }
   ~OffloadOptimizer() override;
+
+  // The disk tier (nullptr without --offload-dir, or when every state fits the host limit).
+  const DiskStateStore* disk() const { return disk_.get(); }
+  int64_t disk_params() const { return int64_t(disk_ids_.size()); }
+  OptimizerStateDict state_dict() const override;
+  void load_state_dict(const OptimizerStateDict& sd) override;
 
   // Registers the draining hooks (once); they act while set_draining(true) (the last micro-batch's
   // backward: earlier ones accumulate on the device as usual).
@@ -114,6 +135,13 @@ class OffloadOptimizer final : public Optimizer {
   std::shared_ptr<Storage> grad_bucket_, staging_;  // pinned, grown to the largest bucket
   struct Drain;
   std::shared_ptr<Drain> drain_;  // the hooks hold it weakly: destroying the optimizer disarms them
+  // The disk tier: the store, and the parameters whose state it holds (their store ids).
+  void plan_disk_tier();  // in the constructor: the store and disk_ids_
+  std::vector<Tensor> make_disk_state(const Tensor& p, int id) const;
+  int disk_id_of(const Tensor& p) const;  // -1: on the host
+  void step_from_disk(Slot& s, int id, const void* grad, void* param16, float grad_scale, int threads);
+  std::unique_ptr<DiskStateStore> disk_;
+  std::vector<std::pair<Tensor, int>> disk_ids_;
 };
 
 }  // namespace lt::offload

@@ -187,14 +187,12 @@ std::string table(const MemoryState& s, const MemoryTimeline& t) {
   return o + "</table>\n";
 }
 
-// The device's transfers' pinned host memory: its own account (MemoryKind::PinnedHost), so it is
-// neither in the chart nor in the device's totals.
-std::string pinned_host_table(const MemoryStats& h, Device d) {
-  std::string o = "<h2>pinned host</h2>\n<p class=\"summary\">host memory staged for " + xml_escape(d.str()) +
-                  "'s transfers (the data loader's ring)" +
-                  (d.is_cuda() ? std::string(", page-locked") : std::string(", ordinary memory on this device type")) +
-                  "; not part of the device figures above</p>\n";
-  o += "<table id=\"pinned-host\">\n<tr><th>pinned host</th><th>now</th><th>peak (whole run)</th></tr>\n";
+// An account beside the device's (pinned host memory, --offload-dir's disk), by category: neither
+// in the chart nor in the device's totals.
+std::string account_table(const MemoryStats& h, const std::string& id, const std::string& title,
+                          const std::string& summary) {
+  std::string o = "<h2>" + title + "</h2>\n<p class=\"summary\">" + summary + "; not part of the device figures above</p>\n";
+  o += "<table id=\"" + id + "\">\n<tr><th>" + title + "</th><th>now</th><th>peak (whole run)</th></tr>\n";
   auto row = [&](const std::string& name, const std::string& swatch, int64_t now, int64_t peak) {
     o += "<tr><td>" + swatch + xml_escape(name) + "</td><td>" + bytes_str(now) + "</td><td>" + bytes_str(peak) + "</td></tr>\n";
   };
@@ -203,6 +201,13 @@ std::string pinned_host_table(const MemoryStats& h, Device d) {
         h.category[size_t(c)].current, h.category[size_t(c)].peak);
   row("allocated (all)", "", h.allocated_bytes.current, h.allocated_bytes.peak);
   return o + "</table>\n";
+}
+
+std::string pinned_host_table(const MemoryStats& h, Device d) {
+  return account_table(h, "pinned-host", "pinned host",
+                       "host memory staged for " + xml_escape(d.str()) +
+                           "'s transfers (the data loader's ring, offload buffers)" +
+                           (d.is_cuda() ? std::string(", page-locked") : std::string(", ordinary memory on this device type")));
 }
 
 // The points again, for the hover readout: [x, first, last, state, bytes x7, reserved, op index].
@@ -318,7 +323,7 @@ constexpr const char* kScript = R"(<script>
 }  // namespace
 
 std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points,
-                                      const MemoryStats* pinned_host) {
+                                      const MemoryStats* pinned_host, const MemoryStats* disk) {
   const MemoryTimeline t = build_memory_timeline(s.history, s.stats, max_points);
   std::string o = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + xml_escape(title) +
                   "</title>\n" + kStyle + "</head>\n<body>\n<div id=\"memory-report\" data-drawn=\"0\">\n<h1>" +
@@ -346,17 +351,19 @@ std::string render_memory_report_html(const MemoryState& s, const std::string& t
   o += svg(ch) + legend() + "<div id=\"readout\">hover over the chart for the bytes at an event</div>\n";
   o += table(s, t);
   if (pinned_host) o += pinned_host_table(*pinned_host, s.device);
+  if (disk && disk->allocated_bytes.peak > 0)
+    o += account_table(*disk, "disk", "disk", "--offload-dir's optimizer state file");
   o += "</div>\n<script type=\"application/json\" id=\"timeline-data\">" + data_json(ch) + "</script>\n";
   o += kScript;
   return o + "</body>\n</html>\n";
 }
 
 void write_memory_report_html(const Allocator& a, const std::string& html_path, const std::string& title) {
-  MemoryStats pinned;  // the pinned-host account of a device allocator's device
+  MemoryStats pinned, disk;  // the pinned-host and disk accounts of a device allocator's device
   const bool has_pinned = a.kind() == MemoryKind::Device;
-  if (has_pinned) pinned = pinned_host_allocator(a.device()).stats();
-  const std::string page =
-      render_memory_report_html(capture_memory_state(a), title, 1000, has_pinned ? &pinned : nullptr);
+  if (has_pinned) pinned = pinned_host_allocator(a.device()).stats(), disk = disk_allocator(a.device()).stats();
+  const std::string page = render_memory_report_html(capture_memory_state(a), title, 1000, has_pinned ? &pinned : nullptr,
+                                                     has_pinned ? &disk : nullptr);
   io::detail::AtomicFile f(html_path);
   f.write(page.data(), int64_t(page.size()));
   f.commit();

@@ -13,8 +13,9 @@
 namespace lt {
 
 // max_points bounds the chart's points, and with them the file size (about 300 bytes a point).
-// pinned_host, when given, adds a "pinned host" section: that account's total and categories.
+// pinned_host, when given, adds a "pinned host" section: that account's total and categories;
+// disk, when given and not empty, a "disk" section likewise (--offload-dir).
 std::string render_memory_report_html(const MemoryState& s, const std::string& title, size_t max_points = 1000,
-                                      const MemoryStats* pinned_host = nullptr);
+                                      const MemoryStats* pinned_host = nullptr, const MemoryStats* disk = nullptr);
 
 }  // namespace lt

@@ -49,6 +49,9 @@ std::string plan_text(const PlanResult& r) {
       std::snprintf(buf, sizeof buf, "    %s", category_name(Category(i)));
       s += line(buf, r.pinned_host.category[size_t(i)].peak);
     }
+  if (r.disk.allocated_bytes.peak > 0)
+    s += line("predicted peak disk", r.disk.allocated_bytes.peak,
+              "  (--offload-dir: the optimizer state file; free space it needs there)");
   s += "\n";
   if (r.device_type == "cuda") {
     s += line("cuBLASLt workspace (in reserved)", r.workspace_bytes);
@@ -91,6 +94,7 @@ std::string plan_json(const PlanResult& r) {
   num("total_needed_bytes", r.total_needed());
   num("num_alloc_retries", r.stats.num_alloc_retries);
   num("peak_pinned_host_bytes", r.pinned_host.allocated_bytes.peak);
+  num("peak_disk_bytes", r.disk.allocated_bytes.peak);
   s += "\"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host) + ", ";
   for (const char* part : {"at_peak", "peak", "end"}) {
     s += "\"categories_" + std::string(part) + "\": {";

@@ -106,6 +106,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
       write_memory_report_html(al, cfg.memory_report, "leantrain plan " + cfg.model + " (predicted, " + opt.device_type + ")");
     r.stats = al.stats();
     r.pinned_host = pinned_host_allocator(meta).stats();
+    r.disk = disk_allocator(meta).stats();
     r.at_peak = breakdown_at_peak(al.history());
     for (const LiveBlock& b : al.live_blocks())
       if (b.category == Category::Workspace && std::string(b.op) == "cublaslt_workspace") r.workspace_bytes += b.size;

@@ -22,7 +22,8 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
     j += "\"" + std::string(category_name(Category(i))) + "\": " + std::to_string(s.category[size_t(i)].peak) +
          (i + 1 < kNumCategories ? ", " : "");
   j += "}, \"peak_pinned_host_bytes\": " + std::to_string(r.pinned_host.allocated_bytes.peak) +
-       ", \"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host);
+       ", \"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host) +
+       ", \"peak_disk_bytes\": " + std::to_string(r.disk.allocated_bytes.peak);
   char buf[200];  // throughput of the run, as its progress line reports it
   std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
                 r.items_per_s, r.steady_items_per_s);

@@ -80,6 +80,21 @@ void check_strategy(const RunConfig& c) {
 
 // --offload: what runs today (optimizer, with AdamW, Lion, SGD or their 8-bit states on the host), one line for the rest.
 void check_offload(const RunConfig& c) {
+  // --offload-dir / --host-memory-limit: the disk tier of --offload optimizer's state.
+  if (c.host_memory_limit >= 0 && c.offload_dir.empty())
+    usage("--host-memory-limit without --offload-dir", "the state beyond the limit needs a place on disk",
+          "add --offload-dir DIR, or drop --host-memory-limit");
+  if (!c.offload_dir.empty()) {
+    if (c.offload != "optimizer")
+      usage("--offload-dir with --offload " + c.offload,
+            c.offload == "params" ? "parameters on disk are not built yet; the disk tier holds optimizer state"
+                                  : "the disk tier holds --offload optimizer's state",
+            "add --offload optimizer");
+    if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd")
+      usage("--offload-dir with --optimizer " + c.optimizer,
+            "the disk tier holds f32 state (AdamW, Lion, SGD); 8-bit state is small enough for host memory",
+            "use --optimizer adamw, lion or sgd, or drop --offload-dir");
+  }
   if (c.offload == "none") return;
   if (c.offload != "optimizer" && c.offload != "params")
     usage("--offload " + c.offload, "not a value it takes", "use --offload none, optimizer or params");

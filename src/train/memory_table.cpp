@@ -88,14 +88,20 @@ std::string memory_summary(Device d) {
 std::string memory_summary(Device d, const MemoryStats& s) { return device_rows(d, s) + rule('='); }
 
 // Page-locked on CUDA; on cpu the same buffers are ordinary memory, counted all the same.
-std::string memory_summary(Device d, const MemoryStats& s, const MemoryStats& h) {
+std::string memory_summary(Device d, const MemoryStats& s, const MemoryStats& h, const MemoryStats* disk) {
   std::string out = device_rows(d, s) + rule('-');
-  out += row(d.is_cuda() ? "Pinned host memory" : "Pinned host memory (ordinary)", format_bytes(h.allocated_bytes.current),
-             format_bytes(h.allocated_bytes.peak));
-  for (int i = 0; i < kNumCategories; ++i)
-    if (h.category[i].peak)
-      out += row(std::string("  ") + category_name(Category(i)), format_bytes(h.category[i].current),
-                 format_bytes(h.category[i].peak));
+  auto account = [&](const char* title, const MemoryStats& a) {
+    out += row(title, format_bytes(a.allocated_bytes.current), format_bytes(a.allocated_bytes.peak));
+    for (int i = 0; i < kNumCategories; ++i)
+      if (a.category[i].peak)
+        out += row(std::string("  ") + category_name(Category(i)), format_bytes(a.category[i].current),
+                   format_bytes(a.category[i].peak));
+  };
+  account(d.is_cuda() ? "Pinned host memory" : "Pinned host memory (ordinary)", h);
+  if (disk && disk->allocated_bytes.peak > 0) {
+    out += rule('-');
+    account("Disk (--offload-dir)", *disk);
+  }
   return out + rule('=');
 }
 

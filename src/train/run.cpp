@@ -98,6 +98,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   Device device = resolve_device(cfg.device);
   allocator_for(device).reset_peak_stats();
   pinned_host_allocator(device).reset_peak_stats();
+  disk_allocator(device).reset_peak_stats();
   if (cfg.memory_history || !cfg.memory_snapshot.empty() || !cfg.memory_report.empty()) {
     allocator_for(device).clear_history();  // from here on, parameter creation included
     allocator_for(device).set_history(true);
@@ -210,6 +211,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   metrics.close();
   result.memory = allocator_for(device).stats();
   result.pinned_host = pinned_host_allocator(device).stats();
+  result.disk = disk_allocator(device).stats();
   result.steps = trainer.steps_done();
   result.seconds = seconds_since(t0);
   result.items_per_s = step_seconds > 0 ? double(items) / step_seconds : 0;

@@ -38,6 +38,8 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
     o.adamw8bit.beta1 = c.beta1;
     o.adamw8bit.beta2 = c.beta2;
     o.adamw8bit.eps = c.eps;
+    o.disk_dir = c.offload_dir;
+    o.host_limit = c.host_memory_limit;
     return std::make_unique<offload::OffloadOptimizer>(decay_groups(named), o);
   }
   OptimizerConfig oc;
