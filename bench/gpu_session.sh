@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -124,6 +124,46 @@ for s in $sections; do
         --metrics-json "$OUT/qlora8b-run.json" > "$OUT/qlora8b-run.log" 2>&1
       summary leantrain-qlora-8b "$OUT/qlora8b-run.json" | tee -a "$OUT/qlora.jsonl"
       tail -3 "$OUT/qlora8b-run.log"
+      ;;
+    offload_dir)
+      # Issue 14's disk tier: the drive's sequential write and read (dd, O_DIRECT, 4 GiB each), then
+      # TinyLlama-1.1B shape, B4 x T1024, bf16-true, checkpointed blocks, AdamW with
+      # --offload optimizer --offload-dir and a host limit below the state's 13.2 GB: plan, then
+      # $DISK_STEPS steps with the trace (per step: bytes the disk tier moved and its rate while the
+      # drive was busy), plan vs measured (device, pinned host, disk).
+      D=${DISK_DIR:-/tmp/leantrain-nvme}
+      mkdir -p "$D"
+      df -hT "$D" | tail -1
+      dd if=/dev/zero of="$D/seq" bs=64M count=64 oflag=direct conv=fsync 2>&1 | tail -1 | sed 's/^/dd write: /'
+      dd if="$D/seq" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1 | sed 's/^/dd read: /'
+      rm -f "$D/seq"
+      F="--model tinyllama-1.1b --data synthetic --precision bf16-true --checkpoint blocks --batch 4 --seq-len 1024 --offload optimizer --offload-dir $D --host-memory-limit ${DISK_LIMIT:-4GiB}"
+      timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/offload-dir-plan.json" 2>"$OUT/offload-dir-plan.err"
+      LEANTRAIN_OFFLOAD_TRACE=1 timeout ${DISK_TIMEOUT:-300} "./$BUILD/leantrain" train $F --device cuda \
+        --steps ${DISK_STEPS:-4} --eval-batches 1 --log-every 1 --metrics-json "$OUT/offload-dir-run.json" \
+        --metrics "$OUT/offload-dir-losses.jsonl" > "$OUT/offload-dir-run.log" 2>&1
+      echo "exit $?"
+      grep -E "^offload (disk|trace)|final|error" "$OUT/offload-dir-run.log" | tail -14
+      # The same run with the state in host memory: the loss curve must be the same bits.
+      F0="--model tinyllama-1.1b --data synthetic --precision bf16-true --checkpoint blocks --batch 4 --seq-len 1024 --offload optimizer"
+      timeout ${DISK_REF_TIMEOUT:-150} "./$BUILD/leantrain" train $F0 --device cuda --steps ${DISK_STEPS:-4} --eval-batches 1 \
+        --log-every 1 --metrics "$OUT/offload-host-losses.jsonl" > "$OUT/offload-host-run.log" 2>&1
+      echo "host-state run exit $?"
+      if cmp -s <(grep '"loss"' "$OUT/offload-dir-losses.jsonl" | sed 's/, "seconds": [0-9.e+-]*//') \
+                <(grep '"loss"' "$OUT/offload-host-losses.jsonl" | sed 's/, "seconds": [0-9.e+-]*//'); then
+        echo "loss curves: identical ($(grep -c '"loss"' "$OUT/offload-dir-losses.jsonl") steps)"
+      else
+        echo "loss curves: DIFFER"; grep '"loss"' "$OUT/offload-dir-losses.jsonl" "$OUT/offload-host-losses.jsonl" | head -12
+      fi
+      python3 - "$OUT/offload-dir-plan.json" "$OUT/offload-dir-run.json" <<'PY' | tee "$OUT/offload-dir.jsonl"
+import json, sys
+p, r = (json.load(open(f)) for f in sys.argv[1:3])
+for name, j in (("plan", p), ("run", r)):
+    print(json.dumps({"system": "leantrain-offload-dir-" + name, "peak_allocated": j["peak_allocated_bytes"],
+                      "peak_reserved": j["peak_reserved_bytes"], "peak_pinned_host": j["peak_pinned_host_bytes"],
+                      "peak_disk": j["peak_disk_bytes"], "tokens_per_s": round(j.get("steady_items_per_s", 0)),
+                      "pinned_host_categories_peak": j["pinned_host_categories_peak"]}))
+PY
       ;;
     longctx)
       # Issue 15: the longest context at batch 1 under a 24 GiB budget, Llama-3.1-8B shape QLoRA
