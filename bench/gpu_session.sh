@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -164,6 +164,34 @@ for name, j in (("plan", p), ("run", r)):
                       "peak_disk": j["peak_disk_bytes"], "tokens_per_s": round(j.get("steady_items_per_s", 0)),
                       "pinned_host_categories_peak": j["pinned_host_categories_peak"]}))
 PY
+      ;;
+    dist2)
+      # Issue 13, first run on two GPUs (a binary built with -DLEANTRAIN_NCCL=ON): every strategy on
+      # gpt2-tiny in f32 against the one-GPU run of the same global batch (losses within 1e-5
+      # relative), then GPT-2 124M bf16-mixed, 16 x 1024 tokens per GPU, one GPU against ddp on two.
+      export NCCL_NVLS_ENABLE=0
+      G="--model gpt2-tiny --data synthetic --batch 8 --steps 12 --log-every 1 --eval-batches 1 --device cuda"
+      timeout 60 "./$BUILD/leantrain" train $G --metrics "$OUT/d1.jsonl" > "$OUT/d1.log" 2>&1; echo "1 GPU: exit $?"
+      for s in ${DIST_STRATEGIES:-ddp zero1 zero2 fsdp}; do
+        timeout 60 "./$BUILD/leantrain" train $G --devices 2 --strategy $s --metrics "$OUT/d2-$s.jsonl" > "$OUT/d2-$s.log" 2>&1
+        echo "2 GPUs $s: exit $?"; grep -E "error|final" "$OUT/d2-$s.log" | head -3
+      done
+      python3 - "$OUT" ${DIST_STRATEGIES:-ddp zero1 zero2 fsdp} <<'PY'
+import json, sys, os
+out = sys.argv[1]
+def losses(f):
+    return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
+one = losses(out + "/d1.jsonl")
+for s in sys.argv[2:]:
+    two = losses(out + "/d2-%s.jsonl" % s)
+    worst = max((abs(a - b) / abs(a) for a, b in zip(one, two)), default=float("nan"))
+    print(json.dumps({"strategy": s, "steps": len(two), "of": len(one), "max_rel_loss_diff_vs_1gpu": worst}))
+PY
+      T="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps ${DIST_STEPS:-10} --log-every 5 --eval-batches 1 --device cuda"
+      timeout 120 "./$BUILD/leantrain" train $T --batch 16 --metrics-json "$OUT/t1.json" > "$OUT/t1.log" 2>&1; echo "GPT-2 1 GPU: exit $?"
+      timeout 150 "./$BUILD/leantrain" train $T --batch 32 --devices 2 --strategy ddp --metrics-json "$OUT/t2.json" > "$OUT/t2.log" 2>&1
+      echo "GPT-2 2 GPUs ddp: exit $?"; grep -E "error|^step|final" "$OUT/t2.log" | tail -3; grep -E "^step" "$OUT/t1.log" | tail -1
+      for f in t1 t2; do [ -f "$OUT/$f.json" ] && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], json.dumps({k: j[k] for k in ('steady_items_per_s', 'peak_allocated_bytes', 'peak_reserved_bytes')}))" "$OUT/$f.json" $f; done
       ;;
     longctx)
       # Issue 15: the longest context at batch 1 under a 24 GiB budget, Llama-3.1-8B shape QLoRA

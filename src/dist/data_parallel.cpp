@@ -187,13 +187,16 @@ class DataParallel final : public StepHook {
     for (int i : group) n += params_[size_t(i)].grad().numel();
     MemoryCategoryScope ws(Category::Workspace);
     Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
-    char* base = static_cast<char*>(staging.raw_data());
+    void* base = staging.raw_data();
     if (!base) return;  // a plan on meta: the staging buffer's bytes are what it replays
+    // Packed and unpacked by the backend's copies (host memory on cpu, device memory on CUDA,
+    // where NCCL reads the buffer in stream order after them).
+    auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
     int64_t at = 0;
     for (int i : group) {
       Tensor g = params_[size_t(i)].grad().contiguous();
-      std::memcpy(base + at, g.raw_data(), size_t(g.nbytes()));
-      at += g.nbytes();
+      copy_(make_view(staging, {g.numel()}, {1}, at), flat(g));
+      at += g.numel();
     }
     if (root < 0) comm_.all_reduce(base, n, dt, ReduceOp::Avg);
     else comm_.reduce(base, n, dt, ReduceOp::Avg, root);
@@ -201,8 +204,8 @@ class DataParallel final : public StepHook {
     at = 0;
     for (int i : group) {
       Tensor g = params_[size_t(i)].grad();
-      std::memcpy(g.raw_data(), base + at, size_t(g.nbytes()));
-      at += g.nbytes();
+      copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
+      at += g.numel();
     }
   }
 
@@ -321,10 +324,10 @@ void install_strategy(Trainer& t) {
     throw UsageError("--strategy fsdp with --checkpoint " + c.checkpoint,
                      "a block's recomputation in backward would need its parameters gathered again, which is not "
                      "combined yet", "drop --checkpoint, or use --strategy zero2");
-  if (!t.device().is_cpu() && !t.device().is_meta())  // meta: a plan replaying a CPU rank
-    throw UsageError("--strategy " + c.strategy + " on " + t.device().str(),
-                     "the strategies run on the CPU backend so far (the gradient buckets are host memory)",
-                     "use --device cpu");
+  // meta: a plan replaying a rank; cuda: NCCL's world (dist::Session made it).
+  if (t.device().is_cuda() && std::string(world().name()) != "nccl")
+    throw UsageError("--strategy " + c.strategy + " on " + t.device().str() + " with the " + world().name() + " communicator",
+                     "CUDA ranks exchange device memory through NCCL", "launch with torchrun or leantrain train --devices N");
   if (c.fused_step)
     throw UsageError("--fused-step with " + std::to_string(world().size()) + " ranks",
                      "a fused step updates parameters inside backward, before their gradients are reduced over the ranks",

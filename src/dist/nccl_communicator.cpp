@@ -73,24 +73,33 @@ class NcclCommunicator final : public Communicator {
   const char* name() const override { return "nccl"; }
 
   void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op, void* stream) override {
-    check(ncclAllReduce(buf, buf, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "all_reduce");
-    track(stream, "all_reduce");
+    const int64_t b = count * int64_t(dtype_size(dt));
+    staged(buf, b, buf, b, stream, "all_reduce", [&](const void* s, void* r) {
+      check(ncclAllReduce(s, r, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "all_reduce");
+    });
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op, void* stream) override {
-    check(ncclReduceScatter(send, recv, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "reduce_scatter");
-    track(stream, "reduce_scatter");
+    const int64_t b = count * int64_t(dtype_size(dt));
+    staged(send, b * size_, recv, b, stream, "reduce_scatter", [&](const void* s, void* r) {
+      check(ncclReduceScatter(s, r, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "reduce_scatter");
+    });
   }
   void all_gather(const void* send, void* recv, int64_t count, DType dt, void* stream) override {
-    check(ncclAllGather(send, recv, size_t(count), nccl_type(dt), comm_, cuda(stream)), "all_gather");
-    track(stream, "all_gather");
+    const int64_t b = count * int64_t(dtype_size(dt));
+    staged(send, b, recv, b * size_, stream, "all_gather", [&](const void* s, void* r) {
+      check(ncclAllGather(s, r, size_t(count), nccl_type(dt), comm_, cuda(stream)), "all_gather");
+    });
   }
   void reduce(void* buf, int64_t count, DType dt, ReduceOp op, int root, void* stream) override {
-    check(ncclReduce(buf, buf, size_t(count), nccl_type(dt), nccl_op(op), root, comm_, cuda(stream)), "reduce");
-    track(stream, "reduce");
+    const int64_t b = count * int64_t(dtype_size(dt));
+    staged(buf, b, buf, b, stream, "reduce", [&](const void* s, void* r) {
+      check(ncclReduce(s, r, size_t(count), nccl_type(dt), nccl_op(op), root, comm_, cuda(stream)), "reduce");
+    });
   }
   void broadcast(void* buf, int64_t bytes, int root, void* stream) override {
-    check(ncclBroadcast(buf, buf, size_t(bytes), ncclUint8, root, comm_, cuda(stream)), "broadcast");
-    track(stream, "broadcast");
+    staged(buf, bytes, buf, bytes, stream, "broadcast", [&](const void* s, void* r) {
+      check(ncclBroadcast(s, r, size_t(bytes), ncclUint8, root, comm_, cuda(stream)), "broadcast");
+    });
   }
   void barrier() override {
     float* one = nullptr;
@@ -108,8 +117,38 @@ class NcclCommunicator final : public Communicator {
     const char* what;
   };
   static cudaStream_t cuda(void* s) { return static_cast<cudaStream_t>(s); }
+  static bool on_device(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  // NCCL moves device memory only. Device buffers go as they are (enqueued, asynchronous); host
+  // ones (the trainer's loss and norm, the config hash, a checkpoint's optimizer state) through
+  // a scratch device buffer, copied in, reduced, waited for and copied out: rare and small.
+  template <class F>
+  void staged(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, void* stream, const char* what, F run) {
+    if (on_device(send) && on_device(recv)) {
+      run(send, recv);
+      track(stream, what);
+      return;
+    }
+    const bool in_place = send == recv;
+    char* d = nullptr;
+    check_cuda(cudaMalloc(&d, size_t(in_place ? send_bytes : send_bytes + recv_bytes) + 1), "cudaMalloc");
+    char* dr = in_place ? d : d + send_bytes;
+    check_cuda(cudaMemcpyAsync(d, send, size_t(send_bytes), cudaMemcpyHostToDevice, cuda(stream)), "cudaMemcpyAsync");
+    run(d, dr);
+    track(stream, what);  // a hung collective: the watchdog ends the process while this waits
+    check_cuda(cudaMemcpyAsync(recv, dr, size_t(recv_bytes), cudaMemcpyDeviceToHost, cuda(stream)), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(cuda(stream)), what);
+    check_cuda(cudaFree(d), "cudaFree");
+  }
   void check(ncclResult_t r, const char* what) {
-    if (r == ncclSuccess || r == ncclInProgress) return;
+    if (r == ncclInProgress) return wait_ready(what);  // non-blocking: enqueued once the comm says so
+    if (r == ncclSuccess) return;
     fail(std::string("NCCL ") + what, ncclGetErrorString(r), "check that every rank is alive and runs the same command");
   }
   void wait_ready(const char* what) {

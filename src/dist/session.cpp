@@ -57,10 +57,20 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
   check_world_fits(cfg, info_.world_size);
   const Device d = resolve_device(cfg.device);
   if (d.is_cuda()) {
-    if (!nccl_built()) make_nccl_communicator(info_, info_.local_rank);  // its one line
-    throw UsageError("--strategy " + cfg.strategy + " on CUDA ranks",
-                     "the strategies run on the CPU backend so far; the NCCL communicator is built but the "
-                     "gradient buckets are host-only", "use --device cpu under mpirun");
+    // One GPU per rank: the LOCAL_RANK-th of this host's. NCCL moves the gradients (device
+    // buffers); the trainer's host numbers go through a scratch device buffer (nccl_communicator.cpp).
+    if (info_.local_rank >= cuda_device_count())
+      throw UsageError("local rank " + std::to_string(info_.local_rank) + " on a host with " +
+                           std::to_string(cuda_device_count()) + " GPUs",
+                       "each rank trains on a GPU of its own", "start at most one rank per GPU");
+    if (info_.master_addr.empty())
+      throw UsageError("CUDA ranks started by " + info_.launcher, "NCCL's ranks meet at MASTER_ADDR:MASTER_PORT, which is not set",
+                       "launch with torchrun or leantrain train --devices N, or set MASTER_ADDR and MASTER_PORT");
+    set_world(make_nccl_communicator(info_, info_.local_rank));  // without NCCL in the build: its one line
+    check_same_config(world(), cfg);  // before the device index, which differs by rank
+    cfg.device = "cuda:" + std::to_string(info_.local_rank);
+    if (info_.rank != 0) cfg.metrics.clear(), cfg.memory_snapshot.clear(), cfg.memory_report.clear();
+    return;
   }
   if (info_.launcher != "mpirun" && info_.launcher != "slurm")
     throw UsageError("a CPU job of " + std::to_string(info_.world_size) + " ranks started by " + info_.launcher,
