@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/event.h"
+#include "core/raw_view.h"
 #include "leantrain/error.h"
 #include "memory/host_allocators.h"
 
@@ -22,19 +23,7 @@ struct Job {
 
 bool loadable_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
-// A CPU tensor over memory leantrain does not own (the mapping, the staging buffer).
-Tensor host_view(const void* p, const Shape& shape, DType dtype) {
-  Block b;
-  b.ptr = const_cast<void*>(p);  // read only when it is the mapping: only ever a copy's source
-  b.size = b.requested = numel(shape) * int64_t(dtype_size(dtype));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(b, nullptr, Device::cpu());
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  impl->device = Device::cpu();
-  return Tensor(impl);
-}
+Tensor host_view(const void* p, const Shape& shape, DType dtype) { return raw_view(p, shape, dtype); }
 
 std::string first_of(const std::vector<std::string>& names) {
   std::string s = "'" + names.front() + "'";

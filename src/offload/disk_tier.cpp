@@ -10,7 +10,7 @@
 #include "offload/host_lion.h"
 #include "offload/host_sgd.h"
 #include "offload/offload_optimizer.h"
-#include "offload/raw_view.h"
+#include "core/raw_view.h"
 
 namespace lt::offload {
 

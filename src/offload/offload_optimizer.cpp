@@ -10,7 +10,7 @@
 #include "leantrain/ops.h"
 #include "offload/disk_state.h"
 #include "offload/host_lion.h"
-#include "offload/raw_view.h"
+#include "core/raw_view.h"
 #include "offload/host_workers.h"
 #include "offload/offload_trace.h"
 #include "offload/host_sgd.h"

@@ -15,7 +15,7 @@
 #include "leantrain/ops.h"
 #include "offload/disk_state.h"
 #include "offload/offload_optimizer.h"
-#include "optim_test_values.h"
+#include "offload_test_params.h"
 
 using namespace lt;
 using namespace lt::offload;
@@ -179,27 +179,10 @@ namespace {
 
 const std::vector<Shape> kShapes = {{3, 1000}, {7, 5}, {1025}, {2048, 3}, {1}};
 
-std::vector<NamedTensor> make_params(DType dt, int seed) {
-  std::vector<NamedTensor> out;
-  for (size_t i = 0; i < kShapes.size(); ++i) {
-    Tensor t = from_vector(optim_test::values(numel(kShapes[i]), seed + int(i), 0), kShapes[i], DType::F32).to(dt);
-    t.set_requires_grad(true);
-    out.push_back({"p" + std::to_string(i), t});
-  }
-  return out;
-}
-
-void set_grads(const std::vector<NamedTensor>& ps, int t) {
-  for (size_t i = 0; i < ps.size(); ++i) {
-    Tensor p = ps[i].second;
-    p.set_grad(from_vector(optim_test::values(p.numel(), 10 + int(i), t), p.shape(), DType::F32).to(p.dtype()));
-  }
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), size_t(x.nbytes())) == 0;
-}
+std::vector<NamedTensor> make_params(DType dt, int seed) { return optim_test::make_params(kShapes, dt, seed); }
+using optim_test::set_grads;
+using optim_test::two_groups;
+using optim_test::same_bits;
 
 OffloadOptions options_for(const std::string& kind) {
   OffloadOptions o;
@@ -213,13 +196,6 @@ OffloadOptions options_for(const std::string& kind) {
   o.sgd.nesterov = true;
   o.threads = 2;
   return o;
-}
-
-std::vector<ParamGroup> two_groups(const std::vector<NamedTensor>& ps) {
-  ParamGroup decay, none;
-  none.weight_decay = 0.0;
-  for (const auto& p : ps) (p.second.dim() >= 2 ? decay : none).params.push_back(p);
-  return {decay, none};
 }
 
 void expect_same_state(const OffloadOptimizer& a, const OffloadOptimizer& b, const std::string& when) {
