@@ -7,8 +7,6 @@
 #include "leantrain/ops.h"
 #include "leantrain/train.h"
 #include "offload/disk_state.h"
-#include "offload/host_lion.h"
-#include "offload/host_sgd.h"
 #include "offload/offload_optimizer.h"
 #include "core/raw_view.h"
 
@@ -101,27 +99,12 @@ std::vector<Tensor> OffloadOptimizer::make_disk_state(const Tensor& p, int id) c
 }
 
 void OffloadOptimizer::step_from_disk(Slot& s, int id, const void* grad, void* param16, float grad_scale, int threads) {
-  const DType dt = s.param.dtype();
-  const size_t es = dtype_size(dt);
-  const int parts = states() + 1;
+  const int64_t es = int64_t(dtype_size(s.param.dtype()));
   for (int64_t c = 0; c < disk_->chunks(id); ++c) {
     const DiskStateStore::Lease l = disk_->acquire(id, c);
-    const void* g = static_cast<const char*>(grad) + l.begin * int64_t(es);
-    void* out = param16 ? static_cast<char*>(param16) + l.begin * int64_t(es) : nullptr;
-    float* master = l.part[parts - 1];
-    if (kind_ == "adamw") {
-      AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
-                  float(s.weight_decay), s.step + 1, grad_scale, {}};
-      host_adamw_step({master, l.part[0], l.part[1], g, dt, out, dt, l.count}, a, threads, opt_.path);
-    } else if (kind_ == "lion") {
-      LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, {}};
-      host_lion_step({master, l.part[0], g, dt, out, dt, l.count}, a, threads, opt_.path);
-    } else {
-      SgdArgs a{float(lr()), float(opt_.sgd.momentum), float(opt_.sgd.dampening), float(s.weight_decay),
-                opt_.sgd.nesterov, s.step == 0, grad_scale, {}};
-      host_sgd_step({master, opt_.sgd.momentum != 0 ? l.part[0] : nullptr, g, dt, out, dt, l.count}, a, threads,
-                    opt_.path);
-    }
+    const void* g = static_cast<const char*>(grad) + l.begin * es;
+    void* out = param16 ? static_cast<char*>(param16) + l.begin * es : nullptr;
+    step_span(s, l.part, g, out, l.count, grad_scale, {}, threads);
     disk_->release(l);
   }
 }

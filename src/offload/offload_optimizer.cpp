@@ -212,26 +212,31 @@ void OffloadOptimizer::step_one(Slot& s, const void* grad, void* param16, float 
                                 int threads) {
   if (threads <= 0) threads = threads_;
   if (const int id = disk_id_of(s.param); id >= 0) return step_from_disk(s, id, grad, param16, grad_scale, threads);
-  const DType dt = s.param.dtype();
-  float* master = s.state.back().data<float>();
-  const int64_t n = s.param.numel();
+  if (eight_bit()) return step_8bit(s, grad, param16, grad_scale);
   StochasticRounding sr;
   if (sr_stream) sr.streams = std::span<const uint64_t>(sr_stream, 1);
-  if (eight_bit()) {
-    step_8bit(s, grad, param16, grad_scale);
-  } else if (kind_ == "adamw") {
+  std::vector<float*> parts;  // the states, then the master
+  for (const Tensor& t : s.state) parts.push_back(t.data<float>());
+  step_span(s, parts.data(), grad, param16, s.param.numel(), grad_scale, sr, threads);
+}
+
+// The f32 kinds' host step over n elements: parts[0 .. states()-1] the states, parts[states()]
+// the master (a whole parameter's, or a chunk of one from the disk tier's window).
+void OffloadOptimizer::step_span(const Slot& s, float* const* parts, const void* grad, void* param16, int64_t n,
+                                 float grad_scale, StochasticRounding sr, int threads) {
+  const DType dt = s.param.dtype();
+  float* master = parts[states()];
+  if (kind_ == "adamw") {
     AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
                 float(s.weight_decay), s.step + 1, grad_scale, sr};
-    host_adamw_step({master, s.state[0].data<float>(), s.state[1].data<float>(), grad, dt, param16, dt, n}, a,
-                    threads, opt_.path);
+    host_adamw_step({master, parts[0], parts[1], grad, dt, param16, dt, n}, a, threads, opt_.path);
   } else if (kind_ == "lion") {
     LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, sr};
-    host_lion_step({master, s.state[0].data<float>(), grad, dt, param16, dt, n}, a, threads, opt_.path);
+    host_lion_step({master, parts[0], grad, dt, param16, dt, n}, a, threads, opt_.path);
   } else {
     SgdArgs a{float(lr()), float(opt_.sgd.momentum), float(opt_.sgd.dampening), float(s.weight_decay),
               opt_.sgd.nesterov, s.step == 0, grad_scale, sr};
-    float* buf = opt_.sgd.momentum != 0 ? s.state[0].data<float>() : nullptr;
-    host_sgd_step({master, buf, grad, dt, param16, dt, n}, a, threads, opt_.path);
+    host_sgd_step({master, opt_.sgd.momentum != 0 ? parts[0] : nullptr, grad, dt, param16, dt, n}, a, threads, opt_.path);
   }
 }
 

@@ -127,6 +127,8 @@ class OffloadOptimizer final : public Optimizer {
   bool is_drained(const Slot& s) const;
   // threads <= 0: threads_.
   void step_one(Slot& s, const void* grad, void* param16, float grad_scale, uint64_t* sr_stream, int threads = 0);
+  void step_span(const Slot& s, float* const* parts, const void* grad, void* param16, int64_t n, float grad_scale,
+                 StochasticRounding sr, int threads);
   std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
 
   OffloadOptions opt_;
