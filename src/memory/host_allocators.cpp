@@ -22,7 +22,7 @@ void CpuAllocator::do_free(const Block& b) {
   std::free(b.ptr);
 }
 
-bool MetaAllocator::do_allocate(Block& b) {
+bool AddressOnlyAllocator::do_allocate(Block& b) {
   if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
   b.ptr = nullptr;
   b.addr = next_addr_;
@@ -31,18 +31,8 @@ bool MetaAllocator::do_allocate(Block& b) {
   return true;
 }
 
-void MetaAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
+void AddressOnlyAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
 
-bool DiskAccountAllocator::do_allocate(Block& b) {
-  if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
-  b.ptr = nullptr;
-  b.addr = next_;
-  next_ += uint64_t(b.size);
-  note_segment_alloc(b.addr, b.size);
-  return true;
-}
-
-void DiskAccountAllocator::do_free(const Block& b) { note_segment_free(b.addr, b.size); }
 
 bool PinnedHostAllocator::do_allocate(Block& b) {
   if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;

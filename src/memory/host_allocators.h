@@ -16,16 +16,23 @@ class CpuAllocator final : public Allocator {
   void do_free(const Block& b) override;
 };
 
-class MetaAllocator final : public Allocator {
+// An account with no memory behind it: each block gets the next address from `first` on (never
+// reused), and reserved == allocated. The meta device's allocator and the disk account.
+class AddressOnlyAllocator : public Allocator {
  public:
-  MetaAllocator() : Allocator(Device::meta()) {}
+  AddressOnlyAllocator(Device d, MemoryKind kind, uint64_t first) : Allocator(d, kind), next_addr_(first) {}
 
  protected:
   bool do_allocate(Block& b) override;
   void do_free(const Block& b) override;
 
  private:
-  uint64_t next_addr_ = 0x10000000000ull;
+  uint64_t next_addr_;
+};
+
+class MetaAllocator final : public AddressOnlyAllocator {
+ public:
+  MetaAllocator() : AddressOnlyAllocator(Device::meta(), MemoryKind::Device, 0x10000000000ull) {}
 };
 
 // Meta allocator running the CUDA caching policy over fake segments: a dry-run with it predicts
@@ -77,16 +84,9 @@ std::unique_ptr<Allocator> make_host_pinned_allocator(Device served);  // cpu an
 
 // A disk account (disk_allocator in leantrain/memory.h): bytes only. Addresses are file offsets,
 // handed out in order from 0 and never reused, so a run's layout is a dry run's.
-class DiskAccountAllocator final : public Allocator {
+class DiskAccountAllocator final : public AddressOnlyAllocator {
  public:
-  explicit DiskAccountAllocator(Device served) : Allocator(served, MemoryKind::Disk) {}
-
- protected:
-  bool do_allocate(Block& b) override;
-  void do_free(const Block& b) override;
-
- private:
-  uint64_t next_ = 0;
+  explicit DiskAccountAllocator(Device served) : AddressOnlyAllocator(served, MemoryKind::Disk, 0) {}
 };
 
 // Called by the meta backend at every GEMM: the workspace mirror when meta simulates CUDA.

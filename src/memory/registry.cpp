@@ -26,22 +26,29 @@ Table& disk_table() {
   return *t;
 }
 std::pair<int, int> key(Device d) { return {int(d.type), d.index}; }
-}  // namespace
 
-Allocator& allocator_for(Device d) {
+// d's allocator in `t`, made by `make(d)` on first use.
+template <class Make>
+Allocator& get_or_make(Table& t, Device d, Make make) {
   std::lock_guard<std::mutex> g(g_mu);
-  auto& t = table();
   auto it = t.find(key(d));
   if (it != t.end()) return *it->second;
-  std::unique_ptr<Allocator> a;
-  switch (d.type) {
-    case DeviceType::CPU: a = std::make_unique<CpuAllocator>(); break;
-    case DeviceType::Meta: a = std::make_unique<MetaAllocator>(); break;
-    case DeviceType::CUDA: a = make_cuda_allocator(d.index); break;
-  }
+  std::unique_ptr<Allocator> a = make(d);
   Allocator& ref = *a;
   t.emplace(key(d), std::move(a));
   return ref;
+}
+}  // namespace
+
+Allocator& allocator_for(Device d) {
+  return get_or_make(table(), d, [](Device d) -> std::unique_ptr<Allocator> {
+    switch (d.type) {
+      case DeviceType::CPU: return std::make_unique<CpuAllocator>();
+      case DeviceType::Meta: return std::make_unique<MetaAllocator>();
+      case DeviceType::CUDA: return make_cuda_allocator(d.index);
+    }
+    return nullptr;
+  });
 }
 
 static void replace_in(Table& t, Device d, std::unique_ptr<Allocator> a) {
@@ -64,15 +71,9 @@ void set_allocator(Device d, std::unique_ptr<Allocator> a) {
 }
 
 Allocator& pinned_host_allocator(Device d) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto& t = pinned_table();
-  auto it = t.find(key(d));
-  if (it != t.end()) return *it->second;
-  std::unique_ptr<Allocator> a =
-      d.is_cuda() ? make_cuda_pinned_allocator(d.index) : make_host_pinned_allocator(d);
-  Allocator& ref = *a;
-  t.emplace(key(d), std::move(a));
-  return ref;
+  return get_or_make(pinned_table(), d, [](Device d) {
+    return d.is_cuda() ? make_cuda_pinned_allocator(d.index) : make_host_pinned_allocator(d);
+  });
 }
 
 void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a) {
@@ -81,14 +82,9 @@ void set_pinned_host_allocator(Device d, std::unique_ptr<Allocator> a) {
 }
 
 Allocator& disk_allocator(Device d) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto& t = disk_table();
-  auto it = t.find(key(d));
-  if (it != t.end()) return *it->second;
-  std::unique_ptr<Allocator> a = std::make_unique<DiskAccountAllocator>(d);
-  Allocator& ref = *a;
-  t.emplace(key(d), std::move(a));
-  return ref;
+  return get_or_make(disk_table(), d, [](Device d) -> std::unique_ptr<Allocator> {
+    return std::make_unique<DiskAccountAllocator>(d);
+  });
 }
 
 void set_disk_allocator(Device d, std::unique_ptr<Allocator> a) {
