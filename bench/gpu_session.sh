@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -192,6 +192,81 @@ PY
       timeout 150 "./$BUILD/leantrain" train $T --batch 32 --devices 2 --strategy ddp --metrics-json "$OUT/t2.json" > "$OUT/t2.log" 2>&1
       echo "GPT-2 2 GPUs ddp: exit $?"; grep -E "error|^step|final" "$OUT/t2.log" | tail -3; grep -E "^step" "$OUT/t1.log" | tail -1
       for f in t1 t2; do [ -f "$OUT/$f.json" ] && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], json.dumps({k: j[k] for k in ('steady_items_per_s', 'peak_allocated_bytes', 'peak_reserved_bytes')}))" "$OUT/$f.json" $f; done
+      ;;
+    distn)
+      # Issues 13 and 18 on $DIST_GPUS GPUs (default 2) of one host, side by side with PyTorch
+      # launched by torchrun on the same GPUs (bench/peers/dist_torch.py). A binary built with
+      # -DLEANTRAIN_NCCL=ON. Losses of every strategy against one GPU (gpt2-tiny, f32, same global
+      # batch) and per-rank plan == measured; GPT-2 124M bf16-mixed 16 x 1024 per GPU (1 GPU, ddp,
+      # zero2, fsdp; torchrun DDP + torch.compile, FSDP2 bf16 params); TinyLlama-1.1B shape
+      # B4 x T1024 per GPU, checkpointed blocks (1 GPU, fsdp; torchrun FSDP2); a rank killed with
+      # SIGKILL under the launcher and under two hand-started ranks (the NCCL watchdog).
+      export NCCL_NVLS_ENABLE=0
+      N=${DIST_GPUS:-2}
+      peak() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['peak_allocated_bytes'], j['peak_reserved_bytes'], round(j.get('steady_items_per_s', 0)), j.get('outside_allocator_bytes', '-'))" "$1" 2>/dev/null || echo "- - - -"; }
+      G="--model gpt2-tiny --data synthetic --batch 8 --steps 12 --log-every 1 --eval-batches 1"
+      timeout 60 "./$BUILD/leantrain" train $G --device cuda --metrics "$OUT/d1.jsonl" > "$OUT/d1.log" 2>&1; echo "gpt2-tiny 1 GPU: exit $?"
+      for s in ddp zero1 zero2 fsdp fsdp-ckpt; do
+        st=${s%-ckpt}; extra=""; [ "$s" = fsdp-ckpt ] && extra="--checkpoint blocks"
+        [ "$s" = fsdp-ckpt ] && timeout 60 "./$BUILD/leantrain" train $G $extra --device cuda --metrics "$OUT/d1-ckpt.jsonl" > /dev/null 2>&1
+        timeout 90 "./$BUILD/leantrain" train $G $extra --device cuda --devices $N --strategy $st --metrics "$OUT/dn-$s.jsonl" \
+          --metrics-json "$OUT/dn-$s.json" > "$OUT/dn-$s.log" 2>&1
+        echo "gpt2-tiny $N GPUs $s: exit $?"; grep -E "error" "$OUT/dn-$s.log" | head -3
+        timeout 120 "./$BUILD/leantrain" plan $G $extra --devices $N --strategy $st --json > "$OUT/pn-$s.json" 2>/dev/null
+        echo "  $s rank 0 measured (alloc reserved): $(peak "$OUT/dn-$s.json") plan: $(peak "$OUT/pn-$s.json")"
+      done
+      python3 - "$OUT" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+def losses(f):
+    return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l and "eval_loss" not in l] if os.path.exists(f) else []
+for s in ("ddp", "zero1", "zero2", "fsdp", "fsdp-ckpt"):
+    one = losses(out + ("/d1-ckpt.jsonl" if s == "fsdp-ckpt" else "/d1.jsonl"))
+    n = losses(out + "/dn-%s.jsonl" % s)
+    worst = max((abs(a - b) / abs(a) for a, b in zip(one, n)), default=float("nan"))
+    print(json.dumps({"strategy": s, "steps": len(n), "of": len(one), "max_rel_loss_diff_vs_1gpu": worst}))
+PY
+      T="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps ${DIST_STEPS:-20} --log-every 10 --eval-batches 1 --device cuda"
+      timeout 120 "./$BUILD/leantrain" train $T --batch 16 --metrics-json "$OUT/g1.json" > "$OUT/g1.log" 2>&1
+      echo "GPT-2 1 GPU (alloc reserved tok/s): $(peak "$OUT/g1.json")"
+      for s in ${DIST_STRATEGIES:-ddp zero2 fsdp}; do
+        timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy $s --metrics-json "$OUT/gn-$s.json" > "$OUT/gn-$s.log" 2>&1
+        echo "GPT-2 $N GPUs $s: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/gn-$s.json")"; grep error "$OUT/gn-$s.log" | head -2
+        timeout 120 "./$BUILD/leantrain" plan $T --batch $((16 * N)) --devices $N --strategy $s --json > "$OUT/gpn-$s.json" 2>/dev/null
+        echo "  plan: $(peak "$OUT/gpn-$s.json")"
+      done
+      timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      timeout 200 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode fsdp2 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      L="--model tinyllama-1.1b --data synthetic --seq-len 1024 --precision bf16-mixed --checkpoint blocks --steps 10 --log-every 5 --eval-batches 1 --device cuda"
+      timeout 150 "./$BUILD/leantrain" train $L --batch 4 --metrics-json "$OUT/l1.json" > "$OUT/l1.log" 2>&1
+      echo "TinyLlama 1 GPU (alloc reserved tok/s): $(peak "$OUT/l1.json")"; grep error "$OUT/l1.log" | head -2
+      timeout 150 "./$BUILD/leantrain" train $L --batch 4 --fused-step --metrics-json "$OUT/l1f.json" > /dev/null 2>&1
+      echo "TinyLlama 1 GPU --fused-step: $(peak "$OUT/l1f.json")"
+      timeout 200 "./$BUILD/leantrain" train $L --batch $((4 * N)) --devices $N --strategy fsdp --metrics-json "$OUT/ln.json" > "$OUT/ln.log" 2>&1
+      echo "TinyLlama $N GPUs fsdp: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/ln.json")"; grep error "$OUT/ln.log" | head -2
+      timeout 200 "./$BUILD/leantrain" plan $L --batch $((4 * N)) --devices $N --strategy fsdp --json > "$OUT/lpn.json" 2>/dev/null
+      echo "  plan: $(peak "$OUT/lpn.json")"
+      timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model tinyllama --mode fsdp2 --batch 4 --checkpoint --steps 10 --warmup 3 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      # A rank killed from outside: the launcher ends the others and says which rank died.
+      "./$BUILD/leantrain" train $T --batch $((16 * N)) --steps 100000 --devices $N --strategy ddp > "$OUT/kill.log" 2>&1 &
+      Lpid=$!; sleep 20; K=$(pgrep -P $Lpid | tail -1); kill -9 $K; t0=$(date +%s.%N)
+      for i in $(seq 1 600); do kill -0 $Lpid 2>/dev/null || break; sleep 0.1; done
+      wait $Lpid; rc=$?; t1=$(date +%s.%N)
+      echo "killed rank (launcher): exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s; leantrain processes left: $(pgrep -c -x leantrain)"
+      grep '^leantrain: error' "$OUT/kill.log"
+      # Two ranks started by hand (as a launcher that does not watch them would): the survivor's NCCL
+      # watchdog ends it within LEANTRAIN_DIST_TIMEOUT.
+      port=$((29600 + RANDOM % 100))
+      for r in 0 1; do
+        env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port LEANTRAIN_DIST_TIMEOUT=15 \
+          "./$BUILD/leantrain" train $T --batch 32 --steps 100000 --strategy ddp > "$OUT/kill-r$r.log" 2>&1 &
+        eval "P$r=\$!"
+      done
+      sleep 25; kill -9 $P1; t0=$(date +%s.%N)
+      for i in $(seq 1 600); do kill -0 $P0 2>/dev/null || break; sleep 0.1; done
+      wait $P0; rc=$?; t1=$(date +%s.%N)
+      echo "killed rank 1 (no launcher): rank 0 exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s"
+      grep '^leantrain: error' "$OUT/kill-r0.log"
       ;;
     longctx)
       # Issue 15: the longest context at batch 1 under a 24 GiB budget, Llama-3.1-8B shape QLoRA

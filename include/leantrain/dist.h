@@ -46,6 +46,11 @@ class Communicator {
   // bytes of buf on `root` copied to every rank.
   virtual void broadcast(void* buf, int64_t bytes, int root, void* stream = nullptr) = 0;
   virtual void barrier() = 0;
+  // Collectives between group_start() and group_end() are launched together (NCCL's group
+  // calls: one launch for a unit's broadcasts); their buffers must be device memory. The CPU
+  // implementations run each call at once.
+  virtual void group_start() {}
+  virtual void group_end() {}
 };
 
 // The 1-rank communicator: every collective is the identity (a copy where send != recv).

@@ -127,6 +127,9 @@ class Backend {
   virtual bool event_done(void*) { return true; }  // non-blocking
   virtual void wait_event(void*) {}                // blocks the calling thread until done
   virtual void stream_wait_event(void*) {}         // the current stream waits; the host does not
+  // The current stream's handle (a cudaStream_t on CUDA) for libraries that enqueue work on it
+  // (NCCL); nullptr on cpu and meta.
+  virtual void* native_stream() { return nullptr; }
 
   // --- host staging (the data loader, activation offload; allocate_pinned_host in leantrain/memory.h gives the memory) ---
   // Enqueues dst <- src (dst contiguous, raw bytes, src pinned) on the current stream without

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 
+#include "backend/backend.h"
+#include "backend/event.h"
 #include "leantrain/data.h"
 #include "leantrain/ops.h"
+#include "memory/streams.h"
 #include "train/trainer.h"
 
 namespace lt::dist {
@@ -17,6 +21,11 @@ namespace lt::dist {
 namespace {
 
 constexpr int64_t kBucketBytes = int64_t(25) << 20;  // PyTorch DDP's default bucket_cap_mb
+// Buckets whose reduction may still run on the communication stream when the next one starts:
+// issuing bucket b makes the compute stream wait for bucket b - kInFlight. The wait is by program
+// order, so a plan replays it (Note [Cross-stream reuse]); it bounds the staging buffers and lets
+// the gradients ZeRO-2 drops go back to the compute stream's pool during backward.
+constexpr size_t kInFlight = 2;
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 
@@ -48,10 +57,11 @@ class DataParallel final : public StepHook {
   FsdpUnits* units() { return units_.get(); }
 
   void on_start(Trainer& t) override {
+    device_ = t.device();
     for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
     owner_ = shard_owners(params_, comm_.size());
     if (strategy_ == Strategy::Fsdp)
-      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward);
+      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward, device_);
     make_buckets();
     make_runs();
     for (size_t i = 0; i < params_.size(); ++i)
@@ -97,6 +107,7 @@ class DataParallel final : public StepHook {
   bool after_backward(Trainer&) override {
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!buckets_[b].reduced) reduce_bucket(int(b));  // parameters that got no gradient this step
+    while (!in_flight_.empty()) retire();  // the optimizer reads the reduced gradients
     for (auto& b : buckets_) b.ready = 0, b.reduced = false;
     micro_ = 0;
     return true;
@@ -111,7 +122,7 @@ class DataParallel final : public StepHook {
     for (const Run& r : runs_) {
       char* begin = static_cast<char*>(params_[size_t(r.first)].raw_data());
       char* end = static_cast<char*>(params_[size_t(r.last)].raw_data()) + params_[size_t(r.last)].nbytes();
-      comm_.broadcast(begin, end - begin, r.owner);
+      comm_.broadcast(begin, end - begin, r.owner, backend_for(device_).native_stream());
     }
   }
 
@@ -175,41 +186,69 @@ class DataParallel final : public StepHook {
       const int root = owner_[size_t(with_grad[s])];
       reduce_group(group, root);
       if (root != comm_.rank())
-        for (int i : group) params_[size_t(i)].set_grad(Tensor());  // ZeRO-2: only the owner keeps it
+        for (int i : group) {  // ZeRO-2: only the owner keeps it
+          record_stream(params_[size_t(i)].grad(), kCommStream);  // reused once the reduction has read it
+          params_[size_t(i)].set_grad(Tensor());
+        }
       s = e;
     }
   }
 
+  // The group's gradients, packed into one staging buffer, reduced and unpacked, all on the
+  // communication stream after the compute stream's work so far (which produced them): backward
+  // goes on meanwhile. The staging buffer comes from, and goes back to, that stream's pool.
   void reduce_group(const std::vector<int>& group, int root) {
     if (group.empty()) return;
     const DType dt = params_[size_t(group[0])].grad().dtype();
     int64_t n = 0;
     for (int i : group) n += params_[size_t(i)].grad().numel();
-    MemoryCategoryScope ws(Category::Workspace);
-    Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
-    void* base = staging.raw_data();
-    if (!base) return;  // a plan on meta: the staging buffer's bytes are what it replays
-    // Packed and unpacked by the backend's copies (host memory on cpu, device memory on CUDA,
-    // where NCCL reads the buffer in stream order after them).
-    auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
-    int64_t at = 0;
-    for (int i : group) {
-      Tensor g = params_[size_t(i)].grad().contiguous();
-      copy_(make_view(staging, {g.numel()}, {1}, at), flat(g));
-      at += g.numel();
+    auto produced = std::make_unique<Event>(device_);
+    produced->record();
+    auto reduced = std::make_unique<Event>(device_);
+    {
+      StreamGuard on_comm(kCommStream);
+      produced->block_current_stream();
+      MemoryCategoryScope ws(Category::Workspace);
+      Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
+      void* base = staging.raw_data();
+      auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
+      int64_t at = 0;
+      for (int i : group) {
+        const Tensor& g = params_[size_t(i)].grad();
+        copy_(make_view(staging, {g.numel()}, {1}, at), flat(g.contiguous()));
+        at += g.numel();
+      }
+      if (base) {  // a plan on meta moves no data: the staging buffer's bytes are what it replays
+        void* stream = backend_for(device_).native_stream();
+        if (root < 0) comm_.all_reduce(base, n, dt, ReduceOp::Avg, stream);
+        else comm_.reduce(base, n, dt, ReduceOp::Avg, root, stream);
+      }
+      if (root < 0 || root == comm_.rank()) {
+        at = 0;
+        for (int i : group) {
+          const Tensor& g = params_[size_t(i)].grad();
+          copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
+          at += g.numel();
+        }
+      }
+      staging = Tensor();
+      reduced->record();
     }
-    if (root < 0) comm_.all_reduce(base, n, dt, ReduceOp::Avg);
-    else comm_.reduce(base, n, dt, ReduceOp::Avg, root);
-    if (root >= 0 && root != comm_.rank()) return;
-    at = 0;
-    for (int i : group) {
-      Tensor g = params_[size_t(i)].grad();
-      copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
-      at += g.numel();
-    }
+    // The gradients the rank keeps are next freed after after_backward(), whose waits order the
+    // compute stream after every reduction: they need no record_stream.
+    in_flight_.push_back(std::move(reduced));
+    while (in_flight_.size() > kInFlight) retire();
+  }
+
+  // The compute stream waits for the oldest reduction still in flight.
+  void retire() {
+    in_flight_.front()->block_current_stream();
+    in_flight_.pop_front();
   }
 
   Communicator& comm_;
+  Device device_ = Device::cpu();
+  std::deque<std::unique_ptr<Event>> in_flight_;  // reductions enqueued on the communication stream
   Strategy strategy_;
   int64_t k_;
   int64_t micro_ = 0;
@@ -320,10 +359,6 @@ std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vecto
 void install_strategy(Trainer& t) {
   const RunConfig& c = t.config();
   if (world().size() == 1) return;
-  if (c.strategy == "fsdp" && c.checkpoint != "none" && !c.checkpoint.empty())
-    throw UsageError("--strategy fsdp with --checkpoint " + c.checkpoint,
-                     "a block's recomputation in backward would need its parameters gathered again, which is not "
-                     "combined yet", "drop --checkpoint, or use --strategy zero2");
   // meta: a plan replaying a rank; cuda: NCCL's world (dist::Session made it).
   if (t.device().is_cuda() && std::string(world().name()) != "nccl")
     throw UsageError("--strategy " + c.strategy + " on " + t.device().str() + " with the " + world().name() + " communicator",

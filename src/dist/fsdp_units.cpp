@@ -4,8 +4,11 @@
 #include <any>
 #include <map>
 
+#include "backend/backend.h"
+#include "backend/event.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
+#include "memory/streams.h"
 
 namespace lt::dist {
 
@@ -19,8 +22,9 @@ struct SavedParam {
 }  // namespace
 
 FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params,
-                     const std::vector<int>& owner, bool reshard_after_forward)
-    : comm_(comm), params_(params), owner_(owner), unit_of_(params.size(), -1), reshard_(reshard_after_forward) {
+                     const std::vector<int>& owner, bool reshard_after_forward, Device device)
+    : comm_(comm), device_(device), params_(params), owner_(owner), unit_of_(params.size(), -1),
+      reshard_(reshard_after_forward) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
   for (auto& [path, m] : model.named_modules()) {
@@ -33,18 +37,27 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       u.params.push_back(it->second);
     }
     units_.push_back(std::move(u));
-    const int ui = int(units_.size()) - 1;
-    m->set_forward_wrapper([this, ui](nn::Module&, const Tensor& x, const nn::Module::ForwardFn& forward) {
-      Unit& unit = units_[size_t(ui)];
-      gather(unit);
+    const size_t ui = units_.size() - 1;
+    // A checkpointed block: its wrapper runs the forward under no grad and again, with grad, in
+    // backward. The gathering goes inside that region, so the recomputation gathers again.
+    const nn::Module::ForwardWrapper checkpointed = m->forward_wrapper();
+    nn::Module::ForwardWrapper fsdp = [this, ui, recomputed = bool(checkpointed)](
+                                          nn::Module&, const Tensor& x, const nn::Module::ForwardFn& forward) {
+      Unit& unit = units_[ui];
+      const bool backward = recomputed && grad_enabled();  // a checkpoint's recomputation
+      use(ui);
+      prefetch(backward ? ui - 1 : ui + 1);  // the unit that runs next (size_t wraps: none)
       unit.grads = 0;  // this micro-batch's backward counts them again
-      // No grad (evaluation): nothing is saved; the copies go at once when resharding.
+      // No grad (evaluation, a checkpoint's forward): nothing is saved; with resharding the
+      // copies go at once.
       if (!grad_enabled()) {
         Tensor y = forward(x);
         if (reshard_) release(unit);
         return y;
       }
-      if (!reshard_) return forward(x);
+      // Kept until the unit's gradients are all in (grad_ready): without resharding, or in a
+      // recomputation, whose backward follows at once.
+      if (!reshard_ || recomputed) return forward(x);
       // Saved unit parameters become references, re-gathered in backward.
       std::map<const TensorImpl*, size_t> mine;
       for (size_t i : unit.params) mine[params_[i].impl()] = i;
@@ -58,7 +71,9 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
             },
             [this](const PackedTensor& p) -> Tensor {
               if (const SavedParam* s = std::any_cast<SavedParam>(&p)) {
-                gather(units_[size_t(unit_of_[s->index])]);
+                const size_t u = size_t(unit_of_[s->index]);
+                use(u);
+                prefetch(u - 1);
                 return params_[s->index];
               }
               return std::any_cast<Tensor>(p);
@@ -67,6 +82,14 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       }
       release(unit);
       return y;
+    };
+    if (!checkpointed) {
+      m->set_forward_wrapper(fsdp);
+      continue;
+    }
+    m->set_forward_wrapper([checkpointed, fsdp](nn::Module& self, const Tensor& x, const nn::Module::ForwardFn& forward) {
+      nn::Module::ForwardFn gathered = [fsdp, &self, forward](const Tensor& in) { return fsdp(self, in, forward); };
+      return checkpointed(self, x, gathered);
     });
   }
   move_out_of_flat_store(model);
@@ -102,23 +125,54 @@ void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
   }
 }
 
+// The unit's missing parameters get fresh allocations (the compute stream's pool), then every
+// parameter is broadcast by its owner in one group on the communication stream, after the
+// compute stream's work so far (the optimizer's update of the owners' copies, the last use of the
+// memory the allocations reuse). use() makes the compute stream wait for it.
 void FsdpUnits::gather(Unit& u) {
   if (u.gathered) return;
   for (size_t i : u.params) {
     Tensor& p = params_[i];
-    if (owner_[i] != comm_.rank()) {
-      MemoryCategoryScope cat(Category::Parameter);
-      Tensor fresh = Tensor::empty(p.shape(), p.dtype(), p.device());
-      p.impl()->storage = fresh.impl()->storage;
-      p.impl()->offset = 0;
-    }
-    comm_.broadcast(p.raw_data(), p.nbytes(), owner_[i]);
+    if (owner_[i] == comm_.rank()) continue;
+    MemoryCategoryScope cat(Category::Parameter);
+    Tensor fresh = Tensor::empty(p.shape(), p.dtype(), p.device());
+    p.impl()->storage = fresh.impl()->storage;
+    p.impl()->offset = 0;
   }
+  Event before(device_);
+  before.record();
+  if (!u.arrived) u.arrived = std::make_unique<Event>(device_);
+  {
+    StreamGuard on_comm(kCommStream);
+    before.block_current_stream();
+    void* stream = backend_for(device_).native_stream();
+    comm_.group_start();
+    for (size_t i : u.params) comm_.broadcast(params_[i].raw_data(), params_[i].nbytes(), owner_[i], stream);
+    comm_.group_end();
+    u.arrived->record();
+  }
+  // The copies are written by the communication stream: freed, they wait for it (release()).
+  for (size_t i : u.params)
+    if (owner_[i] != comm_.rank()) record_stream(params_[i], kCommStream);
   u.gathered = true;
+  u.waited = false;
+}
+
+void FsdpUnits::use(size_t ui) {
+  Unit& u = units_[ui];
+  gather(u);
+  if (u.waited) return;
+  u.arrived->block_current_stream();
+  u.waited = true;
+}
+
+void FsdpUnits::prefetch(size_t ui) {
+  if (ui < units_.size()) gather(units_[ui]);
 }
 
 void FsdpUnits::release(Unit& u) {
   if (!u.gathered) return;
+  if (!u.waited) use(size_t(&u - units_.data()));  // a prefetch never used: its broadcast still writes
   for (size_t i : u.params)
     if (owner_[i] != comm_.rank()) params_[i].impl()->storage = nullptr;
   u.gathered = false;
@@ -131,7 +185,7 @@ void FsdpUnits::grad_ready(size_t i) {
 }
 
 void FsdpUnits::gather_all() {
-  for (Unit& u : units_) gather(u);
+  for (size_t u = 0; u < units_.size(); ++u) use(u);
 }
 
 void FsdpUnits::release_all() {

@@ -1,9 +1,13 @@
 // FSDP's parameter side (--strategy fsdp, ZeRO-3): each transformer block is a unit whose
 // trainable parameters live only on their owners (shard_owners) between uses. The unit's forward
-// wrapper broadcasts the missing ones into fresh allocations just before its forward and frees
-// them after it (--reshard-after-forward true) or after its backward (false). With resharding,
-// what backward saved of those parameters is packed as a reference (saved-tensor hooks) and
-// re-gathered when backward unpacks it. Gradients go the zero2 way (data_parallel.cpp).
+// wrapper broadcasts the missing ones into fresh allocations (one NCCL group on the communication
+// stream) and frees them after its forward (--reshard-after-forward true) or after its backward
+// (false). While a unit runs, the next one is gathered (forward order in forward, reverse order
+// in backward), so the broadcast overlaps compute as FSDP's prefetch does. With resharding, what
+// backward saved of those parameters is packed as a reference (saved-tensor hooks) and
+// re-gathered when backward unpacks it. A checkpointed block gathers inside its region: the
+// forward under no grad releases at once, the recomputation in backward keeps the parameters
+// until the unit's gradients are in. Gradients go the zero2 way (data_parallel.cpp).
 //
 // Parameters outside every block (embeddings, final norm, tied head) stay replicated, as
 // PyTorch's root FSDP unit keeps them; they are broadcast by their owners after each step.
@@ -11,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/event.h"
 #include "leantrain/dist.h"
 #include "leantrain/nn.h"
 
@@ -20,7 +25,7 @@ class FsdpUnits {
  public:
   // params: the trainable parameters in registration order; owner: their ranks.
   FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params, const std::vector<int>& owner,
-            bool reshard_after_forward);
+            bool reshard_after_forward, Device device);
   ~FsdpUnits();
   // Whether parameter i belongs to a unit (else it is replicated).
   bool in_unit(size_t i) const { return unit_of_[i] >= 0; }
@@ -35,14 +40,19 @@ class FsdpUnits {
  private:
   struct Unit {
     std::vector<size_t> params;
-    bool gathered = false;
+    bool gathered = false;  // its broadcast is enqueued (or done)
+    bool waited = false;    // the compute stream waits for it
     size_t grads = 0;
+    std::unique_ptr<Event> arrived;  // recorded on the communication stream after the broadcast
   };
-  void gather(Unit& u);
+  void gather(Unit& u);               // enqueues the broadcast on the communication stream
+  void use(size_t unit);              // gathered, and the compute stream waits for it
+  void prefetch(size_t unit);         // gather() of a unit about to run (none when out of range)
   void release(Unit& u);
   void move_out_of_flat_store(nn::Module& model);
 
   Communicator& comm_;
+  Device device_;
   std::vector<Tensor> params_;
   std::vector<int> owner_, unit_of_;
   std::vector<Unit> units_;

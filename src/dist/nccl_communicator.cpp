@@ -101,6 +101,16 @@ class NcclCommunicator final : public Communicator {
       check(ncclBroadcast(s, r, size_t(bytes), ncclUint8, root, comm_, cuda(stream)), "broadcast");
     });
   }
+  void group_start() override {
+    check(ncclGroupStart(), "group_start");
+    ++grouped_;
+  }
+  void group_end() override {
+    --grouped_;
+    check(ncclGroupEnd(), "group_end");
+    if (grouped_ == 0 && group_calls_) track(group_stream_, "grouped collectives");
+    if (grouped_ == 0) group_calls_ = false;
+  }
   void barrier() override {
     float* one = nullptr;
     check_cuda(cudaMalloc(&one, sizeof(float)), "cudaMalloc");
@@ -132,9 +142,11 @@ class NcclCommunicator final : public Communicator {
   void staged(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, void* stream, const char* what, F run) {
     if (on_device(send) && on_device(recv)) {
       run(send, recv);
-      track(stream, what);
+      if (grouped_ > 0) group_calls_ = true, group_stream_ = stream;  // enqueued at group_end
+      else track(stream, what);
       return;
     }
+    if (grouped_ > 0) fail(std::string("NCCL ") + what + " of host memory inside a group", "only device buffers can be grouped", "");
     const bool in_place = send == recv;
     char* d = nullptr;
     check_cuda(cudaMalloc(&d, size_t(in_place ? send_bytes : send_bytes + recv_bytes) + 1), "cudaMalloc");
@@ -197,6 +209,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_, size_;
+  int grouped_ = 0;
+  bool group_calls_ = false;
+  void* group_stream_ = nullptr;
   double timeout_;
   ncclComm_t comm_ = nullptr;
   std::mutex m_;

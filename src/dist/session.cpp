@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -175,6 +177,12 @@ int launch_local(int devices, const std::string& device, int argc, char** argv) 
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && rc == 0) {
         rc = code;
+        // A rank's own error is already printed; a rank ended from outside says nothing itself.
+        if (WIFSIGNALED(status)) {
+          const long r = std::find(kids.begin(), kids.end(), pid) - kids.begin();
+          std::fprintf(stderr, "leantrain: error: rank %ld was killed by signal %d (%s); ending the other ranks\n", r,
+                       WTERMSIG(status), strsignal(WTERMSIG(status)));
+        }
         for (pid_t k : kids) ::kill(k, SIGTERM);
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       }

@@ -24,6 +24,17 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
   j += "}, \"peak_pinned_host_bytes\": " + std::to_string(r.pinned_host.allocated_bytes.peak) +
        ", \"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host) +
        ", \"peak_disk_bytes\": " + std::to_string(r.disk.allocated_bytes.peak);
+  if (d.is_cuda()) {
+    // Device memory outside the caching allocator beyond the CUDA context and the streams'
+    // handles, at the end of the run: NCCL's buffers on a run of several GPUs (a plan's
+    // "NCCL buffers" line), close to nothing on one. Device-wide: another process on the GPU counts.
+    try {
+      const CudaMemoryInfo m = cuda_memory_info(d.index);
+      j += ", \"context_bytes\": " + std::to_string(m.context_bytes + m.library_bytes) + ", \"outside_allocator_bytes\": " +
+           std::to_string(m.total_bytes - m.free_bytes - m.context_bytes - m.library_bytes - m.reserved_bytes);
+    } catch (const Error&) {
+    }
+  }
   char buf[200];  // throughput of the run, as its progress line reports it
   std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
                 r.items_per_s, r.steady_items_per_s);

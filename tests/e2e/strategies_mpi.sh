@@ -64,6 +64,15 @@ done
 if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy fsdp --reshard-after-forward false --metrics "$WORK/fsdp_keep.jsonl"; then
   same_losses "$WORK/fsdp.jsonl" "$WORK/fsdp_keep.jsonl" 0 "fsdp --reshard-after-forward false vs true"
 fi
+# fsdp with checkpointed blocks: the region gathers its block again to recompute it, and the
+# losses are those of one checkpointed process (with and without resharding after forward).
+expect_ok "$LT" "${RUN[@]}" --checkpoint blocks --metrics "$WORK/one_ckpt.jsonl"
+for r in true false; do
+  if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --checkpoint blocks --strategy fsdp --reshard-after-forward $r \
+      --metrics "$WORK/fsdp_ckpt_$r.jsonl"; then
+    same_losses "$WORK/one_ckpt.jsonl" "$WORK/fsdp_ckpt_$r.jsonl" 1e-5 "fsdp --checkpoint blocks (reshard $r) vs 1 process"
+  fi
+done
 # What each rank keeps between steps: fsdp less than zero2, zero2 and zero1 less than ddp
 # (the progress line's "mem": parameters, gradients and optimizer state after the step).
 mem_of() { grep -Eo 'mem [0-9.]+ MiB' "$WORK/mem_$1" | tail -1 | grep -Eo '[0-9.]+'; }
@@ -82,6 +91,13 @@ for s in ddp zero1 zero2 fsdp; do
   if [ "$(peak_of "$WORK/plan_$s.json")" = "$(peak_of "$WORK/measured_$s.json")" ]; then ok; else
     fail "$s: plan says $(peak_of "$WORK/plan_$s.json") B, rank 0 measured $(peak_of "$WORK/measured_$s.json") B"; fi
 done
+# ... and fsdp with checkpointed blocks (gathers in the recomputation, prefetches in both directions).
+if expect_ok "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 2 --strategy fsdp --checkpoint blocks --metrics-json "$WORK/measured_fsdp_ckpt.json"; then
+  "$LT" plan "${BASE[@]:1}" --batch 8 --steps 2 --strategy fsdp --checkpoint blocks --devices 2 --device-type cpu --json \
+    >"$WORK/plan_fsdp_ckpt.json" 2>"$WORK/err" || fail "plan --strategy fsdp --checkpoint blocks failed"
+  if [ "$(peak_of "$WORK/plan_fsdp_ckpt.json")" = "$(peak_of "$WORK/measured_fsdp_ckpt.json")" ]; then ok; else
+    fail "fsdp + checkpoint: plan says $(peak_of "$WORK/plan_fsdp_ckpt.json") B, rank 0 measured $(peak_of "$WORK/measured_fsdp_ckpt.json") B"; fi
+fi
 expect_ok "$LT" plan "${RUN[@]:1}" --strategy fsdp --devices 2 --device-type cpu
 expect_grep '^  rank 1: peak allocated' "$WORK/out" "plan's per-rank lines"
 # zero1 steps the same numbers as ddp (only where they are computed changes): identical.

@@ -234,9 +234,9 @@ TEST(CrossStreamReuse, CudaRecordedBlockIsReusedOnlyAfterItsEvent) {
   backend_for(dev).synchronize();
 }
 
-TEST(CrossStreamReuse, CudaStreamsBeyondTheCopyStreamAreRefused) {
+TEST(CrossStreamReuse, CudaStreamsBeyondTheCommStreamAreRefused) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
-  StreamGuard g(2);  // a valid number, but the CUDA backend has two streams
+  StreamGuard g(kNumDeviceStreams);  // a valid number, but the CUDA backend has three streams
   EXPECT_THROW(zeros({4}, DType::F32, Device::cuda(0)), Error);
 }
 

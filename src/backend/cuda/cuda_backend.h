@@ -20,6 +20,7 @@ class CudaBackend final : public Backend {
   bool event_done(void* event) override;
   void wait_event(void* event) override;
   void stream_wait_event(void* event) override;
+  void* native_stream() override;
   void copy_from_host_async(const Tensor& dst, const void* src) override;  // copy.cu
   void copy_to_host_async(void* dst, const Tensor& src) override;          // copy.cu
   // Every op of backend_ops.def, one file per group: copy.cu, elementwise.cu, reduce.cu,

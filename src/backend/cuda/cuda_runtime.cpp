@@ -120,6 +120,7 @@ DeviceState& device_state(int device) {
     LT_CUDA_CHECK(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamDefault));
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamDefault));
     LT_CUBLAS_CHECK(cublasLtCreate(&s->lt));
     size_t free1 = 0;
     LT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
@@ -133,9 +134,10 @@ cudaStream_t stream_handle(int device, int stream) {
   DeviceState& s = device_state(device);
   if (stream == kComputeStream) return s.stream;
   if (stream == kCopyStream) return s.copy_stream;
+  if (stream == kCommStream) return s.comm_stream;
   fail("no stream " + std::to_string(stream) + " on cuda:" + std::to_string(device),
-       "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device (compute, copy)",
-       "use kComputeStream or kCopyStream in the StreamGuard");
+       "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device (compute, copy, comm)",
+       "use kComputeStream, kCopyStream or kCommStream in the StreamGuard");
 }
 
 cudaStream_t current_stream() { return stream_handle(current_device(), current_stream_id()); }
@@ -162,6 +164,12 @@ void CudaBackend::synchronize() {
   const cuda::DeviceState& s = cuda::device_state(device_index_);
   LT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   LT_CUDA_CHECK(cudaStreamSynchronize(s.copy_stream));
+  LT_CUDA_CHECK(cudaStreamSynchronize(s.comm_stream));
+}
+
+void* CudaBackend::native_stream() {
+  cuda::DeviceGuard g(device_index_);
+  return cuda::current_stream();
 }
 
 void* CudaBackend::create_event() {
