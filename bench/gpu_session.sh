@@ -204,6 +204,15 @@ PY
       export NCCL_NVLS_ENABLE=0
       N=${DIST_GPUS:-2}
       peak() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['peak_allocated_bytes'], j['peak_reserved_bytes'], round(j.get('steady_items_per_s', 0)), j.get('outside_allocator_bytes', '-'))" "$1" 2>/dev/null || echo "- - - -"; }
+      # ranks_vs_plan RUN_JSON FLAGS...: every rank's measured peak allocated (rank 0's --metrics-json) against plan --rank r.
+      ranks_vs_plan() {
+        local j=$1; shift
+        local planned=""
+        for r in $(seq 0 $((N - 1))); do
+          planned="$planned $(timeout 120 "./$BUILD/leantrain" plan "$@" --rank $r --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['peak_allocated_bytes'])" 2>/dev/null || echo -1)"
+        done
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])).get('rank_peak_allocated_bytes', []); p=[int(x) for x in sys.argv[2:]]; print('  per rank measured', m, 'plan', p, 'equal' if m == p else 'DIFFER', 'max GiB %.3f' % (max(m) / 2**30 if m else -1))" "$j" $planned
+      }
       G="--model gpt2-tiny --data synthetic --batch 8 --steps 12 --log-every 1 --eval-batches 1"
       timeout 60 "./$BUILD/leantrain" train $G --device cuda --metrics "$OUT/d1.jsonl" > "$OUT/d1.log" 2>&1; echo "gpt2-tiny 1 GPU: exit $?"
       for s in ddp zero1 zero2 fsdp fsdp-ckpt; do
@@ -214,6 +223,7 @@ PY
         echo "gpt2-tiny $N GPUs $s: exit $?"; grep -E "error" "$OUT/dn-$s.log" | head -3
         timeout 120 "./$BUILD/leantrain" plan $G $extra --devices $N --strategy $st --json > "$OUT/pn-$s.json" 2>/dev/null
         echo "  $s rank 0 measured (alloc reserved): $(peak "$OUT/dn-$s.json") plan: $(peak "$OUT/pn-$s.json")"
+        ranks_vs_plan "$OUT/dn-$s.json" $G $extra --device cuda --devices $N --strategy $st
       done
       python3 - "$OUT" <<'PY'
 import json, sys, os
@@ -234,6 +244,7 @@ PY
         echo "GPT-2 $N GPUs $s: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/gn-$s.json")"; grep error "$OUT/gn-$s.log" | head -2
         timeout 120 "./$BUILD/leantrain" plan $T --batch $((16 * N)) --devices $N --strategy $s --json > "$OUT/gpn-$s.json" 2>/dev/null
         echo "  plan: $(peak "$OUT/gpn-$s.json")"
+        ranks_vs_plan "$OUT/gn-$s.json" $T --batch $((16 * N)) --devices $N --strategy $s
       done
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
       timeout 200 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode fsdp2 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
@@ -246,10 +257,14 @@ PY
       echo "TinyLlama $N GPUs fsdp: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/ln.json")"; grep error "$OUT/ln.log" | head -2
       timeout 200 "./$BUILD/leantrain" plan $L --batch $((4 * N)) --devices $N --strategy fsdp --json > "$OUT/lpn.json" 2>/dev/null
       echo "  plan: $(peak "$OUT/lpn.json")"
+      ranks_vs_plan "$OUT/ln.json" $L --batch $((4 * N)) --devices $N --strategy fsdp
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model tinyllama --mode fsdp2 --batch 4 --checkpoint --steps 10 --warmup 3 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
       # A rank killed from outside: the launcher ends the others and says which rank died.
-      "./$BUILD/leantrain" train $T --batch $((16 * N)) --steps 100000 --devices $N --strategy ddp > "$OUT/kill.log" 2>&1 &
-      Lpid=$!; sleep 20; K=$(pgrep -P $Lpid | tail -1); kill -9 $K; t0=$(date +%s.%N)
+      K="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps 100000 --log-every 50 --device cuda"
+      "./$BUILD/leantrain" train $K --batch $((16 * N)) --devices $N --strategy ddp > "$OUT/kill.log" 2>&1 &
+      Lpid=$!; sleep 20
+      nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader | sort -k2
+      victim=$(pgrep -P $Lpid | tail -1); kill -9 $victim; t0=$(date +%s.%N)
       for i in $(seq 1 600); do kill -0 $Lpid 2>/dev/null || break; sleep 0.1; done
       wait $Lpid; rc=$?; t1=$(date +%s.%N)
       echo "killed rank (launcher): exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s; leantrain processes left: $(pgrep -c -x leantrain)"
@@ -259,7 +274,7 @@ PY
       port=$((29600 + RANDOM % 100))
       for r in 0 1; do
         env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port LEANTRAIN_DIST_TIMEOUT=15 \
-          "./$BUILD/leantrain" train $T --batch 32 --steps 100000 --strategy ddp > "$OUT/kill-r$r.log" 2>&1 &
+          "./$BUILD/leantrain" train $K --batch 32 --strategy ddp > "$OUT/kill-r$r.log" 2>&1 &
         eval "P$r=\$!"
       done
       sleep 25; kill -9 $P1; t0=$(date +%s.%N)

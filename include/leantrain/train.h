@@ -139,7 +139,13 @@ struct EvalInfo {
   double loss = 0;
   std::optional<double> accuracy;  // classifiers only
 };
+// An evaluation's sums over the tokens (or images) it saw: what the ranks of a job add up.
+struct EvalSums {
+  double loss = 0, count = 0, correct = 0;
+};
 struct RunResult {
+  // Several ranks: each rank's peak allocated / reserved bytes, in rank order (empty on one).
+  std::vector<int64_t> rank_peak_allocated, rank_peak_reserved;
   int64_t steps = 0;       // the last step trained (counting resumed ones)
   double final_loss = 0;   // last training loss
   std::optional<EvalInfo> eval;  // the last evaluation

@@ -42,6 +42,7 @@ struct PlanFlags {
   std::string budget;   // --budget; empty: just plan
   std::string maximize; // --maximize seq-len|batch (with --budget); empty: the cheapest-config search
   bool json = false;
+  int rank = 0;  // --rank: whose full report (with --devices N)
 };
 void add_plan_flags(CLI::App& cmd, RunConfig& cfg, PlanFlags& p);
 int run_plan(const RunConfig& cfg, const PlanFlags& p);

@@ -1,5 +1,6 @@
 // `leantrain plan`: every `train` flag, plus what the plan needs (target device type, context,
 // JSON, a budget to fit). `train --fit BUDGET` plans the same way, then trains the chosen config.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/cli.h"
@@ -20,6 +21,8 @@ void add_plan_flags(CLI::App& cmd, RunConfig& c, PlanFlags& p) {
   cmd.add_option("--maximize", p.maximize, "With --budget: instead of searching knobs, find the largest seq-len or batch (micro-batch = batch) that fits, every other flag as given")
       ->group(what);
   cmd.add_flag("--json", p.json, "Print one JSON object instead of the report")->group(what);
+  cmd.add_option("--rank", p.rank, "With --devices N: the rank whose full report (or JSON) is printed")
+      ->capture_default_str()->group(what);
 }
 
 void add_fit_flag(CLI::App& train, std::string& fit) {
@@ -32,6 +35,7 @@ namespace {
 PlanOptions options_of(const PlanFlags& p) {
   PlanOptions o;
   o.device_type = p.device_type;
+  o.rank = p.rank;
   if (!p.context.empty()) o.context_bytes = parse_bytes(p.context, "--context-bytes");
   return o;
 }
@@ -85,6 +89,9 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     }
     return 0;
   }
+  if (p.rank < 0 || p.rank >= std::max<int64_t>(1, cfg.devices))
+    throw UsageError("--rank " + std::to_string(p.rank), "the plan has " + std::to_string(std::max<int64_t>(1, cfg.devices)) + " ranks",
+                     "pass a rank from 0 to --devices - 1");
   if (cfg.devices > 1 && !p.json) {
     // Every rank's own replay (shards differ by up to one parameter), then rank 0's full report.
     std::printf("%lld ranks, --strategy %s: each rank trains on %lld of the %lld samples of every batch\n",
@@ -100,7 +107,7 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
       std::printf("  + NCCL's own buffers per rank (outside the allocator, an estimate like the CUDA context): "
                   "NCCL_BUFFSIZE 4 MiB x 2 directions x its channels (2-32, chosen by NCCL at run time)\n"
                   "  note: the strategies run on the CPU backend so far; this is the pattern they allocate\n");
-    std::printf("rank 0:\n");
+    std::printf("rank %d:\n", p.rank);
   }
   o.write_memory_files = true;  // --memory-snapshot / --memory-report from the predicted trace
   PlanResult r = plan_run(cfg, o);

@@ -80,6 +80,24 @@ class DataParallel final : public StepHook {
     b.targets = slice(b.targets, 0, r * rows / w, (r + 1) * rows / w);
   }
 
+  // The held-out batches split as the training ones: each rank evaluates its rows, and the
+  // ranks' sums add up to the one-process evaluation (rank order).
+  // A last batch that does not split is evaluated whole by every rank (fsdp's forward gathers
+  // with the others) and counted by rank 0 alone.
+  bool on_eval_batch(Batch& b) override {
+    if (b.inputs.size(0) % comm_.size() != 0) return comm_.rank() == 0;
+    on_batch(b);
+    return true;
+  }
+  void reduce_eval(EvalSums& s) override {
+    const double mine[3] = {s.loss, s.count, s.correct};
+    std::vector<double> all(size_t(3 * comm_.size()));
+    comm_.all_gather(mine, all.data(), 3, DType::F64);
+    s = EvalSums{};
+    for (int r = 0; r < comm_.size(); ++r)
+      s.loss += all[size_t(3 * r)], s.count += all[size_t(3 * r + 1)], s.correct += all[size_t(3 * r + 2)];
+  }
+
   Tensor scale_loss(const Tensor& loss) override {
     ++micro_;  // called once per micro-batch, before its backward
     return loss;
@@ -196,42 +214,49 @@ class DataParallel final : public StepHook {
 
   // The group's gradients, packed into one staging buffer, reduced and unpacked, all on the
   // communication stream after the compute stream's work so far (which produced them): backward
-  // goes on meanwhile. The staging buffer comes from, and goes back to, that stream's pool.
+  // goes on meanwhile. The staging buffer comes from, and goes back to, that stream's pool. A
+  // group of one contiguous gradient (GPT-2's tied embedding, a bucket of its own) is reduced
+  // where it is.
   void reduce_group(const std::vector<int>& group, int root) {
     if (group.empty()) return;
     const DType dt = params_[size_t(group[0])].grad().dtype();
     int64_t n = 0;
     for (int i : group) n += params_[size_t(i)].grad().numel();
-    auto produced = std::make_unique<Event>(device_);
-    produced->record();
+    Event produced(device_);
+    produced.record();
     auto reduced = std::make_unique<Event>(device_);
     {
       StreamGuard on_comm(kCommStream);
-      produced->block_current_stream();
-      MemoryCategoryScope ws(Category::Workspace);
-      Tensor staging = Tensor::empty({n}, dt, params_[size_t(group[0])].device());
-      void* base = staging.raw_data();
-      auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
-      int64_t at = 0;
-      for (int i : group) {
-        const Tensor& g = params_[size_t(i)].grad();
-        copy_(make_view(staging, {g.numel()}, {1}, at), flat(g.contiguous()));
-        at += g.numel();
-      }
-      if (base) {  // a plan on meta moves no data: the staging buffer's bytes are what it replays
-        void* stream = backend_for(device_).native_stream();
+      produced.block_current_stream();
+      void* stream = backend_for(device_).native_stream();
+      auto reduce = [&](void* base) {
+        if (!base) return;  // a plan on meta moves no data: the buffers' bytes are what it replays
         if (root < 0) comm_.all_reduce(base, n, dt, ReduceOp::Avg, stream);
         else comm_.reduce(base, n, dt, ReduceOp::Avg, root, stream);
-      }
-      if (root < 0 || root == comm_.rank()) {
-        at = 0;
+      };
+      const Tensor& first = params_[size_t(group[0])].grad();
+      if (group.size() == 1 && first.is_contiguous()) {
+        reduce(first.raw_data());
+      } else {
+        MemoryCategoryScope ws(Category::Workspace);
+        Tensor staging = Tensor::empty({n}, dt, first.device());
+        auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
+        int64_t at = 0;
         for (int i : group) {
           const Tensor& g = params_[size_t(i)].grad();
-          copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
+          copy_(make_view(staging, {g.numel()}, {1}, at), flat(g.contiguous()));
           at += g.numel();
         }
+        reduce(staging.raw_data());
+        if (root < 0 || root == comm_.rank()) {
+          at = 0;
+          for (int i : group) {
+            const Tensor& g = params_[size_t(i)].grad();
+            copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
+            at += g.numel();
+          }
+        }
       }
-      staging = Tensor();
       reduced->record();
     }
     // The gradients the rank keeps are next freed after after_backward(), whose waits order the

@@ -3,6 +3,7 @@
 
 #include <any>
 #include <map>
+#include <set>
 
 #include "backend/backend.h"
 #include "backend/event.h"
@@ -98,30 +99,45 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
 FsdpUnits::~FsdpUnits() = default;
 
 // The flat store is one allocation: it is freed only when no tensor views it any more. Each
-// tensor the rank keeps gets its own allocation (same values), the others none.
+// tensor the rank keeps gets its own allocation (same values), the others none. The kept values
+// wait in host memory while the store goes, so the device never holds the store and the copies
+// at once (that would be the run's peak: the whole model plus this rank's share of it).
 void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
   std::vector<Tensor> all;
   for (auto& [n, p] : model.named_parameters()) all.push_back(p);
   for (auto& [n, b] : model.named_buffers()) all.push_back(b);
+  struct Kept {
+    TensorImpl* impl;
+    Category category;
+    std::vector<char> host;
+  };
+  std::vector<Kept> kept;
+  std::set<const TensorImpl*> seen;
   for (Tensor& t : all) {
+    if (!seen.insert(t.impl()).second) continue;  // tied: one tensor under two names
     auto it = index.find(t.impl());
     const bool dropped = it != index.end() && in_unit(it->second) && owner_[it->second] != comm_.rank();
-    TensorImpl* impl = t.impl();
-    if (dropped) {
-      impl->storage = nullptr;
-      continue;
+    if (!dropped) {
+      Kept k{t.impl(), t.category(), {}};
+      if (!t.device().is_meta()) {
+        Tensor c = t.contiguous();
+        k.host.resize(size_t(c.nbytes()));
+        backend_for(c.device()).copy_to_host(k.host.data(), c);
+      }
+      kept.push_back(std::move(k));
     }
-    MemoryCategoryScope cat(t.category());
-    Tensor own = Tensor::empty(t.shape(), t.dtype(), t.device());
-    {
-      NoGradGuard ng;
-      copy_(own, t);
-    }
-    impl->storage = own.impl()->storage;
-    impl->offset = 0;
-    impl->strides = own.strides();
+    t.impl()->storage = nullptr;
+  }
+  all.clear();
+  for (Kept& k : kept) {  // the store is freed by now
+    MemoryCategoryScope cat(k.category);
+    Tensor own = Tensor::empty(k.impl->shape, k.impl->dtype, k.impl->device);
+    if (!own.device().is_meta()) backend_for(own.device()).copy_from_host(own, k.host.data());
+    k.impl->storage = own.impl()->storage;
+    k.impl->offset = 0;
+    k.impl->strides = own.strides();
   }
 }
 

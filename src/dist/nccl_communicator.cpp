@@ -49,7 +49,8 @@ double now_s() {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const LaunchInfo& li, int device) : rank_(li.rank), size_(li.world_size), timeout_(timeout_seconds()) {
+  NcclCommunicator(const LaunchInfo& li, int device)
+      : rank_(li.rank), size_(li.world_size), device_(device), timeout_(timeout_seconds()) {
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
     ncclUniqueId id{};
     if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -66,6 +67,7 @@ class NcclCommunicator final : public Communicator {
     stop_.store(true);
     if (watchdog_.joinable()) watchdog_.join();
     for (auto& p : pending_) cudaEventDestroy(p.event);
+    if (scratch_) cudaFree(scratch_);
     if (comm_) ncclCommDestroy(comm_);
   }
   int rank() const override { return rank_; }
@@ -148,15 +150,20 @@ class NcclCommunicator final : public Communicator {
     }
     if (grouped_ > 0) fail(std::string("NCCL ") + what + " of host memory inside a group", "only device buffers can be grouped", "");
     const bool in_place = send == recv;
-    char* d = nullptr;
-    check_cuda(cudaMalloc(&d, size_t(in_place ? send_bytes : send_bytes + recv_bytes) + 1), "cudaMalloc");
+    const size_t need = size_t(in_place ? send_bytes : send_bytes + recv_bytes) + 1;
+    // The per-step numbers (loss, norm) reuse one small buffer: a cudaFree would wait for the
+    // whole device every step. Large ones (a checkpoint's state) get a buffer of their own.
+    const bool small = need <= kScratchBytes;
+    if (small && !scratch_) check_cuda(cudaMalloc(&scratch_, kScratchBytes), "cudaMalloc");
+    char* d = scratch_;
+    if (!small) check_cuda(cudaMalloc(&d, need), "cudaMalloc");
     char* dr = in_place ? d : d + send_bytes;
     check_cuda(cudaMemcpyAsync(d, send, size_t(send_bytes), cudaMemcpyHostToDevice, cuda(stream)), "cudaMemcpyAsync");
     run(d, dr);
     track(stream, what);  // a hung collective: the watchdog ends the process while this waits
     check_cuda(cudaMemcpyAsync(recv, dr, size_t(recv_bytes), cudaMemcpyDeviceToHost, cuda(stream)), "cudaMemcpyAsync");
     check_cuda(cudaStreamSynchronize(cuda(stream)), what);
-    check_cuda(cudaFree(d), "cudaFree");
+    if (!small) check_cuda(cudaFree(d), "cudaFree");
   }
   void check(ncclResult_t r, const char* what) {
     if (r == ncclInProgress) return wait_ready(what);  // non-blocking: enqueued once the comm says so
@@ -181,6 +188,9 @@ class NcclCommunicator final : public Communicator {
     pending_.push_back({e, now_s(), what});
   }
   void watch() {
+    // A thread's first CUDA call binds it to device 0 unless told otherwise: on every rank but
+    // rank 0 that would create a second CUDA context (hundreds of MiB) on rank 0's GPU.
+    if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
     while (!stop_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       ncclResult_t st = ncclSuccess;
@@ -208,7 +218,9 @@ class NcclCommunicator final : public Communicator {
     _exit(1);
   }
 
-  int rank_, size_;
+  static constexpr size_t kScratchBytes = size_t(64) << 10;
+  char* scratch_ = nullptr;  // device staging of small host buffers (outside the allocator)
+  int rank_, size_, device_;
   int grouped_ = 0;
   bool group_calls_ = false;
   void* group_stream_ = nullptr;

@@ -35,6 +35,15 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
     } catch (const Error&) {
     }
   }
+  if (!r.rank_peak_allocated.empty()) {
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    j += ", \"rank_peak_allocated_bytes\": " + list(r.rank_peak_allocated) +
+         ", \"rank_peak_reserved_bytes\": " + list(r.rank_peak_reserved);
+  }
   char buf[200];  // throughput of the run, as its progress line reports it
   std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
                 r.items_per_s, r.steady_items_per_s);

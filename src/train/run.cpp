@@ -216,6 +216,16 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   result.seconds = seconds_since(t0);
   result.items_per_s = step_seconds > 0 ? double(items) / step_seconds : 0;
   result.steady_items_per_s = steady_seconds > 0 ? double(steady_items) / steady_seconds : result.items_per_s;
+  if (dist::world().size() > 1) {  // every rank's peaks, for rank 0's --metrics-json (ranks differ by their shards)
+    const int w = dist::world().size();
+    const int64_t mine[2] = {result.memory.allocated_bytes.peak, result.memory.reserved_bytes.peak};
+    std::vector<int64_t> all(size_t(2 * w));
+    dist::world().all_gather(mine, all.data(), 2, DType::I64);
+    for (int r = 0; r < w; ++r) {
+      result.rank_peak_allocated.push_back(all[size_t(2 * r)]);
+      result.rank_peak_reserved.push_back(all[size_t(2 * r + 1)]);
+    }
+  }
   return result;
 }
 

@@ -18,6 +18,7 @@ namespace lt {
 class Trainer;
 class FusedStep;
 struct Batch;
+struct EvalSums;
 
 class StepHook {
  public:
@@ -29,6 +30,10 @@ class StepHook {
   virtual void on_batch(Batch&) {}
   // The step's mean loss as reported; data parallelism averages it over the ranks.
   virtual double reduce_loss(double loss) { return loss; }
+  // Each held-out batch of an evaluation (false: this rank leaves it out of its sums), and the
+  // evaluation's sums: data parallelism evaluates the rank's rows and adds the ranks' sums.
+  virtual bool on_eval_batch(Batch&) { return true; }
+  virtual void reduce_eval(EvalSums&) {}
   // The gradient norm the step reports, checks and clips by; ZeRO-2 / FSDP combine the ranks'
   // shard norms (the loop then recomputes the clip coefficient from it).
   virtual double reduce_grad_norm(double norm) { return norm; }

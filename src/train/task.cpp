@@ -372,7 +372,8 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   return t;
 }
 
-EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
+EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const std::function<bool(Batch&)>& prepare,
+                       const std::function<void(EvalSums&)>& combine) {
   LoaderOptions lo;
   lo.batch_size = batch_size;
   lo.shuffle = false;
@@ -385,6 +386,7 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
   int64_t count = 0, correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     Batch b = loader.next();
+    const bool counts = !prepare || prepare(b);
     Tensor targets = reshape(b.targets, {-1});
     // A causal LM with --loss-chunk evaluates as it trains, a chunk of logits at a time (the
     // whole [T, V] logits of a long context would be the run's peak); a classifier needs them.
@@ -395,7 +397,8 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
       flat = reshape(logits, {-1, logits.size(logits.dim() - 1)});
       batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
     }
-    if (t.masked_targets && !t.device.is_meta()) {  // the mean is over the tokens the loss sees
+    if (!counts) {  // another rank counts this batch; the forward ran for the collectives in it
+    } else if (t.masked_targets && !t.device.is_meta()) {  // the mean is over the tokens the loss sees
       for (int64_t y : targets.to_int_vector()) count += y != kIgnoreTarget;
     } else {
       count += targets.numel();
@@ -404,15 +407,18 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches) {
       Tensor pred = t.classifier ? argmax(flat) : Tensor();
       continue;
     }
+    if (!counts) continue;
     loss_sum += batch_loss.item();
     if (t.classifier) {
       std::vector<int64_t> pred = argmax(flat).to_int_vector(), want = targets.to_int_vector();
       for (size_t k = 0; k < pred.size(); ++k) correct += pred[k] == want[k];
     }
   }
+  EvalSums sums{loss_sum, double(count), double(correct)};
+  if (combine) combine(sums);
   EvalInfo e;
-  e.loss = count ? loss_sum / double(count) : 0.0;
-  if (t.classifier) e.accuracy = count ? double(correct) / double(count) : 0.0;
+  e.loss = sums.count > 0 ? sums.loss / sums.count : 0.0;
+  if (t.classifier) e.accuracy = sums.count > 0 ? sums.correct / sums.count : 0.0;
   return e;
 }
 

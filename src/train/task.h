@@ -3,6 +3,7 @@
 // family (LLaMA) is an entry of the model registry (models/registry.h) and a new data set a new
 // branch of make_task, not a new loop.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,11 @@ std::unique_ptr<Task> make_task(const RunConfig& cfg, Device device);
 
 // Loss (and accuracy) over the held-out split in batches of batch_size, at most max_batches
 // (0: all). Call under InferenceModeGuard with the model in eval mode.
-EvalInfo evaluate_task(Task& task, int64_t batch_size, int64_t max_batches);
+// prepare: each held-out batch before the forward (data parallelism keeps the rank's rows);
+// false: evaluate it but leave it out of this rank's sums. combine: the rank's sums before the
+// means (data parallelism sums them over the ranks).
+EvalInfo evaluate_task(Task& task, int64_t batch_size, int64_t max_batches,
+                       const std::function<bool(Batch&)>& prepare = {},
+                       const std::function<void(EvalSums&)>& combine = {});
 
 }  // namespace lt

@@ -223,7 +223,16 @@ EvalInfo Trainer::evaluate() {
   model().eval();
   EvalInfo e;
   try {
-    e = evaluate_task(task_, micro_batch_, cfg_.eval_batches);
+    e = evaluate_task(
+        task_, micro_batch_, cfg_.eval_batches,
+        [this](Batch& b) {
+          bool counts = true;
+          for (auto& h : hooks_) counts = h->on_eval_batch(b) && counts;
+          return counts;
+        },
+        [this](EvalSums& s) {
+          for (auto& h : hooks_) h->reduce_eval(s);
+        });
   } catch (...) {
     model().train();
     throw;

@@ -60,6 +60,21 @@ for s in zero2 fsdp; do
     same_losses "$WORK/one_clip.jsonl" "$WORK/${s}_clip.jsonl" 1e-5 "$s --clip 0.5 vs 1 process"
   fi
 done
+# The held-out evaluation is split over the ranks too (a last batch that does not split is
+# evaluated whole and counted once): the 1-process validation loss, every batch of it.
+same_eval() {
+  if python3 - "$1" "$2" <<'PY'; then ok; else fail "$3: eval losses differ"; fi
+import json, sys
+e = [[json.loads(l)["eval_loss"] for l in open(p) if "eval_loss" in l] for p in sys.argv[1:]]
+sys.exit(0 if e[0] and len(e[0]) == len(e[1]) and all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(*e)) else 1)
+PY
+}
+same_eval "$WORK/one.jsonl" "$WORK/ddp.jsonl" "ddp"
+ALL_EVAL=(train --device cpu --model gpt2-tiny --data fortunes --lr 1e-3 --eval-batches 0 --workers 1 --steps 2 --batch 6)
+expect_ok "$LT" "${ALL_EVAL[@]}" --metrics "$WORK/one_eval_all.jsonl"
+if expect_ok "${MPI[@]}" "$LT" "${ALL_EVAL[@]}" --strategy fsdp --metrics "$WORK/fsdp_eval_all.jsonl"; then
+  same_eval "$WORK/one_eval_all.jsonl" "$WORK/fsdp_eval_all.jsonl" "fsdp, every held-out batch"
+fi
 # fsdp keeping the gathered blocks to backward: the same losses.
 if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy fsdp --reshard-after-forward false --metrics "$WORK/fsdp_keep.jsonl"; then
   same_losses "$WORK/fsdp.jsonl" "$WORK/fsdp_keep.jsonl" 0 "fsdp --reshard-after-forward false vs true"
@@ -98,6 +113,15 @@ if expect_ok "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 2 --strategy fsdp 
   if [ "$(peak_of "$WORK/plan_fsdp_ckpt.json")" = "$(peak_of "$WORK/measured_fsdp_ckpt.json")" ]; then ok; else
     fail "fsdp + checkpoint: plan says $(peak_of "$WORK/plan_fsdp_ckpt.json") B, rank 0 measured $(peak_of "$WORK/measured_fsdp_ckpt.json") B"; fi
 fi
+# Every rank's measured peaks are in rank 0's --metrics-json; rank 1's is plan --rank 1's.
+if python3 - "$WORK/measured_fsdp.json" "$(
+    "$LT" plan "${BASE[@]:1}" --batch 8 --steps 2 --strategy fsdp --devices 2 --device-type cpu --rank 1 --json | peak_of /dev/stdin
+  )" <<'PY'; then ok; else fail "fsdp rank 1: measured peak differs from plan --rank 1"; fi
+import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(0 if j["rank_peak_allocated_bytes"][1] == int(sys.argv[2]) else 1)
+PY
+expect_error 2 "--rank 2.*the plan has 2 ranks" "$LT" plan "${RUN[@]:1}" --strategy fsdp --devices 2 --device-type cpu --rank 2
 expect_ok "$LT" plan "${RUN[@]:1}" --strategy fsdp --devices 2 --device-type cpu
 expect_grep '^  rank 1: peak allocated' "$WORK/out" "plan's per-rank lines"
 # zero1 steps the same numbers as ddp (only where they are computed changes): identical.
