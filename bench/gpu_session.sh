@@ -266,6 +266,7 @@ PY
       nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader | sort -k2
       victim=$(pgrep -P $Lpid | tail -1); kill -9 $victim; t0=$(date +%s.%N)
       for i in $(seq 1 600); do kill -0 $Lpid 2>/dev/null || break; sleep 0.1; done
+      kill -0 $Lpid 2>/dev/null && { echo "HANG: the launcher still runs 60 s after the kill"; pkill -9 -x leantrain; }
       wait $Lpid; rc=$?; t1=$(date +%s.%N)
       echo "killed rank (launcher): exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s; leantrain processes left: $(pgrep -c -x leantrain)"
       grep '^leantrain: error' "$OUT/kill.log"
@@ -279,6 +280,7 @@ PY
       done
       sleep 25; kill -9 $P1; t0=$(date +%s.%N)
       for i in $(seq 1 600); do kill -0 $P0 2>/dev/null || break; sleep 0.1; done
+      kill -0 $P0 2>/dev/null && { echo "HANG: rank 0 still runs 60 s after rank 1 was killed"; kill -9 $P0; }
       wait $P0; rc=$?; t1=$(date +%s.%N)
       echo "killed rank 1 (no launcher): rank 0 exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s"
       grep '^leantrain: error' "$OUT/kill-r0.log"

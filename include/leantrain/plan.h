@@ -18,11 +18,17 @@ namespace lt {
 // cuBLASLt handle. Outside the allocator, so added on their own line.
 inline constexpr int64_t kCudaContextBytes = int64_t(527) << 20;
 inline constexpr int64_t kCudaLibraryBytes = int64_t(2) << 20;
+// NCCL's own device buffers per rank of a job of several GPUs (its channels' send/receive
+// buffers, proxy state), outside the allocator: measured on two H200s over NVLink with NCCL's
+// defaults (bench/results/dist-h200x4-0027b22.md). NCCL sizes them at run time from the topology
+// and its environment (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS), so this is an estimate, like the context.
+inline constexpr int64_t kNcclBytes = int64_t(860) << 20;
 
 struct PlanOptions {
   std::string device_type = "cuda";  // cuda: simulated caching allocator; cpu: reserved == allocated
   int64_t steps = 2;                 // optimizer steps dry-run (capped by --steps when that is smaller)
   int64_t context_bytes = -1;        // -1: kCudaContextBytes + kCudaLibraryBytes on cuda, 0 on cpu
+  int64_t nccl_bytes = -1;           // -1: kNcclBytes for a cuda job of 2+ devices, else 0
   // Write the config's --memory-snapshot / --memory-report from the dry run (the predicted
   // timeline). Off for the budget search's many candidate runs.
   bool write_memory_files = false;
@@ -45,7 +51,8 @@ struct PlanResult {
   std::array<int64_t, kNumCategories> at_peak{};  // allocated bytes by category at the peak
   int64_t workspace_bytes = 0;  // the cuBLASLt workspace mirror (0 when no GEMM ran, or on cpu)
   int64_t context_bytes = 0;
-  int64_t total_needed() const { return peak_reserved + context_bytes; }
+  int64_t nccl_bytes = 0;  // NCCL's buffers per rank (cuda, --devices 2+)
+  int64_t total_needed() const { return peak_reserved + context_bytes + nccl_bytes; }
   double seconds = 0;        // how long the plan took
   // The cost model's prediction for this config (set by add_cost_prediction; 0 when not run).
   double predicted_step_seconds = 0, forward_flops = 0, recompute_flops = 0;

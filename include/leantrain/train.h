@@ -90,6 +90,7 @@ struct RunConfig {
   // trains on batch / world rows of every global batch.
   std::string strategy = "ddp";       // ddp | zero1 | zero2 | fsdp (used when the world has 2+ ranks)
   bool reshard_after_forward = true;  // fsdp: free a block's gathered parameters after its forward
+  bool save_sharded = false;  // --save-sharded: each rank writes its optimizer-state shard + a manifest
   int64_t devices = 1;                // start this many processes on this host (not saved with the run)
   // Memory visibility (outputs of this invocation; not saved with the run):
   bool memory_history = false;  // record every alloc/free (category, size, stream, op)

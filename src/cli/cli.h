@@ -39,6 +39,7 @@ int run_train(RunConfig cfg, RunResult* result = nullptr);  // result: filled wh
 struct PlanFlags {
   std::string device_type = "cuda";
   std::string context;  // --context-bytes; empty: the measured constant
+  std::string nccl;     // --nccl-bytes; empty: the measured constant
   std::string budget;   // --budget; empty: just plan
   std::string maximize; // --maximize seq-len|batch (with --budget); empty: the cheapest-config search
   bool json = false;

@@ -16,6 +16,8 @@ void add_plan_flags(CLI::App& cmd, RunConfig& c, PlanFlags& p) {
       ->capture_default_str()->group(what);
   cmd.add_option("--context-bytes", p.context, "CUDA context + stream/cuBLASLt bytes outside the allocator (default 529MiB)")
       ->group(what);
+  cmd.add_option("--nccl-bytes", p.nccl, "NCCL's own buffers per rank with --devices 2+ on cuda, outside the allocator (default 860MiB)")
+      ->group(what);
   cmd.add_option("--budget", p.budget, "Search precision, micro-batch, checkpoint set, optimizer-state precision and fused step for the cheapest configuration that fits this much memory, e.g. 8GiB")
       ->group(what);
   cmd.add_option("--maximize", p.maximize, "With --budget: instead of searching knobs, find the largest seq-len or batch (micro-batch = batch) that fits, every other flag as given")
@@ -37,6 +39,7 @@ PlanOptions options_of(const PlanFlags& p) {
   o.device_type = p.device_type;
   o.rank = p.rank;
   if (!p.context.empty()) o.context_bytes = parse_bytes(p.context, "--context-bytes");
+  if (!p.nccl.empty()) o.nccl_bytes = parse_bytes(p.nccl, "--nccl-bytes");
   return o;
 }
 
@@ -104,9 +107,8 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
                   format_bytes(rr.peak_reserved).c_str());
     }
     if (o.device_type == "cuda")
-      std::printf("  + NCCL's own buffers per rank (outside the allocator, an estimate like the CUDA context): "
-                  "NCCL_BUFFSIZE 4 MiB x 2 directions x its channels (2-32, chosen by NCCL at run time)\n"
-                  "  note: the strategies run on the CPU backend so far; this is the pattern they allocate\n");
+      std::printf("  + per rank outside the allocator: the CUDA context and NCCL's own buffers (%s, an estimate; --nccl-bytes)\n",
+                  format_bytes(o.nccl_bytes >= 0 ? o.nccl_bytes : kNcclBytes).c_str());
     std::printf("rank %d:\n", p.rank);
   }
   o.write_memory_files = true;  // --memory-snapshot / --memory-report from the predicted trace

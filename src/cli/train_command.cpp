@@ -149,6 +149,10 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
                  "fsdp: free a block's gathered parameters after its forward (false: keep them to backward)")
       ->capture_default_str()->group(what);
+  cmd.add_flag("--save-sharded", c.save_sharded,
+               "With --save under zero1/zero2/fsdp: each rank writes its own optimizer-state shard and rank 0 a "
+               "manifest, instead of gathering the whole state to rank 0 (a file system every rank sees)")
+      ->group(what);
   cmd.add_option("--devices", c.devices,
                  "Start this many processes on this host (one per GPU; on the CPU through mpirun); a job started "
                  "by torchrun, mpirun or SLURM needs no flag")

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/event.h"
+#include "leantrain/checkpoint.h"
 #include "leantrain/data.h"
 #include "leantrain/ops.h"
 #include "memory/streams.h"
@@ -59,7 +60,7 @@ class DataParallel final : public StepHook {
   void on_start(Trainer& t) override {
     device_ = t.device();
     for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
-    owner_ = shard_owners(params_, comm_.size());
+    owner_ = owners_for(t.config(), t.model(), params_, comm_.size());
     if (strategy_ == Strategy::Fsdp)
       units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward, device_);
     make_buckets();
@@ -327,12 +328,13 @@ void share_state(Communicator& comm, int from, std::map<std::string, Tensor>& mi
 
 }  // namespace
 
-CheckpointGather::CheckpointGather(Trainer& t) {
+CheckpointGather::CheckpointGather(Trainer& t, bool gather_state) {
   state = t.optimizer().state_dict();
   DataParallel* dp = strategy_hook(t);
   if (!dp || !dp->sharded()) return;  // ddp: every rank has it all already
   units_ = dp->units();
   if (units_) units_->gather_all();
+  if (!gather_state) return;
   Communicator& comm = world();
   std::map<std::string, Tensor> all;
   for (int r = 0; r < comm.size(); ++r) share_state(comm, r, state.tensors, all);
@@ -370,11 +372,48 @@ std::vector<int> shard_owners(const std::vector<Tensor>& params, int world) {
   return owner;
 }
 
-std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vector<NamedTensor>& named) {
+std::vector<int> interleaved_owners(const std::vector<Tensor>& params, const std::vector<int>& unit_of, int world) {
+  std::vector<int> owner(params.size(), 0);
+  std::vector<double> load(size_t(world), 0.0);
+  for (size_t i = 0; i < params.size(); ++i)
+    if (unit_of[i] >= 0) {
+      owner[i] = unit_of[i] % world;
+      load[size_t(owner[i])] += 4.0 * double(params[i].nbytes());  // held alone: value, gradient, two moments
+    }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (unit_of[i] < 0) {  // held by every rank: the owner adds its gradient and moments
+      owner[i] = int(std::min_element(load.begin(), load.end()) - load.begin());
+      load[size_t(owner[i])] += 3.0 * double(params[i].nbytes());
+    }
+  return owner;
+}
+
+std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& params) {
+  std::map<const TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].impl()] = i;
+  std::vector<int> unit_of(params.size(), -1);
+  int units = 0;
+  for (auto& [path, m] : model.named_modules()) {
+    if (!nn::is_transformer_block(*m)) continue;
+    for (auto& [n, p] : m->named_parameters()) {
+      auto it = index.find(p.impl());
+      if (it != index.end() && unit_of[it->second] < 0) unit_of[it->second] = units;
+    }
+    ++units;
+  }
+  return unit_of;
+}
+
+std::vector<int> owners_for(const RunConfig& cfg, nn::Module& model, const std::vector<Tensor>& params, int world) {
+  if (cfg.strategy == "fsdp") return interleaved_owners(params, block_units(model, params), world);
+  return shard_owners(params, world);
+}
+
+std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, nn::Module& model, const std::vector<NamedTensor>& named) {
   if (cfg.strategy == "ddp" || world().size() == 1) return named;
   std::vector<Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
-  const std::vector<int> owner = shard_owners(params, world().size());
+  const std::vector<int> owner = owners_for(cfg, model, params, world().size());
   std::vector<NamedTensor> mine;
   for (size_t i = 0; i < named.size(); ++i)
     if (owner[i] == world().rank()) mine.push_back(named[i]);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "leantrain/dist.h"
+#include "leantrain/nn.h"
 #include "leantrain/optim.h"
 #include "leantrain/train.h"
 
@@ -32,12 +33,24 @@ class Trainer;
 
 namespace lt::dist {
 
-// The rank (of `world`) that owns each of `params` (contiguous ranges balanced by bytes).
+// The rank (of `world`) that owns each of `params` (contiguous ranges balanced by bytes): zero1, zero2.
 std::vector<int> shard_owners(const std::vector<Tensor>& params, int world);
+
+// fsdp's owners: block u (unit_of[i] = u, -1 outside the blocks) belongs to rank u % world, so
+// every rank's gradients arrive throughout backward instead of the last blocks' owner holding
+// all of its shard while the activations are still there; the parameters outside the blocks go
+// one by one to the rank holding the least (a block's parameter weighs 4 times its bytes on its
+// owner, one outside the blocks 3: every rank holds its value).
+std::vector<int> interleaved_owners(const std::vector<Tensor>& params, const std::vector<int>& unit_of, int world);
+// The block (transformer block, in module order) each of `params` belongs to, -1 for none; a
+// parameter shared by two blocks belongs to the first.
+std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& params);
+// interleaved_owners under fsdp, shard_owners otherwise.
+std::vector<int> owners_for(const RunConfig& cfg, nn::Module& model, const std::vector<Tensor>& params, int world);
 
 // The parameters this rank's optimizer steps: all of them under ddp or in a world of one rank,
 // the rank's shard under zero1 / zero2 / fsdp.
-std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, const std::vector<NamedTensor>& named);
+std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, nn::Module& model, const std::vector<NamedTensor>& named);
 
 // Installs the strategy's hook on the trainer when the world has 2+ ranks (or a sharded strategy
 // is asked for in one process, where it is the identity). Throws UsageError on what cannot combine.
@@ -50,7 +63,8 @@ void install_strategy(Trainer& trainer);
 // number of ranks with any strategy (owned_state keeps each rank's part).
 class CheckpointGather {
  public:
-  explicit CheckpointGather(Trainer& t);
+  // gather_state false (--save-sharded): every rank keeps its own optimizer state (each writes it).
+  explicit CheckpointGather(Trainer& t, bool gather_state = true);
   ~CheckpointGather();
   CheckpointGather(const CheckpointGather&) = delete;
   CheckpointGather& operator=(const CheckpointGather&) = delete;

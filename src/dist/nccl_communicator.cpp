@@ -214,6 +214,12 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void die(const std::string& why) {
     std::fprintf(stderr, "leantrain: error: rank %d: %s\n", rank_, why.c_str());
     std::fflush(stderr);
+    // Aborting a communicator whose peer died can itself wait on that peer: the process ends
+    // within 5 s either way (the driver releases what the abort did not).
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      _exit(1);
+    }).detach();
     ncclCommAbort(comm_);
     _exit(1);
   }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "leantrain/cuda_info.h"
 #include "leantrain/device.h"
 
 namespace lt::dist {
@@ -68,6 +69,9 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
     if (info_.master_addr.empty())
       throw UsageError("CUDA ranks started by " + info_.launcher, "NCCL's ranks meet at MASTER_ADDR:MASTER_PORT, which is not set",
                        "launch with torchrun or leantrain train --devices N, or set MASTER_ADDR and MASTER_PORT");
+    // The device's context and streams first, so that the run's "context" figure is theirs alone
+    // and NCCL's buffers show as memory outside the allocator (--metrics-json).
+    (void)cuda_memory_info(info_.local_rank);
     set_world(make_nccl_communicator(info_, info_.local_rank));  // without NCCL in the build: its one line
     check_same_config(world(), cfg);  // before the device index, which differs by rank
     cfg.device = "cuda:" + std::to_string(info_.local_rank);

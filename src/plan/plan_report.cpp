@@ -56,8 +56,13 @@ std::string plan_text(const PlanResult& r) {
   if (r.device_type == "cuda") {
     s += line("cuBLASLt workspace (in reserved)", r.workspace_bytes);
     s += line("CUDA context + stream/cuBLASLt", r.context_bytes, "  (outside the allocator; --context-bytes)");
-    s += line("total device memory needed", r.total_needed(), "  (= peak reserved + context)");
-    s += "  not included: NCCL buffers (multi-GPU runs), other processes on the GPU\n";
+    if (r.nccl_bytes > 0) {
+      s += line("NCCL buffers (per rank)", r.nccl_bytes, "  (outside the allocator, an estimate; --nccl-bytes)");
+      s += line("total device memory needed", r.total_needed(), "  (= peak reserved + context + NCCL)");
+    } else {
+      s += line("total device memory needed", r.total_needed(), "  (= peak reserved + context)");
+    }
+    s += "  not included: other processes on the GPU\n";
   } else {
     s += line("total memory needed", r.total_needed(), "  (= peak reserved)");
   }
@@ -91,6 +96,7 @@ std::string plan_json(const PlanResult& r) {
   str("peak_phase", r.peak_phase);
   num("workspace_bytes", r.workspace_bytes);
   num("context_bytes", r.context_bytes);
+  num("nccl_bytes", r.nccl_bytes);
   num("total_needed_bytes", r.total_needed());
   num("num_alloc_retries", r.stats.num_alloc_retries);
   num("peak_pinned_host_bytes", r.pinned_host.allocated_bytes.peak);

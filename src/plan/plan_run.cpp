@@ -57,6 +57,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   r.config = cfg_in;
   r.device_type = opt.device_type;
   r.context_bytes = opt.context_bytes >= 0 ? opt.context_bytes : cuda ? kCudaContextBytes + kCudaLibraryBytes : 0;
+  r.nccl_bytes = !cuda || cfg.devices < 2 ? 0 : opt.nccl_bytes >= 0 ? opt.nccl_bytes : kNcclBytes;
   // --devices N: this is one rank of N under --strategy, with a communicator that moves nothing.
   struct World {
     explicit World(int n, int rank) {

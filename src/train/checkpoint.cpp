@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <optional>
 
 #include "dist/data_parallel.h"
 #include "io/text_format.h"
@@ -70,21 +73,10 @@ RunConfig read_checkpoint_config(const std::string& dir) {
   }
 }
 
-void save_checkpoint(const std::string& dir, Trainer& t) {
-  MemoryCategoryScope other(Category::Other);  // host staging copies are not part of the run
-  // Several ranks: every rank calls this; sharded state comes to rank 0, which alone writes.
-  dist::CheckpointGather gathered(t);
-  if (!gathered.writes()) return;
-  OptimizerStateDict sd = std::move(gathered.state);
-  // The finite-state guard: a diverged state never replaces a checkpoint.
-  std::string bad = nonfinite_weight(t.model());
-  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
-  if (!bad.empty())
-    throw NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
-                       bad + ": training diverged",
-                       "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
+namespace {
 
-  StagedDir stage(dir);
+// Rank 0's files besides the optimizer state: the weights, config.json, the tokenizer, trainer_state.json.
+void write_model_and_trainer_state(StagedDir& stage, Trainer& t) {
   // A LoRA run saves its adapters as PEFT does, not the frozen base (--resume takes it from --model).
   if (t.config().lora_rank > 0) write_lora_adapter(stage.dir(), t.model(), t.config().model);
   else save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
@@ -92,10 +84,6 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   write_text_file(stage.path("config.json"), t.config().lora_rank > 0 ? t.model().config_json()
                                                                        : nf4_config_json(t.model(), t.model().config_json()));
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
-
-  std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
-  io::save_safetensors(stage.path("optimizer.safetensors"), states,
-                       {{"optimizer", t.optimizer().name()}, {"step", std::to_string(sd.step)}});
 
   nlohmann::json j;
   j["format"] = kCheckpointFormat;
@@ -112,6 +100,130 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   j["hooks"] = hooks;
   j["config"] = nlohmann::json::parse(config_to_json(t.config()));
   write_text_file(stage.path("trainer_state.json"), j.dump(2));
+}
+
+std::string state_shard_name(int rank, int world) {
+  char name[64];
+  std::snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", rank, world);
+  return name;
+}
+
+// Every rank learns whether some rank failed; the failing ones rethrow their own error, the
+// others say which rank stopped the save. Collective, so no rank waits on one that gave up.
+void agree(dist::Communicator& comm, const std::exception_ptr& mine, const std::string& dir) {
+  const int64_t failed = mine ? 1 : 0;
+  std::vector<int64_t> all(size_t(comm.size()));
+  comm.all_gather(&failed, all.data(), 1, DType::I64);
+  for (int r = 0; r < comm.size(); ++r) {
+    if (!all[size_t(r)]) continue;
+    if (mine) std::rethrow_exception(mine);
+    throw Error("checkpoint " + dir + " not saved", "rank " + std::to_string(r) + " could not write its part (its line says why)",
+                "fix that rank's cause; the previous checkpoint in " + dir + " is unchanged");
+  }
+}
+
+// --save-sharded: each rank writes its optimizer-state shard into DIR.tmp, rank 0 the rest and
+// optimizer.index.json (the shards' files), then swaps DIR in. The ranks agree after each phase.
+void save_sharded(const std::string& dir, Trainer& t, dist::CheckpointGather& gathered) {
+  dist::Communicator& comm = dist::world();
+  const int rank = comm.rank(), w = comm.size();
+  OptimizerStateDict sd = std::move(gathered.state);  // this rank's own
+  std::string bad = gathered.writes() ? nonfinite_weight(t.model()) : "";
+  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
+  std::exception_ptr failure;
+  if (!bad.empty())
+    failure = std::make_exception_ptr(NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
+                                                   bad + ": training diverged",
+                                                   "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3)));
+  agree(comm, failure, dir);
+  std::optional<StagedDir> stage;
+  try {
+    if (gathered.writes()) stage.emplace(dir);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(comm, failure, dir);
+  std::string tmp = stage ? stage->dir() : std::string();  // where the shards go: rank 0's DIR.tmp
+  int64_t len = int64_t(tmp.size());
+  comm.broadcast(&len, sizeof len, 0);
+  tmp.resize(size_t(len));
+  comm.broadcast(tmp.data(), len, 0);
+  try {
+    std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
+    io::save_safetensors(tmp + "/" + state_shard_name(rank, w), states,
+                         {{"optimizer", t.optimizer().name()}, {"step", std::to_string(sd.step)},
+                          {"rank", std::to_string(rank)}, {"world_size", std::to_string(w)}});
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(comm, failure, dir);
+  if (!stage) return;
+  nlohmann::json index;
+  index["format"] = "leantrain-optimizer-shards";
+  index["optimizer"] = t.optimizer().name();
+  index["world_size"] = w;
+  for (int r = 0; r < w; ++r) index["files"].push_back(state_shard_name(r, w));
+  write_text_file(stage->path(kStateIndexFile), index.dump(2));
+  write_model_and_trainer_state(*stage, t);
+  stage->commit();
+}
+
+// The optimizer state of a --save-sharded checkpoint: the entries this rank steps, from every
+// shard file the manifest names (any number of ranks wrote them). Hostile manifests are refused.
+std::map<std::string, Tensor> load_state_shards(const std::string& dir, Trainer& t, std::map<std::string, std::string>& meta) {
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(read_text_file(dir, kStateIndexFile));
+  } catch (const nlohmann::json::exception& e) {
+    checkpoint_corrupt(dir, kStateIndexFile, std::string("it is not valid JSON: ") + e.what());
+  }
+  if (!index.is_object() || !index.contains("files") || !index["files"].is_array() || !index.contains("world_size") ||
+      !index["world_size"].is_number_integer())
+    checkpoint_corrupt(dir, kStateIndexFile, "it needs \"files\" (a list) and \"world_size\" (an integer)");
+  const int64_t w = index["world_size"].get<int64_t>();
+  if (w < 1 || w > 65536 || int64_t(index["files"].size()) != w)
+    checkpoint_corrupt(dir, kStateIndexFile, "\"world_size\" and the number of files disagree or are out of range");
+  std::map<std::string, Tensor> mine;
+  for (int64_t r = 0; r < w; ++r) {
+    const nlohmann::json& f = index["files"][size_t(r)];
+    // Only the names leantrain writes: nothing outside DIR is ever opened.
+    if (!f.is_string() || f.get<std::string>() != state_shard_name(int(r), int(w)))
+      checkpoint_corrupt(dir, kStateIndexFile, "file " + std::to_string(r) + " is not named " + state_shard_name(int(r), int(w)));
+    std::map<std::string, std::string> m;
+    std::map<std::string, Tensor> part =
+        with_context(dir, [&] { return io::load_safetensors(dir + "/" + f.get<std::string>(), Device::cpu(), &m); });
+    if (r == 0) meta = m;
+    if (m["optimizer"] != meta["optimizer"])
+      checkpoint_corrupt(dir, f.get<std::string>(), "its optimizer (" + m["optimizer"] + ") differs from shard 0's");
+    for (auto& [key, v] : dist::owned_state(t, std::move(part)))
+      if (!mine.emplace(key, v).second) checkpoint_corrupt(dir, f.get<std::string>(), "\"" + key + "\" is in two shards");
+  }
+  return mine;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, Trainer& t) {
+  MemoryCategoryScope other(Category::Other);  // host staging copies are not part of the run
+  // Several ranks: every rank calls this. Sharded state comes to rank 0, which alone writes,
+  // unless each rank writes its own (--save-sharded).
+  dist::CheckpointGather gathered(t, /*gather_state=*/!t.config().save_sharded);
+  if (t.config().save_sharded) return save_sharded(dir, t, gathered);
+  if (!gathered.writes()) return;
+  OptimizerStateDict sd = std::move(gathered.state);
+  // The finite-state guard: a diverged state never replaces a checkpoint.
+  std::string bad = nonfinite_weight(t.model());
+  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
+  if (!bad.empty())
+    throw NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
+                       bad + ": training diverged",
+                       "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
+
+  StagedDir stage(dir);
+  std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
+  io::save_safetensors(stage.path("optimizer.safetensors"), states,
+                       {{"optimizer", t.optimizer().name()}, {"step", std::to_string(sd.step)}});
+  write_model_and_trainer_state(stage, t);
   stage.commit();
 }
 
@@ -143,13 +255,16 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
   {
     MemoryCategoryScope other(Category::Other);  // host copies; load_state_dict copies into the device state
     std::map<std::string, std::string> meta;
-    sd.tensors = with_context(dir, [&] { return io::load_safetensors(dir + "/optimizer.safetensors", Device::cpu(), &meta); });
+    const bool shards = std::filesystem::exists(std::filesystem::path(dir) / kStateIndexFile, ec);
+    const char* state_file = shards ? kStateIndexFile : "optimizer.safetensors";
+    if (shards) sd.tensors = load_state_shards(dir, t, meta);  // this rank's part already
+    else sd.tensors = with_context(dir, [&] { return io::load_safetensors(dir + "/optimizer.safetensors", Device::cpu(), &meta); });
     auto it = meta.find("optimizer");
     if (it != meta.end() && it->second != t.optimizer().name())
       fail("cannot resume from " + dir + " with --optimizer " + t.optimizer().name(),
            "the checkpoint was trained with " + it->second, "pass --optimizer " + it->second);
     if (std::string bad = bad_optimizer_state(sd.tensors); !bad.empty())
-      checkpoint_corrupt(dir, "optimizer.safetensors", bad + "; a run that diverged saved it, or it was altered");
+      checkpoint_corrupt(dir, state_file, bad + "; a run that diverged saved it, or it was altered");
     sd.step = s.step;
     sd.tensors = dist::owned_state(t, std::move(sd.tensors));  // a rank that steps a shard keeps its part
     with_context(dir, [&] {

@@ -3,7 +3,8 @@
 //                          or model-0000k-of-0000n.safetensors + model.safetensors.index.json when
 //                          they exceed --save-shard-size (as transformers' save_pretrained writes)
 //   config.json            the model's Hugging Face config (model_type, architectures)
-//   optimizer.safetensors  optimizer state ("<param>.exp_avg", ...)
+//   optimizer.safetensors  optimizer state ("<param>.exp_avg", ...), or with --save-sharded one file per
+//                          rank, optimizer-0000r-of-0000w.safetensors, and optimizer.index.json naming them
 //   trainer_state.json     step, data position, dropout RNG offsets, hook state, the run config
 //   tokenizer.json         (runs with one) the run's tokenizer, with tokenizer_config.json and
 //                          special_tokens_map.json when they were beside it (train/run_tokenizer.h)
@@ -18,6 +19,9 @@
 #include "leantrain/train.h"
 
 namespace lt {
+
+// The manifest of a --save-sharded checkpoint's optimizer-state files.
+inline constexpr const char* kStateIndexFile = "optimizer.index.json";
 
 class Trainer;
 

@@ -72,6 +72,9 @@ void check_strategy(const RunConfig& c) {
   if (c.devices < 1 || c.devices > 1024)
     usage("--devices " + std::to_string(c.devices), "it counts the processes to start on this host",
           "pass --devices between 1 and 1024");
+  if (c.save_sharded && c.strategy == "ddp")
+    usage("--save-sharded with --strategy ddp", "every ddp rank holds the whole optimizer state, which rank 0 saves whole",
+          "drop --save-sharded, or shard the state with --strategy zero1, zero2 or fsdp");
   if (c.strategy == "ddp") return;
   if (c.fused_step)
     usage("--strategy " + c.strategy + " with --fused-step", "a fused step updates parameters inside backward, before "
@@ -256,7 +259,7 @@ Device resolve_device(const std::string& spec) {
   X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
   X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(lean_saves) X(checkpoint) \
   X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
-  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward) X(loss_chunk)
+  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward) X(loss_chunk) X(save_sharded)
 
 std::string config_to_json(const RunConfig& c) {
   nlohmann::json j;

@@ -92,7 +92,7 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
   // ZeRO / FSDP: this rank's optimizer steps (and keeps state for) its shard only.
-  opt_ = build_optimizer(cfg_, dist::owned_parameters(cfg_, named), task_.device);
+  opt_ = build_optimizer(cfg_, dist::owned_parameters(cfg_, model(), named), task_.device);
   total_steps_ = total_steps_for(cfg_, steps_per_epoch(cfg_, loader().batches_per_epoch()));
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;

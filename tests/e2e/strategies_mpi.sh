@@ -183,4 +183,35 @@ done
 expect_ok "$LT" "${RUN[@]}" --stop-at 3 --save "$WORK/ck_one" --metrics "$WORK/resumed_2.jsonl"
 expect_ok "${MPI[@]}" "$LT" train --resume "$WORK/ck_one" --strategy fsdp --metrics "$WORK/resumed_2.jsonl"
 same_losses "$WORK/one.jsonl" "$WORK/resumed_2.jsonl" 1e-5 "saved by 1 process, resumed on 2 fsdp ranks"
+
+# --save-sharded: each rank writes its own optimizer-state shard (nothing is gathered), rank 0 the
+# weights and the manifest; the checkpoint resumes on one process and on 2 ranks of another strategy.
+CK="$WORK/ck_sh"
+expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero2 --save-sharded --stop-at 3 --save "$CK" --metrics "$WORK/resumed_sh.jsonl"
+if [ -f "$CK/optimizer-00000-of-00002.safetensors" ] && [ -f "$CK/optimizer-00001-of-00002.safetensors" ] &&
+   [ -f "$CK/optimizer.index.json" ] && [ -f "$CK/model.safetensors" ] && [ ! -e "$CK/optimizer.safetensors" ] &&
+   [ ! -e "$CK.tmp" ]; then ok; else fail "--save-sharded wrote: $(ls "$CK" "$CK.tmp" 2>&1 | tr '\n' ' ')"; fi
+cp "$WORK/resumed_sh.jsonl" "$WORK/resumed_sh_fsdp.jsonl"
+# (a resumed run saves where the first one did: each continuation starts from its own copy)
+cp -r "$CK" "$WORK/ck_sh_1" && cp -r "$CK" "$WORK/ck_sh_2" && cp -r "$CK" "$WORK/ck_sh_orig"
+expect_ok "$LT" train --resume "$WORK/ck_sh_1" --save "$WORK/ck_sh_1" --metrics "$WORK/resumed_sh.jsonl"
+same_losses "$WORK/one.jsonl" "$WORK/resumed_sh.jsonl" 1e-5 "zero2 --save-sharded on 2 ranks, resumed on 1"
+# ... continued by 2 fsdp ranks, which save sharded again over it: the directory is replaced whole.
+expect_ok "${MPI[@]}" "$LT" train --resume "$WORK/ck_sh_2" --strategy fsdp --save "$WORK/ck_sh_2" --metrics "$WORK/resumed_sh_fsdp.jsonl"
+same_losses "$WORK/one.jsonl" "$WORK/resumed_sh_fsdp.jsonl" 1e-5 "zero2 --save-sharded, resumed on 2 fsdp ranks"
+if grep -q '"step": 5' "$WORK/ck_sh_2/trainer_state.json" && [ -f "$WORK/ck_sh_2/optimizer-00001-of-00002.safetensors" ]; then ok; else
+  fail "the fsdp continuation did not replace its sharded checkpoint"; fi
+CK="$WORK/ck_sh_orig"
+# A hostile or damaged manifest is refused in one line, and nothing outside the directory is read.
+bad_manifest() {
+  rm -rf "$WORK/ck_bad" && cp -r "$CK" "$WORK/ck_bad" && printf '%s' "$1" >"$WORK/ck_bad/optimizer.index.json"
+  expect_error 1 "$2" "$LT" train --resume "$WORK/ck_bad"
+}
+bad_manifest '{"world_size": 2, "files": ["../../etc/passwd", "optimizer-00001-of-00002.safetensors"]}' "optimizer.index.json.*file 0 is not named optimizer-00000-of-00002.safetensors"
+bad_manifest '{"world_size": 3, "files": ["optimizer-00000-of-00002.safetensors"]}' "optimizer.index.json.*disagree"
+bad_manifest '{"files": 7}' "optimizer.index.json.*needs \"files\""
+bad_manifest 'not json' "optimizer.index.json.*not valid JSON"
+rm -f "$WORK/ck_bad/optimizer.index.json" && cp "$CK/optimizer.index.json" "$WORK/ck_bad/" && rm "$WORK/ck_bad/optimizer-00001-of-00002.safetensors"
+expect_error 1 "optimizer-00001-of-00002.safetensors" "$LT" train --resume "$WORK/ck_bad"
+expect_error 2 "--save-sharded with --strategy ddp" "$LT" "${RUN[@]}" --save-sharded --save "$WORK/ck_ddp"
 finish

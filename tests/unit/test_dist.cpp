@@ -98,6 +98,16 @@ TEST(DistShards, OwnersAreContiguousAndBalancedByBytes) {
   }
 }
 
+TEST(DistShards, FsdpOwnsBlocksInTurnAndBalancesTheRest) {
+  // An embedding, three blocks of two parameters, a head: blocks go to ranks 0, 1, 0; the
+  // embedding to the rank holding least then (1), the head to the least after that (0).
+  auto p = params_of_bytes({300, 100, 100, 100, 100, 100, 100, 300});
+  const std::vector<int> unit_of = {-1, 0, 0, 1, 1, 2, 2, -1};
+  EXPECT_EQ(interleaved_owners(p, unit_of, 2), (std::vector<int>{1, 0, 0, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(interleaved_owners(p, unit_of, 1), std::vector<int>(8, 0));
+  EXPECT_EQ(interleaved_owners(p, unit_of, 4), (std::vector<int>{3, 0, 0, 1, 1, 2, 2, 0}));
+}
+
 TEST(DistReduceOrder, SumsInRankOrderAndRoundsOnce) {
   // Three ranks' chunks of 2: 1e8 + 1 - 1e8 in f32 is 0 in rank order (1 is lost), which a
   // different order would not give: the order is the one stated.

@@ -40,6 +40,24 @@ TEST(Plan, CpuPlanEqualsTheCpuRunsPeak) {
   EXPECT_EQ(p.context_bytes, 0);
 }
 
+// A job of several GPUs adds NCCL's buffers per rank on their own line, like the context; the
+// estimate can be replaced (--nccl-bytes). A CPU job has none.
+TEST(Plan, SeveralCudaDevicesAddNcclBuffers) {
+  RunConfig c = tiny_vit();
+  c.devices = 2;
+  c.strategy = "ddp";
+  c.batch = 4;
+  PlanResult p = plan_run(c);
+  EXPECT_EQ(p.nccl_bytes, kNcclBytes);
+  EXPECT_EQ(p.total_needed(), p.peak_reserved + p.context_bytes + kNcclBytes);
+  EXPECT_NE(plan_text(p).find("NCCL buffers (per rank)"), std::string::npos);
+  PlanOptions o;
+  o.nccl_bytes = 123 * MiB;
+  EXPECT_EQ(plan_run(c, o).nccl_bytes, 123 * MiB);
+  o.device_type = "cpu";
+  EXPECT_EQ(plan_run(c, o).nccl_bytes, 0);
+}
+
 TEST(Plan, SimulatedCudaReservesWholeSegments) {
   PlanResult p = plan_run(tiny_vit());
   EXPECT_GE(p.peak_reserved, p.peak_allocated);
@@ -47,6 +65,7 @@ TEST(Plan, SimulatedCudaReservesWholeSegments) {
   EXPECT_EQ(p.peak_allocated % 512, 0);
   EXPECT_EQ(p.workspace_bytes, kCublasWorkspaceBytes);
   EXPECT_EQ(p.total_needed(), p.peak_reserved + kCudaContextBytes + kCudaLibraryBytes);
+  EXPECT_EQ(p.nccl_bytes, 0);  // one device: no NCCL
   int64_t sum = 0;
   for (int64_t v : p.at_peak) sum += v;
   EXPECT_EQ(sum, p.peak_allocated);

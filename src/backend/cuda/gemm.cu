@@ -5,6 +5,7 @@
 // The 32 MiB workspace comes from the caching allocator once per device (category workspace),
 // so every GPU byte leantrain uses is counted. Algorithms are chosen by cuBLASLt's heuristic
 // once per problem (shape, dtype, layout, alignment) and cached.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -111,6 +112,52 @@ void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t
 }
 
 void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
+              const Tensor& aux);
+
+// cuBLASLt's kernels address an operand with 32-bit offsets: GPT-2's logits for 64 x 1024 tokens
+// (3.3e9 elements) fault with an illegal address. A product with an operand spanning more than
+// 2^31 - 1 elements runs as several: blocks of m rows (c and a untransposed shrink with them), or
+// else blocks of k accumulated with beta = 1 (a transposed, as in a weight gradient; no epilogue).
+// Returns false when the product is small enough to run as one.
+bool split_large(int dev, const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias,
+                 bool gelu, const Tensor& aux) {
+  constexpr int64_t kMaxSpan = (int64_t(1) << 31) - 1;
+  const int64_t lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
+  const int64_t span_c = (d.m - 1) * ldc + d.n;
+  const int64_t span_a = d.trans_a ? (d.k - 1) * lda + d.m : (d.m - 1) * lda + d.k;
+  const int64_t span_b = d.trans_b ? (d.n - 1) * ldb + d.k : (d.k - 1) * ldb + d.n;
+  if (span_c <= kMaxSpan && span_a <= kMaxSpan && span_b <= kMaxSpan) return false;
+  auto part = [](const Tensor& t, int64_t at, int64_t len) { return make_view(t, {len}, {1}, t.impl()->offset + at); };
+  GemmDesc p = d;
+  p.lda = lda, p.ldb = ldb, p.ldc = ldc;
+  const int64_t row = std::max(ldc, d.trans_a ? int64_t(1) : lda);  // elements a row of m adds to c (and a)
+  if (!(d.trans_a && span_a > kMaxSpan) && span_b <= kMaxSpan) {
+    const int64_t rows = std::max<int64_t>(1, (kMaxSpan - std::max(d.n, d.k)) / row);
+    for (int64_t r0 = 0; r0 < d.m; r0 += rows) {
+      p.m = std::min(rows, d.m - r0);
+      const Tensor cp = part(c, r0 * ldc, (p.m - 1) * ldc + d.n);
+      const Tensor ap = d.trans_a ? part(a, r0, (d.k - 1) * lda + p.m) : part(a, r0 * lda, (p.m - 1) * lda + d.k);
+      run_gemm(dev, cp, ap, b, p, bias, gelu, aux.defined() ? part(aux, r0 * d.n, p.m * d.n) : Tensor());
+    }
+    return true;
+  }
+  LT_CHECK(!bias.defined() && !gelu && !aux.defined(), "gemm: an operand spans more than 2^31 elements",
+           "a product split along k cannot apply a bias or GELU epilogue", "run the epilogue separately");
+  const int64_t per_k = std::max({d.trans_a ? lda : int64_t(1), d.trans_b ? int64_t(1) : ldb, int64_t(1)});
+  const int64_t ks = std::max<int64_t>(1, (kMaxSpan - std::max({d.m, d.n, span_c})) / per_k);
+  LT_CHECK(span_c <= kMaxSpan, "gemm: the output spans more than 2^31 elements in both directions",
+           "m = " + std::to_string(d.m) + ", n = " + std::to_string(d.n), "split the product");
+  for (int64_t k0 = 0; k0 < d.k; k0 += ks) {
+    p.k = std::min(ks, d.k - k0);
+    p.beta = k0 == 0 ? d.beta : 1.0f;  // later blocks add to what the first wrote
+    const Tensor ap = d.trans_a ? part(a, k0 * lda, (p.k - 1) * lda + d.m) : part(a, k0, (d.m - 1) * lda + p.k);
+    const Tensor bp = d.trans_b ? part(b, k0, (d.n - 1) * ldb + p.k) : part(b, k0 * ldb, (p.k - 1) * ldb + d.n);
+    run_gemm(dev, c, ap, bp, p, bias, gelu, aux);
+  }
+  return true;
+}
+
+void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
               const Tensor& aux) {
   LT_CHECK(d.batch >= 0 && d.m >= 0 && d.n >= 0 && d.k >= 0 && d.stride_a >= 0 && d.stride_b >= 0 &&
                d.stride_c >= 0,
@@ -145,6 +192,7 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     d.m *= d.batch;
     d.batch = 1;
   }
+  if (d.batch == 1 && split_large(dev, c, a, b, d, bias, gelu, aux)) return;
   const cudaDataType_t ct = dt == DType::F32 ? CUDA_R_32F : dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   const cublasComputeType_t comp =
       dt == DType::F32 && g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
