@@ -170,6 +170,27 @@ expect_job_error "training loss is NaN at step 2" \
 # watchdog ends it after LEANTRAIN_DIST_TIMEOUT seconds with one line, never a hang.
 expect_job_error "rank 1: MPI [a-z_]+ did not finish in 5 s: another rank died or hangs" \
   env LEANTRAIN_DIST_TIMEOUT=5 timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" --stop-at 2 : -np 1 "$LT" "${RUN[@]}"
+# A rank killed from outside (SIGKILL, as the OOM killer does) ends the whole job within bounded
+# time, never a hang: mpirun notices the lost process and ends the other rank.
+"${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 100000 --log-every 1000 >"$WORK/killed.out" 2>&1 &
+job=$!
+ranks=()
+for i in $(seq 1 300); do  # up to 30 s for both ranks to start
+  mapfile -t ranks < <(pgrep -f -- "^$LT train .*--steps 100000 --log-every 1000")
+  [ "${#ranks[@]}" -ge 2 ] && break
+  sleep 0.1
+done
+sleep 2
+if [ "${#ranks[@]}" -ge 2 ] && kill -9 "${ranks[1]}" 2>/dev/null; then
+  for i in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then
+    fail "the job still runs 60 s after a rank was killed"; pkill -9 -f -- "^$LT train .*--steps 100000"
+  elif wait "$job"; then fail "the job exited 0 after a rank was killed"; else ok; fi
+else
+  fail "did not find two ranks to kill one of: ${ranks[*]}"; cat "$WORK/killed.out" >&2; kill "$job" 2>/dev/null
+fi
+wait "$job" 2>/dev/null
+if pgrep -f -- "^$LT train .*--steps 100000" >/dev/null; then fail "a rank outlived the job"; pkill -9 -f -- "^$LT train .*--steps 100000"; else ok; fi
 # A batch that does not split over the ranks.
 expect_job_error "--batch 9 over 2 ranks.*multiple of 2" "${MPI[@]}" "$LT" "${COMMON[@]}" --batch 9
 # Sharded strategies save one consolidated checkpoint too (every rank's optimizer state and
