@@ -4,9 +4,12 @@
 # zero1, zero2 and fsdp, with and without micro-batches; each rank keeps less memory the more is
 # sharded; repeated runs give identical losses; --devices 2 starts the same job itself;
 # `plan --devices 2` predicts rank 0's measured peak exactly for each strategy; checkpoints of
-# every strategy resume on another world size; a mismatched configuration, a rank that dies, a
-# hung collective (the watchdog) and a batch that does not split end the job with one clear
-# line, never a hang. Skipped visibly without mpirun.
+# every strategy resume on another world size, --save-sharded ones too (hostile manifests
+# refused); fsdp with checkpointed blocks gives the checkpointed losses; the evaluation gives the
+# 1-process validation loss; every rank's measured peak is its plan's; a mismatched
+# configuration, a rank that dies, a rank killed with SIGKILL, a hung collective (the watchdog)
+# and a batch that does not split end the job with one clear line, never a hang. Skipped visibly
+# without mpirun.
 source "$(dirname "$0")/common.bash" "$@"
 if ! command -v mpirun >/dev/null; then
   echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev, or scripts/deps.sh)"
