@@ -1,6 +1,7 @@
 // CUDA products whose operands span more than 2^31 elements (GPT-2's logits for 64 x 1024
 // tokens): cuBLASLt faults on them, so the backend runs them as blocks of rows or of k
-// (gemm.cu, split_large). The rows beyond 2^31 elements must equal the same rows computed alone.
+// (gemm.cu, split_large). The rows beyond 2^31 elements must equal the same rows computed alone,
+// to bf16 rounding.
 #include <gtest/gtest.h>
 
 #include "leantrain/ops.h"
@@ -11,13 +12,18 @@ namespace {
 
 constexpr int64_t kOver = (int64_t(1) << 31) + 4096;  // just past what one cuBLASLt call addresses
 
-float max_abs_diff(const Tensor& x, const Tensor& y) {
+// Largest |x - y| / (1 + |y|). cuBLASLt picks another kernel for another m, so the same row may
+// round differently in its last bf16 bit (seen on an H200: 2^-5 at values near 8): a row block at
+// the wrong offset would differ by the whole value instead.
+float max_rel_diff(const Tensor& x, const Tensor& y) {
   const std::vector<float> a = cast(x, DType::F32).to(Device::cpu()).to_float_vector();
   const std::vector<float> b = cast(y, DType::F32).to(Device::cpu()).to_float_vector();
   float worst = a.size() == b.size() ? 0.0f : 1e30f;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0f + std::abs(b[i])));
   return worst;
 }
+
+constexpr float kBf16Rounding = 1.0f / 128;  // two of bf16's last bits
 
 TEST(GemmLarge, OutputPast2To31ElementsRunsInRowBlocks) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
@@ -28,9 +34,9 @@ TEST(GemmLarge, OutputPast2To31ElementsRunsInRowBlocks) {
   Tensor c = matmul(a, b);  // [M, N]: more than 2^31 elements
   ASSERT_GT(c.numel(), (int64_t(1) << 31));
   Tensor last = matmul(slice(a, 0, M - 3, M), b);  // the last rows, computed alone
-  EXPECT_EQ(max_abs_diff(slice(c, 0, M - 3, M), last), 0.0f);
+  EXPECT_LE(max_rel_diff(slice(c, 0, M - 3, M), last), kBf16Rounding);
   Tensor first = matmul(slice(a, 0, 0, 3), b);
-  EXPECT_EQ(max_abs_diff(slice(c, 0, 0, 3), first), 0.0f);
+  EXPECT_LE(max_rel_diff(slice(c, 0, 0, 3), first), kBf16Rounding);
 }
 
 TEST(GemmLarge, TransposedOperandPast2To31ElementsRunsInBlocksOfK) {
