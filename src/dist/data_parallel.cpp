@@ -139,9 +139,12 @@ class DataParallel final : public StepHook {
     if (units_) units_->release_all();  // the next forward gathers the updated shards
     if (!applied) return;
     for (const Run& r : runs_) {
-      char* begin = static_cast<char*>(params_[size_t(r.first)].raw_data());
-      char* end = static_cast<char*>(params_[size_t(r.last)].raw_data()) + params_[size_t(r.last)].nbytes();
-      comm_.broadcast(begin, end - begin, r.owner, backend_for(device_).native_stream());
+      const Tensor& first = params_[size_t(r.first)];
+      const Tensor& last = params_[size_t(r.last)];
+      // Byte offsets in their shared storage (a plan's meta storage has no addresses to subtract).
+      const int64_t bytes = last.offset() * int64_t(dtype_size(last.dtype())) + last.nbytes() -
+                            first.offset() * int64_t(dtype_size(first.dtype()));
+      comm_.broadcast(first.raw_data(), bytes, r.owner, backend_for(device_).native_stream());
     }
   }
 
@@ -170,8 +173,10 @@ class DataParallel final : public StepHook {
       if (!runs_.empty()) {
         Run& r = runs_.back();
         const Tensor& q = params_[size_t(r.last)];
+        // Byte offsets in the shared storage, not addresses: a plan's meta storage has none.
+        auto at = [](const Tensor& t) { return t.offset() * int64_t(dtype_size(t.dtype())); };
         if (r.owner == owner_[i] && r.last + 1 == int(i) && q.storage() == p.storage() && p.is_contiguous() &&
-            static_cast<char*>(p.raw_data()) >= static_cast<char*>(q.raw_data()) + q.nbytes()) {
+            at(p) >= at(q) + q.nbytes()) {
           r.last = int(i);
           continue;
         }
