@@ -15,10 +15,12 @@ Modes, each PyTorch's best-known setup for it:
 --batch is per GPU. Rank 0 prints one JSON line: median ms/step (CUDA events), total tokens/s over
 the world, the largest peak allocated / reserved over the ranks.
 """
-import argparse, json, os, statistics
+import argparse, json, os
 
 import torch
 import torch.distributed as dist
+
+from step_timing import median_step_ms
 
 
 def build(model):
@@ -92,19 +94,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(args.steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        loss = step(args.warmup + i)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = torch.tensor([statistics.median(times)], device="cuda")
+    ms, loss = median_step_ms(step, args.warmup, args.steps)
+    ms = torch.tensor([ms], device="cuda")
     peaks = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()], device="cuda",
                          dtype=torch.float64)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)  # the slowest rank sets the step

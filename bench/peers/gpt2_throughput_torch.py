@@ -8,9 +8,11 @@ model, so the loss is computed inside it (and inside the compiled graph), PyTorc
 fastest way; --loss-outside computes it on an f32 copy of the logits instead (the old peer, which
 made torch.compile look like 18-19.5 GiB).
 """
-import argparse, json, statistics
+import argparse, json
 
 import torch
+
+from step_timing import median_step_ms
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
@@ -46,19 +48,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(args.steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        loss = step(args.warmup + i)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = statistics.median(times)
+    ms, loss = median_step_ms(step, args.warmup, args.steps)
     n_params = sum(p.numel() for p in model.parameters())
     flops_per_token = 6 * n_params + 12 * 12 * T * 768
     tok_s = B * T / (ms / 1e3)

@@ -11,9 +11,11 @@ Modes (all with labels passed to the model, so the loss is computed inside it as
 Prints one JSON line: ms/step (median over timed steps, CUDA events), tokens/s, peak allocated
 and reserved bytes.
 """
-import argparse, json, os, statistics
+import argparse, json, os
 
 import torch
+
+from step_timing import median_step_ms
 
 
 def main():
@@ -65,19 +67,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(args.steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        loss = step(args.warmup + i)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = statistics.median(times)
+    ms, loss = median_step_ms(step, args.warmup, args.steps)
     tok_s = B * T / (ms / 1e3)
     print(json.dumps({
         "system": "pytorch-" + args.mode, "ms_per_step": round(ms, 2), "tokens_per_s": round(tok_s),

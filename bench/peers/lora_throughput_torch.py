@@ -10,9 +10,11 @@ the step under torch.autocast(bf16) as the HF Trainer runs it with bf16=True (--
 Prints one JSON line: ms/step (median over timed steps, CUDA events), tokens/s, peak allocated
 and reserved bytes, trainable parameters.
 """
-import argparse, json, statistics
+import argparse, json
 
 import torch
+
+from step_timing import median_step_ms
 
 
 def main():
@@ -61,19 +63,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for i in range(args.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(args.steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        loss = step(args.warmup + i)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    ms = statistics.median(times)
+    ms, loss = median_step_ms(step, args.warmup, args.steps)
     print(json.dumps({
         "system": "pytorch-peft-lora", "ms_per_step": round(ms, 2), "tokens_per_s": round(B * T / (ms / 1e3)),
         "peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
