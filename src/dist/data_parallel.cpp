@@ -37,6 +37,10 @@ Strategy parse(const std::string& s) {
   return Strategy::Ddp;
 }
 
+// Where a tensor starts in its storage, in bytes. Runs are measured with it rather than with
+// addresses: a plan's meta storage has none.
+int64_t byte_offset(const Tensor& t) { return t.offset() * int64_t(dtype_size(t.dtype())); }
+
 // Parameters in one bucket: consecutive (in reverse registration order), one dtype.
 struct Bucket {
   std::vector<int> params;  // indices into DataParallel::params_
@@ -141,9 +145,7 @@ class DataParallel final : public StepHook {
     for (const Run& r : runs_) {
       const Tensor& first = params_[size_t(r.first)];
       const Tensor& last = params_[size_t(r.last)];
-      // Byte offsets in their shared storage (a plan's meta storage has no addresses to subtract).
-      const int64_t bytes = last.offset() * int64_t(dtype_size(last.dtype())) + last.nbytes() -
-                            first.offset() * int64_t(dtype_size(first.dtype()));
+      const int64_t bytes = byte_offset(last) + last.nbytes() - byte_offset(first);
       comm_.broadcast(first.raw_data(), bytes, r.owner, backend_for(device_).native_stream());
     }
   }
@@ -173,10 +175,8 @@ class DataParallel final : public StepHook {
       if (!runs_.empty()) {
         Run& r = runs_.back();
         const Tensor& q = params_[size_t(r.last)];
-        // Byte offsets in the shared storage, not addresses: a plan's meta storage has none.
-        auto at = [](const Tensor& t) { return t.offset() * int64_t(dtype_size(t.dtype())); };
         if (r.owner == owner_[i] && r.last + 1 == int(i) && q.storage() == p.storage() && p.is_contiguous() &&
-            at(p) >= at(q) + q.nbytes()) {
+            byte_offset(p) >= byte_offset(q) + q.nbytes()) {
           r.last = int(i);
           continue;
         }

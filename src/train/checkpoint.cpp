@@ -102,6 +102,18 @@ void write_model_and_trainer_state(StagedDir& stage, Trainer& t) {
   write_text_file(stage.path("trainer_state.json"), j.dump(2));
 }
 
+// The finite-state guard's verdict: why this step's state must not be saved ("" when it may).
+// `weights`: whether to check the model too (the rank that writes it).
+std::string unsaveable(Trainer& t, const OptimizerStateDict& sd, bool weights) {
+  std::string bad = weights ? nonfinite_weight(t.model()) : "";
+  return bad.empty() ? bad_optimizer_state(sd.tensors) : bad;
+}
+
+NumericError diverged(const std::string& dir, const Trainer& t, const std::string& bad) {
+  return NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
+                      bad + ": training diverged", "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
+}
+
 std::string state_shard_name(int rank, int world) {
   char name[64];
   std::snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", rank, world);
@@ -128,13 +140,9 @@ void save_sharded(const std::string& dir, Trainer& t, dist::CheckpointGather& ga
   dist::Communicator& comm = dist::world();
   const int rank = comm.rank(), w = comm.size();
   OptimizerStateDict sd = std::move(gathered.state);  // this rank's own
-  std::string bad = gathered.writes() ? nonfinite_weight(t.model()) : "";
-  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
   std::exception_ptr failure;
-  if (!bad.empty())
-    failure = std::make_exception_ptr(NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
-                                                   bad + ": training diverged",
-                                                   "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3)));
+  if (const std::string bad = unsaveable(t, sd, gathered.writes()); !bad.empty())
+    failure = std::make_exception_ptr(diverged(dir, t, bad));
   agree(comm, failure, dir);
   std::optional<StagedDir> stage;
   try {
@@ -212,12 +220,7 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   if (!gathered.writes()) return;
   OptimizerStateDict sd = std::move(gathered.state);
   // The finite-state guard: a diverged state never replaces a checkpoint.
-  std::string bad = nonfinite_weight(t.model());
-  if (bad.empty()) bad = bad_optimizer_state(sd.tensors);
-  if (!bad.empty())
-    throw NumericError("not saving the checkpoint of step " + std::to_string(t.steps_done()) + " to " + dir,
-                       bad + ": training diverged",
-                       "lower the learning rate, e.g. --lr " + short_number(t.config().lr / 10, 3));
+  if (const std::string bad = unsaveable(t, sd, /*weights=*/true); !bad.empty()) throw diverged(dir, t, bad);
 
   StagedDir stage(dir);
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
