@@ -49,6 +49,10 @@ class Model : public nn::Module {
   // first name) and buffer, whole, under its own name. Other names a file may use for whole
   // parameters go through checkpoint_key_to_name.
   virtual std::vector<CheckpointTensor> checkpoint_tensors() const;
+  // Modules outside the transformer blocks whose trainable parameters nothing but their own
+  // forward call reads (not a tied head's GEMM, not a chunked loss): fsdp gathers them around
+  // that call alone instead of keeping them on every rank. Default: none.
+  virtual std::vector<nn::Module*> standalone_modules() { return {}; }
 
  protected:
   // What linear_cross_entropy needs of a model whose head is one bias-free linear: the hidden
@@ -128,6 +132,7 @@ class GPT2 : public CausalLM {
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t context_length() const override { return cfg_.n_positions; }
   Tensor next_token_logits(const Tensor& ids) override;
+  std::vector<nn::Module*> standalone_modules() override;
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]

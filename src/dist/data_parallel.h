@@ -40,7 +40,8 @@ std::vector<int> shard_owners(const std::vector<Tensor>& params, int world);
 // every rank's gradients arrive throughout backward instead of the last blocks' owner holding
 // all of its shard while the activations are still there; the parameters outside the blocks go
 // one by one to the rank holding the least (a block's parameter weighs 4 times its bytes on its
-// owner, one outside the blocks 3: every rank holds its value).
+// owner, one outside the blocks 3: every rank holds its value, or, for a standalone module's, a
+// gathered copy around its own call).
 std::vector<int> interleaved_owners(const std::vector<Tensor>& params, const std::vector<int>& unit_of, int world);
 // The block (transformer block, in module order) each of `params` belongs to, -1 for none; a
 // parameter shared by two blocks belongs to the first.

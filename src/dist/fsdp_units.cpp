@@ -9,6 +9,7 @@
 #include "backend/event.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
+#include "leantrain/models.h"
 #include "memory/streams.h"
 
 namespace lt::dist {
@@ -28,9 +29,16 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       reshard_(reshard_after_forward) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
+  std::set<const nn::Module*> standalone;
+  if (auto* lm = dynamic_cast<models::Model*>(&model))
+    for (nn::Module* m : lm->standalone_modules()) standalone.insert(m);
   for (auto& [path, m] : model.named_modules()) {
-    if (!nn::is_transformer_block(*m)) continue;
+    if (!nn::is_transformer_block(*m) && !standalone.count(m)) continue;
     Unit u;
+    // A lookup table's backward reads the indices only: prefetching it in backward would gather
+    // it for nothing, at the end of backward where the gradients peak.
+    u.backward_reads = dynamic_cast<nn::Embedding*>(m) == nullptr;
+    u.recomputed = bool(m->forward_wrapper());
     for (auto& [n, p] : m->named_parameters()) {
       auto it = index.find(p.impl());
       if (it == index.end() || unit_of_[it->second] >= 0) continue;  // frozen, or tied to an earlier unit
@@ -47,7 +55,9 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       Unit& unit = units_[ui];
       const bool backward = recomputed && grad_enabled();  // a checkpoint's recomputation
       use(ui);
-      prefetch(backward ? ui - 1 : ui + 1);  // the unit that runs next (size_t wraps: none)
+      // The unit that runs next (size_t wraps: none). A recomputation prefetches once its
+      // backward has begun (grad_ready): while it recomputes, its activations peak.
+      if (!backward) prefetch(ui + 1);
       unit.grads = 0;  // this micro-batch's backward counts them again
       // No grad (evaluation, a checkpoint's forward): nothing is saved; with resharding the
       // copies go at once.
@@ -57,8 +67,8 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
         return y;
       }
       // Kept until the unit's gradients are all in (grad_ready): without resharding, or in a
-      // recomputation, whose backward follows at once.
-      if (!reshard_ || recomputed) return forward(x);
+      // recomputation or the last unit (the head), whose backward follows at once.
+      if (!reshard_ || recomputed || ui + 1 == units_.size()) return forward(x);
       // Saved unit parameters become references, re-gathered in backward.
       std::map<const TensorImpl*, size_t> mine;
       for (size_t i : unit.params) mine[params_[i].impl()] = i;
@@ -74,7 +84,7 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
               if (const SavedParam* s = std::any_cast<SavedParam>(&p)) {
                 const size_t u = size_t(unit_of_[s->index]);
                 use(u);
-                prefetch(u - 1);
+                prefetch_backward(u - 1);
                 return params_[s->index];
               }
               return std::any_cast<Tensor>(p);
@@ -186,6 +196,10 @@ void FsdpUnits::prefetch(size_t ui) {
   if (ui < units_.size()) gather(units_[ui]);
 }
 
+void FsdpUnits::prefetch_backward(size_t ui) {
+  if (ui < units_.size() && units_[ui].backward_reads) gather(units_[ui]);
+}
+
 void FsdpUnits::release(Unit& u) {
   if (!u.gathered) return;
   if (!u.waited) use(size_t(&u - units_.data()));  // a prefetch never used: its broadcast still writes
@@ -196,7 +210,9 @@ void FsdpUnits::release(Unit& u) {
 
 void FsdpUnits::grad_ready(size_t i) {
   if (unit_of_[i] < 0) return;
-  Unit& u = units_[size_t(unit_of_[i])];
+  const size_t ui = size_t(unit_of_[i]);
+  Unit& u = units_[ui];
+  if (u.grads == u.params.size() / 2 && u.recomputed) prefetch_backward(ui - 1);
   if (++u.grads == u.params.size()) release(u);
 }
 

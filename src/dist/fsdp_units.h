@@ -3,14 +3,18 @@
 // wrapper broadcasts the missing ones into fresh allocations (one NCCL group on the communication
 // stream) and frees them after its forward (--reshard-after-forward true) or after its backward
 // (false). While a unit runs, the next one is gathered (forward order in forward, reverse order
-// in backward), so the broadcast overlaps compute as FSDP's prefetch does. With resharding, what
+// in backward; a checkpointed unit's backward prefetches once half of its gradients are in, past
+// its recomputation's activation peak), so the broadcast overlaps compute as FSDP's prefetch does. With resharding, what
 // backward saved of those parameters is packed as a reference (saved-tensor hooks) and
 // re-gathered when backward unpacks it. A checkpointed block gathers inside its region: the
 // forward under no grad releases at once, the recomputation in backward keeps the parameters
 // until the unit's gradients are in. Gradients go the zero2 way (data_parallel.cpp).
 //
-// Parameters outside every block (embeddings, final norm, tied head) stay replicated, as
-// PyTorch's root FSDP unit keeps them; they are broadcast by their owners after each step.
+// Modules outside the blocks that Model::standalone_modules names (an untied embedding table and
+// LM head) are units too, in module order: the table is gathered for its lookup only, the head
+// (the last unit) from its forward to its backward. The other parameters outside the blocks
+// (norms, positions, a tied table) stay replicated, as PyTorch's root FSDP unit keeps them; they
+// are broadcast by their owners after each step.
 #pragma once
 #include <memory>
 #include <vector>
@@ -43,11 +47,14 @@ class FsdpUnits {
     bool gathered = false;  // its broadcast is enqueued (or done)
     bool waited = false;    // the compute stream waits for it
     size_t grads = 0;
+    bool backward_reads = true;
+    bool recomputed = false;  // checkpointed: its backward runs a recomputation first  // its backward reads its parameters (an embedding's does not)
     std::unique_ptr<Event> arrived;  // recorded on the communication stream after the broadcast
   };
   void gather(Unit& u);               // enqueues the broadcast on the communication stream
   void use(size_t unit);              // gathered, and the compute stream waits for it
   void prefetch(size_t unit);         // gather() of a unit about to run (none when out of range)
+  void prefetch_backward(size_t unit);  // prefetch() of a unit whose backward reads its parameters
   void release(Unit& u);
   void move_out_of_flat_store(nn::Module& model);
 

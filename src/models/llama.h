@@ -82,6 +82,7 @@ class Llama : public CausalLM {
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t context_length() const override { return cfg_.max_position_embeddings; }
   Tensor next_token_logits(const Tensor& ids) override;
+  std::vector<nn::Module*> standalone_modules() override;
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]

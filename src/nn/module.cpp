@@ -201,12 +201,22 @@ void Module::train(bool on) {
 
 Tensor Module::call_forward(const Tensor& x, const ForwardFn& forward) {
   // A parameter from a flat ParamFactory has no memory until materialize(): one clear error
-  // instead of a kernel reading nothing.
-  for (const auto& [name, t] : params_)
-    LT_CHECK(t.storage() != nullptr, std::string("parameter '") + name + "' of a " + type_name() + " has no memory yet",
-             "its flat ParamFactory has not materialized the parameter store",
-             "call ParamFactory::materialize() after building the modules");
-  return wrapper_ ? wrapper_(*this, x, forward) : forward(x);
+  // instead of a kernel reading nothing. A wrapper may bring the memory first (fsdp gathers a
+  // unit's parameters), so under one the check runs where the module's own forward starts.
+  auto check = [this] {
+    for (const auto& [name, t] : params_)
+      LT_CHECK(t.storage() != nullptr, std::string("parameter '") + name + "' of a " + type_name() + " has no memory yet",
+               "its flat ParamFactory has not materialized the parameter store",
+               "call ParamFactory::materialize() after building the modules");
+  };
+  if (!wrapper_) {
+    check();
+    return forward(x);
+  }
+  return wrapper_(*this, x, [check, forward](const Tensor& in) {
+    check();
+    return forward(in);
+  });
 }
 
 void ModuleList::append(std::shared_ptr<Module> m, const std::string& name, bool owner_keeps_it) {

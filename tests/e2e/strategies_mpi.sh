@@ -63,6 +63,20 @@ for s in zero2 fsdp; do
     same_losses "$WORK/one_clip.jsonl" "$WORK/${s}_clip.jsonl" 1e-5 "$s --clip 0.5 vs 1 process"
   fi
 done
+# An untied LLaMA: fsdp gathers the embedding table for its lookup only and the head from its
+# forward to its backward (Model::standalone_modules); a chunked loss reads the head's weight
+# directly, so then the head stays replicated. Same losses as one process in every case.
+cat > "$WORK/untied.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256, "tie_word_embeddings": false}
+JSON
+UNTIED=(train --device cpu --config "$WORK/untied.json" --data synthetic --lr 1e-3 --eval-batches 1 --workers 1 --steps 4 --batch 8 --seq-len 32)
+expect_ok "$LT" "${UNTIED[@]}" --metrics "$WORK/untied_one.jsonl"
+for extra in "--checkpoint blocks" "--checkpoint blocks --loss-chunk 64" "--reshard-after-forward false"; do
+  # shellcheck disable=SC2086  # $extra is a list of flags
+  if expect_ok "${MPI[@]}" "$LT" "${UNTIED[@]}" --strategy fsdp $extra --metrics "$WORK/untied_fsdp.jsonl"; then
+    same_losses "$WORK/untied_one.jsonl" "$WORK/untied_fsdp.jsonl" 1e-5 "untied LLaMA fsdp $extra vs 1 process"
+  fi
+done
 # The held-out evaluation is split over the ranks too (a last batch that does not split is
 # evaluated whole and counted once): the 1-process validation loss, every batch of it.
 same_eval() {
