@@ -5,7 +5,8 @@
 set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/ddp-prof}; N=${DIST_GPUS:-2}
 mkdir -p "$OUT"
-command -v nsys >/dev/null || { echo "nsys not found"; exit 0; }
+command -v nsys >/dev/null || PATH=$PATH:$(dirname "$(ls -d /opt/nvidia/nsight-systems*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | tail -1)" 2>/dev/null)
+command -v nsys >/dev/null || { echo "nsys not found"; ls /opt/nvidia; exit 0; }
 export NCCL_NVLS_ENABLE=0
 T="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps 12 --log-every 6 --eval-batches 1 --device cuda"
 timeout 200 nsys profile -q -t cuda,nvtx -o "$OUT/one" -f true "./$BUILD/leantrain" train $T --batch 16 > "$OUT/one.log" 2>&1

@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -259,6 +259,12 @@ PY
       echo "  plan: $(peak "$OUT/lpn.json")"
       ranks_vs_plan "$OUT/ln.json" $L --batch $((4 * N)) --devices $N --strategy fsdp
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model tinyllama --mode fsdp2 --batch 4 --checkpoint --steps 10 --warmup 3 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      ;;
+    distkill)
+      # Issue 13: a rank killed with SIGKILL under the launcher, and under two hand-started ranks
+      # (the NCCL watchdog, or its sentinel, ends the survivor within LEANTRAIN_DIST_TIMEOUT + 10 s).
+      export NCCL_NVLS_ENABLE=0
+      N=${DIST_GPUS:-2}
       # A rank killed from outside: the launcher ends the others and says which rank died.
       K="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps 100000 --log-every 50 --device cuda"
       "./$BUILD/leantrain" train $K --batch $((16 * N)) --devices $N --strategy ddp > "$OUT/kill.log" 2>&1 &
@@ -280,7 +286,11 @@ PY
       done
       sleep 25; kill -9 $P1; t0=$(date +%s.%N)
       for i in $(seq 1 600); do kill -0 $P0 2>/dev/null || break; sleep 0.1; done
-      kill -0 $P0 2>/dev/null && { echo "HANG: rank 0 still runs 60 s after rank 1 was killed"; kill -9 $P0; }
+      if kill -0 $P0 2>/dev/null; then
+        echo "HANG: rank 0 still runs 60 s after rank 1 was killed; its threads:"
+        timeout 60 /usr/local/cuda/bin/cuda-gdb -p $P0 -batch -ex "thread apply all bt 12" 2>&1 | grep -E "^Thread|^#" | head -80
+        kill -9 $P0
+      fi
       wait $P0; rc=$?; t1=$(date +%s.%N)
       echo "killed rank 1 (no launcher): rank 0 exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s"
       grep '^leantrain: error' "$OUT/kill-r0.log"

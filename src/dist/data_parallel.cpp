@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -21,12 +22,23 @@ namespace lt::dist {
 
 namespace {
 
-constexpr int64_t kBucketBytes = int64_t(25) << 20;  // PyTorch DDP's default bucket_cap_mb
+// PyTorch DDP's default bucket_cap_mb, 25; LEANTRAIN_BUCKET_MB overrides it for measuring.
+int64_t bucket_bytes() {
+  const char* v = std::getenv("LEANTRAIN_BUCKET_MB");
+  const int n = v ? std::atoi(v) : 0;
+  return int64_t(n > 0 ? n : 25) << 20;
+}
 // Buckets whose reduction may still run on the communication stream when the next one starts:
-// issuing bucket b makes the compute stream wait for bucket b - kInFlight. The wait is by program
+// issuing bucket b makes the compute stream wait for bucket b - 2. The wait is by program
 // order, so a plan replays it (Note [Cross-stream reuse]); it bounds the staging buffers and lets
 // the gradients ZeRO-2 drops go back to the compute stream's pool during backward.
-constexpr size_t kInFlight = 2;
+// LEANTRAIN_BUCKETS_IN_FLIGHT overrides it for measuring (bench/ddp_tuning.sh); a plan reads
+// the same variable.
+size_t buckets_in_flight() {
+  const char* v = std::getenv("LEANTRAIN_BUCKETS_IN_FLIGHT");
+  const int n = v ? std::atoi(v) : 0;
+  return n > 0 ? size_t(n) : 2;
+}
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 
@@ -155,7 +167,7 @@ class DataParallel final : public StepHook {
     int64_t bytes = 0;
     for (int i = int(params_.size()) - 1; i >= 0; --i) {
       const Tensor& p = params_[size_t(i)];
-      bool fresh = buckets_.empty() || bytes + p.nbytes() > kBucketBytes ||
+      bool fresh = buckets_.empty() || bytes + p.nbytes() > bucket_bytes_ ||
                    params_[size_t(buckets_.back().params.back())].dtype() != p.dtype();
       if (fresh) buckets_.emplace_back(), bytes = 0;
       buckets_.back().params.push_back(i);
@@ -268,7 +280,7 @@ class DataParallel final : public StepHook {
     // The gradients the rank keeps are next freed after after_backward(), whose waits order the
     // compute stream after every reduction: they need no record_stream.
     in_flight_.push_back(std::move(reduced));
-    while (in_flight_.size() > kInFlight) retire();
+    while (in_flight_.size() > max_in_flight_) retire();
   }
 
   // The compute stream waits for the oldest reduction still in flight.
@@ -280,6 +292,8 @@ class DataParallel final : public StepHook {
   Communicator& comm_;
   Device device_ = Device::cpu();
   std::deque<std::unique_ptr<Event>> in_flight_;  // reductions enqueued on the communication stream
+  const size_t max_in_flight_ = buckets_in_flight();
+  const int64_t bucket_bytes_ = bucket_bytes();
   Strategy strategy_;
   int64_t k_;
   int64_t micro_ = 0;

@@ -5,7 +5,8 @@
 //
 // Failures: the communicator is made non-blocking; a watchdog thread polls ncclCommGetAsyncError
 // and the age of the oldest unfinished collective (an event per call), and on an error or a
-// collective older than timeout_seconds() prints one line, aborts the communicator and exits.
+// collective older than timeout_seconds() prints one line, aborts the communicator and exits. A
+// sentinel thread that calls neither CUDA nor NCCL ends the process if the watchdog itself blocks.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -59,13 +61,31 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&id, blob.data(), sizeof id);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
+    // The thread blocks NCCL's kernels may take (0: NCCL's choice): fewer leave more SMs to the
+    // backward that the gradient reductions overlap. A measuring knob (bench/ddp_tuning.sh).
+    if (const char* v = std::getenv("LEANTRAIN_NCCL_MAX_CTAS"); v && std::atoi(v) > 0) cfg.maxCTAs = std::atoi(v);
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg), "ncclCommInitRank");
     wait_ready("ncclCommInitRank");
     watchdog_ = std::thread([this] { watch(); });
+    // The watchdog calls into CUDA and NCCL, and a call of theirs may itself block on a dead
+    // peer. This thread calls neither: when the watchdog has not come round for the timeout
+    // (plus its own 5 s to abort), it ends the process.
+    sentinel_ = std::thread([this] {
+      while (!stop_.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (now_s() - heartbeat_.load() > timeout_ + 10) {
+          std::fprintf(stderr, "leantrain: error: rank %d: the NCCL watchdog itself has been blocked for %d s: another rank died or hangs\n",
+                       rank_, int(timeout_ + 10));
+          std::fflush(stderr);
+          _exit(1);
+        }
+      }
+    });
   }
   ~NcclCommunicator() override {
     stop_.store(true);
     if (watchdog_.joinable()) watchdog_.join();
+    if (sentinel_.joinable()) sentinel_.join();
     for (auto& p : pending_) cudaEventDestroy(p.event);
     if (scratch_) cudaFree(scratch_);
     if (comm_) ncclCommDestroy(comm_);
@@ -192,6 +212,7 @@ class NcclCommunicator final : public Communicator {
     // rank 0 that would create a second CUDA context (hundreds of MiB) on rank 0's GPU.
     if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
     while (!stop_.load()) {
+      heartbeat_.store(now_s());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       ncclResult_t st = ncclSuccess;
       ncclCommGetAsyncError(comm_, &st);
@@ -235,7 +256,8 @@ class NcclCommunicator final : public Communicator {
   std::mutex m_;
   std::deque<Pending> pending_;
   std::atomic<bool> stop_{false};
-  std::thread watchdog_;
+  std::atomic<double> heartbeat_{now_s()};  // the watchdog's last round
+  std::thread watchdog_, sentinel_;
 };
 
 }  // namespace
