@@ -2,6 +2,10 @@
 // rounding, the cuBLASLt workspace mirror, the cost model and the budget search.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 
@@ -56,6 +60,43 @@ TEST(Plan, SeveralCudaDevicesAddNcclBuffers) {
   EXPECT_EQ(plan_run(c, o).nccl_bytes, 123 * MiB);
   o.device_type = "cpu";
   EXPECT_EQ(plan_run(c, o).nccl_bytes, 0);
+}
+
+// fsdp: an untied embedding table and head are gathered around their own calls, not kept on
+// every rank, so between steps each rank holds its own blocks' and the table's or head's bytes
+// only. A chunked loss reads the head's weight directly: then the head stays on every rank.
+TEST(Plan, FsdpKeepsAnUntiedTableAndHeadOnTheirOwnersOnly) {
+  namespace fs = std::filesystem;
+  const fs::path cfg_path = fs::temp_directory_path() / ("lt_test_plan_untied_" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream f(cfg_path);
+    f << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096,
+             "max_position_embeddings": 256, "tie_word_embeddings": false})";
+  }
+  RunConfig c;
+  c.model_config = cfg_path.string();
+  c.data = "synthetic";
+  c.seq_len = 16;
+  c.batch = 4;
+  c.steps = 2;
+  c.eval_batches = 1;
+  c.device = "cpu";
+  c.devices = 2;
+  c.strategy = "fsdp";
+  const int64_t table = 4096 * 64 * 4;  // f32, as the head
+  auto params_at_end = [&](int rank) {
+    PlanOptions o;
+    o.rank = rank;
+    return plan_run(c, o).stats.category[size_t(Category::Parameter)].current;
+  };
+  // The table on one rank, the head on the other (and a few blocks' bytes).
+  EXPECT_LT(params_at_end(0) + params_at_end(1), 2 * table + table / 2);
+  for (int rank : {0, 1}) EXPECT_LT(params_at_end(rank), table + table / 2) << "rank " << rank;
+  c.loss_chunk = 8;  // the head on both
+  for (int rank : {0, 1}) EXPECT_GE(params_at_end(rank), table) << "rank " << rank << " with --loss-chunk";
+  EXPECT_GE(params_at_end(0) + params_at_end(1), 3 * table);
+  fs::remove(cfg_path);
 }
 
 TEST(Plan, SimulatedCudaReservesWholeSegments) {
