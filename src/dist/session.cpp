@@ -53,6 +53,24 @@ void check_world_fits(const RunConfig& cfg, int w) {
                      "the launcher already started the ranks", "drop --devices");
 }
 
+
+// What each rank writes. Ranks > 0 write no metrics and no HTML report (rank 0's say it all);
+// each writes its own memory snapshot (PATH.rankR.json beside rank 0's PATH.json: the ranks'
+// timelines differ under the sharded strategies). Every rank keeps --save: saving is collective
+// (rank 0 writes the files).
+void per_rank_outputs(RunConfig& cfg, int rank) {
+  if (rank == 0) return;
+  cfg.metrics.clear();
+  cfg.memory_report.clear();
+  if (cfg.memory_snapshot.empty()) return;
+  std::string& p = cfg.memory_snapshot;
+  const std::string tag = ".rank" + std::to_string(rank);
+  const size_t slash = p.find_last_of('/');
+  const size_t dot = p.rfind('.');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash + 1)) p.insert(dot, tag);
+  else p += tag;
+}
+
 }  // namespace
 
 Session::Session(RunConfig& cfg) : info_(launch_info()) {
@@ -75,7 +93,7 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
     set_world(make_nccl_communicator(info_, info_.local_rank));  // without NCCL in the build: its one line
     check_same_config(world(), cfg);  // before the device index, which differs by rank
     cfg.device = "cuda:" + std::to_string(info_.local_rank);
-    if (info_.rank != 0) cfg.metrics.clear(), cfg.memory_snapshot.clear(), cfg.memory_report.clear();
+    per_rank_outputs(cfg, info_.rank);
     return;
   }
   if (info_.launcher != "mpirun" && info_.launcher != "slurm")
@@ -87,8 +105,7 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
                      "the launcher's variables say " + std::to_string(info_.world_size), "launch through mpirun alone");
   set_world(std::move(c));
   check_same_config(world(), cfg);
-  // Ranks > 0 write nothing; they keep --save because saving is collective (rank 0 writes).
-  if (info_.rank != 0) cfg.metrics.clear(), cfg.memory_snapshot.clear(), cfg.memory_report.clear();
+  per_rank_outputs(cfg, info_.rank);
 }
 
 Session::~Session() { set_world(nullptr); }

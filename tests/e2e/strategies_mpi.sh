@@ -63,6 +63,11 @@ for s in zero2 fsdp; do
     same_losses "$WORK/one_clip.jsonl" "$WORK/${s}_clip.jsonl" 1e-5 "$s --clip 0.5 vs 1 process"
   fi
 done
+# Every rank writes its own memory snapshot (rank 1's beside rank 0's), and only rank 0 metrics.
+if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero2 --steps 2 --memory-snapshot "$WORK/snap.json" --metrics "$WORK/snap-metrics.jsonl"; then
+  if [ -s "$WORK/snap.json" ] && [ -s "$WORK/snap.pickle" ] && [ -s "$WORK/snap.rank1.json" ] && [ -s "$WORK/snap.rank1.pickle" ]; then ok
+  else fail "a snapshot per rank: $(ls "$WORK" | grep snap | tr '\n' ' ')"; fi
+fi
 # An untied LLaMA: fsdp gathers the embedding table for its lookup only and the head from its
 # forward to its backward (Model::standalone_modules); a chunked loss reads the head's weight
 # directly, so then the head stays replicated. Same losses as one process in every case.
