@@ -15,7 +15,7 @@ for r in $(seq 0 $((N - 1))); do
   python3 - "$run" "$OUT/plan$r.json" "$r" <<'PY'
 import json, sys
 def trace(p):
-    t = json.load(open(p))["device_traces"][0]
+    t = max(json.load(open(p))["device_traces"], key=len)  # rank r's run traces device r
     return [(e["action"], e["size"], e.get("category"), e.get("stream"), (e.get("frames") or [{}])[0].get("name", "")) for e in t
             if e["action"] in ("alloc", "free_completed")]
 def peak(t):
