@@ -289,6 +289,21 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
   return out;
 }
 
+uint64_t CachingAllocator::layout_fingerprint() const {
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  for (const Segment* seg : segments_) {
+    mix(uint64_t(seg->size)), mix(uint64_t(seg->stream)), mix(seg->small);
+    for (const CBlock* b = seg->head; b; b = b->next)
+      mix(uint64_t(b->offset)), mix(uint64_t(b->size)), mix(b->allocated + 2u * b->waiting), mix(b->stream_uses);
+    mix(~0ull);
+  }
+  return h;
+}
+
 int64_t CachingAllocator::cached_free_bytes() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_.reserved_bytes.current - stats_.allocated_bytes.current;

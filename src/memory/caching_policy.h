@@ -153,6 +153,11 @@ class CachingAllocator : public Allocator {
   void set_stream_events(std::unique_ptr<StreamEvents> events);
   StreamOrder& stream_order() { return order_; }
   int64_t waiting_bytes() const;  // freed blocks waiting for another stream (in no pool yet)
+  // A hash of the layout: every segment (creation order, size, stream, pool) and its blocks
+  // (offset, size, allocated or free or waiting, the streams that used it). Two moments with the
+  // same fingerprint make the same choices for the same requests from then on; plan_run steps
+  // until a step boundary repeats an earlier one.
+  uint64_t layout_fingerprint() const;
 
  protected:
   bool do_allocate(Block& b) override;

@@ -4,9 +4,11 @@
 // phase comes from comparing the peak after each phase, its breakdown from the history.
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "leantrain/memory_snapshot.h"
 #include "leantrain/plan.h"
+#include "memory/caching_policy.h"
 #include "memory/host_allocators.h"
 #include "plan/memory_report_html.h"
 #include "train/activation_checkpointing.h"
@@ -16,6 +18,9 @@
 namespace lt {
 
 namespace {
+
+// The most steps a dry run makes while waiting for the allocator's layout to repeat.
+constexpr int64_t kMaxPlanSteps = 64;
 
 // Allocated bytes by category at the moment allocated bytes were highest, replayed from the history.
 std::array<int64_t, kNumCategories> breakdown_at_peak(const std::vector<MemoryEvent>& h) {
@@ -85,16 +90,30 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
       int64_t p = al.stats().allocated_bytes.peak;
       if (p > best) best = p, r.peak_phase = phase;
     };
+    // The caching allocator's layout can take a few steps to settle (a block handed out whole
+    // where a split would leave too little: the sizes it rounds to vary step to step), and a
+    // later step may peak a few hundred KiB higher than the second. So the dry run goes on past
+    // opt.steps until the layout at a step's end repeats one seen at an earlier step's end (from
+    // then on every step repeats one already planned), or the run's last step, or kMaxPlanSteps.
+    const int64_t last = cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total;
+    CachingAllocator* caching = as_caching(al);
+    std::set<uint64_t> layouts;
+    bool settled = false;
     trainer.start();
-    while (trainer.steps_done() < r.steps) {
+    while (trainer.steps_done() < last && (trainer.steps_done() < r.steps || (!settled && trainer.steps_done() < kMaxPlanSteps))) {
       trainer.step();
       note("step " + std::to_string(trainer.steps_done()));
       // Evaluations the run makes on the way (--eval-every), as run.cpp schedules them.
-      if (cfg.eval_every > 0 && trainer.steps_done() % cfg.eval_every == 0 && trainer.steps_done() < r.steps) {
+      const bool evaluates = cfg.eval_every > 0 && trainer.steps_done() % cfg.eval_every == 0 && trainer.steps_done() < last;
+      if (evaluates) {
         trainer.evaluate();
         note("evaluation");
       }
+      // With evaluations on the way the period spans them too: compare at their boundaries only.
+      if (caching && (cfg.eval_every <= 0 || evaluates)) settled = !layouts.insert(caching->layout_fingerprint()).second;
+      if (!caching) settled = true;
     }
+    r.steps = trainer.steps_done();
     // The same files a run writes, at the same moments (run.cpp, app.cpp), from the predicted trace.
     if (opt.write_memory_files && !cfg.memory_snapshot.empty()) {
       write_memory_snapshot(al, cfg.memory_snapshot);
