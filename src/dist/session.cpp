@@ -113,17 +113,24 @@ Session::~Session() { set_world(nullptr); }
 namespace {
 
 // A port nobody listens on now (the kernel picks it); rank 0 binds it moments later.
-int free_port() {
+// A listening socket on a free port, for rank 0's store. It stays open from here to rank 0 (which
+// inherits it: LEANTRAIN_STORE_FD), so nothing can take the port in between: a port found free
+// and closed again was once taken by a rank's own connection attempts to it (a TCP self-connect
+// on a port of the ephemeral range) before rank 0 could listen.
+int listening_socket(int& port) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) fail("--devices", std::string("cannot open a socket: ") + std::strerror(errno), "");
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
-  int port = 29500;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(s);
-  return port;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 128) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    fail("--devices", std::string("cannot listen on a free port: ") + std::strerror(errno), "");
+  port = ntohs(a.sin_port);
+  return s;
 }
 
 std::vector<std::string> args_without_devices(int argc, char** argv) {
@@ -167,12 +174,16 @@ int launch_local(int devices, const std::string& device, int argc, char** argv) 
     fail("--devices " + std::to_string(devices) + " on the CPU", std::string("cannot start mpirun: ") + std::strerror(errno),
          "install openmpi-bin (scripts/deps.sh)");
   }
-  const std::string port = std::to_string(free_port());
+  int port_number = 0;
+  const int store = listening_socket(port_number);
+  const std::string port = std::to_string(port_number);
   std::vector<pid_t> kids;
   for (int r = 0; r < devices; ++r) {
     pid_t pid = ::fork();
     if (pid < 0) fail("--devices", std::string("fork failed: ") + std::strerror(errno), "");
     if (pid == 0) {
+      if (r == 0) ::setenv("LEANTRAIN_STORE_FD", std::to_string(store).c_str(), 1);
+      else ::close(store);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(devices).c_str(), 1);
@@ -186,6 +197,7 @@ int launch_local(int devices, const std::string& device, int argc, char** argv) 
     }
     kids.push_back(pid);
   }
+  ::close(store);  // rank 0 holds it now
   // The job's code is the first failure's; the others are ended then (TERM, KILL after 10 s).
   int rc = 0;
   size_t alive = kids.size();

@@ -11,8 +11,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "leantrain/dist.h"
 #include "leantrain/error.h"
@@ -32,10 +34,42 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
 
  private:
   int fd_;
 };
+
+// The listening socket `leantrain train --devices N` opened for rank 0 (LEANTRAIN_STORE_FD), when
+// it is one on MASTER_PORT; else -1 (rank 0 binds the port itself).
+int inherited_listener(const LaunchInfo& li) {
+  const char* v = std::getenv("LEANTRAIN_STORE_FD");
+  if (!v) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(v, &end, 10);
+  if (!*v || *end || fd < 0 || fd > 1 << 20) return -1;
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(int(fd), reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET ||
+      ntohs(a.sin_port) != li.master_port)
+    return -1;
+  ::unsetenv("LEANTRAIN_STORE_FD");
+  return int(fd);
+}
+
+// A connection to a port nobody listens on, from the same host, can meet itself (TCP
+// simultaneous open when the kernel picks the destination port as the source): not rank 0.
+bool self_connected(int fd) {
+  sockaddr_in me{}, peer{};
+  socklen_t a = sizeof me, b = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &a) != 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &b) != 0)
+    return false;
+  return me.sin_port == peer.sin_port && me.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
 
 std::string where(const LaunchInfo& li) { return li.master_addr + ":" + std::to_string(li.master_port); }
 
@@ -98,13 +132,17 @@ std::string tcp_store_exchange(const LaunchInfo& li, const std::string& payload)
   const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(timeout_seconds() * 1000));
   sockaddr_in addr = resolve(li);
   if (li.rank == 0) {
-    Fd s(::socket(AF_INET, SOCK_STREAM, 0));
-    int one = 1;
-    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in any = addr;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 || ::listen(s.get(), 128) != 0)
-      store_fail(li, std::string("cannot listen: ") + std::strerror(errno));
+    Fd s(inherited_listener(li));
+    if (s.get() < 0) {
+      Fd own(::socket(AF_INET, SOCK_STREAM, 0));
+      int one = 1;
+      ::setsockopt(own.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_in any = addr;
+      any.sin_addr.s_addr = htonl(INADDR_ANY);
+      if (::bind(own.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 || ::listen(own.get(), 128) != 0)
+        store_fail(li, std::string("cannot listen: ") + std::strerror(errno));
+      s.reset(own.release());
+    }
     const uint64_t n = payload.size();
     for (int served = 1; served < li.world_size; ++served) {
       wait_ready(li, s.get(), POLLIN, deadline);
@@ -117,7 +155,7 @@ std::string tcp_store_exchange(const LaunchInfo& li, const std::string& payload)
   }
   for (;;) {  // rank 0 may not listen yet: retry until the deadline
     Fd c(::socket(AF_INET, SOCK_STREAM, 0));
-    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && !self_connected(c.get())) {
       uint64_t n = 0;
       recv_all(li, c.get(), &n, sizeof n, deadline);
       if (n > (1u << 20)) store_fail(li, "the store answered with a malformed length");

@@ -8,6 +8,7 @@
 
 #include "leantrain/optim.h"
 #include "train/step_hooks.h"
+#include "train/step_trace.h"
 #include "train/task.h"
 
 namespace lt {
@@ -58,6 +59,7 @@ class Trainer {
   LrSchedule schedule_;
   std::vector<std::unique_ptr<StepHook>> hooks_;
   int64_t step_ = 0, total_steps_ = 0, micro_batch_ = 0;
+  StepTrace trace_{task_.device};  // LEANTRAIN_STEP_TRACE
 };
 
 // Steps a run takes: --steps, else ceil(--epochs x steps per epoch), one epoch by default.

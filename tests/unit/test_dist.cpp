@@ -160,6 +160,43 @@ TEST(DistTcpStore, RankZeroHandsThePayloadToEveryRank) {
   EXPECT_EQ(got2, id);
 }
 
+// `train --devices N` opens rank 0's listening socket itself and hands it down
+// (LEANTRAIN_STORE_FD), so no process can take the port between the choice and the listen (a
+// rank's own connection attempts once did). Rank 0 serves on the inherited socket: the port is
+// held by it the whole time, so binding it again fails, and the variable is consumed.
+TEST(DistTcpStore, RankZeroServesOnAnInheritedListeningSocket) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(s, 16), 0);
+  ASSERT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  int other = ::socket(AF_INET, SOCK_STREAM, 0);  // the port is taken while rank 0 starts
+  sockaddr_in b = a;
+  b.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_NE(::bind(other, reinterpret_cast<sockaddr*>(&b), sizeof b), 0);
+  ::close(other);
+  ::setenv("LEANTRAIN_STORE_FD", std::to_string(s).c_str(), 1);
+  auto info = [&](int rank) {
+    LaunchInfo li;
+    li.rank = rank;
+    li.world_size = 2;
+    li.master_addr = "127.0.0.1";
+    li.master_port = port;
+    return li;
+  };
+  std::string got;
+  std::thread r1([&] { got = tcp_store_exchange(info(1), ""); });
+  const std::string id(128, '\x05');
+  EXPECT_EQ(tcp_store_exchange(info(0), id), id);
+  r1.join();
+  EXPECT_EQ(got, id);
+  EXPECT_EQ(std::getenv("LEANTRAIN_STORE_FD"), nullptr);
+}
+
 TEST(DistTcpStore, AMissingRankZeroIsAnErrorWithinTheTimeout) {
   ::setenv("LEANTRAIN_DIST_TIMEOUT", "1", 1);
   LaunchInfo li;
