@@ -64,7 +64,7 @@ for s in zero2 fsdp; do
   fi
 done
 # Every rank writes its own memory snapshot (rank 1's beside rank 0's), and only rank 0 metrics.
-if expect_ok "${MPI[@]}" "$LT" "${RUN[@]}" --strategy zero2 --steps 2 --memory-snapshot "$WORK/snap.json" --metrics "$WORK/snap-metrics.jsonl"; then
+if expect_ok "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --strategy zero2 --steps 2 --memory-snapshot "$WORK/snap.json" --metrics "$WORK/snap-metrics.jsonl"; then
   if [ -s "$WORK/snap.json" ] && [ -s "$WORK/snap.pickle" ] && [ -s "$WORK/snap.rank1.json" ] && [ -s "$WORK/snap.rank1.pickle" ]; then ok
   else fail "a snapshot per rank: $(ls "$WORK" | grep snap | tr '\n' ' ')"; fi
 fi
