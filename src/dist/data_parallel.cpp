@@ -120,12 +120,9 @@ class DataParallel final : public StepHook {
     return loss;
   }
 
-  // On the communication stream, which is idle while the optimizer step runs: the host waits for
-  // this exchange only, not for the step.
   double reduce_loss(double loss) override {
     std::vector<double> all(size_t(comm_.size()));
-    StreamGuard on_comm(kCommStream);
-    comm_.all_gather(&loss, all.data(), 1, DType::F64, backend_for(device_).native_stream());  // bytes: no rounding
+    comm_.all_gather(&loss, all.data(), 1, DType::F64);  // bytes only: no f32 rounding
     double sum = 0;
     for (double x : all) sum += x;  // rank order
     return sum / double(comm_.size());

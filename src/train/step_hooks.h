@@ -28,8 +28,7 @@ class StepHook {
   virtual void on_start(Trainer&) {}
   // Each micro-batch as the loader made it; data parallelism keeps this rank's rows of it.
   virtual void on_batch(Batch&) {}
-  // The step's mean loss as reported, once the optimizer step is enqueued; data parallelism
-  // averages it over the ranks.
+  // Each micro-batch's loss, before its backward; data parallelism averages it over the ranks.
   virtual double reduce_loss(double loss) { return loss; }
   // Each held-out batch of an evaluation (false: this rank leaves it out of its sums), and the
   // evaluation's sums: data parallelism evaluates the rank's rows and adds the ranks' sums.

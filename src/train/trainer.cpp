@@ -159,6 +159,10 @@ StepOutcome Trainer::step() {
     Tensor loss = model().loss(b.inputs, b.targets);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     double value = device().is_meta() ? 0.0 : loss.item();  // a plan's dry-run has no values
+    // Over several ranks: their mean, here where the host waits for the forward anyway (after
+    // backward it would add a wait between the last reduction and the optimizer step), and so
+    // that a non-finite loss on one rank stops every rank at once.
+    for (auto& h : hooks_) value = h->reduce_loss(value);
     if (!std::isfinite(value)) {
       std::string where = "at step " + std::to_string(step_number) +
                           (k > 1 ? " (micro-batch " + std::to_string(i + 1) + " of " + std::to_string(k) + ")" : "");
@@ -215,10 +219,6 @@ StepOutcome Trainer::step() {
     }
     trace.mark(StepTrace::Optimizer);
   }
-  // Over several ranks the reported loss is their mean: reduced here, once the optimizer step is
-  // enqueued, so that the exchange (which the host waits for) runs beside the step instead of
-  // holding back the optimizer or the next backward.
-  for (auto& h : hooks_) out.loss = h->reduce_loss(out.loss);
   out.applied = apply;
   opt_->zero_grad(true);
   for (auto& h : hooks_) h->after_step(*this, apply);
