@@ -63,6 +63,9 @@ class Model : public nn::Module {
     Tensor hidden, weight;
   };
   virtual HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) { return {}; }
+  // standalone_modules() of a causal LM: none when the head is tied to the table (`head` null),
+  // else the table, and the head unless a chunked loss reads its weight directly.
+  std::vector<nn::Module*> untied_table_and_head(nn::Module* table, nn::Module* head) const;
 
  private:
   int64_t loss_chunk_ = 0;

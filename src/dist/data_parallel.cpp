@@ -22,23 +22,22 @@ namespace lt::dist {
 
 namespace {
 
-// PyTorch DDP's default bucket_cap_mb, 25; LEANTRAIN_BUCKET_MB overrides it for measuring.
-int64_t bucket_bytes() {
-  const char* v = std::getenv("LEANTRAIN_BUCKET_MB");
+// A measuring knob: the positive integer in environment variable `name`, else `fallback`.
+int positive_env(const char* name, int fallback) {
+  const char* v = std::getenv(name);
   const int n = v ? std::atoi(v) : 0;
-  return int64_t(n > 0 ? n : 25) << 20;
+  return n > 0 ? n : fallback;
 }
+
+// PyTorch DDP's default bucket_cap_mb, 25; LEANTRAIN_BUCKET_MB overrides it for measuring.
+int64_t bucket_bytes() { return int64_t(positive_env("LEANTRAIN_BUCKET_MB", 25)) << 20; }
 // Buckets whose reduction may still run on the communication stream when the next one starts:
 // issuing bucket b makes the compute stream wait for bucket b - 2. The wait is by program
 // order, so a plan replays it (Note [Cross-stream reuse]); it bounds the staging buffers and lets
 // the gradients ZeRO-2 drops go back to the compute stream's pool during backward.
 // LEANTRAIN_BUCKETS_IN_FLIGHT overrides it for measuring (bench/ddp_tuning.sh); a plan reads
 // the same variable.
-size_t buckets_in_flight() {
-  const char* v = std::getenv("LEANTRAIN_BUCKETS_IN_FLIGHT");
-  const int n = v ? std::atoi(v) : 0;
-  return n > 0 ? size_t(n) : 2;
-}
+size_t buckets_in_flight() { return size_t(positive_env("LEANTRAIN_BUCKETS_IN_FLIGHT", 2)); }
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 

@@ -4,8 +4,8 @@
 // stream) and frees them after its forward (--reshard-after-forward true) or after its backward
 // (false). While a unit runs, the next one is gathered (forward order in forward, reverse order
 // in backward; a checkpointed unit's backward prefetches once half of its gradients are in, past
-// its recomputation's activation peak), so the broadcast overlaps compute as FSDP's prefetch does. With resharding, what
-// backward saved of those parameters is packed as a reference (saved-tensor hooks) and
+// its recomputation's activation peak), so the broadcast overlaps compute as FSDP's prefetch
+// does. With resharding, what backward saved of those parameters is packed as a reference (saved-tensor hooks) and
 // re-gathered when backward unpacks it. A checkpointed block gathers inside its region: the
 // forward under no grad releases at once, the recomputation in backward keeps the parameters
 // until the unit's gradients are in. Gradients go the zero2 way (data_parallel.cpp).
@@ -47,8 +47,8 @@ class FsdpUnits {
     bool gathered = false;  // its broadcast is enqueued (or done)
     bool waited = false;    // the compute stream waits for it
     size_t grads = 0;
-    bool backward_reads = true;
-    bool recomputed = false;  // checkpointed: its backward runs a recomputation first  // its backward reads its parameters (an embedding's does not)
+    bool backward_reads = true;  // its backward reads its parameters (an embedding's does not)
+    bool recomputed = false;     // checkpointed: its backward runs a recomputation first
     std::unique_ptr<Event> arrived;  // recorded on the communication stream after the broadcast
   };
   void gather(Unit& u);               // enqueues the broadcast on the communication stream

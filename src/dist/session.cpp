@@ -1,5 +1,6 @@
 // dist::Session and launch_local (session.h).
 #include "dist/session.h"
+#include "dist/tcp_listen.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -112,22 +113,15 @@ Session::~Session() { set_world(nullptr); }
 
 namespace {
 
-// A port nobody listens on now (the kernel picks it); rank 0 binds it moments later.
 // A listening socket on a free port, for rank 0's store. It stays open from here to rank 0 (which
 // inherits it: LEANTRAIN_STORE_FD), so nothing can take the port in between: a port found free
 // and closed again was once taken by a rank's own connection attempts to it (a TCP self-connect
 // on a port of the ephemeral range) before rank 0 could listen.
 int listening_socket(int& port) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (s < 0) fail("--devices", std::string("cannot open a socket: ") + std::strerror(errno), "");
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const int s = tcp_listen(0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 128) != 0 ||
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+  if (s < 0 || ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0)
     fail("--devices", std::string("cannot listen on a free port: ") + std::strerror(errno), "");
   port = ntohs(a.sin_port);
   return s;

@@ -14,10 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-#include <utility>
 
 #include "leantrain/dist.h"
 #include "leantrain/error.h"
+#include "dist/tcp_listen.h"
 
 namespace lt::dist {
 
@@ -34,7 +34,6 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
   void reset(int fd) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = fd;
@@ -125,6 +124,24 @@ sockaddr_in resolve(const LaunchInfo& li) {
 
 }  // namespace
 
+int tcp_listen(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(port));
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 128) != 0) {
+    const int e = errno;
+    ::close(s);
+    errno = e;
+    return -1;
+  }
+  return s;
+}
+
 std::string tcp_store_exchange(const LaunchInfo& li, const std::string& payload) {
   if (li.world_size == 1) return payload;
   if (li.master_addr.empty() || li.master_port == 0)
@@ -134,14 +151,8 @@ std::string tcp_store_exchange(const LaunchInfo& li, const std::string& payload)
   if (li.rank == 0) {
     Fd s(inherited_listener(li));
     if (s.get() < 0) {
-      Fd own(::socket(AF_INET, SOCK_STREAM, 0));
-      int one = 1;
-      ::setsockopt(own.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      sockaddr_in any = addr;
-      any.sin_addr.s_addr = htonl(INADDR_ANY);
-      if (::bind(own.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 || ::listen(own.get(), 128) != 0)
-        store_fail(li, std::string("cannot listen: ") + std::strerror(errno));
-      s.reset(own.release());
+      s.reset(tcp_listen(li.master_port));
+      if (s.get() < 0) store_fail(li, std::string("cannot listen: ") + std::strerror(errno));
     }
     const uint64_t n = payload.size();
     for (int served = 1; served < li.world_size; ++served) {

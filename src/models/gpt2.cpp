@@ -105,13 +105,8 @@ Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) 
   return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
 }
 
-// As Llama::standalone_modules (wpe, 3 MiB for 124M, stays with the replicated parameters).
-std::vector<nn::Module*> GPT2::standalone_modules() {
-  if (!lm_head_) return {};
-  std::vector<nn::Module*> out{wte_.get()};
-  if (loss_chunk() <= 0) out.push_back(lm_head_.get());
-  return out;
-}
+// As Llama's (wpe, 3 MiB for 124M, stays with the replicated parameters).
+std::vector<nn::Module*> GPT2::standalone_modules() { return untied_table_and_head(wte_.get(), lm_head_.get()); }
 
 double GPT2::root_forward_flops(const Shape& input) const {
   if (lm_head_) return 0;  // the untied head is a module: counted at its own call

@@ -145,12 +145,7 @@ Tensor Llama::next_token_logits(const Tensor& ids) {
 
 // Untied, the embedding table is read by its lookup alone, and the head by its own call unless a
 // chunked loss reads its weight directly; tied, both GEMMs read the table.
-std::vector<nn::Module*> Llama::standalone_modules() {
-  if (!lm_head_) return {};
-  std::vector<nn::Module*> out{embed_tokens_.get()};
-  if (loss_chunk() <= 0) out.push_back(lm_head_.get());
-  return out;
-}
+std::vector<nn::Module*> Llama::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
 
 double Llama::root_forward_flops(const Shape& input) const {
   if (lm_head_) return 0;  // the untied head is a module: counted at its own call

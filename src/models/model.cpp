@@ -42,6 +42,13 @@ std::vector<CheckpointTensor> Model::checkpoint_tensors() const {
   return out;
 }
 
+std::vector<nn::Module*> Model::untied_table_and_head(nn::Module* table, nn::Module* head) const {
+  if (!head) return {};
+  std::vector<nn::Module*> out{table};
+  if (loss_chunk_ <= 0) out.push_back(head);
+  return out;
+}
+
 DType Model::dtype() const {
   auto ps = parameters();
   LT_ASSERT(!ps.empty());

@@ -83,7 +83,6 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
     r.description = task->description + (task->lora_note.empty() ? "" : "\n" + task->lora_note);
     r.parameters = task->model->num_parameters();
     const int64_t total = trainer.total_steps();
-    r.steps = std::min<int64_t>(opt.steps, cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total);
     int64_t best = al.stats().allocated_bytes.peak;
     r.peak_phase = "model build";
     auto note = [&](const std::string& phase) {
@@ -96,11 +95,12 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
     // opt.steps until the layout at a step's end repeats one seen at an earlier step's end (from
     // then on every step repeats one already planned), or the run's last step, or kMaxPlanSteps.
     const int64_t last = cfg.stop_at > 0 ? std::min(cfg.stop_at, total) : total;
+    const int64_t at_least = std::min<int64_t>(opt.steps, last);
     CachingAllocator* caching = as_caching(al);
     std::set<uint64_t> layouts;
-    bool settled = false;
+    bool settled = caching == nullptr;  // no caching allocator: nothing to settle
     trainer.start();
-    while (trainer.steps_done() < last && (trainer.steps_done() < r.steps || (!settled && trainer.steps_done() < kMaxPlanSteps))) {
+    while (trainer.steps_done() < last && (trainer.steps_done() < at_least || (!settled && trainer.steps_done() < kMaxPlanSteps))) {
       trainer.step();
       note("step " + std::to_string(trainer.steps_done()));
       // Evaluations the run makes on the way (--eval-every), as run.cpp schedules them.
@@ -111,7 +111,6 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
       }
       // With evaluations on the way the period spans them too: compare at their boundaries only.
       if (caching && (cfg.eval_every <= 0 || evaluates)) settled = !layouts.insert(caching->layout_fingerprint()).second;
-      if (!caching) settled = true;
     }
     r.steps = trainer.steps_done();
     // The same files a run writes, at the same moments (run.cpp, app.cpp), from the predicted trace.

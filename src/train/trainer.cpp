@@ -118,8 +118,7 @@ StepOutcome Trainer::step() {
   out.lr = schedule_.at(step_);
   opt_->set_lr(out.lr);
   double loss_sum = 0;
-  StepTrace& trace = trace_;
-  trace.begin();
+  trace_.begin();
   // --fused-step with --clip: the updates need the global norm before the first one, so the
   // batch's forward and backward run twice: a norm pass that only measures (FusedStep), then
   // the updating pass, dropout rewound so that both see the same network.
@@ -171,7 +170,7 @@ StepOutcome Trainer::step() {
                          "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
                              ", or clip gradients with --clip 1.0");
     }
-    trace.mark(StepTrace::Forward);
+    trace_.mark(StepTrace::Forward);
     loss_sum += value;
     out.items += task_.items(b);
     Tensor scaled = k > 1 ? scale(loss, 1.0 / double(k)) : loss;
@@ -179,13 +178,13 @@ StepOutcome Trainer::step() {
     b = Batch();  // the inputs are not needed by backward unless a node saved them
     loss = Tensor();
     scaled.backward();
-    trace.mark(StepTrace::Backward);
+    trace_.mark(StepTrace::Backward);
   }
   out.loss = loss_sum / double(k);
 
   bool apply = true;
   for (auto& h : hooks_) apply = h->after_backward(*this) && apply;
-  trace.mark(StepTrace::Reduce);
+  trace_.mark(StepTrace::Reduce);
   bool owned = false;
   for (auto& h : hooks_) owned = owned || h->owns_optimizer_step();
 
@@ -202,7 +201,7 @@ StepOutcome Trainer::step() {
       if (const double n = h->reduce_grad_norm(gn.norm); n != gn.norm)
         gn = grad_norm_from_sum_squares((n / pre) * (n / pre), cfg_.clip, pre);
     out.grad_norm = gn.norm;
-    trace.mark(StepTrace::Norm);
+    trace_.mark(StepTrace::Norm);
     bool skip = false;
     if (!gn.finite())
       for (auto& h : hooks_) skip = h->skip_nonfinite_step(*this) || skip;
@@ -217,14 +216,14 @@ StepOutcome Trainer::step() {
       MemoryCategoryScope st(Category::OptimizerState);
       opt_->step(gn.grad_scale);
     }
-    trace.mark(StepTrace::Optimizer);
+    trace_.mark(StepTrace::Optimizer);
   }
   out.applied = apply;
   opt_->zero_grad(true);
   for (auto& h : hooks_) h->after_step(*this, apply);
   ++step_;
-  trace.mark(StepTrace::After);
-  trace.end_step(step_);
+  trace_.mark(StepTrace::After);
+  trace_.end_step(step_);
   return out;
 }
 

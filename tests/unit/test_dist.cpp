@@ -138,16 +138,19 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+// Rank `rank` of a job of `world` ranks meeting at 127.0.0.1:`port`.
+LaunchInfo local_rank_info(int rank, int world, int port) {
+  LaunchInfo li;
+  li.rank = rank;
+  li.world_size = world;
+  li.master_addr = "127.0.0.1";
+  li.master_port = port;
+  return li;
+}
+
 TEST(DistTcpStore, RankZeroHandsThePayloadToEveryRank) {
   const int port = free_port();
-  auto info = [&](int rank) {
-    LaunchInfo li;
-    li.rank = rank;
-    li.world_size = 3;
-    li.master_addr = "127.0.0.1";
-    li.master_port = port;
-    return li;
-  };
+  auto info = [&](int rank) { return local_rank_info(rank, 3, port); };
   std::string got1, got2;
   std::thread r1([&] { got1 = tcp_store_exchange(info(1), "ignored"); });  // may start before rank 0 listens
   std::thread r2([&] { got2 = tcp_store_exchange(info(2), ""); });
@@ -180,14 +183,7 @@ TEST(DistTcpStore, RankZeroServesOnAnInheritedListeningSocket) {
   EXPECT_NE(::bind(other, reinterpret_cast<sockaddr*>(&b), sizeof b), 0);
   ::close(other);
   ::setenv("LEANTRAIN_STORE_FD", std::to_string(s).c_str(), 1);
-  auto info = [&](int rank) {
-    LaunchInfo li;
-    li.rank = rank;
-    li.world_size = 2;
-    li.master_addr = "127.0.0.1";
-    li.master_port = port;
-    return li;
-  };
+  auto info = [&](int rank) { return local_rank_info(rank, 2, port); };
   std::string got;
   std::thread r1([&] { got = tcp_store_exchange(info(1), ""); });
   const std::string id(128, '\x05');
@@ -199,11 +195,7 @@ TEST(DistTcpStore, RankZeroServesOnAnInheritedListeningSocket) {
 
 TEST(DistTcpStore, AMissingRankZeroIsAnErrorWithinTheTimeout) {
   ::setenv("LEANTRAIN_DIST_TIMEOUT", "1", 1);
-  LaunchInfo li;
-  li.rank = 1;
-  li.world_size = 2;
-  li.master_addr = "127.0.0.1";
-  li.master_port = free_port();  // nobody listens there
+  const LaunchInfo li = local_rank_info(1, 2, free_port());  // nobody listens there
   const auto t0 = std::chrono::steady_clock::now();
   try {
     tcp_store_exchange(li, "");
