@@ -34,6 +34,9 @@ struct PlanOptions {
   bool write_memory_files = false;
   // With --devices N (2+): the rank whose memory is replayed (under --strategy).
   int rank = 0;
+  // fit_budget with --devices N: also try fewer devices (1, 2, 4, ... below N). `train --fit`
+  // turns it off: its job's world is already launched.
+  bool fewer_devices = true;
 };
 
 struct PlanResult {
@@ -104,11 +107,17 @@ CheckpointProfile profile_model(const RunConfig& cfg, bool measure_units = true)
 // The cost model (src/plan/cost_model.cpp, constants in one place there): a step's time on the
 // reference GPU (H200, leantrain's kernels), in seconds, and its parts.
 struct StepCost {
-  double compute = 0, recompute = 0, micro_batches = 0, optimizer = 0, fused = 0;  // seconds
+  // Seconds of one rank (the whole step on one device): its share of the batch, its optimizer
+  // shard, and with --devices 2+ what communication adds to it.
+  double compute = 0, recompute = 0, micro_batches = 0, optimizer = 0, fused = 0, communication = 0;
   double penalty = 0;           // lower-precision optimizer state: a preference, not time
-  double recompute_flops = 0;   // per optimizer step
-  double seconds() const { return compute + recompute + micro_batches + optimizer + fused; }
-  double cost() const { return seconds() + penalty; }  // what the search minimises
+  double recompute_flops = 0;   // per optimizer step, per rank
+  double communication_bytes = 0;  // per rank and step (ring collectives)
+  int64_t devices = 1;
+  double seconds() const { return compute + recompute + micro_batches + optimizer + fused + communication; }  // wall
+  // What the search minimises: device-seconds (wall time x devices) plus the penalty, so a run on
+  // more GPUs must save more than it spends.
+  double cost() const { return (seconds() + penalty) * double(devices); }
 };
 // `recompute_flops` per sample (CheckpointProfile::recompute_flops or flops_of); `base` names the
 // optimizer and state precision the user asked for (a leaner state pays a penalty against it).
@@ -127,6 +136,7 @@ struct FitCandidate {
   double time = 0;      // predicted step time relative to the given config
   double cost = 0;      // time plus the state-precision penalty, relative: what is minimised
   double recompute_flops = 0;  // per optimizer step
+  int worst_rank = 0;          // with --devices 2+: the rank of the largest need (the one reported)
 };
 struct FitResult {
   int64_t budget = 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "leantrain/dist.h"
 #include "leantrain/plan.h"
 
 namespace lt::cli {
@@ -71,9 +72,28 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     return 0;
   }
   if (!p.budget.empty()) {
-    FitResult f = fit_budget(cfg, parse_bytes(p.budget, "--budget"), o);
+    const int64_t budget = parse_bytes(p.budget, "--budget");
+    FitResult f = fit_budget(cfg, budget, o);
     const FitCandidate& k = f.candidates[size_t(f.chosen)];
+    // The cheapest uses fewer GPUs than --devices: also the fastest way to use them all (on N
+    // devices, device-seconds order candidates as their step times do).
+    std::string all_devices;
+    if (k.config.devices < cfg.devices) {
+      PlanOptions all = o;
+      all.fewer_devices = false;
+      try {
+        const FitResult fa = fit_budget(cfg, budget, all);
+        const FitCandidate& ka = fa.candidates[size_t(fa.chosen)];
+        char line[200];
+        std::snprintf(line, sizeof line, "on all %lld GPUs: needs %s per GPU, predicted step time %.3f of the given config's\n  ",
+                      (long long)cfg.devices, format_bytes(ka.total_needed).c_str(), ka.time);
+        all_devices = line + command_line(ka.config);
+      } catch (const Error& e) {
+        all_devices = std::string("on all ") + std::to_string(cfg.devices) + " GPUs: " + e.what();
+      }
+    }
     if (p.json) {
+      o.rank = k.worst_rank;
       PlanResult r = plan_run(k.config, o);
       add_cost_prediction(r);
       std::string j = plan_json(r);
@@ -86,9 +106,11 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
       std::printf("%s, \"budget_bytes\": %lld, \"relative_time\": %.4f, \"relative_cost\": %.4f, \"command\": \"%s\", %s}\n",
                   j.c_str(), (long long)f.budget, k.time, k.cost, cmd.c_str(), fit_json(f).c_str());
     } else {
-      std::printf("fitting %s\n%s\nchosen: needs %s of %s, predicted step time %.3f of the given config's\n  %s\n",
+      std::printf("fitting %s\n%s\nchosen: needs %s of %s%s, predicted step time %.3f of the given config's\n  %s\n",
                   format_bytes(f.budget).c_str(), fit_table(f).c_str(), format_bytes(k.total_needed).c_str(),
-                  format_bytes(f.budget).c_str(), k.time, command_line(k.config).c_str());
+                  format_bytes(f.budget).c_str(), k.config.devices > 1 ? " per GPU" : "", k.time,
+                  command_line(k.config).c_str());
+      if (!all_devices.empty()) std::printf("%s\n", all_devices.c_str());
     }
     return 0;
   }
@@ -122,10 +144,13 @@ int run_train_fit(RunConfig cfg, const std::string& fit, RunResult* result) {
   std::string device = cfg.device;
   PlanOptions o;
   o.device_type = resolve_device(device).is_cuda() ? "cuda" : "cpu";
+  o.fewer_devices = false;  // the job's ranks are started: their number is fixed
   FitResult f = fit_budget(cfg, parse_bytes(fit, "--fit"), o);
   const FitCandidate& k = f.candidates[size_t(f.chosen)];
-  std::printf("%schosen for %s: %s\n\n", fit_table(f).c_str(), fit.c_str(), command_line(k.config).c_str());
-  std::fflush(stdout);
+  if (dist::launch_info().rank == 0) {  // every rank searches alike; rank 0 tells
+    std::printf("%schosen for %s: %s\n\n", fit_table(f).c_str(), fit.c_str(), command_line(k.config).c_str());
+    std::fflush(stdout);
+  }
   return run_train(k.config, result);
 }
 

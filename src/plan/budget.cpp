@@ -15,6 +15,16 @@
 // copies overlap compute on their own stream, but how much is not modelled (a placeholder, to be
 // refit on the GPU with bench/offload_activations.sh, as bench/cost_model.sh refits the others).
 //
+// With --devices N (plan --budget), the device count and the strategy are knobs too: 1, 2, 4, ...
+// devices up to N and N itself (those that split the batch and micro-batch), each of 2+ under
+// ddp, zero1, zero2, fsdp and fsdp with --reshard-after-forward false. `--batch` stays the global
+// batch. A candidate's need is its largest rank's (every rank is planned under a sharded
+// strategy, since shards differ by up to a parameter; ddp's ranks hold the same bytes, so rank 0
+// alone), NCCL's buffers included. Costs are device-seconds per step (cost_model.cpp: each rank's
+// share of the work plus its communication, times the devices), so more GPUs are chosen only when
+// they save more than they cost; run_plan then also names the fastest fitting candidate on all N.
+// `train --fit` keeps its job's device count (PlanOptions::fewer_devices) and searches strategies.
+//
 // --offload optimizer and --offload params are the last resort: when no device-only candidate
 // fits, the cheapest combinations are planned again with their optimizer state (then also the
 // checkpointed blocks' weights) in pinned host memory, everything checkpointed for params. Their
@@ -107,10 +117,57 @@ double offload_seconds(const RunConfig& c, const PlanResult& r) {
   return step + pcie / kOffloadPcieBytesPerSecond;
 }
 
+// The same devices and strategy: candidates are compared for leanness only within such a group.
+bool same_layout(const RunConfig& a, const RunConfig& b) {
+  return a.devices == b.devices && a.strategy == b.strategy && a.reshard_after_forward == b.reshard_after_forward;
+}
+
+// a and b differ at most in their checkpoint set and activation offloading.
+bool same_knobs(const RunConfig& a, const RunConfig& b) {
+  return a.precision == b.precision && mb_of(a) == mb_of(b) && a.optimizer == b.optimizer &&
+         a.state_dtype == b.state_dtype && a.fused_step == b.fused_step && same_layout(a, b);
+}
+
 // a needs no more memory than b on every axis (checkpointing aside).
 bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {
-  return a.precision == b.precision && mb_of(a) <= mb_of(b) && state_rank(state_of(a)) >= state_rank(state_of(b)) &&
-         (a.fused_step || !b.fused_step);
+  return a.precision == b.precision && same_layout(a, b) && mb_of(a) <= mb_of(b) &&
+         state_rank(state_of(a)) >= state_rank(state_of(b)) && (a.fused_step || !b.fused_step);
+}
+
+// "2 GPUs, fsdp" (or "fsdp, kept to backward"), "" on one device.
+std::string layout_label(const RunConfig& c) {
+  if (c.devices < 2) return "";
+  return std::to_string(c.devices) + " GPUs, " + c.strategy + (c.strategy == "fsdp" && !c.reshard_after_forward ? " kept" : "");
+}
+
+// The device counts and strategies to search: `base.devices` and, when fewer are allowed, 1, 2,
+// 4, ... below it; every strategy on 2+. One device keeps the default strategy fields, so its
+// candidates compare equal whatever --strategy says.
+std::vector<RunConfig> layouts(const RunConfig& base, bool fewer) {
+  std::vector<int64_t> counts;
+  if (fewer)
+    for (int64_t d = 1; d < base.devices; d *= 2) counts.push_back(d);
+  counts.push_back(std::max<int64_t>(1, base.devices));
+  std::vector<RunConfig> out;
+  const RunConfig defaults;
+  for (int64_t d : counts) {
+    RunConfig c = base;
+    c.devices = d;
+    if (d == 1) {
+      c.strategy = defaults.strategy;
+      c.reshard_after_forward = defaults.reshard_after_forward;
+      out.push_back(c);
+      continue;
+    }
+    for (const char* strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
+      c.strategy = strategy;
+      c.reshard_after_forward = true;
+      out.push_back(c);
+    }
+    c.reshard_after_forward = false;  // fsdp, each block kept from its forward to its backward
+    out.push_back(c);
+  }
+  return out;
 }
 
 bool valid(RunConfig c) {
@@ -141,10 +198,12 @@ std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
 }
 
 std::string describe(const FitCandidate& k) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%s, micro-batch %lld, %s state (%s), checkpoint %s%s", k.config.precision.c_str(),
-                (long long)mb_of(k.config), k.state.c_str(), k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(),
-                k.config.fused_step ? ", fused step" : "");
+  char buf[300];
+  const std::string layout = layout_label(k.config);
+  std::snprintf(buf, sizeof buf, "%s%s%s, micro-batch %lld, %s state (%s), checkpoint %s%s%s", layout.c_str(),
+                layout.empty() ? "" : ", ", k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
+                k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? ", fused step" : "",
+                k.config.devices > 1 ? (", largest need on rank " + std::to_string(k.worst_rank)).c_str() : "");
   return buf;
 }
 
@@ -181,7 +240,8 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     return profiles.emplace(precision, profile_model(c)).first->second;
   };
   const CheckpointProfile& bp = profile(base.precision);
-  const double base_seconds = predict_step_cost(base, bp, bp.checkpoint_flops, base).seconds();
+  const StepCost base_cost_parts = predict_step_cost(base, bp, bp.checkpoint_flops, base);
+  const double base_seconds = base_cost_parts.seconds(), base_cost = base_cost_parts.cost();
 
   // The combinations, cheapest lower bound first.
   std::vector<std::string> precisions = {base.precision};
@@ -192,9 +252,11 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     double bound;
   };
   std::vector<Combo> combos;
+  for (const RunConfig& layout : layouts(base, opt.fewer_devices))
   for (const auto& p : precisions)
     for (int64_t mb : micro_batches(base.batch)) {
-      RunConfig c = base;
+      if (mb % layout.devices != 0) continue;  // every rank gets the same rows of each micro-batch
+      RunConfig c = layout;
       c.precision = p;
       if (p != base.precision) c.master_weights = "none";
       if (!precision_policy(p).low_precision_params()) c.stochastic_rounding = false;
@@ -204,7 +266,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
         for (bool fused : {false, true}) {
           s.fused_step = fused;
           if (!valid(s)) continue;
-          combos.push_back({s, predict_step_cost(s, bp, 0, base).cost()});
+          combos.push_back({s, predict_step_cost(s, bp, 0, base).cost() / base_cost});  // relative device-seconds
         }
     }
   std::stable_sort(combos.begin(), combos.end(), [](const Combo& a, const Combo& b) { return a.bound < b.bound; });
@@ -223,11 +285,26 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     const StepCost sc =
         predict_step_cost(cand.config, p, selective ? selective_recompute_flops(p) : p.recompute_flops(k), base);
     cand.time = sc.seconds() / base_seconds;
-    cand.cost = sc.cost() / base_seconds;
+    cand.cost = sc.cost() / base_cost;
     cand.recompute_flops = sc.recompute_flops;
+    // Seconds added to every rank's step: wall time, and device-seconds for the cost.
+    auto add_seconds = [&](double s) {
+      cand.time += s / base_seconds;
+      cand.cost += s * double(c.devices) / base_cost;
+    };
     try {
-      PlanResult r = plan_run(cand.config, opt);
-      ++f.plans;
+      // Every rank of a sharded strategy (shards differ by up to a parameter); ddp's ranks hold
+      // the same bytes. The largest need is the candidate's; a rank that misses ends the loop.
+      const int ranks = c.devices > 1 && c.strategy != "ddp" ? int(c.devices) : 1;
+      PlanResult r;
+      for (int rank = 0; rank < ranks; ++rank) {
+        PlanOptions ro = opt;
+        ro.rank = rank;
+        PlanResult rr = plan_run(cand.config, ro);
+        ++f.plans;
+        if (rank == 0 || rr.total_needed() > r.total_needed()) r = std::move(rr), cand.worst_rank = rank;
+        if (r.total_needed() > budget) break;
+      }
       cand.planned = true;
       cand.peak_allocated = r.peak_allocated;
       cand.peak_reserved = r.peak_reserved;
@@ -236,13 +313,9 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       if (offload) {  // the bytes of one micro-batch's units (all held at its forward's end), out and back
         const double moved = 2.0 * double(r.pinned_host.category[size_t(Category::Activation)].peak) *
                              double(c.batch / mb_of(c));
-        cand.time += moved / kOffloadBytesPerSecond / base_seconds;
-        cand.cost += moved / kOffloadBytesPerSecond / base_seconds;
+        add_seconds(moved / kOffloadBytesPerSecond);
       }
-      if (c.offload != "none") {
-        cand.time += offload_seconds(c, r) / base_seconds;
-        cand.cost += offload_seconds(c, r) / base_seconds;
-      }
+      if (c.offload != "none") add_seconds(offload_seconds(c, r));
     } catch (const UsageError& e) {
       cand.skipped = "refused: " + std::string(e.why());
     }
@@ -255,17 +328,18 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   // precision first fails with nothing checkpointed: those that do not fit rule out every
   // combination at least as heavy.
   std::vector<RunConfig> hopeless;
-  std::vector<std::string> checked;
-  auto check_precision = [&](const std::string& p) {
-    if (std::find(checked.begin(), checked.end(), p) != checked.end()) return;
-    checked.push_back(p);
+  std::vector<RunConfig> checked;  // precision and layout (devices, strategy) checked
+  auto check_precision = [&](const RunConfig& g) {
+    auto same_group = [&](const RunConfig& o) { return o.precision == g.precision && same_layout(o, g); };
+    if (std::any_of(checked.begin(), checked.end(), same_group)) return;
+    checked.push_back(g);
     for (const Combo& c : combos) {  // the minimal combinations: none other is leaner
-      if (c.cfg.precision != p) continue;
+      if (!same_group(c.cfg)) continue;
       const bool minimal = std::none_of(combos.begin(), combos.end(), [&](const Combo& o) {
         return &o != &c && leaner_or_equal(o.cfg, c.cfg) && !leaner_or_equal(c.cfg, o.cfg);
       });
       if (!minimal) continue;
-      const size_t n = profile(p).order.size();
+      const size_t n = profile(g.precision).order.size();
       FitCandidate& k = plan(c.cfg, n);
       if (!k.planned || k.fits) continue;
       if (n > 0) {  // offloading is leaner still
@@ -286,16 +360,14 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     auto cost_at = [&](size_t k) {
       RunConfig c = combo.cfg;
       c.checkpoint = k ? "some" : "none";
-      return predict_step_cost(c, p, p.recompute_flops(k), base).cost() / base_seconds;
+      return predict_step_cost(c, p, p.recompute_flops(k), base).cost() / base_cost;
     };
     auto fits_at = [&](size_t k) -> std::pair<bool, int> {
       // Already planned (the leanest-combination check)?
       for (size_t i = 0; i < f.candidates.size(); ++i) {
         const FitCandidate& c = f.candidates[i];
-        if (c.planned && c.units == k && c.config.checkpoint != "selective" && c.config.precision == combo.cfg.precision &&
-            mb_of(c.config) == mb_of(combo.cfg) &&
-            c.config.optimizer == combo.cfg.optimizer && c.config.state_dtype == combo.cfg.state_dtype &&
-            c.config.fused_step == combo.cfg.fused_step)
+        if (c.planned && c.units == k && c.config.checkpoint != "selective" && !c.config.offload_activations &&
+            same_knobs(c.config, combo.cfg))
           return {c.fits, int(i)};
       }
       FitCandidate& c = plan(combo.cfg, k);
@@ -309,13 +381,13 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       best = f.candidates[size_t(i0)].cost, f.chosen = i0;
       continue;
     }
-    check_precision(combo.cfg.precision);
+    check_precision(combo.cfg);
     if (std::any_of(hopeless.begin(), hopeless.end(), [&](const RunConfig& h) { return leaner_or_equal(h, combo.cfg); }))
       continue;
     if (!p.blocks.empty()) {  // selective: a candidate of its own, not a prefix of the order
       RunConfig c = combo.cfg;
       c.checkpoint = "selective";
-      if (predict_step_cost(c, p, selective_recompute_flops(p), base).cost() / base_seconds < best) {
+      if (predict_step_cost(c, p, selective_recompute_flops(p), base).cost() / base_cost < best) {
         FitCandidate& sel = plan(combo.cfg, 0, true);
         if (sel.planned && sel.fits) {
           best = sel.cost, f.chosen = int(f.candidates.size() - 1);
@@ -332,10 +404,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       int io = -1;
       for (size_t i = 0; i < f.candidates.size(); ++i) {
         const FitCandidate& c = f.candidates[i];
-        if (c.planned && c.config.offload_activations && c.units == n && c.config.precision == combo.cfg.precision &&
-            mb_of(c.config) == mb_of(combo.cfg) && c.config.optimizer == combo.cfg.optimizer &&
-            c.config.state_dtype == combo.cfg.state_dtype && c.config.fused_step == combo.cfg.fused_step)
-          io = int(i);
+        if (c.planned && c.config.offload_activations && c.units == n && same_knobs(c.config, combo.cfg)) io = int(i);
       }
       if (io < 0) {
         plan(combo.cfg, n, false, true);
@@ -418,13 +487,25 @@ std::string fit_table(const FitResult& f) {
     if (f.candidates[i].planned) idx.push_back(i);
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return f.candidates[a].cost < f.candidates[b].cost; });
   char buf[400];
+  // Several devices searched: a layout column, costs in device-seconds and needs per rank.
+  const bool multi = std::any_of(idx.begin(), idx.end(), [&](size_t i) { return f.candidates[i].config.devices > 1; });
+  const std::string planned = multi ? std::to_string(idx.size()) + " candidates planned (" + std::to_string(f.plans) +
+                                          " dry runs: every rank under zero1, zero2, fsdp)"
+                                    : std::to_string(f.plans) + " candidates planned";
   std::snprintf(buf, sizeof buf,
-                "%d candidates planned in %.1fs, cheapest first (time: predicted step time relative to the given config;\n"
-                "cost: time + the penalty of a leaner optimizer state; need: peak reserved + context; *: Pareto front)\n",
-                f.plans, f.seconds);
+                "%s in %.1fs, cheapest first (time: predicted step time relative to the given config;\n"
+                "cost: time + the penalty of a leaner optimizer state%s; need: peak reserved + context%s; *: Pareto front)\n",
+                planned.c_str(), f.seconds,
+                multi ? ", times the GPUs (device-seconds)" : "", multi ? " (+ NCCL), of the largest rank" : "");
   std::string s = buf;
-  std::snprintf(buf, sizeof buf, "  %-10s %5s %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6s %6s %11s\n", "precision", "mb", "state",
-                "optimizer", "checkpoint", "fused", "allocated", "reserved", "need", "fits", "time", "cost", "recompute");
+  std::string layout_head;
+  if (multi) {
+    std::snprintf(buf, sizeof buf, "%-14s ", "gpus/strategy");
+    layout_head = buf;
+  }
+  std::snprintf(buf, sizeof buf, "  %s%-10s %5s %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6s %6s %11s\n", layout_head.c_str(),
+                "precision", "mb", "state", "optimizer", "checkpoint", "fused", "allocated", "reserved", "need", "fits", "time",
+                "cost", "recompute");
   s += buf;
   for (size_t i : idx) {
     const FitCandidate& k = f.candidates[i];
@@ -434,8 +515,15 @@ std::string fit_table(const FitResult& f) {
     else if (rf >= 1e9) std::snprintf(flops, sizeof flops, "%.3g GFLOP", rf / 1e9);
     else if (rf > 0) std::snprintf(flops, sizeof flops, "%.3g MFLOP", rf / 1e6);
     else std::snprintf(flops, sizeof flops, "0");
-    std::snprintf(buf, sizeof buf, "%c %-10s %5lld %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6.3f %6.3f %11s%s\n",
-                  k.pareto ? '*' : ' ', k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
+    std::string layout;
+    if (multi) {
+      const std::string l = k.config.devices < 2 ? "1" : std::to_string(k.config.devices) + " " + k.config.strategy +
+                                                             (k.config.strategy == "fsdp" && !k.config.reshard_after_forward ? "-keep" : "");
+      std::snprintf(buf, sizeof buf, "%-14s ", l.c_str());
+      layout = buf;
+    }
+    std::snprintf(buf, sizeof buf, "%c %s%-10s %5lld %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6.3f %6.3f %11s%s\n",
+                  k.pareto ? '*' : ' ', layout.c_str(), k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
                   k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? "yes" : "no",
                   format_bytes(k.peak_allocated).c_str(), format_bytes(k.peak_reserved).c_str(),
                   format_bytes(k.total_needed).c_str(), k.fits ? "yes" : "no", k.time, k.cost, flops,
@@ -480,6 +568,10 @@ std::string fit_json(const FitResult& f) {
     if (!k.planned) continue;
     s += first ? "{" : ", {";
     first = false;
+    s += "\"devices\": " + std::to_string(k.config.devices) + ", \"strategy\": " +
+         json_str(k.config.devices > 1 ? k.config.strategy : "none") +
+         ", \"reshard_after_forward\": " + (k.config.reshard_after_forward ? "true" : "false") +
+         ", \"worst_rank\": " + std::to_string(k.worst_rank) + ", ";
     s += "\"precision\": " + json_str(k.config.precision) + ", \"micro_batch\": " + std::to_string(mb_of(k.config)) +
          ", \"state\": " + json_str(k.state) + ", \"optimizer\": " + json_str(k.config.optimizer) +
          ", \"state_dtype\": " + json_str(k.config.state_dtype) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +

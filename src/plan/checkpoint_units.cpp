@@ -137,6 +137,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   cfg.device = "cpu";
   cfg.batch = 1;
   cfg.micro_batch = 0;
+  cfg.devices = 1;  // per-sample figures, the same on every rank
   cfg.fused_step = false;
   cfg.checkpoint = "none";
   cfg.clip = 0;

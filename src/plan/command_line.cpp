@@ -83,10 +83,16 @@ std::string command_line(const RunConfig& c) {
   str("--lora-targets", c.lora_targets, d.lora_targets);
   str("--lora-init", c.lora_init, d.lora_init);
   str("--offload", c.offload, d.offload);
+  i("--devices", c.devices, d.devices);
+  if (c.devices > 1) {  // one process: no strategy to name
+    str("--strategy", c.strategy, d.strategy);
+    if (c.strategy == "fsdp" && !c.reshard_after_forward) s += " --reshard-after-forward false";
+  }
   i("--loss-chunk", c.loss_chunk, d.loss_chunk);
   i("--eval-every", c.eval_every, d.eval_every);
   i("--eval-batches", c.eval_batches, d.eval_batches);
   str("--save", c.save, d.save);
+  if (c.save_sharded) s += " --save-sharded";
   str("--device", c.device, d.device);
   str("--metrics", c.metrics, d.metrics);
   return s;

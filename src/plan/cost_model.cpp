@@ -25,6 +25,23 @@
 // R alone was refit later, on the 902e56b run (cost-model-h200-902e56b.md), after the f32
 // attention kernel made f32 steps twice as fast.
 //
+// With --devices W (2+), `--batch` is the global batch: a rank's step is the formula above for its
+// batch / W rows (smaller GEMMs), its optimizer shard (1/W under zero1/zero2/fsdp), plus
+//   communication = kCommShareOfCompute x (compute + recompute + micro-batch overhead)
+//                 + kCommSecondsPerByte x ring bytes per rank
+// where the ring bytes are, with G the gradients' bytes, P the parameters' and k micro-batches,
+//   ddp: 2(W-1)/W G;  zero1: that + (W-1)/W P (the updated shards gathered);
+//   zero2: G (a reduce to each owner) + (W-1)/W P;
+//   fsdp: (W-1)/W P k x (2 with reshard-after-forward or checkpointing: forward and backward
+//         gathers; 1 without) + (W-1)/W G k (every micro-batch's gradients reduced).
+// The two constants are a least-squares fit to the 2- and 4-H200 runs (GPT-2 124M ddp on 2 and 4,
+// fsdp on 4; TinyLlama fsdp on 2 and 4: bench/results/dist-h200x2-125c0be.md,
+// dist-h200x4-6b5dcfd.md), each rank's overhead over one GPU's step predicted within 0.7 ms
+// (GPT-2, 47 ms steps) and 1.1 ms (TinyLlama, 110 ms). The first term is what overlapping costs
+// (NCCL's kernels share the SMs and memory with backward), the second what is not overlapped.
+// The search minimises device-seconds (StepCost::cost): a run on more GPUs is chosen when it saves
+// recomputation, offloading or a leaner state worth more than its GPUs and communication.
+//
 // A leaner optimizer state (bf16 moments, 8-bit) is never chosen for speed: it pays a penalty of
 // kStatePenalty of the step plus whatever optimizer time it would save, so the search takes it
 // only when memory needs it. The penalty is a preference (state precision can cost accuracy), not
@@ -57,6 +74,9 @@ struct CostConstants {
   double selective_share_of_blocks = 0.45;
   double state_penalty_bf16 = 0.03;    // of the step: preference for the user's state precision
   double state_penalty_8bit = 0.05;
+  // --devices 2+ (see the header): fit on 5 measured runs on 2 and 4 H200s over NVLink.
+  double comm_share_of_compute = 0.0674;
+  double comm_seconds_per_byte = 0.636e-12;
 };
 constexpr CostConstants kCost;
 
@@ -92,9 +112,50 @@ bool leaner_state(const RunConfig& c, const RunConfig& base) {
   return c.optimizer != base.optimizer || c.state_dtype != base.state_dtype;
 }
 
+// The ring bytes one rank sends per step under c's strategy (see the header).
+double communication_bytes(const RunConfig& c, const CheckpointProfile& m, double k) {
+  const double w = double(c.devices);
+  const PrecisionPolicy pol = precision_policy(c.precision);
+  const double pb = double(m.parameters) * (pol.low_precision_params() && c.master_weights != "fp32" ? 2 : 4);
+  const double gb = double(m.parameters) * (pol.low_precision_params() ? 2 : 4);
+  const double part = (w - 1) / w;
+  if (c.strategy == "zero1") return 2 * part * gb + part * pb;
+  if (c.strategy == "zero2") return gb + part * pb;
+  if (c.strategy == "fsdp") {
+    const double gathers = c.reshard_after_forward || c.checkpoint != "none" ? 2 : 1;
+    return part * pb * k * gathers + part * gb * k;
+  }
+  return 2 * part * gb;  // ddp
+}
+
 }  // namespace
 
 StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, double recompute_flops, const RunConfig& base) {
+  if (c.devices > 1) {  // one rank: its rows of the batch, its optimizer shard, the communication
+    RunConfig r = c;
+    r.devices = 1;
+    r.batch = c.batch / c.devices;
+    r.micro_batch = c.micro_batch / c.devices;
+    RunConfig rb = base;
+    rb.devices = 1;
+    StepCost s = predict_step_cost(r, m, recompute_flops, rb);
+    s.devices = c.devices;
+    if (c.strategy != "ddp") s.optimizer /= double(c.devices);
+    const double k = double(c.batch) / double(c.micro_batch ? c.micro_batch : c.batch);
+    s.communication_bytes = communication_bytes(c, m, k);
+    s.communication = kCost.comm_share_of_compute * (s.compute + s.recompute + s.micro_batches) +
+                      kCost.comm_seconds_per_byte * s.communication_bytes;
+    if (s.penalty > 0) {  // against the asked state on the same ranks
+      RunConfig asked = c;
+      asked.optimizer = base.optimizer;
+      asked.state_dtype = base.state_dtype;
+      const bool eight = c.optimizer.find("8bit") != std::string::npos;
+      const double asked_optimizer = optimizer_seconds(asked, m) / (c.strategy != "ddp" ? double(c.devices) : 1.0);
+      s.penalty = (eight ? kCost.state_penalty_8bit : kCost.state_penalty_bf16) * s.seconds() +
+                  std::max(0.0, asked_optimizer - s.optimizer);
+    }
+    return s;
+  }
   StepCost s;
   const double mb = double(c.micro_batch ? c.micro_batch : c.batch);
   const double k = double(c.batch) / mb;

@@ -75,6 +75,13 @@ void check_strategy(const RunConfig& c) {
   if (c.save_sharded && c.strategy == "ddp")
     usage("--save-sharded with --strategy ddp", "every ddp rank holds the whole optimizer state, which rank 0 saves whole",
           "drop --save-sharded, or shard the state with --strategy zero1, zero2 or fsdp");
+  if (c.devices > 1 && c.fused_step)
+    usage("--devices " + std::to_string(c.devices) + " with --fused-step", "a fused step updates parameters inside "
+          "backward, before their gradients are reduced over the ranks", "drop --fused-step");
+  if (c.devices > 1 && (c.batch % c.devices != 0 || (c.micro_batch && c.micro_batch % c.devices != 0)))
+    usage("--devices " + std::to_string(c.devices) + " with --" + (c.batch % c.devices ? "batch " + std::to_string(c.batch)
+                                                                                      : "micro-batch " + std::to_string(c.micro_batch)),
+          "each rank trains on an equal share of every batch and micro-batch", "make it a multiple of --devices");
   if (c.strategy == "ddp") return;
   if (c.fused_step)
     usage("--strategy " + c.strategy + " with --fused-step", "a fused step updates parameters inside backward, before "

@@ -346,6 +346,49 @@ TEST(Plan, BudgetSearchWeighsSelective) {
     if (c.planned && c.fits) EXPECT_LE(chosen.cost, c.cost) << fit_table(f);
 }
 
+// --devices N makes the device count and the strategy knobs: with room to spare one device is the
+// fewest device-seconds; kept to N devices (train --fit's job), a strategy is chosen whose need is
+// its largest rank's, each rank planned.
+TEST(Plan, BudgetSearchWeighsDevicesAndStrategies) {
+  RunConfig b = tiny_vit();
+  b.devices = 2;
+  PlanOptions o{"cpu"};
+  FitResult loose = fit_budget(b, int64_t(1) << 40, o);
+  ASSERT_GE(loose.chosen, 0);
+  EXPECT_EQ(loose.candidates[size_t(loose.chosen)].config.devices, 1) << fit_table(loose);
+  o.fewer_devices = false;
+  FitResult all = fit_budget(b, int64_t(1) << 40, o);
+  ASSERT_GE(all.chosen, 0);
+  const FitCandidate& k = all.candidates[size_t(all.chosen)];
+  EXPECT_EQ(k.config.devices, 2) << fit_table(all);
+  for (const FitCandidate& c : all.candidates) EXPECT_EQ(c.config.devices, 2);
+  int64_t largest = 0;
+  int worst = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    PlanOptions ro = o;
+    ro.rank = rank;
+    const int64_t need = plan_run(k.config, ro).total_needed();
+    if (need > largest) largest = need, worst = rank;
+  }
+  EXPECT_EQ(k.total_needed, largest);
+  if (k.config.strategy != "ddp") EXPECT_EQ(k.worst_rank, worst);
+  const std::string cmd = command_line(k.config);
+  EXPECT_NE(cmd.find("--devices 2 --strategy " + k.config.strategy), std::string::npos) << cmd;
+  EXPECT_NE(fit_table(all).find("gpus/strategy"), std::string::npos);
+  EXPECT_NE(fit_json(all).find("\"devices\": 2"), std::string::npos);
+  // Every rank of a run on more GPUs does less work: on a batch whose halves still make large
+  // GEMMs its step is faster, its device-seconds more.
+  const CheckpointProfile m = profile_model(b);
+  RunConfig two = b;
+  two.batch = 1024;
+  RunConfig one = two;
+  one.devices = 1;
+  const StepCost s1 = predict_step_cost(one, m, 0, one), s2 = predict_step_cost(two, m, 0, one);
+  EXPECT_LT(s2.seconds(), s1.seconds());
+  EXPECT_GT(s2.cost(), s1.cost());
+  EXPECT_GT(s2.communication, 0);
+}
+
 // Optimizer-state precision is a last resort: a budget that the user's state can meet keeps it;
 // one byte less than the leanest config with the user's state takes the 8-bit variant.
 TEST(Plan, StatePrecisionOnlyWhenNeeded) {
