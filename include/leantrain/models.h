@@ -53,6 +53,9 @@ class Model : public nn::Module {
   // forward call reads (not a tied head's GEMM, not a chunked loss): fsdp gathers them around
   // that call alone instead of keeping them on every rank. Default: none.
   virtual std::vector<nn::Module*> standalone_modules() { return {}; }
+  // The embedding table that the LM head reads too (tied weights): its gradient is the head's
+  // dense part plus the lookup's rows. Undefined (the default) when there is none.
+  virtual Tensor tied_table() const { return Tensor(); }
 
  protected:
   // What linear_cross_entropy needs of a model whose head is one bias-free linear: the hidden
@@ -136,6 +139,7 @@ class GPT2 : public CausalLM {
   int64_t context_length() const override { return cfg_.n_positions; }
   Tensor next_token_logits(const Tensor& ids) override;
   std::vector<nn::Module*> standalone_modules() override;
+  Tensor tied_table() const override;
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]

@@ -3,6 +3,7 @@
 // inputs' device, and records an autograd node when grad mode is on and an input requires grad.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "leantrain/random.h"
@@ -143,6 +144,13 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = d
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range
+// A table whose lookups hand their gradient to `sink` (the ids [N] and the gradient rows [N, C])
+// instead of adding it into the table's .grad through autograd: the data-parallel hook reduces
+// a tied table's dense part (the LM head's) early and its sparse rows apart
+// (src/dist/data_parallel.cpp). The lookup still records a backward, on an anchor leaf of its
+// own. An empty sink removes the table's entry; an entry ends with its table.
+using TableGradSink = std::function<void(const Tensor& ids, const Tensor& rows)>;
+void set_table_grad_sink(const Tensor& table, TableGradSink sink);
 // Rotary position embedding in transformers' rotate-half convention (apply_rotary_pos_emb):
 // pairs (i, i + D/2) turn by angle f32(inv_freq[i] * (pos_offset + t)), computed in f32 as
 // transformers computes its freqs, cos and sin; the rotation is rounded once to x's dtype.

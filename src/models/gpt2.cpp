@@ -107,6 +107,7 @@ Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) 
 
 // As Llama's (wpe, 3 MiB for 124M, stays with the replicated parameters).
 std::vector<nn::Module*> GPT2::standalone_modules() { return untied_table_and_head(wte_.get(), lm_head_.get()); }
+Tensor GPT2::tied_table() const { return lm_head_ ? Tensor() : wte_->weight(); }
 
 double GPT2::root_forward_flops(const Shape& input) const {
   if (lm_head_) return 0;  // the untied head is a module: counted at its own call

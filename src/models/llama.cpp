@@ -146,6 +146,7 @@ Tensor Llama::next_token_logits(const Tensor& ids) {
 // Untied, the embedding table is read by its lookup alone, and the head by its own call unless a
 // chunked loss reads its weight directly; tied, both GEMMs read the table.
 std::vector<nn::Module*> Llama::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
+Tensor Llama::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
 
 double Llama::root_forward_flops(const Shape& input) const {
   if (lm_head_) return 0;  // the untied head is a module: counted at its own call

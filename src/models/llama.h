@@ -83,6 +83,7 @@ class Llama : public CausalLM {
   int64_t context_length() const override { return cfg_.max_position_embeddings; }
   Tensor next_token_logits(const Tensor& ids) override;
   std::vector<nn::Module*> standalone_modules() override;
+  Tensor tied_table() const override;
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]

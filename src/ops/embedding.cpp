@@ -8,6 +8,35 @@
 namespace lt {
 using namespace detail;
 
+namespace {
+
+struct TableSink {
+  std::weak_ptr<TensorImpl> table;
+  TableGradSink sink;
+  Tensor anchor;  // an empty leaf that requires grad: the lookup's backward hangs on it
+};
+std::vector<TableSink>& table_sinks() {
+  static std::vector<TableSink> sinks;
+  return sinks;
+}
+
+const TableSink* sink_of(const Tensor& table) {
+  for (const TableSink& s : table_sinks())
+    if (s.table.lock().get() == table.impl()) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+void set_table_grad_sink(const Tensor& table, TableGradSink sink) {
+  auto& sinks = table_sinks();
+  std::erase_if(sinks, [&](const TableSink& s) { return s.table.expired() || s.table.lock().get() == table.impl(); });
+  if (!sink) return;
+  Tensor anchor = Tensor::empty({0}, table.dtype(), table.device());
+  anchor.set_requires_grad(true);
+  sinks.push_back({table.impl_ptr(), std::move(sink), anchor});
+}
+
 Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   OpNameScope op("embedding");
   Device dev = common_device("embedding", {ids_in, weight_in});
@@ -29,8 +58,16 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   Tensor ids1 = make_view(ids, {N}, {1}, ids.offset());
   backend_for(dev).embedding_fwd(make_view(out, {N, C}, {C, 1}, 0), ids1, w);
   if (!needs_grad({w})) return out;
-  DType dt = w.dtype();
   SavedTensor saved_ids(ids1);
+  if (const TableSink* s = sink_of(weight_in)) {
+    TableGradSink sink = s->sink;
+    record(out, "embedding", {s->anchor}, [=](const Tensor& g) {
+      sink(saved_ids.unpack(), rows_view(contiguous_data(g)));
+      return std::vector<Tensor>{};
+    });
+    return out;
+  }
+  DType dt = w.dtype();
   record(out, "embedding", {w}, [=](const Tensor& g) {
     Tensor sids = saved_ids.unpack();
     Tensor dw = Tensor::empty({V, C}, dt, g.device());

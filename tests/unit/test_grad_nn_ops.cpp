@@ -1,4 +1,5 @@
 // Float64 gradchecks of norms, softmax, attention, embeddings, cross-entropy and dropout.
+#include "backend/backend.h"
 #include "unit/gradcheck.h"
 
 using namespace lt;
@@ -66,6 +67,33 @@ TEST(Gradcheck, AttentionPaddedAndCrossLength) {
 TEST(Gradcheck, Embedding) {
   Tensor ids = from_ints({3, 0, 3, 4, 1, 3}, {2, 3});
   EXPECT_TRUE(gradcheck([&](const V& x) { return embedding(ids, x[0]); }, {rand64({5, 4}, 29)}));
+}
+
+// A table with a gradient sink: its lookups hand (ids, rows) to the sink and leave .grad alone;
+// the rows are the lookup's upstream gradient, and the sink adding them into .grad with
+// embedding_bwd gives the plain lookup's gradient. Removing the sink restores the plain path.
+TEST(Gradcheck, EmbeddingTableGradSink) {
+  Tensor ids = from_ints({3, 0, 3, 4, 1, 3}, {2, 3});
+  Tensor table = rand64({5, 4}, 29).set_requires_grad(true);
+  Tensor upstream = rand64({2, 3, 4}, 31);
+  Tensor got_ids, got_rows;
+  set_table_grad_sink(table, [&](const Tensor& i, const Tensor& r) { got_ids = i.clone(), got_rows = r.clone(); });
+  sum_all(mul(embedding(ids, table), upstream)).backward();
+  EXPECT_FALSE(table.grad().defined());
+  ASSERT_TRUE(got_rows.defined());
+  EXPECT_EQ(got_rows.shape(), (Shape{6, 4}));
+  EXPECT_EQ(got_ids.numel(), 6);
+  EXPECT_EQ(got_rows.to_double_vector(), upstream.to_double_vector());
+  Tensor summed = zeros({5, 4}, DType::F64);
+  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids);
+  set_table_grad_sink(table, {});
+  sum_all(mul(embedding(ids, table), upstream)).backward();
+  ASSERT_TRUE(table.grad().defined());
+  EXPECT_EQ(table.grad().to_double_vector(), summed.to_double_vector());
+  // embedding_bwd adds into what the gradient holds already.
+  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids);
+  const std::vector<double> twice = summed.to_double_vector(), once = table.grad().to_double_vector();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_EQ(twice[i], 2 * once[i]);
 }
 
 TEST(Gradcheck, Rotary) {

@@ -45,7 +45,7 @@ void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const 
       std::fill(acc.begin(), acc.end(), A(0));
       for (; s < order.size() && load_index(ids, order[s]) == id; ++s)
         for (int64_t j = 0; j < c; ++j) acc[size_t(j)] += ld(g, order[s] * c + j);
-      for (int64_t j = 0; j < c; ++j) st(dw, id * c + j, acc[size_t(j)]);
+      for (int64_t j = 0; j < c; ++j) st(dw, id * c + j, ld(dw, id * c + j) + acc[size_t(j)]);
     }
   });
 }
