@@ -24,9 +24,10 @@ rung_flags() {
     7) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 4 --checkpoint blocks" ;;
     8) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 16 --micro-batch 1 --checkpoint blocks" ;;
     # leantrain only: 8-bit AdamW in place of Adam (rung 5's config), and the fused step (which
-    # keeps no gradient buffer, so it cannot accumulate: batch 1, SGD, checkpointed blocks).
+    # keeps no gradient buffer, so it cannot accumulate: batch 1, SGD, checkpointed blocks) with no
+    # cuBLASLt workspace (32 MiB of its 664 MB otherwise).
     8bit) echo "--precision bf16-true --optimizer adamw8bit --lr 5e-5 --batch 16 --micro-batch 4" ;;
-    fused) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 1 --checkpoint blocks --fused-step" ;;
+    fused) echo "--precision bf16-true --optimizer sgd --momentum 0 --lr 0.01 --batch 1 --checkpoint blocks --fused-step --gemm-workspace 0" ;;
   esac
 }
 : > "$OUT/ladder.jsonl"

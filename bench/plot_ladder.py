@@ -29,7 +29,7 @@ RUNG_LABELS = {
     "7": ("7", "+ checkpoint", "blocks"),
     "8": ("8", "+ micro-", "batch 1"),
     "8bit": ("8-bit", "rung 5 with", "AdamW 8-bit"),
-    "fused": ("fused", "fused step,", "batch 1"),
+    "fused": ("fused", "fused step,", "batch 1, no GEMM workspace"),
 }
 LEANTRAIN_ONLY = {"8bit", "fused"}
 COLORS = {"leantrain": "#1f6fb4", "pytorch": "#ee7f2d"}

@@ -10,8 +10,12 @@ namespace lt {
 
 // cuBLASLt workspace held by the CUDA backend per device, allocated from the caching allocator
 // (category `workspace`) at the first GEMM on that device. A meta dry-run that predicts a
-// GPU run allocates the same bytes at the same point.
+// GPU run allocates the same bytes at the same point. kCublasWorkspaceBytes is the default;
+// --gemm-workspace sets this process's size (0: none, and cuBLASLt picks algorithms that need
+// none) before a run or a plan builds its model.
 inline constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;
+void set_gemm_workspace_bytes(int64_t bytes);
+int64_t gemm_workspace_bytes();
 
 struct CudaMemoryInfo {
   int device = 0;

@@ -77,6 +77,9 @@ struct RunConfig {
   // (docs/memory-model.md, "Disk"). Needs --offload optimizer.
   std::string offload_dir;
   int64_t host_memory_limit = -1;  // bytes; < 0: none
+  // cuBLASLt's workspace on each GPU (bytes, category workspace): 0 leaves it out, and cuBLASLt
+  // then picks algorithms that need none (some products slower).
+  int64_t gemm_workspace = int64_t(32) << 20;
   // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
   // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
   std::string quantize = "none";

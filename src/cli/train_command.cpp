@@ -123,6 +123,12 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
          "With --offload-dir: host memory the optimizer state may take (e.g. 64GiB); the state of parameters "
          "beyond it goes to the directory")
       ->group(what);
+  cmd.add_option_function<std::string>(
+         "--gemm-workspace",
+         [&c](const std::string& text) { c.gemm_workspace = parse_bytes(text, "--gemm-workspace"); },
+         "cuBLASLt's workspace per GPU (default 32MiB); 0: none, for the leanest runs (cuBLASLt then picks "
+         "algorithms that need none, some products slower)")
+      ->group(what);
   cmd.add_option("--quantize", c.quantize,
                  "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA "
                  "format; embeddings, head and norms stay 16-bit)")

@@ -62,18 +62,27 @@ std::unique_ptr<Allocator> make_host_pinned_allocator(Device served) {
   return std::make_unique<PinnedHostAllocator>(served, std::make_unique<HostMemorySource>());
 }
 
+namespace {
+int64_t g_gemm_workspace_bytes = kCublasWorkspaceBytes;
+}  // namespace
+
+void set_gemm_workspace_bytes(int64_t bytes) { g_gemm_workspace_bytes = bytes; }
+int64_t gemm_workspace_bytes() { return g_gemm_workspace_bytes; }
+
 void SimulatedCudaAllocator::ensure_gemm_workspace() {
   if (has_workspace_) return;
+  has_workspace_ = true;
+  workspace_bytes_ = gemm_workspace_bytes();
+  if (workspace_bytes_ == 0) return;  // --gemm-workspace 0: the backend allocates none
   MemoryCategoryScope cat(Category::Workspace);
   OpNameScope name("cublaslt_workspace");  // the op name the CUDA backend records
-  workspace_ = allocate(kCublasWorkspaceBytes);
-  has_workspace_ = true;
+  workspace_ = allocate(workspace_bytes_);
 }
 
 void SimulatedCudaAllocator::release_gemm_workspace() {
   if (!has_workspace_) return;
   has_workspace_ = false;
-  deallocate(workspace_);
+  if (workspace_bytes_ > 0) deallocate(workspace_);
 }
 
 void simulate_gemm_workspace() {

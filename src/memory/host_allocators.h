@@ -54,6 +54,7 @@ class SimulatedCudaAllocator final : public CachingAllocator {
  private:
   Block workspace_;
   bool has_workspace_ = false;
+  int64_t workspace_bytes_ = 0;
 };
 
 // A pinned-host account (pinned_host_allocator in leantrain/memory.h): every buffer is its own

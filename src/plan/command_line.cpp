@@ -84,6 +84,7 @@ std::string command_line(const RunConfig& c) {
   str("--lora-init", c.lora_init, d.lora_init);
   str("--offload", c.offload, d.offload);
   i("--devices", c.devices, d.devices);
+  if (c.gemm_workspace != d.gemm_workspace) s += " --gemm-workspace " + std::to_string(c.gemm_workspace);
   if (c.devices > 1) {  // one process: no strategy to name
     str("--strategy", c.strategy, d.strategy);
     if (c.strategy == "fsdp" && !c.reshard_after_forward) s += " --reshard-after-forward false";

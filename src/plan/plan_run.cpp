@@ -6,6 +6,7 @@
 #include <chrono>
 #include <set>
 
+#include "leantrain/cuda_info.h"
 #include "leantrain/memory_snapshot.h"
 #include "leantrain/plan.h"
 #include "memory/caching_policy.h"
@@ -56,6 +57,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   cfg.save.clear();
   cfg.metrics.clear();
   validate(cfg);
+  set_gemm_workspace_bytes(cfg.gemm_workspace);
   const bool cuda = opt.device_type == "cuda";
 
   PlanResult r;

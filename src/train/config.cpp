@@ -90,6 +90,9 @@ void check_strategy(const RunConfig& c) {
 
 // --offload: what runs today (optimizer, with AdamW, Lion, SGD or their 8-bit states on the host), one line for the rest.
 void check_offload(const RunConfig& c) {
+  if (c.gemm_workspace < 0 || c.gemm_workspace > (int64_t(1) << 30))
+    usage("--gemm-workspace " + std::to_string(c.gemm_workspace), "cuBLASLt's workspace is 0 to 1 GiB",
+          "pass a size such as 32MiB, or 0 for none");
   // --offload-dir / --host-memory-limit: the disk tier of --offload optimizer's state.
   if (c.host_memory_limit >= 0 && c.offload_dir.empty())
     usage("--host-memory-limit without --offload-dir", "the state beyond the limit needs a place on disk",

@@ -1,5 +1,6 @@
 // lt::train: the run around the step. Builds the task and trainer, restores a checkpoint, then
 // steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
+#include "leantrain/cuda_info.h"
 #include "leantrain/memory_snapshot.h"
 #include <algorithm>
 #include <chrono>
@@ -95,6 +96,7 @@ void say(const RunObserver& obs, const std::string& s) {
 
 RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   validate(cfg);
+  set_gemm_workspace_bytes(cfg.gemm_workspace);
   Device device = resolve_device(cfg.device);
   allocator_for(device).reset_peak_stats();
   pinned_host_allocator(device).reset_peak_stats();

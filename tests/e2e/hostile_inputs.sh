@@ -61,6 +61,9 @@ expect_error 2 "--seed -1 is out of range" "$LT" plan --seed -1
 expect_error 2 "--fit 1e300 is out of range: a memory size here is at most 1 PiB" \
   "${T[@]}" "$LT" train "${GPT[@]}" --data synthetic --steps 1 --fit 1e300
 expect_error 2 "--budget 99999999999999999999GiB is out of range" "$LT" plan --budget 99999999999999999999GiB
+expect_error 2 "--gemm-workspace 2147483648: cuBLASLt's workspace is 0 to 1 GiB" "$LT" plan --gemm-workspace 2GiB
+expect_error 2 "--gemm-workspace" "$LT" plan --gemm-workspace -5MiB
+expect_error 2 "--gemm-workspace" "$LT" plan --gemm-workspace lots
 expect_error 2 "--dim 4294967296 is out of range: --dim takes 0 to [0-9]+ channels" "$LT" plan --model gpt2-tiny --dim 4294967296 --heads 1
 expect_error 2 "--dim 1e9 is out of range" "$LT" plan --model gpt2-tiny --dim 1e9 --heads 1
 expect_error 2 "--depth 100000 is out of range" "${T[@]}" "$LT" plan --model gpt2-tiny --depth 100000

@@ -99,6 +99,27 @@ TEST(Plan, FsdpKeepsAnUntiedTableAndHeadOnTheirOwnersOnly) {
   fs::remove(cfg_path);
 }
 
+// --gemm-workspace sizes the cuBLASLt workspace the plan mirrors: none at 0, exactly the bytes
+// asked otherwise, and nothing else in the plan moves. The setting is per run, not sticky.
+TEST(Plan, GemmWorkspaceIsPlannedAsAsked) {
+  RunConfig c = tiny_vit();
+  const PlanResult base = plan_run(c);
+  c.gemm_workspace = 0;
+  const PlanResult none = plan_run(c);
+  EXPECT_EQ(none.workspace_bytes, 0);
+  EXPECT_EQ(base.peak_allocated - none.peak_allocated, kCublasWorkspaceBytes);
+  c.gemm_workspace = 4 * MiB;
+  const PlanResult four = plan_run(c);
+  EXPECT_EQ(four.workspace_bytes, 4 * MiB);
+  EXPECT_EQ(four.peak_allocated - none.peak_allocated, 4 * MiB);
+  EXPECT_NE(command_line(c).find("--gemm-workspace 4194304"), std::string::npos) << command_line(c);
+  EXPECT_EQ(plan_run(tiny_vit()).peak_allocated, base.peak_allocated);
+  c.gemm_workspace = -1;
+  EXPECT_THROW(plan_run(c), UsageError);
+  c.gemm_workspace = (int64_t(1) << 30) + 1;
+  EXPECT_THROW(plan_run(c), UsageError);
+}
+
 TEST(Plan, SimulatedCudaReservesWholeSegments) {
   PlanResult p = plan_run(tiny_vit());
   EXPECT_GE(p.peak_reserved, p.peak_allocated);

@@ -28,16 +28,23 @@ std::mutex g_mu;  // guards the workspaces and the algorithm cache
 std::array<Tensor*, 64> g_workspace{};
 std::map<std::string, cublasLtMatmulAlgo_t> g_algos;
 
-// The device's workspace, allocated at its first GEMM and kept (never freed) by the backend.
+// The device's workspace of gemm_workspace_bytes(), allocated at its first GEMM and kept (never
+// freed) by the backend; made again if a later run of the process asks for another size. None
+// (nullptr) for 0.
 void* workspace(int dev) {
   std::lock_guard<std::mutex> g(g_mu);
   Tensor*& w = g_workspace[size_t(dev)];
-  if (!w) {
+  const int64_t bytes = gemm_workspace_bytes();
+  if (w && w->numel() != bytes) {
+    delete w;
+    w = nullptr;
+  }
+  if (!w && bytes > 0) {
     MemoryCategoryScope cat(Category::Workspace);
     OpNameScope name("cublaslt_workspace");
-    w = new Tensor(Tensor::empty({kCublasWorkspaceBytes}, DType::U8, Device::cuda(dev)));
+    w = new Tensor(Tensor::empty({bytes}, DType::U8, Device::cuda(dev)));
   }
-  return w->raw_data();
+  return w ? w->raw_data() : nullptr;
 }
 
 struct Desc {
@@ -243,17 +250,19 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
 
   cuda::DeviceState& ds = cuda::device_state(dev);
   void* ws = workspace(dev);
+  const uint64_t ws_bytes = uint64_t(gemm_workspace_bytes());
+  // An algorithm chosen under a larger workspace may need it: the size is part of the key.
+  const std::string cache_key = std::string(key) + "|ws" + std::to_string(ws_bytes);
   cublasLtMatmulAlgo_t algo;
   bool cached = false;
   {
     std::lock_guard<std::mutex> g(g_mu);
-    auto it = g_algos.find(key);
+    auto it = g_algos.find(cache_key);
     if (it != g_algos.end()) { algo = it->second; cached = true; }
   }
   if (!cached) {
     Pref pref;
     LT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
-    const uint64_t ws_bytes = uint64_t(kCublasWorkspaceBytes);
     LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                          sizeof ws_bytes));
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
@@ -274,11 +283,11 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
              "make the operands contiguous and 16-byte aligned, or report the shapes");
     algo = res.algo;
     std::lock_guard<std::mutex> g(g_mu);
-    g_algos.emplace(key, algo);
+    g_algos.emplace(cache_key, algo);
   }
   const float alpha = d.alpha, beta = d.beta;
   LT_CUBLAS_CHECK(cublasLtMatmul(ds.lt, desc.d, &alpha, b.raw_data(), la.l, a.raw_data(), lb.l, &beta, c.raw_data(),
-                                 lc.l, c.raw_data(), lc.l, &algo, ws, size_t(kCublasWorkspaceBytes),
+                                 lc.l, c.raw_data(), lc.l, &algo, ws, size_t(ws_bytes),
                                  cuda::current_stream()));
   LT_CUDA_LAUNCH_CHECK("cublasLtMatmul");
 }
@@ -353,7 +362,7 @@ void gemm_gelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc
 
 int64_t cublaslt_workspace_bytes(int device) {
   std::lock_guard<std::mutex> g(g_mu);
-  return device >= 0 && device < int(g_workspace.size()) && g_workspace[size_t(device)] ? kCublasWorkspaceBytes : 0;
+  return device >= 0 && device < int(g_workspace.size()) && g_workspace[size_t(device)] ? g_workspace[size_t(device)]->numel() : 0;
 }
 
 }  // namespace cuda
