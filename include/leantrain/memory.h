@@ -185,6 +185,10 @@ struct Storage {
 
   Storage(Block b, Allocator* a, Device d) : block(b), allocator(a), device(d) {}
   ~Storage();
+  // The bytes the data loader uploaded into this device storage (a batch's token ids and
+  // targets), so that range checks and counts read them without waiting for the device. Only
+  // for storage nothing writes after the upload; null otherwise.
+  std::shared_ptr<const std::vector<char>> host_copy;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return block.ptr; }

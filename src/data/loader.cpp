@@ -281,6 +281,16 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
   out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
   Backend& be = backend_for(opt_.device);
+  // Integer inputs (token ids) and the targets keep their bytes on the host too: the embedding's
+  // and the loss's checks read them there instead of waiting for the device mid-step.
+  if (opt_.device.is_cuda()) {
+    auto keep = [](const Tensor& dst, const void* src) {
+      const char* p = static_cast<const char*>(src);
+      dst.storage()->host_copy = std::make_shared<const std::vector<char>>(p, p + dst.nbytes());
+    };
+    if (ds_->input_dtype() == DType::I64 || ds_->input_dtype() == DType::I32) keep(out.inputs, h.inputs);
+    keep(out.targets, h.targets);
+  }
   const Buffer& buf = buffers_[size_t(h.buffer)];
   if (buf.pinned) {
     be.copy_from_host_async(out.inputs, h.inputs);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
@@ -137,6 +138,34 @@ TEST(OpsForward, EmbeddingGathersRows) {
   EXPECT_NO_THROW(embedding(from_ints({3}, {1}, DType::I32), w));
   EXPECT_THROW(embedding(from_ints({4}, {1}), w), Error);
   EXPECT_THROW(embedding(from_ints({-1}, {1}), w), Error);
+}
+
+// A loader's batch carries the bytes it uploaded (Storage::host_copy): the id and target checks
+// read those, not the device, so they still catch a bad id without waiting for the device.
+// Here the copy differs from the data on purpose, to show which one is read.
+TEST(OpsForward, IdChecksReadTheLoadersHostCopy) {
+  Tensor w = rnd({4, 3}, 19);
+  auto host_copy = [](std::initializer_list<int64_t> v) {
+    const std::vector<int64_t> ids(v);
+    const char* p = reinterpret_cast<const char*>(ids.data());
+    return std::make_shared<const std::vector<char>>(p, p + ids.size() * sizeof(int64_t));
+  };
+  Tensor ids = from_ints({1, 2, 3}, {3});
+  EXPECT_NO_THROW(embedding(ids, w));
+  ids.storage()->host_copy = host_copy({1, 9, 3});
+  try {
+    embedding(ids, w);
+    ADD_FAILURE() << "the host copy's id 9 was not checked";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 9 is out of range"), std::string::npos) << e.what();
+  }
+  // A view of the batch (a rank's rows) reads its own part of the copy.
+  Tensor tail = slice(ids, 0, 2, 3);
+  EXPECT_NO_THROW(embedding(tail, w));
+  Tensor logits = rnd({3, 4}, 20);
+  Tensor targets = from_ints({0, 1, 2}, {3});
+  targets.storage()->host_copy = host_copy({0, 7, 2});
+  EXPECT_THROW(cross_entropy(logits, targets), Error);
 }
 
 TEST(OpsForward, RotaryRotatesHalves) {
