@@ -134,10 +134,14 @@ bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {
          state_rank(state_of(a)) >= state_rank(state_of(b)) && (a.fused_step || !b.fused_step);
 }
 
-// "2 GPUs, fsdp" (or "fsdp, kept to backward"), "" on one device.
+// The strategy as the table names it: fsdp with --reshard-after-forward false is "fsdp-keep".
+std::string strategy_label(const RunConfig& c) {
+  return c.strategy + (c.strategy == "fsdp" && !c.reshard_after_forward ? "-keep" : "");
+}
+
+// "2 GPUs, fsdp-keep", "" on one device.
 std::string layout_label(const RunConfig& c) {
-  if (c.devices < 2) return "";
-  return std::to_string(c.devices) + " GPUs, " + c.strategy + (c.strategy == "fsdp" && !c.reshard_after_forward ? " kept" : "");
+  return c.devices < 2 ? "" : std::to_string(c.devices) + " GPUs, " + strategy_label(c);
 }
 
 // The device counts and strategies to search: `base.devices` and, when fewer are allowed, 1, 2,
@@ -517,8 +521,7 @@ std::string fit_table(const FitResult& f) {
     else std::snprintf(flops, sizeof flops, "0");
     std::string layout;
     if (multi) {
-      const std::string l = k.config.devices < 2 ? "1" : std::to_string(k.config.devices) + " " + k.config.strategy +
-                                                             (k.config.strategy == "fsdp" && !k.config.reshard_after_forward ? "-keep" : "");
+      const std::string l = k.config.devices < 2 ? "1" : std::to_string(k.config.devices) + " " + strategy_label(k.config);
       std::snprintf(buf, sizeof buf, "%-14s ", l.c_str());
       layout = buf;
     }
