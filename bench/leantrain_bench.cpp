@@ -129,7 +129,7 @@ int parity(const std::map<std::string, std::string>& f) {
     MemoryCategoryScope s(Category::Input);
     data = io::load_safetensors(need(f, "batches"), dev);
   }
-  const bool gpt = models::family_of_type(model->model_type()).input() == models::InputKind::Tokens;
+  const bool gpt = models::family_of_type(model->model_type()).input() != models::InputKind::Images;  // token ids
   const Tensor& xs = gpt ? data.at("input_ids") : data.at("images");
   const Tensor& ys = data.at("labels");
   if (adapter.empty())

@@ -79,11 +79,51 @@ def llama_model(cfg, dtype):
     return m
 
 
+ENCODER_KINDS = ("bert", "roberta", "distilbert")  # *ForSequenceClassification, batches right-padded
+
+
+def encoder_model(cfg, dtype):
+    import transformers as tf
+    kind = cfg["model_type"]
+    cls = {"bert": (tf.BertConfig, tf.BertForSequenceClassification),
+           "roberta": (tf.RobertaConfig, tf.RobertaForSequenceClassification),
+           "distilbert": (tf.DistilBertConfig, tf.DistilBertForSequenceClassification)}[kind]
+    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
+    if kind == "distilbert":
+        keys.update(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)
+    else:
+        keys.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    c = cls[0](**keys)
+    try:
+        c._attn_implementation = "eager"
+    except Exception:
+        pass
+    m = cls[1](c)
+    with torch.no_grad():  # random biases and norms, so that a misapplied one shows
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0, 0.02)
+            elif "LayerNorm" in n or "layer_norm" in n:
+                p.normal_(1, 0.1)
+    return m.to(device="cuda", dtype=dtype)
+
+
 def make_model(kind, cfg, dtype):
+    if kind in ENCODER_KINDS:
+        return encoder_model(dict(cfg, model_type=kind), dtype)
     return {"gpt2": gpt2_model, "llama": llama_model, "vit": vit_model}[kind](cfg, dtype)
 
 
 def batches(kind, cfg, n, b, gen):
+    if kind in ENCODER_KINDS:  # row r of a batch ends in r * T / (2 b) pads (row 0 none); no real token is the pad
+        T, pad = cfg["seq"], cfg["pad_token_id"]
+        ids = torch.randint(0, cfg["vocab_size"] - 1, (n, b, T), generator=gen)
+        ids = ids + (ids >= pad).long()
+        for r in range(b):
+            k = r * T // (2 * b)
+            if k:
+                ids[:, r, T - k:] = pad
+        return {"input_ids": ids, "labels": torch.randint(0, cfg["num_labels"], (n, b), generator=gen)}
     if kind in TOKEN_KINDS:
         T = cfg["seq"]
         ids = torch.randint(0, cfg["vocab_size"], (n, b, T + 1), generator=gen)
@@ -94,6 +134,10 @@ def batches(kind, cfg, n, b, gen):
 
 
 def torch_loss(kind, model, batch, i, dtype):
+    if kind in ENCODER_KINDS:
+        ids = batch["input_ids"][i].cuda()
+        logits = model(input_ids=ids, attention_mask=(ids != model.config.pad_token_id).long()).logits
+        return logits, torch.nn.functional.cross_entropy(logits.float(), batch["labels"][i].cuda())
     if kind in TOKEN_KINDS:
         logits = model(input_ids=batch["input_ids"][i].cuda()).logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
@@ -118,7 +162,7 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     save_file(data, paths["b"] + ".safetensors")
     with open(paths["cfg"] + ".json", "w") as f:
         keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq")}
-        if kind == "llama":  # every field transformers writes, defaults included: a real config.json's keys
+        if kind == "llama" or kind in ENCODER_KINDS:  # every field transformers writes, defaults included: a real config.json's keys
             keys = {**json.loads(model.config.to_json_string()), **keys}
         json.dump(keys, f)
     cmd = [args.bench, "parity", "--kind", kind, "--config", paths["cfg"] + ".json",
@@ -359,8 +403,24 @@ def main():
                                                              high_freq_factor=4.0,
                                                              original_max_position_embeddings=256)), 20),
     ]
+    # BERT family (issue 17): padded batches, every family's head; hidden_act gelu (erf).
+    enc_small = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=96, num_labels=3, batch=4, seq=77)
+    cases += [
+        ("bert-small", "bert", dict(enc_small, pad_token_id=0), 50),
+        ("roberta-small", "roberta", dict(enc_small, pad_token_id=1, type_vocab_size=1, layer_norm_eps=1e-5), 50),
+        ("distilbert-small", "distilbert", dict(vocab_size=500, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                                max_position_embeddings=96, num_labels=3, pad_token_id=0, batch=4,
+                                                seq=77), 50),
+    ]
     if not args.quick:
         cases += [
+            ("bert-base", "bert", dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                       intermediate_size=3072, max_position_embeddings=512, num_labels=2,
+                                       pad_token_id=0, batch=4, seq=128), 0),
+            ("distilbert-base", "distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                                                   max_position_embeddings=512, num_labels=2, pad_token_id=0, batch=4,
+                                                   seq=512), 0),
             ("smollm2-135m", "llama", dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
                                            num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                            max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,

@@ -166,6 +166,51 @@ class TokenWindows : public Dataset {
   int64_t seq_len_, stride_, count_;
 };
 
+// ---- labelled text (sequence classification) ----
+
+// Texts with one class each, tokenized with the tokenizer's special tokens ([CLS] ... [SEP],
+// <s> ... </s>) and cut to at most max_len ids (a trailing special token is kept), split into
+// training and validation samples: every round(1/val_fraction)-th text of each class validates.
+struct TextClasses {
+  struct Split {
+    std::vector<int32_t> ids;              // every text's ids, back to back
+    std::vector<int64_t> offsets{0};       // text i is ids[offsets[i], offsets[i + 1])
+    std::vector<int64_t> labels;
+    int64_t size() const { return int64_t(labels.size()); }
+    void add(std::span<const int32_t> text_ids, int64_t label);
+  };
+  std::vector<std::string> classes;  // label i names classes[i]
+  Split train, val;
+  int64_t truncated = 0;  // texts cut to max_len
+};
+// --data fortunes for a classifier: each fortune file (as load_fortunes lists them) is a class
+// named after it, each entry a text.
+TextClasses load_fortune_classes(const text::Tokenizer& tok, int64_t max_len, const TextOptions& opt = {},
+                                 const std::string& dir = kFortunesDir);
+// A .jsonl file, one {"text": "...", "label": ...} per line (labels all integers 0..n-1, or all
+// strings, classes then in sorted order), or a directory with one text file per class (the file
+// name without its extension names the class; each non-blank line is a text). Errors name file:line.
+TextClasses load_text_classes(const std::string& path, const text::Tokenizer& tok, int64_t max_len,
+                              const TextOptions& opt = {});
+
+// One split's texts as [seq_len] i64 ids right-padded with pad_id, the target its label. The
+// constructor refuses a text holding pad_id itself (it would be read as padding).
+class SequenceDataset : public Dataset {
+ public:
+  SequenceDataset(std::shared_ptr<const TextClasses> data, bool validation, int64_t seq_len, int64_t pad_id);
+  int64_t size() const override { return split().size(); }
+  Shape input_shape() const override { return {seq_len_}; }
+  DType input_dtype() const override { return DType::I64; }
+  Shape target_shape() const override { return {}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+
+ private:
+  const TextClasses::Split& split() const { return validation_ ? data_->val : data_->train; }
+  std::shared_ptr<const TextClasses> data_;
+  bool validation_;
+  int64_t seq_len_, pad_id_;
+};
+
 // ---- loader ----
 
 // The default number of loader threads: min(8, hardware threads - 1), at least 1 (one core is

@@ -21,6 +21,12 @@ namespace lt::nn {
 // else concatenated. Recorded: the backward gives each tensor its rows of the gradient.
 Tensor stacked_rows(const std::vector<Tensor>& ws);
 
+// One GEMM over the Linears' stacked weights (and biases), plus the LoRA updates when every child
+// is an adapter on a plain Linear; an undefined tensor when some child is neither, only some are
+// adapters, or some have a bias and others not (the caller then calls the modules). Used for
+// q | k | v and gate | up, whose Linears are made one after another.
+Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children);
+
 // transformers' LlamaRotaryEmbedding (model.rotary_emb): the inverse frequencies (f32, scaling
 // applied, as transformers computes them) that every attention layer of the model shares, and
 // the position of the first token of the forward being run. No parameters, nothing saved.

@@ -144,6 +144,9 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = d
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range
+// u8 [...] with 1 where ids != pad_id (a real token) and 0 at padding: an encoder's
+// key_padding_mask from a right-padded batch, made on the ids' device (no host copy). Not recorded.
+Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 // A table whose lookups hand their gradient to `sink` (the ids [N] and the gradient rows [N, C])
 // instead of adding it into the table's .grad through autograd: the data-parallel hook reduces
 // a tied table's dense part (the LM head's) early and its sparse rows apart

@@ -43,4 +43,15 @@ void SyntheticTokens::get(int64_t i, void* input, int64_t* target) const {
   }
 }
 
+void SyntheticSequences::get(int64_t i, void* input, int64_t* target) const {
+  const uint64_t base = mix(seed_ ^ mix(uint64_t(i) + 0x5e9ull));
+  int64_t* x = static_cast<int64_t*>(input);
+  for (int64_t k = 0; k < seq_; ++k) {
+    int64_t id = int64_t(mix(base + uint64_t(k)) % uint64_t(vocab_));
+    if (id == pad_) id = (id + 1) % vocab_;  // vocab_ >= 2 (the task checks)
+    x[k] = id;
+  }
+  *target = int64_t(mix(base ^ 0xc1a55ull) % uint64_t(classes_));
+}
+
 }  // namespace lt

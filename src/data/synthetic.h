@@ -42,4 +42,21 @@ class SyntheticTokens final : public Dataset {
   uint64_t seed_;
 };
 
+// Whole sequences [seq_len] of ids in [0, vocab) other than pad_id (no padding: a plan sizes
+// for full rows), each with a label in [0, classes).
+class SyntheticSequences final : public Dataset {
+ public:
+  SyntheticSequences(int64_t count, int64_t seq_len, int64_t vocab, int64_t pad_id, int64_t classes, uint64_t seed)
+      : count_(count), seq_(seq_len), vocab_(vocab), pad_(pad_id), classes_(classes), seed_(seed) {}
+  int64_t size() const override { return count_; }
+  Shape input_shape() const override { return {seq_}; }
+  DType input_dtype() const override { return DType::I64; }
+  Shape target_shape() const override { return {}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+
+ private:
+  int64_t count_, seq_, vocab_, pad_, classes_;
+  uint64_t seed_;
+};
+
 }  // namespace lt

@@ -30,10 +30,12 @@ std::string known_types() {
 const ModelFamily& gpt2_family();
 const ModelFamily& vit_family();
 const ModelFamily& llama_family(), &qwen2_family(), &mistral_family();  // llama_family.cpp
+const ModelFamily& bert_family(), &roberta_family(), &distilbert_family();  // encoder_family.cpp
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all{&gpt2_family(), &vit_family(), &llama_family(), &qwen2_family(),
-                                                   &mistral_family()};
+                                                   &mistral_family(), &bert_family(), &roberta_family(),
+                                                   &distilbert_family()};
   return all;
 }
 
@@ -83,6 +85,14 @@ ImageInput ModelConfig::images() const {
 }
 
 void ModelConfig::fit_images(int64_t, int64_t, int64_t) { (void)images(); }
+
+SequenceInput ModelConfig::sequences() const {
+  fail("a " + family().display_name() + " model does not classify text", "it reads " +
+           std::string(family().input() == InputKind::Images ? "images" : "text to predict its next token"),
+       "use a text classifier (e.g. bert-tiny) for labelled text");
+}
+
+void ModelConfig::fit_classes(const std::vector<std::string>&) { (void)sequences(); }
 
 // ---------------------------------------------------------------- the public factory (models.h)
 

@@ -22,7 +22,9 @@ struct SizeOverrides {
   bool any() const { return dim || depth || heads || patch || mlp_dim; }
 };
 
-enum class InputKind { Tokens, Images };
+// Tokens: a language model (next-token targets); Images: an image classifier; Sequences: a text
+// classifier (one label per padded token sequence, the BERT family).
+enum class InputKind { Tokens, Images, Sequences };
 
 // What a token model reads: ids below vocab_size, at most context of them.
 struct TokenInput {
@@ -33,6 +35,12 @@ struct TokenInput {
 // classified into `classes`.
 struct ImageInput {
   int64_t size = 0, channels = 0, patch = 0, classes = 0;
+};
+
+// What a sequence classifier reads: token ids below vocab_size, right-padded with pad_id to at
+// most context positions (pad_id never appears as a token), classified into `classes`.
+struct SequenceInput {
+  int64_t vocab_size = 0, context = 0, pad_id = 0, classes = 0;
 };
 
 // One model's configuration, whatever its family: a GPT2Config or a ViTConfig behind one face.
@@ -56,6 +64,10 @@ class ModelConfig {
   // Image models: what the images are; fit_images makes the model read the data's images.
   virtual ImageInput images() const;
   virtual void fit_images(int64_t size, int64_t channels, int64_t classes);
+  // Sequence classifiers: what they read; fit_classes gives the classifier the data's classes
+  // (their names, when the data has them, go to config.json's id2label).
+  virtual SequenceInput sequences() const;
+  virtual void fit_classes(const std::vector<std::string>& names);
 };
 
 class ModelFamily {

@@ -6,6 +6,7 @@
 
 #include "leantrain/autocast.h"
 #include "leantrain/checkpoint.h"
+#include "leantrain/nn_encoder.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 
@@ -31,20 +32,25 @@ std::vector<Generator*> dropout_generators(Module& m) {
   return out;
 }
 
-// Every family's blocks are PreNormBlocks (GPT2Block, EncoderBlock): norms and attention and MLP
-// are its children, whatever their types.
-bool is_transformer_block(Module& m) { return dynamic_cast<PreNormBlock*>(&m) != nullptr; }
-
-std::vector<std::string> block_sublayers(Module& block) {
-  std::vector<std::string> out;
-  for (auto& [name, child] : block.children())
-    if (!dynamic_cast<LayerNorm*>(child.get()) && !dynamic_cast<RMSNorm*>(child.get())) out.push_back(name);
-  return out;
+// A family's blocks are PreNormBlocks (GPT2Block, EncoderBlock, LlamaDecoderLayer) or the BERT
+// family's PostNormEncoderLayers: norms and attention and MLP are its children, whatever their types.
+bool is_transformer_block(Module& m) {
+  return dynamic_cast<PreNormBlock*>(&m) != nullptr || dynamic_cast<PostNormEncoderLayer*>(&m) != nullptr;
 }
 
 bool has_wrappable_forward(Module& m) {
-  return dynamic_cast<UnaryModule*>(&m) || dynamic_cast<SelfAttention*>(&m) || dynamic_cast<PreNormBlock*>(&m) ||
+  return dynamic_cast<UnaryModule*>(&m) || dynamic_cast<SelfAttention*>(&m) || is_transformer_block(m) ||
          dynamic_cast<AttentionCore*>(&m);
+}
+
+// The children that are not norms and have a forward of their own (a BERT layer's "attention" and
+// "output" are groups without one: none of its children is listed).
+std::vector<std::string> block_sublayers(Module& block) {
+  std::vector<std::string> out;
+  for (auto& [name, child] : block.children())
+    if (!dynamic_cast<LayerNorm*>(child.get()) && !dynamic_cast<RMSNorm*>(child.get()) && has_wrappable_forward(*child))
+      out.push_back(name);
+  return out;
 }
 
 void checkpoint_module(Module& m, bool keep_matmul_outputs) {

@@ -33,9 +33,8 @@ Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
   return static_cast<Linear*>(&a->base());
 }
 
-// One GEMM over the Linears' stacked weights (and biases), plus the LoRA updates when every child
-// is an adapter on a plain Linear; an undefined tensor when some child is neither, only some are
-// adapters, or some have a bias and others not (the caller then calls the modules).
+}  // namespace
+
 Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children) {
   std::vector<Tensor> ws, bs;
   std::vector<LoraLinear*> loras;
@@ -55,8 +54,6 @@ Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*
   for (LoraLinear* a : loras) updates.push_back(a->update(x));
   return add(y, concat(updates, -1));
 }
-
-}  // namespace
 
 DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o,
                                            std::shared_ptr<RotaryEmbedding> rope)

@@ -127,6 +127,18 @@ void check_rope_args(const char* name, const Tensor& x, int64_t head_dim, int64_
 
 }  // namespace
 
+Tensor padding_mask(const Tensor& ids_in, int64_t pad_id) {
+  OpNameScope op("padding_mask");
+  LT_CHECK(ids_in.dtype() == DType::I64 || ids_in.dtype() == DType::I32,
+           std::string("padding_mask: ids are ") + dtype_name(ids_in.dtype()), "token ids must be integers",
+           "pass i64 (or i32) ids");
+  Tensor ids = contiguous_data(ids_in);
+  Tensor out = Tensor::empty(ids.shape(), DType::U8, ids.device());
+  const int64_t n = ids.numel();
+  backend_for(ids.device()).padding_mask(make_view(out, {n}, {1}, 0), make_view(ids, {n}, {1}, ids.offset()), pad_id);
+  return out;
+}
+
 Tensor rotary_embedding(const Tensor& x, double base, int64_t pos_offset) {
   OpNameScope op("rotary_embedding");
   check_rank("rotary_embedding", x, 4, "x [B, H, T, D]");

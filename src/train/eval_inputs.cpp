@@ -101,9 +101,15 @@ EvalResult eval_inputs(const EvalConfig& cfg) {
     in = io::load_safetensors(cfg.inputs, device);
   }
   const bool tokens = mcfg->family().input() == models::InputKind::Tokens;
-  const Tensor* x = tokens ? input(in, cfg.inputs, "input_ids", 2, false, true)
-                           : input(in, cfg.inputs, "pixel_values", 4, true, true);
+  const bool sequences = mcfg->family().input() == models::InputKind::Sequences;  // one label per text
+  const Tensor* x = tokens || sequences ? input(in, cfg.inputs, "input_ids", 2, false, true)
+                                        : input(in, cfg.inputs, "pixel_values", 4, true, true);
   const Tensor* labels = input(in, cfg.inputs, "labels", tokens ? 2 : 1, false, false);
+  if (sequences) {
+    const models::SequenceInput q = mcfg->sequences();
+    LT_CHECK(x->size(1) <= q.context, "input_ids in '" + cfg.inputs + "' has " + std::to_string(x->size(1)) + " positions",
+             "the model has " + std::to_string(q.context), "pass at most that many tokens per row");
+  }
   if (tokens) {
     const models::TokenInput t = mcfg->tokens();
     LT_CHECK(x->size(1) <= t.context, "input_ids in '" + cfg.inputs + "' has " + std::to_string(x->size(1)) + " positions",
@@ -112,7 +118,7 @@ EvalResult eval_inputs(const EvalConfig& cfg) {
   if (labels)
     LT_CHECK(labels->size(0) == x->size(0) && (!tokens || labels->size(1) == x->size(1)),
              "labels in '" + cfg.inputs + "' are " + shape_str(labels->shape()),
-             "they should be one per " + std::string(tokens ? "token: " : "image: ") +
+             "they should be one per " + std::string(tokens ? "token: " : sequences ? "text: " : "image: ") +
                  shape_str(tokens ? x->shape() : Shape{x->size(0)}),
              "write labels of that shape");
 

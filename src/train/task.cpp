@@ -345,6 +345,77 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
                   " windows";
 }
 
+// A text classifier (BERT family): labelled texts, padded to --seq-len (default min(128,
+// positions)); the data decides the classes (a loaded model must already have that many).
+void make_sequence_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
+  if (c.data == "fashion-mnist")
+    usage("--data fashion-mnist is images", s.name + " is a text classifier", "pass --data fortunes, a .jsonl file or a directory");
+  models::SequenceInput in = s.cfg->sequences();
+  const int64_t seq = c.seq_len ? c.seq_len : std::min<int64_t>(128, in.context);
+  if (seq > in.context)
+    usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(in.context) + " positions",
+          "pass --seq-len " + std::to_string(in.context) + " or less");
+  const std::string family = s.cfg->family().display_name();
+  t.classifier = true;
+  t.unit = "seq/s";
+  t.tokenizer = s.cfg->family().tokenizer();
+  const bool synthetic = c.data == kSyntheticData;
+  t.text_tokenizer = choose_tokenizer(c, s, !synthetic);
+  const text::Tokenizer* tok = t.text_tokenizer.tokenizer.get();
+  std::string tokenizer_line;
+  if (tok) {
+    LT_CHECK(tok->vocab_size() <= in.vocab_size, "the tokenizer has " + std::to_string(tok->vocab_size()) + " ids",
+             s.name + " embeds " + std::to_string(in.vocab_size), "use the model's own tokenizer");
+    t.tokenizer = tok->kind();
+    tokenizer_line = "; " + t.text_tokenizer.describe();
+  }
+  LoaderOptions lo;
+  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
+  lo.seed = c.seed;
+  lo.drop_last = true;
+  lo.device = init.device;
+  lo.workers = loader_workers(c);
+  if (synthetic) {  // whole rows of random ids, random labels; a loaded model keeps its classes
+    if (s.weights_dir.empty() && c.resume.empty()) {
+      std::vector<std::string> names;
+      for (int64_t i = 0; i < 2; ++i) names.push_back("LABEL_" + std::to_string(i));
+      s.cfg->fit_classes(names);
+    }
+    in = s.cfg->sequences();
+    LT_CHECK(in.vocab_size >= 2, "--data synthetic with vocab_size 1", "the one id is the padding", "use a larger vocabulary");
+    build_model(t, s, c, init);
+    t.held_out = std::make_shared<SyntheticSequences>(2 * lo.batch_size, seq, in.vocab_size, in.pad_id, in.classes, c.seed + 1);
+    t.train = std::make_unique<DataLoader>(
+        std::make_shared<SyntheticSequences>(8 * c.batch, seq, in.vocab_size, in.pad_id, in.classes, c.seed), lo);
+    t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
+                    s.cfg->size_summary() + ", " + std::to_string(seq) + " positions)" + tokenizer_line + "; data synthetic";
+    return;
+  }
+  TextOptions topt;
+  topt.workers = loader_workers(c);
+  const std::string source = c.data.empty() || c.data == "fortunes" ? kFortunesDir : c.data;
+  auto data = std::make_shared<const TextClasses>(source == kFortunesDir ? load_fortune_classes(*tok, seq, topt, source)
+                                                                         : load_text_classes(source, *tok, seq, topt));
+  if (!s.weights_dir.empty() || !c.resume.empty()) {  // a trained classifier keeps its classes
+    if (int64_t(data->classes.size()) != in.classes)
+      usage("--data " + source + " has " + std::to_string(data->classes.size()) + " classes",
+            "the model in " + (s.weights_dir.empty() ? c.resume : s.weights_dir) + " has " + std::to_string(in.classes),
+            "pass data with that many classes");
+  } else {
+    s.cfg->fit_classes(data->classes);
+  }
+  in = s.cfg->sequences();
+  build_model(t, s, c, init);
+  t.held_out = std::make_shared<SequenceDataset>(data, /*validation=*/true, seq, in.pad_id);
+  auto train = std::make_shared<SequenceDataset>(data, /*validation=*/false, seq, in.pad_id);
+  t.train = std::make_unique<DataLoader>(train, lo);
+  t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
+                  s.cfg->size_summary() + ", " + std::to_string(seq) + " positions)" + tokenizer_line + "; data " +
+                  source + ": " + std::to_string(data->train.size()) + " train / " + std::to_string(data->val.size()) +
+                  " validation texts in " + std::to_string(data->classes.size()) + " classes" +
+                  (data->truncated ? ", " + std::to_string(data->truncated) + " cut to " + std::to_string(seq) + " tokens" : "");
+}
+
 }  // namespace
 
 std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
@@ -357,11 +428,14 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   init.device = device;
   init.seed = c.seed;
   init.dtype = precision_policy(c.precision).param_dtype;  // built in the target dtype, no f32 copy
-  const bool text = s.cfg->family().input() == models::InputKind::Tokens;
+  const models::InputKind kind = s.cfg->family().input();
+  const bool text = kind == models::InputKind::Tokens;
   if (c.loss_chunk > 0 && !text)
-    usage("--loss-chunk " + std::to_string(c.loss_chunk), "model " + s.name + " is a classifier; its logits are one row per image",
+    usage("--loss-chunk " + std::to_string(c.loss_chunk), "model " + s.name + " is a classifier; its logits are one row per " +
+          std::string(kind == models::InputKind::Images ? "image" : "text"),
           "drop --loss-chunk (it is for causal language models' vocabulary-wide logits)");
   if (text) make_text_task(*t, s, c, init);
+  else if (kind == models::InputKind::Sequences) make_sequence_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
   t->model->set_loss_chunk(c.loss_chunk);  // Model::loss (training) and evaluation's chunked_loss_sum
   t->description += t->weights_note;

@@ -50,6 +50,11 @@ void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const 
   });
 }
 
+void CpuBackend::padding_mask(const Tensor& out, const Tensor& ids, int64_t pad_id) {
+  uint8_t* o = out.data<uint8_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) o[i] = load_index(ids, i) != pad_id;
+}
+
 // Rotate-half as transformers' apply_rotary_pos_emb: pairs (j, j + D/2) of the first rot_heads
 // heads turn by angle = f32(inv_freq[j] * f32(pos_offset + t)) (its freqs, one f32 product), with
 // cos and sin rounded to f32 as torch's f32 cos/sin return them; the rotation itself runs in the

@@ -299,6 +299,25 @@ void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const
   });
 }
 
+template <class I>
+__global__ void padding_mask_kernel(uint8_t* __restrict__ out, const I* __restrict__ ids, int64_t n, int64_t pad) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = int64_t(ids[i]) != pad;
+}
+
+void CudaBackend::padding_mask(const Tensor& out, const Tensor& ids, int64_t pad_id) {
+  LT_CHECK(ids.is_contiguous() && out.is_contiguous() && out.dtype() == DType::U8 && out.numel() == ids.numel(),
+           "padding_mask: expected contiguous ids and a u8 mask of as many elements", "the kernel reads them flat", "");
+  const int64_t n = ids.numel();
+  if (n == 0) return;
+  dispatch_index("padding_mask", ids.dtype(), [&](auto itag) {
+    using I = decltype(itag);
+    const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+    padding_mask_kernel<I><<<unsigned(blocks), 256, 0, current_stream()>>>(out.data<uint8_t>(), ids.data<I>(), n, pad_id);
+    LT_CUDA_LAUNCH_CHECK("padding_mask_kernel");
+  });
+}
+
 void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
                        int64_t rot_heads, bool inverse) {
   LT_CHECK(x.dim() == 4 && x.is_contiguous(), "rope: x must be a contiguous [R, T, N, D] tensor",

@@ -1,0 +1,154 @@
+// BERT-family classifiers (models/encoder.h): embeddings, post-norm layers, each family's head.
+//   BERT:       bert.{embeddings, encoder.layer.N, pooler.dense}, dropout, classifier
+//               (pooler: tanh(dense(h[:, 0])); then dropout and classifier)
+//   RoBERTa:    roberta.{embeddings, encoder.layer.N}, classifier.{dense, out_proj}
+//               (dropout, dense, tanh, dropout, out_proj on h[:, 0])
+//   DistilBERT: distilbert.{embeddings, transformer.layer.N}, pre_classifier, dropout, classifier
+//               (relu(pre_classifier(h[:, 0])), dropout, classifier)
+#include "leantrain/autocast.h"
+#include "leantrain/error.h"
+#include "models/encoder.h"
+
+namespace lt::models {
+
+namespace {
+
+class Embeddings : public nn::Module {
+ public:
+  Embeddings(const EncoderConfig& c, nn::ParamFactory& pf, const std::string& type) : type_(type) {
+    const nn::Init init = nn::Init::normal(c.initializer_range);
+    word = register_module("word_embeddings", std::make_shared<nn::Embedding>(pf, c.vocab_size, c.hidden_size, init));
+    position = register_module("position_embeddings",
+                               std::make_shared<nn::Embedding>(pf, c.max_position_embeddings, c.hidden_size, init));
+    if (c.type_vocab_size > 0)
+      token_type = register_module("token_type_embeddings",
+                                   std::make_shared<nn::Embedding>(pf, c.type_vocab_size, c.hidden_size, init));
+    ln = register_module("LayerNorm", std::make_shared<nn::LayerNorm>(pf, c.hidden_size, c.layer_norm_eps));
+    drop = register_module("dropout", std::make_shared<nn::Dropout>(c.hidden_dropout_prob, pf.next_seed()));
+  }
+  const char* type_name() const override { return type_.c_str(); }
+  std::string type_;
+  std::shared_ptr<nn::Embedding> word, position, token_type;
+  std::shared_ptr<nn::LayerNorm> ln;
+  std::shared_ptr<nn::Dropout> drop;
+};
+
+class Group : public nn::Module {
+ public:
+  explicit Group(std::string type) : type_(std::move(type)) {}
+  const char* type_name() const override { return type_.c_str(); }
+  template <class M>
+  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+
+ private:
+  std::string type_;
+};
+
+}  // namespace
+
+EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOptions& init)
+    : cfg_(cfg), type_(cfg.class_prefix() + "ForSequenceClassification") {
+  cfg_.validate();
+  nn::ParamFactory pf(init);
+  const std::string p = cfg_.class_prefix();
+  const nn::Init w_init = nn::Init::normal(cfg_.initializer_range);
+  const nn::LinearOptions lin{.weight_init = w_init};
+  auto base = register_module(cfg_.model_type, std::make_shared<Group>(cfg_.distil() ? "DistilBertModel" : p + "Model"));
+  auto emb = base->add("embeddings", std::make_shared<Embeddings>(cfg_, pf, cfg_.distil() ? "Embeddings" : p + "Embeddings"));
+  word_ = emb->word, position_ = emb->position, token_type_ = emb->token_type, emb_ln_ = emb->ln, emb_drop_ = emb->drop;
+  auto encoder = base->add(cfg_.distil() ? "transformer" : "encoder",
+                           std::make_shared<Group>(cfg_.distil() ? "Transformer" : p + "Encoder"));
+  layers_ = encoder->add("layer", std::make_shared<nn::ModuleList>());
+  nn::EncoderLayerOptions lo{.hidden = cfg_.hidden_size,
+                             .heads = cfg_.num_attention_heads,
+                             .intermediate = cfg_.intermediate_size,
+                             .eps = cfg_.layer_norm_eps,
+                             .dropout = cfg_.hidden_dropout_prob,
+                             .approx = cfg_.gelu_approx(),
+                             .init = w_init,
+                             .naming = cfg_.distil() ? nn::EncoderNaming::DistilBert : nn::EncoderNaming::Bert,
+                             .type = cfg_.distil() ? "TransformerBlock" : (p == "Roberta" ? "RobertaLayer" : "BertLayer"),
+                             .prefix = p == "Roberta" ? "Roberta" : "Bert"};
+  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) layers_->append(std::make_shared<nn::PostNormEncoderLayer>(pf, lo));
+  const int64_t h = cfg_.hidden_size;
+  if (cfg_.model_type == "bert") {
+    auto pooler = base->add("pooler", std::make_shared<Group>("BertPooler"));
+    pooler_ = pooler->add("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
+    head_drop_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
+    classifier_ = register_module("classifier", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
+  } else if (cfg_.model_type == "roberta") {
+    auto head = register_module("classifier", std::make_shared<Group>("RobertaClassificationHead"));
+    dense_ = head->add("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
+    head_drop_ = head->add("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
+    classifier_ = head->add("out_proj", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
+  } else {
+    dense_ = register_module("pre_classifier", std::make_shared<nn::Linear>(pf, h, h, lin));
+    classifier_ = register_module("classifier", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
+    head_drop_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
+  }
+  pf.materialize();
+  // transformers zeroes the padding rows of the tables built with padding_idx (RoBERTa's
+  // positions too). A model about to be loaded keeps whatever the checkpoint has there.
+  if (init.fill) {
+    fill_(select(word_->weight(), 0, cfg_.pad_token_id), 0.0);
+    if (cfg_.model_type == "roberta" && cfg_.pad_token_id < cfg_.max_position_embeddings)
+      fill_(select(position_->weight(), 0, cfg_.pad_token_id), 0.0);
+  }
+}
+
+Tensor EncoderClassifier::embed(const Tensor& ids) {
+  const int64_t T = ids.size(1), off = cfg_.position_offset();
+  Tensor x = (*word_)(ids);  // [B, T, H] in the compute dtype
+  Tensor pos = slice(autocast_like(position_->weight(), x), 0, off, off + T);
+  x = add(x, pos);
+  // Single texts: every token has type 0, so the type embedding is its row 0.
+  if (token_type_) x = add(x, select(autocast_like(token_type_->weight(), x), 0, 0));
+  return (*emb_drop_)((*emb_ln_)(x));
+}
+
+Tensor EncoderClassifier::head(const Tensor& first) {
+  if (pooler_) return (*classifier_)((*head_drop_)(tanh((*pooler_)(first))));
+  if (cfg_.model_type == "roberta")
+    return (*classifier_)((*head_drop_)(tanh((*dense_)((*head_drop_)(first)))));
+  return (*classifier_)((*head_drop_)(relu((*dense_)(first))));
+}
+
+Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& mask_in) {
+  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           type_ + " input: ids are " + std::string(dtype_name(ids.dtype())) + " " + shape_str(ids.shape()),
+           "expected i64 (or i32) token ids [B, T]", "pass a batch of token sequences");
+  const int64_t T = ids.size(1);
+  LT_CHECK(T >= 1 && T <= cfg_.context(), type_ + " input: " + std::to_string(T) + " positions",
+           "the model has " + std::to_string(cfg_.context()), "pass between 1 and that many tokens per row");
+  Tensor mask;
+  if (mask_in.defined()) {
+    LT_CHECK(mask_in.shape() == ids.shape(), type_ + ": attention mask " + shape_str(mask_in.shape()),
+             "it must have the ids' shape " + shape_str(ids.shape()), "pass one flag per token");
+    mask = mask_in.dtype() == DType::U8 ? mask_in : cast(mask_in, DType::U8);
+  } else {
+    mask = padding_mask(ids, cfg_.pad_token_id);
+  }
+  Tensor x = embed(ids);
+  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PostNormEncoderLayer>(i)(x, mask);
+  return head(select(x, 1, 0));
+}
+
+std::string EncoderClassifier::checkpoint_key_to_name(const std::string& key) const {
+  // Pretraining and other task heads: a base checkpoint fine-tuned into a classifier.
+  for (const char* skip : {"cls.", "lm_head.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "qa_outputs."})
+    if (key.rfind(skip, 0) == 0) return "";
+  if (key.ends_with("position_ids")) return "";  // a buffer of older transformers
+  std::string k = key;
+  // A base model's file (BertModel) names its tensors without the prefix.
+  const std::string prefix = cfg_.model_type + ".";
+  if (k.rfind(prefix, 0) != 0 && (k.rfind("embeddings.", 0) == 0 || k.rfind("encoder.", 0) == 0 ||
+                                  k.rfind("transformer.", 0) == 0 || k.rfind("pooler.", 0) == 0))
+    k = prefix + k;
+  if (k.ends_with("LayerNorm.gamma")) k.replace(k.size() - 5, 5, "weight");
+  else if (k.ends_with("LayerNorm.beta")) k.replace(k.size() - 4, 4, "bias");
+  return k;
+}
+
+}  // namespace lt::models

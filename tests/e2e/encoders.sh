@@ -1,0 +1,65 @@
+# BERT-family text classifiers on the CPU: fortune categories, a .jsonl with named labels and a
+# directory of class files train and report accuracy; --save writes a config.json with the
+# classes that loads again (--model DIR) and resumes; plan runs on meta; bad inputs are one line.
+source "$(dirname "$0")/common.bash" "$@"
+
+# Fortune categories (every fortune file a class) with bert-tiny, bytes.
+expect_ok "$LT" train --model bert-tiny --data fortunes --steps 4 --batch 8 --seq-len 32 --eval-batches 2 --device cpu \
+  --save "$WORK/bert"
+OUT="$WORK/out"
+expect_grep "^model bert-tiny: BERT, .* parameters \(dim 128, depth 2, heads 2, mlp 512, [0-9]+ classes, 32 positions\)" "$OUT"
+expect_grep "data /usr/share/games/fortunes: [0-9]+ train / [0-9]+ validation texts in [0-9]+ classes" "$OUT"
+expect_grep "^step 4/4 .*seq/s" "$OUT"
+expect_grep "^final: steps 4 \| train loss [0-9.]+ \| test loss [0-9.]+ \| test accuracy [0-9.]+%" "$OUT"
+python3 - "$WORK/bert/config.json" <<'EOF' && ok || fail "saved config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["model_type"] == "bert" and c["architectures"] == ["BertForSequenceClassification"], c
+assert c["id2label"]["0"] == "art" and len(c["id2label"]) >= 30, c["id2label"]
+assert c["label2id"]["art"] == 0
+EOF
+# The saved classifier loads as a model directory and keeps its classes.
+expect_ok "$LT" train --model "$WORK/bert" --data fortunes --steps 1 --batch 8 --seq-len 32 --eval-batches 1 --device cpu
+expect_grep "weights loaded from" "$WORK/out"
+
+# .jsonl with string labels, DistilBERT; a directory of class files, RoBERTa.
+python3 - "$WORK/reviews.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(60):
+        good = i % 2 == 0
+        f.write(json.dumps({"text": ("great film, loved it " if good else "dull plot, hated it ") + str(i),
+                            "label": "pos" if good else "neg"}) + "\n")
+EOF
+expect_ok "$LT" train --model distilbert-tiny --data "$WORK/reviews.jsonl" --steps 20 --batch 8 --lr 1e-3 \
+  --eval-batches 1 --device cpu
+expect_grep "54 train / 6 validation texts in 2 classes" "$WORK/out"
+expect_grep "^final: .*test accuracy 100.00%" "$WORK/out"
+mkdir -p "$WORK/pets"
+for i in $(seq 12); do echo "meow $i"; done >"$WORK/pets/cats.txt"
+for i in $(seq 11); do echo "woof $i"; done >"$WORK/pets/dogs.txt"
+expect_ok "$LT" train --model roberta-tiny --data "$WORK/pets" --steps 2 --batch 2 --eval-batches 1 --device cpu
+expect_grep "21 train / 2 validation texts in 2 classes" "$WORK/out"
+
+# Synthetic data, a base-size plan on meta, and checkpointed layers by module path.
+expect_ok "$LT" train --model roberta-tiny --data synthetic --steps 2 --batch 4 --seq-len 16 --device cpu \
+  --checkpoint 'roberta\.encoder\.layer\.0'
+expect_ok "$LT" plan --model bert-base-uncased --data synthetic --batch 8 --seq-len 128 --precision bf16-mixed
+expect_grep "BERT" "$WORK/out"
+
+# Bad inputs: one line each, exit 2 for flags and 1 for data.
+expect_error 2 "seq-len 600.*512 positions" "$LT" train --model bert-tiny --data synthetic --seq-len 600 --device cpu
+expect_error 2 "fashion-mnist is images" "$LT" train --model bert-tiny --data fashion-mnist --device cpu
+expect_error 2 "loss-chunk" "$LT" train --model bert-tiny --data synthetic --loss-chunk 64 --device cpu
+printf '{"text": "a", "label": 0}\n{"text": "b", "label": "x"}\n' >"$WORK/mixed.jsonl"
+expect_error 1 "mixed.jsonl:2: labels mix integers and strings" "$LT" train --model bert-tiny --data "$WORK/mixed.jsonl" --device cpu
+printf 'hello\n' >"$WORK/notes.txt"
+mkdir -p "$WORK/few"
+printf 'meow\npurr\n' >"$WORK/few/cats.txt"
+printf 'woof\nbark\n' >"$WORK/few/dogs.txt"
+expect_error 1 "validation takes every 10th text of a class, and no class has that many.*at least 10 texts" "$LT" train \
+  --model bert-tiny --data "$WORK/few" --device cpu
+expect_error 1 "a classifier reads a .jsonl file" "$LT" train --model bert-tiny --data "$WORK/notes.txt" --device cpu
+expect_error 2 "has 2 classes.*has [0-9]+" "$LT" train --model "$WORK/bert" --data "$WORK/pets" --device cpu
+expect_error 1 "not a causal language model" "$LT" generate --checkpoint "$WORK/bert" --prompt "The "
+finish
