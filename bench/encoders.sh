@@ -44,8 +44,11 @@ except Exception as e:
 print(json.dumps(row))
 PY
   tail -1 "$OUT/encoders.jsonl"
-  # shellcheck disable=SC2086
-  timeout 300 python3 bench/peers/encoder_torch.py $pyf >>"$OUT/encoders.jsonl" 2>"$OUT/$name.torch.err" ||
-    echo "{\"system\": \"pytorch\", \"config\": \"$name\", \"error\": $(tail -c 600 "$OUT/$name.torch.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$OUT/encoders.jsonl"
-  tail -1 "$OUT/encoders.jsonl"
+  # PyTorch eager, then compiled (its best, when it compiles).
+  for extra in "" "--compile"; do
+    # shellcheck disable=SC2086
+    timeout 300 python3 bench/peers/encoder_torch.py $pyf $extra --tag "$name" >>"$OUT/encoders.jsonl" 2>"$OUT/$name.torch.err" ||
+      echo "{\"system\": \"pytorch$extra\", \"config\": \"$name\", \"error\": $(tail -c 600 "$OUT/$name.torch.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$OUT/encoders.jsonl"
+    tail -1 "$OUT/encoders.jsonl"
+  done
 done

@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--tag", default="", help="the bench configuration's name, echoed as \"config\"")
     args = ap.parse_args()
     import transformers as tf
     torch.manual_seed(0)
@@ -81,7 +82,7 @@ def main():
 
     ms, loss = median_step_ms(step, args.warmup, args.steps)
     print(json.dumps({
-        "system": "pytorch" + ("-compile" if args.compile else ""), "model": args.model, "precision": args.precision,
+        "system": "pytorch" + ("-compile" if args.compile else ""), "config": args.tag, "model": args.model, "precision": args.precision,
         "checkpoint": args.checkpoint, "ms_per_step": round(ms, 2), "seq_per_s": round(B / (ms / 1e3), 1),
         "peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
         "final_loss": loss.item(), "batch": B, "seq": T, "steps": args.steps}), flush=True)

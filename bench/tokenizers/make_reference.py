@@ -15,6 +15,10 @@ reads every id):
   sentencepiece  Llama 2 / TinyLlama layout: normalizer Prepend+Replace, no pre-tokenizer, BPE with
                  byte_fallback and <0x00>..<0xFF>, decoder Replace/ByteFallback/Fuse/Strip, "<s> $A"
   sentencepiece-metaspace  the same vocabulary in the newer layout: Metaspace pre-tokenizer and decoder
+  bert-uncased   BERT: BertNormalizer (lowercase, accents stripped), BertPreTokenizer, WordPiece ([UNK], ##),
+                 WordPiece decoder, TemplateProcessing "[CLS] $A [SEP]"
+  bert-cased     the same, cased (no lowercase, no accent stripping), BertProcessing
+  roberta        RoBERTa: ByteLevel BPE, <s> <pad> </s> <unk> <mask>, RobertaProcessing
 Files: strings.jsonl.gz (one {"text": ...} per line) and <style>/expected.jsonl.gz (line i:
 {"ids", "ids_special", "decoded", "decoded_skip"} for string i).
 """
@@ -164,6 +168,36 @@ def sentencepiece(corpus):
     return out[0], out[1]
 
 
+def wordpiece(corpus, lowercase, post):
+    """BERT's layout: BertNormalizer, BertPreTokenizer, WordPiece with [UNK] and ##, WordPiece decoder."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    tr = trainers.WordPieceTrainer(vocab_size=VOCAB, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                                   show_progress=False)
+    tok = trained(tok, corpus, tr)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = (processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+                          if post == "template" else processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls)))
+    return tok
+
+
+def roberta(corpus):
+    """RoBERTa's layout: byte-level BPE, <s> <pad> </s> <unk> <mask>, RobertaProcessing."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok = trained(tok, corpus, tr)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=True, add_prefix_space=False)
+    return tok
+
+
 def template(bos):
     return lambda tok: processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                      special_tokens=[(bos, tok.token_to_id(bos))])
@@ -173,6 +207,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fortunes", default="/usr/share/games/fortunes")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="comma-separated styles to write (default: all)")
     a = ap.parse_args()
     fortunes = read_fortunes(a.fortunes)
     rng = random.Random(12)
@@ -188,7 +223,13 @@ def main():
                                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]),
                          lambda tok: processors.ByteLevel(trim_offsets=False))
     sp, sp_meta = sentencepiece(corpus)
+    bert_uncased = wordpiece(corpus, True, "template")
+    bert_cased = wordpiece(corpus, False, "bert")
+    rob = roberta(corpus)
     configs = {
+        "bert-uncased": {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"},
+        "bert-cased": {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"},
+        "roberta": {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
         "gpt2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
         "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
         "smollm2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
@@ -197,12 +238,21 @@ def main():
         "sentencepiece-metaspace": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                                     "add_bos_token": True, "add_eos_token": False},
     }
-    toks = {"gpt2": gpt2, "llama3": llama3, "smollm2": smollm2, "sentencepiece": sp, "sentencepiece-metaspace": sp_meta}
+    toks = {"gpt2": gpt2, "llama3": llama3, "smollm2": smollm2, "sentencepiece": sp, "sentencepiece-metaspace": sp_meta,
+            "bert-uncased": bert_uncased, "bert-cased": bert_cased, "roberta": rob}
+    only = [x for x in a.only.split(",") if x]
+    if only:
+        toks = {k: v for k, v in toks.items() if k in only}
     strings = test_strings(fortunes, rng)
     os.makedirs(a.out, exist_ok=True)
-    with gzip.open(os.path.join(a.out, "strings.jsonl.gz"), "wt", encoding="utf-8") as f:
-        for s in strings:
-            f.write(json.dumps({"text": s}, ensure_ascii=False) + "\n")
+    strings_path = os.path.join(a.out, "strings.jsonl.gz")
+    if only and os.path.exists(strings_path):  # new styles against the committed strings
+        with gzip.open(strings_path, "rt", encoding="utf-8") as f:
+            strings = [json.loads(line)["text"] for line in f]
+    else:
+        with gzip.open(strings_path, "wt", encoding="utf-8") as f:
+            for s in strings:
+                f.write(json.dumps({"text": s}, ensure_ascii=False) + "\n")
     for style, tok in toks.items():
         d = os.path.join(a.out, style)
         os.makedirs(d, exist_ok=True)

@@ -47,7 +47,7 @@ size_t leading_space_len(std::string_view s) {
 
 }  // namespace
 
-void AddedTokens::read(const Json& j, const std::string& where, const JsonReader& r, const BpeModel& model,
+void AddedTokens::read(const Json& j, const std::string& where, const JsonReader& r, const TokenModel& model,
                        const Normalizer* normalizer) {
   r.array(j, where);
   // tokenizers gives a token that is not in the vocabulary the next id past both the vocabulary

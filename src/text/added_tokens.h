@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "text/bpe_model.h"
+#include "text/token_model.h"
 #include "text/json_read.h"
 #include "text/pieces.h"
 
@@ -28,7 +29,7 @@ class AddedTokens {
  public:
   // Reads the array and checks each id is the one tokenizers would give the token (its
   // vocabulary id, else the next id past the vocabulary and the added tokens before it).
-  void read(const Json& j, const std::string& where, const JsonReader& r, const BpeModel& model,
+  void read(const Json& j, const std::string& where, const JsonReader& r, const TokenModel& model,
             const Normalizer* normalizer);
 
   // Splits the added tokens out of every plain piece: those with normalized == false when

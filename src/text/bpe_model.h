@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "text/json_read.h"
+#include "text/token_model.h"
 
 namespace lt::text {
 
@@ -30,18 +31,18 @@ struct StringHash {
 };
 using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-class BpeModel {
+class BpeModel final : public TokenModel {
  public:
   static std::unique_ptr<BpeModel> read(const Json& j, const std::string& where, const JsonReader& r);
 
   // Appends the ids of one pre-tokenized word.
-  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
+  void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
 
-  std::optional<int32_t> token_to_id(std::string_view token) const;
-  const std::string* id_to_token(int32_t id) const;  // nullptr when no token has this id
-  size_t entries() const { return vocab_.size(); }   // tokenizers' get_vocab_size()
-  int64_t max_id() const { return int64_t(tokens_.size()) - 1; }
-  bool byte_fallback() const { return byte_fallback_; }
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int32_t id) const override;  // nullptr when no token has this id
+  size_t entries() const override { return vocab_.size(); }   // tokenizers' get_vocab_size()
+  int64_t max_id() const override { return int64_t(tokens_.size()) - 1; }
+  bool byte_fallback() const override { return byte_fallback_; }
 
  private:
   struct Merge {

@@ -9,7 +9,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "decoders ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence";
+constexpr const char* kSupported = "decoders ByteLevel, Metaspace, WordPiece, Replace, ByteFallback, Fuse, Strip, Sequence";
 
 class SequenceDecoder : public Decoder {
  public:
@@ -138,6 +138,38 @@ class MetaspaceDecoder : public Decoder {
   }
 };
 
+// Every occurrence of `from` in s replaced by `to`, left to right (Rust's str::replace).
+std::string replace_all(const std::string& s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t at = 0;
+  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, at)) {
+    out.append(s, at, hit - at);
+    out += to;
+    at = hit + from.size();
+  }
+  out.append(s, at, std::string::npos);
+  return out;
+}
+
+// tokenizers' WordPiece decoder: a token after the first loses its "##" or gets a space before it;
+// cleanup then undoes BERT's spacing of punctuation and English contractions, token by token.
+class WordPieceDecoder : public Decoder {
+ public:
+  std::string prefix = "##";
+  bool cleanup = true;
+  void decode_chain(std::vector<std::string>& tokens) const override {
+    static const std::pair<const char*, const char*> kCleanup[] = {
+        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& t = tokens[i];
+      if (i > 0) t = t.compare(0, prefix.size(), prefix) == 0 ? t.substr(prefix.size()) : " " + t;
+      if (cleanup)
+        for (auto [from, to] : kCleanup) t = replace_all(t, from, to);
+    }
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Decoder> read_decoder(const Json& j, const std::string& where, const JsonReader& r) {
@@ -151,6 +183,12 @@ std::unique_ptr<Decoder> read_decoder(const Json& j, const std::string& where, c
     return d;
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
+  if (type == "WordPiece") {
+    auto d = std::make_unique<WordPieceDecoder>();
+    if (const Json* p = r.optional(j, where, "prefix")) d->prefix = r.string(*p, field(where, "prefix"));
+    d->cleanup = r.bool_or(j, where, "cleanup", true);
+    return d;
+  }
   if (type == "Replace") {
     auto d = std::make_unique<ReplaceDecoder>();
     d->pattern = Pattern::read(r.required(j, where, "pattern"), field(where, "pattern"), r);

@@ -14,6 +14,7 @@
 #include "text/pre_tokenizers.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
+#include "text/wordpiece_model.h"
 
 namespace lt::text {
 
@@ -23,7 +24,7 @@ class HfTokenizer : public Tokenizer {
  public:
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
-  std::unique_ptr<BpeModel> model;
+  std::unique_ptr<TokenModel> model;
   AddedTokens added;
   std::unique_ptr<Decoder> decoder;
   std::unique_ptr<PostProcessor> post_processor;
@@ -164,11 +165,12 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path) {
   const Json& model = r.required(j, "", "model");
   const Json* model_type = r.optional(model, "model", "type");
   const std::string type = model_type ? r.string(*model_type, "model.type") : (model.contains("merges") ? "BPE" : "");
-  if (type != "BPE")
+  if (type != "BPE" && type != "WordPiece")
     r.fail("model", "type '" + (type.empty() ? std::string("(none)") : type) +
-                        "' is not supported (leantrain reads BPE models; WordPiece, Unigram and WordLevel are not)",
+                        "' is not supported (leantrain reads BPE and WordPiece models; Unigram and WordLevel are not)",
            kTokenizerDocs);
-  t->model = BpeModel::read(model, "model", r);
+  if (type == "WordPiece") t->model = WordPieceModel::read(model, "model", r);
+  else t->model = BpeModel::read(model, "model", r);
   if (const Json* n = r.optional(j, "", "normalizer")) t->normalizer = read_normalizer(*n, "normalizer", r);
   if (const Json* p = r.optional(j, "", "pre_tokenizer")) t->pre_tokenizer = read_pre_tokenizer(*p, "pre_tokenizer", r);
   if (const Json* d = r.optional(j, "", "decoder")) t->decoder = read_decoder(*d, "decoder", r);
@@ -184,7 +186,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path) {
   }
   const bool byte_level = t->pre_tokenizer && t->pre_tokenizer->has("ByteLevel");
   const bool sentencepiece = t->model->byte_fallback() || (t->pre_tokenizer && t->pre_tokenizer->has("Metaspace"));
-  t->kind_name = byte_level ? "bpe-bytelevel" : sentencepiece ? "bpe-sentencepiece" : "bpe";
+  t->kind_name = type == "WordPiece" ? "wordpiece" : byte_level ? "bpe-bytelevel" : sentencepiece ? "bpe-sentencepiece" : "bpe";
 
   t->bos = guess_special(*t, true);
   t->eos = guess_special(*t, false);

@@ -6,7 +6,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "post-processors TemplateProcessing, ByteLevel, Sequence";
+constexpr const char* kSupported = "post-processors TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence";
 
 class TemplateProcessor : public PostProcessor {
  public:
@@ -88,6 +88,18 @@ std::unique_ptr<PostProcessor> read_template(const Json& j, const std::string& w
 std::unique_ptr<PostProcessor> read_post_processor(const Json& j, const std::string& where, const JsonReader& r) {
   const std::string type = r.type(j, where);
   if (type == "TemplateProcessing") return read_template(j, where, r);
+  if (type == "BertProcessing" || type == "RobertaProcessing") {  // single text: cls $A sep
+    auto t = std::make_unique<TemplateProcessor>();
+    for (const char* key : {"cls", "sep"}) {
+      const std::string w = field(where, key);
+      const Json& pair = r.array(r.required(j, where, key), w);
+      if (pair.size() != 2) r.fail(w, "expected [token, id]");
+      (void)r.string(pair[0], item(w, 0));
+      const int32_t id = int32_t(r.integer(pair[1], item(w, 1), 0, kMaxTokenId));
+      (std::string(key) == "cls" ? t->before : t->after).push_back({id});
+    }
+    return t;
+  }
   if (type == "ByteLevel") return std::make_unique<NoIdsProcessor>();
   if (type == "Sequence") {
     auto p = std::make_unique<SequenceProcessor>();

@@ -5,12 +5,14 @@
 #include "text/byte_level.h"
 #include "text/pattern.h"
 #include "text/regex.h"
+#include "text/unicode_icu.h"
+#include "text/utf8.h"
 
 namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "pre-tokenizers ByteLevel, Split, Digits, Metaspace, Sequence";
+constexpr const char* kSupported = "pre-tokenizers ByteLevel, Split, Digits, Metaspace, BertPreTokenizer, Sequence";
 
 // GPT-2's pre-tokenizer regex, as tokenizers' ByteLevel has it built in.
 constexpr const char* kGpt2Pattern =
@@ -100,6 +102,45 @@ class MetaspacePreTokenizer : public PreTokenizer {
   bool has(const char* type) const override { return std::strcmp(type, "Metaspace") == 0; }
 };
 
+// Spans covering `text`: every character for which pred holds is a match of its own (tokenizers'
+// split with a char predicate), the runs between them are not.
+template <class Pred>
+std::vector<Span> char_spans(std::string_view text, Pred pred) {
+  std::vector<Span> spans;
+  size_t run = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_char_len(static_cast<unsigned char>(text[i]));
+    if (pred(utf8_decode_at(text, i))) {
+      if (run < i) spans.push_back({run, i, false});
+      spans.push_back({i, i + n, true});
+      run = i + n;
+    }
+    i += n;
+  }
+  if (run < text.size()) spans.push_back({run, text.size(), false});
+  return spans;
+}
+
+// tokenizers' BertPreTokenizer: split on whitespace (removed), then every punctuation character
+// (ASCII punctuation or a Unicode P* category) on its own.
+class BertPreTokenizer : public PreTokenizer {
+ public:
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    auto space = [](char32_t c) { return c < 0x80 ? (c == ' ' || (c >= 9 && c <= 13)) : unicode::is_white_space(c); };
+    auto punct = [](char32_t c) {
+      if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+      return unicode::is_punctuation(c);
+    };
+    split_each(pieces, [&](const Piece& p, std::vector<Piece>& out) {
+      split_piece(p, char_spans(p.text, space), SplitBehavior::Removed, out);
+    });
+    split_each(pieces, [&](const Piece& p, std::vector<Piece>& out) {
+      split_piece(p, char_spans(p.text, punct), SplitBehavior::Isolated, out);
+    });
+  }
+  bool has(const char* type) const override { return std::strcmp(type, "BertPreTokenizer") == 0; }
+};
+
 SplitBehavior read_behavior(const Json& j, const std::string& where, const JsonReader& r) {
   const std::string b = r.string(j, where);
   if (b == "Removed") return SplitBehavior::Removed;
@@ -158,6 +199,10 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const Json& j, const std::strin
     auto p = std::make_unique<DigitsPreTokenizer>();
     p->individual_digits = r.bool_or(j, where, "individual_digits", false);
     return p;
+  }
+  if (type == "BertPreTokenizer") {
+    (void)unicode::icu_version();  // refuse the file now when ICU is missing
+    return std::make_unique<BertPreTokenizer>();
   }
   if (type == "Metaspace") {
     auto p = std::make_unique<MetaspacePreTokenizer>();

@@ -270,23 +270,23 @@ TEST(TokenizerJson, RefusesWhatItDoesNotReadWithOneLine) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   };
   json j = tiny_bpe();
-  j["model"]["type"] = "WordPiece";
-  expect(refused(j), "model: type 'WordPiece' is not supported");
+  j["model"]["type"] = "Unigram";
+  expect(refused(j), "model: type 'Unigram' is not supported");
   j = tiny_bpe();
   j["normalizer"] = {{"type", "NFC"}};
   expect(refused(j), "normalizer: type 'NFC' (Unicode normalization) is not supported");
   j = tiny_bpe();
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}}}};
-  expect(refused(j), "normalizer.normalizers[0]: type 'Lowercase' is not supported");
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Precompiled"}}}}};
+  expect(refused(j), "normalizer.normalizers[0]: type 'Precompiled' is not supported");
   j = tiny_bpe();
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
   expect(refused(j), "pre_tokenizer: type 'Whitespace' is not supported");
   j = tiny_bpe();
-  j["decoder"] = {{"type", "WordPiece"}};
-  expect(refused(j), "decoder: type 'WordPiece' is not supported");
+  j["decoder"] = {{"type", "CTC"}};
+  expect(refused(j), "decoder: type 'CTC' is not supported");
   j = tiny_bpe();
   j["post_processor"] = {{"type", "BertProcessing"}};
-  expect(refused(j), "post_processor: type 'BertProcessing' is not supported");
+  expect(refused(j), "post_processor.cls: is missing");
   j = tiny_bpe();
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}};
   expect(refused(j), "does not compile");
@@ -345,4 +345,62 @@ TEST(TokenizerJson, RefusesBrokenFilesCleanly) {
   EXPECT_NE(error_of([&] { lt::text::load_tokenizer_json((d / "missing.json").string()); }).find("does not exist"),
             std::string::npos);
   fs::remove_all(d);
+}
+
+namespace {
+
+// BERT's layout over a hand-made vocabulary: BertNormalizer, BertPreTokenizer, WordPiece.
+json tiny_bert(bool lowercase) {
+  json j = json::parse(R"({
+    "version": "1.0", "added_tokens": [
+      {"id": 0, "content": "[PAD]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+      {"id": 1, "content": "[UNK]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+      {"id": 2, "content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+      {"id": 3, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+    "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null,
+                   "lowercase": true},
+    "pre_tokenizer": {"type": "BertPreTokenizer"},
+    "post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+      "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                      "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+    "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 12,
+              "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5, "##s": 6, ",": 7,
+                        "!": 8, "un": 9, "##believ": 10, "##able": 11, "cafe": 12, "\u4e2d": 13, "'": 14, "t": 15,
+                        "don": 16, "Hello": 17, "caf": 18, "##\u00e9": 19}}})");
+  j["normalizer"]["lowercase"] = lowercase;
+  return j;
+}
+
+}  // namespace
+
+TEST(TokenizerJson, WordPieceWithBertNormalizerAndPreTokenizer) {
+  auto t = load(tiny_bert(true));
+  EXPECT_EQ(t->kind(), "wordpiece");
+  // Lowercased, accent stripped (NFD, marks dropped), split at spaces and punctuation, ## pieces.
+  EXPECT_EQ(t->encode("H\u00e9llo, WORLDs!", false), (Ids{4, 7, 5, 6, 8}));
+  EXPECT_EQ(t->encode("H\u00e9llo, WORLDs!", true), (Ids{2, 4, 7, 5, 6, 8, 3}));
+  EXPECT_EQ(t->encode("unbelievable Caf\u00c9", false), (Ids{9, 10, 11, 12}));
+  // A word with a part outside the vocabulary, or longer than 12 characters, is one [UNK].
+  EXPECT_EQ(t->encode("unbelievablex helloworldhello", false), (Ids{1, 1}));
+  // Control characters dropped, tabs and newlines are spaces, CJK ideographs stand alone.
+  EXPECT_EQ(t->encode("hello\x01\tworld\xe4\xb8\xadhello", false), (Ids{4, 5, 13, 4}));
+  EXPECT_EQ(t->encode("[CLS] hello", false), (Ids{2, 4}));  // a special token in the text
+  // The decoder joins pieces and undoes the spacing of punctuation and contractions.
+  EXPECT_EQ(t->decode(Ids{2, 4, 7, 5, 6, 8, 3}, true), "hello, worlds!");
+  EXPECT_EQ(t->decode(Ids{4, 7, 5, 8}, false), "hello, world!");
+  EXPECT_EQ(t->bos_id(), 2);
+  EXPECT_EQ(t->eos_id(), 3);
+  // Cased: strip_accents follows lowercase (off), so "Café" keeps its accent.
+  auto cased = load(tiny_bert(false));
+  EXPECT_EQ(cased->encode("Hello caf\u00e9", false), (Ids{17, 18, 19}));
+  json bp = tiny_bert(true);
+  bp["post_processor"] = json::parse(R"({"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]})");
+  EXPECT_EQ(load(bp)->encode("hello", true), (Ids{2, 4, 3}));
+  json no_unk = tiny_bert(true);
+  no_unk["model"]["unk_token"] = "<unk>";
+  EXPECT_NE(error_of([&] { load(no_unk); }).find("'<unk>' is not in the vocabulary"), std::string::npos);
 }
