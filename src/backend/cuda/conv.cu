@@ -2,9 +2,9 @@
 // is the tensor the front-end allocated, of a size known without a GPU (conv_workspace_bytes),
 // so plans stay exact: the algorithm is the first of cuDNN's heuristic ranking (cudnnGet*_v7, no
 // timing) whose workspace fits it, and for the backward also one that is deterministic (the
-// same bits every run). f32 runs without TF32 unless cuda_set_allow_tf32(true), as the GEMMs.
-// The choice is cached per shape. The optional bias is added, and its gradient summed, by
-// kernels of this file.
+// same bits every run) when one fits. f32 runs without TF32 unless cuda_set_allow_tf32(true),
+// as the GEMMs do. The choice is cached per shape. The optional bias is added, and its gradient
+// summed, by kernels of this file.
 #include <map>
 #include <mutex>
 #include <string>
@@ -96,18 +96,21 @@ Choice choose(ConvDescs& c, DType dt, int64_t bytes, bool need_deterministic, in
   Perf perf[16];
   int n = 0;
   LT_CUDNN_CHECK(get_algos(count < 16 ? count : 16, &n, perf));
-  for (int i = 0; i < n; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (need_deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    const cudnnMathType_t math = math_for(dt, perf[i].mathType);
-    if (dt == DType::F32 && !cuda_allow_tf32() && perf[i].mathType != CUDNN_DEFAULT_MATH &&
-        perf[i].mathType != CUDNN_FMA_MATH)
-      continue;  // a tensor-core variant: its FMA twin is ranked separately
-    LT_CUDNN_CHECK(api.cudnnSetConvolutionMathType(c.conv, math));
-    size_t need = 0;
-    if (get_size(int(perf[i].algo), &need) != CUDNN_STATUS_SUCCESS || int64_t(need) > bytes) continue;
-    return Choice{int(perf[i].algo), math};
-  }
+  // Strict first (deterministic, and for f32 without TF32 the candidates ranked as FMA ones);
+  // then, rather than fail, any candidate that fits (run with FMA math for f32 all the same).
+  for (int strict = 1; strict >= 0; --strict)
+    for (int i = 0; i < n; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (strict && need_deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (strict && dt == DType::F32 && !cuda_allow_tf32() && perf[i].mathType != CUDNN_DEFAULT_MATH &&
+          perf[i].mathType != CUDNN_FMA_MATH)
+        continue;  // a tensor-core variant: its FMA twin is ranked separately
+      const cudnnMathType_t math = math_for(dt, perf[i].mathType);
+      LT_CUDNN_CHECK(api.cudnnSetConvolutionMathType(c.conv, math));
+      size_t need = 0;
+      if (get_size(int(perf[i].algo), &need) != CUDNN_STATUS_SUCCESS || int64_t(need) > bytes) continue;
+      return Choice{int(perf[i].algo), math};
+    }
   fail(std::string("conv2d: no cuDNN ") + pass + " algorithm fits the " + std::to_string(bytes) + "-byte workspace",
        "each convolution gets a workspace sized from its shapes (conv_workspace_bytes), capped by the limit",
        "raise the limit with lt::set_conv_workspace_limit");
