@@ -2,7 +2,9 @@
 //   parity     load weights + batches written by bench/peers/parity.py, write logits, loss,
 //              every parameter gradient, and the loss curve of N AdamW steps; with --adapter DIR
 //              (a PEFT LoRA adapter directory) the adapter goes on the model, the base stays frozen,
-//              and the gradients and steps are the adapters' (named as leantrain names them)
+//              and the gradients and steps are the adapters' (named as leantrain names them);
+//              with --train 1 the model runs in training mode (batch norm's batch statistics) and
+//              its floating buffers after the first step are written too ("buffer.<name>")
 //   throughput training steps of a language model preset (--model: GPT-2 or LLaMA family) on
 //              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
@@ -119,7 +121,10 @@ int parity(const std::map<std::string, std::string>& f) {
     MemoryCategoryScope s(Category::Parameter);
     model = models::create_model_from_json(cfg, init);
   }
-  model->eval();  // dropout off (PyTorch side has p = 0 too)
+  // Eval: dropout off (PyTorch side has p = 0 too). --train 1: training mode, for batch norm's
+  // batch statistics and running-statistics update (ResNet); the buffers are written after the step.
+  const bool train_mode = get(f, "train", "0") == "1";
+  model->train(train_mode);
   const std::string weights = need(f, "weights");
   io::load_module(*model, weights);
   const std::string adapter = get(f, "adapter", "");
@@ -149,6 +154,9 @@ int parity(const std::map<std::string, std::string>& f) {
     LT_CHECK(p.grad().defined(), "no gradient for " + name, "backward did not reach it", "check the model");
     out.push_back({"grad." + name, cast(p.grad(), DType::F32)});
   }
+  if (train_mode)
+    for (auto& [name, b] : model->named_buffers())
+      if (is_floating(b.dtype())) out.push_back({"buffer." + name, cast(b, DType::F32)});
   if (steps > 0) {
     // The same start as PyTorch's fresh model (with an adapter only it has changed: the base is frozen).
     if (adapter.empty()) io::load_module(*model, weights);

@@ -35,6 +35,9 @@ CONFIGS=(
   "smollm2-135m b2x256 bf16-mixed|--model smollm2-135m --batch 2 --seq-len 256 --optimizer adamw --precision bf16-mixed"
   "tinyllama-1.1b b1x128 bf16-true|--model tinyllama-1.1b --batch 1 --seq-len 128 --optimizer adamw --precision bf16-true"
   "tinyllama-1.1b b4x1024 bf16-mixed blocks fused-step|--model tinyllama-1.1b --batch 4 --seq-len 1024 --optimizer adamw --precision bf16-mixed --checkpoint blocks --fused-step"
+  "resnet50 b32 bf16-mixed|--model resnet50 --batch 32 --optimizer sgd --momentum 0.9 --precision bf16-mixed"
+  "resnet50 b64 f32 stages 1-2 checkpointed|--model resnet50 --batch 64 --optimizer adamw --checkpoint layer(1|2)"
+  "resnet152 b16 bf16-true|--model resnet152 --batch 16 --optimizer sgd --precision bf16-true"
 )
 # ROWS: a regular expression choosing configurations by name (default: all).
 if [ -n "${ROWS:-}" ]; then

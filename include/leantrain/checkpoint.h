@@ -33,6 +33,11 @@ struct CheckpointOptions {
   const char* name = "checkpoint";
 };
 
+// True while a checkpointed region's forward is being re-run during backward (on this thread).
+// Ops with side effects beyond their outputs (batch norm's running statistics) skip them then:
+// the forward already applied them once.
+bool recomputing_checkpoint();
+
 using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 
 // Runs fn(inputs) keeping only `inputs`; the backward recomputes it. When grad mode is off or

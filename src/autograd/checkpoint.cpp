@@ -15,6 +15,13 @@ namespace lt {
 
 namespace {
 
+thread_local int t_recomputing = 0;  // nesting depth of recomputations on this thread
+
+struct RecomputingScope {
+  RecomputingScope() { ++t_recomputing; }
+  ~RecomputingScope() { --t_recomputing; }
+};
+
 // Stands in for an input's producer during the recomputation; keeps the gradient it receives.
 struct CaptureNode final : Node {
   Tensor grad;
@@ -65,6 +72,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       EnableGradGuard grad_on;
       if (kept) kept->replay = true, kept->next = 0;  // from the start again (a retained graph reruns it)
       detail::KeptOutputsScope scope(kept);
+      RecomputingScope recomputing;
       try {
         out = fn(xs);
       } catch (...) {
@@ -92,6 +100,8 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
 }
 
 }  // namespace
+
+bool recomputing_checkpoint() { return t_recomputing > 0; }
 
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& opts) {
   std::vector<Tensor> edges = inputs;

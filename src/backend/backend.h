@@ -47,6 +47,22 @@ struct GemmDesc {
   int64_t ld_c() const { return ldc ? ldc : n; }
 };
 
+// 2-D convolution over NCHW images, dilation 1, groups 1: x [N, C, H, W] and w [O, C, KH, KW]
+// give y [N, O, OH, OW] with OH = (H + 2 pad_h - KH) / stride_h + 1 (OW likewise).
+struct Conv2dDesc {
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+// 2-D pooling window: OH = (H + 2 pad_h - kernel_h) / stride_h + 1 (no ceil mode, dilation 1).
+struct Pool2dDesc {
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+struct BatchNormArgs {
+  bool training = true;
+  float momentum = 0.1f, eps = 1e-5f;
+};
+
 // Stochastic rounding of 16-bit parameter stores (Optimizer::set_stochastic_rounding). Empty:
 // round to nearest, as always. Else one stream (random.h sr_stream) per parameter of the call,
 // and element i of a bf16/f16 parameter is stored as sr_round_bf16/f16(the f32 update,

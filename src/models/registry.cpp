@@ -29,13 +29,14 @@ std::string known_types() {
 // Each family's file defines its function; a new family is that file and two lines here.
 const ModelFamily& gpt2_family();
 const ModelFamily& vit_family();
+const ModelFamily& resnet_family();
 const ModelFamily& llama_family(), &qwen2_family(), &mistral_family();  // llama_family.cpp
 const ModelFamily& bert_family(), &roberta_family(), &distilbert_family();  // encoder_family.cpp
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all{&gpt2_family(), &vit_family(), &llama_family(), &qwen2_family(),
-                                                   &mistral_family(), &bert_family(), &roberta_family(),
-                                                   &distilbert_family()};
+                                                   &mistral_family(), &resnet_family(), &bert_family(),
+                                                   &roberta_family(), &distilbert_family()};
   return all;
 }
 

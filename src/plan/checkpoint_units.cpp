@@ -29,6 +29,7 @@
 #include "leantrain/autocast.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn.h"
+#include "leantrain/nn_vision.h"
 #include "leantrain/plan.h"
 #include "leantrain/precision.h"
 #include "models/registry.h"
@@ -62,6 +63,8 @@ double own_flops(Module& m, const Shape& in, bool causal) {
   if (auto* d = dynamic_cast<nn::Dropout*>(&m)) return d->is_training() && d->p() > 0 ? 2 * n : 0;
   // qkv [B, T, W]: q k^T and p v, 2 B T^2 C each (C = query heads x head dim; halved when causal)
   if (auto* a = dynamic_cast<nn::AttentionCore*>(&m)) return a->forward_flops(in);
+  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return c->forward_flops(in);
+  if (dynamic_cast<nn::BatchNorm2d*>(&m)) return 8 * n;
   double f = 0;
   const double rows = n / double(in.back());
   for (auto& [name, p] : m.named_parameters()) {

@@ -27,11 +27,13 @@ std::map<std::string, Tensor> tensors_by_name(const models::Model& m) {
 }
 
 // leantrain saves its weights in one dtype, a precision it trains in; anything else was edited.
+// Integer buffers (batch norm's i64 num_batches_tracked) keep their own dtype.
 void check_single_dtype(const io::WeightFiles& files) {
   const io::TensorEntry* first = nullptr;
   for (const std::string& name : files.names()) {
     const io::WeightFiles::Located at = files.find(name);
     const io::TensorEntry& e = *at.entry;
+    if (e.dtype == DType::I64) continue;
     const bool known = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
     if (!known || (first && e.dtype != first->dtype))
       fail("'" + at.file->path() + "' has tensor '" + e.name + "' in " + dtype_safetensors_name(e.dtype),

@@ -186,6 +186,24 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { AddNormResult r = add_rms_norm(x[0], x[1], x[2]); return concat({r.sum, r.y}, 0); }},
       {"add_rms_norm_y", {F({7, 13}), F({7, 13}), F({13})}, [](const V& x) { return add_rms_norm(x[0], x[1], x[2]).y; }},
       {"softmax", {F({3, 5, 17})}, [](const V& x) { return softmax(x[0]); }},
+      // images (ResNet): convolutions (stride, padding, the 7x7 stem, a 1x1 shortcut, odd channels),
+      // batch norm in both modes (running statistics made here: zeros and ones), max pooling
+      {"conv2d_s2_p1", {F({2, 3, 9, 7}), F({5, 3, 3, 3}), F({5})},
+       [](const V& x) { return conv2d(x[0], x[1], x[2], 2, 1); }},
+      {"conv2d_1x1_s2", {F({2, 6, 7, 7}), F({4, 6, 1, 1})}, [](const V& x) { return conv2d(x[0], x[1], Tensor(), 2, 0); }},
+      {"conv2d_stem_7x7", {F({2, 3, 16, 14}), F({8, 3, 7, 7})},
+       [](const V& x) { return conv2d(x[0], x[1], Tensor(), 2, 3); }},
+      {"batch_norm_train", {F({4, 5, 6, 3}), F({5}), F({5})},
+       [](const V& x) {
+         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true);
+       }},
+      {"batch_norm_eval", {F({3, 5, 4, 4}), F({5}), F({5})},
+       [](const V& x) {
+         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), false);
+       }},
+      {"max_pool2d_3s2p1", {F({2, 3, 9, 8})}, [](const V& x) { return max_pool2d(x[0], 3, 2, 1); }},
       // attention
       {"attention", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, false, false); }},
       {"attention_causal", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, true, false); }},

@@ -1,0 +1,266 @@
+// Convolution through cuDNN's legacy API (loaded at run time, cudnn_api.h), NCHW. The workspace
+// is the tensor the front-end allocated, of a size known without a GPU (conv_workspace_bytes),
+// so plans stay exact: the algorithm is the first of cuDNN's heuristic ranking (cudnnGet*_v7, no
+// timing) whose workspace fits it, and for the backward also one that is deterministic (the
+// same bits every run) when one fits. f32 runs without TF32 unless cuda_set_allow_tf32(true),
+// as the GEMMs do. The choice is cached per shape. The optional bias is added, and its gradient
+// summed, by kernels of this file.
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_strided.cuh"
+#include "backend/cuda/cudnn_api.h"
+#include "leantrain/cuda_info.h"
+
+namespace lt {
+using namespace cuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    case DType::F16: return CUDNN_DATA_HALF;
+    default:
+      fail(std::string("conv2d: dtype ") + dtype_name(t) + " on CUDA", "cuDNN convolutions take f32, bf16 or f16",
+           "cast the tensors first");
+  }
+}
+
+// The descriptors of one convolution, destroyed with it.
+struct ConvDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dDesc& d, DType dt) {
+    const CudnnApi& api = cudnn();
+    const cudnnDataType_t t = cudnn_type(dt);
+    LT_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&x));
+    LT_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&y));
+    LT_CUDNN_CHECK(api.cudnnCreateFilterDescriptor(&w));
+    LT_CUDNN_CHECK(api.cudnnCreateConvolutionDescriptor(&conv));
+    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(xs[0]), int(xs[1]), int(xs[2]), int(xs[3])));
+    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(ys[0]), int(ys[1]), int(ys[2]), int(ys[3])));
+    LT_CUDNN_CHECK(api.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(ws[0]), int(ws[1]), int(ws[2]), int(ws[3])));
+    LT_CUDNN_CHECK(api.cudnnSetConvolution2dDescriptor(conv, int(d.pad_h), int(d.pad_w), int(d.stride_h),
+                                                       int(d.stride_w), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
+  }
+  ~ConvDescs() {
+    const CudnnApi& api = cudnn();
+    api.cudnnDestroyConvolutionDescriptor(conv);
+    api.cudnnDestroyFilterDescriptor(w);
+    api.cudnnDestroyTensorDescriptor(y);
+    api.cudnnDestroyTensorDescriptor(x);
+  }
+  ConvDescs(const ConvDescs&) = delete;
+  ConvDescs& operator=(const ConvDescs&) = delete;
+};
+
+enum class Pass { Forward, BackwardData, BackwardFilter };
+
+struct Choice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+std::mutex g_mu;
+std::map<std::string, Choice> g_choices;
+
+std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d, DType dt, int64_t bytes, int dev) {
+  std::string k = std::to_string(int(p)) + "|" + std::to_string(dev) + "|" + dtype_name(dt) + "|" +
+                  std::to_string(bytes) + "|" + std::to_string(cuda_allow_tf32());
+  for (int64_t v : xs) k += "," + std::to_string(v);
+  for (int64_t v : ws) k += "," + std::to_string(v);
+  for (int64_t v : {d.stride_h, d.stride_w, d.pad_h, d.pad_w}) k += "," + std::to_string(v);
+  return k;
+}
+
+// The math type a candidate runs with: f32 without TF32 is held to FMA kernels.
+cudnnMathType_t math_for(DType dt, cudnnMathType_t proposed) {
+  if (dt == DType::F32 && !cuda_allow_tf32()) return CUDNN_FMA_MATH;
+  return proposed;
+}
+
+// The first candidate of cuDNN's ranking that succeeds, fits `bytes` and (backward) is
+// deterministic; sets the descriptor's math type to it.
+template <class Perf, class GetAlgos, class GetSize>
+Choice choose(ConvDescs& c, DType dt, int64_t bytes, bool need_deterministic, int count, GetAlgos get_algos,
+              GetSize get_size, const char* pass) {
+  const CudnnApi& api = cudnn();
+  Perf perf[16];
+  int n = 0;
+  LT_CUDNN_CHECK(get_algos(count < 16 ? count : 16, &n, perf));
+  // Strict first (deterministic, and for f32 without TF32 the candidates ranked as FMA ones);
+  // then, rather than fail, any candidate that fits (run with FMA math for f32 all the same).
+  for (int strict = 1; strict >= 0; --strict)
+    for (int i = 0; i < n; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (strict && need_deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (strict && dt == DType::F32 && !cuda_allow_tf32() && perf[i].mathType != CUDNN_DEFAULT_MATH &&
+          perf[i].mathType != CUDNN_FMA_MATH)
+        continue;  // a tensor-core variant: its FMA twin is ranked separately
+      const cudnnMathType_t math = math_for(dt, perf[i].mathType);
+      LT_CUDNN_CHECK(api.cudnnSetConvolutionMathType(c.conv, math));
+      size_t need = 0;
+      if (get_size(int(perf[i].algo), &need) != CUDNN_STATUS_SUCCESS || int64_t(need) > bytes) continue;
+      return Choice{int(perf[i].algo), math};
+    }
+  fail(std::string("conv2d: no cuDNN ") + pass + " algorithm fits the " + std::to_string(bytes) + "-byte workspace",
+       "each convolution gets a workspace sized from its shapes (conv_workspace_bytes), capped by the limit",
+       "raise the limit with lt::set_conv_workspace_limit");
+}
+
+// The cached choice for this problem, or a new one; leaves c's math type set to it.
+template <class Make>
+Choice cached(const std::string& key, ConvDescs& c, Make make) {
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_choices.find(key);
+    if (it != g_choices.end()) {
+      LT_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(c.conv, it->second.math));
+      return it->second;
+    }
+  }
+  const Choice ch = make();
+  LT_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(c.conv, ch.math));
+  std::lock_guard<std::mutex> g(g_mu);
+  g_choices.emplace(key, ch);
+  return ch;
+}
+
+void* ws_ptr(const Tensor& ws) { return ws.defined() ? ws.raw_data() : nullptr; }
+size_t ws_bytes(const Tensor& ws) { return ws.defined() ? size_t(ws.numel()) : 0; }
+
+void check_operand(const Tensor& t, DType dt, int dev, const char* op, const char* name) {
+  LT_CHECK(t.defined() && t.dim() == 4 && t.is_contiguous() && t.dtype() == dt && t.device() == Device::cuda(dev),
+           std::string(op) + ": " + name + " must be a contiguous 4-D " + dtype_name(dt) + " tensor on cuda:" +
+               std::to_string(dev),
+           "cuDNN reads NCHW tensors densely", "");
+}
+
+// y [N, O, HW] += bias[o]
+template <class T> __global__ void add_bias_kernel(T* y, const T* b, int64_t n, int64_t hw, int64_t channels) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store_t(y, i, load_t(y, i) + load_t(b, (i / hw) % channels));
+}
+
+// db[o] = the sum of dy[:, o, :], one block per channel, a fixed order.
+template <class T> __global__ void bias_grad_kernel(T* db, const T* dy, int64_t batch, int64_t hw, int64_t channels) {
+  const int64_t o = blockIdx.x;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < batch * hw; i += blockDim.x) {
+    const int64_t n = i / hw;
+    s += load_t(dy, (n * channels + o) * hw + (i - n * hw));
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) store_t(db, o, s);
+}
+
+}  // namespace
+
+void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Conv2dDesc& d, const Tensor& workspace) {
+  const DType dt = y.dtype();
+  for (auto [t, name] : {std::pair{&y, "y"}, {&x, "x"}, {&w, "w"}}) check_operand(*t, dt, device_index_, "conv2d_fwd", name);
+  if (y.numel() == 0) return;
+  ConvDescs c(x.shape(), w.shape(), y.shape(), d, dt);
+  const CudnnApi& api = cudnn();
+  cudnnHandle_t h = cudnn_handle();
+  const int64_t bytes = int64_t(ws_bytes(workspace));
+  const Choice ch = cached(key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_), c, [&] {
+    return choose<cudnnConvolutionFwdAlgoPerf_t>(
+        c, dt, bytes, false, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+        [&](int req, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+          return api.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, req, n, p);
+        },
+        [&](int algo, size_t* need) {
+          return api.cudnnGetConvolutionForwardWorkspaceSize(h, c.x, c.w, c.conv, c.y,
+                                                             cudnnConvolutionFwdAlgo_t(algo), need);
+        },
+        "forward");
+  });
+  const float one = 1.0f, zero = 0.0f;
+  LT_CUDNN_CHECK(api.cudnnConvolutionForward(h, &one, c.x, x.raw_data(), c.w, w.raw_data(), c.conv,
+                                             cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace),
+                                             ws_bytes(workspace), &zero, c.y, y.raw_data()));
+  if (!bias.defined()) return;
+  const int64_t hw = y.size(2) * y.size(3);
+  dispatch_float(dt, [&](auto tag) {
+    using T = decltype(tag);
+    add_bias_kernel<T><<<grid_for(y.numel(), kThreads), kThreads, 0, current_stream()>>>(
+        y.data<T>(), bias.data<T>(), y.numel(), hw, y.size(1));
+    LT_CUDA_LAUNCH_CHECK("add_bias_kernel");
+  });
+}
+
+void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tensor& w, const Conv2dDesc& d,
+                                  const Tensor& workspace) {
+  const DType dt = dx.dtype();
+  for (auto [t, name] : {std::pair{&dx, "dx"}, {&dy, "dy"}, {&w, "w"}})
+    check_operand(*t, dt, device_index_, "conv2d_bwd_data", name);
+  if (dx.numel() == 0) return;
+  ConvDescs c(dx.shape(), w.shape(), dy.shape(), d, dt);
+  const CudnnApi& api = cudnn();
+  cudnnHandle_t h = cudnn_handle();
+  const int64_t bytes = int64_t(ws_bytes(workspace));
+  const Choice ch = cached(key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_), c, [&] {
+    return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+        c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+        [&](int req, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+          return api.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, req, n, p);
+        },
+        [&](int algo, size_t* need) {
+          return api.cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.w, c.y, c.conv, c.x,
+                                                                  cudnnConvolutionBwdDataAlgo_t(algo), need);
+        },
+        "backward-data");
+  });
+  const float one = 1.0f, zero = 0.0f;
+  LT_CUDNN_CHECK(api.cudnnConvolutionBackwardData(h, &one, c.w, w.raw_data(), c.y, dy.raw_data(), c.conv,
+                                                  cudnnConvolutionBwdDataAlgo_t(ch.algo), ws_ptr(workspace),
+                                                  ws_bytes(workspace), &zero, c.x, dx.raw_data()));
+}
+
+void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
+                                    const Conv2dDesc& d, const Tensor& workspace) {
+  const DType dt = dy.dtype();
+  for (auto [t, name] : {std::pair{&dw, "dw"}, {&dy, "dy"}, {&x, "x"}})
+    check_operand(*t, dt, device_index_, "conv2d_bwd_filter", name);
+  if (dy.numel() == 0) return;
+  ConvDescs c(x.shape(), dw.shape(), dy.shape(), d, dt);
+  const CudnnApi& api = cudnn();
+  cudnnHandle_t h = cudnn_handle();
+  const int64_t bytes = int64_t(ws_bytes(workspace));
+  const Choice ch = cached(key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_), c, [&] {
+    return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        [&](int req, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+          return api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, req, n, p);
+        },
+        [&](int algo, size_t* need) {
+          return api.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.x, c.y, c.conv, c.w,
+                                                                    cudnnConvolutionBwdFilterAlgo_t(algo), need);
+        },
+        "backward-filter");
+  });
+  const float one = 1.0f, zero = 0.0f;
+  LT_CUDNN_CHECK(api.cudnnConvolutionBackwardFilter(h, &one, c.x, x.raw_data(), c.y, dy.raw_data(), c.conv,
+                                                    cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
+                                                    ws_bytes(workspace), &zero, c.w, dw.raw_data()));
+  if (!db.defined()) return;
+  const int64_t hw = dy.size(2) * dy.size(3);
+  dispatch_float(dt, [&](auto tag) {
+    using T = decltype(tag);
+    bias_grad_kernel<T><<<unsigned(dy.size(1)), kThreads, 0, current_stream()>>>(db.data<T>(), dy.data<T>(),
+                                                                                  dy.size(0), hw, dy.size(1));
+    LT_CUDA_LAUNCH_CHECK("bias_grad_kernel");
+  });
+}
+
+}  // namespace lt

@@ -1,0 +1,126 @@
+// ResNet's blocks and model (models/resnet.h). Initialisation as torchvision's: convs kaiming
+// normal with fan_out (std sqrt(2 / (out * k * k))), norms weight 1 bias 0, fc torch.nn.Linear's
+// default (uniform in +-1/sqrt(in), weight and bias).
+#include "models/resnet.h"
+
+#include <cmath>
+
+#include "leantrain/autocast.h"
+#include "leantrain/error.h"
+
+namespace lt::models {
+
+namespace {
+
+std::shared_ptr<nn::Conv2d> conv(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t k, int64_t stride) {
+  const double std = std::sqrt(2.0 / double(out * k * k));
+  return std::make_shared<nn::Conv2d>(
+      pf, in, out, k, nn::Conv2dOptions{.stride = stride, .padding = k / 2, .weight_init = nn::Init::normal(std)});
+}
+
+// The shortcut's 1x1 conv and norm when the block changes the shape, else null (identity).
+std::shared_ptr<nn::Sequential> downsample(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t stride) {
+  if (stride == 1 && in == out) return nullptr;
+  auto d = std::make_shared<nn::Sequential>();
+  d->append(conv(pf, in, out, 1, stride));
+  d->append(std::make_shared<nn::BatchNorm2d>(pf, out));
+  return d;
+}
+
+// relu(body(x) + shortcut(x)): both block kinds, their children named as torchvision's.
+class ResidualBlock : public nn::UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (size_t i = 0; i < convs_.size(); ++i) {
+      h = (*norms_[i])((*convs_[i])(h));
+      if (i + 1 < convs_.size()) h = (*relu_)(h);
+    }
+    return (*relu_)(add(h, downsample_ ? (*downsample_)(x) : x));
+  }
+
+ protected:
+  void add_conv(const std::string& n, nn::ParamFactory& pf, int64_t in, int64_t out, int64_t k, int64_t stride) {
+    convs_.push_back(register_child<nn::UnaryModule>("conv" + n, conv(pf, in, out, k, stride)));
+    norms_.push_back(register_child<nn::UnaryModule>("bn" + n, std::make_shared<nn::BatchNorm2d>(pf, out)));
+  }
+  void add_relu() { relu_ = register_child<nn::UnaryModule>("relu", std::make_shared<nn::Relu>()); }
+  void add_downsample(std::shared_ptr<nn::Sequential> d) {
+    if (d) downsample_ = register_child<nn::UnaryModule>("downsample", std::move(d));
+  }
+
+ private:
+  std::vector<nn::Child<nn::UnaryModule>> convs_, norms_;
+  nn::Child<nn::UnaryModule> relu_, downsample_;
+};
+
+// torchvision's BasicBlock: conv1 (3x3, stride), bn1, relu, conv2 (3x3), bn2, downsample.
+class BasicBlock final : public ResidualBlock {
+ public:
+  BasicBlock(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t stride) {
+    add_conv("1", pf, in, planes, 3, stride);
+    add_relu();
+    add_conv("2", pf, planes, planes, 3, 1);
+    add_downsample(downsample(pf, in, planes, stride));
+  }
+  const char* type_name() const override { return "BasicBlock"; }
+};
+
+// torchvision's Bottleneck (v1.5: the stride on conv2): conv1 (1x1), bn1, conv2 (3x3, stride),
+// bn2, conv3 (1x1, to 4 x planes), bn3, relu, downsample.
+class Bottleneck final : public ResidualBlock {
+ public:
+  Bottleneck(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t out, int64_t stride) {
+    add_conv("1", pf, in, planes, 1, 1);
+    add_conv("2", pf, planes, planes, 3, stride);
+    add_conv("3", pf, planes, out, 1, 1);
+    add_relu();
+    add_downsample(downsample(pf, in, out, stride));
+  }
+  const char* type_name() const override { return "Bottleneck"; }
+};
+
+}  // namespace
+
+ResNet::ResNet(const ResNetConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+  cfg_.validate();
+  nn::ParamFactory pf(init);
+  const int64_t E = cfg_.embedding_size;
+  conv1_ = register_module("conv1", conv(pf, cfg_.num_channels, E, 7, 2));
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(pf, E));
+  relu_ = register_module("relu", std::make_shared<nn::Relu>());
+  maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
+  int64_t in = E;
+  for (size_t s = 0; s < cfg_.depths.size(); ++s) {
+    const int64_t out = cfg_.hidden_sizes[s], planes = out / cfg_.expansion();
+    auto stage = std::make_shared<nn::Sequential>();
+    for (int64_t b = 0; b < cfg_.depths[s]; ++b) {
+      const int64_t stride = s > 0 && b == 0 ? 2 : 1;
+      if (cfg_.layer_type == "basic") stage->append(std::make_shared<BasicBlock>(pf, in, planes, stride));
+      else stage->append(std::make_shared<Bottleneck>(pf, in, planes, out, stride));
+      in = out;
+    }
+    layers_.push_back(register_module("layer" + std::to_string(s + 1), stage));
+  }
+  const double bound = 1.0 / std::sqrt(double(in));
+  fc_ = register_module("fc", std::make_shared<nn::Linear>(pf, in, cfg_.num_labels,
+                                                           nn::LinearOptions{.weight_init = nn::Init::uniform(bound),
+                                                                             .bias_init = nn::Init::uniform(bound)}));
+  pf.materialize();
+}
+
+Tensor ResNet::forward(const Tensor& images_in, const Tensor& mask) {
+  LT_CHECK(!mask.defined(), "ResNet forward: a mask was given", "a ResNet reads whole images", "pass no mask");
+  LT_CHECK(images_in.dim() == 4 && images_in.size(1) == cfg_.num_channels,
+           "ResNet input: images have shape " + shape_str(images_in.shape()),
+           "expected [B, " + std::to_string(cfg_.num_channels) + ", H, W] (num_channels " +
+               std::to_string(cfg_.num_channels) + ")",
+           "convert the images or set num_channels in the config");
+  const DType dt = autocast_dtype().value_or(fc_->weight().dtype());
+  Tensor x = images_in.dtype() == dt ? images_in : cast(images_in, dt);
+  x = (*maxpool_)((*relu_)((*bn1_)((*conv1_)(x))));
+  for (auto& stage : layers_) x = (*stage)(x);
+  return (*fc_)(mean(x, {2, 3}));  // adaptive average pooling to 1x1, flattened
+}
+
+}  // namespace lt::models

@@ -1,0 +1,84 @@
+// batch_norm over NCHW images: validation, allocation, the running-statistics update (in the
+// backend op, in place) and the autograd node. The [C] mean and 1/std the forward used are
+// kept for the backward (f32 whatever x's dtype; f64 for f64).
+#include "leantrain/checkpoint.h"
+#include "ops/op_common.h"
+
+namespace lt {
+using namespace detail;
+
+namespace {
+
+void check_channel_vector(const Tensor& x, const Tensor& p, const char* what) {
+  check_floating("batch_norm", p);
+  LT_CHECK(p.dim() == 1 && p.size(0) == x.size(1),
+           std::string("batch_norm: ") + what + " has shape " + shape_str(p.shape()),
+           "it must be [" + std::to_string(x.size(1)) + "], one per channel of input " + shape_str(x.shape()),
+           "build the norm with the number of channels its input has");
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& running_mean,
+                  const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum,
+                  double eps) {
+  const char* name = "batch_norm";
+  OpNameScope op(name);
+  Device dev = common_device(name, {x_in, w_in, b_in, running_mean, running_var, num_batches_tracked});
+  check_floating(name, x_in);
+  check_rank(name, x_in, 4, "input [N, C, H, W]");
+  LT_CHECK(w_in.defined() && b_in.defined(), "batch_norm: no weight or bias", "the kernels take an affine norm",
+           "pass ones([C]) and zeros([C]) for none");
+  check_channel_vector(x_in, w_in, "weight");
+  check_channel_vector(x_in, b_in, "bias");
+  check_same_dtype(name, w_in, b_in);
+  LT_CHECK(running_mean.defined() == running_var.defined(), "batch_norm: only one of running_mean, running_var given",
+           "they are updated and read together", "pass both or neither");
+  if (running_mean.defined()) {
+    check_channel_vector(x_in, running_mean, "running_mean");
+    check_channel_vector(x_in, running_var, "running_var");
+    check_same_dtype(name, running_mean, running_var);
+    check_same_dtype(name, w_in, running_mean);
+  }
+  LT_CHECK(training || running_mean.defined(), "batch_norm: eval mode without running statistics",
+           "eval normalises with running_mean and running_var", "pass them, or normalise with training = true");
+  LT_CHECK(!num_batches_tracked.defined() || (num_batches_tracked.dtype() == DType::I64 && num_batches_tracked.numel() == 1),
+           "batch_norm: num_batches_tracked is a " + std::string(dtype_name(num_batches_tracked.dtype())) + " " +
+               shape_str(num_batches_tracked.shape()),
+           "it is torch's i64 scalar counter", "pass an i64 tensor of shape []");
+  const int64_t per_channel = x_in.size(0) * x_in.size(2) * x_in.size(3);
+  LT_CHECK(!training || per_channel > 1,
+           "batch_norm: training on input " + shape_str(x_in.shape()) + " has " + std::to_string(per_channel) +
+               " value per channel",
+           "the batch variance needs more than one", "train with a larger batch or larger images, or use eval mode");
+  LT_CHECK(momentum >= 0 && momentum <= 1 && eps > 0,
+           "batch_norm: momentum " + std::to_string(momentum) + ", eps " + std::to_string(eps),
+           "momentum is in [0, 1] and eps positive", "fix the layer's arguments");
+  Tensor x = contiguous(x_in), w = contiguous(w_in), b = contiguous(b_in);
+  const int64_t C = x.size(1);
+  const DType aux = aux_dtype(x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
+  Tensor mean = Tensor::empty({C}, aux, dev), invstd = Tensor::empty({C}, aux, dev);
+  // A recomputation (activation checkpointing) normalises the same batch again: same statistics,
+  // but the running ones were already updated by the forward.
+  const bool update = training && running_mean.defined() && !recomputing_checkpoint();
+  BatchNormArgs args{training, float(momentum), float(eps)};
+  // The running statistics go to the kernel when it reads them (eval) or updates them.
+  const bool pass_running = !training || update;
+  backend_for(dev).batchnorm_fwd(y, mean, invstd, x, w, b, pass_running ? running_mean : Tensor(),
+                                 pass_running ? running_var : Tensor(), update ? num_batches_tracked : Tensor(), args);
+  if (!needs_grad({x, w, b})) return y;
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.requires_grad();
+  SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_invstd(invstd);
+  record(y, name, {x, w, b}, [=](const Tensor& g_in) {
+    Tensor g = contiguous_data(g_in), sx = saved_x.unpack(), sw = saved_w.unpack();
+    Tensor dx = need_x ? Tensor::empty(sx.shape(), g.dtype(), g.device()) : Tensor();
+    Tensor dw = need_w ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
+    Tensor db = need_b ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
+    backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), training);
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+}  // namespace lt
