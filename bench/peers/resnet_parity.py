@@ -9,8 +9,10 @@ its state dict (parameters and buffers) and the batch as safetensors; leantrain_
 writes logits, loss, every gradient and the buffers after the step. This script runs the same
 step in PyTorch and compares logits, loss, every gradient and the running mean and variance of
 every BatchNorm2d. TF32 is off on both sides (leantrain's f32 convolutions and GEMMs use none).
-For bf16, as parity.py does, each side is also measured against f32 arithmetic on the same
-weights: outside the table, leantrain passes when it is no farther from f32 than PyTorch's bf16.
+Each side is also measured against the arithmetic one step finer on the same weights (f32 for
+bf16, f64 for f32): outside the table, leantrain passes when it is within 10% of PyTorch's own
+distance from it (a batch norm weight's gradient deep in a random network cancels to a small
+value that no two summation orders agree on).
 
 Usage: python3 bench/peers/resnet_parity.py [--bench build-cuda/leantrain_bench] [--out DIR]
        [--batch 16] [--quick] [--no-f32-reference]
@@ -109,22 +111,35 @@ def run_case(args, name, dtype_name, tmp):
     res.update(grad_worst_rel_err=worst, grad_worst_param=worst_name, buffer_update_worst_rel_err=bworst,
                buffer_worst=bworst_name, missing=missing, num_params=len(params))
 
-    if dtype_name == "bf16" and args.f32_reference:
-        torch_grads = {k: p.grad.float() for k, p in params.items()}
-        torch_logits = logits.float()
+    # The arithmetic one step finer (f32 for bf16, f64 for f32) on the same weights and batch: a
+    # gradient that cancels to a small value (a batch norm's weight deep in a random network) differs
+    # between any two summation orders, so what counts is which side is closer to the finer one.
+    if args.f32_reference:
+        ref_dtype, ref_name = (torch.float32, "f32") if dtype_name == "bf16" else (torch.float64, "f64")
+        torch_grads = {k: p.grad.double() for k, p in params.items()}
+        torch_buffers = {k: b.double() for k, b in model.named_buffers() if b.is_floating_point()}
+        torch_logits = logits.double()
         del model, params, logits, loss
         torch.cuda.empty_cache()
-        ref = build(name, torch.float32)
-        ref.load_state_dict({k: v.float().cuda() if v.is_floating_point() else v.cuda() for k, v in state.items()})
-        rlogits, _ = step(ref, images[0], labels[0], torch.float32)
+        ref = build(name, ref_dtype)
+        ref.load_state_dict({k: v.to(ref_dtype).cuda() if v.is_floating_point() else v.cuda() for k, v in state.items()})
+        rlogits, _ = step(ref, images[0], labels[0], ref_dtype)
         wt, wo = 0.0, 0.0
         for k, p in ref.named_parameters():
-            wt = max(wt, rel_err(torch_grads[k], p.grad.float()))
-            wo = max(wo, rel_err(ours["grad." + k].float().reshape(p.shape).cuda(), p.grad.float()))
-        res["f32_ref_logits_rel_err"] = {"torch_bf16": rel_err(torch_logits, rlogits.float()),
-                                         "leantrain_bf16": rel_err(ours["logits"].float().reshape(rlogits.shape).cuda(),
-                                                                   rlogits.float())}
-        res["f32_ref_grad_worst_rel_err"] = {"torch_bf16": wt, "leantrain_bf16": wo}
+            wt = max(wt, rel_err(torch_grads[k], p.grad))
+            wo = max(wo, rel_err(ours["grad." + k].double().reshape(p.shape).cuda(), p.grad))
+        res["ref_dtype"] = ref_name
+        res["f32_ref_logits_rel_err"] = {"torch_" + dtype_name: rel_err(torch_logits, rlogits),
+                                         "leantrain_" + dtype_name: rel_err(
+                                             ours["logits"].double().reshape(rlogits.shape).cuda(), rlogits)}
+        res["f32_ref_grad_worst_rel_err"] = {"torch_" + dtype_name: wt, "leantrain_" + dtype_name: wo}
+        bt, bo = 0.0, 0.0
+        for k, b in ref.named_buffers():
+            if b.is_floating_point() and "buffer." + k in ours:
+                before = state[k].double().cuda()
+                bt = max(bt, rel_err(torch_buffers[k] - before, b.double() - before))
+                bo = max(bo, rel_err(ours["buffer." + k].double().cuda() - before, b.double() - before))
+        res["ref_buffer_update_worst_rel_err"] = {"torch_" + dtype_name: bt, "leantrain_" + dtype_name: bo}
         del ref
         torch.cuda.empty_cache()
 
@@ -133,9 +148,16 @@ def run_case(args, name, dtype_name, tmp):
     close = res["logits_rel_err"] <= tol[0] and worst <= tol[1]
     if not close and "f32_ref_logits_rel_err" in res:
         fl, fg = res["f32_ref_logits_rel_err"], res["f32_ref_grad_worst_rel_err"]
-        close = fl["leantrain_bf16"] <= fl["torch_bf16"] and fg["leantrain_bf16"] <= fg["torch_bf16"]
-        res["ok_by_f32_reference"] = close
-    res["ok"] = close and bworst <= tol[2] and not missing
+        lt, pt = "leantrain_" + dtype_name, "torch_" + dtype_name
+        # Within 10% of PyTorch's own distance (the rounding of two different summation orders).
+        close = fl[lt] <= 1.1 * fl[pt] and fg[lt] <= 1.1 * fg[pt]
+        res["ok_by_finer_reference"] = close
+    buffers_close = bworst <= tol[2]
+    if not buffers_close and "ref_buffer_update_worst_rel_err" in res:
+        rb = res["ref_buffer_update_worst_rel_err"]
+        buffers_close = rb["leantrain_" + dtype_name] <= 1.1 * rb["torch_" + dtype_name]
+        res["buffers_ok_by_finer_reference"] = buffers_close
+    res["ok"] = close and buffers_close and not missing
     return res
 
 

@@ -40,9 +40,11 @@ bool is_chinese_char(char32_t c) {
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+// tokenizers' is_control: the unicode_categories crate's is_other, which is control, format and
+// private use only (not unassigned, not surrogate).
 bool is_other(int cat) {
   using namespace unicode;
-  return cat == Control || cat == Format || cat == Unassigned || cat == PrivateUse || cat == Surrogate;
+  return cat == Control || cat == Format || cat == PrivateUse;
 }
 
 // The piece's text rebuilt by `f(c, out)` for each character; from_start (for Metaspace, which a
@@ -72,7 +74,7 @@ void lowercase(Piece& p) {
 }
 
 // tokenizers' BertNormalizer: clean_text drops NUL, U+FFFD and "other" characters (control,
-// format, unassigned, private use, surrogate; \t \n \r count as whitespace) and turns whitespace
+// format, private use; \t \n \r count as whitespace) and turns whitespace
 // into spaces; handle_chinese_chars puts spaces around CJK ideographs; strip_accents (by default
 // as lowercase) decomposes (NFD) and drops non-spacing marks; lowercase as Rust's char::to_lowercase.
 class BertNormalizer : public Normalizer {

@@ -81,3 +81,5 @@ TEST(TokenizerReference, SentencePiece) { check_style("sentencepiece"); }
 TEST(TokenizerReference, SentencePieceMetaspace) { check_style("sentencepiece-metaspace"); }
 
 }  // namespace
+TEST(TokenizerReference, BertUncased) { check_style("bert-uncased"); }
+TEST(TokenizerReference, BertCased) { check_style("bert-cased"); }
