@@ -41,6 +41,16 @@ for i in $(seq 11); do echo "woof $i"; done >"$WORK/pets/dogs.txt"
 expect_ok "$LT" train --model roberta-tiny --data "$WORK/pets" --steps 2 --batch 2 --eval-batches 1 --device cpu
 expect_grep "21 train / 2 validation texts in 2 classes" "$WORK/out"
 
+# Real tokenizers: BERT's WordPiece (uncased, [CLS] ... [SEP], [PAD] = 0) and RoBERTa's byte-level
+# BPE (<s> ... </s>, <pad> = 1), both from tests/data/tokenizers.
+TOK=$(cd "$(dirname "$0")/../data/tokenizers" && pwd)
+expect_ok "$LT" train --model bert-tiny --data fortunes --tokenizer "$TOK/bert-uncased" --steps 2 --batch 8 --seq-len 64 \
+  --eval-batches 1 --device cpu
+expect_grep "tokenizer wordpiece \(vocab 4096" "$WORK/out"
+expect_ok "$LT" train --model roberta-tiny --data "$WORK/reviews.jsonl" --tokenizer "$TOK/roberta" --steps 2 --batch 8 \
+  --eval-batches 1 --device cpu
+expect_grep "tokenizer bpe-bytelevel" "$WORK/out"
+
 # Synthetic data, a base-size plan on meta, and checkpointed layers by module path.
 expect_ok "$LT" train --model roberta-tiny --data synthetic --steps 2 --batch 4 --seq-len 16 --device cpu \
   --checkpoint 'roberta\.encoder\.layer\.0'

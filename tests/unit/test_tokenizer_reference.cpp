@@ -83,3 +83,4 @@ TEST(TokenizerReference, SentencePieceMetaspace) { check_style("sentencepiece-me
 }  // namespace
 TEST(TokenizerReference, BertUncased) { check_style("bert-uncased"); }
 TEST(TokenizerReference, BertCased) { check_style("bert-cased"); }
+TEST(TokenizerReference, Roberta) { check_style("roberta"); }
