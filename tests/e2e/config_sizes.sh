@@ -14,10 +14,10 @@ VIT='"num_channels": 1, "hidden_size": 32, "num_hidden_layers": 2, "num_attentio
 
 # No model_type, or an unknown one: the family is never guessed from the keys.
 cfg no-type "{$GPT}"
-cfg bert '{"model_type": "bert", "hidden_size": 32}'
+cfg t5 '{"model_type": "t5", "hidden_size": 32}'
 for cmd in train plan; do
   expect_error 1 "config.json has no \"model_type\": .*known model types are gpt2, vit" "${T[@]}" "$LT" $cmd --config "$WORK/no-type.json" "${SYN[@]}"
-  expect_error 1 "unknown model_type 'bert': the known model types are gpt2, vit" "${T[@]}" "$LT" $cmd --config "$WORK/bert.json" "${SYN[@]}"
+  expect_error 1 "unknown model_type 't5': the known model types are gpt2, vit" "${T[@]}" "$LT" $cmd --config "$WORK/t5.json" "${SYN[@]}"
 done
 
 # Sizes whose products overflow int64, and models over 2^48 parameters: the figure is named.

@@ -82,6 +82,19 @@ for extra in "--checkpoint blocks" "--checkpoint blocks --loss-chunk 64" "--resh
     same_losses "$WORK/untied_one.jsonl" "$WORK/untied_fsdp.jsonl" 1e-5 "untied LLaMA fsdp $extra vs 1 process"
   fi
 done
+# A text classifier (BERT, post-norm layers as the blocks that fsdp shards and ddp buckets):
+# fortune categories, the 1-process losses under ddp, zero2 and fsdp, checkpointed too.
+cat > "$WORK/bert.json" <<'JSON'
+{"model_type": "bert", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "max_position_embeddings": 64, "hidden_dropout_prob": 0.0, "classifier_dropout": 0.0}
+JSON
+BERT=(train --device cpu --config "$WORK/bert.json" --data fortunes --lr 1e-3 --eval-batches 1 --workers 1 --steps 4 --batch 8 --seq-len 32)
+expect_ok "$LT" "${BERT[@]}" --metrics "$WORK/bert_one.jsonl"
+for s in ddp zero2 fsdp "fsdp --checkpoint blocks"; do
+  # shellcheck disable=SC2086  # $s is a strategy and maybe more flags
+  if expect_ok "${MPI[@]}" "$LT" "${BERT[@]}" --strategy $s --metrics "$WORK/bert_dist.jsonl"; then
+    same_losses "$WORK/bert_one.jsonl" "$WORK/bert_dist.jsonl" 1e-5 "BERT classifier $s vs 1 process"
+  fi
+done
 # The held-out evaluation is split over the ranks too (a last batch that does not split is
 # evaluated whole and counted once): the 1-process validation loss, every batch of it.
 same_eval() {

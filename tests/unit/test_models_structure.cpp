@@ -171,7 +171,7 @@ TEST(ModelsStructure, VitConfigJson) {
   expect_error([] { models::ViTConfig::from_json(R"({"image_size": 30, "patch_size": 8})"); },
                "not divisible by patch_size 8");
   expect_error([] { models::ViTConfig::from_json(R"({"hidden_act": "relu"})"); }, "'relu'");
-  expect_error([] { models::create_model_from_json(R"({"model_type": "bert"})", kMeta); }, "'bert'");
+  expect_error([] { models::create_model_from_json(R"({"model_type": "t5"})", kMeta); }, "'t5'");
 }
 
 TEST(ModelsStructure, CreateFromConfigFileOrDirectory) {
