@@ -7,6 +7,7 @@
 set -euo pipefail
 PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libpcre2-dev liburing-dev
   libopenmpi-dev openmpi-bin
+  libicu72
   dataset-fashion-mnist fortunes)
 for arg in "$@"; do
   case "$arg" in
