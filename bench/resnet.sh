@@ -36,7 +36,9 @@ except Exception as e:
 print(json.dumps(row))
 PY
   tail -1 "$OUT/resnet.jsonl"
-  for extra in "" "--compile"; do
+  extras=("" "--compile")
+  [ -n "${NO_COMPILE:-}" ] && extras=("")  # NO_COMPILE=1: eager PyTorch only
+  for extra in "${extras[@]}"; do
     # shellcheck disable=SC2086
     timeout 300 python3 bench/peers/resnet_torch.py $pyf $extra --tag "$name" >>"$OUT/resnet.jsonl" 2>"$OUT/$name.torch.err" ||
       echo "{\"system\": \"pytorch$extra\", \"config\": \"$name\", \"error\": $(tail -c 600 "$OUT/$name.torch.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$OUT/resnet.jsonl"

@@ -60,7 +60,11 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, float alpha) {
 void detail::record_unary(UnaryOp op, const char* name, Tensor& out, const Tensor& xc, float alpha) {
   if (!needs_grad({xc})) return;
   const bool linear = op == UnaryOp::Scale || op == UnaryOp::AddScalar || op == UnaryOp::Neg;
-  SavedTensor saved_x(linear ? Tensor() : xc);
+  // ReLU keeps its output, not its input: relu(x) > 0 exactly where x > 0, so the backward's mask is
+  // the same, and the output is what the next layer keeps anyway (a conv after BatchNorm + ReLU),
+  // while the input (BatchNorm's output) is then freed: one activation less per conv-BN-ReLU.
+  const bool from_output = op == UnaryOp::Relu;
+  SavedTensor saved_x(linear ? Tensor() : from_output ? out.detach() : xc);
   record(out, name, {xc}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack();
     Tensor gc = contiguous_data(g);
