@@ -19,6 +19,7 @@ reads every id):
                  WordPiece decoder, TemplateProcessing "[CLS] $A [SEP]"
   bert-cased     the same, cased (no lowercase, no accent stripping), BertProcessing
   roberta        RoBERTa: ByteLevel BPE, <s> <pad> </s> <unk> <mask>, RobertaProcessing
+  qwen2          Qwen2: NFC normalizer, Split(Qwen2 regex, Isolated) + ByteLevel(use_regex false), BPE
 Files: strings.jsonl.gz (one {"text": ...} per line) and <style>/expected.jsonl.gz (line i:
 {"ids", "ids_special", "decoded", "decoded_skip"} for string i).
 """
@@ -198,6 +199,18 @@ def roberta(corpus):
     return tok
 
 
+def qwen2(corpus):
+    """Qwen2's layout: NFC normalizer, Split(Qwen2's regex, Isolated) + ByteLevel(use_regex false), BPE."""
+    pat = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+           r"""|\s+(?!\S)|\s+""")
+    tok = byte_level(corpus, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                     pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+                                              pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+                     lambda tok: processors.ByteLevel(trim_offsets=False))
+    tok.normalizer = normalizers.NFC()
+    return tok
+
+
 def template(bos):
     return lambda tok: processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                      special_tokens=[(bos, tok.token_to_id(bos))])
@@ -226,10 +239,12 @@ def main():
     bert_uncased = wordpiece(corpus, True, "template")
     bert_cased = wordpiece(corpus, False, "bert")
     rob = roberta(corpus)
+    qw = qwen2(corpus)
     configs = {
         "bert-uncased": {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"},
         "bert-cased": {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"},
         "roberta": {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"},
+        "qwen2": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
         "gpt2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
         "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
         "smollm2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
@@ -239,7 +254,7 @@ def main():
                                     "add_bos_token": True, "add_eos_token": False},
     }
     toks = {"gpt2": gpt2, "llama3": llama3, "smollm2": smollm2, "sentencepiece": sp, "sentencepiece-metaspace": sp_meta,
-            "bert-uncased": bert_uncased, "bert-cased": bert_cased, "roberta": rob}
+            "bert-uncased": bert_uncased, "bert-cased": bert_cased, "roberta": rob, "qwen2": qw}
     only = [x for x in a.only.split(",") if x]
     if only:
         toks = {k: v for k, v in toks.items() if k in only}

@@ -10,7 +10,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "normalizers Sequence, Prepend, Replace, BertNormalizer, Lowercase, StripAccents";
+constexpr const char* kSupported = "normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, BertNormalizer, Lowercase, StripAccents";
 
 class SequenceNormalizer : public Normalizer {
  public:
@@ -100,6 +100,16 @@ class BertNormalizer : public Normalizer {
   }
 };
 
+// NFC, NFD, NFKC, NFKD (Qwen2's tokenizer reads NFC), through ICU.
+class UnicodeFormNormalizer : public Normalizer {
+ public:
+  unicode::Form form = unicode::Form::NFC;
+  void normalize(Piece& p) const override {
+    p.text = unicode::normalize(p.text, form);
+    if (p.from_start) p.from_start = p.text.empty() ? 0 : utf8_char_len(static_cast<unsigned char>(p.text[0]));
+  }
+};
+
 class LowercaseNormalizer : public Normalizer {
  public:
   void normalize(Piece& p) const override { lowercase(p); }
@@ -151,10 +161,13 @@ std::unique_ptr<Normalizer> read_normalizer(const Json& j, const std::string& wh
     (void)unicode::icu_version();
     return std::make_unique<StripAccentsNormalizer>();
   }
-  if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD")
-    r.fail(where, "type '" + type + "' (Unicode normalization) is not supported: leantrain has no Unicode "
-                  "normalization tables (it links no ICU)",
-           std::string("use a tokenizer without it, or normalize the text beforehand; ") + kTokenizerDocs);
+  if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
+    (void)unicode::icu_version();
+    auto n = std::make_unique<UnicodeFormNormalizer>();
+    n->form = type == "NFC" ? unicode::Form::NFC : type == "NFD" ? unicode::Form::NFD
+            : type == "NFKC" ? unicode::Form::NFKC : unicode::Form::NFKD;
+    return n;
+  }
   r.unsupported(where, type, kSupported);
 }
 

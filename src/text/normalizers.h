@@ -1,6 +1,7 @@
-// tokenizer.json "normalizer": Sequence, Prepend, Replace (the SentencePiece-style Llama 2 layout).
-// Unicode normalization forms (NFC, NFKC, NFD, NFKD) and case folding are refused: they need
-// Unicode tables, which leantrain takes only from a library (docs/decisions.md).
+// tokenizer.json "normalizer": Sequence, Prepend, Replace (the SentencePiece-style Llama 2 layout),
+// and those that need Unicode tables, which leantrain takes from the system's ICU at run time
+// (text/unicode_icu.h, docs/decisions.md): NFC, NFD, NFKC, NFKD (Qwen2), BertNormalizer,
+// Lowercase, StripAccents.
 #pragma once
 #include <memory>
 #include <string>

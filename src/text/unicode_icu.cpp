@@ -21,9 +21,9 @@ struct Icu {
   int8_t (*char_type)(int32_t) = nullptr;
   int8_t (*is_white_space)(int32_t) = nullptr;
   int32_t (*to_lower)(int32_t) = nullptr;
-  const UNormalizer2* (*nfd_instance)(UErrorCode*) = nullptr;
+  const UNormalizer2* (*instance[4])(UErrorCode*) = {};  // NFC, NFD, NFKC, NFKD
   int32_t (*normalize)(const UNormalizer2*, const UChar*, int32_t, UChar*, int32_t, UErrorCode*) = nullptr;
-  const UNormalizer2* nfd = nullptr;
+  const UNormalizer2* forms[4] = {};
 };
 
 // The newest libicuuc.so.N from 99 down to 50, its symbols suffixed _N.
@@ -37,13 +37,19 @@ Icu load() {
     icu.char_type = reinterpret_cast<int8_t (*)(int32_t)>(sym("u_charType"));
     icu.is_white_space = reinterpret_cast<int8_t (*)(int32_t)>(sym("u_isUWhiteSpace"));
     icu.to_lower = reinterpret_cast<int32_t (*)(int32_t)>(sym("u_tolower"));
-    icu.nfd_instance = reinterpret_cast<const UNormalizer2* (*)(UErrorCode*)>(sym("unorm2_getNFDInstance"));
+    const char* getters[4] = {"unorm2_getNFCInstance", "unorm2_getNFDInstance", "unorm2_getNFKCInstance",
+                              "unorm2_getNFKDInstance"};
+    for (int f = 0; f < 4; ++f) icu.instance[f] = reinterpret_cast<const UNormalizer2* (*)(UErrorCode*)>(sym(getters[f]));
     icu.normalize = reinterpret_cast<int32_t (*)(const UNormalizer2*, const UChar*, int32_t, UChar*, int32_t, UErrorCode*)>(
         sym("unorm2_normalize"));
-    if (!icu.char_type || !icu.is_white_space || !icu.to_lower || !icu.nfd_instance || !icu.normalize) continue;
-    UErrorCode e = 0;
-    icu.nfd = icu.nfd_instance(&e);
-    if (e > 0 || !icu.nfd) continue;
+    if (!icu.char_type || !icu.is_white_space || !icu.to_lower || !icu.normalize) continue;
+    bool all = true;
+    for (int f = 0; f < 4 && all; ++f) {
+      UErrorCode e = 0;
+      icu.forms[f] = icu.instance[f] ? icu.instance[f](&e) : nullptr;
+      all = e <= 0 && icu.forms[f];
+    }
+    if (!all) continue;
     icu.version = v;
     return icu;  // the handle stays open for the process
   }
@@ -78,8 +84,11 @@ void append_lowercase(std::string& out, char32_t c) {
   utf8_append(out, char32_t(icu().to_lower(int32_t(c))));
 }
 
-std::string nfd(std::string_view s) {
+std::string nfd(std::string_view s) { return normalize(s, Form::NFD); }
+
+std::string normalize(std::string_view s, Form form) {
   const Icu& i = icu();
+  const UNormalizer2* norm = i.forms[int(form)];
   std::u16string in;
   in.reserve(s.size());
   for (size_t k = 0; k < s.size(); k += utf8_char_len(static_cast<unsigned char>(s[k]))) {
@@ -91,16 +100,17 @@ std::string nfd(std::string_view s) {
       in.push_back(char16_t(0xDC00 + ((c - 0x10000) & 0x3FF)));
     }
   }
-  // NFD grows text at most 3-fold per UTF-16 unit in Unicode's data; retry once if ICU asks for more.
+  // Decompositions grow text at most 18-fold per unit (NFKD of U+FDFA), usually far less; start at
+  // 3-fold and retry once with the size ICU asks for.
   std::u16string out(in.size() * 3 + 16, u'\0');
   UErrorCode e = 0;
-  int32_t n = i.normalize(i.nfd, in.data(), int32_t(in.size()), out.data(), int32_t(out.size()), &e);
+  int32_t n = i.normalize(norm, in.data(), int32_t(in.size()), out.data(), int32_t(out.size()), &e);
   if (e == 15 /* U_BUFFER_OVERFLOW_ERROR */) {
     out.assign(size_t(n) + 1, u'\0');
     e = 0;
-    n = i.normalize(i.nfd, in.data(), int32_t(in.size()), out.data(), int32_t(out.size()), &e);
+    n = i.normalize(norm, in.data(), int32_t(in.size()), out.data(), int32_t(out.size()), &e);
   }
-  LT_CHECK(e <= 0, "NFD normalization failed (ICU error " + std::to_string(e) + ")", "ICU refused the text", "");
+  LT_CHECK(e <= 0, "Unicode normalization failed (ICU error " + std::to_string(e) + ")", "ICU refused the text", "");
   std::string r;
   r.reserve(size_t(n) * 2);
   for (int32_t k = 0; k < n; ++k) {

@@ -1,5 +1,5 @@
 // Unicode character data and normalization from ICU, for the tokenizer components that need them
-// (BertNormalizer, BertPreTokenizer). ICU's common library is opened with dlopen on first use,
+// (BertNormalizer, BertPreTokenizer, the NFC / NFD / NFKC / NFKD normalizers). ICU's common library is opened with dlopen on first use,
 // not linked: the GPU machine has another ICU version than this one, and each version suffixes
 // its symbols (u_charType_72), so the newest libicuuc.so.N present is taken and its symbols looked
 // up with that suffix. Nothing else in leantrain needs ICU (docs/decisions.md).
@@ -19,8 +19,10 @@ bool is_punctuation(char32_t c);  // categories Pc, Pd, Ps, Pe, Pi, Pf, Po
 // Rust's char::to_lowercase appended to `out`: ICU's simple mapping, plus the one unconditional
 // multi-character mapping of SpecialCasing.txt (U+0130 -> "i\u0307").
 void append_lowercase(std::string& out, char32_t c);
-// Canonical decomposition (NFD) of valid UTF-8.
-std::string nfd(std::string_view utf8);
+// Valid UTF-8 in one of Unicode's normalization forms (tokenizers' NFC, NFD, NFKC, NFKD).
+enum class Form { NFC = 0, NFD = 1, NFKC = 2, NFKD = 3 };
+std::string normalize(std::string_view utf8, Form form);
+std::string nfd(std::string_view utf8);  // normalize(utf8, Form::NFD)
 // "ICU 72" once loaded, for messages and tests; throws as above.
 std::string icu_version();
 

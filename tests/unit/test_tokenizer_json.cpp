@@ -273,8 +273,8 @@ TEST(TokenizerJson, RefusesWhatItDoesNotReadWithOneLine) {
   j["model"]["type"] = "Unigram";
   expect(refused(j), "model: type 'Unigram' is not supported");
   j = tiny_bpe();
-  j["normalizer"] = {{"type", "NFC"}};
-  expect(refused(j), "normalizer: type 'NFC' (Unicode normalization) is not supported");
+  j["normalizer"] = {{"type", "Nmt"}};
+  expect(refused(j), "normalizer: type 'Nmt' is not supported");
   j = tiny_bpe();
   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Precompiled"}}}}};
   expect(refused(j), "normalizer.normalizers[0]: type 'Precompiled' is not supported");
@@ -403,4 +403,15 @@ TEST(TokenizerJson, WordPieceWithBertNormalizerAndPreTokenizer) {
   json no_unk = tiny_bert(true);
   no_unk["model"]["unk_token"] = "<unk>";
   EXPECT_NE(error_of([&] { load(no_unk); }).find("'<unk>' is not in the vocabulary"), std::string::npos);
+}
+
+TEST(TokenizerJson, UnicodeNormalizationForms) {
+  json j = tiny_bert(false);
+  j["normalizer"] = {{"type", "NFC"}};
+  auto nfc = load(j);
+  EXPECT_EQ(nfc->encode("cafe\u0301", false), (Ids{18, 19}));  // e + combining acute -> \u00e9: caf ##\u00e9
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_EQ(load(j)->encode("\uff28ello", false), (Ids{17}));  // fullwidth H -> H
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "NFC"}}}}};
+  EXPECT_EQ(load(j)->encode("caf\u00e9", false), (Ids{18, 19}));
 }
