@@ -39,7 +39,7 @@ class Tokenizer {
   virtual std::optional<int32_t> bos_id() const = 0;
   virtual std::optional<int32_t> eos_id() const = 0;
 
-  // "bytes", "bpe-bytelevel", "bpe-sentencepiece": for messages and the run's description line.
+  // "bytes", "bpe-bytelevel", "bpe-sentencepiece", "bpe", "wordpiece": for messages and the run's description line.
   virtual std::string kind() const = 0;
 };
 
