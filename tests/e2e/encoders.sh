@@ -22,6 +22,23 @@ EOF
 expect_ok "$LT" train --model "$WORK/bert" --data fortunes --steps 1 --batch 8 --seq-len 32 --eval-batches 1 --device cpu
 expect_grep "weights loaded from" "$WORK/out"
 
+# eval reads padded input_ids and one label per text.
+python3 - "$WORK/bert_in.safetensors" <<'EOF'
+import json, struct, sys
+def st(path, tensors):
+    header, data = {}, b""
+    for name, (shape, vals) in tensors.items():
+        b = b"".join(struct.pack("<q", v) for v in vals)
+        header[name] = {"dtype": "I64", "shape": shape, "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+st(sys.argv[1], {"input_ids": ([2, 6], [72, 105, 33, 0, 0, 0, 79, 107, 97, 121, 46, 10]), "labels": ([2], [0, 5])})
+EOF
+expect_ok "$LT" eval --model "$WORK/bert" --inputs "$WORK/bert_in.safetensors" --device cpu
+expect_grep "^logits \[2, [0-9]+\] \| loss [0-9.]+" "$WORK/out"
+
 # .jsonl with string labels, DistilBERT; a directory of class files, RoBERTa.
 python3 - "$WORK/reviews.jsonl" <<'EOF'
 import json, sys
