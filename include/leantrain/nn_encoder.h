@@ -23,20 +23,24 @@ namespace lt::nn {
 // "attention", "attention.self", "intermediate"): it only holds children under their names.
 class ModuleGroup : public Module {
  public:
-  explicit ModuleGroup(const char* type) : type_(type) {}
-  const char* type_name() const override { return type_; }
+  explicit ModuleGroup(std::string type) : type_(std::move(type)) {}
+  const char* type_name() const override { return type_.c_str(); }
+  // A child its owner calls through the returned handle (replace_module may swap it).
   template <class M>
   Child<M> add(const std::string& name, std::shared_ptr<M> m) {
     return register_child<M>(name, std::move(m));
   }
-  std::shared_ptr<ModuleGroup> add_group(const std::string& name, const char* type) {
-    auto g = std::make_shared<ModuleGroup>(type);
-    register_module(name, g);
-    return g;
+  // A child its owner keeps a pointer to and calls itself.
+  template <class M>
+  std::shared_ptr<M> hold(const std::string& name, std::shared_ptr<M> m) {
+    return register_module(name, std::move(m));
+  }
+  std::shared_ptr<ModuleGroup> add_group(const std::string& name, std::string type) {
+    return hold(name, std::make_shared<ModuleGroup>(std::move(type)));
   }
 
  private:
-  const char* type_;
+  std::string type_;
 };
 
 enum class EncoderNaming { Bert, DistilBert };
@@ -66,7 +70,6 @@ class PostNormEncoderLayer : public Module {
  private:
   Tensor mlp(const Tensor& h);
   const char* type_;
-  std::string type_names_[6];  // the groups' class names (kept alive for type_name())
   Child<UnaryModule> q_, k_, v_, out_, drop1_, ln1_, fc1_, act_, fc2_, drop2_, ln2_;
   Child<AttentionCore> core_;
 };

@@ -33,19 +33,6 @@ class Embeddings : public nn::Module {
   std::shared_ptr<nn::Dropout> drop;
 };
 
-class Group : public nn::Module {
- public:
-  explicit Group(std::string type) : type_(std::move(type)) {}
-  const char* type_name() const override { return type_.c_str(); }
-  template <class M>
-  std::shared_ptr<M> add(const std::string& name, std::shared_ptr<M> m) {
-    return register_module(name, std::move(m));
-  }
-
- private:
-  std::string type_;
-};
-
 }  // namespace
 
 EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOptions& init)
@@ -55,12 +42,12 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
   const std::string p = cfg_.class_prefix();
   const nn::Init w_init = nn::Init::normal(cfg_.initializer_range);
   const nn::LinearOptions lin{.weight_init = w_init};
-  auto base = register_module(cfg_.model_type, std::make_shared<Group>(cfg_.distil() ? "DistilBertModel" : p + "Model"));
-  auto emb = base->add("embeddings", std::make_shared<Embeddings>(cfg_, pf, cfg_.distil() ? "Embeddings" : p + "Embeddings"));
+  auto base = register_module(cfg_.model_type, std::make_shared<nn::ModuleGroup>(cfg_.distil() ? "DistilBertModel" : p + "Model"));
+  auto emb = base->hold("embeddings", std::make_shared<Embeddings>(cfg_, pf, cfg_.distil() ? "Embeddings" : p + "Embeddings"));
   word_ = emb->word, position_ = emb->position, token_type_ = emb->token_type, emb_ln_ = emb->ln, emb_drop_ = emb->drop;
-  auto encoder = base->add(cfg_.distil() ? "transformer" : "encoder",
-                           std::make_shared<Group>(cfg_.distil() ? "Transformer" : p + "Encoder"));
-  layers_ = encoder->add("layer", std::make_shared<nn::ModuleList>());
+  auto encoder = base->hold(cfg_.distil() ? "transformer" : "encoder",
+                           std::make_shared<nn::ModuleGroup>(cfg_.distil() ? "Transformer" : p + "Encoder"));
+  layers_ = encoder->hold("layer", std::make_shared<nn::ModuleList>());
   nn::EncoderLayerOptions lo{.hidden = cfg_.hidden_size,
                              .heads = cfg_.num_attention_heads,
                              .intermediate = cfg_.intermediate_size,
@@ -74,15 +61,15 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) layers_->append(std::make_shared<nn::PostNormEncoderLayer>(pf, lo));
   const int64_t h = cfg_.hidden_size;
   if (cfg_.model_type == "bert") {
-    auto pooler = base->add("pooler", std::make_shared<Group>("BertPooler"));
-    pooler_ = pooler->add("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
+    auto pooler = base->hold("pooler", std::make_shared<nn::ModuleGroup>("BertPooler"));
+    pooler_ = pooler->hold("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
     head_drop_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
     classifier_ = register_module("classifier", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
   } else if (cfg_.model_type == "roberta") {
-    auto head = register_module("classifier", std::make_shared<Group>("RobertaClassificationHead"));
-    dense_ = head->add("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
-    head_drop_ = head->add("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
-    classifier_ = head->add("out_proj", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
+    auto head = register_module("classifier", std::make_shared<nn::ModuleGroup>("RobertaClassificationHead"));
+    dense_ = head->hold("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
+    head_drop_ = head->hold("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
+    classifier_ = head->hold("out_proj", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
   } else {
     dense_ = register_module("pre_classifier", std::make_shared<nn::Linear>(pf, h, h, lin));
     classifier_ = register_module("classifier", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));

@@ -30,20 +30,18 @@ PostNormEncoderLayer::PostNormEncoderLayer(ParamFactory& pf, const EncoderLayerO
   auto core = std::make_shared<AttentionCore>(c, o.heads, /*causal=*/false);
   const std::string p = o.prefix;
   if (o.naming == EncoderNaming::Bert) {
-    type_names_[0] = p + "Attention", type_names_[1] = p + "SelfAttention", type_names_[2] = p + "SelfOutput";
-    type_names_[3] = p + "Intermediate", type_names_[4] = p + "Output";
-    auto attention = register_module("attention", std::make_shared<ModuleGroup>(type_names_[0].c_str()));
-    auto self = attention->add_group("self", type_names_[1].c_str());
+    auto attention = register_module("attention", std::make_shared<ModuleGroup>(p + "Attention"));
+    auto self = attention->add_group("self", p + "SelfAttention");
     q_ = self->add<UnaryModule>("query", q), k_ = self->add<UnaryModule>("key", k), v_ = self->add<UnaryModule>("value", v);
     core_ = self->add("core", core);
-    auto so = attention->add_group("output", type_names_[2].c_str());
+    auto so = attention->add_group("output", p + "SelfOutput");
     out_ = so->add<UnaryModule>("dense", std::make_shared<Linear>(pf, c, c, lin));
     ln1_ = so->add<UnaryModule>("LayerNorm", std::make_shared<LayerNorm>(pf, c, o.eps));
     drop1_ = so->add<UnaryModule>("dropout", std::make_shared<Dropout>(o.dropout, pf.next_seed()));
-    auto inter = register_module("intermediate", std::make_shared<ModuleGroup>(type_names_[3].c_str()));
+    auto inter = register_module("intermediate", std::make_shared<ModuleGroup>(p + "Intermediate"));
     fc1_ = inter->add<UnaryModule>("dense", std::make_shared<Linear>(pf, c, f, lin));
     act_ = inter->add<UnaryModule>("intermediate_act_fn", std::make_shared<Gelu>(o.approx));
-    auto out = register_module("output", std::make_shared<ModuleGroup>(type_names_[4].c_str()));
+    auto out = register_module("output", std::make_shared<ModuleGroup>(p + "Output"));
     fc2_ = out->add<UnaryModule>("dense", std::make_shared<Linear>(pf, f, c, lin));
     ln2_ = out->add<UnaryModule>("LayerNorm", std::make_shared<LayerNorm>(pf, c, o.eps));
     drop2_ = out->add<UnaryModule>("dropout", std::make_shared<Dropout>(o.dropout, pf.next_seed()));

@@ -364,8 +364,7 @@ void make_sequence_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptio
   const text::Tokenizer* tok = t.text_tokenizer.tokenizer.get();
   std::string tokenizer_line;
   if (tok) {
-    LT_CHECK(tok->vocab_size() <= in.vocab_size, "the tokenizer has " + std::to_string(tok->vocab_size()) + " ids",
-             s.name + " embeds " + std::to_string(in.vocab_size), "use the model's own tokenizer");
+    check_tokenizer_fits(*tok, in.vocab_size, s.name);
     t.tokenizer = tok->kind();
     tokenizer_line = "; " + t.text_tokenizer.describe();
   }
