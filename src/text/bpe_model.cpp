@@ -25,22 +25,7 @@ std::unique_ptr<BpeModel> BpeModel::read(const Json& j, const std::string& where
   }
   // Vocabulary: token -> id, every id once.
   const std::string wv = field(where, "vocab");
-  const Json& vocab = r.object(r.required(j, where, "vocab"), wv);
-  int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    max_id = std::max(max_id, r.integer(it.value(), wv + "['" + it.key() + "']", 0, kMaxTokenId));
-  m->tokens_.resize(size_t(max_id + 1));
-  m->has_token_.assign(size_t(max_id + 1), 0);
-  m->vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int32_t id = it.value().get<int32_t>();
-    if (m->has_token_[id])
-      r.fail(wv, "id " + std::to_string(id) + " is given to both '" + m->tokens_[id] + "' and '" + it.key() + "'",
-             "every token needs its own id");
-    m->has_token_[id] = 1;
-    m->tokens_[id] = it.key();
-    m->vocab_.emplace(it.key(), id);
-  }
+  read_vocab(r.object(r.required(j, where, "vocab"), wv), wv, r, m->vocab_, m->tokens_, m->has_token_);
 
   if (const Json* p = r.optional(j, where, "continuing_subword_prefix"))
     m->prefix_ = r.string(*p, field(where, "continuing_subword_prefix"));

@@ -22,15 +22,6 @@
 
 namespace lt::text {
 
-// Ids at most this large: a larger one would ask the model for an absurd embedding table.
-inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
-
 class BpeModel final : public TokenModel {
  public:
   static std::unique_ptr<BpeModel> read(const Json& j, const std::string& where, const JsonReader& r);

@@ -5,9 +5,26 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include "text/json_read.h"
+
 namespace lt::text {
+
+// Ids at most this large: a larger one would ask the model for an absurd embedding table.
+inline constexpr int64_t kMaxTokenId = (int64_t(1) << 24) - 1;
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// A model's "vocab" object (token -> id, ids 0..kMaxTokenId, each once) read into `ids`, with the
+// tokens by id and whether an id has one (ids may skip numbers). `where` names the field for errors.
+void read_vocab(const Json& vocab, const std::string& where, const JsonReader& r, TokenMap& ids,
+                std::vector<std::string>& tokens, std::vector<uint8_t>& has_token);
 
 class TokenModel {
  public:

@@ -7,22 +7,7 @@ namespace lt::text {
 std::unique_ptr<WordPieceModel> WordPieceModel::read(const Json& j, const std::string& where, const JsonReader& r) {
   auto m = std::make_unique<WordPieceModel>();
   const std::string wv = field(where, "vocab");
-  const Json& vocab = r.object(r.required(j, where, "vocab"), wv);
-  int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    max_id = std::max(max_id, r.integer(it.value(), wv + "['" + it.key() + "']", 0, kMaxTokenId));
-  m->tokens_.resize(size_t(max_id + 1));
-  m->has_token_.assign(size_t(max_id + 1), 0);
-  m->vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int32_t id = it.value().get<int32_t>();
-    if (m->has_token_[size_t(id)])
-      r.fail(wv, "id " + std::to_string(id) + " is given to both '" + m->tokens_[size_t(id)] + "' and '" + it.key() + "'",
-             "every token needs its own id");
-    m->has_token_[size_t(id)] = 1;
-    m->tokens_[size_t(id)] = it.key();
-    m->vocab_.emplace(it.key(), id);
-  }
+  read_vocab(r.object(r.required(j, where, "vocab"), wv), wv, r, m->vocab_, m->tokens_, m->has_token_);
   const std::string unk = r.string(r.required(j, where, "unk_token"), field(where, "unk_token"));
   auto u = m->vocab_.find(unk);
   if (u == m->vocab_.end()) r.fail(field(where, "unk_token"), "'" + unk + "' is not in the vocabulary");

@@ -5,7 +5,6 @@
 #pragma once
 #include <memory>
 
-#include "text/bpe_model.h"
 #include "text/json_read.h"
 #include "text/token_model.h"
 
