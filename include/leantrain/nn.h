@@ -395,12 +395,21 @@ class Embedding : public UnaryModule {
 
 // Identity in eval mode or when p == 0. Each Dropout owns its generator, so a wrapper that
 // recomputes a forward (checkpointing) can save and restore generator() to redraw one mask.
-class Dropout : public UnaryModule {
+// A module that draws random numbers on each call (dropout's masks, BigBird's random key blocks).
+// A checkpointed region rewinds its generator before recomputing, so the recomputation draws
+// what the forward drew, and a run's checkpoint saves its offset (trainer_state.json).
+class RandomSource {
+ public:
+  virtual ~RandomSource() = default;
+  virtual Generator& generator() = 0;
+};
+
+class Dropout : public UnaryModule, public RandomSource {
  public:
   Dropout(double p, uint64_t seed) : p_(p), gen_(seed) {}
   const char* type_name() const override { return "Dropout"; }
   Tensor forward(const Tensor& x) override;
-  Generator& generator() { return gen_; }
+  Generator& generator() override { return gen_; }
   double p() const { return p_; }
 
  private:
@@ -478,11 +487,12 @@ class AttentionCore : public Module {
   Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
     return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
   }
-  Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const;
+  // Virtual: BigBird's block-sparse core (nn_encoder.h) attends to fewer keys.
+  virtual Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const;
   // Forward FLOPs for qkv of shape [B, T, W]: q k^T and p v, 2 B T^2 heads head_dim each (halved when causal).
-  double forward_flops(const Shape& qkv) const;
+  virtual double forward_flops(const Shape& qkv) const;
 
- private:
+ protected:
   int64_t heads_, kv_heads_, head_dim_;
   bool causal_;
 };

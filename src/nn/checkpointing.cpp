@@ -28,7 +28,7 @@ std::string shown(const std::string& path) { return path.empty() ? "(root)" : pa
 std::vector<Generator*> dropout_generators(Module& m) {
   std::vector<Generator*> out;
   for (auto& [path, mod] : m.named_modules())
-    if (auto* d = dynamic_cast<Dropout*>(mod)) out.push_back(&d->generator());
+    if (auto* r = dynamic_cast<RandomSource*>(mod)) out.push_back(&r->generator());
   return out;
 }
 

@@ -34,11 +34,12 @@ nlohmann::json parse_json_file(const std::string& dir, const std::string& file) 
   }
 }
 
-// Every dropout module's generator, by module path: the RNG state of a run.
-std::vector<std::pair<std::string, nn::Dropout*>> dropouts(models::Model& m) {
-  std::vector<std::pair<std::string, nn::Dropout*>> out;
+// Every random module's generator (dropout, BigBird's random blocks), by module path: the RNG
+// state of a run ("dropout_rng" in trainer_state.json, the name it had when dropout was the only one).
+std::vector<std::pair<std::string, nn::RandomSource*>> dropouts(models::Model& m) {
+  std::vector<std::pair<std::string, nn::RandomSource*>> out;
   for (auto& [path, mod] : m.named_modules())
-    if (auto* d = dynamic_cast<nn::Dropout*>(mod)) out.emplace_back(path, d);
+    if (auto* d = dynamic_cast<nn::RandomSource*>(mod)) out.emplace_back(path, d);
   return out;
 }
 
