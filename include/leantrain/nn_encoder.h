@@ -13,6 +13,7 @@
 // a module instead.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "leantrain/nn.h"
@@ -43,6 +44,36 @@ class ModuleGroup : public Module {
   std::string type_;
 };
 
+// BigBird's block-sparse self-attention (transformers' BigBirdBlockSparseAttention, the ITC
+// pattern): the sequence is cut into blocks of block_size; the first and the last query block
+// attend to every key, every other query block i to the first and last key blocks, its window
+// (i-1, i, i+1) and random_blocks random blocks. In eval mode the random blocks are all block 0, as
+// transformers has them (deterministic inference); in training they are drawn per call from this
+// module's generator (rewound by checkpointing, so a recomputation draws the same blocks), one
+// draw shared by the heads (transformers draws per head; see docs/decisions.md). A sequence of at
+// most (5 + 2 random_blocks) blocks is attended in full, as transformers switches to original_full.
+struct BlockSparseOptions {
+  int64_t block_size = 64, random_blocks = 3;
+};
+
+class BlockSparseAttentionCore : public AttentionCore, public RandomSource {
+ public:
+  BlockSparseAttentionCore(int64_t dim, int64_t heads, const BlockSparseOptions& o, uint64_t seed);
+  const char* type_name() const override { return "BlockSparseAttention"; }
+  Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const override;
+  double forward_flops(const Shape& qkv) const override;
+  Generator& generator() override { return gen_; }
+  // Whether a sequence of T positions (a multiple of block_size) is attended block-sparsely.
+  bool sparse_at(int64_t T) const { return T > (5 + 2 * o_.random_blocks) * o_.block_size; }
+  // The key blocks of each of the n query blocks, [n, 5 + random_blocks] (-1: an empty slot);
+  // `draw` true picks the random blocks from the generator.
+  std::vector<int32_t> block_table(int64_t n, bool draw) const;
+
+ private:
+  BlockSparseOptions o_;
+  mutable Generator gen_;
+};
+
 enum class EncoderNaming { Bert, DistilBert };
 
 struct EncoderLayerOptions {
@@ -55,6 +86,8 @@ struct EncoderLayerOptions {
   // transformers' class names: "BertLayer" and its parts' prefix "Bert"; "TransformerBlock".
   const char* type = "BertLayer";
   const char* prefix = "Bert";
+  // BigBird's block_sparse attention_type; unset: full attention.
+  std::optional<BlockSparseOptions> block_sparse;
 };
 
 class PostNormEncoderLayer : public Module {

@@ -141,6 +141,14 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads,
                              const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
 // (qkv, heads, kv_heads) with causal left out would bind kv_heads to the first overload's causal.
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = delete;
+// Block-sparse self-attention (BigBird's): the sequence is n blocks of `block` rows; query block i
+// attends to the key blocks listed in row i of `table` (int [n, slots], -1 = an empty slot, a block
+// listed twice counts twice, as transformers' eval-mode random blocks do), except the first and the
+// last query block, which attend to every key. qkv [B, n * block, 3*H*D] -> out [B, T, H*D]. Keys
+// with key_padding_mask 0 are left out everywhere. No T x T tensor: the listed key blocks are
+// gathered ([B, n, slots, block, 2*H*D], freed after the call) and the dense kernels run on them.
+Tensor block_sparse_attention_packed(const Tensor& qkv, int64_t heads, int64_t block, const std::vector<int32_t>& table,
+                                     const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
 
 // ---- embeddings ----
 Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range

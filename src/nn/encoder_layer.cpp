@@ -27,11 +27,13 @@ PostNormEncoderLayer::PostNormEncoderLayer(ParamFactory& pf, const EncoderLayerO
   Tensor qw = pf.make({c, c}, o.init), kw = pf.make({c, c}, o.init), vw = pf.make({c, c}, o.init);
   Tensor qb = pf.make({c}, Init::zeros()), kb = pf.make({c}, Init::zeros()), vb = pf.make({c}, Init::zeros());
   auto q = std::make_shared<Linear>(qw, qb), k = std::make_shared<Linear>(kw, kb), v = std::make_shared<Linear>(vw, vb);
-  auto core = std::make_shared<AttentionCore>(c, o.heads, /*causal=*/false);
+  std::shared_ptr<AttentionCore> core;
+  if (o.block_sparse) core = std::make_shared<BlockSparseAttentionCore>(c, o.heads, *o.block_sparse, pf.next_seed());
+  else core = std::make_shared<AttentionCore>(c, o.heads, /*causal=*/false);
   const std::string p = o.prefix;
   if (o.naming == EncoderNaming::Bert) {
     auto attention = register_module("attention", std::make_shared<ModuleGroup>(p + "Attention"));
-    auto self = attention->add_group("self", p + "SelfAttention");
+    auto self = attention->add_group("self", p + (o.block_sparse ? "BlockSparseAttention" : "SelfAttention"));
     q_ = self->add<UnaryModule>("query", q), k_ = self->add<UnaryModule>("key", k), v_ = self->add<UnaryModule>("value", v);
     core_ = self->add("core", core);
     auto so = attention->add_group("output", p + "SelfOutput");
