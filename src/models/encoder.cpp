@@ -5,6 +5,11 @@
 //               (dropout, dense, tanh, dropout, out_proj on h[:, 0])
 //   DistilBERT: distilbert.{embeddings, transformer.layer.N}, pre_classifier, dropout, classifier
 //               (relu(pre_classifier(h[:, 0])), dropout, classifier)
+//   BigBird:    bert.{embeddings, encoder.layer.N}, classifier.{dense, out_proj}
+//               (dropout, dense, hidden_act, dropout, out_proj on h[:, 0]); the embeddings apply
+//               dropout before their LayerNorm; bert.pooler is not part of the classifier.
+#include <cmath>
+
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "models/encoder.h"
@@ -42,7 +47,7 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
   const std::string p = cfg_.class_prefix();
   const nn::Init w_init = nn::Init::normal(cfg_.initializer_range);
   const nn::LinearOptions lin{.weight_init = w_init};
-  auto base = register_module(cfg_.model_type, std::make_shared<nn::ModuleGroup>(cfg_.distil() ? "DistilBertModel" : p + "Model"));
+  auto base = register_module(cfg_.base_name(), std::make_shared<nn::ModuleGroup>(cfg_.distil() ? "DistilBertModel" : p + "Model"));
   auto emb = base->hold("embeddings", std::make_shared<Embeddings>(cfg_, pf, cfg_.distil() ? "Embeddings" : p + "Embeddings"));
   word_ = emb->word, position_ = emb->position, token_type_ = emb->token_type, emb_ln_ = emb->ln, emb_drop_ = emb->drop;
   auto encoder = base->hold(cfg_.distil() ? "transformer" : "encoder",
@@ -56,8 +61,12 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
                              .approx = cfg_.gelu_approx(),
                              .init = w_init,
                              .naming = cfg_.distil() ? nn::EncoderNaming::DistilBert : nn::EncoderNaming::Bert,
-                             .type = cfg_.distil() ? "TransformerBlock" : (p == "Roberta" ? "RobertaLayer" : "BertLayer"),
-                             .prefix = p == "Roberta" ? "Roberta" : "Bert"};
+                             .type = cfg_.distil()      ? "TransformerBlock"
+                                     : p == "Roberta"   ? "RobertaLayer"
+                                     : cfg_.big_bird()  ? "BigBirdLayer"
+                                                        : "BertLayer",
+                             .prefix = p == "Roberta" ? "Roberta" : cfg_.big_bird() ? "BigBird" : "Bert"};
+  if (cfg_.block_sparse()) lo.block_sparse = nn::BlockSparseOptions{cfg_.block_size, cfg_.num_random_blocks};
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) layers_->append(std::make_shared<nn::PostNormEncoderLayer>(pf, lo));
   const int64_t h = cfg_.hidden_size;
   if (cfg_.model_type == "bert") {
@@ -65,8 +74,8 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
     pooler_ = pooler->hold("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
     head_drop_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
     classifier_ = register_module("classifier", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
-  } else if (cfg_.model_type == "roberta") {
-    auto head = register_module("classifier", std::make_shared<nn::ModuleGroup>("RobertaClassificationHead"));
+  } else if (cfg_.model_type == "roberta" || cfg_.big_bird()) {
+    auto head = register_module("classifier", std::make_shared<nn::ModuleGroup>(p + "ClassificationHead"));
     dense_ = head->hold("dense", std::make_shared<nn::Linear>(pf, h, h, lin));
     head_drop_ = head->hold("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
     classifier_ = head->hold("out_proj", std::make_shared<nn::Linear>(pf, h, cfg_.num_labels, lin));
@@ -88,10 +97,12 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
 Tensor EncoderClassifier::embed(const Tensor& ids) {
   const int64_t T = ids.size(1), off = cfg_.position_offset();
   Tensor x = (*word_)(ids);  // [B, T, H] in the compute dtype
+  if (cfg_.rescale_embeddings) x = scale(x, std::sqrt(double(cfg_.hidden_size)));
   Tensor pos = slice(autocast_like(position_->weight(), x), 0, off, off + T);
   x = add(x, pos);
   // Single texts: every token has type 0, so the type embedding is its row 0.
   if (token_type_) x = add(x, select(autocast_like(token_type_->weight(), x), 0, 0));
+  if (cfg_.big_bird()) return (*emb_ln_)((*emb_drop_)(x));  // BigBirdEmbeddings: dropout, then the norm
   return (*emb_drop_)((*emb_ln_)(x));
 }
 
@@ -99,6 +110,8 @@ Tensor EncoderClassifier::head(const Tensor& first) {
   if (pooler_) return (*classifier_)((*head_drop_)(tanh((*pooler_)(first))));
   if (cfg_.model_type == "roberta")
     return (*classifier_)((*head_drop_)(tanh((*dense_)((*head_drop_)(first)))));
+  if (cfg_.big_bird())
+    return (*classifier_)((*head_drop_)(gelu((*dense_)((*head_drop_)(first)), cfg_.gelu_approx())));
   return (*classifier_)((*head_drop_)(relu((*dense_)(first))));
 }
 
@@ -107,17 +120,27 @@ Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& mask_in) {
            type_ + " input: ids are " + std::string(dtype_name(ids.dtype())) + " " + shape_str(ids.shape()),
            "expected i64 (or i32) token ids [B, T]", "pass a batch of token sequences");
   const int64_t T = ids.size(1);
-  LT_CHECK(T >= 1 && T <= cfg_.context(), type_ + " input: " + std::to_string(T) + " positions",
+  // Block-sparse BigBird pads the batch to whole blocks with pad tokens (masked), as transformers'
+  // _pad_to_block_size; only the first token's output is read, so nothing is cut off again.
+  const int64_t padded = cfg_.sparse_at(T) ? (T + cfg_.block_size - 1) / cfg_.block_size * cfg_.block_size : T;
+  LT_CHECK(T >= 1 && padded <= cfg_.context(),
+           type_ + " input: " + std::to_string(T) + " positions" +
+               (padded != T ? " (" + std::to_string(padded) + " in whole blocks)" : std::string()),
            "the model has " + std::to_string(cfg_.context()), "pass between 1 and that many tokens per row");
   Tensor mask;
   if (mask_in.defined()) {
     LT_CHECK(mask_in.shape() == ids.shape(), type_ + ": attention mask " + shape_str(mask_in.shape()),
              "it must have the ids' shape " + shape_str(ids.shape()), "pass one flag per token");
     mask = mask_in.dtype() == DType::U8 ? mask_in : cast(mask_in, DType::U8);
-  } else {
-    mask = padding_mask(ids, cfg_.pad_token_id);
   }
-  Tensor x = embed(ids);
+  Tensor in = ids;
+  if (padded != T) {
+    const int64_t B = ids.size(0);
+    in = concat({ids, full({B, padded - T}, double(cfg_.pad_token_id), ids.dtype(), ids.device())}, 1);
+    if (mask.defined()) mask = concat({mask, zeros({B, padded - T}, DType::U8, ids.device())}, 1);
+  }
+  if (!mask.defined()) mask = padding_mask(in, cfg_.pad_token_id);
+  Tensor x = embed(in);
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PostNormEncoderLayer>(i)(x, mask);
   return head(select(x, 1, 0));
 }
@@ -129,7 +152,8 @@ std::string EncoderClassifier::checkpoint_key_to_name(const std::string& key) co
   if (key.ends_with("position_ids")) return "";  // a buffer of older transformers
   std::string k = key;
   // A base model's file (BertModel) names its tensors without the prefix.
-  const std::string prefix = cfg_.model_type + ".";
+  const std::string prefix = cfg_.base_name() + ".";
+  if (cfg_.big_bird() && (k.rfind("bert.pooler.", 0) == 0 || k.rfind("pooler.", 0) == 0)) return "";  // unused by the head
   if (k.rfind(prefix, 0) != 0 && (k.rfind("embeddings.", 0) == 0 || k.rfind("encoder.", 0) == 0 ||
                                   k.rfind("transformer.", 0) == 0 || k.rfind("pooler.", 0) == 0))
     k = prefix + k;

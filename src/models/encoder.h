@@ -20,7 +20,7 @@
 namespace lt::models {
 
 struct EncoderConfig {
-  // "bert", "roberta" or "distilbert": the family, its config keys and defaults (transformers').
+  // "bert", "roberta", "distilbert" or "big_bird": the family, its config keys and defaults (transformers').
   std::string model_type = "bert";
   int64_t vocab_size = 30522, hidden_size = 768, num_hidden_layers = 12, num_attention_heads = 12,
           intermediate_size = 3072, max_position_embeddings = 512;
@@ -34,6 +34,11 @@ struct EncoderConfig {
   double classifier_dropout = -1;  // < 0: null (BERT/RoBERTa use hidden_dropout_prob); DistilBERT's seq_classif_dropout
   std::string hidden_act = "gelu";  // gelu (erf), gelu_new / gelu_pytorch_tanh (tanh)
   std::vector<std::string> labels;  // id2label names; empty: LABEL_0 ...
+  // BigBird: "block_sparse" or "original_full"; blocks of block_size positions, random key blocks
+  // per query block; rescale_embeddings multiplies the word embeddings by sqrt(hidden_size).
+  std::string attention_type = "original_full";
+  int64_t block_size = 64, num_random_blocks = 3;
+  bool rescale_embeddings = false;
   // Read and written back untouched: bos/eos ids, architectures, torch_dtype, ...
   nlohmann::json kept = nlohmann::json::object();
 
@@ -45,12 +50,19 @@ struct EncoderConfig {
   void validate() const;
   double num_parameters() const;  // closed form, from the fields alone
   bool distil() const { return model_type == "distilbert"; }
+  bool big_bird() const { return model_type == "big_bird"; }
+  bool block_sparse() const { return big_bird() && attention_type == "block_sparse"; }
+  // A batch of T positions runs block-sparse (padded to whole blocks) when it is longer than
+  // (5 + 2 random blocks) blocks; shorter ones attend in full, as transformers switches to original_full.
+  bool sparse_at(int64_t T) const { return block_sparse() && T > (5 + 2 * num_random_blocks) * block_size; }
+  // The base model's module name: "bert" for BigBird (transformers' BigBirdForSequenceClassification.bert).
+  std::string base_name() const { return big_bird() ? "bert" : model_type; }
   // The position of the first token: RoBERTa counts from pad_token_id + 1.
   int64_t position_offset() const { return model_type == "roberta" ? pad_token_id + 1 : 0; }
   int64_t context() const { return max_position_embeddings - position_offset(); }
   double head_dropout() const;
   GeluApprox gelu_approx() const;
-  std::string class_prefix() const;  // "Bert", "Roberta", "DistilBert"
+  std::string class_prefix() const;  // "Bert", "Roberta", "DistilBert", "BigBird"
 };
 
 class EncoderClassifier : public Model {

@@ -13,7 +13,7 @@ using namespace detail;
 
 namespace {
 
-constexpr const char* kTypes = "bert, roberta and distilbert";
+constexpr const char* kTypes = "bert, roberta, distilbert and big_bird";
 
 // id2label {"0": "neg", "1": "pos"}: ids 0..n-1, each once, names strings.
 std::vector<std::string> read_id2label(const nlohmann::json& j) {
@@ -55,23 +55,37 @@ EncoderConfig EncoderConfig::defaults(const std::string& type) {
     c.num_hidden_layers = 6, c.type_vocab_size = 0, c.classifier_dropout = 0.2;
     return c;
   }
+  if (type == "big_bird") {  // transformers' BigBirdConfig (google/bigbird-roberta-base's shape)
+    c.vocab_size = 50358, c.max_position_embeddings = 4096, c.hidden_act = "gelu_new";
+    c.attention_type = "block_sparse";
+    c.kept = {{"bos_token_id", 1}, {"eos_token_id", 2}, {"sep_token_id", 66}};
+    return c;
+  }
   fail("encoder config: model_type '" + type + "'", std::string("the encoder families are ") + kTypes,
        "use one of those");
 }
 
 std::vector<std::string> EncoderConfig::preset_names() {
-  return {"bert-tiny", "bert-base-uncased", "roberta-tiny", "roberta-base", "distilbert-tiny", "distilbert-base-uncased"};
+  return {"bert-tiny",       "bert-base-uncased",       "roberta-tiny", "roberta-base",
+          "distilbert-tiny", "distilbert-base-uncased", "bigbird-tiny", "bigbird-roberta-base"};
 }
 
 EncoderConfig EncoderConfig::preset(const std::string& name) {
-  const std::string type = name.rfind("distilbert", 0) == 0 ? "distilbert" : name.rfind("roberta", 0) == 0 ? "roberta" : "bert";
+  const std::string type = name.rfind("distilbert", 0) == 0 ? "distilbert"
+                           : name.rfind("roberta", 0) == 0  ? "roberta"
+                           : name.rfind("bigbird", 0) == 0  ? "big_bird"
+                                                            : "bert";
   EncoderConfig c = defaults(type);
   if (name.ends_with("-tiny")) {  // the shape of google/bert_uncased_L-2_H-128_A-2
     c.hidden_size = 128, c.num_hidden_layers = 2, c.num_attention_heads = 2, c.intermediate_size = 512;
+    // BigBird's test shape: blocks of 16, one random block, so 128 positions already run block-sparse.
+    if (type == "big_bird") c.block_size = 16, c.num_random_blocks = 1, c.max_position_embeddings = 1024;
   } else {
-    LT_CHECK(name == "bert-base-uncased" || name == "roberta-base" || name == "distilbert-base-uncased",
+    LT_CHECK(name == "bert-base-uncased" || name == "roberta-base" || name == "distilbert-base-uncased" ||
+                 name == "bigbird-roberta-base",
              "unknown encoder preset '" + name + "'", "the presets are bert-tiny, bert-base-uncased, roberta-tiny, "
-             "roberta-base, distilbert-tiny and distilbert-base-uncased", "pass one of those");
+             "roberta-base, distilbert-tiny, distilbert-base-uncased, bigbird-tiny and bigbird-roberta-base",
+             "pass one of those");
   }
   c.validate();
   return c;
@@ -80,7 +94,8 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
   std::string type;
   read_string(j, "model_type", type);
-  LT_CHECK(type == "bert" || type == "roberta" || type == "distilbert", "config.json: model_type '" + type + "'",
+  LT_CHECK(type == "bert" || type == "roberta" || type == "distilbert" || type == "big_bird",
+           "config.json: model_type '" + type + "'",
            std::string("this parser reads ") + kTypes + " configs",
            "build it through the model registry (models::config_from_json)");
   EncoderConfig c = defaults(type);
@@ -119,6 +134,19 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
     read_string(j, "position_embedding_type", positions);
     LT_CHECK(positions == "absolute", "config.json: position_embedding_type '" + positions + "'",
              "leantrain's encoders have absolute (learned) positions", "set \"position_embedding_type\": \"absolute\"");
+    if (c.big_bird()) {
+      read_string(j, "attention_type", c.attention_type);
+      read_int(j, "block_size", c.block_size);
+      read_int(j, "num_random_blocks", c.num_random_blocks);
+      read_bool(j, "rescale_embeddings", c.rescale_embeddings);
+      bool use_bias = true, is_decoder = false;
+      read_bool(j, "use_bias", use_bias);
+      read_bool(j, "is_decoder", is_decoder);
+      LT_CHECK(use_bias, "config.json: use_bias is false", "leantrain's BigBird has biases on q, k and v (as every "
+               "released checkpoint)", "set \"use_bias\": true");
+      LT_CHECK(!is_decoder, "config.json: is_decoder is true", "leantrain's BigBird is an encoder (classification)",
+               "set \"is_decoder\": false");
+    }
   }
   if (auto it = j.find("id2label"); it != j.end() && !it->is_null()) {
     c.labels = read_id2label(*it);
@@ -160,6 +188,10 @@ std::string EncoderConfig::to_json() const {
     j["hidden_dropout_prob"] = hidden_dropout_prob, j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
     j["classifier_dropout"] = classifier_dropout < 0 ? nlohmann::json(nullptr) : nlohmann::json(classifier_dropout);
     j["hidden_act"] = hidden_act, j["position_embedding_type"] = "absolute";
+    if (big_bird()) {
+      j["attention_type"] = attention_type, j["block_size"] = block_size, j["num_random_blocks"] = num_random_blocks;
+      j["rescale_embeddings"] = rescale_embeddings, j["use_bias"] = true, j["is_decoder"] = false;
+    }
   }
   nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
   for (int64_t i = 0; i < num_labels; ++i) {
@@ -184,7 +216,7 @@ GeluApprox EncoderConfig::gelu_approx() const {
 }
 
 std::string EncoderConfig::class_prefix() const {
-  return model_type == "roberta" ? "Roberta" : distil() ? "DistilBert" : "Bert";
+  return model_type == "roberta" ? "Roberta" : distil() ? "DistilBert" : big_bird() ? "BigBird" : "Bert";
 }
 
 double EncoderConfig::num_parameters() const {
@@ -230,6 +262,14 @@ void EncoderConfig::validate() const {
   LT_CHECK(hidden_act == "gelu" || hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh",
            m + ": hidden_act '" + hidden_act + "' is not supported", "leantrain's encoder MLPs use GELU",
            "use gelu, gelu_new or gelu_pytorch_tanh");
+  if (big_bird()) {
+    LT_CHECK(attention_type == "block_sparse" || attention_type == "original_full",
+             m + ": attention_type '" + attention_type + "'", "BigBird attends block_sparse or original_full",
+             "use one of those");
+    LT_CHECK(block_size > 0 && block_size <= 4096 && num_random_blocks >= 0 && num_random_blocks <= 64,
+             m + ": block_size " + std::to_string(block_size) + ", num_random_blocks " + std::to_string(num_random_blocks),
+             "a block holds 1 to 4096 positions and a query block attends to 0 to 64 random blocks", "fix the config");
+  }
   LT_CHECK(labels.empty() || int64_t(labels.size()) == num_labels,
            m + ": " + std::to_string(labels.size()) + " class names for " + std::to_string(num_labels) + " classes",
            "id2label names every class", "fix id2label");

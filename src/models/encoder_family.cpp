@@ -1,4 +1,4 @@
-// The BERT family in the registry: three model_types (bert, roberta, distilbert) over one config
+// The BERT family in the registry: four model_types (bert, roberta, distilbert, big_bird) over one config
 // (EncoderConfig) and one model (EncoderClassifier). Text classifiers: they read padded token
 // sequences and one label each; the data decides the classes (fit_classes). --dim / --depth /
 // --heads / --mlp-dim set the hidden size, layers, heads and intermediate size.
@@ -13,12 +13,14 @@ namespace lt::models {
 const ModelFamily& bert_family();
 const ModelFamily& roberta_family();
 const ModelFamily& distilbert_family();
+const ModelFamily& big_bird_family();
 
 namespace {
 
 const ModelFamily& family_for(const std::string& type) {
   if (type == "roberta") return roberta_family();
   if (type == "distilbert") return distilbert_family();
+  if (type == "big_bird") return big_bird_family();
   return bert_family();
 }
 
@@ -103,6 +105,11 @@ const ModelFamily& roberta_family() {
 
 const ModelFamily& distilbert_family() {
   static const EncoderFamily f("distilbert", "DistilBERT", {"distilbert-tiny", "distilbert-base-uncased"});
+  return f;
+}
+
+const ModelFamily& big_bird_family() {
+  static const EncoderFamily f("big_bird", "BigBird", {"bigbird-tiny", "bigbird-roberta-base"});
   return f;
 }
 

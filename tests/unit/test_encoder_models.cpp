@@ -15,6 +15,7 @@
 #include "models/encoder.h"
 #include "models/registry.h"
 #include "text/tokenizer.h"
+#include "unit/block_sparse_reference.h"
 
 using namespace lt;
 using models::EncoderClassifier;
@@ -37,10 +38,12 @@ void randomize(nn::Module& m, uint64_t seed) {
 }
 
 // transformers' forward with attention_mask, from plain ops; `ids` right-padded with pad.
+// layer_bias: one [B, 1, T, T] score bias per layer that replaces the padding mask (BigBird's
+// block-sparse pattern), or none.
 Tensor reference_logits(const EncoderConfig& c, const nn::Module& m, const std::vector<int64_t>& ids, int64_t B,
-                        int64_t T) {
+                        int64_t T, const std::vector<Tensor>& layer_bias = {}) {
   auto P = [&](const std::string& name) { return m.parameter(name); };
-  const std::string b = c.model_type + ".";
+  const std::string b = c.base_name() + ".";
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, d = H / nh, off = c.position_offset();
   Tensor x = embedding(from_ints(ids, {B, T}), P(b + "embeddings.word_embeddings.weight"));
   x = add(x, slice(P(b + "embeddings.position_embeddings.weight"), 0, off, off + T));
@@ -48,7 +51,7 @@ Tensor reference_logits(const EncoderConfig& c, const nn::Module& m, const std::
   x = layer_norm(x, P(b + "embeddings.LayerNorm.weight"), P(b + "embeddings.LayerNorm.bias"), c.layer_norm_eps);
   std::vector<double> bias(size_t(B * T));
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = ids[i] == c.pad_token_id ? -1e30 : 0.0;
-  const Tensor mask = from_vector(bias, {B, 1, 1, T});
+  const Tensor padding = from_vector(bias, {B, 1, 1, T});
   const bool distil = c.distil();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = b + (distil ? "transformer.layer." : "encoder.layer.") + std::to_string(l) + ".";
@@ -57,12 +60,13 @@ Tensor reference_logits(const EncoderConfig& c, const nn::Module& m, const std::
     const Tensor q = heads(lin(x, distil ? "attention.q_lin" : "attention.self.query"));
     const Tensor k = heads(lin(x, distil ? "attention.k_lin" : "attention.self.key"));
     const Tensor v = heads(lin(x, distil ? "attention.v_lin" : "attention.self.value"));
+    const Tensor& mask = layer_bias.empty() ? padding : layer_bias[size_t(l)];
     Tensor s = add(scale(matmul(q, k, false, true), 1.0 / std::sqrt(double(d))), mask);
     Tensor a = reshape(permute(matmul(softmax(s), v), {0, 2, 1, 3}), {B, T, H});
     a = lin(a, distil ? "attention.out_lin" : "attention.output.dense");
     const std::string ln1 = distil ? "sa_layer_norm" : "attention.output.LayerNorm";
     Tensor h = layer_norm(add(x, a), P(p + ln1 + ".weight"), P(p + ln1 + ".bias"), c.layer_norm_eps);
-    Tensor f = lin(gelu(lin(h, distil ? "ffn.lin1" : "intermediate.dense"), GeluApprox::Erf), distil ? "ffn.lin2" : "output.dense");
+    Tensor f = lin(gelu(lin(h, distil ? "ffn.lin1" : "intermediate.dense"), c.gelu_approx()), distil ? "ffn.lin2" : "output.dense");
     const std::string ln2 = distil ? "output_layer_norm" : "output.LayerNorm";
     x = layer_norm(add(h, f), P(p + ln2 + ".weight"), P(p + ln2 + ".bias"), c.layer_norm_eps);
   }
@@ -70,9 +74,11 @@ Tensor reference_logits(const EncoderConfig& c, const nn::Module& m, const std::
   if (c.model_type == "bert")
     return linear(tanh(linear(first, P("bert.pooler.dense.weight"), P("bert.pooler.dense.bias"))),
                   P("classifier.weight"), P("classifier.bias"));
-  if (c.model_type == "roberta")
-    return linear(tanh(linear(first, P("classifier.dense.weight"), P("classifier.dense.bias"))),
-                  P("classifier.out_proj.weight"), P("classifier.out_proj.bias"));
+  if (c.model_type == "roberta" || c.big_bird()) {
+    Tensor d = linear(first, P("classifier.dense.weight"), P("classifier.dense.bias"));
+    return linear(c.big_bird() ? gelu(d, c.gelu_approx()) : tanh(d), P("classifier.out_proj.weight"),
+                  P("classifier.out_proj.bias"));
+  }
   return linear(relu(linear(first, P("pre_classifier.weight"), P("pre_classifier.bias"))), P("classifier.weight"),
                 P("classifier.bias"));
 }
@@ -132,7 +138,58 @@ TEST_P(EncoderFamilies, GradientsMatchThePlainOpReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Encoders, EncoderFamilies, ::testing::Values("bert", "roberta", "distilbert"));
+INSTANTIATE_TEST_SUITE_P(Encoders, EncoderFamilies, ::testing::Values("bert", "roberta", "distilbert", "big_bird"));
+
+// BigBird block_sparse: 35 positions in blocks of 4 (more than (5 + 2) blocks) are padded to 9
+// blocks; eval mode's pattern (random blocks = block 0) and a training draw, against the plain-op
+// reference with the pattern as a score bias; logits and every gradient.
+TEST(EncoderModels, BigBirdBlockSparseMatchesThePlainOpReference) {
+  EncoderConfig c = small("big_bird");
+  c.attention_type = "block_sparse", c.block_size = 4, c.num_random_blocks = 1, c.max_position_embeddings = 40;
+  EncoderClassifier m(c, nn::InitOptions{.dtype = DType::F64, .seed = 3});
+  randomize(m, 13);
+  const int64_t B = 2, T = 35, Tp = 36, n = 9, pad = c.pad_token_id;
+  std::vector<int64_t> ids(size_t(B * T)), padded(size_t(B * Tp), pad), keys(size_t(B * Tp), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t id = b == 1 && t >= 29 ? pad : 1 + (7 * t + 3 * b) % 49;  // row 1: six pads
+      ids[size_t(b * T + t)] = padded[size_t(b * Tp + t)] = id;
+      keys[size_t(b * Tp + t)] = id != pad;
+    }
+  std::vector<nn::BlockSparseAttentionCore*> cores;
+  for (auto& [path, mod] : m.named_modules())
+    if (auto* k = dynamic_cast<nn::BlockSparseAttentionCore*>(mod)) cores.push_back(k);
+  ASSERT_EQ(cores.size(), 2u);
+  const Tensor y = from_ints({0, 2}, {2});
+  for (bool training : {false, true}) {
+    SCOPED_TRACE(training ? "training (random blocks drawn)" : "eval");
+    m.train(training);
+    std::vector<uint64_t> offsets;
+    for (auto* k : cores) offsets.push_back(k->generator().offset);
+    Tensor logits = m.forward(from_ints(ids, {B, T}));
+    cross_entropy(logits, y).backward();
+    std::map<std::string, Tensor> ours;
+    for (auto& [name, p] : m.named_parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      ours[name] = p.grad();
+      p.set_grad(Tensor());
+    }
+    // Each layer's table, drawn again from its generator rewound to where the forward started.
+    std::vector<Tensor> biases;
+    for (size_t l = 0; l < cores.size(); ++l) {
+      EXPECT_EQ(cores[l]->generator().offset > offsets[l], training);
+      cores[l]->generator().offset = offsets[l];
+      biases.push_back(test::listed_bias(cores[l]->block_table(n, training), n, c.block_size, keys, B));
+    }
+    Tensor ref = reference_logits(c, m, padded, B, Tp, biases);
+    EXPECT_LT(max_abs_diff(logits, ref), 1e-10);
+    cross_entropy(ref, y).backward();
+    for (auto& [name, p] : m.named_parameters()) {
+      EXPECT_LT(max_abs_diff(ours[name], p.grad()), 1e-10) << name;
+      p.set_grad(Tensor());
+    }
+  }
+}
 
 TEST(EncoderModels, ParameterCountsAndNamesAreTransformers) {
   const nn::InitOptions meta{.device = Device::meta()};
@@ -168,6 +225,13 @@ TEST(EncoderModels, ParameterCountsAndNamesAreTransformers) {
   EXPECT_EQ(distil.at("distilbert.transformer.layer.1.output_layer_norm.bias"), (Shape{128}));
   EXPECT_EQ(distil.at("pre_classifier.weight"), (Shape{128, 128}));
   EXPECT_EQ(distil.count("distilbert.embeddings.token_type_embeddings.weight"), 0u);
+  auto bigbird = names("bigbird-tiny");  // BigBirdForSequenceClassification: the base is "bert", a RoBERTa-style head
+  EXPECT_EQ(bigbird.at("bert.encoder.layer.1.attention.self.query.weight"), (Shape{128, 128}));
+  EXPECT_EQ(bigbird.at("bert.embeddings.position_embeddings.weight"), (Shape{1024, 128}));
+  EXPECT_EQ(bigbird.at("classifier.out_proj.weight"), (Shape{2, 128}));
+  EXPECT_EQ(bigbird.count("bert.pooler.weight"), 0u);  // transformers' pooler feeds no classifier
+  // google/bigbird-roberta-base with a 2-class head, less its unused pooler (768 * 768 + 768).
+  EXPECT_EQ(models::config_from_preset("bigbird-roberta-base")->size().parameters, 128060930.0 - 590592.0);
 }
 
 TEST(EncoderModels, PaddingRowsStartAtZero) {
@@ -181,7 +245,7 @@ TEST(EncoderModels, PaddingRowsStartAtZero) {
 }
 
 TEST(EncoderModels, ConfigJsonRoundTripsAndKeepsClassNames) {
-  for (const char* type : {"bert", "roberta", "distilbert"}) {
+  for (const char* type : {"bert", "roberta", "distilbert", "big_bird"}) {
     EncoderConfig c = small(type);
     c.labels = {"art", "food", "love"};
     const std::string j = c.to_json();
@@ -219,6 +283,10 @@ TEST(EncoderModels, BadConfigsAreOneLineErrors) {
   EXPECT_NE(error_of(R"({"model_type": "bert", "hidden_size": 10, "num_attention_heads": 3})").find("not divisible"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"model_type": "bert", "num_hidden_layers": 100000000})").find("n"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "big_bird", "attention_type": "sliding"})").find("attention_type 'sliding'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "big_bird", "use_bias": false})").find("use_bias"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "big_bird", "block_size": 0})").find("block_size 0"), std::string::npos);
   for (const char* s : {R"({"model_type": "bert", "hidden_act": "relu"})", R"({"model_type": "bert", "num_labels": 0})"})
     EXPECT_EQ(error_of(s).find('\n'), std::string::npos);
 }
@@ -239,6 +307,10 @@ TEST(EncoderModels, CheckpointNamesOfPretrainingFilesMap) {
   EXPECT_EQ(m.checkpoint_key_to_name("bert.embeddings.LayerNorm.gamma"), "bert.embeddings.LayerNorm.weight");
   EXPECT_EQ(m.checkpoint_key_to_name("encoder.layer.0.output.LayerNorm.beta"), "bert.encoder.layer.0.output.LayerNorm.bias");
   EXPECT_EQ(m.checkpoint_key_to_name("classifier.weight"), "classifier.weight");
+  EncoderConfig bb = small("big_bird");
+  EncoderClassifier b(bb, nn::InitOptions{.device = Device::meta()});
+  EXPECT_EQ(b.checkpoint_key_to_name("bert.pooler.weight"), "");
+  EXPECT_EQ(b.checkpoint_key_to_name("encoder.layer.0.attention.self.key.bias"), "bert.encoder.layer.0.attention.self.key.bias");
 }
 
 // ---- labelled text ----
