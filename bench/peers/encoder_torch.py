@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch peer for the text-classifier benches (issue 17): transformers' *ForSequenceClassification
-(DistilBERT, BERT, RoBERTa at their base shapes, random weights), whole rows of random ids B x T,
+(DistilBERT, BERT, RoBERTa, BigBird at their base shapes, random weights), whole rows of random ids B x T,
 random labels, labels passed to the model (the loss inside it, as transformers computes it), SDPA
 attention (transformers' default and fastest), the models' hidden dropout (0.1) and none on the
 attention probabilities (leantrain's attention has none).
@@ -28,6 +28,10 @@ SHAPES = {
     "roberta": dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                     intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
                     layer_norm_eps=1e-5),
+    # google/bigbird-roberta-base's shape: block_sparse, blocks of 64, 3 random blocks.
+    "big_bird": dict(vocab_size=50358, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, max_position_embeddings=4096, hidden_act="gelu_new",
+                     attention_type="block_sparse", block_size=64, num_random_blocks=3),
 }
 
 
@@ -48,11 +52,13 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     cls = {"distilbert": (tf.DistilBertConfig, tf.DistilBertForSequenceClassification),
            "bert": (tf.BertConfig, tf.BertForSequenceClassification),
-           "roberta": (tf.RobertaConfig, tf.RobertaForSequenceClassification)}[args.model]
+           "roberta": (tf.RobertaConfig, tf.RobertaForSequenceClassification),
+           "big_bird": (tf.BigBirdConfig, tf.BigBirdForSequenceClassification)}[args.model]
     # No dropout on the attention probabilities, as leantrain (its kernels have none); the rest as configured.
     no_attn_drop = {"attention_dropout": 0.0} if args.model == "distilbert" else {"attention_probs_dropout_prob": 0.0}
     cfg = cls[0](**SHAPES[args.model], **no_attn_drop, num_labels=2)
-    cfg._attn_implementation = "sdpa"
+    # BigBird's block-sparse attention is its own code (transformers has no SDPA path for it).
+    cfg._attn_implementation = "eager" if args.model == "big_bird" else "sdpa"
     true_bf16 = args.precision == "bf16-true"
     with torch.device("cuda"):  # created on the device, in the target dtype (no f32 copy for bf16-true)
         torch.set_default_dtype(torch.bfloat16 if true_bf16 else torch.float32)

@@ -92,7 +92,7 @@ def llama_model(cfg, dtype):
     return m
 
 
-ENCODER_KINDS = ("bert", "roberta", "distilbert")  # *ForSequenceClassification, batches right-padded
+ENCODER_KINDS = ("bert", "roberta", "distilbert", "big_bird")  # *ForSequenceClassification, batches right-padded
 
 
 def encoder_model(cfg, dtype):
@@ -100,8 +100,9 @@ def encoder_model(cfg, dtype):
     kind = cfg["model_type"]
     cls = {"bert": (tf.BertConfig, tf.BertForSequenceClassification),
            "roberta": (tf.RobertaConfig, tf.RobertaForSequenceClassification),
-           "distilbert": (tf.DistilBertConfig, tf.DistilBertForSequenceClassification)}[kind]
-    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
+           "distilbert": (tf.DistilBertConfig, tf.DistilBertForSequenceClassification),
+           "big_bird": (tf.BigBirdConfig, tf.BigBirdForSequenceClassification)}[kind]
+    keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type", "eval")}
     if kind == "distilbert":
         keys.update(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)
     else:
@@ -112,6 +113,8 @@ def encoder_model(cfg, dtype):
     except Exception:
         pass
     m = cls[1](c)
+    if cfg.get("eval"):  # BigBird block_sparse: eval mode has no random blocks (all block 0), so both sides agree
+        m.eval()
     with torch.no_grad():  # random biases and norms, so that a misapplied one shows
         for n, p in m.named_parameters():
             if n.endswith(".bias"):
@@ -174,7 +177,7 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     save_file(weights, paths["w"] + ".safetensors")
     save_file(data, paths["b"] + ".safetensors")
     with open(paths["cfg"] + ".json", "w") as f:
-        keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq")}
+        keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "eval")}
         if kind == "llama" or kind in ENCODER_KINDS:  # every field transformers writes, defaults included: a real config.json's keys
             keys = {**json.loads(model.config.to_json_string()), **keys}
         json.dump(keys, f)
@@ -425,6 +428,13 @@ def main():
         ("distilbert-small", "distilbert", dict(vocab_size=500, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
                                                 max_position_embeddings=96, num_labels=3, pad_token_id=0, batch=4,
                                                 seq=77), 50),
+        # BigBird: full attention in training mode; block-sparse (blocks of 16, one random block,
+        # 200 positions padded to 13 blocks) in eval mode, where transformers' random blocks are fixed.
+        ("bigbird-full-small", "big_bird", dict(enc_small, pad_token_id=0, hidden_act="gelu_new",
+                                                attention_type="original_full"), 50),
+        ("bigbird-sparse-small", "big_bird", dict(enc_small, pad_token_id=0, hidden_act="gelu_new",
+                                                  attention_type="block_sparse", block_size=16, num_random_blocks=1,
+                                                  max_position_embeddings=256, seq=200, eval=True), 50),
     ]
     if not args.quick:
         cases += [
@@ -434,6 +444,12 @@ def main():
             ("distilbert-base", "distilbert", dict(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
                                                    max_position_embeddings=512, num_labels=2, pad_token_id=0, batch=4,
                                                    seq=512), 0),
+            ("bigbird-base-sparse", "big_bird", dict(vocab_size=50358, hidden_size=768, num_hidden_layers=12,
+                                                     num_attention_heads=12, intermediate_size=3072,
+                                                     max_position_embeddings=4096, num_labels=2, pad_token_id=0,
+                                                     hidden_act="gelu_new", attention_type="block_sparse",
+                                                     block_size=64, num_random_blocks=3, batch=2, seq=1000,
+                                                     eval=True), 0),
             ("smollm2-135m", "llama", dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
                                            num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
                                            max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
