@@ -39,6 +39,16 @@ def grad_err(name, got, want, params):
     return rel_err(got, want)
 
 
+def judge_by_f32_reference(res, tol):
+    """A bf16 metric outside the table only counts when leantrain is also farther from f32 arithmetic
+    than PyTorch's bf16 is, metric by metric: logits within the table and a gradient that both sides
+    get as far from f32 (a bias gradient summed over thousands of tokens) is a pass."""
+    fl, fg = res["f32_ref_logits_rel_err"], res["f32_ref_grad_worst_rel_err"]
+    logits_ok = res["logits_rel_err"] <= tol[0] or fl["leantrain_bf16"] <= fl["torch_bf16"]
+    grads_ok = res["grad_worst_rel_err"] <= tol[1] or fg["leantrain_bf16"] <= fg["torch_bf16"]
+    return logits_ok and grads_ok
+
+
 def gpt2_model(cfg, dtype):
     from transformers import GPT2Config, GPT2LMHeadModel
     c = GPT2Config(n_embd=cfg["n_embd"], n_layer=cfg["n_layer"], n_head=cfg["n_head"],
@@ -260,9 +270,7 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     res["tolerances"] = {"logits": tol[0], "grads": tol[1], "curve_abs": tol[2]}
     close = res["logits_rel_err"] <= tol[0] and res["grad_worst_rel_err"] <= tol[1]
     if not close and "f32_ref_logits_rel_err" in res:
-        # Outside the table only counts when leantrain is also farther from f32 than PyTorch's bf16 is.
-        fl, fg = res["f32_ref_logits_rel_err"], res["f32_ref_grad_worst_rel_err"]
-        close = fl["leantrain_bf16"] <= fl["torch_bf16"] and fg["leantrain_bf16"] <= fg["torch_bf16"]
+        close = judge_by_f32_reference(res, tol)
         res["ok_by_f32_reference"] = close
     res["ok"] = (close and not missing and
                  (steps == 0 or (res["curve_max_abs_diff"] is not None and res["curve_max_abs_diff"] <= tol[2])))
