@@ -84,9 +84,11 @@ struct CheckpointUnit {
   int64_t saved_bytes = 0;
   double flops = 0;
 };
-// A model as the search sees it, measured on meta at micro-batch 1 (plan/checkpoint_units.cpp).
+// A model as the search sees it, measured on meta at micro-batch 1 (plan/checkpoint_units.cpp;
+// 2 for a model with batch norm, whose figures are then halved).
 struct CheckpointProfile {
   std::string precision;
+  int64_t min_micro_batch = 1;                // 2 with batch norm: one sample cannot train it
   std::vector<std::string> blocks;            // transformer block paths
   std::vector<CheckpointUnit> order;          // most bytes saved per recompute FLOP first
   std::map<std::string, double> module_flops; // forward FLOPs per sample of each wrappable module

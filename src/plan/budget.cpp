@@ -260,6 +260,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   for (const auto& p : precisions)
     for (int64_t mb : micro_batches(base.batch)) {
       if (mb % layout.devices != 0) continue;  // every rank gets the same rows of each micro-batch
+      if (mb / layout.devices < bp.min_micro_batch) continue;  // batch norm needs two samples a rank
       RunConfig c = layout;
       c.precision = p;
       if (p != base.precision) c.master_weights = "none";

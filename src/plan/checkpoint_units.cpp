@@ -133,6 +133,22 @@ std::vector<Step> greedy(const std::vector<Kind>& kinds) {
   return steps;
 }
 
+bool has_batch_norm(Module& m) {
+  for (auto& [p, mod] : m.named_modules())
+    if (dynamic_cast<nn::BatchNorm2d*>(mod)) return true;
+  return false;
+}
+
+// A profile measured on `probe` samples, as the per-sample figures it stands for.
+CheckpointProfile per_sample(CheckpointProfile prof, int64_t probe) {
+  if (probe == 1) return prof;
+  const double p = double(probe);
+  prof.forward_flops /= p, prof.checkpoint_flops /= p;
+  for (auto& [path, f] : prof.module_flops) f /= p;
+  for (auto& u : prof.order) u.saved_bytes /= probe, u.flops /= p;
+  return prof;
+}
+
 }  // namespace
 
 CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
@@ -158,6 +174,15 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   prof.precision = cfg.precision;
   Allocator& al = allocator_for(Device::meta());
   std::unique_ptr<Task> task = make_task(cfg, Device::meta());
+  // Batch norm cannot train on one value per channel (a small ResNet's last stage is 1 x 1), so a
+  // model with one is probed with two samples, and its figures are halved into per-sample ones.
+  const int64_t probe = has_batch_norm(*task->model) ? 2 : 1;
+  prof.min_micro_batch = probe;
+  if (probe != 1) {
+    cfg.batch = probe;
+    task.reset();
+    task = make_task(cfg, Device::meta());
+  }
   Trainer trainer(cfg, *task);  // the run's model state: precision hooks (parameter dtypes) applied
   models::Model& model = trainer.model();
   model.train();
@@ -235,7 +260,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   else if (cfg_in.checkpoint != "none" && !cfg_in.checkpoint.empty())
     prof.checkpoint_flops = prof.flops_of(nn::select_checkpoint_modules(model, cfg_in.checkpoint));
   prof.module_calls = int64_t(calls.size());
-  if (!measure_units || prof.blocks.empty()) return prof;
+  if (!measure_units || prof.blocks.empty()) return per_sample(prof, probe);
 
   // Groups of identical blocks, each measured on its first block.
   std::vector<std::string> group_sig;
@@ -275,7 +300,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
     for (const std::string& b : group_blocks[size_t(g)])
       prof.order.push_back({s.rel.empty() ? b : b + "." + s.rel, b, s.rel, s.type, s.saved, s.flops});
   }
-  return prof;
+  return per_sample(prof, probe);
 }
 
 double CheckpointProfile::recompute_flops(size_t k) const {

@@ -467,3 +467,22 @@ TEST(Plan, BadDeviceTypeIsAUsageError) {
 }
 
 }  // namespace
+
+// A model with batch norm cannot train on one sample when its last stage is 1 x 1 (resnet-tiny on
+// 28 x 28): the profile probes two samples and reports per-sample figures, and the budget search
+// never proposes a micro-batch of one.
+TEST(Plan, BatchNormModelsProbeTwoSamplesAndKeepMicroBatchesOfTwo) {
+  RunConfig c = tiny_vit();
+  c.model = "resnet-tiny";
+  c.batch = 8;
+  const CheckpointProfile p = profile_model(c, true);
+  EXPECT_EQ(p.min_micro_batch, 2);
+  EXPECT_GT(p.forward_flops, 0);
+  EXPECT_EQ(profile_model(tiny_vit(), false).min_micro_batch, 1);
+  PlanOptions o;
+  o.context_bytes = 0;
+  const FitResult f = fit_budget(c, 1024 * MiB, o);
+  ASSERT_GE(f.chosen, 0);
+  for (const FitCandidate& cand : f.candidates)
+    EXPECT_NE(cand.config.micro_batch, 1) << command_line(cand.config);
+}
