@@ -1,4 +1,4 @@
-# BERT-family text classifiers on the CPU: fortune categories, a .jsonl with named labels and a
+# BERT-family text classifiers (BigBird too) on the CPU: fortune categories, a .jsonl with named labels and a
 # directory of class files train and report accuracy; --save writes a config.json with the
 # classes that loads again (--model DIR) and resumes; plan runs on meta; bad inputs are one line.
 source "$(dirname "$0")/common.bash" "$@"
@@ -73,6 +73,25 @@ expect_ok "$LT" train --model roberta-tiny --data synthetic --steps 2 --batch 4 
   --checkpoint 'roberta\.encoder\.layer\.0'
 expect_ok "$LT" plan --model bert-base-uncased --data synthetic --batch 8 --seq-len 128 --precision bf16-mixed
 expect_grep "BERT" "$WORK/out"
+
+# BigBird block_sparse: 150 positions run as 10 blocks of 16 (padded from 150), checkpointed layers
+# draw the same random blocks when recomputed; a saved model keeps attention_type and loads again.
+expect_ok "$LT" train --model bigbird-tiny --data fortunes --steps 3 --batch 4 --seq-len 150 --eval-batches 1 \
+  --checkpoint blocks --device cpu --save "$WORK/bigbird"
+expect_grep "^model bigbird-tiny: BigBird, .* 150 positions" "$WORK/out"
+expect_grep "2 modules recomputed in backward: bert.encoder.layer.0, bert.encoder.layer.1" "$WORK/out"
+python3 - "$WORK/bigbird/config.json" <<'EOF' && ok || fail "saved BigBird config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["model_type"] == "big_bird" and c["architectures"] == ["BigBirdForSequenceClassification"], c
+assert c["attention_type"] == "block_sparse" and c["block_size"] == 16 and c["num_random_blocks"] == 1, c
+EOF
+expect_ok "$LT" train --model "$WORK/bigbird" --data fortunes --steps 1 --batch 4 --seq-len 150 --eval-batches 1 --device cpu
+expect_grep "weights loaded from" "$WORK/out"
+expect_ok "$LT" plan --model bigbird-roberta-base --data synthetic --batch 4 --seq-len 4096 --precision bf16-true \
+  --checkpoint blocks --optimizer adamw8bit
+expect_grep "predicted peak allocated" "$WORK/out"
+expect_error 2 "seq-len 1030.*1024 positions" "$LT" train --model bigbird-tiny --data synthetic --seq-len 1030 --device cpu
 
 # Bad inputs: one line each, exit 2 for flags and 1 for data.
 expect_error 2 "seq-len 600.*512 positions" "$LT" train --model bert-tiny --data synthetic --seq-len 600 --device cpu
