@@ -84,3 +84,4 @@ TEST(TokenizerReference, SentencePieceMetaspace) { check_style("sentencepiece-me
 TEST(TokenizerReference, BertUncased) { check_style("bert-uncased"); }
 TEST(TokenizerReference, BertCased) { check_style("bert-cased"); }
 TEST(TokenizerReference, Roberta) { check_style("roberta"); }
+TEST(TokenizerReference, Qwen2) { check_style("qwen2"); }
