@@ -34,13 +34,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            shapes, "use a kv head count that divides the query head count");
   LT_CHECK(D > 0 && Tq > 0 && Tk > 0, std::string(name) + ": empty head dim or sequence", shapes,
            "pass at least one query, one key and D > 0");
-  if (mask_in.defined()) {
-    LT_CHECK(mask_in.dtype() == DType::U8 && mask_in.shape() == Shape({B, Tk}),
-             std::string(name) + ": key_padding_mask is " + dtype_name(mask_in.dtype()) + " " +
-                 shape_str(mask_in.shape()),
-             "it must be u8 [B, Tk] = [" + std::to_string(B) + ", " + std::to_string(Tk) + "] with 1 = attend",
-             "build it from the attention mask as u8");
-  }
+  check_key_padding_mask(name, mask_in, B, Tk);
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
@@ -119,13 +113,7 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_hea
   LT_CHECK(T > 0, std::string(name) + ": empty sequence (qkv " + shape_str(qkv_in.shape()) + ")",
            "attention needs at least one token", "pass T >= 1");
   const int64_t H = heads, Hkv = kv_heads, D = W / (H + 2 * Hkv), C = H * D, Ckv = Hkv * D;
-  if (mask_in.defined()) {
-    LT_CHECK(mask_in.dtype() == DType::U8 && mask_in.shape() == Shape({B, T}),
-             std::string(name) + ": key_padding_mask is " + dtype_name(mask_in.dtype()) + " " +
-                 shape_str(mask_in.shape()),
-             "it must be u8 [B, T] = [" + std::to_string(B) + ", " + std::to_string(T) + "] with 1 = attend",
-             "build it from the attention mask as u8");
-  }
+  check_key_padding_mask(name, mask_in, B, T);
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor qkv = contiguous(qkv_in);  // a no-op for a Linear's output
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();

@@ -93,13 +93,7 @@ Tensor block_sparse_attention_packed(const Tensor& qkv_in, int64_t heads, int64_
   for (int32_t k : table)
     LT_CHECK(k >= -1 && k < n, std::string(name) + ": block table entry " + std::to_string(k),
              "entries name a key block in [0, " + std::to_string(n) + ") or -1 for none", "fix the table");
-  if (mask_in.defined()) {
-    LT_CHECK(mask_in.dtype() == DType::U8 && mask_in.shape() == Shape({B, T}),
-             std::string(name) + ": key_padding_mask is " + dtype_name(mask_in.dtype()) + " " +
-                 shape_str(mask_in.shape()),
-             "it must be u8 [B, T] = [" + std::to_string(B) + ", " + std::to_string(T) + "] with 1 = attend",
-             "build it from the attention mask as u8");
-  }
+  check_key_padding_mask(name, mask_in, B, T);
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor qkv = contiguous(qkv_in);
   // The gathered key blocks need a mask anyway (empty slots); all ones when nothing is padded.

@@ -27,6 +27,14 @@ void check_floating(const char* op, const Tensor& x) {
            std::string("got ") + dtype_name(x.dtype()), "cast to f32, bf16 or f16");
 }
 
+void check_key_padding_mask(const char* op, const Tensor& mask, int64_t B, int64_t Tk) {
+  if (!mask.defined()) return;
+  LT_CHECK(mask.dtype() == DType::U8 && mask.shape() == Shape({B, Tk}),
+           std::string(op) + ": key_padding_mask is " + dtype_name(mask.dtype()) + " " + shape_str(mask.shape()),
+           "it must be u8 [B, Tk] = [" + std::to_string(B) + ", " + std::to_string(Tk) + "] with 1 = attend",
+           "build it from the attention mask as u8");
+}
+
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* name) {
   LT_CHECK(x.dim() == rank, std::string(op) + ": " + name + " must have " + std::to_string(rank) + " dimensions",
            "got shape " + shape_str(x.shape()), "reshape it");

@@ -15,6 +15,8 @@ Device common_device(const char* op, const std::vector<Tensor>& xs);
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 void check_floating(const char* op, const Tensor& x);
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* name);
+// An attention's key padding mask: undefined, or u8 [B, Tk] with 1 = attend.
+void check_key_padding_mask(const char* op, const Tensor& mask, int64_t B, int64_t Tk);
 // NumPy broadcasting of two shapes; throws with both shapes on mismatch.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 // A broadcast view of x as `shape` (stride 0 on expanded dims), for the kernels.

@@ -14,6 +14,7 @@
 #include "leantrain/nn_encoder.h"
 #include "leantrain/ops.h"
 #include "unit/block_sparse_reference.h"
+#include "unit/max_abs_diff.h"
 #include "unit/error_of.h"
 #include "unit/gradcheck.h"
 
@@ -37,13 +38,7 @@ std::vector<int64_t> padded_mask(int64_t B, int64_t T) {  // row b ends in 3 b p
   return m;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_double_vector(), y = b.to_double_vector();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using test::max_abs_diff;
 
 nn::BlockSparseAttentionCore core(int64_t bs, int64_t r, uint64_t seed = 7) {
   return nn::BlockSparseAttentionCore(8, 2, nn::BlockSparseOptions{bs, r}, seed);

@@ -16,6 +16,7 @@
 #include "models/registry.h"
 #include "text/tokenizer.h"
 #include "unit/block_sparse_reference.h"
+#include "unit/max_abs_diff.h"
 
 using namespace lt;
 using models::EncoderClassifier;
@@ -83,13 +84,7 @@ Tensor reference_logits(const EncoderConfig& c, const nn::Module& m, const std::
                 P("classifier.bias"));
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_double_vector(), y = b.to_double_vector();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
-}
+using test::max_abs_diff;
 
 class EncoderFamilies : public ::testing::TestWithParam<std::string> {};
 
