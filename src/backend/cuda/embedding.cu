@@ -201,29 +201,40 @@ struct RopeTable {
   float inv_freq[kRopeMaxHalf];
 };
 
-// Block (32, 8): x = pair index within a row (grid.y covers D/2), y = rows [R*T*N] (grid-stride).
+// One block per position t (grid-stride): the D/2 angles' sin and cos (double sincos, rounded to
+// f32) into shared memory once, then every pair of the R x N rows at that position rotated by the
+// block's threads (consecutive threads, consecutive pairs of a row). The sincos runs T * D/2 times,
+// not once per element.
 template <class T>
-__global__ void rope_kernel(T* out, const T* x, int64_t rows, int64_t T_len, int64_t N, int D, RopeTable table,
-                            int64_t pos_offset, int64_t rot_heads, bool inverse) {
-  const int half = D / 2;
-  const int k = int(blockIdx.y) * 32 + threadIdx.x;
-  if (k >= half) return;
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.y + threadIdx.y; r < rows; r += int64_t(gridDim.x) * blockDim.y) {
-    const T* xr = x + r * D;
-    T* orow = out + r * D;
-    if (r % N >= rot_heads) {  // v: passed through
-      orow[k] = xr[k];
-      orow[k + half] = xr[k + half];
-      continue;
+__global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int D, RopeTable table,
+                            int64_t pos_offset, int rot_heads, bool inverse) {
+  __shared__ float cs_s[kRopeMaxHalf], sn_s[kRopeMaxHalf];
+  const int half = D / 2, work = R * N * half;
+  for (int64_t t = blockIdx.x; t < T_len; t += gridDim.x) {
+    for (int k = threadIdx.x; k < half; k += blockDim.x) {
+      const float angle = __fmul_rn(table.inv_freq[k], float(pos_offset + t));
+      double s, cth;
+      sincos(double(angle), &s, &cth);
+      cs_s[k] = float(cth);
+      sn_s[k] = inverse ? -float(s) : float(s);
     }
-    const int64_t t = (r / N) % T_len;
-    const float angle = __fmul_rn(table.inv_freq[k], float(pos_offset + t));
-    double s, cth;
-    sincos(double(angle), &s, &cth);
-    const float cs = float(cth), sn = inverse ? -float(s) : float(s);
-    const float a = to_f32(xr[k]), b = to_f32(xr[k + half]);  // both read before either write (out may alias x)
-    orow[k] = from_f32<T>(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn)));
-    orow[k + half] = from_f32<T>(__fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn)));
+    __syncthreads();
+    for (int i = threadIdx.x; i < work; i += blockDim.x) {
+      const int rn = i / half, k = i - rn * half, b = rn / N, n = rn - b * N;
+      const int64_t row = ((int64_t(b) * T_len + t) * N + n) * D;
+      const T* xr = x + row;
+      T* orow = out + row;
+      if (n >= rot_heads) {  // v: passed through
+        orow[k] = xr[k];
+        orow[k + half] = xr[k + half];
+        continue;
+      }
+      const float cs = cs_s[k], sn = sn_s[k];
+      const float a = to_f32(xr[k]), c = to_f32(xr[k + half]);  // both read before either write (out may alias x)
+      orow[k] = from_f32<T>(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn)));
+      orow[k + half] = from_f32<T>(__fadd_rn(__fmul_rn(c, cs), __fmul_rn(a, sn)));
+    }
+    __syncthreads();  // the table is rewritten for the block's next position
   }
 }
 
@@ -332,12 +343,14 @@ void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float
   if (x.numel() == 0) return;
   RopeTable table{};
   std::copy(inv_freq.begin(), inv_freq.end(), table.inv_freq);
-  const int64_t ychunks = (D / 2 + 31) / 32;
-  const int64_t xblocks = std::min<int64_t>((rows + 7) / 8, int64_t(1) << 20);
+  const int64_t R = rows / (T_len * N);
+  LT_CHECK(R * N * (D / 2) < (int64_t(1) << 31), "rope: " + std::to_string(R) + " sequences of " + std::to_string(N) +
+           " heads of " + std::to_string(D), "the kernel counts one position's pairs in 32 bits", "use a smaller batch");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<dim3(unsigned(xblocks), unsigned(ychunks)), dim3(32, 8), 0, current_stream()>>>(
-        out.data<T>(), x.data<T>(), rows, T_len, N, int(D), table, pos_offset, rot_heads, inverse);
+    rope_kernel<T><<<unsigned(std::min<int64_t>(T_len, 65535)), 256, 0, current_stream()>>>(
+        out.data<T>(), x.data<T>(), int(R), T_len, int(N), int(D), table, pos_offset,
+        int(std::min<int64_t>(rot_heads, N)), inverse);
     LT_CUDA_LAUNCH_CHECK("rope_kernel");
   });
 }
