@@ -63,3 +63,30 @@ TEST(OptimClip, ClippedStepEqualsStepOnClippedGrads) {
   EXPECT_NEAR(p[0], 1 - double(float(0.5)) * 3 * coef, 1e-12);
   EXPECT_NEAR(p[1], 2 - double(float(0.5)) * 4 * coef, 1e-12);
 }
+
+// The CUDA norm (vectorised for aligned f32, element by element otherwise) against the CPU's:
+// f32 tensors of sizes that are not multiples of 4 or of a chunk, one starting one element into
+// its storage (not 16-byte aligned), and a bf16 one.
+TEST(OptimClip, CudaNormMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  Generator gen(17);
+  std::vector<Tensor> cpu, gpu;
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(16384 * 3 + 5), int64_t(100003)}) {
+    Tensor g = randn({n}, gen);
+    cpu.push_back(param_with_grad(std::vector<double>(size_t(n), 0.0), g.to_double_vector(), DType::F32));
+    gpu.push_back(to_device(cpu.back().detach(), Device::cuda()).set_requires_grad(true));
+    gpu.back().set_grad(to_device(cpu.back().grad(), Device::cuda()));
+  }
+  Tensor base = randn({4097}, gen);
+  Tensor off = slice(to_device(base, Device::cuda()), 0, 1, 4097);  // one element in: misaligned
+  Tensor p = zeros({4096}, DType::F32, Device::cuda()).set_requires_grad(true);
+  p.set_grad(off);
+  gpu.push_back(p);
+  cpu.push_back(param_with_grad(std::vector<double>(4096, 0.0), slice(base, 0, 1, 4097).to_double_vector(), DType::F32));
+  Tensor h = randn({999}, gen, 1.0f, DType::BF16);
+  gpu.push_back(zeros({999}, DType::BF16, Device::cuda()).set_requires_grad(true));
+  gpu.back().set_grad(to_device(h, Device::cuda()));
+  cpu.push_back(param_with_grad(std::vector<double>(999, 0.0), h.to_double_vector(), DType::BF16));
+  const double want = clip_grad_norm(cpu, 0).norm, got = clip_grad_norm(gpu, 0).norm;
+  EXPECT_NEAR(got, want, 1e-5 * want);
+}
