@@ -54,6 +54,7 @@ int run_train_fit(RunConfig cfg, const std::string& fit, RunResult* result = nul
 // `profile` (src/cli/profile_command.cpp): the train flags plus which modules, steps and files.
 struct ProfileFlags {
   std::string modules = "sublayers";
+  bool subsets = false;
   int64_t warmup = 2, timed = 5;
   std::string json, svg;
   CLI::App* cmd = nullptr;  // to tell which train flags were given (those a profile refuses)

@@ -21,6 +21,10 @@ void add_profile_flags(CLI::App& cmd, RunConfig& c, ProfileFlags& p) {
                  "What to try checkpointing, one module at a time: blocks, sublayers (each block, its attention, its "
                  "MLP) or a regex over module paths")
       ->capture_default_str()->group(what);
+  cmd.add_flag("--subsets", p.subsets,
+               "Try every combination of the --modules matches checkpointed together (at most 6 modules: 63 runs), "
+               "e.g. --modules 'layer[1-4]' --subsets for layer1..layer4 and their subsets")
+      ->group(what);
   add_int_flag(cmd, flag_range::warmup_steps, p.warmup, "Untimed optimizer steps before the timed ones, per run")
       ->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::timed_steps, p.timed, "Timed optimizer steps per run; the step time is their median")
@@ -65,6 +69,7 @@ int run_profile(const RunConfig& cfg, const ProfileFlags& p) {
   check_output_file("--svg", p.svg, false);
   ProfileOptions o;
   o.modules = p.modules;
+  o.subsets = p.subsets;
   o.warmup_steps = p.warmup;
   o.timed_steps = p.timed;
   ProfileResult r = profile_run(cfg, o, [](const std::string& line) {

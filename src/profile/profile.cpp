@@ -6,6 +6,7 @@
 #include "profile/profile.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <regex>
@@ -23,6 +24,8 @@ namespace lt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxSubsetModules = 6;
 
 struct Candidate {
   std::string module, kind, checkpoint;
@@ -187,14 +190,34 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
     std::unique_ptr<Task> task = make_task(cfg, Device::meta());
     r.description = task->description;
     r.unit = task->unit;
-    for (const std::string& p : paths)
-      cands.push_back({p, task->model->find_module(p)->type_name(), nn::checkpoint_regex_for(p)});
+    if (!opt.subsets) {
+      for (const std::string& p : paths)
+        cands.push_back({p, task->model->find_module(p)->type_name(), nn::checkpoint_regex_for(p)});
+    } else {
+      // Seed 004's scatter: every combination (layer1, layer1+layer2, ...), as one regex each.
+      if (paths.size() > kMaxSubsetModules)
+        throw UsageError("--subsets with " + std::to_string(paths.size()) + " modules matching --modules '" +
+                             opt.modules + "'",
+                         "it runs every combination: at most " + std::to_string(kMaxSubsetModules) + " modules (" +
+                             std::to_string((1 << kMaxSubsetModules) - 1) + " runs)",
+                         "narrow --modules, e.g. 'layer[1-4]'");
+      for (uint32_t mask = 1; mask < (1u << paths.size()); ++mask) {
+        std::string name, regex;
+        for (size_t j = 0; j < paths.size(); ++j)
+          if (mask & (1u << j)) {
+            name += (name.empty() ? "" : "+") + paths[j];
+            regex += (regex.empty() ? "(" : "|(") + nn::checkpoint_regex_for(paths[j]) + ")";
+          }
+        cands.push_back({name, std::popcount(mask) == 1 ? task->model->find_module(name)->type_name() : "subset", regex});
+      }
+    }
     for (auto& [path, m] : task->model->named_modules()) has_blocks = has_blocks || nn::is_transformer_block(*m);
   }
   if (has_blocks) cands.push_back({"all blocks", "blocks", "blocks"});
   r.modules_note = opt.modules == "sublayers" ? "every transformer block, and its attention and its MLP alone"
                    : opt.modules == "blocks"  ? "every transformer block"
                                               : "the modules matching '" + opt.modules + "'";
+  if (opt.subsets) r.modules_note = "every combination of " + r.modules_note;
 
   const size_t n = cands.size();
   std::vector<Measured> predicted(n);

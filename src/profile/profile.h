@@ -17,6 +17,7 @@ namespace lt {
 
 struct ProfileOptions {
   std::string modules = "sublayers";  // blocks | sublayers | a regex over module paths
+  bool subsets = false;               // every non-empty combination of those modules, checkpointed together
   int64_t warmup_steps = 2;           // W: untimed steps before the timed ones
   int64_t timed_steps = 5;            // K: the step time is the median of these
 };

@@ -60,6 +60,21 @@ expect_ok "$LT" profile "${TINY[@]}" --modules 'transformer\.h\.1\.mlp' --warmup
 python3 -c "import json,sys; m=[r['module'] for r in json.load(open(sys.argv[1]))['rows']]; assert m==['transformer.h.1.mlp','all blocks'], m" \
   "$WORK/r.json" && ok || fail "--modules regex rows"
 
+# --subsets: every combination of the matched modules checkpointed together (seed 004's scatter),
+# each row's --checkpoint reproducing it; more than 6 modules is refused before any run.
+expect_ok "$LT" profile "${TINY[@]}" --modules 'transformer\.h\.[01]\.mlp' --subsets --warmup-steps 0 --timed-steps 1 \
+  --json "$WORK/s.json"
+python3 - "$WORK/s.json" <<'PY' && ok || fail "--subsets rows"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+m = [r["module"] for r in rows]
+assert m == ["transformer.h.0.mlp", "transformer.h.1.mlp", "transformer.h.0.mlp+transformer.h.1.mlp", "all blocks"], m
+both = rows[2]
+assert both["bytes_saved_measured"] == both["bytes_saved_predicted"], both
+assert both["checkpoint"] == r"(transformer\.h\.0\.mlp)|(transformer\.h\.1\.mlp)", both["checkpoint"]
+PY
+expect_error 2 "--subsets with 8 modules.*at most 6 modules" "$LT" profile "${TINY[@]}" --subsets --modules 'transformer\.h\.[01]\.(attn|mlp|ln_1|ln_2)'
+
 # Errors: one line, exit 2, before any run.
 expect_error 2 "nothing to profile: --modules 'nothing' matches no checkpointable module" \
   "$LT" profile "${TINY[@]}" --modules nothing
