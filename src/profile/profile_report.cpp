@@ -88,7 +88,8 @@ std::string profile_table(const ProfileResult& r) {
   std::string s;
   s += "leantrain profile: " + r.description + "\n";
   s += "device " + r.device.str() + ": " + cpu_note(r) + "\n";
-  s += "modules: " + r.modules_note + "; each run built afresh with that module alone checkpointed\n";
+  s += "modules: " + r.modules_note + "; each run built afresh with " +
+       (r.options.subsets ? "that combination" : "that module alone") + " checkpointed\n";
   s += "steps: " + std::to_string(r.options.warmup_steps) + " warm-up + " + std::to_string(r.options.timed_steps) +
        " timed per run, step time = median of the timed steps, device synchronised around each\n";
   s += "baseline (no checkpointing): peak allocated " + format_bytes(b.peak_measured) + " (predicted " +
