@@ -155,6 +155,36 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
 // Runs backward from `root` (a scalar unless `grad` is given, which must have root's shape and
 // dtype). Nodes run in decreasing sequence_nr among those whose gradient is complete.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+// One backward from several scalar roots at once, each with gradient 1, as if from their sum but
+// without an add node: a leaf reached from several roots gets one accumulation of the sum of its
+// gradients (in the order the engine produced them), so its post-accumulate-grad hooks see the
+// final gradient once. The graph is not retained.
+void run_backward(const std::vector<Tensor>& roots);
+
+// Numbers the nodes of several forwards of the same graph ("lanes": the micro-batches of one
+// step) so that one backward over all of them runs breadth-first: the k-th node recorded by every
+// lane before the (k-1)-th node of any lane, and lane 0 first among equal k. A parameter used at
+// depth k of each lane then has its whole gradient as soon as depth k is done, so a fused step can
+// apply and free it there instead of keeping a gradient buffer across micro-batches. Only the
+// order changes: the lanes' gradients are the same, summed in lane order as accumulation does.
+// Leaves' AccumulateGrad nodes take no number (they run as soon as they are ready anyway).
+class InterleavedSequence {
+ public:
+  explicit InterleavedSequence(int64_t lanes);
+  ~InterleavedSequence();  // later nodes are numbered above every number handed out here
+  InterleavedSequence(const InterleavedSequence&) = delete;
+  InterleavedSequence& operator=(const InterleavedSequence&) = delete;
+  void begin_lane(int64_t lane);  // numbers this thread's new nodes as lane `lane` until end_lane
+  void end_lane();
+
+ private:
+  friend uint64_t next_sequence_nr();
+  uint64_t base_;
+  int64_t lanes_;
+  int64_t lane_ = -1;
+  uint64_t depth_ = 0;      // nodes recorded by the current lane so far
+  uint64_t max_depth_ = 0;  // over all lanes
+};
 // True while a backward that keeps its graph (retain_graph) runs on this thread: the nodes'
 // saved tensors will be read again, so a backward function must leave them intact. False
 // outside backward and in a backward that frees each node's saved tensors after running it.

@@ -38,6 +38,20 @@ struct CheckpointOptions {
 // the forward already applied them once.
 bool recomputing_checkpoint();
 
+// While alive on this thread, regions recorded route their parameters' gradients through the
+// region's node instead of accumulating them during the recomputation: the outer backward then
+// sums each parameter's gradients over all its uses before its AccumulateGrad (and hooks) run
+// once. A breadth-first step over several micro-batches (the trainer's --fused-step with
+// --micro-batch) records its forwards so; a recomputation that reaches a parameter outside the
+// region's own then fails with a clear error instead of updating from a partial gradient.
+class RouteParamGradsScope {
+ public:
+  RouteParamGradsScope();
+  ~RouteParamGradsScope();
+  RouteParamGradsScope(const RouteParamGradsScope&) = delete;
+  RouteParamGradsScope& operator=(const RouteParamGradsScope&) = delete;
+};
+
 using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 
 // Runs fn(inputs) keeping only `inputs`; the backward recomputes it. When grad mode is off or

@@ -7,7 +7,10 @@
 // parameters' gradients go to their real AccumulateGrad nodes, hooks included.
 #include "leantrain/checkpoint.h"
 
+#include <optional>
+
 #include "autograd/kept_outputs.h"
+#include "autograd/routed_params.h"
 
 #include "leantrain/error.h"
 
@@ -44,13 +47,47 @@ Tensor graph_handle(const Tensor& out) {
   return Tensor(impl);
 }
 
-// The recomputation: returns one gradient per input (undefined where none), then none for params.
+thread_local int t_route_param_grads = 0;
+
+// While alive, the recomputation's graph sends the parameters' gradients to capture nodes
+// instead of their AccumulateGrad nodes (restored at the end, also on a throw).
+class ParamCapture {
+ public:
+  explicit ParamCapture(const std::vector<Tensor>& params) : params_(params) {
+    for (const Tensor& p : params_) {
+      auto cap = std::make_shared<CaptureNode>();
+      cap->name = "CheckpointParameter";
+      cap->sequence_nr = kAccumulateGradSequenceNr;  // taken as soon as complete, as a leaf would be
+      saved_.push_back(p.impl()->grad_accumulator);
+      p.impl()->grad_accumulator = cap;
+      caps_.push_back(std::move(cap));
+    }
+  }
+  ~ParamCapture() { restore(); }
+  ParamCapture(const ParamCapture&) = delete;
+  ParamCapture& operator=(const ParamCapture&) = delete;
+  void restore() {
+    for (size_t i = 0; i < saved_.size(); ++i) params_[i].impl()->grad_accumulator = std::move(saved_[i]);
+    saved_.clear();
+  }
+  Tensor take(size_t i) { return std::move(caps_[i]->grad); }
+
+ private:
+  const std::vector<Tensor>& params_;
+  std::vector<std::shared_ptr<Node>> saved_;
+  std::vector<std::shared_ptr<CaptureNode>> caps_;
+};
+
+// The recomputation: returns one gradient per input (undefined where none), then one per
+// parameter when they are routed (else none: they were accumulated into the parameters).
 std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<SavedTensor>& saved,
                                        const std::vector<bool>& need, const std::vector<Generator*>& gens,
-                                       const std::vector<uint64_t>& forward_offsets, size_t n_params,
-                                       detail::KeptOutputs* kept, const Tensor& grad_out) {
+                                       const std::vector<uint64_t>& forward_offsets, const std::vector<Tensor>* routed,
+                                       size_t n_params, detail::KeptOutputs* kept, const Tensor& grad_out) {
   MemoryCategoryScope act(Category::Activation);  // recomputed tensors are activations
   std::vector<std::shared_ptr<CaptureNode>> caps(saved.size());
+  std::optional<ParamCapture> param_caps;
+  if (routed) param_caps.emplace(*routed);
   Tensor handle;
   {
     std::vector<Tensor> xs;
@@ -81,6 +118,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       }
     }
     set_generator_offsets(gens, now);
+    if (param_caps) param_caps->restore();  // the recorded graph keeps its edges to the captures
     LT_CHECK(!kept || kept->next == kept->entries.size(),
              "selective checkpointing: the recomputation made " + std::to_string(kept ? kept->next : 0) +
                  " matmul-class calls",
@@ -92,16 +130,25 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
              "checkpoint only regions whose result depends on their inputs, parameters and generators alone");
     if (out.requires_grad()) handle = graph_handle(out);
   }  // the recomputed output and the input handles go; the subgraph holds what it saved
-  if (handle.defined()) run_backward(handle, grad_out, false);
+  if (handle.defined()) {
+    std::optional<detail::RefuseLeafAccumulation> only_own;
+    if (routed) only_own.emplace();
+    run_backward(handle, grad_out, false);
+  }
   std::vector<Tensor> grads(saved.size() + n_params);
   for (size_t i = 0; i < saved.size(); ++i)
     if (caps[i]) grads[i] = std::move(caps[i]->grad);
+  if (param_caps)
+    for (size_t j = 0; j < n_params; ++j) grads[saved.size() + j] = param_caps->take(j);
   return grads;
 }
 
 }  // namespace
 
 bool recomputing_checkpoint() { return t_recomputing > 0; }
+
+RouteParamGradsScope::RouteParamGradsScope() { ++t_route_param_grads; }
+RouteParamGradsScope::~RouteParamGradsScope() { --t_route_param_grads; }
 
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& opts) {
   std::vector<Tensor> edges = inputs;
@@ -142,8 +189,12 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   std::vector<Generator*> gens = opts.generators;
   std::vector<Tensor> captured = opts.captured;
   const size_t n_params = opts.params.size();
-  record(out, opts.name, edges, [fn, saved, need, gens, offsets, n_params, captured, kept](const Tensor& g) {
-    return recompute_backward(fn, saved, need, gens, offsets, n_params, kept.get(), g);
+  // Routed: the region's node returns its parameters' gradients like an input's, so the outer
+  // engine sums them over every use (every micro-batch) before their AccumulateGrad runs once.
+  std::shared_ptr<const std::vector<Tensor>> routed;
+  if (t_route_param_grads > 0) routed = std::make_shared<const std::vector<Tensor>>(opts.params);
+  record(out, opts.name, edges, [fn, saved, need, gens, offsets, routed, n_params, captured, kept](const Tensor& g) {
+    return recompute_backward(fn, saved, need, gens, offsets, routed.get(), n_params, kept.get(), g);
   });
   return out;
 }

@@ -3,16 +3,34 @@
 // first (the reverse of the forward's recording order, so the order depends only on the graph).
 // Saved tensors are released as each node runs and intermediate gradients are dropped as soon
 // as they are consumed, so memory falls during backward.
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 
 #include "leantrain/autograd.h"
+#include "autograd/routed_params.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 
 namespace lt {
 
+namespace detail {
 namespace {
+thread_local int t_refuse_leaf_accumulation = 0;
+}  // namespace
+bool leaf_accumulation_refused() { return t_refuse_leaf_accumulation > 0; }
+RefuseLeafAccumulation::RefuseLeafAccumulation() { ++t_refuse_leaf_accumulation; }
+RefuseLeafAccumulation::~RefuseLeafAccumulation() { --t_refuse_leaf_accumulation; }
+}  // namespace detail
+
+namespace {
+
+thread_local bool t_unnumbered = false;
+struct UnnumberedScope {
+  bool prev = t_unnumbered;
+  UnnumberedScope() { t_unnumbered = true; }
+  ~UnnumberedScope() { t_unnumbered = prev; }
+};
 
 std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()); }
 std::string describe(const InputMeta& m) { return std::string(dtype_name(m.dtype)) + " " + shape_str(m.shape); }
@@ -34,6 +52,11 @@ struct AccumulateGrad final : Node {
     auto impl = leaf.lock();
     if (!impl) return {};
     Tensor param(impl);
+    LT_CHECK(!detail::leaf_accumulation_refused(),
+             "a checkpointed region read a parameter that is not among its own",
+             "a breadth-first step (--fused-step with --micro-batch) hands a region's parameter gradients to the "
+             "engine whole, and a parameter from outside the region would be updated from one micro-batch",
+             "checkpoint a module that holds every parameter its forward uses, or drop --micro-batch");
     Tensor grad = g;
     // The producer's edge was checked; this catches a pre-hook that replaced the gradient.
     LT_CHECK(grad.shape() == param.shape() && grad.dtype() == param.dtype(),
@@ -64,7 +87,11 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (impl->grad_fn) return impl->grad_fn;
   if (!impl->grad_accumulator) {
-    auto acc = std::make_shared<AccumulateGrad>();
+    std::shared_ptr<AccumulateGrad> acc;
+    {
+      UnnumberedScope unnumbered;  // an interleaved forward must not count it (it exists from lane 0 on)
+      acc = std::make_shared<AccumulateGrad>();
+    }
     acc->name = "AccumulateGrad";
     acc->sequence_nr = kAccumulateGradSequenceNr;
     acc->leaf = t.impl_ptr();
@@ -106,10 +133,39 @@ struct RunsLater {
 
 }  // namespace
 
+namespace {
+thread_local uint64_t t_next_sequence_nr = 0;
+thread_local InterleavedSequence* t_interleaved = nullptr;
+}  // namespace
+
 uint64_t next_sequence_nr() {
-  thread_local uint64_t next = 0;
-  return next++;
+  if (t_unnumbered) return 0;
+  if (InterleavedSequence* s = t_interleaved) {
+    // Depth-major, lane 0 highest among equals: backward runs lane 0's node k first.
+    const uint64_t n = s->base_ + s->depth_ * uint64_t(s->lanes_) + uint64_t(s->lanes_ - 1 - s->lane_);
+    s->max_depth_ = std::max(s->max_depth_, ++s->depth_);
+    return n;
+  }
+  return t_next_sequence_nr++;
 }
+
+InterleavedSequence::InterleavedSequence(int64_t lanes) : base_(t_next_sequence_nr), lanes_(lanes) {
+  LT_ASSERT(lanes >= 1 && t_interleaved == nullptr);
+}
+
+InterleavedSequence::~InterleavedSequence() {
+  if (t_interleaved == this) t_interleaved = nullptr;
+  t_next_sequence_nr = base_ + max_depth_ * uint64_t(lanes_);
+}
+
+void InterleavedSequence::begin_lane(int64_t lane) {
+  LT_ASSERT(lane >= 0 && lane < lanes_ && t_interleaved == nullptr);
+  lane_ = lane;
+  depth_ = 0;
+  t_interleaved = this;
+}
+
+void InterleavedSequence::end_lane() { t_interleaved = nullptr; }
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!grad_enabled()) return false;
@@ -157,21 +213,21 @@ class RetainScope {
 
 bool backward_retains_graph() { return t_retains_graph; }
 
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
-  LT_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad",
-           "no input of the computation requires grad, or it ran under no-grad/inference mode",
-           "set requires_grad on the parameters and run the forward with grad enabled");
-  Tensor g = grad;
-  if (!g.defined()) {
-    LT_CHECK(root.numel() == 1, "backward() without a gradient needs a scalar",
-             "the root has shape " + shape_str(root.shape()), "reduce it to a scalar or pass a gradient");
-    MemoryCategoryScope s(Category::Activation);
-    g = ones(root.shape(), root.dtype(), root.device());
-  }
-  LT_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype(),
-           "backward(): the gradient is " + describe(g) + " but the root is " + describe(root),
-           "the gradient of a tensor has its shape and dtype", "pass a gradient shaped and typed like the root");
-  std::shared_ptr<Node> start = edge_for(root);
+namespace {
+
+// A root standing for several: hands each of them its gradient (ones).
+struct RootsNode final : Node {
+  std::vector<Tensor> grads;
+  std::vector<Tensor> apply(const Tensor&) override { return std::move(grads); }
+};
+
+// Whether `t` is the only handle on its whole buffer, so an in-place add changes nothing else.
+bool sole_owner(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() && t.offset() == 0 &&
+         t.storage()->nbytes() == t.nbytes();
+}
+
+void run_graph(std::shared_ptr<Node> start, Tensor g, bool retain_graph) {
   NoGradGuard no_grad;  // backward itself is not differentiated
   MemoryCategoryScope scope(Category::Activation);
   RetainScope retains(retain_graph);  // nested (a checkpoint's recomputation) restores the outer one
@@ -192,8 +248,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   }
 
   std::unordered_map<Node*, Tensor> pending;
-  pending[start.get()] = g;
-  g = Tensor();
+  if (g.defined()) pending[start.get()] = std::move(g);
   std::priority_queue<ReadyNode, std::vector<ReadyNode>, RunsLater> ready;
   uint64_t made_ready = 0;
   ready.push({start, made_ready++});
@@ -222,12 +277,54 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (!nx) continue;
       if (i < outs.size() && outs[i].defined()) {
         auto [slot, fresh] = pending.try_emplace(nx.get(), std::move(outs[i]));
-        if (!fresh) slot->second = add(slot->second, outs[i]);
+        if (!fresh) {
+          // In place when nothing else holds the sum so far: no third buffer while adding.
+          if (sole_owner(slot->second)) add_(slot->second, outs[i]);
+          else slot->second = add(slot->second, outs[i]);
+        }
         outs[i] = Tensor();
       }
       if (--deps[nx.get()] == 0) ready.push({nx, made_ready++});
     }
   }
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  LT_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad",
+           "no input of the computation requires grad, or it ran under no-grad/inference mode",
+           "set requires_grad on the parameters and run the forward with grad enabled");
+  Tensor g = grad;
+  if (!g.defined()) {
+    LT_CHECK(root.numel() == 1, "backward() without a gradient needs a scalar",
+             "the root has shape " + shape_str(root.shape()), "reduce it to a scalar or pass a gradient");
+    MemoryCategoryScope s(Category::Activation);
+    g = ones(root.shape(), root.dtype(), root.device());
+  }
+  LT_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype(),
+           "backward(): the gradient is " + describe(g) + " but the root is " + describe(root),
+           "the gradient of a tensor has its shape and dtype", "pass a gradient shaped and typed like the root");
+  run_graph(edge_for(root), std::move(g), retain_graph);
+}
+
+void run_backward(const std::vector<Tensor>& roots) {
+  LT_CHECK(!roots.empty(), "backward() over no roots", "there is nothing to differentiate", "pass at least one loss");
+  auto start = std::make_shared<RootsNode>();
+  start->name = "Roots";
+  start->apply_without_grad = true;  // it has no incoming gradient: it makes them
+  for (const Tensor& r : roots) {
+    LT_CHECK(r.requires_grad(), "backward() on a tensor that does not require grad",
+             "no input of the computation requires grad, or it ran under no-grad/inference mode",
+             "set requires_grad on the parameters and run the forward with grad enabled");
+    LT_CHECK(r.numel() == 1, "backward() over several roots needs scalars",
+             "a root has shape " + shape_str(r.shape()), "reduce each to a scalar");
+    start->next.push_back(edge_for(r));
+    start->input_meta.push_back(InputMeta{r.shape(), r.dtype()});
+    MemoryCategoryScope s(Category::Activation);
+    start->grads.push_back(ones(r.shape(), r.dtype(), r.device()));
+  }
+  run_graph(std::move(start), Tensor(), false);
 }
 
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {

@@ -270,7 +270,12 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       for (RunConfig s : state_variants(c))
         for (bool fused : {false, true}) {
           s.fused_step = fused;
-          if (!valid(s)) continue;
+          // A fused step over micro-batches runs breadth-first and needs checkpointing: valid
+          // here when it would be with some units checkpointed (planned without any, it is
+          // refused and skipped).
+          RunConfig probe = s;
+          if (fused && mb < base.batch) probe.checkpoint = "blocks";
+          if (!valid(probe)) continue;
           combos.push_back({s, predict_step_cost(s, bp, 0, base).cost() / base_cost});  // relative device-seconds
         }
     }
@@ -416,7 +421,8 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
         io = int(f.candidates.size() - 1);
       }
       const FitCandidate& o = f.candidates[size_t(io)];
-      if (!o.planned || !o.fits) hopeless.push_back(combo.cfg);
+      if (o.planned && !o.fits) hopeless.push_back(combo.cfg);  // refused is not "does not fit"
+      else if (!o.planned) continue;
       else if (o.cost < best) best = o.cost, f.chosen = io;
       continue;
     }

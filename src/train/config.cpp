@@ -54,10 +54,18 @@ void validate_precision(const RunConfig& c) {
           "drop one of them: master weights cost 4 bytes per parameter, stochastic rounding none");
   if (!c.fused_step) return;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
-  if (mb < c.batch)
-    usage("--fused-step with --micro-batch " + std::to_string(mb) + " < --batch " + std::to_string(c.batch),
-          "a fused step updates each parameter during the first micro-batch's backward, before the others' gradients exist",
-          "drop --micro-batch or --fused-step");
+  // With micro-batches the step runs breadth-first (Trainer::step): every micro-batch's forward
+  // first, so only what checkpointed regions keep may stay alive across them.
+  if (mb < c.batch && (c.checkpoint.empty() || c.checkpoint == "none"))
+    usage("--fused-step with --micro-batch " + std::to_string(mb) + " < --batch " + std::to_string(c.batch) +
+              " and no --checkpoint",
+          "a fused step with micro-batches runs every micro-batch's forward before one backward over all of them, "
+          "so without checkpointing it keeps the activations of the whole batch",
+          "add --checkpoint blocks, or drop --micro-batch");
+  if (mb < c.batch && c.offload_activations)
+    usage("--fused-step with --micro-batch and --offload-activations",
+          "the breadth-first backward visits every micro-batch at each depth, which the offload's prefetch order does "
+          "not follow", "drop --offload-activations (the breadth-first step keeps no gradient buffer instead)");
   if (precision_policy(c.precision).loss_scaling)
     usage("--fused-step with --precision 16-mixed", "a step with an overflowed gradient must be skipped whole, but a "
           "fused step has updated the first parameters before the overflow shows",

@@ -150,13 +150,75 @@ StepOutcome Trainer::step() {
   };
   // Forward and backward both under the policy's autocast: a recomputed forward sees it too.
   AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);
-  for (int64_t i = 0; i < k; ++i) {
-    Batch b;
-    {
-      MemoryCategoryScope in(Category::Input);
-      b = loader().next();
-      for (auto& h : hooks_) h->on_batch(b);
+  auto next_batch = [&]() {
+    MemoryCategoryScope in(Category::Input);
+    Batch b = loader().next();
+    for (auto& h : hooks_) h->on_batch(b);
+    out.items += task_.items(b);
+    return b;
+  };
+  // The loss of one micro-batch as its backward starts from it (1/k of it, then the hooks' scale).
+  auto backward_root = [&](Tensor loss) {
+    Tensor scaled = k > 1 ? scale(loss, 1.0 / double(k)) : loss;
+    for (auto& h : hooks_) scaled = h->scale_loss(scaled);
+    return scaled;
+  };
+  if (fused && k > 1) {
+    // --fused-step with micro-batches (validate() asked for checkpointing): breadth-first. Every
+    // micro-batch's forward runs first, keeping only what its checkpointed regions keep; then one
+    // backward over all of them runs depth by depth (InterleavedSequence), each region's
+    // parameter gradients routed to the outer engine (RouteParamGradsScope), so a block's
+    // gradient is complete, applied and freed once every micro-batch has passed its depth: no
+    // gradient buffer outlives a block. The arithmetic is accumulation's, in the same order.
+    std::vector<Batch> batches;
+    for (int64_t i = 0; i < k; ++i) batches.push_back(next_batch());
+    const std::vector<Generator*> gens = nn::dropout_generators(model());
+    const std::vector<uint64_t> offsets = generator_offsets(gens);
+    auto forward_all = [&](bool keep_losses) {
+      MemoryCategoryScope act(Category::Activation);
+      std::vector<Tensor> roots;
+      RouteParamGradsScope routed;
+      InterleavedSequence lanes(k);
+      for (int64_t i = 0; i < k; ++i) {
+        lanes.begin_lane(i);
+        Tensor loss = model().loss(batches[size_t(i)].inputs, batches[size_t(i)].targets);
+        if (keep_losses) {
+          if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
+          take_loss(loss, i);
+        }
+        roots.push_back(backward_root(std::move(loss)));
+        lanes.end_lane();
+      }
+      return roots;
+    };
+    if (norm_pass) {
+      fused->begin_norm_pass();
+      {
+        std::vector<Tensor> roots = forward_all(false);
+        MemoryCategoryScope act(Category::Activation);
+        run_backward(roots);
+      }
+      const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
+      out.grad_norm = gn.norm;
+      if (!gn.finite())
+        throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " +
+                               std::to_string(step_number),
+                           "training diverged; the norm pass found it before any parameter changed",
+                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
+      fused->set_grad_scale(gn.grad_scale);
+      set_generator_offsets(gens, offsets);
     }
+    std::vector<Tensor> roots = forward_all(true);
+    trace_.mark(StepTrace::Forward);
+    batches.clear();  // the inputs are not needed by backward unless a node saved them
+    {
+      MemoryCategoryScope act(Category::Activation);
+      run_backward(roots);
+    }
+    trace_.mark(StepTrace::Backward);
+  }
+  for (int64_t i = 0; i < k && !(fused && k > 1); ++i) {
+    Batch b = next_batch();
     MemoryCategoryScope act(Category::Activation);
     if (norm_pass) {
       const std::vector<Generator*> gens = nn::dropout_generators(model());
@@ -182,11 +244,8 @@ StepOutcome Trainer::step() {
     if (read_after) losses.push_back(loss.detach());
     else take_loss(loss, i);
     trace_.mark(StepTrace::Forward);
-    out.items += task_.items(b);
-    Tensor scaled = k > 1 ? scale(loss, 1.0 / double(k)) : loss;
-    for (auto& h : hooks_) scaled = h->scale_loss(scaled);
+    Tensor scaled = backward_root(std::move(loss));
     b = Batch();  // the inputs are not needed by backward unless a node saved them
-    loss = Tensor();
     scaled.backward();
     trace_.mark(StepTrace::Backward);
   }

@@ -60,7 +60,10 @@ expect_error 2 "--stochastic-rounding with --precision bf16-mixed" "$LT" train -
 expect_error 2 "--stochastic-rounding with --master-weights fp32: the f32 master copies already keep every update" \
   "$LT" train --stochastic-rounding --precision bf16-true --master-weights fp32
 expect_error 2 "--stochastic-rounding with --precision 32-true" "$LT" plan --stochastic-rounding
-expect_error 2 "--fused-step with --micro-batch 4 < --batch 16" "$LT" train --fused-step --batch 16 --micro-batch 4
+expect_error 2 "--fused-step with --micro-batch 4 < --batch 16 and no --checkpoint" "$LT" train --fused-step --batch 16 --micro-batch 4
+# With checkpointing the step runs breadth-first (docs/user-guide.md): accepted, and it trains.
+if "$LT" train --model vit-tiny --data synthetic --steps 2 --batch 8 --micro-batch 2 --checkpoint blocks --device cpu \
+  --eval-batches 1 --fused-step >"$WORK/fm" 2>&1; then ok; else fail "--fused-step --micro-batch 2 failed: $(tail -2 "$WORK/fm")"; fi
 # --fused-step with --clip runs a norm pass first (docs/user-guide.md): accepted, and it trains.
 if "$LT" train --model vit-tiny --data synthetic --steps 2 --batch 8 --device cpu --eval-batches 1 --fused-step --clip 1 \
   >"$WORK/fc" 2>&1; then ok; else fail "--fused-step --clip 1 failed: $(tail -2 "$WORK/fc")"; fi

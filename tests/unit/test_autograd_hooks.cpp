@@ -446,3 +446,52 @@ TEST(AutogradHooks, AGradientOfTheWrongShapeOrDtypeIsAnError) {
     EXPECT_NE(std::string(e.what_part()).find("f32 [2]"), std::string::npos) << e.what_part();
   }
 }
+
+// Two lanes (micro-batches) of the same chain, numbered by InterleavedSequence: one backward over
+// both runs depth by depth, lane 0 first at each depth, and the shared weight's AccumulateGrad runs
+// once, with the sum of both lanes' gradients (lane 0's first), as accumulation would give it.
+TEST(AutogradHooks, InterleavedLanesRunDepthByDepth) {
+  Tensor w = leaf({0.5f, -1.5f});
+  Tensor xs[2] = {from_vector(std::vector<float>{0.1f, 0.2f}, {2}), from_vector(std::vector<float>{0.3f, -0.4f}, {2})};
+  std::vector<Tensor> roots;
+  {
+    InterleavedSequence lanes(2);
+    for (int i = 0; i < 2; ++i) {
+      lanes.begin_lane(i);
+      roots.push_back(sum_all(sigmoid(tanh(mul(w, xs[i])))));
+      lanes.end_lane();
+    }
+  }
+  Tensor after = exp(w);  // numbered above every lane's node
+  EXPECT_GT(after.grad_fn()->sequence_nr, roots[1].grad_fn()->sequence_nr);
+  EXPECT_GT(roots[0].grad_fn()->sequence_nr, roots[1].grad_fn()->sequence_nr);  // lane 0 first at equal depth
+  std::vector<std::string> order;
+  int accumulations = 0;
+  w.register_post_accumulate_grad_hook([&](Tensor&) { ++accumulations; });
+  for (int i = 0; i < 2; ++i)
+    for (Node* n : graph_nodes(roots[size_t(i)])) {
+      const bool acc = n->name == std::string("AccumulateGrad");
+      if (acc && i == 1) continue;  // shared by both lanes: one hook
+      n->register_pre_hook([&order, acc, i](Node& node, Tensor&) {
+        order.push_back(std::string(node.name) + (acc ? "" : "@" + std::to_string(i)));
+      });
+    }
+  run_backward(roots);
+  // sum_all records a sum_to and a reshape.
+  EXPECT_EQ(order, (std::vector<std::string>{"reshape@0", "reshape@1", "sum_to@0", "sum_to@1", "sigmoid@0", "sigmoid@1", "tanh@0", "tanh@1",
+                                             "mul@0", "mul@1", "AccumulateGrad"}));
+  EXPECT_EQ(accumulations, 1);
+
+  // The same two lanes one backward after the other: the gradient bits are the same.
+  Tensor w2 = leaf({0.5f, -1.5f});
+  for (int i = 0; i < 2; ++i) sum_all(sigmoid(tanh(mul(w2, xs[i])))).backward();
+  EXPECT_EQ(bits(w.grad()), bits(w2.grad()));
+}
+
+TEST(AutogradHooks, BackwardOverRootsChecksThem) {
+  Tensor w = leaf({1, 2});
+  Tensor v = mul(w, w);  // not a scalar
+  EXPECT_THROW(run_backward(std::vector<Tensor>{v}), Error);
+  EXPECT_THROW(run_backward(std::vector<Tensor>{}), Error);
+  EXPECT_THROW(run_backward(std::vector<Tensor>{from_vector(std::vector<float>{1}, {1})}), Error);
+}

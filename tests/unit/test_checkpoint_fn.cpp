@@ -138,3 +138,49 @@ TEST(CheckpointFn, CapturedTensorMustNotRequireGrad) {
 }
 
 }  // namespace
+
+// Routed (RouteParamGradsScope, what a breadth-first step records under): the region's node hands
+// its parameters' gradients to the outer backward, which sums them over both uses (two
+// micro-batches) before the parameter's AccumulateGrad runs once; the bits are those of two
+// ordinary checkpointed backwards one after the other.
+TEST(CheckpointFn, RoutedRegionHandsParameterGradientsToTheOuterBackward) {
+  Net ref(4), ck(4);
+  Tensor mask = row_mask();
+  const Tensor xs[2] = {input(false), scale(input(false), -0.5)};
+  CheckpointOptions oref{.params = {ref.w1, ref.w2}, .generators = {&ref.gen}, .captured = {mask}};
+  for (const Tensor& x : xs) sum_all(checkpoint([&](const Tensor& in) { return ref.region(in, mask); }, x, oref)).backward();
+  int accumulations = 0;
+  ck.w1.register_post_accumulate_grad_hook([&](Tensor&) { ++accumulations; });
+  CheckpointOptions o{.params = {ck.w1, ck.w2}, .generators = {&ck.gen}, .captured = {mask}};
+  std::vector<Tensor> roots;
+  {
+    RouteParamGradsScope routed;
+    for (const Tensor& x : xs) roots.push_back(sum_all(checkpoint([&](const Tensor& in) { return ck.region(in, mask); }, x, o)));
+  }
+  run_backward(roots);
+  EXPECT_EQ(accumulations, 1);
+  EXPECT_EQ(bits(ck.w1.grad()), bits(ref.w1.grad()));
+  EXPECT_EQ(bits(ck.w2.grad()), bits(ref.w2.grad()));
+  EXPECT_EQ(ck.gen.offset, ref.gen.offset);
+}
+
+// A routed region that reads a parameter it does not declare would let that parameter be
+// updated from one micro-batch's gradient: refused with an error instead.
+TEST(CheckpointFn, RoutedRegionRefusesAParameterNotItsOwn) {
+  Net ck(5);
+  Tensor mask = row_mask();
+  Tensor out;
+  {
+    RouteParamGradsScope routed;
+    out = checkpoint([&](const Tensor& in) { return ck.region(in, mask); }, input(false),
+                     {.params = {ck.w1}, .generators = {&ck.gen}, .captured = {mask}});
+  }
+  try {
+    sum_all(out).backward();
+    FAIL() << "a foreign parameter was accumulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a checkpointed region read a parameter that is not among its own"),
+              std::string::npos)
+        << e.what();
+  }
+}
