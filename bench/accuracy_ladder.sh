@@ -27,10 +27,10 @@
 #   bf16-true with SR, against AdamW's 87.29%). bench/ladder.sh's SGD rungs use momentum 0, which
 #   keeps no optimizer state; here SGD is set up to train well rather than to save memory, so it
 #   keeps one momentum buffer. The 8-bit AdamW rung uses AdamW's lr.
-# - The fused step cannot accumulate (docs/decisions.md); the ladder's rung trains with batch 1 for
-#   that reason. Here it keeps the batch (256, one micro-batch) with rung 7's other techniques
-#   (bf16-true, SGD, checkpointed blocks): the update inside backward is what is tested. With
-#   --clip it runs a norm pass before each updating backward (docs/user-guide.md).
+# - Rungs 7 and 8 run as bench/ladder.sh's do, with --fused-step: their micro-batches accumulate
+#   breadth-first, with no gradient buffer (docs/user-guide.md). The `fused` rung keeps the batch
+#   (256, one micro-batch) with rung 7's other techniques, as the ladder's batch-1 fused rung.
+#   With --clip the fused step runs a norm pass before each updating backward.
 #
 # - Every bf16-true rung (3-8, 8bit, fused) rounds its optimizer updates stochastically (SR,
 #   --stochastic-rounding). Rounding each update to nearest loses those under half a bf16 ulp
@@ -105,8 +105,8 @@ rung_flags() {
     4) echo "--precision bf16-true $SR $ADAM --batch $BATCH --micro-batch $M4" ;;
     5) echo "--precision bf16-true $SR $ADAM --batch $BATCH --micro-batch $M16" ;;
     6) echo "--precision bf16-true $SR $SGD --batch $BATCH --micro-batch $M16" ;;
-    7) echo "--precision bf16-true $SR $SGD --batch $BATCH --micro-batch $M16 --checkpoint blocks" ;;
-    8) echo "--precision bf16-true $SR $SGD --batch $BATCH --micro-batch $M64 --checkpoint blocks" ;;
+    7) echo "--precision bf16-true $SR $SGD --batch $BATCH --micro-batch $M16 --checkpoint blocks --fused-step" ;;
+    8) echo "--precision bf16-true $SR $SGD --batch $BATCH --micro-batch $M64 --checkpoint blocks --fused-step" ;;
     # leantrain only: 8-bit AdamW in place of AdamW (rung 5's config), and the fused step
     # (rung 7's techniques without accumulation, which it cannot do).
     8bit) echo "--precision bf16-true $SR --optimizer adamw8bit --lr $ADAM_LR --batch $BATCH --micro-batch $M16" ;;

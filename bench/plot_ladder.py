@@ -28,10 +28,13 @@ RUNG_LABELS = {
     "6": ("6", "+ SGD", ""),
     "7": ("7", "+ checkpoint", "blocks"),
     "8": ("8", "+ micro-", "batch 1"),
+    "5ws32": ("5'", "rung 5, 32 MiB", "GEMM workspace"),
+    "7buf": ("7'", "rung 7 with a", "gradient buffer"),
+    "8buf": ("8'", "rung 8 with a", "gradient buffer"),
     "8bit": ("8-bit", "rung 5 with", "AdamW 8-bit"),
     "fused": ("fused", "fused step,", "batch 1, no GEMM workspace"),
 }
-LEANTRAIN_ONLY = {"8bit", "fused"}
+LEANTRAIN_ONLY = {"5ws32", "7buf", "8buf", "8bit", "fused"}
 COLORS = {"leantrain": "#1f6fb4", "pytorch": "#ee7f2d"}
 NAMES = {"leantrain": "leantrain", "pytorch": "PyTorch"}
 

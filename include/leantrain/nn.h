@@ -518,6 +518,12 @@ class SelfAttention : public Module {
  protected:
   // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
   Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const { return (*core_)(qkv, key_padding_mask); }
+  // proj(attend(qkv)) for forward_normed (lean saves): one attention_linear op, which recomputes
+  // the attention output in its backward instead of keeping it (C per token less per block), when
+  // the core and the projection are plain modules without wrappers, no selective region is
+  // recording, and the sequence is no longer than the width (T <= C: attention's forward is then
+  // at most a sixth of the block's matmul work). Else the two calls.
+  Tensor attend_project(const Tensor& qkv, const Tensor& key_padding_mask, UnaryModule& proj) const;
   // Subclasses register the core (child "core") after their input projection.
   void register_core() { core_ = register_child("core", std::make_shared<AttentionCore>(dim_, heads_, causal_)); }
   int64_t dim_, heads_;

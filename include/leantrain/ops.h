@@ -108,6 +108,12 @@ Tensor gelu_linear(const Tensor& pre, const Tensor& w, const Tensor& bias, GeluA
 // x, ln_w, ln_b, w and bias share one dtype.
 Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
                          const Tensor& bias, bool weight_in_out = false);
+// linear(self_attention_packed(qkv, heads, kv_heads, causal, mask), w, bias) saving qkv and the
+// log-sum-exp (what the attention's backward reads anyway), not the attention output: the
+// backward runs the attention forward again for dW and for the attention's own backward. C per
+// token less per block, for one attention forward more (cheap when T is small against C).
+Tensor attention_linear(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask,
+                        const Tensor& w, const Tensor& bias, bool weight_in_out = false);
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim

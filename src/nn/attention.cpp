@@ -1,6 +1,9 @@
 // Self-attention in the two reference namings. Both produce one fused projection [B, T, 3C]
 // (q | k | v along the last dim, as GPT-2's c_attn and torch's in_proj do) and share attend().
 #include <cmath>
+#include <typeinfo>
+
+#include "autograd/kept_outputs.h"
 
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
@@ -29,6 +32,16 @@ double AttentionCore::forward_flops(const Shape& qkv) const {
   return 4 * b * t * t * c * (causal_ ? 0.5 : 1.0);
 }
 
+Tensor SelfAttention::attend_project(const Tensor& qkv, const Tensor& mask, UnaryModule& proj) const {
+  Linear* lin = plain_linear(&proj);
+  const bool plain_core = core_.get() && typeid(*core_.get()) == typeid(AttentionCore) && !core_->forward_wrapper();
+  if (lin && plain_core && detail::active_kept_outputs() == nullptr && qkv.dim() == 3 && qkv.size(1) <= dim_ &&
+      compute_dtype_of(lin->weight()) == qkv.dtype())
+    return attention_linear(qkv, heads_, heads_, causal_, mask, autocast(lin->weight()), autocast(lin->bias()),
+                            lin->weight_in_out());
+  return proj(attend(qkv, mask));
+}
+
 CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout,
                                          const Init& proj_init)
     : SelfAttention(dim, heads, true) {
@@ -48,7 +61,7 @@ Tensor CausalSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const
   Linear* c_attn = plain_linear(c_attn_.get());
   if (!c_attn || compute_dtype_of(c_attn->weight()) != x.dtype()) return Tensor();
   Tensor qkv = ln.forward_linear(x, autocast(c_attn->weight()), autocast(c_attn->bias()), c_attn->weight_in_out());
-  return (*drop_)((*c_proj_)(attend(qkv, mask)));
+  return (*drop_)(attend_project(qkv, mask, *c_proj_));
 }
 
 MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal)
@@ -73,7 +86,7 @@ Tensor MultiheadSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, co
   LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
            "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
   Tensor qkv = ln.forward_linear(x, autocast(*in_proj_weight_), autocast(*in_proj_bias_), false);
-  return (*out_proj_)(attend(qkv, mask));
+  return attend_project(qkv, mask, *out_proj_);
 }
 
 }  // namespace lt::nn

@@ -5,6 +5,7 @@
 
 #include "autograd/kept_outputs.h"
 #include "ops/op_common.h"
+#include "ops/packed_attention.h"
 
 namespace lt {
 using namespace detail;
@@ -61,28 +62,17 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   return out;
 }
 
-namespace {
+namespace detail {
 
 // [B, H, T, D] view of the heads of a [B, T, W] row-major tensor whose heads start `col`
 // elements into each row: (b, h, t, d) -> b*T*W + t*W + col + h*D + d. Not recorded.
-Tensor heads_view(const Tensor& x, int64_t H, int64_t D, int64_t col) {
+Tensor PackedAttention::heads_view(const Tensor& x, int64_t heads, int64_t col) const {
   const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
-  return make_view(x, {B, H, T, D}, {T * W, D, W, 1}, x.offset() + col);
+  return make_view(x, {B, heads, T, D}, {T * W, D, W, 1}, x.offset() + col);
 }
 
-}  // namespace
-
-// Self-attention straight from the fused projection: q, k, v are strided views of qkv and the
-// kernels write out [B, T, H*D] (heads merged) directly, so no copy is made and no tensor of the
-// split or merged heads is saved. Saved: qkv (the projection's output, which is saved nowhere
-// else), out (the next Linear saves it anyway) and lse. The backward writes dq, dk and dv
-// straight into one dqkv buffer of qkv's shape. With kv_heads < heads (grouped-query attention)
-// qkv is [q (H*D) | k (Hkv*D) | v (Hkv*D)] and the kernels read each kv head for its H / Hkv
-// query heads: K and V are neither repeated nor saved at H heads.
-Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
-                             double scale) {
-  const char* name = "self_attention_packed";
-  OpNameScope op("attention");
+PackedAttention prepare_packed_attention(const char* name, const Tensor& qkv_in, int64_t heads, int64_t kv_heads,
+                                         bool causal, const Tensor& mask_in, double scale) {
   Device dev = common_device(name, {qkv_in, mask_in});
   check_floating(name, qkv_in);
   check_rank(name, qkv_in, 3, "qkv [B, T, (H + 2 Hkv) D]");
@@ -112,33 +102,67 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_hea
   }
   LT_CHECK(T > 0, std::string(name) + ": empty sequence (qkv " + shape_str(qkv_in.shape()) + ")",
            "attention needs at least one token", "pass T >= 1");
-  const int64_t H = heads, Hkv = kv_heads, D = W / (H + 2 * Hkv), C = H * D, Ckv = Hkv * D;
   check_key_padding_mask(name, mask_in, B, T);
-  const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
-  Tensor qkv = contiguous(qkv_in);  // a no-op for a Linear's output
-  Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
-  // The q, k, v heads of a [B, T, W] buffer laid out like qkv (qkv itself, or its gradient).
-  auto q_of = [=](const Tensor& x) { return heads_view(x, H, D, 0); };
-  auto k_of = [=](const Tensor& x) { return heads_view(x, Hkv, D, C); };
-  auto v_of = [=](const Tensor& x) { return heads_view(x, Hkv, D, C + Ckv); };
+  PackedAttention a;
+  a.dev = dev;
+  a.B = B;
+  a.T = T;
+  a.H = heads;
+  a.Hkv = kv_heads;
+  a.D = W / (heads + 2 * kv_heads);
+  a.C = a.H * a.D;
+  a.causal = causal;
+  a.scale = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(a.D)));
+  a.qkv = contiguous(qkv_in);  // a no-op for a Linear's output
+  a.mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
+  return a;
+}
+
+void PackedAttention::forward(const Tensor& out, const Tensor& lse, const Tensor& qkv_now, const Tensor& mask_now) const {
+  backend_for(dev).attention_fwd(heads_view(out, H, 0), lse, q_of(qkv_now), k_of(qkv_now), v_of(qkv_now), mask_now,
+                                 causal, scale);
+}
+
+Tensor PackedAttention::backward(const Tensor& g, const Tensor& qkv_now, const Tensor& out, const Tensor& lse,
+                                 const Tensor& mask_now) const {
+  Tensor dqkv = Tensor::empty(qkv_now.shape(), g.dtype(), g.device());
+  Tensor gc = contiguous_data(g);
+  backend_of(g).attention_bwd(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, 0), q_of(qkv_now), k_of(qkv_now),
+                              v_of(qkv_now), heads_view(out, H, 0), lse, mask_now, causal, scale);
+  return dqkv;
+}
+
+}  // namespace detail
+
+// Self-attention straight from the fused projection: q, k, v are strided views of qkv and the
+// kernels write out [B, T, H*D] (heads merged) directly, so no copy is made and no tensor of the
+// split or merged heads is saved. Saved: qkv (the projection's output, which is saved nowhere
+// else), out (the next Linear saves it anyway) and lse. The backward writes dq, dk and dv
+// straight into one dqkv buffer of qkv's shape. With kv_heads < heads (grouped-query attention)
+// qkv is [q (H*D) | k (Hkv*D) | v (Hkv*D)] and the kernels read each kv head for its H / Hkv
+// query heads: K and V are neither repeated nor saved at H heads.
+Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
+                             double scale) {
+  OpNameScope op("attention");
+  const PackedAttention a =
+      prepare_packed_attention("self_attention_packed", qkv_in, heads, kv_heads, causal, mask_in, scale);
   // Selective checkpointing's recomputation takes the forward's output and log-sum-exp instead
   // (kept_outputs.h): attention is not run a second time before its backward.
-  std::vector<Tensor> kept = take_kept_outputs("attention", {{B, T, C}, {B, H, T}}, {qkv.dtype(), aux_dtype(qkv.dtype())});
-  Tensor out = kept.empty() ? Tensor::empty({B, T, C}, qkv.dtype(), dev) : kept[0];
-  Tensor lse = kept.empty() ? Tensor::empty({B, H, T}, aux_dtype(qkv.dtype()), dev) : kept[1];
+  std::vector<Tensor> kept =
+      take_kept_outputs("attention", {{a.B, a.T, a.C}, {a.B, a.H, a.T}}, {a.qkv.dtype(), aux_dtype(a.qkv.dtype())});
+  Tensor out = kept.empty() ? Tensor::empty({a.B, a.T, a.C}, a.qkv.dtype(), a.dev) : kept[0];
+  Tensor lse = kept.empty() ? Tensor::empty({a.B, a.H, a.T}, aux_dtype(a.qkv.dtype()), a.dev) : kept[1];
   if (kept.empty()) {
-    backend_for(dev).attention_fwd(heads_view(out, H, D, 0), lse, q_of(qkv), k_of(qkv), v_of(qkv), mask, causal, sc);
+    a.forward(out, lse, a.qkv, a.mask);
     keep_outputs("attention", {out, lse});
   }
-  if (!needs_grad({qkv})) return out;
-  SavedTensor saved_qkv(qkv), saved_out(out.detach()), saved_lse(lse), saved_mask(mask);
-  record(out, "attention", {qkv}, [=](const Tensor& g) {
-    Tensor sqkv = saved_qkv.unpack(), so = saved_out.unpack(), slse = saved_lse.unpack(), smask = saved_mask.unpack();
-    Tensor dqkv = Tensor::empty(sqkv.shape(), g.dtype(), g.device());
-    Tensor gc = contiguous_data(g);
-    backend_of(g).attention_bwd(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, D, 0), q_of(sqkv), k_of(sqkv),
-                                v_of(sqkv), heads_view(so, H, D, 0), slse, smask, causal, sc);
-    return std::vector<Tensor>{dqkv};
+  if (!needs_grad({a.qkv})) return out;
+  SavedTensor saved_qkv(a.qkv), saved_out(out.detach()), saved_lse(lse), saved_mask(a.mask);
+  PackedAttention shape_only = a;  // the backward reads the saved tensors, not these
+  shape_only.qkv = shape_only.mask = Tensor();
+  record(out, "attention", {a.qkv}, [=](const Tensor& g) {
+    return std::vector<Tensor>{shape_only.backward(g, saved_qkv.unpack(), saved_out.unpack(), saved_lse.unpack(),
+                                                   saved_mask.unpack())};
   });
   return out;
 }

@@ -5,10 +5,14 @@
 //                       not gelu(pre): an MLP keeps one 4C buffer per token instead of two.
 //   layer_norm_linear:  linear(layer_norm(x)) saves x, mean and rstd (which the norm's backward
 //                       needs anyway), not the normalised rows: C per token less per norm.
+//   attention_linear:   linear(attention(qkv)) saves qkv and the log-sum-exp (which attention's
+//                       backward needs anyway), not the attention output: C per token less per
+//                       block, for one more attention forward in the backward.
 // The recomputation runs the forward's own kernel on the same inputs, so the backward sees the
 // same values the forward used (docs/memory-model.md, "What a block keeps").
 #include "autograd/kept_outputs.h"
 #include "ops/linear_args.h"
+#include "ops/packed_attention.h"
 
 namespace lt {
 using namespace detail;
@@ -161,6 +165,59 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& l
       if (!need_x) gx = Tensor();
     }
     return std::vector<Tensor>{gx, glnw, glnb, gw, gb};
+  });
+  return out;
+}
+
+Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
+                        const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  const char* name = "attention_linear";
+  LT_CHECK(active_kept_outputs() == nullptr, std::string(name) + " inside a selective checkpoint",
+           "selective checkpointing keeps the attention output, which this op exists not to keep",
+           "use self_attention_packed and linear there");
+  const PackedAttention at = prepare_packed_attention(name, qkv_in, heads, kv_heads, causal, mask_in, 0.0);
+  const DType aux = aux_dtype(at.qkv.dtype());
+  Tensor lse = Tensor::empty({at.B, at.H, at.T}, aux, at.dev);
+  Tensor out;
+  LinearArgs a;
+  {
+    Tensor o;
+    {
+      OpNameScope op_name("attention");
+      o = Tensor::empty({at.B, at.T, at.C}, at.qkv.dtype(), at.dev);
+      at.forward(o, lse, at.qkv, at.mask);
+    }
+    a = prepare_linear(o, w, bias, weight_in_out);
+    out = linear_forward(a, o, bias, weight_in_out);
+    a.xc = Tensor();  // o is freed here: the backward recomputes it
+  }
+  if (!needs_grad({at.qkv, a.wc, bias})) return out;
+  const bool need_qkv = at.qkv.requires_grad(), need_w = a.wc.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  SavedTensor saved_qkv((need_qkv || need_w) ? at.qkv : Tensor()), saved_mask(at.mask);
+  SavedTensor saved_lse(need_qkv ? lse : Tensor()), saved_w(need_qkv ? a.wc : Tensor());
+  lse = Tensor();
+  PackedAttention shape_only = at;  // the backward reads the saved tensors, not these
+  shape_only.qkv = shape_only.mask = Tensor();
+  const int64_t rows = a.rows, in = a.in, outf = a.outf;
+  record(out, name, {at.qkv, a.wc, bias}, [=](const Tensor& g) {
+    Tensor sqkv = saved_qkv.unpack(), smask = saved_mask.unpack(), slse = saved_lse.unpack(), sw = saved_w.unpack();
+    Tensor g2 = reshape(g, {rows, outf});
+    Tensor o;
+    if (need_w || need_qkv) {  // the forward's kernel on the same inputs: the same bits as the forward's output
+      OpNameScope op_name("attention_linear");
+      o = Tensor::empty({shape_only.B, shape_only.T, shape_only.C}, sqkv.dtype(), sqkv.device());
+      Tensor tmp_lse = Tensor::empty({shape_only.B, shape_only.H, shape_only.T}, aux, sqkv.device());
+      shape_only.forward(o, tmp_lse, sqkv, smask);
+    }
+    Tensor gqkv, gw, gb;
+    if (need_w) gw = weight_grad(g2, o, rows, in, weight_in_out);
+    if (need_b) gb = sum_to(g2, {outf});
+    if (need_qkv) {
+      Tensor go = reshape(matmul(g2, sw, false, weight_in_out), {shape_only.B, shape_only.T, shape_only.C});
+      gqkv = shape_only.backward(go, sqkv, o, slse, smask);
+    }
+    return std::vector<Tensor>{gqkv, gw, gb};
   });
   return out;
 }

@@ -308,6 +308,15 @@ const std::vector<OpCase>& op_cases() {
       {"attention_packed_gqa_d128_fixed_mask", {F({3, 70, (2 + 2 * 1) * 128}), FixedMask(3, 70)},
        [](const V& x) { return self_attention_packed(x[0], 2, 1, false, x[1]); }},
       {"attention_packed_gqa_d80", {F({1, 40, (4 + 2 * 2) * 80})}, [](const V& x) { return self_attention_packed(x[0], 4, 2, true); }},
+      // the output projection that recomputes the attention output in its backward
+      {"attention_linear", {F({2, 7, 3 * 3 * 16}), F({20, 48}), F({20})},
+       [](const V& x) { return attention_linear(x[0], 3, 3, false, Tensor(), x[1], x[2]); }},
+      {"attention_linear_causal_padded", {F({3, 6, 3 * 2 * 8}), Mask({3, 6}), F({16, 16}), F({16})},
+       [](const V& x) { return attention_linear(x[0], 2, 2, true, x[1], x[2], x[3]); }},
+      {"attention_linear_d64_t197_in_out", {F({2, 197, 3 * 2 * 64}), F({128, 24})},
+       [](const V& x) { return attention_linear(x[0], 2, 2, false, Tensor(), x[1], Tensor(), true); }},
+      {"attention_linear_gqa_causal", {F({2, 7, (4 + 2 * 2) * 16}), F({64, 64}), F({64})},
+       [](const V& x) { return attention_linear(x[0], 4, 2, true, Tensor(), x[1], x[2]); }},
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
       {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},

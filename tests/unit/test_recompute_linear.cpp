@@ -1,4 +1,4 @@
-// gelu_linear and layer_norm_linear (src/ops/recompute_linear.cpp): finite-difference gradients
+// gelu_linear, layer_norm_linear and attention_linear (src/ops/recompute_linear.cpp): finite-difference gradients
 // in f64; in f32 the same output and gradients, bit for bit, as the ops they replace (linear of
 // gelu, linear of layer_norm), for every subset of inputs that requires grad; and what they
 // keep after the forward: the composed ops' saved tensors less the recomputed input.
@@ -146,9 +146,54 @@ TEST(RecomputeLinear, KeepsTheComposedOpsSavedTensorsLessTheRecomputedInput) {
   }
 }
 
+TEST(RecomputeLinear, AttentionLinearGradcheck) {
+  for (bool causal : {false, true})
+    for (bool in_out : {false, true}) {
+      Tensor qkv = rand64({2, 5, 3 * 2 * 3}, 61), w = rand64(in_out ? Shape{6, 4} : Shape{4, 6}, 62), b = rand64({4}, 63);
+      EXPECT_TRUE(gradcheck(
+          [&](const std::vector<Tensor>& x) { return attention_linear(x[0], 2, 2, causal, Tensor(), x[1], x[2], in_out); },
+          {qkv, w, b}));
+    }
+}
+
+// The attention output, recomputed in the backward by the forward's kernel, gives the bits of the
+// composed ops (attention then linear), grouped or not, masked or not, for every subset of
+// inputs that requires grad; and the forward keeps qkv and the log-sum-exp only.
+TEST(RecomputeLinear, AttentionLinearEqualsLinearOfAttentionBitwise) {
+  Tensor mask = from_vector(std::vector<float>{1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {3, 5}).to(DType::U8);
+  for (int64_t kv : {int64_t(4), int64_t(2)})
+    for (bool masked : {false, true})
+      for (int sel = 1; sel < 8; ++sel) {
+        const bool in_out = sel % 2 == 0;
+        Tensor qkv = rand32({3, 5, (4 + 2 * kv) * 8}, 71, sel & 1), w = rand32(in_out ? Shape{32, 12} : Shape{12, 32}, 72, sel & 2);
+        Tensor b = rand32({12}, 73, sel & 4);
+        const Tensor m = masked ? mask : Tensor();
+        auto fused = run([&](const std::vector<Tensor>& v) { return attention_linear(v[0], 4, kv, true, m, v[1], v[2], in_out); },
+                         {qkv, w, b});
+        auto ref = run([&](const std::vector<Tensor>& v) {
+          return linear(self_attention_packed(v[0], 4, kv, true, m), v[1], v[2], in_out);
+        }, {qkv, w, b});
+        EXPECT_EQ(fused, ref) << "kv " << kv << ", masked " << masked << ", sel " << sel;
+      }
+  Tensor qkv = rand32({4, 32, 3 * 64}, 74, true), w = rand32({16, 64}, 75, true);
+  Tensor g1, g2;
+  const int64_t fused = kept_after_forward(
+      [](const std::vector<Tensor>& v) { return attention_linear(v[0], 2, 2, false, Tensor(), v[1], Tensor()); }, {qkv, w}, g1);
+  const int64_t ref = kept_after_forward(
+      [](const std::vector<Tensor>& v) { return linear(self_attention_packed(v[0], 2, false), v[1], Tensor()); }, {qkv, w}, g2);
+  EXPECT_EQ(ref - fused, round_allocation(4 * 32 * 64 * 4));  // the attention output
+  EXPECT_EQ(fused, round_allocation(4 * 2 * 32 * 4));         // the log-sum-exp
+}
+
 TEST(RecomputeLinear, BadInputsAreOneLineErrors) {
   Tensor pre = rand32({4, 8}, 51, true), w = rand32({3, 8}, 52, true);
   EXPECT_THROW(gelu_linear(pre, w, Tensor(), GeluApprox::Erf, false, rand32({4, 7}, 53, false)), Error);
   EXPECT_THROW(layer_norm_linear(pre, rand32({7}, 54, true), Tensor(), 1e-5, w, Tensor()), Error);
   EXPECT_THROW(layer_norm_linear(pre, rand32({8}, 55, true), Tensor(), 1e-5, rand32({3, 5}, 56, true), Tensor()), Error);
+  Tensor qkv = rand32({2, 4, 3 * 8}, 57, true);
+  EXPECT_THROW(attention_linear(qkv, 3, 3, false, Tensor(), rand32({8, 8}, 58, true), Tensor()), Error);  // 8 % 3
+  EXPECT_THROW(attention_linear(qkv, 2, 2, false, Tensor(), rand32({8, 5}, 59, true), Tensor()), Error);  // in 5 != C 8
+  EXPECT_THROW(attention_linear(rand32({2, 4, 3 * 8}, 60, true), 2, 2, false, rand32({2, 3}, 60, false), rand32({8, 8}, 61, true),
+                                Tensor()),
+               Error);  // a mask of the wrong length
 }
