@@ -241,7 +241,7 @@ def main():
     for k, line in enumerate((
             "Peak: torch.cuda.max_memory_allocated() for PyTorch, leantrain's peak allocated bytes (same meaning:",
             "live tensor bytes as the allocator rounds them, CUDA context excluded). From bench/ladder.sh",
-            "(bench/gpu_session.sh ladder); the fused-step rung trains with batch 1, as it cannot accumulate.")):
+            "(bench/gpu_session.sh ladder); rungs 7 and 8 accumulate breadth-first (--fused-step); 7' and 8' with a gradient buffer.")):
         svg.text(left, H - 52 + 14 * k, line, size=10.5, fill="#555")
     with open(args.output, "w") as f:
         f.write(svg.render())
