@@ -148,6 +148,17 @@ StepOutcome Trainer::step() {
     }
     loss_sum += value;
   };
+  // After a norm pass: the clip coefficient for the updating pass, or the run stops (before any
+  // parameter changed).
+  auto finish_norm_pass = [&]() {
+    const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
+    out.grad_norm = gn.norm;
+    if (!gn.finite())
+      throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " + std::to_string(step_number),
+                         "training diverged; the norm pass found it before any parameter changed",
+                         "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
+    fused->set_grad_scale(gn.grad_scale);
+  };
   // Forward and backward both under the policy's autocast: a recomputed forward sees it too.
   AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);
   auto next_batch = [&]() {
@@ -198,14 +209,7 @@ StepOutcome Trainer::step() {
         MemoryCategoryScope act(Category::Activation);
         run_backward(roots);
       }
-      const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
-      out.grad_norm = gn.norm;
-      if (!gn.finite())
-        throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " +
-                               std::to_string(step_number),
-                           "training diverged; the norm pass found it before any parameter changed",
-                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
-      fused->set_grad_scale(gn.grad_scale);
+      finish_norm_pass();
       set_generator_offsets(gens, offsets);
     }
     std::vector<Tensor> roots = forward_all(true);
@@ -229,14 +233,7 @@ StepOutcome Trainer::step() {
         for (auto& h : hooks_) l = h->scale_loss(l);
         l.backward();
       }
-      const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
-      out.grad_norm = gn.norm;
-      if (!gn.finite())
-        throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " +
-                               std::to_string(step_number),
-                           "training diverged; the norm pass found it before any parameter changed",
-                           "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
-      fused->set_grad_scale(gn.grad_scale);
+      finish_norm_pass();
       set_generator_offsets(gens, offsets);
     }
     Tensor loss = model().loss(b.inputs, b.targets);
