@@ -32,6 +32,13 @@ struct UnnumberedScope {
   ~UnnumberedScope() { t_unnumbered = prev; }
 };
 
+// Whether `t` is held by at most `handles` handles (the caller's own included) and owns its whole
+// buffer alone, so taking it over or adding into it in place changes nothing else.
+bool sole_owner(const Tensor& t, long handles = 1) {
+  return t.impl_ptr().use_count() <= handles && t.storage().use_count() == 1 && t.is_contiguous() &&
+         t.offset() == 0 && t.storage()->nbytes() == t.nbytes();
+}
+
 std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()); }
 std::string describe(const InputMeta& m) { return std::string(dtype_name(m.dtype)) + " " + shape_str(m.shape); }
 
@@ -65,9 +72,7 @@ struct AccumulateGrad final : Node {
              "fix the node hook that replaced the gradient");
     if (!impl->grad) {
       // Steal the incoming buffer when nobody else holds it; it changes owner, not place.
-      bool sole = grad.impl_ptr().use_count() <= 2 && grad.storage().use_count() == 1 && grad.is_contiguous() &&
-                  grad.offset() == 0 && grad.storage()->nbytes() == grad.nbytes();
-      if (sole) {
+      if (sole_owner(grad, 2)) {  // `grad` and the engine's `g`
         if (grad.storage()->allocator) grad.storage()->allocator->retag(grad.storage()->block, Category::Gradient);
         impl->grad = grad.detach().impl_ptr();
       } else {
@@ -221,12 +226,6 @@ struct RootsNode final : Node {
   std::vector<Tensor> apply(const Tensor&) override { return std::move(grads); }
 };
 
-// Whether `t` is the only handle on its whole buffer, so an in-place add changes nothing else.
-bool sole_owner(const Tensor& t) {
-  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() && t.offset() == 0 &&
-         t.storage()->nbytes() == t.nbytes();
-}
-
 void run_graph(std::shared_ptr<Node> start, Tensor g, bool retain_graph) {
   NoGradGuard no_grad;  // backward itself is not differentiated
   MemoryCategoryScope scope(Category::Activation);
@@ -289,12 +288,16 @@ void run_graph(std::shared_ptr<Node> start, Tensor g, bool retain_graph) {
   }
 }
 
-}  // namespace
-
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+void check_root(const Tensor& root) {
   LT_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad",
            "no input of the computation requires grad, or it ran under no-grad/inference mode",
            "set requires_grad on the parameters and run the forward with grad enabled");
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  check_root(root);
   Tensor g = grad;
   if (!g.defined()) {
     LT_CHECK(root.numel() == 1, "backward() without a gradient needs a scalar",
@@ -314,9 +317,7 @@ void run_backward(const std::vector<Tensor>& roots) {
   start->name = "Roots";
   start->apply_without_grad = true;  // it has no incoming gradient: it makes them
   for (const Tensor& r : roots) {
-    LT_CHECK(r.requires_grad(), "backward() on a tensor that does not require grad",
-             "no input of the computation requires grad, or it ran under no-grad/inference mode",
-             "set requires_grad on the parameters and run the forward with grad enabled");
+    check_root(r);
     LT_CHECK(r.numel() == 1, "backward() over several roots needs scalars",
              "a root has shape " + shape_str(r.shape()), "reduce each to a scalar");
     start->next.push_back(edge_for(r));

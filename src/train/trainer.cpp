@@ -174,7 +174,8 @@ StepOutcome Trainer::step() {
     for (auto& h : hooks_) scaled = h->scale_loss(scaled);
     return scaled;
   };
-  if (fused && k > 1) {
+  const bool breadth_first = fused && k > 1;
+  if (breadth_first) {
     // --fused-step with micro-batches (validate() asked for checkpointing): breadth-first. Every
     // micro-batch's forward runs first, keeping only what its checkpointed regions keep; then one
     // backward over all of them runs depth by depth (InterleavedSequence), each region's
@@ -221,7 +222,7 @@ StepOutcome Trainer::step() {
     }
     trace_.mark(StepTrace::Backward);
   }
-  for (int64_t i = 0; i < k && !(fused && k > 1); ++i) {
+  for (int64_t i = 0; i < k && !breadth_first; ++i) {
     Batch b = next_batch();
     MemoryCategoryScope act(Category::Activation);
     if (norm_pass) {
