@@ -120,7 +120,17 @@ DeviceState& device_state(int device) {
     LT_CUDA_CHECK(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamDefault));
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamDefault));
+    // The communication stream may run at the device's highest priority, so that the block
+    // scheduler starts a collective's blocks ahead of queued compute blocks (a measuring knob,
+    // LEANTRAIN_COMM_PRIORITY=1; bench/ddp_overlap.sh).
+    const char* prio = std::getenv("LEANTRAIN_COMM_PRIORITY");
+    if (prio && std::atoi(prio) > 0) {
+      int least = 0, greatest = 0;
+      LT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      LT_CUDA_CHECK(cudaStreamCreateWithPriority(&s->comm_stream, cudaStreamDefault, greatest));
+    } else {
+      LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamDefault));
+    }
     LT_CUBLAS_CHECK(cublasLtCreate(&s->lt));
     size_t free1 = 0;
     LT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
