@@ -19,5 +19,14 @@ LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, 
 void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs);
 // False when LEANTRAIN_GEMM_GELU=0 sends the tanh GELU out of the GEMM's epilogue.
 bool gemm_gelu_enabled();
+// A linear's weight and bias gradients from its output's gradient g2 [rows, out] and its input
+// x2 [rows, in] (either undefined when not needed): dW = x2^T g2 ([in, out] weights) or g2^T x2
+// ([out, in]), db = the column sums of g2. Both at once (contiguous operands of one dtype) go
+// through gemm_bgrad, one GEMM with the bias gradient in its epilogue; LEANTRAIN_GEMM_BGRAD=0
+// sends them back to matmul then sum_to (to time one against the other).
+struct WeightBiasGrad {
+  Tensor w, b;
+};
+WeightBiasGrad weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w, bool need_b);
 
 }  // namespace lt::detail

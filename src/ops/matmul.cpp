@@ -96,6 +96,44 @@ bool gemm_gelu_on() {
 
 bool detail::gemm_gelu_enabled() { return gemm_gelu_on(); }
 
+namespace {
+
+bool gemm_bgrad_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LEANTRAIN_GEMM_BGRAD");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+detail::WeightBiasGrad detail::weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w,
+                                                bool need_b) {
+  WeightBiasGrad r;
+  const bool fused = need_w && need_b && gemm_bgrad_on() && g2.is_contiguous() && x2.is_contiguous() &&
+                     g2.dtype() == x2.dtype() && g2.dim() == 2 && x2.dim() == 2 && g2.size(0) == x2.size(0);
+  if (!fused) {
+    if (need_w)
+      r.w = weight_in_out ? matmul(x2, g2, true, false)    // [in,rows] @ [rows,out]
+                          : matmul(g2, x2, true, false);   // [out,rows] @ [rows,in]
+    if (need_b) r.b = sum_to(g2, {g2.size(1)});
+    return r;
+  }
+  const int64_t rows = g2.size(0), outf = g2.size(1), in = x2.size(1);
+  GemmDesc d;
+  d.k = rows;
+  d.trans_a = true;
+  d.m = weight_in_out ? in : outf;
+  d.n = weight_in_out ? outf : in;
+  r.w = Tensor::empty({d.m, d.n}, g2.dtype(), g2.device());
+  r.b = Tensor::empty({outf}, g2.dtype(), g2.device());
+  // [in, out] weights: a = x2, b = g2, db sums b; [out, in]: a = g2, b = x2, db sums a.
+  if (weight_in_out) backend_of(g2).gemm_bgrad(r.w, r.b, x2, g2, d, true);
+  else backend_of(g2).gemm_bgrad(r.w, r.b, g2, x2, d, false);
+  return r;
+}
+
 LinearArgs detail::prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_in_out) {
   LinearArgs a;
   a.dev = common_device("linear", {x, w, bias});
@@ -144,13 +182,8 @@ void detail::record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias,
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gx, gw, gb;
     if (need_x) gx = reshape(matmul(g2, sw, false, weight_in_out), xs);  // [rows,out] @ W^T
-    if (need_w) {
-      Tensor x2 = reshape(sx, {rows, in});
-      gw = weight_in_out ? matmul(x2, g2, true, false)    // [in,rows] @ [rows,out]
-                         : matmul(g2, x2, true, false);   // [out,rows] @ [rows,in]
-    }
-    if (need_b) gb = sum_to(g2, {outf});
-    return std::vector<Tensor>{gx, gw, gb};
+    WeightBiasGrad wb = weight_bias_grad(g2, need_w ? reshape(sx, {rows, in}) : Tensor(), weight_in_out, need_w, need_b);
+    return std::vector<Tensor>{gx, wb.w, wb.b};
   });
 }
 

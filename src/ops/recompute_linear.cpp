@@ -43,10 +43,32 @@ Tensor linear_forward(const LinearArgs& a, const Tensor& in, const Tensor& bias,
   return out;
 }
 
-// dW (and db) of a linear from its gradient g [rows, out] and its recomputed input in [rows, in].
-Tensor weight_grad(const Tensor& g2, const Tensor& in, int64_t rows, int64_t in_features, bool weight_in_out) {
-  Tensor x2 = reshape(in, {rows, in_features});
-  return weight_in_out ? matmul(x2, g2, true, false) : matmul(g2, x2, true, false);
+// dW and db of a linear from its gradient g2 [rows, out] and its recomputed input `in` (rows of
+// in_features; undefined when dW is not needed).
+WeightBiasGrad linear_param_grads(const Tensor& g2, const Tensor& in, int64_t rows, int64_t in_features,
+                                  bool weight_in_out, bool need_w, bool need_b) {
+  return weight_bias_grad(g2, need_w ? reshape(in, {rows, in_features}) : Tensor(), weight_in_out, need_w, need_b);
+}
+
+// d(gelu(pre)) = (g2 W^T) * gelu'(pre): with the tanh GELU in the GEMM's epilogue (gemm_dgelu)
+// when the operands allow, else the product and then the GELU's backward in place (the kernels
+// are elementwise, each element read before it is written, so one [rows, in] buffer serves both).
+Tensor gelu_input_grad(UnaryOp op, const Tensor& g2, const Tensor& w, const Tensor& pre, bool weight_in_out) {
+  const int64_t rows = g2.size(0), outf = g2.size(1), in = pre.numel() / rows;
+  if (op == UnaryOp::GeluTanh && gemm_gelu_enabled() && g2.is_contiguous() && w.is_contiguous() &&
+      pre.is_contiguous() && g2.dtype() == w.dtype() && g2.dtype() == pre.dtype()) {
+    GemmDesc d;
+    d.m = rows;
+    d.n = in;
+    d.k = outf;
+    d.trans_b = weight_in_out;  // [in, out] weights are read transposed
+    Tensor gpre = Tensor::empty(pre.shape(), pre.dtype(), pre.device());
+    backend_of(g2).gemm_dgelu(gpre, g2, w, d, pre);
+    return gpre;
+  }
+  Tensor gpre = reshape(matmul(g2, w, false, weight_in_out), pre.shape());
+  backend_of(g2).unary_backward(op, gpre, gpre, pre, 0.f);
+  return gpre;
 }
 
 }  // namespace
@@ -80,14 +102,12 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
     Tensor spre = saved_pre.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gpre, gw, gb;
-    if (need_w) gw = weight_grad(g2, gelu_of(op, spre), rows, in, weight_in_out);  // act freed after the GEMM
-    if (need_b) gb = sum_to(g2, {outf});
-    if (need_pre) {
-      // d(gelu(pre)) = g W^T, then times gelu'(pre) in place: the kernels are elementwise, each
-      // element read before it is written, so one [rows, in] buffer serves both.
-      gpre = reshape(matmul(g2, sw, false, weight_in_out), spre.shape());
-      backend_of(g).unary_backward(op, gpre, gpre, spre, 0.f);
+    {
+      WeightBiasGrad wb = linear_param_grads(g2, need_w ? gelu_of(op, spre) : Tensor(), rows, in, weight_in_out, need_w,
+                                             need_b);  // act freed after the GEMM
+      gw = wb.w, gb = wb.b;
     }
+    if (need_pre) gpre = gelu_input_grad(op, g2, sw, spre, weight_in_out);
     return std::vector<Tensor>{gpre, gw, gb};
   });
   return out;
@@ -153,9 +173,11 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& l
       Tensor y = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
       Tensor tmp_mu = Tensor::empty({N}, aux, sx.device()), tmp_rstd = Tensor::empty({N}, aux, sx.device());
       backend_of(sx).layernorm_fwd(rows_view(y), tmp_mu, tmp_rstd, rows_view(sx), slnw, slnb, feps);
-      gw = weight_grad(g2, y, rows, in, weight_in_out);
+      WeightBiasGrad wb = linear_param_grads(g2, y, rows, in, weight_in_out, need_w, need_b);
+      gw = wb.w, gb = wb.b;
+    } else if (need_b) {
+      gb = sum_to(g2, {outf});
     }
-    if (need_b) gb = sum_to(g2, {outf});
     if (need_norm_grad) {
       Tensor dy = matmul(g2, sw, false, weight_in_out);  // [rows, C]
       gx = Tensor::empty(xs, g.dtype(), g.device());
@@ -211,8 +233,10 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
       shape_only.forward(o, tmp_lse, sqkv, smask);
     }
     Tensor gqkv, gw, gb;
-    if (need_w) gw = weight_grad(g2, o, rows, in, weight_in_out);
-    if (need_b) gb = sum_to(g2, {outf});
+    {
+      WeightBiasGrad wb = linear_param_grads(g2, o, rows, in, weight_in_out, need_w, need_b);
+      gw = wb.w, gb = wb.b;
+    }
     if (need_qkv) {
       Tensor go = reshape(matmul(g2, sw, false, weight_in_out), {shape_only.B, shape_only.T, shape_only.C});
       gqkv = shape_only.backward(go, sqkv, o, slse, smask);

@@ -5,6 +5,7 @@
 // the MLP's down projection: its input, the activation, is recomputed in the backward instead of
 // kept, so the whole MLP keeps its input and the gate | up buffer.
 #include "autograd/kept_outputs.h"
+#include "ops/linear_args.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -120,8 +121,10 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(contiguous_data(g), {rows, outf});
     Tensor gx, gw, gb;
-    if (need_w) gw = matmul(g2, activation(sx), true, false);  // [out, rows] @ [rows, F]
-    if (need_b) gb = sum_to(g2, {outf});
+    {
+      WeightBiasGrad wb = weight_bias_grad(g2, need_w ? activation(sx) : Tensor(), false, need_w, need_b);  // [out, rows] @ [rows, F]
+      gw = wb.w, gb = wb.b;
+    }
     if (need_x) {
       Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
       gx = Tensor::empty(sx.shape(), g.dtype(), g.device());

@@ -128,6 +128,18 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return layer_norm_linear(x[0], x[1], x[2], 1e-5, x[3], x[4]); }},
       {"layer_norm_linear_nobias_in_out", {F({5, 16}), F({16}), F({16, 24})},
        [](const V& x) { return layer_norm_linear(x[0], x[1], Tensor(), 1e-5, x[2], Tensor(), true); }},
+      // shapes of multiples of 8, so that on CUDA the bias gradient rides in the weight gradient's
+      // GEMM (gemm_bgrad: BGRADB for [out, in] weights, BGRADA for [in, out]) and the tanh GELU's
+      // backward in the input gradient's (gemm_dgelu)
+      {"linear_bgrad_aligned", {F({4, 16, 32}), F({64, 32}), F({64})}, [](const V& x) { return linear(x[0], x[1], x[2]); }},
+      {"linear_bgrad_in_out", {F({64, 32}), F({32, 48}), F({48})},
+       [](const V& x) { return linear(x[0], x[1], x[2], true); }},
+      {"gelu_linear_tanh_dgelu", {F({64, 64}), F({32, 64}), F({32})},
+       [](const V& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh); }},
+      {"gelu_linear_tanh_dgelu_in_out", {F({2, 32, 48}), F({48, 64}), F({64})},
+       [](const V& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh, true); }},
+      {"layer_norm_linear_bgrad", {F({2, 32, 32}), F({32}), F({32}), F({48, 32}), F({48})},
+       [](const V& x) { return layer_norm_linear(x[0], x[1], x[2], 1e-5, x[3], x[4]); }},
       // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):
       // the GEMMs write and read them through ldc/lda/ldb, and the bias epilogue writes them too
       {"linear_wide_odd", {F({2, 3, 16}), F({1001, 16})}, [](const V& x) { return linear(x[0], x[1], Tensor()); }},

@@ -91,4 +91,17 @@ void CpuBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a, 
   unary(UnaryOp::GeluTanh, c, pre, 0.f);
 }
 
+void CpuBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor& a, const Tensor& b, const GemmDesc& d,
+                            bool bgrad_of_b) {
+  gemm(c, a, b, d, Tensor());
+  const Tensor& g = bgrad_of_b ? b : a;
+  const int64_t len = bgrad_of_b ? d.n : d.m;
+  reduce_sum(make_view(bgrad, {1, len}, {len, 1}, bgrad.offset()), make_view(g, {d.k, len}, {len, 1}, g.offset()));
+}
+
+void CpuBackend::gemm_dgelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& pre) {
+  gemm(c, a, b, d, Tensor());
+  unary_backward(UnaryOp::GeluTanh, c, c, pre, 0.f);
+}
+
 }  // namespace lt

@@ -118,8 +118,18 @@ void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t
            "check m, n, k, batch, strides and leading dimensions");
 }
 
-void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
-              const Tensor& aux);
+// The backward epilogues (gemm_bgrad, gemm_dgelu): at most one of them per product.
+struct BackwardEpilogue {
+  Tensor bgrad;             // bias gradient output: BGRADA (of b) or BGRADB (of a)
+  bool bgrad_of_b = false;
+  Tensor dgelu_pre;         // DGELU: the GELU's input, read as the epilogue's aux
+  bool any() const { return bgrad.defined() || dgelu_pre.defined(); }
+};
+
+// False only when `back` asks for an epilogue cuBLASLt has no algorithm for (the caller then
+// runs the product and the epilogue's work apart); every other failure throws.
+bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
+              const Tensor& aux, const BackwardEpilogue& back = {});
 
 // cuBLASLt's kernels address an operand with 32-bit offsets: GPT-2's logits for 64 x 1024 tokens
 // (3.3e9 elements) fault with an illegal address. A product with an operand spanning more than
@@ -164,8 +174,8 @@ bool split_large(int dev, const Tensor& c, const Tensor& a, const Tensor& b, con
   return true;
 }
 
-void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
-              const Tensor& aux) {
+bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
+              const Tensor& aux, const BackwardEpilogue& back) {
   LT_CHECK(d.batch >= 0 && d.m >= 0 && d.n >= 0 && d.k >= 0 && d.stride_a >= 0 && d.stride_b >= 0 &&
                d.stride_c >= 0,
            "gemm: negative size or stride", "batch, m, n, k and strides must be >= 0", "fix the GemmDesc");
@@ -173,7 +183,7 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   const DType dt = c.dtype();
   LT_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, std::string("gemm: ") + dtype_name(dt) + " on CUDA",
            "CUDA GEMM takes f32, bf16 or f16", "cast the operands");
-  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return true;
   const int64_t nb = d.batch - 1;
   const int64_t lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
   // Stored shapes (rows x row length): a is m x k (k x m when transposed), b is k x n (n x k).
@@ -199,7 +209,15 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     d.m *= d.batch;
     d.batch = 1;
   }
-  if (d.batch == 1 && split_large(dev, c, a, b, d, bias, gelu, aux)) return;
+  if (back.any()) {
+    LT_CHECK(d.batch == 1 && !bias.defined() && !gelu && !aux.defined() && d.beta == 0.0f,
+             "gemm: a backward epilogue on a batched, biased or accumulating product", "it is not supported",
+             "run the product and the epilogue apart");
+    if (back.bgrad.defined()) check_operand(back.bgrad, dev, "bgrad", dt, back.bgrad_of_b ? d.n : d.m);
+    if (back.dgelu_pre.defined()) check_operand(back.dgelu_pre, dev, "pre", dt, d.m * d.n);
+  } else if (d.batch == 1 && split_large(dev, c, a, b, d, bias, gelu, aux)) {
+    return true;
+  }
   const cudaDataType_t ct = dt == DType::F32 ? CUDA_R_32F : dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   const cublasComputeType_t comp =
       dt == DType::F32 && g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -214,7 +232,15 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   if (gelu) epi = aux.defined() ? (bias.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                 : (bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
   else if (bias.defined()) epi = CUBLASLT_EPILOGUE_BIAS;
+  // cuBLASLt's A is our b: the gradient summed over k of our b is BGRADA's, of our a BGRADB's.
+  if (back.bgrad.defined()) epi = back.bgrad_of_b ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+  if (back.dgelu_pre.defined()) epi = CUBLASLT_EPILOGUE_DGELU;
   set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+  if (back.bgrad.defined()) set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, back.bgrad.raw_data());
+  if (back.dgelu_pre.defined()) {
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, back.dgelu_pre.raw_data());
+    set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(d.n));
+  }
   if (bias.defined()) {
     const void* bp = bias.raw_data();
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bp);
@@ -240,7 +266,10 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   const uint32_t al_b = alignment(a.raw_data(), (d.stride_a | lda) * es);
   const uint32_t al_c = alignment(c.raw_data(), (d.stride_c | ldc) * es);
   const uint32_t al_bias = bias.defined() ? alignment(bias.raw_data(), 0) : 0;
-  const uint32_t al_aux = aux.defined() ? alignment(aux.raw_data(), d.stride_c * es) : 0;
+  const uint32_t al_aux = aux.defined()              ? alignment(aux.raw_data(), d.stride_c * es)
+                          : back.dgelu_pre.defined() ? alignment(back.dgelu_pre.raw_data(), 0)
+                          : back.bgrad.defined()     ? alignment(back.bgrad.raw_data(), 0)
+                                                     : 0;
   char key[320];
   std::snprintf(key, sizeof key, "%d|%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u",
                 dev, int(dt), int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n,
@@ -278,6 +307,7 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
         cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &res, &found);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
       cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    if (back.any() && (s != CUBLAS_STATUS_SUCCESS || found == 0)) return false;  // asked again next time: rare, cheap
     LT_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "gemm: cuBLASLt has no algorithm for this product",
              std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
              "make the operands contiguous and 16-byte aligned, or report the shapes");
@@ -290,6 +320,7 @@ void run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
                                  lc.l, c.raw_data(), lc.l, &algo, ws, size_t(ws_bytes),
                                  cuda::current_stream()));
   LT_CUDA_LAUNCH_CHECK("cublasLtMatmul");
+  return true;
 }
 
 }  // namespace
@@ -348,6 +379,41 @@ void CudaBackend::gemm_gelu(const Tensor& c, const Tensor& pre, const Tensor& a,
   LT_CHECK(pre.defined() && d.batch == 1, "gemm_gelu: needs the pre-activation output and one matrix",
            pre.defined() ? "batch " + std::to_string(d.batch) : "pre is undefined", "call gemm, then the GELU");
   run_gemm(device_index_, c, a, b, d, bias, true, pre);
+}
+
+namespace {
+
+// A backward epilogue applies to one packed, unsplit product: no unaligned n or k (CudaBackend::
+// gemm splits those), no operand beyond 2^31 elements (split_large).
+bool plain_product(const GemmDesc& d, DType dt) {
+  const int64_t per16 = 16 / int64_t(dtype_size(dt));
+  constexpr int64_t kMaxSpan = (int64_t(1) << 31) - 1;
+  return d.batch == 1 && d.n % per16 == 0 && d.k % per16 == 0 && d.m % per16 == 0 && d.m * d.k <= kMaxSpan &&
+         d.n * d.k <= kMaxSpan && d.m * d.n <= kMaxSpan && d.beta == 0.0f && d.lda == 0 && d.ldb == 0 && d.ldc == 0;
+}
+
+}  // namespace
+
+void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor& a, const Tensor& b,
+                             const GemmDesc& d, bool bgrad_of_b) {
+  LT_CHECK(bgrad_of_b ? !d.trans_b : d.trans_a, "gemm_bgrad: the summed operand must be stored [k, len]",
+           bgrad_of_b ? "b is transposed" : "a is not transposed", "pass the gradient as the [k, len] operand");
+  BackwardEpilogue back;
+  back.bgrad = bgrad;
+  back.bgrad_of_b = bgrad_of_b;
+  if (plain_product(d, c.dtype()) && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
+  gemm(c, a, b, d, Tensor());
+  const Tensor& g = bgrad_of_b ? b : a;
+  const int64_t len = bgrad_of_b ? d.n : d.m;
+  reduce_sum(make_view(bgrad, {1, len}, {len, 1}, bgrad.offset()), make_view(g, {d.k, len}, {len, 1}, g.offset()));
+}
+
+void CudaBackend::gemm_dgelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& pre) {
+  BackwardEpilogue back;
+  back.dgelu_pre = pre;
+  if (plain_product(d, c.dtype()) && d.n % 8 == 0 && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
+  gemm(c, a, b, d, Tensor());
+  unary_backward(UnaryOp::GeluTanh, c, c, pre, 0.f);
 }
 
 namespace cuda {

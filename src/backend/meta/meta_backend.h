@@ -13,11 +13,12 @@ class MetaBackend final : public Backend {
  public:
   const char* name() const override { return "meta"; }
 
-  // gemm and gemm_gelu also mirror the CUDA backend's cuBLASLt workspace (taken at the first
+  // The gemm group's ops also mirror the CUDA backend's cuBLASLt workspace (taken at the first
   // GEMM) when meta simulates CUDA; an op with a result returns a value-initialised one.
 #define LT_BACKEND_OP(group, ret, op, params, args)                                          \
   ret op params override {                                                                    \
-    if constexpr (BackendOp::op == BackendOp::gemm || BackendOp::op == BackendOp::gemm_gelu) \
+    if constexpr (BackendOp::op == BackendOp::gemm || BackendOp::op == BackendOp::gemm_gelu || \
+                  BackendOp::op == BackendOp::gemm_bgrad || BackendOp::op == BackendOp::gemm_dgelu) \
       simulate_gemm_workspace();                                                              \
     return no_result<ret>();                                                                  \
   }
