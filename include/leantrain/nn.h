@@ -353,6 +353,9 @@ class LayerNorm : public UnaryModule {
   // saved (layer_norm_linear); w and b already in their compute dtype. When w's dtype is not
   // x's, the unfused norm then linear. Bypasses the forward wrapper.
   Tensor forward_linear(const Tensor& x, const Tensor& w, const Tensor& b, bool weight_in_out);
+  // forward_linear feeding a tanh GELU: layer_norm_linear_gelu (pre and, from the GEMM's
+  // epilogue, act), or the unfused norm then linear (act undefined) when w's dtype is not x's.
+  LinearGelu forward_linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool weight_in_out);
 
  private:
   double eps_;

@@ -108,6 +108,13 @@ Tensor gelu_linear(const Tensor& pre, const Tensor& w, const Tensor& bias, GeluA
 // x, ln_w, ln_b, w and bias share one dtype.
 Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
                          const Tensor& bias, bool weight_in_out = false);
+// layer_norm_linear whose output feeds a tanh GELU (an MLP's fc1): pre is layer_norm_linear's
+// result (and autograd node); act = gelu_tanh(pre) from the same GEMM's epilogue (outside the
+// graph: hand it to gelu_linear, whose backward goes through pre), or undefined where the
+// epilogue does not apply (a width not a multiple of 8, LEANTRAIN_GEMM_GELU=0) and gelu_linear
+// computes it.
+LinearGelu layer_norm_linear_gelu(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
+                                  const Tensor& bias, bool weight_in_out = false);
 // linear(self_attention_packed(qkv, heads, kv_heads, causal, mask), w, bias) saving qkv and the
 // log-sum-exp (what the attention's backward reads anyway), not the attention output: the
 // backward runs the attention forward again for dW and for the attention's own backward. C per

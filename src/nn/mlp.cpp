@@ -42,6 +42,10 @@ Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln) {
   auto* act = dynamic_cast<Gelu*>(act_.get());
   if (!fc1 || !fc2 || !act || typeid(*act) != typeid(Gelu) || !act->recomputed_or_unwrapped()) return Tensor();
   if (compute_dtype_of(fc1->weight()) != x.dtype()) return Tensor();
+  if (act->approx() == GeluApprox::Tanh) {  // the GELU rides in fc1's GEMM epilogue
+    LinearGelu h = ln.forward_linear_gelu(x, autocast(fc1->weight()), autocast(fc1->bias()), fc1->weight_in_out());
+    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx()));
+  }
   Tensor pre = ln.forward_linear(x, autocast(fc1->weight()), autocast(fc1->bias()), fc1->weight_in_out());
   return (*drop_)(fc2->forward_after_gelu(pre, Tensor(), act->approx()));
 }

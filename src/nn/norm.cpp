@@ -25,6 +25,12 @@ Tensor LayerNorm::forward_linear(const Tensor& x, const Tensor& w, const Tensor&
                            weight_in_out);
 }
 
+LinearGelu LayerNorm::forward_linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, bool weight_in_out) {
+  if (w.dtype() != x.dtype()) return LinearGelu{linear(autocast(forward(x)), w, b, weight_in_out), Tensor()};
+  return layer_norm_linear_gelu(x, autocast_like(*weight_, x), bias_ ? autocast_like(*bias_, x) : Tensor(), eps_, w,
+                                b, weight_in_out);
+}
+
 LayerNorm* plain_layer_norm(UnaryModule* m) {
   return m && typeid(*m) == typeid(LayerNorm) && m->recomputed_or_unwrapped() ? static_cast<LayerNorm*>(m) : nullptr;
 }

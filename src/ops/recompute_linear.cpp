@@ -113,8 +113,12 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
   return out;
 }
 
-Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& ln_b_in, double eps, const Tensor& w,
-                         const Tensor& bias, bool weight_in_out) {
+namespace {
+
+// layer_norm_linear, and with `act` its tanh GELU from the GEMM's epilogue (left undefined where
+// the epilogue does not apply).
+Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tensor& ln_b_in, double eps,
+                              const Tensor& w, const Tensor& bias, bool weight_in_out, Tensor* act) {
   const char* name = "layer_norm_linear";
   Device dev = common_device(name, {x, ln_w_in, ln_b_in, w, bias});
   check_floating(name, x);
@@ -146,7 +150,28 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& l
       backend_for(dev).layernorm_fwd(rows_view(y), mu, rstd, rows_view(xc), ln_w, ln_b, feps);
     }
     a = prepare_linear(y, w, bias, weight_in_out);
-    out = linear_forward(a, y, bias, weight_in_out);
+    if (act && a.outf % 8 == 0 && gemm_gelu_enabled()) {
+      // As linear_gelu_parts: pre, then act, in one GEMM; a selective checkpoint's
+      // recomputation hands the kept pre back and the GELU runs on it.
+      bool fresh = true;
+      {
+        OpNameScope op_name("linear");
+        std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {y.dtype()});
+        fresh = kept.empty();
+        out = fresh ? Tensor::empty(a.out_shape, y.dtype(), dev) : kept[0];
+      }
+      *act = Tensor::empty(a.out_shape, y.dtype(), dev);
+      if (fresh) {
+        GemmDesc d = a.desc(0);
+        d.trans_b = !weight_in_out;
+        backend_for(dev).gemm_gelu(*act, out, y, a.wc, d, bias);
+        keep_outputs("linear", {out});
+      } else {
+        backend_for(dev).unary(UnaryOp::GeluTanh, *act, out, 0.f);
+      }
+    } else {
+      out = linear_forward(a, y, bias, weight_in_out);
+    }
     a.xc = Tensor();  // y is freed here: the backward recomputes it
   }
   if (!needs_grad({xc, ln_w, ln_b, a.wc, bias})) return out;
@@ -189,6 +214,20 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w_in, const Tensor& l
     return std::vector<Tensor>{gx, glnw, glnb, gw, gb};
   });
   return out;
+}
+
+}  // namespace
+
+Tensor layer_norm_linear(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
+                         const Tensor& bias, bool weight_in_out) {
+  return layer_norm_linear_impl(x, ln_w, ln_b, eps, w, bias, weight_in_out, nullptr);
+}
+
+LinearGelu layer_norm_linear_gelu(const Tensor& x, const Tensor& ln_w, const Tensor& ln_b, double eps, const Tensor& w,
+                                  const Tensor& bias, bool weight_in_out) {
+  LinearGelu r;
+  r.pre = layer_norm_linear_impl(x, ln_w, ln_b, eps, w, bias, weight_in_out, &r.act);
+  return r;
 }
 
 Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,

@@ -138,6 +138,11 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh); }},
       {"gelu_linear_tanh_dgelu_in_out", {F({2, 32, 48}), F({48, 64}), F({64})},
        [](const V& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh, true); }},
+      {"layer_norm_linear_gelu_then_gelu_linear", {F({2, 16, 32}), F({32}), F({32}), F({64, 32}), F({64}), F({32, 64}), F({32})},
+       [](const V& x) {
+         LinearGelu h = layer_norm_linear_gelu(x[0], x[1], x[2], 1e-5, x[3], x[4]);
+         return gelu_linear(h.pre, x[5], x[6], GeluApprox::Tanh, false, h.act);
+       }},
       {"layer_norm_linear_bgrad", {F({2, 32, 32}), F({32}), F({32}), F({48, 32}), F({48})},
        [](const V& x) { return layer_norm_linear(x[0], x[1], x[2], 1e-5, x[3], x[4]); }},
       // wide odd outputs come in padded rows (1001 -> 1008 in 16-bit, 1004 in f32, 1002 in f64):

@@ -100,6 +100,32 @@ TEST(RecomputeLinear, LinearGeluPartsThenGeluLinearEqualsTheMlpBitwise) {
   }
 }
 
+// GPT-2's MLP under lean saves: the norm folded into fc1, the GELU in fc1's epilogue, fc2
+// recomputing the GELU. Widths of 16 (epilogue) and 12 (act left to gelu_linear).
+TEST(RecomputeLinear, LayerNormLinearGeluThenGeluLinearEqualsTheMlpBitwise) {
+  for (int64_t hidden : {16, 12})
+    for (bool in_out : {false, true}) {
+      Tensor x = rand32({2, 5, 8}, 41, true), lw = rand32({8}, 42, true), lb = rand32({8}, 43, true);
+      Tensor w1 = rand32(in_out ? Shape{8, hidden} : Shape{hidden, 8}, 44, true), b1 = rand32({hidden}, 45, true);
+      Tensor w2 = rand32(in_out ? Shape{hidden, 8} : Shape{8, hidden}, 46, true), b2 = rand32({8}, 47, true);
+      auto fused = run(
+          [&](const std::vector<Tensor>& v) {
+            LinearGelu h = layer_norm_linear_gelu(v[0], v[1], v[2], 1e-5, v[3], v[4], in_out);
+            EXPECT_EQ(h.act.defined(), hidden % 8 == 0);
+            if (h.act.defined()) EXPECT_FALSE(h.act.requires_grad());
+            return gelu_linear(h.pre, v[5], v[6], GeluApprox::Tanh, in_out, h.act);
+          },
+          {x, lw, lb, w1, b1, w2, b2});
+      auto ref = run(
+          [&](const std::vector<Tensor>& v) {
+            Tensor h = linear(layer_norm(v[0], v[1], v[2], 1e-5), v[3], v[4], in_out);
+            return linear(gelu(h, GeluApprox::Tanh), v[5], v[6], in_out);
+          },
+          {x, lw, lb, w1, b1, w2, b2});
+      EXPECT_EQ(fused, ref) << "hidden " << hidden << ", in_out " << in_out;
+    }
+}
+
 TEST(RecomputeLinear, LayerNormLinearEqualsLinearOfLayerNormBitwise) {
   for (bool in_out : {false, true})
     for (bool bias : {false, true})
