@@ -9,12 +9,9 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -119,65 +116,6 @@ void check_operand(const Tensor& t, int dev, const char* name, DType dt, int64_t
   LT_CHECK(extent(t) >= need, std::string("gemm: ") + name + " is too small for the described product",
            "needs " + std::to_string(need) + " elements, spans " + std::to_string(extent(t)) + " " + shape_str(t.shape()),
            "check m, n, k, batch, strides and leading dimensions");
-}
-
-// Products of at least tune_flops() (250 GFLOP; LEANTRAIN_GEMM_TUNE_GFLOP=n for measuring) are
-// timed among the heuristic's first kTuneCandidates algorithms at their first run (run_gemm);
-// LEANTRAIN_GEMM_TUNE=0 keeps the heuristic's first.
-double tune_flops() {
-  static const double f = [] {
-    const char* v = std::getenv("LEANTRAIN_GEMM_TUNE_GFLOP");
-    return v && std::atof(v) > 0 ? std::atof(v) * 1e9 : 2.5e11;
-  }();
-  return f;
-}
-constexpr int kTuneCandidates = 6;
-constexpr float kTuneMargin = 0.05f;
-
-bool gemm_tune_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LEANTRAIN_GEMM_TUNE");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
-}
-
-// The candidate whose best of three timed runs (after one untimed) is shortest, if it beats the
-// first candidate's by kTuneMargin; else the first. `run` launches the product with an algorithm
-// on the current stream. A candidate that fails to launch is skipped. Not while a CUDA graph is
-// being captured (the events would be captured too): then the first.
-template <class Run>
-cublasLtMatmulAlgo_t fastest(const cublasLtMatmulHeuristicResult_t* res, int found, Run run) {
-  cudaStream_t st = cuda::current_stream();
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(st, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return res[0].algo;
-  }
-  cudaEvent_t t0, t1;
-  LT_CUDA_CHECK(cudaEventCreate(&t0));
-  LT_CUDA_CHECK(cudaEventCreate(&t1));
-  std::vector<float> best(size_t(found), -1.0f);
-  for (int i = 0; i < found; ++i) {
-    if (res[i].state != CUBLAS_STATUS_SUCCESS || run(res[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
-    for (int rep = 0; rep < 3; ++rep) {
-      LT_CUDA_CHECK(cudaEventRecord(t0, st));
-      if (run(res[i].algo) != CUBLAS_STATUS_SUCCESS) break;
-      LT_CUDA_CHECK(cudaEventRecord(t1, st));
-      LT_CUDA_CHECK(cudaEventSynchronize(t1));
-      float ms = 0;
-      LT_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-      if (best[size_t(i)] < 0 || ms < best[size_t(i)]) best[size_t(i)] = ms;
-    }
-  }
-  (void)cudaGetLastError();
-  LT_CUDA_CHECK(cudaEventDestroy(t0));
-  LT_CUDA_CHECK(cudaEventDestroy(t1));
-  int pick = 0;
-  float bar = best[0] > 0 ? (1.0f - kTuneMargin) * best[0] : std::numeric_limits<float>::max();
-  for (int i = 1; i < found; ++i)
-    if (best[size_t(i)] > 0 && best[size_t(i)] < bar) pick = i, bar = best[size_t(i)];
-  return res[pick].algo;
 }
 
 // The backward epilogues (gemm_bgrad, gemm_dgelu): at most one of them per product.
@@ -363,30 +301,17 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c}};
     for (const auto& [attr, v] : aligns)
       LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v));
-    const double flops = 2.0 * double(d.m) * double(d.n) * double(d.k) * double(d.batch);
-    const int wanted = flops >= tune_flops() && d.beta == 0.0f && gemm_tune_on() ? kTuneCandidates : 1;
-    cublasLtMatmulHeuristicResult_t res[kTuneCandidates]{};
+    cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, wanted, res, &found);
+        cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &res, &found);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
       cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     if (back.any() && (s != CUBLAS_STATUS_SUCCESS || found == 0)) return false;  // asked again next time: rare, cheap
     LT_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "gemm: cuBLASLt has no algorithm for this product",
              std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
              "make the operands contiguous and 16-byte aligned, or report the shapes");
-    algo = res[0].algo;
-    if (found > 1) {
-      // A large product (GPT-2's head: 1.3 TFLOP) is timed once per shape on its own buffers, each
-      // candidate the heuristic offers; one replaces the heuristic's first only when it is at
-      // least kTuneMargin faster, so near-ties keep the heuristic's choice run after run. beta is
-      // 0: the last run (the real one, below) overwrites whatever the trials wrote.
-      const float alpha = d.alpha, beta = 0.0f;
-      algo = fastest(res, found, [&](const cublasLtMatmulAlgo_t& cand) {
-        return cublasLtMatmul(ds.lt, desc.d, &alpha, b.raw_data(), la.l, a.raw_data(), lb.l, &beta, c.raw_data(), lc.l,
-                              c.raw_data(), lc.l, &cand, ws, size_t(ws_bytes), cuda::current_stream());
-      });
-    }
+    algo = res.algo;
     std::lock_guard<std::mutex> g(g_mu);
     g_algos.emplace(cache_key, algo);
   }
