@@ -213,6 +213,7 @@ PY
         done
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])).get('rank_peak_allocated_bytes', []); p=[int(x) for x in sys.argv[2:]]; print('  per rank measured', m, 'plan', p, 'equal' if m == p else 'DIFFER', 'max GiB %.3f' % (max(m) / 2**30 if m else -1))" "$j" $planned
       }
+      if [ "${DISTN_PART:-all}" != llama ]; then
       G="--model gpt2-tiny --data synthetic --batch 8 --steps 12 --log-every 1 --eval-batches 1"
       timeout 60 "./$BUILD/leantrain" train $G --device cuda --metrics "$OUT/d1.jsonl" > "$OUT/d1.log" 2>&1; echo "gpt2-tiny 1 GPU: exit $?"
       for s in ddp zero1 zero2 fsdp fsdp-ckpt; do
@@ -248,6 +249,8 @@ PY
       done
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
       timeout 200 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode fsdp2 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      fi
+      if [ "${DISTN_PART:-all}" != gpt2 ]; then  # DISTN_PART=gpt2|llama splits the section over two calls
       L="--model tinyllama-1.1b --data synthetic --seq-len 1024 --precision bf16-mixed --checkpoint blocks --steps 10 --log-every 5 --eval-batches 1 --device cuda"
       timeout 150 "./$BUILD/leantrain" train $L --batch 4 --metrics-json "$OUT/l1.json" > "$OUT/l1.log" 2>&1
       echo "TinyLlama 1 GPU (alloc reserved tok/s): $(peak "$OUT/l1.json")"; grep error "$OUT/l1.log" | head -2
@@ -259,6 +262,7 @@ PY
       echo "  plan: $(peak "$OUT/lpn.json")"
       ranks_vs_plan "$OUT/ln.json" $L --batch $((4 * N)) --devices $N --strategy fsdp
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model tinyllama --mode fsdp2 --batch 4 --checkpoint --steps 10 --warmup 3 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
+      fi
       ;;
     distkill)
       # Issue 13: a rank killed with SIGKILL under the launcher, and under two hand-started ranks
