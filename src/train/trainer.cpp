@@ -186,9 +186,11 @@ StepOutcome Trainer::step() {
     for (int64_t i = 0; i < k; ++i) batches.push_back(next_batch());
     const std::vector<Generator*> gens = nn::dropout_generators(model());
     const std::vector<uint64_t> offsets = generator_offsets(gens);
+    // The losses are read after the last forward (one wait for the device, not one per
+    // micro-batch) and before the backward, whose fused updates must not start on a non-finite one.
     auto forward_all = [&](bool keep_losses) {
       MemoryCategoryScope act(Category::Activation);
-      std::vector<Tensor> roots;
+      std::vector<Tensor> roots, kept;
       RouteParamGradsScope routed;
       InterleavedSequence lanes(k);
       for (int64_t i = 0; i < k; ++i) {
@@ -196,11 +198,12 @@ StepOutcome Trainer::step() {
         Tensor loss = model().loss(batches[size_t(i)].inputs, batches[size_t(i)].targets);
         if (keep_losses) {
           if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
-          take_loss(loss, i);
+          kept.push_back(loss.detach());
         }
         roots.push_back(backward_root(std::move(loss)));
         lanes.end_lane();
       }
+      for (size_t i = 0; i < kept.size(); ++i) take_loss(kept[i], int64_t(i));
       return roots;
     };
     if (norm_pass) {

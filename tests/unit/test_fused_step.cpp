@@ -231,6 +231,35 @@ TEST(FusedStep, BreadthFirstMicroBatchesMatchAccumulationBitwise) {
 }
 
 // The breadth-first step is planned like any other: the dry run allocates what the cpu run does.
+// Breadth-first reads every micro-batch's loss after the last forward, and before the backward
+// whose fused updates change parameters: a NaN in micro-batch 1 stops the step with no update.
+TEST(FusedStep, BreadthFirstNanLossStopsBeforeAnyUpdate) {
+  RunConfig c;
+  c.model = "vit-tiny";
+  c.data = "synthetic";
+  c.batch = 8;
+  c.micro_batch = 2;
+  c.steps = 3;
+  c.eval_batches = 1;
+  c.device = "cpu";
+  c.optimizer = "sgd";
+  c.checkpoint = "blocks";
+  c.fused_step = true;
+  c.debug_nan_at_step = 2;
+  TrainerRun r(c);
+  r->step();
+  std::vector<std::vector<float>> before;
+  for (const Tensor& p : r->model().parameters()) before.push_back(p.to_float_vector());
+  try {
+    r->step();
+    FAIL() << "no error";
+  } catch (const NumericError& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN at step 2 (micro-batch 1 of 4)"), std::string::npos) << e.what();
+  }
+  size_t i = 0;
+  for (const Tensor& p : r->model().parameters()) EXPECT_EQ(p.to_float_vector(), before[i++]) << "parameter " << i;
+}
+
 TEST(FusedStep, BreadthFirstPlanEqualsTheCpuRun) {
   RunConfig c;
   c.model = "vit-tiny";
