@@ -187,6 +187,10 @@ const std::vector<OpCase>& op_cases() {
       // dw, db over more rows than the GPU's packed column kernel has lanes (two rows in flight, a tail)
       {"layer_norm_tall", {F({601, 48}), F({48}), F({48})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"rms_norm_tall", {F({300, 24}), F({24})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
+      // enough rows (and a row count no multiple of the lanes) for the weight/bias sums to split
+      // their rows over a cluster of blocks on sm_90
+      {"layer_norm_cluster_rows", {F({2309, 64}), F({64}), F({64})}, [](const V& x) { return layer_norm(x[0], x[1], x[2]); }},
+      {"rms_norm_cluster_rows", {F({4100, 32}), F({32})}, [](const V& x) { return rms_norm(x[0], x[1]); }},
       // fused residual add + norm: both outputs (concat gives each its own upstream gradient),
       // then each alone (y only: no incoming gradient for the sum; sum only: the norm gets none)
       {"add_layer_norm", {F({4, 6, 32}), F({4, 6, 32}), F({32}), F({32})},

@@ -24,9 +24,12 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/row_kernels.cuh"
 
+#include <cooperative_groups.h>
+
 namespace lt {
 using namespace cuda;
 using namespace cuda::rk;
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -194,15 +197,35 @@ __global__ void __launch_bounds__(kColStrip* kColPhases)
 // in a fixed tree: deterministic, no scratch, no atomics.
 constexpr int kColPackThreads = 512;
 constexpr int kColPackLanes = 256;
+constexpr int kDwdbSplits = 4;  // blocks of a cluster that share a column group's rows
 
+// Thread block clusters need compute capability 9.0.
+bool cluster_launch_ok() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return ok;
+}
+
+// A model width of 768 gives 48 such blocks, too few for 132 SMs (GPT-2: 56 us a launch, under
+// 1 TB/s). So on sm_90 the rows are split over a cluster of `splits` blocks (blockIdx.x = column
+// group * splits + rank): block rank s sums rows s * lanes + ty, stepping splits * lanes, and
+// after its own tree, rank 0 adds the other ranks' sums from their shared memory (distributed
+// shared memory), in rank order: still no scratch, no atomics, the same order every run.
 template <class T, int P, bool RMS>
 __global__ void __launch_bounds__(kColPackThreads)
     norm_bwd_dwdb_packed_kernel(T* __restrict__ dw, T* __restrict__ db, const T* __restrict__ dy,
                                 const T* __restrict__ x, const float* __restrict__ mean,
-                                const float* __restrict__ rstd, int64_t N, int C) {
+                                const float* __restrict__ rstd, int64_t N, int C, int splits) {
   __shared__ float red_w[kColPackThreads * P], red_b[kColPackThreads * P];
   const int packs = blockDim.x, lanes = blockDim.y;
-  const int c0 = (int(blockIdx.x) * packs + int(threadIdx.x)) * P;
+  const int split = int(blockIdx.x) % splits, group = int(blockIdx.x) / splits;
+  const int c0 = (group * packs + int(threadIdx.x)) * P;
   float aw[P], ab[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) aw[k] = ab[k] = 0.0f;
@@ -215,17 +238,18 @@ __global__ void __launch_bounds__(kColPackThreads)
         ab[k] += g[k];
       }
     };
-    int64_t r = threadIdx.y;
-    for (; r + lanes < N; r += 2 * int64_t(lanes)) {
+    const int64_t step = int64_t(lanes) * splits;
+    int64_t r = int64_t(split) * lanes + threadIdx.y;
+    for (; r + step < N; r += 2 * step) {
       float g0[P], x0[P], g1[P], x1[P];
       load_f32<T, P>(dy + r * C + c0, g0);
       load_f32<T, P>(x + r * C + c0, x0);
-      load_f32<T, P>(dy + (r + lanes) * C + c0, g1);
-      load_f32<T, P>(x + (r + lanes) * C + c0, x1);
+      load_f32<T, P>(dy + (r + step) * C + c0, g1);
+      load_f32<T, P>(x + (r + step) * C + c0, x1);
       add_row(r, g0, x0);
-      add_row(r + lanes, g1, x1);
+      add_row(r + step, g1, x1);
     }
-    for (; r < N; r += lanes) {
+    for (; r < N; r += step) {
       float g0[P], x0[P];
       load_f32<T, P>(dy + r * C + c0, g0);
       load_f32<T, P>(x + r * C + c0, x0);
@@ -249,7 +273,24 @@ __global__ void __launch_bounds__(kColPackThreads)
       }
     }
   }
-  if (threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every rank's tree is done and visible
+    if (split == 0 && threadIdx.y == 0 && c0 < C)
+      for (int q = 1; q < splits; ++q) {
+        const float* ow = cluster.map_shared_rank(red_w, q);
+        const float* ob = cluster.map_shared_rank(red_b, q);
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          red_w[me + k] += ow[me + k];
+          red_b[me + k] += ob[me + k];
+        }
+      }
+    cluster.sync();  // the other ranks keep their shared memory until rank 0 has read it
+  }
+#endif
+  if (split == 0 && threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
 #pragma unroll
     for (int k = 0; k < P; ++k) {
       if (dw) dw[c0 + k] = from_f32<T>(red_w[me + k]);
@@ -407,9 +448,26 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
       while (lanes < kColPackLanes && lanes < N) lanes *= 2;
       const int packs = kColPackThreads / lanes;
       const int64_t npacks = C / kVec<T>;
-      const dim3 grid{unsigned((npacks + packs - 1) / packs)}, block{unsigned(packs), unsigned(lanes)};
-      norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr,
-                                                                                          N, int(C));
+      const unsigned groups = unsigned((npacks + packs - 1) / packs);
+      // Split the rows over a cluster when the column groups alone leave most SMs idle and
+      // every block still gets rows (kDwdbSplits blocks of `lanes` rows, twice over).
+      const int splits = cluster_launch_ok() && groups < 2u * unsigned(device_state(dy.device().index).sm_count) &&
+                                 N >= int64_t(2) * kDwdbSplits * lanes
+                             ? kDwdbSplits
+                             : 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(groups * unsigned(splits));
+      cfg.blockDim = dim3(unsigned(packs), unsigned(lanes));
+      cfg.stream = current_stream();
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = unsigned(splits);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = splits > 1 ? 1 : 0;
+      LT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
+                                       N, int(C), splits));
       LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
       return;
     }
