@@ -312,12 +312,8 @@ class DataParallel final : public StepHook {
   void reduce_group(const std::vector<int>& group, int root) {
     if (group.empty()) return;
     const DType dt = params_[size_t(group[0])].grad().dtype();
-    // Each gradient's slice of the staging buffer starts on a 64-byte boundary: the slices become
-    // the gradients the optimizer's vectorised kernels read.
-    const int64_t align = std::max<int64_t>(1, 64 / int64_t(dtype_size(dt)));
-    auto padded = [align](int64_t k) { return (k + align - 1) / align * align; };
     int64_t n = 0;
-    for (int i : group) n += padded(params_[size_t(i)].grad().numel());
+    for (int i : group) n += params_[size_t(i)].grad().numel();
     Event produced(device_);
     produced.record();
     auto reduced = std::make_unique<Event>(device_);
@@ -334,33 +330,22 @@ class DataParallel final : public StepHook {
       if (group.size() == 1 && first.is_contiguous()) {
         reduce(first.raw_data());
       } else {
-        // The rank keeps the reduced gradients where they are, in the staging buffer: each
-        // parameter's gradient becomes its slice (no copy back; the optimizer reads the slices).
-        // So the buffer comes from the compute stream's pool, where gradients are freed.
-        const bool keeps = root < 0 || root == comm_.rank();
-        MemoryCategoryScope cat(keeps ? Category::Gradient : Category::Workspace);
-        Tensor staging;
-        {
-          AllocStreamScope pool(kComputeStream);
-          staging = Tensor::empty({n}, dt, first.device());
-        }
-        record_stream(staging, kCommStream);
+        MemoryCategoryScope ws(Category::Workspace);
+        Tensor staging = Tensor::empty({n}, dt, first.device());
         auto flat = [](const Tensor& t) { return make_view(t, {t.numel()}, {1}, t.impl()->offset); };
         int64_t at = 0;
         for (int i : group) {
           const Tensor& g = params_[size_t(i)].grad();
           copy_(make_view(staging, {g.numel()}, {1}, at), flat(g.contiguous()));
-          at += padded(g.numel());
+          at += g.numel();
         }
         reduce(staging.raw_data());
-        if (keeps) {
+        if (root < 0 || root == comm_.rank()) {
           at = 0;
           for (int i : group) {
-            Tensor& p = params_[size_t(i)];
-            const Tensor g = p.grad();
-            record_stream(g, kCommStream);  // the packing above read it there
-            p.set_grad(make_view(staging, g.shape(), contiguous_strides(g.shape()), at));
-            at += padded(g.numel());
+            const Tensor& g = params_[size_t(i)].grad();
+            copy_(flat(g), make_view(staging, {g.numel()}, {1}, at));
+            at += g.numel();
           }
         }
       }
