@@ -82,27 +82,27 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
 
 namespace {
 
-// LEANTRAIN_GEMM_GELU=0 in the environment sends linear_gelu back to linear then gelu (to time
-// the fused epilogue against the two kernels); read once, the same for every device.
-bool gemm_gelu_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LEANTRAIN_GEMM_GELU");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
+// A fusion switch read once from the environment, the same for every device: on unless the
+// variable is "0" (to time a fused epilogue against the kernels it replaces).
+bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && std::string(v) == "0");
 }
 
 }  // namespace
 
-bool detail::gemm_gelu_enabled() { return gemm_gelu_on(); }
+// LEANTRAIN_GEMM_GELU=0 sends linear_gelu back to linear then gelu, and the GELU epilogues of
+// the recompute linears back to their two kernels.
+bool detail::gemm_gelu_enabled() {
+  static const bool on = env_switch_on("LEANTRAIN_GEMM_GELU");
+  return on;
+}
 
 namespace {
 
+// LEANTRAIN_GEMM_BGRAD=0 sends weight_bias_grad back to matmul then sum_to.
 bool gemm_bgrad_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LEANTRAIN_GEMM_BGRAD");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_switch_on("LEANTRAIN_GEMM_BGRAD");
   return on;
 }
 

@@ -230,21 +230,27 @@ TEST(FusedStep, BreadthFirstMicroBatchesMatchAccumulationBitwise) {
   }
 }
 
-// The breadth-first step is planned like any other: the dry run allocates what the cpu run does.
-// Breadth-first reads every micro-batch's loss after the last forward, and before the backward
-// whose fused updates change parameters: a NaN in micro-batch 1 stops the step with no update.
-TEST(FusedStep, BreadthFirstNanLossStopsBeforeAnyUpdate) {
+// ViT-tiny on the CPU, batch 8 in micro-batches of 2, checkpointed blocks, --fused-step:
+// the breadth-first step.
+RunConfig breadth_first_vit_tiny(int64_t steps) {
   RunConfig c;
   c.model = "vit-tiny";
   c.data = "synthetic";
   c.batch = 8;
   c.micro_batch = 2;
-  c.steps = 3;
+  c.steps = steps;
   c.eval_batches = 1;
   c.device = "cpu";
-  c.optimizer = "sgd";
   c.checkpoint = "blocks";
   c.fused_step = true;
+  return c;
+}
+
+// Breadth-first reads every micro-batch's loss after the last forward, and before the backward
+// whose fused updates change parameters: a NaN in micro-batch 1 stops the step with no update.
+TEST(FusedStep, BreadthFirstNanLossStopsBeforeAnyUpdate) {
+  RunConfig c = breadth_first_vit_tiny(3);
+  c.optimizer = "sgd";
   c.debug_nan_at_step = 2;
   TrainerRun r(c);
   r->step();
@@ -260,17 +266,9 @@ TEST(FusedStep, BreadthFirstNanLossStopsBeforeAnyUpdate) {
   for (const Tensor& p : r->model().parameters()) EXPECT_EQ(p.to_float_vector(), before[i++]) << "parameter " << i;
 }
 
+// The breadth-first step is planned like any other: the dry run allocates what the cpu run does.
 TEST(FusedStep, BreadthFirstPlanEqualsTheCpuRun) {
-  RunConfig c;
-  c.model = "vit-tiny";
-  c.data = "synthetic";
-  c.batch = 8;
-  c.micro_batch = 2;
-  c.steps = 2;
-  c.eval_batches = 1;
-  c.device = "cpu";
-  c.checkpoint = "blocks";
-  c.fused_step = true;
+  RunConfig c = breadth_first_vit_tiny(2);
   const PlanResult p = plan_run(c, PlanOptions{"cpu"});
   const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
   const RunResult r = train(c);
