@@ -19,6 +19,10 @@ LinearArgs prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, 
 void record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias, bool weight_in_out, const Shape& xs);
 // False when LEANTRAIN_GEMM_GELU=0 sends the tanh GELU out of the GEMM's epilogue.
 bool gemm_gelu_enabled();
+// The fused path of linear_gelu_parts for prepared operands (a.xc the input rows, outf a
+// multiple of 8): pre = a.xc @ W + bias and act = gelu_tanh(pre) from one GEMM's epilogue, pre
+// kept for (and handed back by) a selective checkpoint's recomputation. Records no graph.
+LinearGelu linear_gelu_gemm(const LinearArgs& a, const Tensor& bias, bool weight_in_out);
 // A linear's weight and bias gradients from its output's gradient g2 [rows, out] and its input
 // x2 [rows, in] (either undefined when not needed): dW = x2^T g2 ([in, out] weights) or g2^T x2
 // ([out, in]), db = the column sums of g2. Both at once (contiguous operands of one dtype) go

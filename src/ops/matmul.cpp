@@ -206,6 +206,30 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool weight_
   return out;
 }
 
+LinearGelu detail::linear_gelu_gemm(const LinearArgs& a, const Tensor& bias, bool weight_in_out) {
+  const DType dt = a.xc.dtype();
+  LinearGelu r;
+  bool fresh = true;
+  {
+    OpNameScope op_name("linear");
+    // Selective checkpointing's recomputation hands the forward's pre-activation back.
+    std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {dt});
+    fresh = kept.empty();
+    r.pre = fresh ? Tensor::empty(a.out_shape, dt, a.dev) : kept[0];
+  }
+  // The same two allocations, in the same order, as linear then gelu.
+  r.act = Tensor::empty(a.out_shape, dt, a.dev);
+  if (fresh) {
+    GemmDesc d = a.desc(0);
+    d.trans_b = !weight_in_out;
+    backend_for(a.dev).gemm_gelu(r.act, r.pre, a.xc, a.wc, d, bias);
+    keep_outputs("linear", {r.pre});
+  } else {  // the GELU of the kept pre-activation, as gelu() computes it
+    backend_for(a.dev).unary(UnaryOp::GeluTanh, r.act, r.pre, 0.f);
+  }
+  return r;
+}
+
 LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& w, const Tensor& bias, GeluApprox approx,
                              bool weight_in_out) {
   const UnaryOp op = approx == GeluApprox::Tanh ? UnaryOp::GeluTanh : UnaryOp::GeluErf;
@@ -221,26 +245,11 @@ LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& w, const Tensor& bia
     return r;
   }
   LinearArgs a;
-  LinearGelu r;
-  bool fresh = true;
   {
     OpNameScope op_name("linear");
     a = prepare_linear(x, w, bias, weight_in_out);
-    // Selective checkpointing's recomputation hands the forward's pre-activation back.
-    std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {x.dtype()});
-    fresh = kept.empty();
-    r.pre = fresh ? Tensor::empty(a.out_shape, x.dtype(), a.dev) : kept[0];
   }
-  // The same two allocations, in the same order, as linear then gelu.
-  r.act = Tensor::empty(a.out_shape, x.dtype(), a.dev);
-  if (fresh) {
-    GemmDesc d = a.desc(0);
-    d.trans_b = !weight_in_out;
-    backend_for(a.dev).gemm_gelu(r.act, r.pre, a.xc, a.wc, d, bias);
-    keep_outputs("linear", {r.pre});
-  } else {  // the GELU of the kept pre-activation, as gelu() computes it
-    backend_for(a.dev).unary(UnaryOp::GeluTanh, r.act, r.pre, 0.f);
-  }
+  LinearGelu r = linear_gelu_gemm(a, bias, weight_in_out);
   record_linear(r.pre, a, bias, weight_in_out, x.shape());
   return r;
 }

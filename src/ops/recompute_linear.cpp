@@ -151,24 +151,9 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
     }
     a = prepare_linear(y, w, bias, weight_in_out);
     if (act && a.outf % 8 == 0 && gemm_gelu_enabled()) {
-      // As linear_gelu_parts: pre, then act, in one GEMM; a selective checkpoint's
-      // recomputation hands the kept pre back and the GELU runs on it.
-      bool fresh = true;
-      {
-        OpNameScope op_name("linear");
-        std::vector<Tensor> kept = take_kept_outputs("linear", {a.out_shape}, {y.dtype()});
-        fresh = kept.empty();
-        out = fresh ? Tensor::empty(a.out_shape, y.dtype(), dev) : kept[0];
-      }
-      *act = Tensor::empty(a.out_shape, y.dtype(), dev);
-      if (fresh) {
-        GemmDesc d = a.desc(0);
-        d.trans_b = !weight_in_out;
-        backend_for(dev).gemm_gelu(*act, out, y, a.wc, d, bias);
-        keep_outputs("linear", {out});
-      } else {
-        backend_for(dev).unary(UnaryOp::GeluTanh, *act, out, 0.f);
-      }
+      LinearGelu h = linear_gelu_gemm(a, bias, weight_in_out);
+      out = h.pre;
+      *act = h.act;
     } else {
       out = linear_forward(a, y, bias, weight_in_out);
     }
