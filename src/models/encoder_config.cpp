@@ -193,15 +193,20 @@ std::string EncoderConfig::to_json() const {
       j["rescale_embeddings"] = rescale_embeddings, j["use_bias"] = true, j["is_decoder"] = false;
     }
   }
-  nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
-  for (int64_t i = 0; i < num_labels; ++i) {
-    const std::string name = size_t(i) < labels.size() ? labels[size_t(i)] : "LABEL_" + std::to_string(i);
-    id2label[std::to_string(i)] = name;
-    label2id[name] = i;
+  if (labels.empty()) {
+    // Unnamed classes: transformers derives id2label {i: "LABEL_i"} from num_labels itself, and
+    // writing a million generated names here would cost seconds for nothing.
+    j["num_labels"] = num_labels;
+  } else {
+    nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      id2label[std::to_string(i)] = labels[i];
+      label2id[labels[i]] = int64_t(i);
+    }
+    j["id2label"] = id2label;
+    // Two classes with one name would make label2id lose one; transformers then derives it itself.
+    if (label2id.size() == labels.size()) j["label2id"] = label2id;
   }
-  j["id2label"] = id2label;
-  // Two classes with one name would make label2id lose one; transformers then derives it itself.
-  if (int64_t(label2id.size()) == num_labels) j["label2id"] = label2id;
   j["problem_type"] = "single_label_classification";
   for (auto& [k, v] : kept.items()) j[k] = v;
   return j.dump(2);
@@ -273,6 +278,7 @@ void EncoderConfig::validate() const {
   LT_CHECK(labels.empty() || int64_t(labels.size()) == num_labels,
            m + ": " + std::to_string(labels.size()) + " class names for " + std::to_string(num_labels) + " classes",
            "id2label names every class", "fix id2label");
+  check_class_count(class_prefix(), "num_labels", num_labels);
   check_model_size(class_prefix(), {num_parameters(), num_hidden_layers}, d ? "n_layers" : "num_hidden_layers",
                    "hidden size, intermediate size, layers, max_position_embeddings, num_labels or vocab_size");
 }

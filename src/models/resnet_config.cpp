@@ -155,6 +155,7 @@ void ResNetConfig::validate() const {
   check_positive("ResNet", "image_size", image_size);
   int64_t blocks = 0;
   for (int64_t d : depths) blocks += d;
+  check_class_count("ResNet", "num_labels", num_labels);
   check_model_size("ResNet", {num_parameters(), blocks}, "depths",
                    "embedding_size, hidden_sizes, depths, num_channels or num_labels");
 }

@@ -5,6 +5,12 @@
 
 namespace lt::models {
 
+void check_class_count(const std::string& model, const std::string& key, int64_t classes) {
+  LT_CHECK(classes <= kMaxClasses, model + " config: " + key + " = " + std::to_string(classes),
+           "leantrain's classifiers have at most " + std::to_string(kMaxClasses) + " classes (2^20)",
+           "use fewer classes");
+}
+
 void check_model_size(const std::string& model, const ModelSize& size, const std::string& layers_key,
                       const std::string& fields) {
   const std::string params = short_number(size.parameters, 3) + " parameters";

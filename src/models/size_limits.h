@@ -13,6 +13,9 @@ constexpr double kMaxParameters = 281474976710656.0;  // 2^48
 // Ten times the depth of the deepest transformers trained; each layer is a few modules, so the
 // module tree stays small even on meta.
 constexpr int64_t kMaxLayers = 10000;
+// A classifier's classes: 2^20 is fifty times ImageNet-21k's. Per-class work on the host
+// (class names, metrics) stays small, and a crafted num_labels of 10^11 is refused at once.
+constexpr int64_t kMaxClasses = int64_t(1) << 20;
 
 // What the closed form says about a config. Parameters are counted in double: exact below 2^53,
 // so exact for every model that passes the limit, and never an overflow for one that does not.
@@ -24,6 +27,9 @@ struct ModelSize {
 // Throws lt::Error naming the figure when `size` is over a limit. `model`: "GPT-2"; `layers_key`:
 // the config field that counts layers ("n_layer"); `fields`: the fields that set the size, for the
 // fix ("n_embd, n_layer or vocab_size").
+// Throws lt::Error when `classes` (the config field `key`) is over kMaxClasses.
+void check_class_count(const std::string& model, const std::string& key, int64_t classes);
+
 void check_model_size(const std::string& model, const ModelSize& size, const std::string& layers_key,
                       const std::string& fields);
 

@@ -254,6 +254,11 @@ TEST(EncoderModels, ConfigJsonRoundTripsAndKeepsClassNames) {
     EXPECT_EQ(back->to_json(), j) << type;
     EXPECT_EQ(back->sequences().classes, 3);
   }
+  // Unnamed classes: num_labels, from which transformers derives LABEL_0 ... itself.
+  const nlohmann::json unnamed = nlohmann::json::parse(small("bert").to_json());
+  EXPECT_EQ(unnamed.at("num_labels"), 3);
+  EXPECT_FALSE(unnamed.contains("id2label"));
+  EXPECT_EQ(models::config_from_json(unnamed.dump())->to_json(), small("bert").to_json());
   const nlohmann::json d = nlohmann::json::parse(small("distilbert").to_json());
   EXPECT_EQ(d.at("dim"), 16);
   EXPECT_EQ(d.at("n_layers"), 2);

@@ -172,6 +172,18 @@ TEST(ModelRegistry, RefusesModelsNoMachineHolds) {
   EXPECT_NE(err(R"({"model_type": "gpt2", "n_head": 0})").find("n_head = 0"), std::string::npos);
   EXPECT_NE(err(R"({"model_type": "gpt2", "n_embd": 100, "n_head": 3})").find("not divisible"), std::string::npos);
   EXPECT_NE(err(R"({"model_type": "gpt2", "n_layer": 18446744073709551615})").find("64-bit"), std::string::npos);
+  // A crafted class count is refused at once (a classifier's id2label and metrics are per class).
+  for (const char* type : {"bert", "vit", "resnet"}) {
+    m = err(std::string(R"({"model_type": ")") + type + R"(", "num_labels": 100000000000})");
+    EXPECT_NE(m.find("num_labels = 100000000000"), std::string::npos) << type << ": " << m;
+    EXPECT_NE(m.find("at most 1048576 classes"), std::string::npos) << type << ": " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // The largest accepted count writes its config.json without a million generated class names.
+  auto wide = models::config_from_json(R"({"model_type": "bert", "num_labels": 1048576})");
+  const std::string wide_json = wide->to_json();
+  EXPECT_LT(wide_json.size(), size_t(4096));
+  EXPECT_EQ(models::config_from_json(wide_json)->to_json(), wide_json);
 
   // Through the flags: the overrides are validated with the same limit.
   auto c = models::config_from_preset("gpt2-tiny");
