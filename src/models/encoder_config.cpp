@@ -278,7 +278,7 @@ void EncoderConfig::validate() const {
   LT_CHECK(labels.empty() || int64_t(labels.size()) == num_labels,
            m + ": " + std::to_string(labels.size()) + " class names for " + std::to_string(num_labels) + " classes",
            "id2label names every class", "fix id2label");
-  check_class_count(class_prefix(), "num_labels", num_labels);
+  check_class_count(class_prefix(), num_labels);
   check_model_size(class_prefix(), {num_parameters(), num_hidden_layers}, d ? "n_layers" : "num_hidden_layers",
                    "hidden size, intermediate size, layers, max_position_embeddings, num_labels or vocab_size");
 }

@@ -153,9 +153,9 @@ void ResNetConfig::validate() const {
   check_positive("ResNet", "num_channels", num_channels);
   check_positive("ResNet", "num_labels", num_labels);
   check_positive("ResNet", "image_size", image_size);
+  check_class_count("ResNet", num_labels);
   int64_t blocks = 0;
   for (int64_t d : depths) blocks += d;
-  check_class_count("ResNet", "num_labels", num_labels);
   check_model_size("ResNet", {num_parameters(), blocks}, "depths",
                    "embedding_size, hidden_sizes, depths, num_channels or num_labels");
 }

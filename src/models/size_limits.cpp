@@ -5,12 +5,6 @@
 
 namespace lt::models {
 
-void check_class_count(const std::string& model, const std::string& key, int64_t classes) {
-  LT_CHECK(classes <= kMaxClasses, model + " config: " + key + " = " + std::to_string(classes),
-           "leantrain's classifiers have at most " + std::to_string(kMaxClasses) + " classes (2^20)",
-           "use fewer classes");
-}
-
 void check_model_size(const std::string& model, const ModelSize& size, const std::string& layers_key,
                       const std::string& fields) {
   const std::string params = short_number(size.parameters, 3) + " parameters";
@@ -21,6 +15,12 @@ void check_model_size(const std::string& model, const ModelSize& size, const std
            model + " model has " + params + " = " + short_number(4 * size.parameters, 3) + " bytes in f32",
            "that is over 2^48 parameters (1 PiB in f32), more than any machine holds",
            "use smaller " + fields);
+}
+
+void check_class_count(const std::string& model, int64_t num_labels) {
+  LT_CHECK(num_labels <= kMaxClasses, model + " config: num_labels = " + std::to_string(num_labels),
+           "leantrain's classifiers have at most " + std::to_string(kMaxClasses) + " classes (2^20)",
+           "use fewer classes");
 }
 
 }  // namespace lt::models

@@ -27,10 +27,11 @@ struct ModelSize {
 // Throws lt::Error naming the figure when `size` is over a limit. `model`: "GPT-2"; `layers_key`:
 // the config field that counts layers ("n_layer"); `fields`: the fields that set the size, for the
 // fix ("n_embd, n_layer or vocab_size").
-// Throws lt::Error when `classes` (the config field `key`) is over kMaxClasses.
-void check_class_count(const std::string& model, const std::string& key, int64_t classes);
-
 void check_model_size(const std::string& model, const ModelSize& size, const std::string& layers_key,
                       const std::string& fields);
+
+// Throws lt::Error naming the figure when a classifier's num_labels is over kMaxClasses.
+// `model`: "ViT".
+void check_class_count(const std::string& model, int64_t num_labels);
 
 }  // namespace lt::models

@@ -118,7 +118,7 @@ void ViTConfig::validate() const {
            "use e.g. 1e-6");
   LT_CHECK(dropout >= 0 && dropout < 1, "ViT config: hidden_dropout_prob = " + std::to_string(dropout),
            "a dropout probability is in [0, 1)", "fix the config");
-  check_class_count("ViT", "num_labels", num_labels);
+  check_class_count("ViT", num_labels);
   check_model_size("ViT", {num_parameters(), num_hidden_layers}, "num_hidden_layers",
                    "image_size, patch_size, hidden_size, num_hidden_layers, intermediate_size or num_labels");
   (void)num_patches();  // fits, given the size check; computed checked all the same
