@@ -36,6 +36,13 @@ class Communicator {
 
   // buf[count] becomes the element-wise sum (or mean) over the ranks.
   virtual void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op, void* stream = nullptr) = 0;
+  // all_reduce of a buffer whose reduction runs beside computation (ddp's buckets during
+  // backward): a communicator may take a slower path that leaves the SMs to that computation (the
+  // NCCL one: copy engines, src/dist/peer_all_reduce.h). all_reduce is for reductions the next
+  // computation waits for.
+  virtual void all_reduce_beside_compute(void* buf, int64_t count, DType dt, ReduceOp op, void* stream = nullptr) {
+    all_reduce(buf, count, dt, op, stream);
+  }
   // send[size() * count] -> recv[count]: rank r receives the reduction of every rank's chunk r.
   virtual void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op,
                               void* stream = nullptr) = 0;

@@ -121,16 +121,18 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
     // Every rank's own replay (shards differ by up to one parameter), then rank 0's full report.
     std::printf("%lld ranks, --strategy %s: each rank trains on %lld of the %lld samples of every batch\n",
                 (long long)cfg.devices, cfg.strategy.c_str(), (long long)(cfg.batch / cfg.devices), (long long)cfg.batch);
+    int64_t outside = 0;
     for (int rank = 0; rank < int(cfg.devices); ++rank) {
       PlanOptions ro = o;
       ro.rank = rank;
       PlanResult rr = plan_run(cfg, ro);
+      outside = rr.nccl_bytes;
       std::printf("  rank %d: peak allocated %s, reserved %s\n", rank, format_bytes(rr.peak_allocated).c_str(),
                   format_bytes(rr.peak_reserved).c_str());
     }
     if (o.device_type == "cuda")
-      std::printf("  + per rank outside the allocator: the CUDA context and NCCL's own buffers (%s, an estimate; --nccl-bytes)\n",
-                  format_bytes(o.nccl_bytes >= 0 ? o.nccl_bytes : kNcclBytes).c_str());
+      std::printf("  + per rank outside the allocator: the CUDA context and NCCL's buffers (%s, an estimate; --nccl-bytes)\n",
+                  format_bytes(outside).c_str());
     std::printf("rank %d:\n", p.rank);
   }
   o.write_memory_files = true;  // --memory-snapshot / --memory-report from the predicted trace

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dist/peer_all_reduce.h"
 #include "leantrain/dist.h"
 #include "leantrain/error.h"
 
@@ -64,6 +65,8 @@ class NcclCommunicator final : public Communicator {
     // The thread blocks NCCL's kernels may take (0: NCCL's choice): fewer leave more SMs to the
     // backward that the gradient reductions overlap. A measuring knob (bench/ddp_tuning.sh).
     if (const char* v = std::getenv("LEANTRAIN_NCCL_MAX_CTAS"); v && std::atoi(v) > 0) cfg.maxCTAs = std::atoi(v);
+    // NCCL's CTA policy (1: efficiency, 2: zero), a measuring knob as the one above.
+    if (const char* v = std::getenv("LEANTRAIN_NCCL_CTA_POLICY"); v && std::atoi(v) > 0) cfg.CTAPolicy = std::atoi(v);
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg), "ncclCommInitRank");
     wait_ready("ncclCommInitRank");
     watchdog_ = std::thread([this] { watch(); });
@@ -87,6 +90,7 @@ class NcclCommunicator final : public Communicator {
     if (watchdog_.joinable()) watchdog_.join();
     if (sentinel_.joinable()) sentinel_.join();
     for (auto& p : pending_) cudaEventDestroy(p.event);
+    peer_.reset();
     if (scratch_) cudaFree(scratch_);
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -99,6 +103,23 @@ class NcclCommunicator final : public Communicator {
     staged(buf, b, buf, b, stream, "all_reduce", [&](const void* s, void* r) {
       check(ncclAllReduce(s, r, size_t(count), nccl_type(dt), nccl_op(op), comm_, cuda(stream)), "all_reduce");
     });
+  }
+  // Large device buffers through the copy engines when every GPU maps every other
+  // (peer_all_reduce.h). The first such call sets that up, collectively: every rank makes the
+  // same calls in the same order, so every rank gets here at the same call.
+  void all_reduce_beside_compute(void* buf, int64_t count, DType dt, ReduceOp op, void* stream) override {
+    if (grouped_ == 0 && peer_reduce_takes(count * int64_t(dtype_size(dt)), dt) && on_device(buf)) {
+      if (!peer_tried_) {
+        peer_tried_ = true;
+        peer_ = make_peer_all_reduce(*this, device_);
+      }
+      if (peer_) {
+        peer_->run(buf, count, dt, op, stream);
+        track(stream, "all_reduce");  // a dead peer leaves the stream waiting: the watchdog ends it
+        return;
+      }
+    }
+    all_reduce(buf, count, dt, op, stream);
   }
   void reduce_scatter(const void* send, void* recv, int64_t count, DType dt, ReduceOp op, void* stream) override {
     const int64_t b = count * int64_t(dtype_size(dt));
@@ -258,6 +279,8 @@ class NcclCommunicator final : public Communicator {
   std::atomic<bool> stop_{false};
   std::atomic<double> heartbeat_{now_s()};  // the watchdog's last round
   std::thread watchdog_, sentinel_;
+  bool peer_tried_ = false;
+  std::unique_ptr<PeerAllReduce> peer_;  // the copy-engine all-reduce, when every rank has one
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dist/data_parallel.h"
+#include "dist/peer_all_reduce.h"
 #include "dist/reduce_order.h"
 #include "leantrain/dist.h"
 #include "leantrain/train.h"
@@ -33,6 +34,24 @@ TEST(DistSingle, EveryCollectiveIsTheIdentity) {
   EXPECT_EQ(g, a);
   c->barrier();
   EXPECT_STREQ(world().name(), "single");  // the process's world before a run joins a job
+}
+
+// The copy-engine all-reduce takes large f32 / bf16 / f16 buffers only, and can be switched off.
+// (Its data path needs two GPUs: bench/gpu_session.sh distn checks its losses against NCCL's.)
+TEST(DistPeerReduce, TakesLargeFloatBuffersOnly) {
+  EXPECT_TRUE(peer_reduce_takes(int64_t(25) << 20, DType::F32));
+  EXPECT_TRUE(peer_reduce_takes(int64_t(1) << 20, DType::BF16));
+  EXPECT_FALSE(peer_reduce_takes((int64_t(1) << 20) - 2, DType::F16));  // the per-step numbers stay on NCCL
+  EXPECT_FALSE(peer_reduce_takes(int64_t(25) << 20, DType::I64));
+  EXPECT_EQ(peer_chunk_bytes(), int64_t(16) << 20);
+  ::setenv("LEANTRAIN_PEER_CHUNK_MB", "5000", 1);  // out of range: the default
+  EXPECT_EQ(peer_chunk_bytes(), int64_t(16) << 20);
+  ::unsetenv("LEANTRAIN_PEER_CHUNK_MB");
+  ::setenv("LEANTRAIN_PEER_REDUCE", "0", 1);
+  EXPECT_FALSE(peer_reduce_takes(int64_t(25) << 20, DType::F32));
+  EXPECT_EQ(peer_reduce_bytes(8), 0);
+  ::unsetenv("LEANTRAIN_PEER_REDUCE");
+  EXPECT_EQ(peer_reduce_bytes(1), 0);  // one rank reduces nothing
 }
 
 TEST(DistLaunch, ReadsTorchrunMpirunAndSlurmVariables) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 
+#include "dist/peer_all_reduce.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/ops.h"
 #include "leantrain/plan.h"
@@ -52,9 +53,23 @@ TEST(Plan, SeveralCudaDevicesAddNcclBuffers) {
   c.strategy = "ddp";
   c.batch = 4;
   PlanResult p = plan_run(c);
-  EXPECT_EQ(p.nccl_bytes, kNcclBytes);
-  EXPECT_EQ(p.total_needed(), p.peak_reserved + p.context_bytes + kNcclBytes);
+  // ddp adds the copy-engine all-reduce's two inboxes of 2 x 16 MiB and its 4 flags.
+  const int64_t peer = 2 * 2 * 16 * MiB + 4 * 8;
+  EXPECT_EQ(dist::peer_reduce_bytes(2), peer);
+  EXPECT_EQ(p.nccl_bytes, kNcclBytes + peer);
+  EXPECT_EQ(p.total_needed(), p.peak_reserved + p.context_bytes + kNcclBytes + peer);
   EXPECT_NE(plan_text(p).find("NCCL buffers (per rank)"), std::string::npos);
+  c.strategy = "fsdp";  // no all-reduce of buckets: NCCL's buffers only
+  EXPECT_EQ(plan_run(c).nccl_bytes, kNcclBytes);
+  c.strategy = "zero1";
+  ::setenv("LEANTRAIN_PEER_REDUCE", "0", 1);  // switched off: NCCL reduces every bucket
+  EXPECT_EQ(dist::peer_reduce_bytes(2), 0);
+  EXPECT_EQ(plan_run(c).nccl_bytes, kNcclBytes);
+  ::unsetenv("LEANTRAIN_PEER_REDUCE");
+  EXPECT_EQ(plan_run(c).nccl_bytes, kNcclBytes + peer);
+  ::setenv("LEANTRAIN_PEER_CHUNK_MB", "2", 1);
+  EXPECT_EQ(dist::peer_reduce_bytes(4), 2 * 4 * 2 * MiB + 8 * 8);
+  ::unsetenv("LEANTRAIN_PEER_CHUNK_MB");
   PlanOptions o;
   o.nccl_bytes = 123 * MiB;
   EXPECT_EQ(plan_run(c, o).nccl_bytes, 123 * MiB);

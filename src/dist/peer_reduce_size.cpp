@@ -1,0 +1,34 @@
+// The sizes and switches of the copy-engine all-reduce (peer_all_reduce.h), built into every
+// binary: a plan made without NCCL still counts its buffers.
+#include <cstdlib>
+
+#include "dist/peer_all_reduce.h"
+
+namespace lt::dist {
+
+namespace {
+// Below this an all-reduce stays on NCCL: a piece's three phases cost a few round trips of
+// latency, which only large buffers hide.
+constexpr int64_t kMinBytes = int64_t(1) << 20;
+}  // namespace
+
+bool peer_reduce_on() {
+  const char* v = std::getenv("LEANTRAIN_PEER_REDUCE");
+  return !(v && v[0] == '0');
+}
+
+int64_t peer_chunk_bytes() {
+  const char* v = std::getenv("LEANTRAIN_PEER_CHUNK_MB");
+  const int mb = v ? std::atoi(v) : 0;
+  return int64_t(mb > 0 && mb <= 1024 ? mb : 16) << 20;
+}
+
+bool peer_reduce_takes(int64_t bytes, DType dt) {
+  return peer_reduce_on() && bytes >= kMinBytes && (dt == DType::F32 || dt == DType::BF16 || dt == DType::F16);
+}
+
+int64_t peer_reduce_bytes(int size) {
+  return peer_reduce_on() && size > 1 ? peer_flags_offset(size) + 2 * int64_t(size) * 8 : 0;
+}
+
+}  // namespace lt::dist
