@@ -58,9 +58,8 @@ constexpr int kBK = 64;        // key rows per tile (forward, dQ) and per block 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Query rows per tile in the dK/dV kernel: fewer for D = 128, or for RB = 2 key blocks per warp,
-// to keep the accumulators in registers.
-template <int D, int RB> constexpr int dkdv_bq() { return D <= 64 && RB == 1 ? 64 : 32; }
+// Query rows per tile in the dK/dV kernel: fewer for D = 128 to keep accumulators in registers.
+template <int D> constexpr int bwd_bq() { return D <= 64 ? 64 : 32; }
 
 // Shared tiles are row-major with a row stride of D + 8 elements: the 16-byte skew puts the 8
 // rows read by one ldmatrix phase in 8 different bank groups (no conflicts).
@@ -332,24 +331,20 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
   if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + sdq.head(bh, H) + t * sdq.st) = s;
 }
 
-// dK, dV for one tile of 64 RB keys of one kv head, looping over the G query heads of its group
-// and, for each, over the query tiles that can see the keys (one pipelined sequence of G * ntq
-// tiles). A warp owns RB blocks of 16 keys: every Q / dO fragment it loads from shared memory feeds
-// RB products, so RB = 2 halves the shared-memory traffic per product, which bounds this kernel
-// at RB = 1 (72 ldmatrix per 128 mma a tile); it takes query tiles of BQ = 32 rows to keep its
-// accumulators in registers.
-template <class T, int D, int RB>
+// dK, dV for one 64-key tile of one kv head, looping over the G query heads of its group and,
+// for each, over the query tiles that can see the keys (one pipelined sequence of G * ntq tiles).
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
                       Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
                       float sl2) {
-  constexpr int LD = row_stride<D>(), BQ = dkdv_bq<D, RB>(), BK = kBK * RB;
+  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // [BK][LD]; later the dK staging area
-  T* Vs = Ks + BK * LD;                // [BK][LD]; later the dV staging area
-  T* Qs = Vs + BK * LD;                // [2][BQ][LD]
+  T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
+  T* Vs = Ks + kBK * LD;               // [kBK][LD]; later the dV staging area
+  T* Qs = Vs + kBK * LD;               // [2][BQ][LD]
   T* dOs = Qs + 2 * BQ * LD;           // [2][BQ][LD]
   __shared__ float lse_s[2][BQ];       // lse * log2(e), +inf for rows that contribute nothing
   __shared__ float dlt_s[2][BQ];
@@ -358,7 +353,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t bkv = blockIdx.x;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
   const int Hkv = H / G;
   const int b = int(bkv / Hkv);
-  const int k0 = int(blockIdx.y) * BK;  // causal: low key tiles have the most work; they go first
+  const int k0 = int(blockIdx.y) * kBK;  // causal: low key tiles have the most work; they go first
   const int off = Tk - Tq;
   const T* kg = k + sk.head(bkv, Hkv);
   const T* vg = v + sv.head(bkv, Hkv);
@@ -370,8 +365,8 @@ __global__ void __launch_bounds__(kThreads)
   const int qbeg = causal ? max(0, k0 - off) / BQ * BQ : 0;
   const int ntq = qbeg < Tq ? (Tq - qbeg + BQ - 1) / BQ : 0;
   if (ntq == 0) {
-    zero_rows(dkg, sdk.st, k0, BK, Tk, D);
-    zero_rows(dvg, sdv.st, k0, BK, Tk, D);
+    zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
+    zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
     return;
   }
   // Tile n of the sequence: query head bkv * G + n / ntq, query rows from qbeg + (n % ntq) * BQ.
@@ -394,28 +389,19 @@ __global__ void __launch_bounds__(kThreads)
       dlt_s[buf][i] = dl;
     }
   };
-  tile_load_async<T, D, BK>(Ks, kg, sk.st, k0, Tk);
-  tile_load_async<T, D, BK>(Vs, vg, sv.st, k0, Tk);
+  tile_load_async<T, D, kBK>(Ks, kg, sk.st, k0, Tk);
+  tile_load_async<T, D, kBK>(Vs, vg, sv.st, k0, Tk);
   load_q(0, 0);
   cp_async_commit();
 
-  // This thread's key rows kr[rb] and kr[rb] + 8; a masked or out-of-range key gets P = 0 (so dK = dV = 0).
-  const int wrow = warp * 16 * RB;  // the warp's first row in the tile
-  int kr[RB];
-  bool kok[RB][2];
+  // This thread's key rows kr and kr + 8; a masked or out-of-range key gets P = 0 (so dK = dV = 0).
+  const int kr = k0 + warp * 16 + g;
+  const bool kok[2] = {kr < Tk && (!mrow || mrow[kr] != 0), kr + 8 < Tk && (!mrow || mrow[kr + 8] != 0)};
+  float dkacc[D / 8][4], dvacc[D / 8][4];
 #pragma unroll
-  for (int rb = 0; rb < RB; ++rb) {
-    kr[rb] = k0 + wrow + rb * 16 + g;
-    kok[rb][0] = kr[rb] < Tk && (!mrow || mrow[kr[rb]] != 0);
-    kok[rb][1] = kr[rb] + 8 < Tk && (!mrow || mrow[kr[rb] + 8] != 0);
-  }
-  float dkacc[RB][D / 8][4], dvacc[RB][D / 8][4];
+  for (int i = 0; i < D / 8; ++i)
 #pragma unroll
-  for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dkacc[rb][i][e] = dvacc[rb][i][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.0f;
 
   const int ntiles = G * ntq;
   for (int n = 0; n < ntiles; ++n) {
@@ -427,115 +413,86 @@ __global__ void __launch_bounds__(kThreads)
     const T* Qb = Qs + buf * BQ * LD;
     const T* dOb = dOs + buf * BQ * LD;
 
-    // S^T = K Q^T (16 RB keys x BQ queries per warp)
-    float st[RB][BQ / 8][4];
+    // S^T = K Q^T (16 keys x BQ queries per warp)
+    float st[BQ / 8][4];
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-      for (int i = 0; i < BQ / 8; ++i) st[rb][i][0] = st[rb][i][1] = st[rb][i][2] = st[rb][i][3] = 0.0f;
+    for (int i = 0; i < BQ / 8; ++i) st[i][0] = st[i][1] = st[i][2] = st[i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) ldsm_x4(ka[rb], frag_a<LD>(Ks, wrow + rb * 16, kk * 16, lane));
+      uint32_t ka[4];
+      ldsm_x4(ka, frag_a<LD>(Ks, warp * 16, kk * 16, lane));
 #pragma unroll
       for (int np = 0; np < BQ / 16; ++np) {
         uint32_t qb[4];
         ldsm_x4(qb, frag_bt<LD>(Qb, np * 16, kk * 16, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb) {
-          mma16816<T>(st[rb][2 * np], ka[rb], qb[0], qb[1]);
-          mma16816<T>(st[rb][2 * np + 1], ka[rb], qb[2], qb[3]);
-        }
+        mma16816<T>(st[2 * np], ka, qb[0], qb[1]);
+        mma16816<T>(st[2 * np + 1], ka, qb[2], qb[3]);
       }
     }
     // P^T = exp2(S^T * scale * log2e - lse * log2e), zero where masked.
-    const bool causal_tile = causal && k0 + BK - 1 > qi0 + off;
+    const bool causal_tile = causal && k0 + kBK - 1 > qi0 + off;
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
+    for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qc = nt * 8 + 2 * t4 + (e & 1);
-          const int key = kr[rb] + (e >> 1) * 8;
-          float p = exp2f(st[rb][nt][e] * sl2 - lse_s[buf][qc]);
-          if (!kok[rb][e >> 1] || (causal_tile && key > qi0 + qc + off)) p = 0.0f;
-          st[rb][nt][e] = p;
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int qc = nt * 8 + 2 * t4 + (e & 1);
+        const int key = kr + (e >> 1) * 8;
+        float p = exp2f(st[nt][e] * sl2 - lse_s[buf][qc]);
+        if (!kok[e >> 1] || (causal_tile && key > qi0 + qc + off)) p = 0.0f;
+        st[nt][e] = p;
+      }
     // dV += P^T dO
 #pragma unroll
     for (int kc = 0; kc < BQ / 16; ++kc) {
-      uint32_t pa[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) c_to_a<T>(pa[rb], st[rb][2 * kc], st[rb][2 * kc + 1]);
+      uint32_t pa[4];
+      c_to_a<T>(pa, st[2 * kc], st[2 * kc + 1]);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b4[4];
         ldsm_x4_trans(b4, frag_a<LD>(dOb, kc * 16, dp * 16, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb) {
-          mma16816<T>(dvacc[rb][2 * dp], pa[rb], b4[0], b4[1]);
-          mma16816<T>(dvacc[rb][2 * dp + 1], pa[rb], b4[2], b4[3]);
-        }
+        mma16816<T>(dvacc[2 * dp], pa, b4[0], b4[1]);
+        mma16816<T>(dvacc[2 * dp + 1], pa, b4[2], b4[3]);
       }
     }
     // dP^T = V dO^T
-    float dpt[RB][BQ / 8][4];
+    float dpt[BQ / 8][4];
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-      for (int i = 0; i < BQ / 8; ++i) dpt[rb][i][0] = dpt[rb][i][1] = dpt[rb][i][2] = dpt[rb][i][3] = 0.0f;
+    for (int i = 0; i < BQ / 8; ++i) dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t va[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) ldsm_x4(va[rb], frag_a<LD>(Vs, wrow + rb * 16, kk * 16, lane));
+      uint32_t va[4];
+      ldsm_x4(va, frag_a<LD>(Vs, warp * 16, kk * 16, lane));
 #pragma unroll
       for (int np = 0; np < BQ / 16; ++np) {
         uint32_t b4[4];
         ldsm_x4(b4, frag_bt<LD>(dOb, np * 16, kk * 16, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb) {
-          mma16816<T>(dpt[rb][2 * np], va[rb], b4[0], b4[1]);
-          mma16816<T>(dpt[rb][2 * np + 1], va[rb], b4[2], b4[3]);
-        }
+        mma16816<T>(dpt[2 * np], va, b4[0], b4[1]);
+        mma16816<T>(dpt[2 * np + 1], va, b4[2], b4[3]);
       }
     }
     // dS^T = P^T * (dP^T - delta)
 #pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
+    for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dpt[rb][nt][e] = st[rb][nt][e] * (dpt[rb][nt][e] - dlt_s[buf][nt * 8 + 2 * t4 + (e & 1)]);
+      for (int e = 0; e < 4; ++e) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - dlt_s[buf][nt * 8 + 2 * t4 + (e & 1)]);
     // dK += dS^T Q (scaled at the end)
 #pragma unroll
     for (int kc = 0; kc < BQ / 16; ++kc) {
-      uint32_t da[RB][4];
-#pragma unroll
-      for (int rb = 0; rb < RB; ++rb) c_to_a<T>(da[rb], dpt[rb][2 * kc], dpt[rb][2 * kc + 1]);
+      uint32_t da[4];
+      c_to_a<T>(da, dpt[2 * kc], dpt[2 * kc + 1]);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b4[4];
         ldsm_x4_trans(b4, frag_a<LD>(Qb, kc * 16, dp * 16, lane));
-#pragma unroll
-        for (int rb = 0; rb < RB; ++rb) {
-          mma16816<T>(dkacc[rb][2 * dp], da[rb], b4[0], b4[1]);
-          mma16816<T>(dkacc[rb][2 * dp + 1], da[rb], b4[2], b4[3]);
-        }
+        mma16816<T>(dkacc[2 * dp], da, b4[0], b4[1]);
+        mma16816<T>(dkacc[2 * dp + 1], da, b4[2], b4[3]);
       }
     }
     __syncthreads();  // buffer buf is free for the next prefetch
   }
-  // Each warp only ever read its own rows of Ks and Vs: stage the results there.
-#pragma unroll
-  for (int rb = 0; rb < RB; ++rb) {
-    const int r0 = wrow + rb * 16;
-    store_rows<T, D>(Ks + r0 * LD, dkacc[rb], scale, scale, dkg, sdk.st, k0 + r0, Tk, lane);
-    store_rows<T, D>(Vs + r0 * LD, dvacc[rb], 1.0f, 1.0f, dvg, sdv.st, k0 + r0, Tk, lane);
-  }
+  // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
+  store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
+  store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
 }
 
 // dQ for one 64-query tile, looping over the key tiles it can see. (G comes last: placed after
@@ -1465,33 +1422,10 @@ void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q
   LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
 }
 
-// Two key blocks per warp (RB = 2) halve the shared-memory traffic of the dK/dV products but make
-// half as many blocks: it pays while they still fill the GPU twice over at two blocks per SM
-// (GPT-2 124M, B16 x T1024: 1,536 blocks, 1% faster a step on the H200), not with few kv heads
-// (TinyLlama, B4 x T1024, 4 kv heads: 128 blocks, 7% slower). LEANTRAIN_ATTN_DKDV_RB=1 or 2
-// forces either (the GPU checks run the attention tests under both).
-bool dkdv_two_key_blocks(const AttnDims& a, int sms) {
-  if (const char* e = std::getenv("LEANTRAIN_ATTN_DKDV_RB"); e && (e[0] == '1' || e[0] == '2')) return e[0] == '2';
-  return a.B * a.Hkv * ((a.Tk + 2 * kBK - 1) / (2 * kBK)) >= 4 * int64_t(sms);
-}
-
-template <class T, int D, int RB>
-void dkdv_launch(const AttnDims& a, const BwdRows& r, T* dk, T* dv, const T* dq_delta, const T* dout, const T* q,
-                 const T* k, const T* v, const float* lse, const uint8_t* mask, bool causal, float scale) {
-  constexpr int LD = row_stride<D>(), BQ = dkdv_bq<D, RB>(), BK = kBK * RB;
-  const size_t smem = size_t(2 * BK + 4 * BQ) * LD * sizeof(T);
-  allow_smem(attn_bwd_dkdv_mma<T, D, RB>, smem);
-  const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + BK - 1) / BK));
-  attn_bwd_dkdv_mma<T, D, RB><<<grid, kThreads, smem, current_stream()>>>(
-      dk, dv, q, k, v, dout, lse, dq_delta, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq),
-      int(a.Tk), causal, scale, scale * kLog2e);
-  LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
-}
-
 template <class T, int D>
 void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale, int sms) {
-  constexpr int LD = row_stride<D>();
+             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale) {
+  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   const int64_t qrows = a.B * a.H * a.Tq;
   if (qrows > 0) {  // 1. delta into dq's rows
     const int64_t threads = qrows * (D / 8);
@@ -1501,12 +1435,13 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
     LT_CUDA_LAUNCH_CHECK("attn_delta_mma");
   }
   if (a.Tk > 0) {  // 2. dK, dV, a block per (b, kv head, key tile) (with Tq = 0 the kernel writes zeros)
-    bool two = false;
-    if constexpr (D == 64) {
-      two = dkdv_two_key_blocks(a, sms);
-      if (two) dkdv_launch<T, D, 2>(a, r, dk, dv, dq, dout, q, k, v, lse, mask, causal, scale);
-    }
-    if (!two) dkdv_launch<T, D, 1>(a, r, dk, dv, dq, dout, q, k, v, lse, mask, causal, scale);
+    const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
+    allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
+    const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + kBK - 1) / kBK));
+    attn_bwd_dkdv_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(
+        dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq),
+        int(a.Tk), causal, scale, scale * kLog2e);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
     const size_t smem = size_t(2 * kBQ + 4 * kBK) * LD * sizeof(T);
@@ -1662,9 +1597,8 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     const float* pl = lse.data<float>();
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
-        const int sms = device_state(device_index_).sm_count;
-        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
-        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
+        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
         return;
       }
     }
