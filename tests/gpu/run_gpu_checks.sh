@@ -42,6 +42,15 @@ elif [ $unit_rc -ne 0 ]; then
   tail -15 "$LOGS/unit.log" | sed 's/^/     /'
 fi
 
+# The unit tests' grouped-query shapes are small, so the dK/dV kernel splits their heads over a
+# cluster (src/backend/cuda/attention.cu, dkdv_splits): run the attention tests once more unsplit.
+echo "== attention tests with LEANTRAIN_ATTN_DKDV_SPLITS=1"
+LEANTRAIN_ATTN_DKDV_SPLITS=1 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
+  --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/unit_unsplit.log" 2>&1
+unsplit_rc=$?
+grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/unit_unsplit.log" | sed 's/^/   /'
+[ $unsplit_rc -ne 0 ] && unit_rc=$unsplit_rc
+
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)
 timeout 180 "./$BUILD/leantrain_gpu_checks" >"$LOGS/gpu_checks.log" 2>&1

@@ -46,6 +46,8 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/mma.cuh"
 
+#include <cooperative_groups.h>
+
 namespace lt {
 using namespace cuda;
 using namespace cuda::mma;
@@ -333,13 +335,18 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
 
 // dK, dV for one 64-key tile of one kv head, looping over the G query heads of its group and,
 // for each, over the query tiles that can see the keys (one pipelined sequence of G * ntq tiles).
+// With S > 1 (a cluster of S blocks per key tile, sm_90) block c of the cluster takes query heads
+// c G / S .. (c + 1) G / S - 1 only, and the cluster adds its S partial sums in rank order through
+// distributed shared memory: few kv heads (TinyLlama: 4) otherwise make too few blocks, each
+// walking all G heads. (Launch bounds: 3 blocks of 168 registers per SM; 189 registers and 2
+// blocks were 14% slower on GPT-2's shapes.)
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
                       Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
-                      float sl2) {
+                      float sl2, int S) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
@@ -350,7 +357,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float dlt_s[2][BQ];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int64_t bkv = blockIdx.x;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
+  const int64_t bkv = blockIdx.x / S;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
+  const int part = int(blockIdx.x - bkv * S), Gs = G / S;  // this block takes heads part * Gs .. + Gs - 1
   const int Hkv = H / G;
   const int b = int(bkv / Hkv);
   const int k0 = int(blockIdx.y) * kBK;  // causal: low key tiles have the most work; they go first
@@ -364,15 +372,17 @@ __global__ void __launch_bounds__(kThreads)
   // Queries before qbeg cannot see any key of this tile (causal).
   const int qbeg = causal ? max(0, k0 - off) / BQ * BQ : 0;
   const int ntq = qbeg < Tq ? (Tq - qbeg + BQ - 1) / BQ : 0;
-  if (ntq == 0) {
-    zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
-    zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
+  if (ntq == 0) {  // the same for every block of a cluster: none of them reaches its syncs
+    if (part == 0) {
+      zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
+      zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
+    }
     return;
   }
-  // Tile n of the sequence: query head bkv * G + n / ntq, query rows from qbeg + (n % ntq) * BQ.
+  // Tile n of the sequence: query head bkv * G + part * Gs + n / ntq, query rows from qbeg + (n % ntq) * BQ.
   auto load_q = [&](int buf, int n) {
     const int gi = n / ntq, qi0 = qbeg + (n - gi * ntq) * BQ;
-    const int64_t bh = bkv * G + gi;
+    const int64_t bh = bkv * G + part * Gs + gi;
     const T* dqg = dq_delta + sdq.head(bh, H);
     const float* lg = lse + bh * Tq;
     tile_load_async<T, D, BQ>(Qs + buf * BQ * LD, q + sq.head(bh, H), sq.st, qi0, Tq);
@@ -403,7 +413,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.0f;
 
-  const int ntiles = G * ntq;
+  const int ntiles = Gs * ntq;
   for (int n = 0; n < ntiles; ++n) {
     const int buf = n & 1, qi0 = qbeg + (n % ntq) * BQ;
     if (n + 1 < ntiles) load_q(buf ^ 1, n + 1);
@@ -490,15 +500,50 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // buffer buf is free for the next prefetch
   }
-  // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
-  store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
-  store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
+  if (S == 1) {
+    // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
+    store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
+    store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The partial sums, f32 [2][kBK][D] (dK, then dV), over the tiles (the loop ended with a sync:
+  // no warp reads them any more); then block c adds the S partials of rows c kBK / S .. in rank order.
+  float* acc = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + g + 8 * h, col = dt * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(dkacc[dt][2 * h], dkacc[dt][2 * h + 1]);
+      *reinterpret_cast<float2*>(acc + (kBK + row) * D + col) = make_float2(dvacc[dt][2 * h], dvacc[dt][2 * h + 1]);
+    }
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();  // every block's partials are written
+  const int rows = kBK / S, r0 = part * rows;
+  for (int i = tid; i < 2 * rows * (D / 4); i += kThreads) {
+    const int which = i / (rows * (D / 4)), rest = i - which * rows * (D / 4);
+    const int r = r0 + rest / (D / 4), c4 = (rest % (D / 4)) * 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q = 0; q < S; ++q) {
+      const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(acc, q) + (which * kBK + r) * D + c4);
+      sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+    }
+    if (k0 + r < Tk) {
+      const float m = which == 0 ? scale : 1.0f;
+      T* dst = which == 0 ? dkg + int64_t(k0 + r) * sdk.st + c4 : dvg + int64_t(k0 + r) * sdv.st + c4;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<T>(sum.x * m, sum.y * m);
+      *reinterpret_cast<uint32_t*>(dst + 2) = pack2<T>(sum.z * m, sum.w * m);
+    }
+  }
+  cluster.sync();  // the others keep their shared memory until every block has read it
+#endif
 }
 
 // dQ for one 64-query tile, looping over the key tiles it can see. (G comes last: placed after
 // H it changed ptxas's register allocation of the D = 128 kernel, 238 -> 175.)
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
     attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask,
                     Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
@@ -1422,9 +1467,33 @@ void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q
   LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
 }
 
+// Blocks of a cluster that split one key tile's query heads (the dK/dV kernel's S): with few kv
+// heads the (batch, kv head, key tile) blocks do not fill the GPU (TinyLlama at B4 x T1024: 256
+// blocks, the first key tile's walking 8 heads x 16 query tiles while most SMs idle), so the heads
+// are split, 2 or 4 ways, until there are two waves of 3 blocks per SM. Thread block clusters need
+// sm_90; LEANTRAIN_ATTN_DKDV_SPLITS=1, 2 or 4 forces it where G allows (the GPU checks use it).
+int dkdv_splits(const AttnDims& a, int sms) {
+  int major = 0, dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  if (major < 9) return 1;
+  const int G = a.G();
+  if (const char* e = std::getenv("LEANTRAIN_ATTN_DKDV_SPLITS"); e && e[0] >= '1' && e[0] <= '4') {
+    int want = e[0] - '0';
+    while (want > 1 && G % want != 0) want /= 2;
+    return want;
+  }
+  const int64_t blocks = a.B * a.Hkv * ((a.Tk + kBK - 1) / kBK);
+  int S = 1;
+  while (S < 4 && G % (2 * S) == 0 && blocks * S < 6 * int64_t(sms)) S *= 2;
+  return S;
+}
+
 template <class T, int D>
 void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale) {
+             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale, int sms) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   const int64_t qrows = a.B * a.H * a.Tq;
   if (qrows > 0) {  // 1. delta into dq's rows
@@ -1437,10 +1506,22 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
   if (a.Tk > 0) {  // 2. dK, dV, a block per (b, kv head, key tile) (with Tq = 0 the kernel writes zeros)
     const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
     allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
-    const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + kBK - 1) / kBK));
-    attn_bwd_dkdv_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(
-        dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq),
-        int(a.Tk), causal, scale, scale * kLog2e);
+    const int S = dkdv_splits(a, sms);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(a.B * a.Hkv * S), unsigned((a.Tk + kBK - 1) / kBK));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = current_stream();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(S);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = S > 1 ? 1 : 0;
+    LT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
+                                     mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq), int(a.Tk),
+                                     causal, scale, scale * kLog2e, S));
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
@@ -1597,8 +1678,9 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     const float* pl = lse.data<float>();
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
-        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
-        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale);
+        const int sms = device_state(device_index_).sm_count;
+        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
+        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
         return;
       }
     }
