@@ -1473,12 +1473,7 @@ void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q
 // are split, 2 or 4 ways, until there are two waves of 3 blocks per SM. Thread block clusters need
 // sm_90; LEANTRAIN_ATTN_DKDV_SPLITS=1, 2 or 4 forces it where G allows (the GPU checks use it).
 int dkdv_splits(const AttnDims& a, int sms) {
-  int major = 0, dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 1;
-  }
-  if (major < 9) return 1;
+  if (!cluster_launch_ok()) return 1;
   const int G = a.G();
   if (const char* e = std::getenv("LEANTRAIN_ATTN_DKDV_SPLITS"); e && e[0] >= '1' && e[0] <= '4') {
     int want = e[0] - '0';
@@ -1507,19 +1502,9 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
     const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
     allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
     const int S = dkdv_splits(a, sms);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(a.B * a.Hkv * S), unsigned((a.Tk + kBK - 1) / kBK));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = current_stream();
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(S);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = S > 1 ? 1 : 0;
-    LT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
+    ClusterLaunch l(dim3(unsigned(a.B * a.Hkv * S), unsigned((a.Tk + kBK - 1) / kBK)), dim3(kThreads), smem,
+                    current_stream(), S);
+    LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
                                      mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq), int(a.Tk),
                                      causal, scale, scale * kLog2e, S));
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");

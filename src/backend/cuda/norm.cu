@@ -199,19 +199,6 @@ constexpr int kColPackThreads = 512;
 constexpr int kColPackLanes = 256;
 constexpr int kDwdbSplits = 4;  // blocks of a cluster that share a column group's rows
 
-// Thread block clusters need compute capability 9.0.
-bool cluster_launch_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return major >= 9;
-  }();
-  return ok;
-}
-
 // A model width of 768 gives 48 such blocks, too few for 132 SMs (GPT-2: 56 us a launch, under
 // 1 TB/s). So on sm_90 the rows are split over a cluster of `splits` blocks (blockIdx.x = column
 // group * splits + rank): block rank s sums rows s * lanes + ty, stepping splits * lanes, and
@@ -455,18 +442,8 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
                                  N >= int64_t(2) * kDwdbSplits * lanes
                              ? kDwdbSplits
                              : 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(groups * unsigned(splits));
-      cfg.blockDim = dim3(unsigned(packs), unsigned(lanes));
-      cfg.stream = current_stream();
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = unsigned(splits);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = splits > 1 ? 1 : 0;
-      LT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
+      ClusterLaunch l(dim3(groups * unsigned(splits)), dim3(unsigned(packs), unsigned(lanes)), 0, current_stream(), splits);
+      LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
                                        N, int(C), splits));
       LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
       return;
