@@ -2,9 +2,6 @@
 #include "dist/peer_all_reduce.h"
 
 #include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,14 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "leantrain/error.h"
 
 namespace lt::dist {
 
 namespace {
-
-// A rank's region: two inboxes of W chunks, then 2 W 64-bit flags.
-int64_t region_bytes(int size) { return peer_flags_offset(size) + 2 * int64_t(size) * 8; }
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail(std::string("CUDA ") + what + " (peer all-reduce)", cudaGetErrorString(e), "");
@@ -39,13 +34,6 @@ template <class F> F driver_fn(const char* name) {
   }
   return reinterpret_cast<F>(p);
 }
-
-template <class T> __device__ __forceinline__ float to_f(T x) { return float(x); }
-template <> __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T from_f(float x) { return T(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f(float x) { return __float2bfloat16(x); }
-template <> __device__ __forceinline__ __half from_f(float x) { return __float2half(x); }
 
 // own[i] = scale * (slot 0 + slot 1 + ... + slot W-1)[i], in rank order, where slot `rank` is
 // `own` itself and slot s is inbox + s * slot_elems. 16 bytes per thread where the chunk allows.
@@ -65,22 +53,22 @@ __global__ void sum_slots_kernel(T* own, const T* inbox, int64_t slot_elems, int
         const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
         const T* x = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = s == 0 ? to_f(x[e]) : acc[e] + to_f(x[e]);
+        for (int e = 0; e < V; ++e) acc[e] = s == 0 ? cuda::to_f32(x[e]) : acc[e] + cuda::to_f32(x[e]);
       }
       uint4 out;
       T* o = reinterpret_cast<T*>(&out);
 #pragma unroll
-      for (int e = 0; e < V; ++e) o[e] = from_f<T>(acc[e] * scale);
+      for (int e = 0; e < V; ++e) o[e] = cuda::from_f32<T>(acc[e] * scale);
       reinterpret_cast<uint4*>(own)[i] = out;
     }
   }
   for (int64_t i = done + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float acc = 0.0f;
     for (int s = 0; s < world; ++s) {
-      const float x = to_f(s == rank ? own[i] : inbox[int64_t(s) * slot_elems + i]);
+      const float x = cuda::to_f32(s == rank ? own[i] : inbox[int64_t(s) * slot_elems + i]);
       acc = s == 0 ? x : acc + x;
     }
-    own[i] = from_f<T>(acc * scale);
+    own[i] = cuda::from_f32<T>(acc * scale);
   }
 }
 
@@ -127,21 +115,11 @@ class CopyEngineAllReduce final : public PeerAllReduce {
         const int64_t vecs = (len(rank_) * es + 15) / 16;
         const int blocks = int(std::clamp<int64_t>((vecs + threads - 1) / threads, 1, 264));
         char* own = base + lo(rank_) * es;
-        switch (dt) {
-          case DType::F32:
-            sum_slots_kernel<float><<<blocks, threads, 0, s>>>(reinterpret_cast<float*>(own), reinterpret_cast<const float*>(inbox_a(mine_)),
-                                                              slot_elems, size_, rank_, len(rank_), scale);
-            break;
-          case DType::BF16:
-            sum_slots_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(own),
-                                                                      reinterpret_cast<const __nv_bfloat16*>(inbox_a(mine_)),
-                                                                      slot_elems, size_, rank_, len(rank_), scale);
-            break;
-          default:
-            sum_slots_kernel<__half><<<blocks, threads, 0, s>>>(reinterpret_cast<__half*>(own), reinterpret_cast<const __half*>(inbox_a(mine_)),
-                                                               slot_elems, size_, rank_, len(rank_), scale);
-            break;
-        }
+        cuda::dispatch_float(dt, [&](auto tag) {
+          using T = decltype(tag);
+          sum_slots_kernel<T><<<blocks, threads, 0, s>>>(reinterpret_cast<T*>(own), reinterpret_cast<const T*>(inbox_a(mine_)),
+                                                        slot_elems, size_, rank_, len(rank_), scale);
+        });
         check(cudaGetLastError(), "sum_slots_kernel");
       }
       for (int k = 1; k < size_; ++k) {  // 3. the sum into every peer's inbox B, theirs into place
@@ -227,8 +205,8 @@ std::unique_ptr<PeerAllReduce> make_peer_all_reduce(Communicator& comm, int devi
 
   // The region (inboxes, then flags at 0), its IPC handle to every rank, theirs mapped here.
   char* region = nullptr;
-  check(cudaMalloc(&region, size_t(region_bytes(W))), "cudaMalloc");
-  check(cudaMemset(region, 0, size_t(region_bytes(W))), "cudaMemset");
+  check(cudaMalloc(&region, size_t(peer_region_bytes(W))), "cudaMalloc");
+  check(cudaMemset(region, 0, size_t(peer_region_bytes(W))), "cudaMemset");
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // flags are 0 before any peer can see them
   cudaIpcMemHandle_t h{};
   check(cudaIpcGetMemHandle(&h, region), "cudaIpcGetMemHandle");

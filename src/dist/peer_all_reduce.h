@@ -52,5 +52,7 @@ bool peer_reduce_on();
 int64_t peer_chunk_bytes();
 // Offset of the flags in a rank's region: its two inboxes of `size` chunks each come first.
 inline int64_t peer_flags_offset(int size) { return 2 * int64_t(size) * peer_chunk_bytes(); }
+// Bytes of a rank's region: the two inboxes, then 2 `size` 64-bit flags.
+inline int64_t peer_region_bytes(int size) { return peer_flags_offset(size) + 2 * int64_t(size) * 8; }
 
 }  // namespace lt::dist

@@ -28,7 +28,7 @@ bool peer_reduce_takes(int64_t bytes, DType dt) {
 }
 
 int64_t peer_reduce_bytes(int size) {
-  return peer_reduce_on() && size > 1 ? peer_flags_offset(size) + 2 * int64_t(size) * 8 : 0;
+  return peer_reduce_on() && size > 1 ? peer_region_bytes(size) : 0;
 }
 
 }  // namespace lt::dist
