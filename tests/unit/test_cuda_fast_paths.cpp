@@ -69,6 +69,21 @@ TEST_F(CudaFastPaths, ColumnSumsAtGpt2Shapes) {
   }
 }
 
+// Products whose m (rows of the output) is not a multiple of 8 run as an aligned bulk and a short
+// tail (the tied head's weight gradient: m = 50257 vocabulary rows): a stored transposed (the
+// weight gradient's dlogits^T) and not, with and without a bias, against the CPU.
+TEST_F(CudaFastPaths, UnalignedRowsSplitIntoBulkAndTail) {
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (int64_t m : {1001, 263}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " m = " + std::to_string(m));
+      expect_matches_cpu({random({512, m}, dt, 6), random({512, 96}, dt, 7)},
+                         [](const std::vector<Tensor>& x) { return matmul(x[0], x[1], true, false); }, dt);
+      expect_matches_cpu({random({m, 128}, dt, 8), random({96, 128}, dt, 9), random({96}, dt, 10)},
+                         [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); }, dt);
+    }
+  }
+}
+
 // GELU (tanh, GPT-2's) forward and backward over a [4096, 3072] MLP activation, and the residual
 // add of [16384, 768], on the packed kernels.
 TEST_F(CudaFastPaths, GeluAndResidualAddAtGpt2Shapes) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -130,6 +131,66 @@ struct BackwardEpilogue {
 // runs the product and the epilogue's work apart); every other failure throws.
 bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDesc d, const Tensor& bias, bool gelu,
               const Tensor& aux, const BackwardEpilogue& back = {});
+
+// LEANTRAIN_GEMM_TUNE=1 (an experiment, off by default): each new product shape times up to 8 of
+// cuBLASLt's heuristic candidates and keeps the fastest, printing one line per candidate to
+// stderr. Off, the heuristic's first choice is kept: the same kernel every run.
+bool gemm_tune_mode() {
+  static const bool on = [] {
+    const char* e = std::getenv("LEANTRAIN_GEMM_TUNE");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
+// Times `run(algo, scratch)` for each candidate (one warm-up, then the best of 3) into a scratch
+// output of `out_bytes` (so an accumulating product's c is read, never written), and returns the
+// index of the fastest. Epilogue outputs (aux, bias gradients) are overwritten by the real run.
+template <class Run>
+int fastest_candidate(const char* key, const cublasLtMatmulHeuristicResult_t* cands, int n, Run&& run,
+                      size_t out_bytes) {
+  void* scratch = nullptr;
+  if (cudaMalloc(&scratch, out_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaStream_t st = cuda::current_stream();
+  int best = -1;
+  float best_ms = 0;
+  for (int i = 0; i < n; ++i) {
+    if (cands[i].state != CUBLAS_STATUS_SUCCESS || run(cands[i].algo, scratch) != CUBLAS_STATUS_SUCCESS) continue;
+    float ms = 1e30f;
+    for (int r = 0; r < 3; ++r) {
+      cudaEventRecord(e0, st);
+      run(cands[i].algo, scratch);
+      cudaEventRecord(e1, st);
+      cudaEventSynchronize(e1);
+      float t = 0;
+      cudaEventElapsedTime(&t, e0, e1);
+      ms = std::min(ms, t);
+    }
+    int tile = 0, stages = 0, splitk = 0, swizzle = 0, cta = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cta, sizeof cta, &w);
+    std::fprintf(stderr, "gemm-tune %s | cand %d tile %d stages %d splitk %d swizzle %d cluster %d ws %zu : %.1f us\n",
+                 key, i, tile, stages, splitk, swizzle, cta, cands[i].workspaceSize, ms * 1e3);
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  if (best < 0) best = 0;
+  std::fprintf(stderr, "gemm-tune %s | chose %d\n", key, best);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamSynchronize(st);
+  cudaFree(scratch);
+  return best;
+}
 
 // cuBLASLt's kernels address an operand with 32-bit offsets: GPT-2's logits for 64 x 1024 tokens
 // (3.3e9 elements) fault with an illegal address. A product with an operand spanning more than
@@ -301,10 +362,13 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c}};
     for (const auto& [attr, v] : aligns)
       LT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v));
-    cublasLtMatmulHeuristicResult_t res{};
+    constexpr int kMaxCandidates = 8;
+    cublasLtMatmulHeuristicResult_t cands[kMaxCandidates]{};
     int found = 0;
+    const int want = gemm_tune_mode() ? kMaxCandidates : 1;
     const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &res, &found);
+        cublasLtMatmulAlgoGetHeuristic(ds.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, want, cands, &found);
+    cublasLtMatmulHeuristicResult_t& res = cands[0];
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
       cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     if (back.any() && (s != CUBLAS_STATUS_SUCCESS || found == 0)) return false;  // asked again next time: rare, cheap
@@ -312,6 +376,14 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
              std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
              "make the operands contiguous and 16-byte aligned, or report the shapes");
     algo = res.algo;
+    if (found > 1) {
+      const float alpha = d.alpha, beta = d.beta;
+      const int best = fastest_candidate(key, cands, found, [&](const cublasLtMatmulAlgo_t& al, void* dst) {
+        return cublasLtMatmul(ds.lt, desc.d, &alpha, b.raw_data(), la.l, a.raw_data(), lb.l, &beta, c.raw_data(),
+                              lc.l, dst, lc.l, &al, ws, size_t(ws_bytes), cuda::current_stream());
+      }, size_t(((d.batch - 1) * d.stride_c + (d.m - 1) * ldc + d.n) * es));
+      algo = cands[best].algo;
+    }
     std::lock_guard<std::mutex> g(g_mu);
     g_algos.emplace(cache_key, algo);
   }
@@ -369,6 +441,21 @@ void CudaBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const 
     const Tensor b_tail = shifted(b, d.trans_b ? k0 : k0 * ldb);  // rows k0.. of [k, n], or columns k0.. of [n, k]
     run_gemm(device_index_, c, a, b, bulk, bias, false, Tensor());
     run_gemm(device_index_, c, a_tail, b_tail, tail, Tensor(), false, Tensor());
+    return;
+  }
+  // An unaligned m (rows of c) drops cuBLASLt to its sm80 kernels as well: GPT-2's tied head's
+  // weight gradient (m = 50257 vocabulary rows) took 2.47 ms on the H200 against 1.53 ms for the
+  // aligned product of the same size. The aligned rows run as one product, the last few as another.
+  if (d.batch == 1 && d.m % per16 && d.m > kMinSplit && d.n > 0 && d.k > 0) {
+    const int64_t m0 = d.m - d.m % per16, lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
+    GemmDesc bulk = d, tail = d;
+    bulk.m = m0;
+    bulk.lda = lda, bulk.ldb = ldb, bulk.ldc = ldc;
+    tail.m = d.m - m0;
+    tail.lda = lda, tail.ldb = ldb, tail.ldc = ldc;
+    const Tensor a_tail = shifted(a, d.trans_a ? m0 : m0 * lda);  // columns m0.. of [k, m], or rows m0.. of [m, k]
+    run_gemm(device_index_, c, a, b, bulk, bias, false, Tensor());
+    run_gemm(device_index_, shifted(c, m0 * ldc), a_tail, b, tail, bias, false, Tensor());
     return;
   }
   run_gemm(device_index_, c, a, b, d, bias, false, Tensor());
