@@ -189,6 +189,10 @@ class InterleavedSequence {
 // saved tensors will be read again, so a backward function must leave them intact. False
 // outside backward and in a backward that frees each node's saved tensors after running it.
 bool backward_retains_graph();
+// True when g is the gradient of ones that backward() made for its root because none was passed
+// (loss.backward()), during that backward: a node fed it may skip multiplying by it. The seed is
+// held until the backward ends, so no later tensor can take its place.
+bool is_backward_seed(const Tensor& g);
 
 // Sets .grad to none (frees it) or to zeros.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);

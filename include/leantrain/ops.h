@@ -229,6 +229,12 @@ enum class Reduction { Mean, Sum, None };
 // fp32 probabilities beyond one row at a time on the GPU.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::Mean);
+// The mean cross_entropy of logits nothing reads afterwards (a model's training loss): with a
+// gradient to compute, the forward writes d(loss)/d(logits) over the logits in the same pass
+// (one read of them instead of three) and the backward hands that buffer on. The logits' values
+// are gone after the call. Otherwise, or for rows other than a linear's padded ones, it is
+// cross_entropy.
+Tensor cross_entropy_in_place(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // cross_entropy(linear(hidden, weight), targets) without the [N, V] logits: hidden [..., C],
 // weight [V, C] (a bias-free head, torch layout), targets [N] (N = hidden's rows). Rows go through
 // the head `chunk` at a time (0: as many as fit 256 MiB of f32 logits); the backward recomputes

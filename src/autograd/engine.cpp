@@ -219,6 +219,31 @@ class RetainScope {
 bool backward_retains_graph() { return t_retains_graph; }
 
 namespace {
+thread_local std::vector<Tensor> t_seeds;  // the ones backward() made, while it runs
+
+// Marks the seeds for is_backward_seed until the scope ends (nested backwards add theirs).
+class SeedScope {
+ public:
+  explicit SeedScope(std::vector<Tensor> seeds) : n_(seeds.size()) {
+    for (Tensor& t : seeds) t_seeds.push_back(std::move(t));
+  }
+  ~SeedScope() { t_seeds.resize(t_seeds.size() - n_); }
+  SeedScope(const SeedScope&) = delete;
+  SeedScope& operator=(const SeedScope&) = delete;
+
+ private:
+  size_t n_;
+};
+}  // namespace
+
+bool is_backward_seed(const Tensor& g) {
+  if (!g.defined()) return false;
+  for (const Tensor& s : t_seeds)
+    if (s.impl() == g.impl()) return true;
+  return false;
+}
+
+namespace {
 
 // A root standing for several: hands each of them its gradient (ones).
 struct RootsNode final : Node {
@@ -304,6 +329,9 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
              "the root has shape " + shape_str(root.shape()), "reduce it to a scalar or pass a gradient");
     MemoryCategoryScope s(Category::Activation);
     g = ones(root.shape(), root.dtype(), root.device());
+    SeedScope seed({g});
+    run_graph(edge_for(root), std::move(g), retain_graph);
+    return;
   }
   LT_CHECK(g.shape() == root.shape() && g.dtype() == root.dtype(),
            "backward(): the gradient is " + describe(g) + " but the root is " + describe(root),
@@ -325,6 +353,7 @@ void run_backward(const std::vector<Tensor>& roots) {
     MemoryCategoryScope s(Category::Activation);
     start->grads.push_back(ones(r.shape(), r.dtype(), r.device()));
   }
+  SeedScope seeds(start->grads);
   run_graph(std::move(start), Tensor(), false);
 }
 

@@ -19,7 +19,8 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mas
   LT_CHECK(targets.numel() * V == logits.numel(), "loss: targets have shape " + shape_str(targets.shape()),
            "logits are " + shape_str(logits.shape()) + " (one target per row expected)",
            "pass one class index per prediction");
-  return cross_entropy(reshape(logits, {-1, V}), reshape(targets, {-1}));
+  // Nothing reads the logits after the loss: their buffer takes the gradient in the same pass.
+  return cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1}));
 }
 
 Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask) {

@@ -9,37 +9,60 @@
 namespace lt {
 using namespace detail;
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, Reduction reduction) {
-  OpNameScope op("cross_entropy");
-  Device dev = common_device("cross_entropy", {logits_in, targets_in});
+namespace {
+
+// The checked inputs of a cross-entropy: [N, V] logits (padded rows read in place, any other
+// strided view copied), i64 targets [N] and the number of rows not ignored.
+struct CeInputs {
+  Device dev;
+  Shape row_shape;
+  int64_t N = 0, V = 0, count = 0;
+  Tensor logits, logits2, targets1;
+};
+
+CeInputs ce_inputs(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+  CeInputs c;
+  c.dev = common_device("cross_entropy", {logits_in, targets_in});
   check_floating("cross_entropy", logits_in);
   LT_CHECK(logits_in.dim() >= 2 && logits_in.size(-1) > 0,
            "cross_entropy: logits have shape " + shape_str(logits_in.shape()),
            "they must be [N, V] (or [..., V]) with V > 0", "reshape the logits");
-  Shape row_shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
-  LT_CHECK(targets_in.shape() == row_shape && (targets_in.dtype() == DType::I64 || targets_in.dtype() == DType::I32),
+  c.row_shape = Shape(logits_in.shape().begin(), logits_in.shape().end() - 1);
+  LT_CHECK(targets_in.shape() == c.row_shape && (targets_in.dtype() == DType::I64 || targets_in.dtype() == DType::I32),
            std::string("cross_entropy: targets are ") + dtype_name(targets_in.dtype()) + " " +
                shape_str(targets_in.shape()),
-           "logits " + shape_str(logits_in.shape()) + " need i64 targets " + shape_str(row_shape),
+           "logits " + shape_str(logits_in.shape()) + " need i64 targets " + shape_str(c.row_shape),
            "pass one class index per row");
-  const int64_t V = logits_in.size(-1), N = numel(row_shape);
+  c.V = logits_in.size(-1), c.N = numel(c.row_shape);
   Tensor targets = contiguous_data(cast(targets_in, DType::I64));
-  int64_t count = N;
-  if (!dev.is_meta()) {
-    count = 0;
+  c.count = c.N;
+  if (!c.dev.is_meta()) {
+    c.count = 0;
     for (int64_t t : read_indices(targets)) {
       if (t == ignore_index) continue;
-      LT_CHECK(t >= 0 && t < V, "cross_entropy: target " + std::to_string(t) + " is out of range",
-               "there are " + std::to_string(V) + " classes and ignore_index is " + std::to_string(ignore_index),
+      LT_CHECK(t >= 0 && t < c.V, "cross_entropy: target " + std::to_string(t) + " is out of range",
+               "there are " + std::to_string(c.V) + " classes and ignore_index is " + std::to_string(ignore_index),
                "check the labels against the vocabulary size");
-      ++count;
+      ++c.count;
     }
   }
   // Padded rows (a wide linear's logits) are read in place; any other strided view is copied.
-  Tensor logits = padded_rows(logits_in) ? logits_in : contiguous(logits_in);
-  const int64_t ld = padded_rows(logits);
-  Tensor logits2 = make_view(logits, {N, V}, {ld, 1}, logits.offset());
-  Tensor targets1 = make_view(targets, {N}, {1}, targets.offset());
+  c.logits = padded_rows(logits_in) ? logits_in : contiguous(logits_in);
+  const int64_t ld = padded_rows(c.logits);
+  c.logits2 = make_view(c.logits, {c.N, c.V}, {ld, 1}, c.logits.offset());
+  c.targets1 = make_view(targets, {c.N}, {1}, targets.offset());
+  return c;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index, Reduction reduction) {
+  OpNameScope op("cross_entropy");
+  CeInputs c = ce_inputs(logits_in, targets_in, ignore_index);
+  const Device dev = c.dev;
+  const Shape row_shape = c.row_shape;
+  const int64_t V = c.V, N = c.N, count = c.count;
+  Tensor logits = c.logits, logits2 = c.logits2, targets1 = c.targets1;
   const DType aux = aux_dtype(logits.dtype());
   Tensor rows = Tensor::empty({N}, aux, dev);
   Tensor lse = Tensor::empty({N}, aux, dev);
@@ -84,6 +107,47 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
     b.cross_entropy_bwd(make_view(dlogits, {N, V}, {dld, 1}, dlogits.offset()),
                         make_view(dloss, {N}, {1}, dloss.offset()), slogits, slse, stargets, ignore_index);
     return std::vector<Tensor>{dlogits};
+  });
+  return out;
+}
+
+Tensor cross_entropy_in_place(const Tensor& logits_in, const Tensor& targets_in, int64_t ignore_index) {
+  // Only where the gradient can take the logits' place: they need one, their rows are the
+  // padded rows the head's backward GEMMs read, and the loss is f32 (a 16- or 32-bit model).
+  // The same test on every device, so a dry run takes the same path.
+  const int64_t V = logits_in.dim() >= 1 ? logits_in.size(-1) : 0;
+  if (!needs_grad({logits_in}) || logits_in.dim() < 2 || V <= 0 || aux_dtype(logits_in.dtype()) != DType::F32 ||
+      padded_rows(logits_in) != padded_row_stride(V, logits_in.dtype()))
+    return cross_entropy(logits_in, targets_in, ignore_index, Reduction::Mean);
+  OpNameScope op("cross_entropy");
+  CeInputs c = ce_inputs(logits_in, targets_in, ignore_index);
+  const int64_t N = c.N, dld = padded_row_stride(V, c.logits.dtype());
+  const Shape ls = c.logits.shape();
+  Tensor rows = Tensor::empty({N}, DType::F32, c.dev);
+  Tensor lse = Tensor::empty({N}, DType::F32, c.dev);
+  const double inv = 1.0 / double(std::max<int64_t>(c.count, 1));  // an all-ignored batch: 0, not 0/0
+  Backend& be = backend_for(c.dev);
+  // From here the logits' buffer holds d(mean loss)/d(logits).
+  be.cross_entropy_fwd_bwd(rows, lse, c.logits2, c.targets1, ignore_index, float(inv));
+  Tensor total = Tensor::empty({1}, DType::F32, c.dev);
+  be.reduce_sum(total, rows);
+  Tensor out = Tensor::empty({}, DType::F32, c.dev);
+  be.unary(UnaryOp::Scale, out, total, float(inv));
+  SavedTensor saved(c.logits2);
+  record(out, "cross_entropy", {c.logits}, [=](const Tensor& g) {
+    Tensor d = saved.unpack();
+    // loss.backward()'s seed of ones multiplies nothing; any other gradient scales the rows
+    // (a copy of them when the graph is kept for another backward).
+    if (!is_backward_seed(g)) {
+      if (backward_retains_graph()) {
+        Tensor copy = empty_rows(ls, dld, d.dtype(), g.device());
+        Tensor copy2 = make_view(copy, {N, V}, {dld, 1}, copy.offset());
+        backend_of(g).copy(copy2, d);
+        d = copy2;
+      }
+      backend_of(g).scale_rows(d, contiguous_data(g));
+    }
+    return std::vector<Tensor>{rows_reshape_view(d, ls, dld)};
   });
   return out;
 }

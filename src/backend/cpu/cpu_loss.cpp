@@ -65,4 +65,35 @@ void CpuBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, c
   });
 }
 
+// The forward, then each row's gradient written over its logits (the row is copied first).
+void CpuBackend::cross_entropy_fwd_bwd(const Tensor& loss, const Tensor& lse, const Tensor& logits,
+                                       const Tensor& targets, int64_t ignore_index, float grad_scale) {
+  cross_entropy_fwd(loss, lse, logits, targets, ignore_index);
+  const int64_t n = logits.size(0), v = logits.size(1), step = row_step(logits);
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const A* plse = aux_data<A>(lse);
+    for (int64_t i = 0; i < n; ++i) {
+      T* px = logits.data<T>() + i * step;
+      const int64_t t = load_index(targets, i);
+      const A d = t == ignore_index ? A(0) : A(grad_scale);
+      for (int64_t j = 0; j < v; ++j) st(px, j, d * (std::exp(ld(px, j) - plse[i]) - A(j == t ? 1 : 0)));
+    }
+  });
+}
+
+void CpuBackend::scale_rows(const Tensor& x, const Tensor& s) {
+  const int64_t n = x.size(0), v = x.size(1), step = row_step(x);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const A k = aux_data<A>(s)[0];
+    for (int64_t i = 0; i < n; ++i) {
+      T* px = x.data<T>() + i * step;
+      for (int64_t j = 0; j < v; ++j) st(px, j, k * ld(px, j));
+    }
+  });
+}
+
 }  // namespace lt
