@@ -194,6 +194,8 @@ int throughput(const std::map<std::string, std::string>& f) {
   const DType dtype = has_policy ? policy.param_dtype : parse_dtype(get(f, "dtype", "bf16"));
   const int64_t B = std::stoll(get(f, "batch", "16")), T = std::stoll(get(f, "seq", "1024"));
   const int64_t warmup = std::stoll(get(f, "warmup", "5")), steps = std::stoll(get(f, "steps", "20"));
+  LT_CHECK(warmup >= 0 && steps >= 1, "throughput: --warmup " + std::to_string(warmup) + " --steps " + std::to_string(steps),
+           "the median needs at least one timed step", "pass --steps 1 or more and --warmup 0 or more");
   nn::InitOptions init{dev, dtype, 0};
   std::shared_ptr<models::Model> model;
   {
@@ -228,7 +230,10 @@ int throughput(const std::map<std::string, std::string>& f) {
     layers = l->config().num_hidden_layers, width = l->config().num_attention_heads * l->config().head_size();
   Generator gen(7);
   Backend& be = backend_for(dev);
-  std::vector<double> ms;
+  // Host times from the step's start: when the loss, the backward and the whole step had been
+  // enqueued. A step whose host_step_ms is close to ms_per_step waits for the host, not the GPU.
+  std::vector<double> ms, host_loss, host_back, host_all;
+  std::chrono::steady_clock::time_point t_loss;
   double last_loss = 0;
   for (int64_t i = 0; i < warmup + steps; ++i) {
     Tensor x, y;
@@ -247,8 +252,10 @@ int throughput(const std::map<std::string, std::string>& f) {
       MemoryCategoryScope s(Category::Activation);
       AutocastGuard autocast(policy.compute_dtype);
       loss = model->loss(x, y);
+      t_loss = std::chrono::steady_clock::now();
       (policy.loss_scaling ? scale(loss, scaler.scale()) : loss).backward();
     }
+    const auto t_back = std::chrono::steady_clock::now();
     if (policy.loss_scaling) {  // the trainer's scheme: the norm pass finds overflow, the step unscales
       GradNorm gn = clip_grad_norm(model->parameters(), 0.0, float(1.0 / scaler.scale()));
       if (gn.finite()) opt.step(gn.grad_scale);
@@ -257,13 +264,21 @@ int throughput(const std::map<std::string, std::string>& f) {
       opt.step();
     }
     opt.zero_grad(true);
+    const auto t_host = std::chrono::steady_clock::now();
     be.synchronize();
     auto t1 = std::chrono::steady_clock::now();
-    if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    auto since = [&](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double, std::milli>(t - t0).count(); };
+    if (i >= warmup) {
+      ms.push_back(since(t1));
+      host_loss.push_back(since(t_loss)), host_back.push_back(since(t_back)), host_all.push_back(since(t_host));
+    }
     if (i + 1 == warmup + steps) last_loss = loss.item();
   }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double med = median(ms);
   const double n_params = double(model->num_parameters());
   const double flops_per_token = 6 * n_params + 12.0 * double(layers) * double(T) * double(width);
   const double tok_s = double(B * T) / (med / 1e3);
@@ -271,9 +286,9 @@ int throughput(const std::map<std::string, std::string>& f) {
   std::printf(
       "{\"system\": \"leantrain\", \"precision\": \"%s\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
       "\"peak_allocated\": %lld, \"peak_reserved\": %lld, \"final_loss\": %.4f, \"batch\": %lld, \"seq\": %lld, "
-      "\"steps\": %lld, \"loss_chunk\": %lld}\n",
+      "\"steps\": %lld, \"loss_chunk\": %lld, \"host_loss_ms\": %.2f, \"host_backward_ms\": %.2f, \"host_step_ms\": %.2f}\n",
       has_policy ? policy.name.c_str() : "", dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
-      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps, (long long)loss_chunk);
+      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps, (long long)loss_chunk, median(host_loss), median(host_back), median(host_all));
   return 0;
 }
 
@@ -435,8 +450,11 @@ int host_step(const std::map<std::string, std::string>& f) {
     one_step(t + 1, true);
     if (t > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double med = median(ms);
   // Bytes per element: master and each f32 state read and written, the gradient read, the copy written.
   const double states = opt == "adamw" ? 2.0 : 1.0;
   const double bytes = double(n) * (8.0 * (1.0 + states) + double(dtype_size(gdt)) + (has_out ? 2.0 : 0.0));
