@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "leantrain/autograd.h"
 #include "leantrain/memory.h"
@@ -86,4 +87,100 @@ TEST(CrossEntropyInPlace, RetainedGraphKeepsTheLogits) {
   EXPECT_EQ(once, single);
   for (size_t i = 0; i < twice.size(); ++i)
     ASSERT_EQ(twice[i], 2.0f * single[i]) << i;  // doubling is exact in bf16
+}
+
+// cross_entropy_in_place (a model's training loss) writes the gradient in the forward: the same
+// loss and gradients as cross_entropy, bit for bit on the CPU through loss.backward()'s seed (no
+// multiplication). Any other gradient scales the rows already rounded to bf16 (cross_entropy
+// rounds once, after scaling): within a bf16 rounding of each other.
+TEST(CrossEntropyInPlace, ForwardWrittenGradientEqualsTheBackwardOne) {
+  for (float g : {1.0f, 3.0f}) {
+    SCOPED_TRACE("gradient " + std::to_string(g));
+    Head a = make_head(), b = make_head();
+    Tensor la = cross_entropy_in_place(linear(a.x, a.w, Tensor()), a.targets);
+    Tensor lb = cross_entropy(linear(b.x, b.w, Tensor()), b.targets);
+    EXPECT_EQ(la.item(), lb.item());
+    if (g == 1.0f) {
+      la.backward();
+      lb.backward();
+    } else {
+      scale(la, g).backward();
+      scale(lb, g).backward();
+    }
+    for (auto [ga, gb] : {std::pair{a.x.grad(), b.x.grad()}, std::pair{a.w.grad(), b.w.grad()}}) {
+      const std::vector<float> va = ga.to_float_vector(), vb = gb.to_float_vector();
+      ASSERT_EQ(va.size(), vb.size());
+      if (g == 1.0f) {
+        EXPECT_EQ(va, vb);
+        continue;
+      }
+      double num = 0, den = 0;
+      for (size_t i = 0; i < va.size(); ++i) num += (va[i] - vb[i]) * (va[i] - vb[i]), den += vb[i] * vb[i];
+      EXPECT_LE(std::sqrt(num), 8e-3 * std::sqrt(den));
+    }
+  }
+}
+
+// The seed of ones multiplies nothing: backward allocates no logits-sized buffer; with the graph
+// kept, a scaled backward copies the gradient first, so a second one sees it unchanged.
+TEST(CrossEntropyInPlace, InPlaceLossScalesOnlyACopyWhenTheGraphIsKept) {
+  Head a = make_head(), ref = make_head();
+  Tensor loss = cross_entropy_in_place(linear(a.x, a.w, Tensor()), a.targets);
+  EXPECT_FALSE(has(backward_allocations(loss, true), kN * kLd * 2)) << "the seed's backward copied the gradient";
+  const std::vector<float> once = a.w.grad().to_float_vector();
+  zero_grad({a.x, a.w});
+  Tensor two = scale(loss, 2.0);
+  EXPECT_TRUE(has(backward_allocations(two, true), kN * kLd * 2)) << "a kept graph's gradient was scaled in place";
+  two.backward();
+  cross_entropy(linear(ref.x, ref.w, Tensor()), ref.targets).backward();
+  EXPECT_EQ(once, ref.w.grad().to_float_vector());
+  const std::vector<float> twice = a.w.grad().to_float_vector(), single = ref.w.grad().to_float_vector();
+  ASSERT_EQ(twice.size(), single.size());
+  for (size_t i = 0; i < twice.size(); ++i) ASSERT_EQ(twice[i], 4.0f * single[i]) << i;  // 2 backwards of 2 x loss
+}
+
+// Without a gradient to compute (evaluation) the logits keep their values.
+TEST(CrossEntropyInPlace, InPlaceLossWithoutGradientLeavesTheLogits) {
+  Head h = make_head();
+  NoGradGuard no_grad;
+  Tensor logits = linear(h.x, h.w, Tensor());
+  const std::vector<float> before = logits.to_float_vector();
+  Tensor l = cross_entropy_in_place(logits, h.targets);
+  EXPECT_EQ(logits.to_float_vector(), before);
+  EXPECT_FALSE(l.requires_grad());
+}
+
+// On the GPU: GPT-2's head rows (50257 in rows of 50264, the shared-memory kernel) and rows too
+// long for shared memory (the two kernels), against the CPU.
+TEST(CrossEntropyInPlace, CudaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  for (int64_t V : {int64_t(50257), int64_t(60001)}) {
+    SCOPED_TRACE("V = " + std::to_string(V));
+    const int64_t N = 9, C = 32;
+    Generator gen(5);
+    Tensor x = randn({N, C}, gen, 1.0f, DType::BF16), w = randn({V, C}, gen, 0.5f, DType::BF16);
+    std::vector<int64_t> t(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) t[size_t(i)] = i == 4 ? -100 : (i * 7919) % V;
+    Tensor targets = from_ints(t, {N});
+    std::vector<float> loss, dx, dw;
+    for (Device d : {Device::cpu(), Device::cuda()}) {
+      Tensor xd = x.to(d), wd = w.to(d);
+      xd.set_requires_grad(true);
+      wd.set_requires_grad(true);
+      Tensor l = cross_entropy_in_place(linear(xd, wd, Tensor()), targets.to(d));
+      l.backward();
+      if (d.is_cpu()) {
+        loss = l.to_float_vector(), dx = xd.grad().to_float_vector(), dw = wd.grad().to_float_vector();
+        continue;
+      }
+      EXPECT_NEAR(l.item(), loss[0], 1e-3 * std::abs(loss[0]));
+      auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+        return a.size() == b.size() && std::sqrt(num) <= 2e-2 * std::sqrt(den);
+      };
+      EXPECT_TRUE(close(xd.grad().to_float_vector(), dx));
+      EXPECT_TRUE(close(wd.grad().to_float_vector(), dw));
+    }
+  }
 }
