@@ -164,7 +164,7 @@ TEST(CrossEntropyInPlace, CudaMatchesCpu) {
     Tensor targets = from_ints(t, {N});
     std::vector<float> loss, dx, dw;
     for (Device d : {Device::cpu(), Device::cuda()}) {
-      Tensor xd = x.to(d), wd = w.to(d);
+      Tensor xd = x.to(d).detach(), wd = w.to(d).detach();  // leaves on each device (x itself on the CPU)
       xd.set_requires_grad(true);
       wd.set_requires_grad(true);
       Tensor l = cross_entropy_in_place(linear(xd, wd, Tensor()), targets.to(d));
