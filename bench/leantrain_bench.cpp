@@ -186,6 +186,12 @@ int parity(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+// The middle value of a non-empty list of timings.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 int throughput(const std::map<std::string, std::string>& f) {
   const Device dev = Device::parse(get(f, "device", "cuda"));
   // --precision NAME: the policy decides the parameter dtype, autocast and loss scaling.
@@ -274,10 +280,6 @@ int throughput(const std::map<std::string, std::string>& f) {
     }
     if (i + 1 == warmup + steps) last_loss = loss.item();
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double med = median(ms);
   const double n_params = double(model->num_parameters());
   const double flops_per_token = 6 * n_params + 12.0 * double(layers) * double(T) * double(width);
@@ -450,10 +452,6 @@ int host_step(const std::map<std::string, std::string>& f) {
     one_step(t + 1, true);
     if (t > 0) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double med = median(ms);
   // Bytes per element: master and each f32 state read and written, the gradient read, the copy written.
   const double states = opt == "adamw" ? 2.0 : 1.0;

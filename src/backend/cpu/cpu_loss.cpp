@@ -46,41 +46,42 @@ void CpuBackend::cross_entropy_fwd(const Tensor& loss, const Tensor& lse, const 
   });
 }
 
-// dlogits = (softmax - onehot(target)) * dloss[row]; ignored rows get 0.
-void CpuBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
-                                   const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
+namespace {
+
+// dlogits = (softmax - onehot(target)) * scale(row); ignored rows get 0. Each element is read
+// before it is written, so dlogits may be the logits.
+template <class Scale>
+void write_dlogits(const Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                   int64_t ignore_index, Scale&& scale) {
   const int64_t n = logits.size(0), v = logits.size(1), step = row_step(logits), dstep = row_step(dlogits);
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const A* pd = aux_data<A>(dloss);
     const A* plse = aux_data<A>(lse);
     for (int64_t i = 0; i < n; ++i) {
       const T* px = logits.data<T>() + i * step;
       T* pg = dlogits.data<T>() + i * dstep;
       const int64_t t = load_index(targets, i);
-      const A d = t == ignore_index ? A(0) : pd[i];
+      const A d = t == ignore_index ? A(0) : A(scale(A{}, i));
       for (int64_t j = 0; j < v; ++j) st(pg, j, d * (std::exp(ld(px, j) - plse[i]) - A(j == t ? 1 : 0)));
     }
   });
 }
 
-// The forward, then each row's gradient written over its logits (the row is copied first).
+}  // namespace
+
+// dlogits = (softmax - onehot(target)) * dloss[row]; ignored rows get 0.
+void CpuBackend::cross_entropy_bwd(const Tensor& dlogits, const Tensor& dloss, const Tensor& logits,
+                                   const Tensor& lse, const Tensor& targets, int64_t ignore_index) {
+  write_dlogits(dlogits, logits, lse, targets, ignore_index,
+                [&](auto a, int64_t i) { return aux_data<decltype(a)>(dloss)[i]; });
+}
+
+// The forward, then each row's gradient written over its logits.
 void CpuBackend::cross_entropy_fwd_bwd(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                                        const Tensor& targets, int64_t ignore_index, float grad_scale) {
   cross_entropy_fwd(loss, lse, logits, targets, ignore_index);
-  const int64_t n = logits.size(0), v = logits.size(1), step = row_step(logits);
-  dispatch_float(logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using A = acc_t<T>;
-    const A* plse = aux_data<A>(lse);
-    for (int64_t i = 0; i < n; ++i) {
-      T* px = logits.data<T>() + i * step;
-      const int64_t t = load_index(targets, i);
-      const A d = t == ignore_index ? A(0) : A(grad_scale);
-      for (int64_t j = 0; j < v; ++j) st(px, j, d * (std::exp(ld(px, j) - plse[i]) - A(j == t ? 1 : 0)));
-    }
-  });
+  write_dlogits(logits, logits, lse, targets, ignore_index, [&](auto a, int64_t) { return decltype(a)(grad_scale); });
 }
 
 void CpuBackend::scale_rows(const Tensor& x, const Tensor& s) {
