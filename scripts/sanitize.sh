@@ -3,7 +3,7 @@
 # UndefinedBehaviorSanitizer (clang, CPU only) into build-sanitize/, and runs every ctest there:
 # the unit tests, and the end-to-end scripts driving the sanitized CLI. Any report fails its test.
 # The same build directory holds the fuzz harnesses (scripts/fuzz.sh), so the library is built once.
-# Extra arguments go to ctest (e.g. -R 'e2e\.' or -E Converge). docs/testing.md has the details.
+# Extra arguments go to ctest (e.g. -R 'e2e\.' or -R '^unit\.'). docs/testing.md has the details.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${SANITIZE_BUILD:-build-sanitize}
