@@ -580,6 +580,16 @@ class PreNormBlock : public Module {
   // the residual add (faster backward, 2C more kept per token); see set_lean_saves().
   void set_lean_saves(bool on) { lean_saves_ = on; }
 
+  // The block with its output left as two terms of the residual stream, out = h + m, so that the
+  // next norm adds them in its own kernel (add_layer_norm), as ln_2 already does inside the block:
+  // no separate add in the forward, and in the backward no separate sum of the two gradients that
+  // reach the block's input. Takes its input the same way (m undefined: the input is h). Only
+  // when splits_residual(): no forward wrapper on the block, ln_1 or ln_2 (both LayerNorms), and
+  // lean saves off (the path whose ln_2 is fused already). The values are forward()'s: the
+  // fused add rounds the same sum once, as the add did.
+  bool splits_residual() const;
+  std::pair<Tensor, Tensor> forward_split(const Tensor& h, const Tensor& m, const Tensor& key_padding_mask);
+
  private:
   const char* type_;
   Child<UnaryModule> ln_1_, ln_2_, mlp_;

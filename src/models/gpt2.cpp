@@ -3,6 +3,7 @@
 // parameter list is exactly the reference one and a Hugging Face checkpoint loads by name.
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
@@ -85,6 +86,15 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
   std::iota(pos.begin(), pos.end(), pos_offset);
   Tensor pos_ids = from_ints(pos, {T}, DType::I64, ids.device());
   Tensor x = (*drop_)(add((*wte_)(ids), (*wpe_)(pos_ids)));  // [B,T,C] + [T,C]
+  // Plain blocks with lean saves off hand the residual on as two terms (PreNormBlock::
+  // forward_split); ln_f then adds the last two in its own kernel.
+  bool split = !ln_f_->forward_wrapper();
+  for (size_t i = 0; i < h_->size() && split; ++i) split = h_->at<nn::PreNormBlock>(i).splits_residual();
+  if (split && h_->size() > 0) {
+    Tensor m;
+    for (size_t i = 0; i < h_->size(); ++i) std::tie(x, m) = h_->at<nn::PreNormBlock>(i).forward_split(x, m, mask);
+    return ln_f_->forward_add(x, m).y;
+  }
   for (size_t i = 0; i < h_->size(); ++i) x = h_->at<nn::PreNormBlock>(i)(x, mask);
   return (*ln_f_)(x);
 }

@@ -1,3 +1,6 @@
+#include <typeinfo>
+
+#include "leantrain/error.h"
 #include "leantrain/nn.h"
 
 namespace lt::nn {
@@ -40,6 +43,30 @@ Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
   }
   Tensor h = add(x, a);
   return add(h, (*mlp_)((*ln_2_)(h)));
+}
+
+bool PreNormBlock::splits_residual() const {
+  auto plain_ln = [](UnaryModule* m) { return m && typeid(*m) == typeid(LayerNorm) && !m->forward_wrapper(); };
+  return !lean_saves_ && !forward_wrapper() && plain_ln(ln_1_.get()) && plain_ln(ln_2_.get());
+}
+
+std::pair<Tensor, Tensor> PreNormBlock::forward_split(const Tensor& h_in, const Tensor& m_in, const Tensor& mask) {
+  LT_CHECK(splits_residual(), std::string(type_) + ": forward_split on a block that does not split its residual",
+           "it needs lean saves off, no forward wrappers and LayerNorms", "call the block through operator()");
+  auto* ln_1 = static_cast<LayerNorm*>(ln_1_.get());
+  auto* ln_2 = static_cast<LayerNorm*>(ln_2_.get());
+  Tensor x, n;
+  if (m_in.defined()) {
+    auto [s, y] = ln_1->forward_add(h_in, m_in);  // the previous block's h + m, then ln_1
+    x = std::move(s);
+    n = std::move(y);
+  } else {
+    x = h_in;
+    n = ln_1->forward(x);
+  }
+  Tensor a = (*attn_)(n, mask);
+  auto [h, y] = ln_2->forward_add(a, x);
+  return {h, (*mlp_)(y)};
 }
 
 int64_t set_lean_saves(Module& root, bool on) {

@@ -283,3 +283,57 @@ TEST(AddNormModels, VitFusedMatchesUnfusedAndSelective) {
 }
 
 }  // namespace
+
+namespace {
+
+// GPT-2 with lean saves off: blocks hand the residual on as two terms (forward_split) and each
+// next norm adds them in its kernel. `split` false keeps the old path (a pass-through wrapper on
+// ln_f turns the split off for the whole stack: ln_f could not add the last two terms).
+RunStats gpt_split_run(Device dev, bool split) {
+  models::GPT2 m(ckpt_test::gpt2_tiny_dropout(), {.device = dev, .seed = 3});
+  nn::set_lean_saves(m, false);
+  if (!split)
+    m.find_module("transformer.ln_f")
+        ->set_forward_wrapper([](nn::Module&, const Tensor& x, const nn::Module::ForwardFn& f) { return f(x); });
+  Tensor x = ckpt_test::ids(2, 16, 256, 10, dev), y = ckpt_test::ids(2, 16, 256, 20, dev);
+  RunStats s = traced(dev, [&] { return m.loss(x, y); }, Tensor());
+  if (!dev.is_meta()) s.grads = ckpt_test::grad_bits(m);
+  return s;
+}
+
+}  // namespace
+
+// The split residual gives the unsplit stack's gradients bit for bit on the CPU (f32: the fused
+// kernel adds the two gradients of a block's input in the same one addition the engine did),
+// allocates no more, and meta's allocations (the planner) are still the CPU's.
+TEST(AddNormModels, Gpt2SplitResidualMatchesUnsplit) {
+  RunStats s = gpt_split_run(Device::cpu(), true), u = gpt_split_run(Device::cpu(), false);
+  EXPECT_LE(s.peak, u.peak);
+  EXPECT_LE(s.after_forward, u.after_forward);
+  ASSERT_EQ(s.grads.size(), u.grads.size());
+  for (size_t i = 0; i < s.grads.size(); ++i) EXPECT_TRUE(s.grads[i] == u.grads[i]) << s.grads[i].first;
+  // The split path really ran: no separate residual add in the forward.
+  auto adds = [](const RunStats& r) {
+    return std::count_if(r.trace.begin(), r.trace.end(), [](const MemoryEvent& e) {
+      return e.action == MemoryEvent::Action::Alloc && e.op && std::string(e.op) == "add_layer_norm";
+    });
+  };
+  EXPECT_GT(adds(s), adds(u));
+  // Meta's peak is the CPU's. (The whole model's CPU trace has a few host-side allocations
+  // more than meta's, split or not: the split must add no other difference.)
+  RunStats meta = gpt_split_run(Device::meta(), true), meta_u = gpt_split_run(Device::meta(), false);
+  EXPECT_EQ(s.trace.size() - meta.trace.size(), u.trace.size() - meta_u.trace.size());
+  EXPECT_EQ(meta_u.peak, u.peak);
+  EXPECT_EQ(meta.peak, s.peak);
+}
+
+TEST(AddNormModels, ForwardSplitRefusesABlockThatDoesNotSplit) {
+  models::GPT2 m(ckpt_test::gpt2_tiny_dropout(), {.seed = 3});  // lean saves on (the default)
+  auto* block = dynamic_cast<nn::PreNormBlock*>(m.find_module("transformer.h.0"));
+  ASSERT_NE(block, nullptr);
+  EXPECT_FALSE(block->splits_residual());
+  Tensor x = zeros({1, 4, 128});
+  EXPECT_THROW(block->forward_split(x, Tensor(), Tensor()), Error);
+  block->set_lean_saves(false);
+  EXPECT_TRUE(block->splits_residual());
+}

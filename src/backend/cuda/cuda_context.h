@@ -55,6 +55,10 @@ class DeviceGuard {
 
 // gemm.cu: bytes of the cuBLASLt workspace held for `device` (0 before the first GEMM).
 int64_t cublaslt_workspace_bytes(int device);
+// gemm.cu: the cuBLASLt workspace of `device` as scratch for a kernel between GEMMs (its size in
+// *bytes), or nullptr when none is held. Only work on the compute stream may use it: the GEMMs
+// that own it run there, so stream order keeps the two apart. Nothing is allocated.
+void* cublaslt_workspace_held(int device, int64_t* bytes);
 
 }  // namespace lt::cuda
 

@@ -519,6 +519,13 @@ void gemm_gelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc
   run_gemm(c.device().index, c, a, b, d, bias, true, pre_gelu);
 }
 
+void* cublaslt_workspace_held(int device, int64_t* bytes) {
+  std::lock_guard<std::mutex> g(g_mu);
+  const Tensor* w = device >= 0 && device < int(g_workspace.size()) ? g_workspace[size_t(device)] : nullptr;
+  *bytes = w ? w->numel() : 0;
+  return w ? w->raw_data() : nullptr;
+}
+
 int64_t cublaslt_workspace_bytes(int device) {
   std::lock_guard<std::mutex> g(g_mu);
   return device >= 0 && device < int(g_workspace.size()) && g_workspace[size_t(device)] ? g_workspace[size_t(device)]->numel() : 0;

@@ -11,11 +11,14 @@
 // pass adds the incoming gradient of `sum` before its one rounding. So the separate add
 // kernel (forward) and the gradient-sum kernel (backward) are gone.
 //
-// Parameter gradients (dw, db) are column sums over all rows. Without scratch memory (the
+// Parameter gradients (dw, db) are column sums over all rows. Without scratch memory of its own (the
 // backend never allocates) and without atomics (not deterministic), each block owns a strip
 // of columns and loops over every row; its row phases are combined by a fixed-order tree in
 // shared memory, so the result is bitwise reproducible. Rows of 16-byte packs (every model
-// width) go 16 bytes per load, 16 columns per block; others 2 bytes, 8 columns per block.
+// width) go 16 bytes per load, 16 columns per block; others 2 bytes, 8 columns per block. When
+// the cuBLASLt workspace is held, packed rows take two passes through it instead (blocks own
+// rows, then the blocks' sums are added in order): the same determinism, at bandwidth.
+#include <algorithm>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -23,6 +26,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/row_kernels.cuh"
+#include "memory/streams.h"
 
 #include <cooperative_groups.h>
 
@@ -286,6 +290,108 @@ __global__ void __launch_bounds__(kColPackThreads)
   }
 }
 
+// The same sums in two passes through scratch, when the cuBLASLt workspace can lend it (the
+// GPT-2 step's 25 launches: 42 us each as a cluster kernel above, whose 16-column groups read
+// 32 bytes of a row at a time). Pass 1: block b owns the rows [b * rows, (b + 1) * rows) and
+// every column: thread (tx, ty) owns packs tx, tx + packs, ... of P columns (a warp reads 512
+// contiguous bytes of a row) and sums rows ty, ty + lanes, ... two in flight; the lanes meet in
+// the fixed tree, and lane 0 writes the block's sums to part[b][0, C) (dw) and part[b][C, 2C)
+// (db). Pass 2 adds the blocks' sums in block order. Fixed partition, fixed order: still
+// bitwise reproducible, still no atomics, and no allocation.
+template <class T, int P, bool RMS, int IN>  // IN rows in flight per thread
+__global__ void __launch_bounds__(kColPackThreads)
+    norm_bwd_dwdb_part_kernel(float* __restrict__ part, const T* __restrict__ dy, const T* __restrict__ x,
+                              const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
+                              int64_t rows) {
+  __shared__ float red_w[kColPackThreads * P], red_b[kColPackThreads * P];
+  const int packs = blockDim.x, lanes = blockDim.y, npacks = C / P;
+  const int64_t r0 = int64_t(blockIdx.x) * rows, r1 = r0 + rows < N ? r0 + rows : N;
+  const int me = (int(threadIdx.y) * packs + int(threadIdx.x)) * P;
+  float* out = part + int64_t(blockIdx.x) * 2 * C;
+  for (int p0 = 0; p0 < npacks; p0 += packs) {
+    const int c0 = (p0 + int(threadIdx.x)) * P;
+    float aw[P], ab[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) aw[k] = ab[k] = 0.0f;
+    if (c0 < C) {
+      auto add_row = [&](int64_t r, const float (&g)[P], const float (&xv)[P]) {
+        const float mu = RMS ? 0.0f : mean[r], rs = rstd[r];
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          aw[k] += g[k] * (xv[k] - mu) * rs;
+          ab[k] += g[k];
+        }
+      };
+      int64_t r = r0 + threadIdx.y;
+      for (; r + (IN - 1) * lanes < r1; r += IN * lanes) {
+        float g[IN][P], xv[IN][P];
+#pragma unroll
+        for (int i = 0; i < IN; ++i) {
+          load_f32<T, P>(dy + (r + i * lanes) * C + c0, g[i]);
+          load_f32<T, P>(x + (r + i * lanes) * C + c0, xv[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < IN; ++i) add_row(r + i * lanes, g[i], xv[i]);
+      }
+      for (; r < r1; r += lanes) {
+        float g0[P], x0[P];
+        load_f32<T, P>(dy + r * C + c0, g0);
+        load_f32<T, P>(x + r * C + c0, x0);
+        add_row(r, g0, x0);
+      }
+    }
+    __syncthreads();  // the previous chunk's lane 0 has read its sums
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      red_w[me + k] = aw[k];
+      red_b[me + k] = ab[k];
+    }
+    for (int half = lanes / 2; half > 0; half >>= 1) {
+      __syncthreads();
+      if (int(threadIdx.y) < half) {
+        const int other = me + half * packs * P;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          red_w[me + k] += red_w[other + k];
+          red_b[me + k] += red_b[other + k];
+        }
+      }
+    }
+    if (threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        out[c0 + k] = red_w[me + k];
+        out[C + c0 + k] = red_b[me + k];
+      }
+    }
+  }
+}
+
+// Pass 2: column j of the 2C sums (dw, then db) over the blocks 0..parts-1. Block (32, 8):
+// thread (tx, ty) adds parts ty, ty + 8, ... of column j, then the 8 are added in a fixed tree.
+constexpr int kPartCols = 32, kPartLanes = 32;
+template <class T>
+__global__ void __launch_bounds__(kPartCols* kPartLanes)
+    norm_bwd_dwdb_sum_kernel(T* __restrict__ dw, T* __restrict__ db, const float* __restrict__ part, int C,
+                             int parts) {
+  __shared__ float red[kPartLanes][kPartCols + 1];
+  const int j = int(blockIdx.x) * kPartCols + int(threadIdx.x), ty = threadIdx.y;
+  float a = 0.0f;
+  if (j < 2 * C) {
+#pragma unroll 4
+    for (int q = ty; q < parts; q += kPartLanes) a += part[int64_t(q) * 2 * C + j];
+  }
+  red[ty][threadIdx.x] = a;
+  for (int half = kPartLanes / 2; half > 0; half >>= 1) {
+    __syncthreads();
+    if (ty < half) red[ty][threadIdx.x] += red[ty + half][threadIdx.x];
+  }
+  if (ty == 0 && j < 2 * C) {
+    T* out = j < C ? dw : db;
+    if (out) out[j < C ? j : j - C] = from_f32<T>(red[0][threadIdx.x]);
+  }
+}
+
 // ---------------------------------------------------------------- softmax
 
 // One row per warp (BLOCK = false, blockDim (32, kRowWarps)) or per block (BLOCK = true,
@@ -430,6 +536,35 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
   T* pdw = dw.defined() ? dw.data<T>() : nullptr;
   T* pdb = db.defined() ? db.data<T>() : nullptr;
   if (pdw || pdb) {  // N == 0 still writes zeros
+    if (can_vectorise<T>(C, {pdy, px}) && N > 0) {
+      // Two passes through the borrowed cuBLASLt workspace: a block per 8+ rows per lane, at
+      // most two per SM, as many as the scratch holds (2C f32 sums each).
+      const int dev = dy.device().index;
+      int64_t ws_bytes = 0;
+      void* ws = current_stream() == stream_handle(dev, kComputeStream) ? cublaslt_workspace_held(dev, &ws_bytes) : nullptr;
+      const int npacks = int(C / kVec<T>);
+      const int packs = npacks < kColPackThreads ? npacks : kColPackThreads;
+      int lanes = 1;
+      while (lanes * 2 * packs <= kColPackThreads && lanes * 2 <= N) lanes *= 2;
+      const int64_t sms = device_state(dev).sm_count, fit = ws ? ws_bytes / (2 * C * int64_t(sizeof(float))) : 0;
+      // (Measured on GPT-2's 16384 x 768: 1, 3 or 4 blocks per SM and 4 rows in flight were no
+      // faster: 25-35 us against 25.)
+      const int64_t wanted = std::min<int64_t>(2 * sms, (N + 8 * lanes - 1) / (8 * lanes));
+      int64_t parts = std::min(wanted, fit);
+      if (parts >= 1 && (parts == wanted || parts >= sms)) {
+        const int64_t rows = (N + parts - 1) / parts;
+        parts = (N + rows - 1) / rows;  // no block without rows
+        float* part = static_cast<float*>(ws);
+        const dim3 grid{unsigned(parts)}, block{unsigned(packs), unsigned(lanes)};
+        norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS, 2><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
+                                                                                           int(C), rows);
+        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_part_kernel");
+        norm_bwd_dwdb_sum_kernel<T><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
+                                      current_stream()>>>(pdw, pdb, part, int(C), int(parts));
+        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
+        return;
+      }
+    }
     if (can_vectorise<T>(C, {pdy, px})) {
       int lanes = 1;
       while (lanes < kColPackLanes && lanes < N) lanes *= 2;
