@@ -12,6 +12,7 @@
 //     comes out f32 (cross-entropy's per-row losses are f32 for any logits dtype).
 #pragma once
 #include <optional>
+#include <vector>
 
 #include "leantrain/tensor.h"
 
@@ -30,6 +31,26 @@ class AutocastGuard {
 
  private:
   std::optional<DType> prev_;
+};
+
+// Under autocast, every tensor of `params` (f32 views of one storage, a flat parameter store)
+// cast to the compute dtype by ONE kernel over the store, where each autocast()/autocast_like()
+// of a parameter would launch its own (GPT-2 124M: 149 launches a step, small ones mostly). Each
+// cast is recorded on its own, so every gradient reaches its parameter as before. Until
+// destroyed, autocast() and autocast_like() hand out these casts. Does nothing outside autocast
+// or when the tensors are not f32 views of one storage. The casts live in one buffer that stays
+// until the last of them is freed (the end of the backward): for a forward that keeps every
+// weight for its backward anyway (no checkpointing), the same peak.
+class AutocastPrecast {
+ public:
+  explicit AutocastPrecast(const std::vector<Tensor>& params);
+  ~AutocastPrecast();
+  AutocastPrecast(const AutocastPrecast&) = delete;
+  AutocastPrecast& operator=(const AutocastPrecast&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  bool active_ = false;
 };
 
 // Under autocast, an f32 tensor cast (recorded) to the compute dtype; anything else unchanged.

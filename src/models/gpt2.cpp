@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "leantrain/autocast.h"
+#include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/models.h"
 
@@ -45,6 +46,15 @@ class Gpt2Body : public nn::Module {
   std::shared_ptr<nn::ModuleList> h;
   std::shared_ptr<nn::LayerNorm> ln_f;
 };
+
+// True when every block hands its residual on unsummed (PreNormBlock::forward_split) and ln_f
+// can add the last two terms: no forward wrapper anywhere in the stack.
+bool stack_splits(const nn::ModuleList& h, const nn::LayerNorm& ln_f) {
+  if (ln_f.forward_wrapper() || h.size() == 0) return false;
+  for (size_t i = 0; i < h.size(); ++i)
+    if (!h.at<nn::PreNormBlock>(i).splits_residual()) return false;
+  return true;
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -88,9 +98,7 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
   Tensor x = (*drop_)(add((*wte_)(ids), (*wpe_)(pos_ids)));  // [B,T,C] + [T,C]
   // Plain blocks with lean saves off hand the residual on as two terms (PreNormBlock::
   // forward_split); ln_f then adds the last two in its own kernel.
-  bool split = !ln_f_->forward_wrapper();
-  for (size_t i = 0; i < h_->size() && split; ++i) split = h_->at<nn::PreNormBlock>(i).splits_residual();
-  if (split && h_->size() > 0) {
+  if (stack_splits(*h_, *ln_f_)) {
     Tensor m;
     for (size_t i = 0; i < h_->size(); ++i) std::tie(x, m) = h_->at<nn::PreNormBlock>(i).forward_split(x, m, mask);
     return ln_f_->forward_add(x, m).y;
@@ -105,10 +113,29 @@ Tensor GPT2::head(const Tensor& hidden) {
   return linear(hidden, autocast(wte_->weight()), Tensor());
 }
 
-Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+namespace {
+
+// The parameters a training forward casts in one kernel (AutocastPrecast) under autocast: all of
+// them, when the stack splits its residual (no wrappers: no checkpointing, so every weight's cast
+// is kept for the backward anyway); none otherwise, nor without gradients (an evaluation's casts
+// are freed one by one as it goes).
+std::vector<Tensor> precast_params(nn::Module& m, const nn::ModuleList& h, const nn::LayerNorm& ln_f) {
+  std::vector<Tensor> out;
+  if (!autocast_dtype() || !grad_enabled() || !stack_splits(h, ln_f)) return out;
+  for (auto& [name, p] : m.named_parameters()) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
+  AutocastPrecast precast(precast_params(*this, *h_, *ln_f_));
+  return head(hidden_states(ids, mask));
+}
 
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
 Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+  AutocastPrecast precast(precast_params(*this, *h_, *ln_f_));
   if (!lm_head_) return {hidden_states(ids, mask), autocast(wte_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());
   if (!l || l->bias().defined() || l->weight_in_out()) return {};

@@ -2,14 +2,52 @@
 // training thread's policy. Casting only f32 leaves f64 (gradchecks) and 16-bit tensors alone.
 #include "leantrain/autocast.h"
 
+#include <unordered_map>
+
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
+#include "ops/op_common.h"
 
 namespace lt {
 
 namespace {
 thread_local std::optional<DType> t_autocast;
+// AutocastPrecast's casts by parameter (TensorImpl); empty when none is alive.
+thread_local std::unordered_map<const TensorImpl*, Tensor> t_precast;
+
+const Tensor* precast_of(const Tensor& t, DType dtype) {
+  if (t_precast.empty()) return nullptr;
+  auto it = t_precast.find(t.impl_ptr().get());
+  return it != t_precast.end() && it->second.dtype() == dtype ? &it->second : nullptr;
+}
 }  // namespace
+
+AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
+  if (!t_autocast || params.empty() || !t_precast.empty()) return;
+  const auto& storage = params[0].storage();
+  int64_t lo = 0, hi = 0;
+  for (const Tensor& p : params) {
+    if (!p.defined() || p.dtype() != DType::F32 || p.storage() != storage || !storage || !p.is_contiguous()) return;
+    const int64_t a = p.offset(), b = p.offset() + p.numel();
+    if (&p == &params[0] || a < lo) lo = a;
+    if (&p == &params[0] || b > hi) hi = b;
+  }
+  // One cast of the store's span [lo, hi) (the 512-byte padding between tensors comes along).
+  const Tensor span = make_view(params[0], {hi - lo}, {1}, lo);
+  Tensor out = Tensor::empty({hi - lo}, *t_autocast, span.device());
+  detail::backend_of(span).copy(out, span);
+  for (const Tensor& p : params) {
+    Tensor c = make_view(out, p.shape(), p.strides(), p.offset() - lo);
+    if (p.requires_grad())
+      record(c, "cast", {p}, [](const Tensor& g) { return std::vector<Tensor>{cast(g, DType::F32)}; });
+    t_precast.emplace(p.impl_ptr().get(), std::move(c));
+  }
+  active_ = true;
+}
+
+AutocastPrecast::~AutocastPrecast() {
+  if (active_) t_precast.clear();
+}
 
 std::optional<DType> autocast_dtype() { return t_autocast; }
 
@@ -24,12 +62,14 @@ AutocastGuard::~AutocastGuard() { t_autocast = prev_; }
 
 Tensor autocast(const Tensor& t) {
   if (!t_autocast || !t.defined() || t.dtype() != DType::F32) return t;
+  if (const Tensor* c = precast_of(t, *t_autocast)) return *c;
   return cast(t, *t_autocast);
 }
 
 Tensor autocast_like(const Tensor& p, const Tensor& x) {
   if (!t_autocast || !p.defined() || p.dtype() == x.dtype() || !is_floating(p.dtype()) || !is_floating(x.dtype()))
     return p;
+  if (const Tensor* c = precast_of(p, x.dtype())) return *c;
   return cast(p, x.dtype());
 }
 
