@@ -54,6 +54,19 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// Max over a block, as block_sum (every thread gets the result).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  __syncthreads();  // partial[] may still be read by a previous call
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = lane < nwarps ? partial[lane] : -INFINITY;
+  return warp_max(v);
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 // Thread block clusters need compute capability 9.0 (the current device's, asked once).

@@ -106,22 +106,6 @@ __global__ void ce_bwd_kernel(T* dlogits, const float* __restrict__ dloss, const
 constexpr int kFusedThreads = 512;
 constexpr int64_t kFusedMaxRowBytes = 110 * 1024;  // two rows per SM (227 KB of shared memory)
 
-__device__ __forceinline__ float block_reduce_fixed(float v, bool is_max) {
-  __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, w) : v + w;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();  // part may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float r = part[0];
-  for (int w = 1; w < nw; ++w) r = is_max ? fmaxf(r, part[w]) : r + part[w];
-  return r;
-}
-
 template <class T, int P, class I>
 __global__ void __launch_bounds__(kFusedThreads, 2)
     ce_fused_kernel(float* __restrict__ loss, float* __restrict__ lse, T* logits, const I* __restrict__ targets,
@@ -151,7 +135,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
 #pragma unroll
     for (int j = 0; j < P; ++j) m = fmaxf(m, to_f32(pk.v[j]));
   }
-  m = block_reduce_fixed(m, true);
+  m = block_max(m);
   float s = 0.0f;
   if (m != -INFINITY) {  // a row of -inf has no probability mass (lse = -inf, as ce_fwd_kernel)
     if (has_tail) s = exp_acc<T>(tv - m);
@@ -161,7 +145,7 @@ __global__ void __launch_bounds__(kFusedThreads, 2)
       for (int j = 0; j < P; ++j) s += exp_acc<T>(to_f32(pk.v[j]) - m);
     }
   }
-  s = block_reduce_fixed(s, false);
+  s = block_sum(s);
   const float l = s > 0.0f ? m + logf(s) : -INFINITY;
   if (tid == 0) {
     lse[r] = l;
