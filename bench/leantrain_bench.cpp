@@ -9,7 +9,7 @@
 //              random tokens; one JSON line with ms/step, tokens/s, MFU, peak allocated and
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
 //              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's;
-//              --lean-saves 0 as train's --no-lean-saves;
+//              --lean-saves 0 as train's --no-lean-saves; --gemm-workspace BYTES as train's;
 //              --loss-chunk N as train's (the head + loss N token rows at a time; 0, default: off)
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
@@ -49,6 +49,7 @@
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
+#include "leantrain/cuda_info.h"
 #include "offload/host_adamw.h"
 #include "offload/host_lion.h"
 #include "offload/host_sgd.h"
@@ -223,6 +224,11 @@ int throughput(const std::map<std::string, std::string>& f) {
   const int64_t V = lm->vocab_size();
   // --lean-saves 0: blocks keep their norm and GELU outputs (train's --no-lean-saves).
   nn::set_lean_saves(*model, get(f, "lean-saves", "1") != "0");
+  // --gemm-workspace BYTES: cuBLASLt's workspace, as train's (default 32 MiB).
+  const int64_t ws = std::stoll(get(f, "gemm-workspace", std::to_string(kCublasWorkspaceBytes)));
+  LT_CHECK(ws >= 0 && ws <= (int64_t(1) << 30), "throughput: --gemm-workspace " + std::to_string(ws),
+           "it is 0 to 1 GiB, in bytes", "pass e.g. 33554432");
+  set_gemm_workspace_bytes(ws);
   // --checkpoint SPEC: as train's (e.g. blocks).
   if (get(f, "checkpoint", "none") != "none") nn::apply_checkpointing(*model, get(f, "checkpoint", "none"));
   const int64_t loss_chunk = std::stoll(get(f, "loss-chunk", "0"));
