@@ -25,7 +25,7 @@ CONFIGS=(
   "rung7 + checkpoint blocks|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true --checkpoint blocks"
   "rung8 + micro-batch 1|$VIT --batch 16 --micro-batch 1 --optimizer sgd --precision bf16-true --checkpoint blocks"
   "gpt2-124m bf16-mixed b16x1024|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed"
-  "gpt2-124m bf16-mixed b16x1024 lean-saves 0|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed --lean-saves 0"
+  "gpt2-124m bf16-mixed b16x1024 no-lean-saves|--model gpt2-124m --batch 16 --seq-len 1024 --optimizer adamw --precision bf16-mixed --no-lean-saves"
   "vit-l selective b32 bf16-mixed|$VIT --batch 32 --optimizer adamw --precision bf16-mixed --checkpoint selective"
   "vit-l fused step + clip (norm pass)|$VIT --batch 16 --optimizer sgd --precision bf16-true --checkpoint blocks --fused-step --clip 1"
   "rung7 + offload activations|$VIT --batch 16 --micro-batch 4 --optimizer sgd --precision bf16-true --checkpoint blocks --offload-activations"
