@@ -327,7 +327,8 @@ class Linear : public UnaryModule {
   // forward(gelu(pre)) saving pre only (gelu_linear): an MLP's fc1 and fc2 when neither has a
   // forward wrapper. Both bypass the forward wrapper.
   LinearGelu forward_gelu_parts(const Tensor& x, GeluApprox approx);
-  Tensor forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx);
+  // keep_act: gelu_linear's keep_act (the GELU's output saved for the weight gradient).
+  Tensor forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act = false);
   bool weight_in_out() const { return layout_ == WeightLayout::InOut; }
   const Tensor& weight() const { return *weight_; }
   Tensor bias() const { return bias_ ? *bias_ : Tensor(); }

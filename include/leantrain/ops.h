@@ -101,8 +101,11 @@ LinearGelu linear_gelu_parts(const Tensor& x, const Tensor& w, const Tensor& bia
 // linear(gelu(pre, approx), w, bias) saving pre only (not gelu(pre)): the backward recomputes
 // gelu(pre) for the weight gradient. act: gelu(pre) when the caller has it (linear_gelu_parts),
 // else computed here. An MLP keeps one hidden-width buffer per token instead of two.
+// keep_act: save gelu(pre) too and read it for the weight gradient instead of recomputing it (the
+// MLP of --no-lean-saves, which keeps both anyway): what is left of the backward is one GEMM for
+// dW and one for d(pre) with the GELU's derivative in its epilogue (cuBLASLt's DGELU, tanh).
 Tensor gelu_linear(const Tensor& pre, const Tensor& w, const Tensor& bias, GeluApprox approx,
-                   bool weight_in_out = false, const Tensor& act = Tensor());
+                   bool weight_in_out = false, const Tensor& act = Tensor(), bool keep_act = false);
 // linear(layer_norm(x, ln_w, ln_b, eps), w, bias) saving x, mean and rstd (what the norm's
 // backward reads anyway), not the normalised rows: the backward recomputes them for dW.
 // x, ln_w, ln_b, w and bias share one dtype.

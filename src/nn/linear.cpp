@@ -42,11 +42,11 @@ LinearGelu Linear::forward_gelu_parts(const Tensor& x, GeluApprox approx) {
   return linear_gelu_parts(autocast(x), autocast(*weight_), autocast(bias()), approx, weight_in_out());
 }
 
-Tensor Linear::forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx) {
+Tensor Linear::forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act) {
   Tensor p = autocast(pre);
   // act is gelu(pre) only while the cast left pre as it was.
   return gelu_linear(p, autocast(*weight_), autocast(bias()), approx, weight_in_out(),
-                     p.dtype() == pre.dtype() ? act : Tensor());
+                     p.dtype() == pre.dtype() ? act : Tensor(), keep_act);
 }
 
 Linear* plain_linear(UnaryModule* m) {

@@ -24,7 +24,14 @@ Tensor Mlp::forward(const Tensor& x) {
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
   if (!lean_saves_) {
-    // The GELU's output kept for fc2; a tanh GELU still rides in fc1's GEMM epilogue.
+    // The GELU's output kept for fc2's weight gradient, and its input for its derivative, which
+    // rides in the epilogue of fc2's input-gradient GEMM (gelu_linear with keep_act): no GELU
+    // kernel either way. The tanh GELU's forward rides in fc1's GEMM epilogue.
+    if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->approx() == GeluApprox::Tanh &&
+        !act->forward_wrapper()) {
+      LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
+      return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), /*keep_act=*/true));
+    }
     if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
       return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
     return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));

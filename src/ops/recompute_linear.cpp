@@ -74,7 +74,7 @@ Tensor gelu_input_grad(UnaryOp op, const Tensor& g2, const Tensor& w, const Tens
 }  // namespace
 
 Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, GeluApprox approx, bool weight_in_out,
-                   const Tensor& act_in) {
+                   const Tensor& act_in, bool keep_act) {
   check_floating("gelu_linear", pre_in);
   Tensor pre = contiguous(pre_in);
   LinearArgs a = prepare_linear(pre, w, bias, weight_in_out);
@@ -84,7 +84,7 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
              "gelu_linear: act " + shape_str(act_in.shape()) + " " + dtype_name(act_in.dtype()) + " vs pre " +
                  shape_str(pre.shape()) + " " + dtype_name(pre.dtype()),
              "act must be gelu(pre): same shape and dtype", "pass gelu(pre) or leave act undefined");
-  Tensor out;
+  Tensor out, kept_act;
   {
     Tensor act = act_in.defined() ? contiguous_data(act_in) : Tensor();
     if (!act.defined()) {
@@ -92,19 +92,22 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
       act = gelu_of(op, pre);
     }
     out = linear_forward(a, act, bias, weight_in_out);
-  }  // act is freed here: the backward recomputes it
+    if (keep_act) kept_act = act;
+  }  // act is freed here unless kept: the backward recomputes it
   if (!needs_grad({pre, a.wc, bias})) return out;
   const bool need_pre = pre.requires_grad(), need_w = a.wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  SavedTensor saved_pre((need_pre || need_w) ? pre : Tensor()), saved_w(need_pre ? a.wc : Tensor());
+  const bool act_kept = keep_act && need_w;
+  SavedTensor saved_pre((need_pre || (need_w && !act_kept)) ? pre : Tensor()), saved_w(need_pre ? a.wc : Tensor());
+  SavedTensor saved_act(act_kept ? kept_act : Tensor());
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
   record(out, "gelu_linear", {pre, a.wc, bias}, [=](const Tensor& g) {
     Tensor spre = saved_pre.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gpre, gw, gb;
     {
-      WeightBiasGrad wb = linear_param_grads(g2, need_w ? gelu_of(op, spre) : Tensor(), rows, in, weight_in_out, need_w,
-                                             need_b);  // act freed after the GEMM
+      Tensor act = !need_w ? Tensor() : act_kept ? saved_act.unpack() : gelu_of(op, spre);
+      WeightBiasGrad wb = linear_param_grads(g2, act, rows, in, weight_in_out, need_w, need_b);  // act freed after the GEMM
       gw = wb.w, gb = wb.b;
     }
     if (need_pre) gpre = gelu_input_grad(op, g2, sw, spre, weight_in_out);

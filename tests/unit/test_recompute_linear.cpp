@@ -172,6 +172,40 @@ TEST(RecomputeLinear, KeepsTheComposedOpsSavedTensorsLessTheRecomputedInput) {
   }
 }
 
+// keep_act (the MLP of --no-lean-saves): the same output and gradients bit for bit, for every
+// subset of inputs requiring grad, with act given (linear_gelu_parts) or computed; it keeps the
+// GELU's output (one buffer) for the weight gradient, which it then reads instead of recomputing.
+TEST(RecomputeLinear, GeluLinearKeepingActEqualsRecomputingBitwise) {
+  for (GeluApprox ap : {GeluApprox::Erf, GeluApprox::Tanh})
+    for (bool given : {false, true})
+      for (int mask = 1; mask < 8; ++mask) {
+        Tensor pre = rand32({3, 5, 16}, 51, mask & 1), w = rand32({16, 8}, 52, mask & 2), b = rand32({8}, 53, mask & 4);
+        auto f = [&](bool keep) {
+          return [&, keep](const std::vector<Tensor>& x) {
+            Tensor act = given ? gelu(x[0].detach(), ap) : Tensor();
+            return gelu_linear(x[0], x[1], x[2], ap, true, act, keep);
+          };
+        };
+        EXPECT_EQ(run(f(true), {pre, w, b}), run(f(false), {pre, w, b}))
+            << "approx " << int(ap) << ", act given " << given << ", mask " << mask;
+      }
+  const int64_t rows = 128, hidden = 64, out = 32;
+  Tensor pre = rand32({rows, hidden}, 54, true), w = rand32({out, hidden}, 55, true), b = rand32({out}, 56, true);
+  Tensor g1, g2;
+  const int64_t kept = kept_after_forward(
+      [](const std::vector<Tensor>& x) { return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh, false, Tensor(), true); },
+      {pre, w, b}, g1);
+  EXPECT_EQ(kept, round_allocation(rows * hidden * 4));  // the GELU's output
+  // Without a weight gradient there is nothing to keep it for.
+  w.set_requires_grad(false);
+  EXPECT_EQ(kept_after_forward(
+                [](const std::vector<Tensor>& x) {
+                  return gelu_linear(x[0], x[1], x[2], GeluApprox::Tanh, false, Tensor(), true);
+                },
+                {pre, w, b}, g2),
+            0);
+}
+
 TEST(RecomputeLinear, AttentionLinearGradcheck) {
   for (bool causal : {false, true})
     for (bool in_out : {false, true}) {
