@@ -33,39 +33,37 @@ template <class F> void dispatch_float(DType t, F&& f) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+// A warp's reduction by op (xor-shuffle tree: every lane gets the result, the same order every run).
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets the result.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float partial[32];
-  __syncthreads();  // partial[] may still be read by a previous call
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int nwarps = (blockDim.x + 31) >> 5;
-  v = lane < nwarps ? partial[lane] : 0.0f;
-  return warp_sum(v);
-}
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
 
-// Max over a block, as block_sum (every thread gets the result).
-__device__ __forceinline__ float block_max(float v) {
+// A block's reduction by op (blockDim.x threads, at most 1024): each warp's, then the warps' in
+// one warp; every thread gets the result. `identity` fills the lanes past the last warp.
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, Op op, float identity) {
   __shared__ float partial[32];
   __syncthreads();  // partial[] may still be read by a previous call
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
+  v = warp_reduce(v, op);
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   const int nwarps = (blockDim.x + 31) >> 5;
-  v = lane < nwarps ? partial[lane] : -INFINITY;
-  return warp_max(v);
+  v = lane < nwarps ? partial[lane] : identity;
+  return warp_reduce(v, op);
 }
+__device__ __forceinline__ float block_sum(float v) { return block_reduce(v, SumOp{}, 0.0f); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
 
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 

@@ -203,6 +203,61 @@ constexpr int kColPackThreads = 512;
 constexpr int kColPackLanes = 256;
 constexpr int kDwdbSplits = 4;  // blocks of a cluster that share a column group's rows
 
+// dw/db column sums of one thread: rows r, r + stride, ... (< end) of the P columns from c0 added
+// into aw (dy * xhat) and ab (dy), two rows in flight.
+template <class T, int P, bool RMS>
+__device__ __forceinline__ void dwdb_rows(float (&aw)[P], float (&ab)[P], const T* __restrict__ dy,
+                                          const T* __restrict__ x, const float* __restrict__ mean,
+                                          const float* __restrict__ rstd, int C, int c0, int64_t r, int64_t end,
+                                          int64_t stride) {
+  auto add_row = [&](int64_t row, const float (&g)[P], const float (&xv)[P]) {
+    const float mu = RMS ? 0.0f : mean[row], rs = rstd[row];
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      aw[k] += g[k] * (xv[k] - mu) * rs;
+      ab[k] += g[k];
+    }
+  };
+  for (; r + stride < end; r += 2 * stride) {
+    float g0[P], x0[P], g1[P], x1[P];
+    load_f32<T, P>(dy + r * C + c0, g0);
+    load_f32<T, P>(x + r * C + c0, x0);
+    load_f32<T, P>(dy + (r + stride) * C + c0, g1);
+    load_f32<T, P>(x + (r + stride) * C + c0, x1);
+    add_row(r, g0, x0);
+    add_row(r + stride, g1, x1);
+  }
+  for (; r < end; r += stride) {
+    float g0[P], x0[P];
+    load_f32<T, P>(dy + r * C + c0, g0);
+    load_f32<T, P>(x + r * C + c0, x0);
+    add_row(r, g0, x0);
+  }
+}
+
+// The block's row lanes (threadIdx.y) add their sums in a fixed tree: lane 0's slots of red_w and
+// red_b (at me = (ty * packs + tx) * P) end with the block's sums. Every thread of the block calls it.
+template <int P>
+__device__ __forceinline__ void dwdb_tree(float* red_w, float* red_b, const float (&aw)[P], const float (&ab)[P],
+                                          int me, int packs, int lanes) {
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    red_w[me + k] = aw[k];
+    red_b[me + k] = ab[k];
+  }
+  for (int half = lanes / 2; half > 0; half >>= 1) {
+    __syncthreads();  // the previous level's writes are visible
+    if (int(threadIdx.y) < half) {
+      const int other = me + half * packs * P;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        red_w[me + k] += red_w[other + k];
+        red_b[me + k] += red_b[other + k];
+      }
+    }
+  }
+}
+
 // A model width of 768 gives 48 such blocks, too few for 132 SMs (GPT-2: 56 us a launch, under
 // 1 TB/s). So on sm_90 the rows are split over a cluster of `splits` blocks (blockIdx.x = column
 // group * splits + rank): block rank s sums rows s * lanes + ty, stepping splits * lanes, and
@@ -220,50 +275,10 @@ __global__ void __launch_bounds__(kColPackThreads)
   float aw[P], ab[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) aw[k] = ab[k] = 0.0f;
-  if (c0 < C) {
-    auto add_row = [&](int64_t r, const float (&g)[P], const float (&xv)[P]) {
-      const float mu = RMS ? 0.0f : mean[r], rs = rstd[r];
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        aw[k] += g[k] * (xv[k] - mu) * rs;
-        ab[k] += g[k];
-      }
-    };
-    const int64_t step = int64_t(lanes) * splits;
-    int64_t r = int64_t(split) * lanes + threadIdx.y;
-    for (; r + step < N; r += 2 * step) {
-      float g0[P], x0[P], g1[P], x1[P];
-      load_f32<T, P>(dy + r * C + c0, g0);
-      load_f32<T, P>(x + r * C + c0, x0);
-      load_f32<T, P>(dy + (r + step) * C + c0, g1);
-      load_f32<T, P>(x + (r + step) * C + c0, x1);
-      add_row(r, g0, x0);
-      add_row(r + step, g1, x1);
-    }
-    for (; r < N; r += step) {
-      float g0[P], x0[P];
-      load_f32<T, P>(dy + r * C + c0, g0);
-      load_f32<T, P>(x + r * C + c0, x0);
-      add_row(r, g0, x0);
-    }
-  }
+  if (c0 < C) dwdb_rows<T, P, RMS>(aw, ab, dy, x, mean, rstd, C, c0, int64_t(split) * lanes + threadIdx.y, N,
+                                   int64_t(lanes) * splits);
   const int me = (int(threadIdx.y) * packs + int(threadIdx.x)) * P;
-#pragma unroll
-  for (int k = 0; k < P; ++k) {
-    red_w[me + k] = aw[k];
-    red_b[me + k] = ab[k];
-  }
-  for (int half = lanes / 2; half > 0; half >>= 1) {
-    __syncthreads();  // the previous level's writes are visible
-    if (int(threadIdx.y) < half) {
-      const int other = me + half * packs * P;
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        red_w[me + k] += red_w[other + k];
-        red_b[me + k] += red_b[other + k];
-      }
-    }
-  }
+  dwdb_tree<P>(red_w, red_b, aw, ab, me, packs, lanes);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {
     cg::cluster_group cluster = cg::this_cluster();
@@ -298,7 +313,7 @@ __global__ void __launch_bounds__(kColPackThreads)
 // the fixed tree, and lane 0 writes the block's sums to part[b][0, C) (dw) and part[b][C, 2C)
 // (db). Pass 2 adds the blocks' sums in block order. Fixed partition, fixed order: still
 // bitwise reproducible, still no atomics, and no allocation.
-template <class T, int P, bool RMS, int IN>  // IN rows in flight per thread
+template <class T, int P, bool RMS>
 __global__ void __launch_bounds__(kColPackThreads)
     norm_bwd_dwdb_part_kernel(float* __restrict__ part, const T* __restrict__ dy, const T* __restrict__ x,
                               const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
@@ -313,50 +328,9 @@ __global__ void __launch_bounds__(kColPackThreads)
     float aw[P], ab[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) aw[k] = ab[k] = 0.0f;
-    if (c0 < C) {
-      auto add_row = [&](int64_t r, const float (&g)[P], const float (&xv)[P]) {
-        const float mu = RMS ? 0.0f : mean[r], rs = rstd[r];
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          aw[k] += g[k] * (xv[k] - mu) * rs;
-          ab[k] += g[k];
-        }
-      };
-      int64_t r = r0 + threadIdx.y;
-      for (; r + (IN - 1) * lanes < r1; r += IN * lanes) {
-        float g[IN][P], xv[IN][P];
-#pragma unroll
-        for (int i = 0; i < IN; ++i) {
-          load_f32<T, P>(dy + (r + i * lanes) * C + c0, g[i]);
-          load_f32<T, P>(x + (r + i * lanes) * C + c0, xv[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < IN; ++i) add_row(r + i * lanes, g[i], xv[i]);
-      }
-      for (; r < r1; r += lanes) {
-        float g0[P], x0[P];
-        load_f32<T, P>(dy + r * C + c0, g0);
-        load_f32<T, P>(x + r * C + c0, x0);
-        add_row(r, g0, x0);
-      }
-    }
+    if (c0 < C) dwdb_rows<T, P, RMS>(aw, ab, dy, x, mean, rstd, C, c0, r0 + threadIdx.y, r1, lanes);
     __syncthreads();  // the previous chunk's lane 0 has read its sums
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      red_w[me + k] = aw[k];
-      red_b[me + k] = ab[k];
-    }
-    for (int half = lanes / 2; half > 0; half >>= 1) {
-      __syncthreads();
-      if (int(threadIdx.y) < half) {
-        const int other = me + half * packs * P;
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          red_w[me + k] += red_w[other + k];
-          red_b[me + k] += red_b[other + k];
-        }
-      }
-    }
+    dwdb_tree<P>(red_w, red_b, aw, ab, me, packs, lanes);
     if (threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
 #pragma unroll
       for (int k = 0; k < P; ++k) {
@@ -556,8 +530,8 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
         parts = (N + rows - 1) / rows;  // no block without rows
         float* part = static_cast<float*>(ws);
         const dim3 grid{unsigned(parts)}, block{unsigned(packs), unsigned(lanes)};
-        norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS, 2><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
-                                                                                           int(C), rows);
+        norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
+                                                                                        int(C), rows);
         LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_part_kernel");
         norm_bwd_dwdb_sum_kernel<T><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
                                       current_stream()>>>(pdw, pdb, part, int(C), int(parts));
