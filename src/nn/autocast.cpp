@@ -2,6 +2,8 @@
 // training thread's policy. Casting only f32 leaves f64 (gradchecks) and 16-bit tensors alone.
 #include "leantrain/autocast.h"
 
+#include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 #include "leantrain/error.h"
@@ -25,12 +27,11 @@ const Tensor* precast_of(const Tensor& t, DType dtype) {
 AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
   if (!t_autocast || params.empty() || !t_precast.empty()) return;
   const auto& storage = params[0].storage();
-  int64_t lo = 0, hi = 0;
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
   for (const Tensor& p : params) {
     if (!p.defined() || p.dtype() != DType::F32 || p.storage() != storage || !storage || !p.is_contiguous()) return;
-    const int64_t a = p.offset(), b = p.offset() + p.numel();
-    if (&p == &params[0] || a < lo) lo = a;
-    if (&p == &params[0] || b > hi) hi = b;
+    lo = std::min(lo, p.offset());
+    hi = std::max(hi, p.offset() + p.numel());
   }
   // One cast of the store's span [lo, hi) (the 512-byte padding between tensors comes along).
   const Tensor span = make_view(params[0], {hi - lo}, {1}, lo);

@@ -527,8 +527,9 @@ void* cublaslt_workspace_held(int device, int64_t* bytes) {
 }
 
 int64_t cublaslt_workspace_bytes(int device) {
-  std::lock_guard<std::mutex> g(g_mu);
-  return device >= 0 && device < int(g_workspace.size()) && g_workspace[size_t(device)] ? g_workspace[size_t(device)]->numel() : 0;
+  int64_t bytes = 0;
+  cublaslt_workspace_held(device, &bytes);
+  return bytes;
 }
 
 }  // namespace cuda

@@ -341,8 +341,9 @@ __global__ void __launch_bounds__(kColPackThreads)
   }
 }
 
-// Pass 2: column j of the 2C sums (dw, then db) over the blocks 0..parts-1. Block (32, 8):
-// thread (tx, ty) adds parts ty, ty + 8, ... of column j, then the 8 are added in a fixed tree.
+// Pass 2: column j of the 2C sums (dw, then db) over the blocks 0..parts-1. Block (kPartCols,
+// kPartLanes): thread (tx, ty) adds parts ty, ty + kPartLanes, ... of column j, then the lanes
+// are added in a fixed tree.
 constexpr int kPartCols = 32, kPartLanes = 32;
 template <class T>
 __global__ void __launch_bounds__(kPartCols* kPartLanes)
