@@ -57,5 +57,10 @@ class AutocastPrecast {
 Tensor autocast(const Tensor& t);
 // Under autocast, `p` cast (recorded) to x's dtype when both are floating and differ (norm weights).
 Tensor autocast_like(const Tensor& p, const Tensor& x);
+// autocast() for a parameter that another op also reads in f32: a tied head's table, which the
+// embedding looks up in f32. Its consumer's gradient then comes back through the cast (16-bit,
+// widened by the cast's backward) instead of straight to the parameter in f32 (past_f32_cast):
+// it waits there for the embedding's gradient, at half the bytes (GPT-2 124M: 77 MB).
+Tensor autocast_tied(const Tensor& p);
 
 }  // namespace lt

@@ -51,6 +51,9 @@ struct Node {
   // Applied with an undefined gradient when none arrived (instead of skipped): the node that
   // finishes a two-output op (add_layer_norm) must run when only its other output got one.
   bool apply_without_grad = false;
+  // A cast of an f32 tensor to 16 bits (cast(), autocast): past_f32_cast may route a consumer's
+  // f32 gradient around it.
+  bool casts_from_f32 = false;
   // Run around apply(), in registration order, only when the node runs. They stay with the
   // node (a retained graph runs them again). A pre-hook on the grad_fn of a unit's output runs
   // just before that unit's backward starts: the place to start fetching what the unit before
@@ -151,6 +154,16 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 // as SavedTensor; it must return, per input, an undefined tensor or a gradient of that input's
 // shape and dtype (checked: a mismatch is an error naming the op, never reshaped or cast).
 void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn);
+
+// For t the whole output of a recorded cast of an f32 tensor to 16 bits (autocast's casts of
+// parameters), a stand-in for that f32 tensor: passed to record() in t's place, it makes the
+// recorded op's backward hand its f32 gradient straight to where the cast's would have gone (an
+// f32 .grad, with no 16-bit rounding and no cast kernel). The stand-in has t's shape, dtype f32
+// and no storage; only record() may use it. Undefined when t is anything else, when the cast's
+// node has hooks (they would be skipped), when an op recorded before already consumes t (the
+// gradients would meet in f32, the first held at twice its bytes), or when the cast was marked
+// to keep its backward (autocast_tied: a parameter another op reads in f32).
+Tensor past_f32_cast(const Tensor& t);
 
 // Runs backward from `root` (a scalar unless `grad` is given, which must have root's shape and
 // dtype). Nodes run in decreasing sequence_nr among those whose gradient is complete.

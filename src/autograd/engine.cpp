@@ -201,6 +201,27 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
   out.impl()->requires_grad = true;
 }
 
+Tensor past_f32_cast(const Tensor& t) {
+  if (!t.defined() || !t.impl()->grad_fn || (t.dtype() != DType::BF16 && t.dtype() != DType::F16)) return Tensor();
+  const Node& cast = *t.impl()->grad_fn;
+  if (!cast.casts_from_f32 || cast.next.size() != 1 || !cast.next[0] || cast.input_meta[0].dtype != DType::F32 ||
+      cast.input_meta[0].shape != t.shape() || !cast.pre_hooks.empty() || !cast.post_hooks.empty())
+    return Tensor();
+  // An op recorded before already consumes the cast (its node holds the cast's): their
+  // gradients would meet at the parameter in f32, the first held until the last arrives at
+  // twice its 16-bit bytes; this consumer keeps the cast then.
+  if (t.impl()->grad_fn.use_count() > 1) return Tensor();
+  // record() takes a tensor's edge from its grad_fn: the stand-in's is the cast's own edge.
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->dtype = DType::F32;
+  impl->device = t.device();
+  impl->requires_grad = true;
+  impl->grad_fn = cast.next[0];
+  return Tensor(std::move(impl));
+}
+
 namespace {
 thread_local bool t_retains_graph = false;
 

@@ -110,7 +110,7 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
 Tensor GPT2::head(const Tensor& hidden) {
   if (lm_head_) return (*lm_head_)(hidden);
   // Tied head: [B,T,C] @ [V,C]^T; under autocast the table is cast for this GEMM only.
-  return linear(hidden, autocast(wte_->weight()), Tensor());
+  return linear(hidden, autocast_tied(wte_->weight()), Tensor());
 }
 
 namespace {
@@ -136,7 +136,7 @@ Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
 Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
   AutocastPrecast precast(precast_params(*this, *h_, *ln_f_));
-  if (!lm_head_) return {hidden_states(ids, mask), autocast(wte_->weight())};
+  if (!lm_head_) return {hidden_states(ids, mask), autocast_tied(wte_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());
   if (!l || l->bias().defined() || l->weight_in_out()) return {};
   return {autocast(hidden_states(ids, mask)), autocast(l->weight())};

@@ -125,14 +125,14 @@ Tensor Llama::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t po
 Tensor Llama::head(const Tensor& hidden) {
   if (lm_head_) return (*lm_head_)(hidden);
   // Tied head: [B,T,C] @ [V,C]^T; under autocast the table is cast for this GEMM only.
-  return linear(autocast(hidden), autocast(embed_tokens_->weight()), Tensor());
+  return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
 }
 
 Tensor Llama::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
 
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
 Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
-  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast(embed_tokens_->weight())};
+  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());
   if (!l || l->bias().defined() || l->weight_in_out()) return {};
   return {autocast(hidden_states(ids, mask)), autocast(l->weight())};

@@ -39,8 +39,10 @@ AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
   detail::backend_of(span).copy(out, span);
   for (const Tensor& p : params) {
     Tensor c = make_view(out, p.shape(), p.strides(), p.offset() - lo);
-    if (p.requires_grad())
+    if (p.requires_grad()) {
       record(c, "cast", {p}, [](const Tensor& g) { return std::vector<Tensor>{cast(g, DType::F32)}; });
+      if (c.impl()->grad_fn) c.impl()->grad_fn->casts_from_f32 = true;
+    }
     t_precast.emplace(p.impl_ptr().get(), std::move(c));
   }
   active_ = true;
@@ -72,6 +74,13 @@ Tensor autocast_like(const Tensor& p, const Tensor& x) {
     return p;
   if (const Tensor* c = precast_of(p, x.dtype())) return *c;
   return cast(p, x.dtype());
+}
+
+Tensor autocast_tied(const Tensor& p) {
+  Tensor c = autocast(p);
+  if (c.defined() && c.impl() != p.impl() && c.impl()->grad_fn && c.impl()->grad_fn->casts_from_f32)
+    c.impl()->grad_fn->casts_from_f32 = false;
+  return c;
 }
 
 }  // namespace lt

@@ -1,6 +1,8 @@
 // What linear (matmul.cpp) and the linears that recompute their input (recompute_linear.cpp)
 // share: the checked operands, the GEMM descriptor and the plain linear's backward.
 #pragma once
+#include <optional>
+
 #include "ops/op_common.h"
 
 namespace lt::detail {
@@ -28,9 +30,13 @@ LinearGelu linear_gelu_gemm(const LinearArgs& a, const Tensor& bias, bool weight
 // ([out, in]), db = the column sums of g2. Both at once (contiguous operands of one dtype) go
 // through gemm_bgrad, one GEMM with the bias gradient in its epilogue; LEANTRAIN_GEMM_BGRAD=0
 // sends them back to matmul then sum_to (to time one against the other).
+// Both come out in `dtype`: g2's, or f32 for 16-bit operands (param_grad_targets), summed in f32
+// by the GEMM and never rounded to 16 bits.
 struct WeightBiasGrad {
   Tensor w, b;
 };
-WeightBiasGrad weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w, bool need_b);
+WeightBiasGrad weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w, bool need_b,
+                                std::optional<DType> dtype = std::nullopt);
+
 
 }  // namespace lt::detail

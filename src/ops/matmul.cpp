@@ -106,13 +106,40 @@ bool gemm_bgrad_on() {
   return on;
 }
 
+// dW (and db) of 16-bit operands into f32 outputs without the bias epilogue: the GEMM and a
+// column sum, each writing f32 (the backends' gemm and reduce_sum take 16-bit into f32). The
+// GEMM reads padded rows in place (GPT-2's head: a copy of its logits' gradient is 1.6 GB).
+detail::WeightBiasGrad widened_weight_bias_grad(const Tensor& g2_in, const Tensor& x2_in, bool weight_in_out,
+                                                bool need_w, bool need_b) {
+  detail::WeightBiasGrad r;
+  const int64_t rows = g2_in.size(0), outf = g2_in.size(1);
+  if (need_w) {
+    const Tensor g2 = padded_rows(g2_in) ? g2_in : contiguous(g2_in);
+    const Tensor x2 = padded_rows(x2_in) ? x2_in : contiguous(x2_in);
+    GemmDesc d;
+    d.k = rows;
+    d.trans_a = true;
+    d.m = weight_in_out ? x2.size(1) : outf;
+    d.n = weight_in_out ? outf : x2.size(1);
+    d.lda = padded_rows(weight_in_out ? x2 : g2);
+    d.ldb = padded_rows(weight_in_out ? g2 : x2);
+    r.w = Tensor::empty({d.m, d.n}, DType::F32, g2.device());
+    if (weight_in_out) backend_of(g2).gemm(r.w, x2, g2, d, Tensor());
+    else backend_of(g2).gemm(r.w, g2, x2, d, Tensor());
+  }
+  if (need_b) r.b = column_sums(g2_in, DType::F32);
+  return r;
+}
+
 }  // namespace
 
 detail::WeightBiasGrad detail::weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w,
-                                                bool need_b) {
+                                                bool need_b, std::optional<DType> dtype) {
   WeightBiasGrad r;
+  const DType dt = dtype.value_or(g2.dtype());
   const bool fused = need_w && need_b && gemm_bgrad_on() && g2.is_contiguous() && x2.is_contiguous() &&
                      g2.dtype() == x2.dtype() && g2.dim() == 2 && x2.dim() == 2 && g2.size(0) == x2.size(0);
+  if (!fused && dt != g2.dtype()) return widened_weight_bias_grad(g2, x2, weight_in_out, need_w, need_b);
   if (!fused) {
     if (need_w)
       r.w = weight_in_out ? matmul(x2, g2, true, false)    // [in,rows] @ [rows,out]
@@ -126,8 +153,8 @@ detail::WeightBiasGrad detail::weight_bias_grad(const Tensor& g2, const Tensor& 
   d.trans_a = true;
   d.m = weight_in_out ? in : outf;
   d.n = weight_in_out ? outf : in;
-  r.w = Tensor::empty({d.m, d.n}, g2.dtype(), g2.device());
-  r.b = Tensor::empty({outf}, g2.dtype(), g2.device());
+  r.w = Tensor::empty({d.m, d.n}, dt, g2.device());
+  r.b = Tensor::empty({outf}, dt, g2.device());
   // [in, out] weights: a = x2, b = g2, db sums b; [out, in]: a = g2, b = x2, db sums a.
   if (weight_in_out) backend_of(g2).gemm_bgrad(r.w, r.b, x2, g2, d, true);
   else backend_of(g2).gemm_bgrad(r.w, r.b, g2, x2, d, false);
@@ -177,12 +204,15 @@ void detail::record_linear(Tensor& out, const LinearArgs& a, const Tensor& bias,
   SavedTensor saved_x(need_w ? a.xc : Tensor());
   SavedTensor saved_w(need_x ? a.wc : Tensor());
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
-  record(out, "linear", {a.xc, a.wc, bias}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(a.wc, bias);
+  const DType grad_dt = targets.dtype;
+  record(out, "linear", {a.xc, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gx, gw, gb;
     if (need_x) gx = reshape(matmul(g2, sw, false, weight_in_out), xs);  // [rows,out] @ W^T
-    WeightBiasGrad wb = weight_bias_grad(g2, need_w ? reshape(sx, {rows, in}) : Tensor(), weight_in_out, need_w, need_b);
+    WeightBiasGrad wb = weight_bias_grad(g2, need_w ? reshape(sx, {rows, in}) : Tensor(), weight_in_out, need_w, need_b,
+                                         grad_dt);
     return std::vector<Tensor>{gx, wb.w, wb.b};
   });
 }

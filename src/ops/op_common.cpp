@@ -1,6 +1,8 @@
 #include "ops/op_common.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace lt::detail {
 
@@ -166,6 +168,36 @@ std::vector<int64_t> read_indices(const Tensor& ids) {
     backend_of(ids).copy_to_host(tmp.data(), ids);
     for (int64_t i = 0; i < n; ++i) out[size_t(i)] = tmp[size_t(i)];
   }
+  return out;
+}
+
+namespace {
+
+bool f32_weight_grads_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LEANTRAIN_F32_WEIGHT_GRADS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+}  // namespace
+
+ParamGradTargets param_grad_targets(const Tensor& w, const Tensor& bias) {
+  const bool need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+  if ((need_w || need_b) && f32_weight_grads_on()) {
+    const Tensor w32 = need_w ? past_f32_cast(w) : Tensor(), b32 = need_b ? past_f32_cast(bias) : Tensor();
+    if (need_w == w32.defined() && need_b == b32.defined()) return {need_w ? w32 : w, need_b ? b32 : bias, DType::F32};
+  }
+  return {w, bias, w.dtype()};
+}
+
+Tensor column_sums(const Tensor& g2_in, DType dtype) {
+  const int64_t n = g2_in.size(-1);
+  if (dtype == g2_in.dtype()) return sum_to(g2_in, {n});
+  const Tensor g2 = contiguous(g2_in);  // a copy only for a strided view
+  Tensor out = Tensor::empty({n}, dtype, g2.device());
+  backend_of(g2).reduce_sum(make_view(out, {1, n}, {n, 1}, out.offset()), make_view(g2, {g2.numel() / n, n}, {n, 1}, g2.offset()));
   return out;
 }
 

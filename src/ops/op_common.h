@@ -60,4 +60,18 @@ Tensor rows_reshape_view(const Tensor& x, const Shape& shape, int64_t ld);
 // allocation trace is the same on every backend). Empty on meta: there are no values.
 std::vector<int64_t> read_indices(const Tensor& ids);
 
+// What an op records as a layer's weight and bias (record()'s inputs) and the dtype its backward
+// computes their gradients in (the linears). Under autocast both are recorded casts of f32
+// parameters: then the stand-ins of past_f32_cast, and f32, so that the GEMM that sums the
+// gradient writes it in f32 itself (no 16-bit gradient, no cast kernel per parameter, no
+// rounding). Otherwise w and bias themselves, in w's dtype. LEANTRAIN_F32_WEIGHT_GRADS=0 keeps
+// the casts (to time one against the other).
+struct ParamGradTargets {
+  Tensor w, b;
+  DType dtype = DType::F32;
+};
+ParamGradTargets param_grad_targets(const Tensor& w, const Tensor& bias);
+// The column sums of g2 [rows, n] (a bias gradient) in `dtype`: g2's, or f32 for 16-bit g2.
+Tensor column_sums(const Tensor& g2, DType dtype);
+
 }  // namespace lt::detail

@@ -43,11 +43,12 @@ Tensor linear_forward(const LinearArgs& a, const Tensor& in, const Tensor& bias,
   return out;
 }
 
-// dW and db of a linear from its gradient g2 [rows, out] and its recomputed input `in` (rows of
-// in_features; undefined when dW is not needed).
+// dW and db of a linear, in `dtype` (ParamGradTargets), from its gradient g2 [rows, out] and its
+// recomputed input `in` (rows of in_features; undefined when dW is not needed).
 WeightBiasGrad linear_param_grads(const Tensor& g2, const Tensor& in, int64_t rows, int64_t in_features,
-                                  bool weight_in_out, bool need_w, bool need_b) {
-  return weight_bias_grad(g2, need_w ? reshape(in, {rows, in_features}) : Tensor(), weight_in_out, need_w, need_b);
+                                  bool weight_in_out, bool need_w, bool need_b, DType dtype) {
+  return weight_bias_grad(g2, need_w ? reshape(in, {rows, in_features}) : Tensor(), weight_in_out, need_w, need_b,
+                          dtype);
 }
 
 // d(gelu(pre)) = (g2 W^T) * gelu'(pre): with the tanh GELU in the GEMM's epilogue (gemm_dgelu)
@@ -101,13 +102,16 @@ Tensor gelu_linear(const Tensor& pre_in, const Tensor& w, const Tensor& bias, Ge
   SavedTensor saved_pre((need_pre || (need_w && !act_kept)) ? pre : Tensor()), saved_w(need_pre ? a.wc : Tensor());
   SavedTensor saved_act(act_kept ? kept_act : Tensor());
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
-  record(out, "gelu_linear", {pre, a.wc, bias}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(a.wc, bias);
+  const DType grad_dt = targets.dtype;
+  record(out, "gelu_linear", {pre, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor spre = saved_pre.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor gpre, gw, gb;
     {
       Tensor act = !need_w ? Tensor() : act_kept ? saved_act.unpack() : gelu_of(op, spre);
-      WeightBiasGrad wb = linear_param_grads(g2, act, rows, in, weight_in_out, need_w, need_b);  // act freed after the GEMM
+      // act freed after the GEMM
+      WeightBiasGrad wb = linear_param_grads(g2, act, rows, in, weight_in_out, need_w, need_b, grad_dt);
       gw = wb.w, gb = wb.b;
     }
     if (need_pre) gpre = gelu_input_grad(op, g2, sw, spre, weight_in_out);
@@ -175,7 +179,9 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
   SavedTensor saved_w(need_norm_grad ? a.wc : Tensor());
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
   Shape xs = x.shape();
-  record(out, name, {xc, ln_w, ln_b, a.wc, bias}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(a.wc, bias);
+  const DType grad_dt = targets.dtype;
+  record(out, name, {xc, ln_w, ln_b, targets.w, targets.b}, [=](const Tensor& g) {
     // Each saved tensor unpacked once (a pack/unpack hook may move it on every unpack).
     Tensor sx = saved_x.unpack(), slnw = saved_lnw.unpack(), slnb = saved_lnb.unpack();
     Tensor smu = saved_mu.unpack(), srstd = saved_rstd.unpack(), sw = saved_w.unpack();
@@ -186,10 +192,10 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
       Tensor y = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
       Tensor tmp_mu = Tensor::empty({N}, aux, sx.device()), tmp_rstd = Tensor::empty({N}, aux, sx.device());
       backend_of(sx).layernorm_fwd(rows_view(y), tmp_mu, tmp_rstd, rows_view(sx), slnw, slnb, feps);
-      WeightBiasGrad wb = linear_param_grads(g2, y, rows, in, weight_in_out, need_w, need_b);
+      WeightBiasGrad wb = linear_param_grads(g2, y, rows, in, weight_in_out, need_w, need_b, grad_dt);
       gw = wb.w, gb = wb.b;
     } else if (need_b) {
-      gb = sum_to(g2, {outf});
+      gb = weight_bias_grad(g2, Tensor(), weight_in_out, false, true, grad_dt).b;
     }
     if (need_norm_grad) {
       Tensor dy = matmul(g2, sw, false, weight_in_out);  // [rows, C]
@@ -249,7 +255,9 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
   PackedAttention shape_only = at;  // the backward reads the saved tensors, not these
   shape_only.qkv = shape_only.mask = Tensor();
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
-  record(out, name, {at.qkv, a.wc, bias}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(a.wc, bias);
+  const DType grad_dt = targets.dtype;
+  record(out, name, {at.qkv, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor sqkv = saved_qkv.unpack(), smask = saved_mask.unpack(), slse = saved_lse.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor o;
@@ -261,7 +269,7 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
     }
     Tensor gqkv, gw, gb;
     {
-      WeightBiasGrad wb = linear_param_grads(g2, o, rows, in, weight_in_out, need_w, need_b);
+      WeightBiasGrad wb = linear_param_grads(g2, o, rows, in, weight_in_out, need_w, need_b, grad_dt);
       gw = wb.w, gb = wb.b;
     }
     if (need_qkv) {

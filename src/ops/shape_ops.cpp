@@ -170,8 +170,10 @@ Tensor cast(const Tensor& x, DType dtype) {
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_of(x).copy(out, x);
   DType from = x.dtype();
-  if (is_floating(dtype) && is_floating(from))
+  if (is_floating(dtype) && is_floating(from)) {
     record(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
+    if (from == DType::F32 && out.impl()->grad_fn) out.impl()->grad_fn->casts_from_f32 = true;
+  }
   return out;
 }
 

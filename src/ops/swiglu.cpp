@@ -117,12 +117,15 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
   if (!needs_grad({x, w, bias})) return out;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = bias.defined() && bias.requires_grad();
   SavedTensor saved_x((need_x || need_w) ? x : Tensor()), saved_w(need_x ? w : Tensor());
-  record(out, "swiglu_linear", {x, w, bias}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(w, bias);
+  const DType grad_dt = targets.dtype;
+  record(out, "swiglu_linear", {x, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(contiguous_data(g), {rows, outf});
     Tensor gx, gw, gb;
     {
-      WeightBiasGrad wb = weight_bias_grad(g2, need_w ? activation(sx) : Tensor(), false, need_w, need_b);  // [out, rows] @ [rows, F]
+      // [out, rows] @ [rows, F]
+      WeightBiasGrad wb = weight_bias_grad(g2, need_w ? activation(sx) : Tensor(), false, need_w, need_b, grad_dt);
       gw = wb.w, gb = wb.b;
     }
     if (need_x) {

@@ -52,6 +52,24 @@ void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const G
     if (bias.defined()) add_bias(pc, bias.data<double>());
     return;
   }
+  if (c.dtype() == DType::F32 && a.dtype() != DType::F32) {
+    // 16-bit operands into an f32 output (a weight gradient under autocast): widened, multiplied
+    // in f32, stored unrounded.
+    LT_CHECK((a.dtype() == DType::BF16 || a.dtype() == DType::F16) && b.dtype() == a.dtype() && !bias.defined(),
+             std::string("gemm: ") + dtype_name(a.dtype()) + " x " + dtype_name(b.dtype()) + " into f32",
+             "an f32 output takes f32 operands, or two 16-bit operands of one dtype and no bias",
+             "cast the operands to one dtype");
+    dispatch_float(a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<float> fa = widen(a.data<T>(), extent(a));
+      std::vector<float> fb = widen(b.data<T>(), extent(b));
+      float* pc = c.data<float>();
+      for (int64_t i = 0; i < d.batch; ++i)
+        cblas_sgemm(CblasRowMajor, ta, tb, int(d.m), int(d.n), int(d.k), d.alpha, fa.data() + i * d.stride_a, lda,
+                    fb.data() + i * d.stride_b, ldb, d.beta, pc + i * d.stride_c, ldc);
+    });
+    return;
+  }
   if (c.dtype() == DType::F32) {
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();

@@ -14,7 +14,12 @@ void CpuBackend::reduce_sum(const Tensor& out, const Tensor& in) {
   Shape out_strides = out.strides();
   for (size_t d = 0; d < shape.size(); ++d)
     if (out.shape()[d] == 1) out_strides[d] = 0;
-  dispatch_float(out.dtype(), [&](auto tag) {
+  // out is in's dtype, or f32 for 16-bit in (the f32 sums, not rounded to 16 bits).
+  const bool widen = out.dtype() == DType::F32 && (in.dtype() == DType::BF16 || in.dtype() == DType::F16);
+  LT_CHECK(out.dtype() == in.dtype() || widen, std::string("reduce_sum: ") + dtype_name(out.dtype()) + " sums of " +
+                                                   dtype_name(in.dtype()),
+           "out must have in's dtype, or f32 for 16-bit in", "allocate the output in one of those");
+  dispatch_float(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     std::vector<A> acc(size_t(nout), A(0));
@@ -32,8 +37,13 @@ void CpuBackend::reduce_sum(const Tensor& out, const Tensor& in) {
     } else {
       for (int64_t i = 0; i < n; ++i) acc[size_t(strided_offset(i, shape, out_strides))] += ld(pin, i);
     }
-    T* po = out.data<T>();
-    for (int64_t i = 0; i < nout; ++i) st(po, i, acc[size_t(i)]);
+    if (widen) {
+      float* po = out.data<float>();
+      for (int64_t i = 0; i < nout; ++i) po[i] = float(acc[size_t(i)]);
+    } else {
+      T* po = out.data<T>();
+      for (int64_t i = 0; i < nout; ++i) st(po, i, acc[size_t(i)]);
+    }
   });
 }
 

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,9 @@ std::atomic<bool> g_allow_tf32{false};
 std::mutex g_mu;  // guards the workspaces and the algorithm cache
 std::array<Tensor*, 64> g_workspace{};
 std::map<std::string, cublasLtMatmulAlgo_t> g_algos;
+// Backward-epilogue problems cuBLASLt had no algorithm for (their callers run the product and
+// the epilogue apart): asked once, not at every step.
+std::set<std::string> g_no_epilogue_algo;
 
 // The device's workspace of gemm_workspace_bytes(), allocated at its first GEMM and kept (never
 // freed) by the backend; made again if a later run of the process asks for another size. None
@@ -245,6 +249,15 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   const DType dt = c.dtype();
   LT_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, std::string("gemm: ") + dtype_name(dt) + " on CUDA",
            "CUDA GEMM takes f32, bf16 or f16", "cast the operands");
+  // The operands' dtype: c's, or 16-bit into an f32 c (a weight gradient under autocast, with at
+  // most a bias-gradient epilogue, its sums stored in f32 too).
+  const DType it = a.defined() ? a.dtype() : dt;
+  const bool widening = it != dt;
+  LT_CHECK(!widening || (dt == DType::F32 && (it == DType::BF16 || it == DType::F16) && !bias.defined() && !gelu &&
+                         !aux.defined() && !back.dgelu_pre.defined()),
+           std::string("gemm: ") + dtype_name(it) + " operands into a " + dtype_name(dt) + " output",
+           "only 16-bit operands into an f32 output, with no bias, GELU or DGELU epilogue",
+           "cast the operands to the output's dtype");
   if (d.batch == 0 || d.m == 0 || d.n == 0) return true;
   const int64_t nb = d.batch - 1;
   const int64_t lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
@@ -255,8 +268,8 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
            "lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " + std::to_string(ldc),
            "pass 0 (packed) or the row stride of the stored matrix");
   check_operand(c, dev, "c", dt, nb * d.stride_c + (d.m - 1) * ldc + d.n, d.ldc);
-  check_operand(a, dev, "a", dt, nb * d.stride_a + (a_rows - 1) * lda + a_cols, d.lda);
-  check_operand(b, dev, "b", dt, nb * d.stride_b + (b_rows - 1) * ldb + b_cols, d.ldb);
+  check_operand(a, dev, "a", it, nb * d.stride_a + (a_rows - 1) * lda + a_cols, d.lda);
+  check_operand(b, dev, "b", it, nb * d.stride_b + (b_rows - 1) * ldb + b_cols, d.ldb);
   if (bias.defined()) check_operand(bias, dev, "bias", dt, d.n);
   if (aux.defined()) {
     check_operand(aux, dev, "pre_gelu", dt, nb * d.stride_c + d.m * d.n);
@@ -280,9 +293,10 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   } else if (d.batch == 1 && split_large(dev, c, a, b, d, bias, gelu, aux)) {
     return true;
   }
-  const cudaDataType_t ct = dt == DType::F32 ? CUDA_R_32F : dt == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  auto cuda_type = [](DType t) { return t == DType::F32 ? CUDA_R_32F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F; };
+  const cudaDataType_t ct = cuda_type(dt), in_t = cuda_type(it);
   const cublasComputeType_t comp =
-      dt == DType::F32 && g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      it == DType::F32 && g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
 
@@ -317,15 +331,15 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
   // Column-major views: b is n x k (ld ldb) or, transposed, k x n; a is k x m (ld lda) or, transposed,
   // m x k; c is n x m (ld ldc).
   Layout la, lb, lc;
-  make_layout(la, ct, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, ldb, d.batch, d.stride_b);
-  make_layout(lb, ct, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, lda, d.batch, d.stride_a);
+  make_layout(la, in_t, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, ldb, d.batch, d.stride_b);
+  make_layout(lb, in_t, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, lda, d.batch, d.stride_a);
   make_layout(lc, ct, d.n, d.m, ldc, d.batch, d.stride_c);
 
   // Each operand's alignment covers its base, its batch stride and its row stride: a row of an
   // odd length (GPT-2's 50257 logits) is what drops cuBLASLt to its align1 kernels.
-  const int64_t es = int64_t(dtype_size(dt));
-  const uint32_t al_a = alignment(b.raw_data(), (d.stride_b | ldb) * es);
-  const uint32_t al_b = alignment(a.raw_data(), (d.stride_a | lda) * es);
+  const int64_t es = int64_t(dtype_size(dt)), es_in = int64_t(dtype_size(it));
+  const uint32_t al_a = alignment(b.raw_data(), (d.stride_b | ldb) * es_in);
+  const uint32_t al_b = alignment(a.raw_data(), (d.stride_a | lda) * es_in);
   const uint32_t al_c = alignment(c.raw_data(), (d.stride_c | ldc) * es);
   const uint32_t al_bias = bias.defined() ? alignment(bias.raw_data(), 0) : 0;
   const uint32_t al_aux = aux.defined()              ? alignment(aux.raw_data(), d.stride_c * es)
@@ -333,8 +347,8 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
                           : back.bgrad.defined()     ? alignment(back.bgrad.raw_data(), 0)
                                                      : 0;
   char key[320];
-  std::snprintf(key, sizeof key, "%d|%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u",
-                dev, int(dt), int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n,
+  std::snprintf(key, sizeof key, "%d|%d%d|%d|%d%d|%lld,%lld,%lld,%lld|%lld,%lld,%lld|%lld,%lld,%lld|%d|%u,%u,%u,%u,%u",
+                dev, int(dt), int(it), int(comp), int(d.trans_a), int(d.trans_b), (long long)d.m, (long long)d.n,
                 (long long)d.k, (long long)d.batch, (long long)d.stride_a, (long long)d.stride_b,
                 (long long)d.stride_c, (long long)lda, (long long)ldb, (long long)ldc, int(epi), al_a, al_b, al_c,
                 al_bias, al_aux);
@@ -350,6 +364,7 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     std::lock_guard<std::mutex> g(g_mu);
     auto it = g_algos.find(cache_key);
     if (it != g_algos.end()) { algo = it->second; cached = true; }
+    else if (back.any() && g_no_epilogue_algo.count(cache_key)) return false;
   }
   if (!cached) {
     Pref pref;
@@ -372,9 +387,13 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
     cublasLtMatmulHeuristicResult_t& res = cands[0];
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
       cuda::throw_cublas_error(s, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    if (back.any() && (s != CUBLAS_STATUS_SUCCESS || found == 0)) return false;  // asked again next time: rare, cheap
+    if (back.any() && (s != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      std::lock_guard<std::mutex> g(g_mu);
+      g_no_epilogue_algo.insert(cache_key);
+      return false;
+    }
     LT_CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "gemm: cuBLASLt has no algorithm for this product",
-             std::string("problem ") + key + " (dev|dtype|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
+             std::string("problem ") + key + " (dev|dtypes of c, operands|compute|trans|m,n,k,batch|strides|lds|epilogue|alignments)",
              "make the operands contiguous and 16-byte aligned, or report the shapes");
     algo = res.algo;
     if (found > 1) {
@@ -428,10 +447,16 @@ std::pair<GemmDesc, GemmDesc> cut(const GemmDesc& d, int64_t GemmDesc::*size, in
   return {bulk, tail};
 }
 
+// Elements of the narrower of c's and the operands' dtypes in 16 bytes: sizes that are multiples
+// of it keep every operand on aligned kernels.
+int64_t elems_per_16_bytes(const Tensor& c, const Tensor& a) {
+  return 16 / int64_t(std::min(dtype_size(c.dtype()), a.defined() ? dtype_size(a.dtype()) : dtype_size(c.dtype())));
+}
+
 }  // namespace
 
 void CudaBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
-  const int64_t per16 = 16 / int64_t(dtype_size(c.dtype()));
+  const int64_t per16 = elems_per_16_bytes(c, a);
   constexpr int64_t kMinSplit = 256;  // below it the align1 kernel costs little
   const int64_t lda = d.ld_a(), ldb = d.ld_b(), ldc = d.ld_c();
   if (d.batch == 1 && d.n % per16 && d.n > kMinSplit && d.m > 0 && d.k > 0) {
@@ -478,8 +503,7 @@ namespace {
 
 // A backward epilogue applies to one packed, unsplit product: no unaligned n or k (CudaBackend::
 // gemm splits those), no operand beyond 2^31 elements (split_large).
-bool plain_product(const GemmDesc& d, DType dt) {
-  const int64_t per16 = 16 / int64_t(dtype_size(dt));
+bool plain_product(const GemmDesc& d, int64_t per16) {
   constexpr int64_t kMaxSpan = (int64_t(1) << 31) - 1;
   return d.batch == 1 && d.n % per16 == 0 && d.k % per16 == 0 && d.m % per16 == 0 && d.m * d.k <= kMaxSpan &&
          d.n * d.k <= kMaxSpan && d.m * d.n <= kMaxSpan && d.beta == 0.0f && d.lda == 0 && d.ldb == 0 && d.ldc == 0;
@@ -494,7 +518,8 @@ void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor&
   BackwardEpilogue back;
   back.bgrad = bgrad;
   back.bgrad_of_b = bgrad_of_b;
-  if (plain_product(d, c.dtype()) && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
+  if (plain_product(d, elems_per_16_bytes(c, a)) && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back))
+    return;
   gemm(c, a, b, d, Tensor());
   const Tensor& g = bgrad_of_b ? b : a;
   const int64_t len = bgrad_of_b ? d.n : d.m;
@@ -504,7 +529,7 @@ void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor&
 void CudaBackend::gemm_dgelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& pre) {
   BackwardEpilogue back;
   back.dgelu_pre = pre;
-  if (plain_product(d, c.dtype()) && d.n % 8 == 0 && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
+  if (plain_product(d, elems_per_16_bytes(c, a)) && d.n % 8 == 0 && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
   gemm(c, a, b, d, Tensor());
   unary_backward(UnaryOp::GeluTanh, c, c, pre, 0.f);
 }

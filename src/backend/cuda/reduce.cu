@@ -5,6 +5,8 @@
 // deterministic run to run. sum_squares sums many tensors in one launch into per-block
 // partials, then one block adds them in fixed order.
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
@@ -16,7 +18,7 @@ using namespace cuda;
 namespace {
 
 // Sum of each of `rows` contiguous rows of length len; one block per row.
-template <class T> __global__ void reduce_rows_kernel(T* out, const T* in, int64_t rows, int64_t len) {
+template <class T, class O> __global__ void reduce_rows_kernel(O* out, const T* in, int64_t rows, int64_t len) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* p = in + r * len;
     float s = 0.f;
@@ -35,8 +37,8 @@ template <class T> __global__ void reduce_rows_kernel(T* out, const T* in, int64
 constexpr int kColThreads = 1024;
 constexpr int kColMaxLanes = 512;
 
-template <class T, int P> __global__ void __launch_bounds__(kColThreads)
-reduce_cols_kernel(T* out, const T* in, int64_t rows, int64_t cols) {
+template <class T, class O, int P> __global__ void __launch_bounds__(kColThreads)
+reduce_cols_kernel(O* out, const T* in, int64_t rows, int64_t cols) {
   __shared__ float part[kColThreads * 8];  // [lanes][packs][P], P <= 8
   const int packs = blockDim.x, lanes = blockDim.y;
   const int64_t c0 = (int64_t(blockIdx.x) * packs + threadIdx.x) * P;
@@ -85,7 +87,7 @@ reduce_cols_kernel(T* out, const T* in, int64_t rows, int64_t cols) {
 
 // Launch shape: as many row lanes as rows (a power of two, at most kColMaxLanes), the rest of
 // the block spread over column packs.
-template <class T> void launch_reduce_cols(T* out, const T* in, int64_t rows, int64_t cols, cudaStream_t stream) {
+template <class T, class O> void launch_reduce_cols(O* out, const T* in, int64_t rows, int64_t cols, cudaStream_t stream) {
   int lanes = 1;
   while (lanes < kColMaxLanes && lanes < rows) lanes *= 2;
   const int packs = kColThreads / lanes;
@@ -93,8 +95,8 @@ template <class T> void launch_reduce_cols(T* out, const T* in, int64_t rows, in
   const bool vec = cols % V == 0 && rk::aligned16(in);
   const int64_t npacks = vec ? cols / V : cols;
   const unsigned grid = unsigned((npacks + packs - 1) / packs);
-  if (vec) reduce_cols_kernel<T, V><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
-  else reduce_cols_kernel<T, 1><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
+  if (vec) reduce_cols_kernel<T, O, V><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
+  else reduce_cols_kernel<T, O, 1><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
   LT_CUDA_LAUNCH_CHECK("reduce_cols_kernel");
 }
 
@@ -106,7 +108,7 @@ struct GeneralArgs {
   Strides kst, rst;
 };
 
-template <class T> __global__ void reduce_general_thread_kernel(T* out, const T* in, GeneralArgs a) {
+template <class T, class O> __global__ void reduce_general_thread_kernel(O* out, const T* in, GeneralArgs a) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < a.nout; o += int64_t(gridDim.x) * blockDim.x) {
     const int64_t base = strided_offset(o, a.kept, a.kst);
     float s = 0.f;
@@ -115,7 +117,7 @@ template <class T> __global__ void reduce_general_thread_kernel(T* out, const T*
   }
 }
 
-template <class T> __global__ void reduce_general_block_kernel(T* out, const T* in, GeneralArgs a) {
+template <class T, class O> __global__ void reduce_general_block_kernel(O* out, const T* in, GeneralArgs a) {
   for (int64_t o = blockIdx.x; o < a.nout; o += gridDim.x) {
     const int64_t base = strided_offset(o, a.kept, a.kst);
     float s = 0.f;
@@ -196,13 +198,59 @@ void check_tensor(const Tensor& t, int dev, const char* op, const char* name) {
            "got strides " + shape_str(t.strides()), "call contiguous() first");
 }
 
+// The kernel for reduce_sum's pattern: sizes/reduced are its alternating dim groups.
+template <class T, class O>
+void run_reduce(O* po, const T* pi, const std::vector<int64_t>& sizes, const std::vector<bool>& reduced, int64_t nout,
+                int64_t n, cudaStream_t stream) {
+  const size_t g = sizes.size();
+  if (g == 0 || (g == 1 && !reduced[0])) {  // only size-1 dims "reduced": same shape, a copy
+    if constexpr (std::is_same_v<T, O>)  // (reduce_sum casts a widening one)
+      LT_CUDA_CHECK(cudaMemcpyAsync(po, pi, size_t(nout) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  } else if (reduced.back() && (g == 1 || g == 2)) {  // [kept?, reduced]: row sums
+    const int64_t len = sizes.back();
+    const int threads = len >= 4096 ? 1024 : 256;
+    reduce_rows_kernel<T, O><<<grid_for(nout, 1, 65535), threads, 0, stream>>>(po, pi, nout, len);
+    LT_CUDA_LAUNCH_CHECK("reduce_rows_kernel");
+  } else if (g == 2 && reduced[0]) {  // [reduced, kept]: column sums
+    launch_reduce_cols<T, O>(po, pi, sizes[0], sizes[1], stream);
+  } else {
+    GeneralArgs a{};
+    a.nout = nout;
+    a.nred = n / nout;
+    Shape ks, kst, rs, rst;
+    int64_t stride = 1;
+    for (size_t i = g; i-- > 0;) {  // contiguous input: strides from the innermost group out
+      (reduced[i] ? rs : ks).insert((reduced[i] ? rs : ks).begin(), sizes[i]);
+      (reduced[i] ? rst : kst).insert((reduced[i] ? rst : kst).begin(), stride);
+      stride *= sizes[i];
+    }
+    LT_CHECK(ks.size() <= size_t(kMaxDims) && rs.size() <= size_t(kMaxDims), "reduce_sum: pattern too complex",
+             "more than " + std::to_string(kMaxDims) + " alternating kept/reduced dims", "reduce in two steps");
+    a.kept.rank = int(ks.size());
+    a.red.rank = int(rs.size());
+    for (size_t i = 0; i < ks.size(); ++i) { a.kept.size[i] = ks[i]; a.kst.s[i] = kst[i]; }
+    for (size_t i = 0; i < rs.size(); ++i) { a.red.size[i] = rs[i]; a.rst.s[i] = rst[i]; }
+    if (a.nred <= 64) {
+      reduce_general_thread_kernel<T, O><<<grid_for(nout, 256), 256, 0, stream>>>(po, pi, a);
+      LT_CUDA_LAUNCH_CHECK("reduce_general_thread_kernel");
+    } else {
+      reduce_general_block_kernel<T, O><<<grid_for(nout, 1, 65535), 256, 0, stream>>>(po, pi, a);
+      LT_CUDA_LAUNCH_CHECK("reduce_general_block_kernel");
+    }
+  }
+}
+
 }  // namespace
 
 void CudaBackend::reduce_sum(const Tensor& out, const Tensor& in) {
   check_tensor(out, device_index_, "reduce_sum", "out");
   check_tensor(in, device_index_, "reduce_sum", "in");
-  LT_CHECK(out.dtype() == in.dtype() && out.dim() == in.dim(), "reduce_sum: out must keep in's rank and dtype",
-           shape_str(out.shape()) + " vs " + shape_str(in.shape()), "keep reduced dims as size 1");
+  const bool widen = out.dtype() == DType::F32 && (in.dtype() == DType::BF16 || in.dtype() == DType::F16);
+  LT_CHECK((out.dtype() == in.dtype() || widen) && out.dim() == in.dim(),
+           "reduce_sum: out must keep in's rank and dtype (or be f32 for 16-bit in)",
+           shape_str(out.shape()) + " " + dtype_name(out.dtype()) + " vs " + shape_str(in.shape()) + " " +
+               dtype_name(in.dtype()),
+           "keep reduced dims as size 1");
   for (int64_t d = 0; d < in.dim(); ++d)
     LT_CHECK(out.shape()[size_t(d)] == in.shape()[size_t(d)] || out.shape()[size_t(d)] == 1,
              "reduce_sum: out shape " + shape_str(out.shape()) + " does not fit in " + shape_str(in.shape()),
@@ -225,45 +273,16 @@ void CudaBackend::reduce_sum(const Tensor& out, const Tensor& in) {
   }
   const int64_t n = in.numel();
   const cudaStream_t stream = current_stream();
-  dispatch_float(out.dtype(), [&](auto tag) {
+  // Sums are f32 in every kernel: an f32 out of 16-bit in only skips the rounding.
+  const size_t g = sizes.size();
+  if (widen && (g == 0 || (g == 1 && !reduced[0]))) {  // nothing summed: a cast
+    copy(out, in);
+    return;
+  }
+  dispatch_float(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T* po = out.data<T>();
-    const T* pi = in.data<T>();
-    const size_t g = sizes.size();
-    if (g == 0 || (g == 1 && !reduced[0])) {  // only size-1 dims "reduced": same shape, a copy
-      LT_CUDA_CHECK(cudaMemcpyAsync(po, pi, size_t(out.nbytes()), cudaMemcpyDeviceToDevice, stream));
-    } else if (reduced.back() && (g == 1 || g == 2)) {  // [kept?, reduced]: row sums
-      const int64_t len = sizes.back();
-      const int threads = len >= 4096 ? 1024 : 256;
-      reduce_rows_kernel<T><<<grid_for(nout, 1, 65535), threads, 0, stream>>>(po, pi, nout, len);
-      LT_CUDA_LAUNCH_CHECK("reduce_rows_kernel");
-    } else if (g == 2 && reduced[0]) {  // [reduced, kept]: column sums
-      launch_reduce_cols<T>(po, pi, sizes[0], sizes[1], stream);
-    } else {
-      GeneralArgs a{};
-      a.nout = nout;
-      a.nred = n / nout;
-      Shape ks, kst, rs, rst;
-      int64_t stride = 1;
-      for (size_t i = g; i-- > 0;) {  // contiguous input: strides from the innermost group out
-        (reduced[i] ? rs : ks).insert((reduced[i] ? rs : ks).begin(), sizes[i]);
-        (reduced[i] ? rst : kst).insert((reduced[i] ? rst : kst).begin(), stride);
-        stride *= sizes[i];
-      }
-      LT_CHECK(ks.size() <= size_t(kMaxDims) && rs.size() <= size_t(kMaxDims), "reduce_sum: pattern too complex",
-               "more than " + std::to_string(kMaxDims) + " alternating kept/reduced dims", "reduce in two steps");
-      a.kept.rank = int(ks.size());
-      a.red.rank = int(rs.size());
-      for (size_t i = 0; i < ks.size(); ++i) { a.kept.size[i] = ks[i]; a.kst.s[i] = kst[i]; }
-      for (size_t i = 0; i < rs.size(); ++i) { a.red.size[i] = rs[i]; a.rst.s[i] = rst[i]; }
-      if (a.nred <= 64) {
-        reduce_general_thread_kernel<T><<<grid_for(nout, 256), 256, 0, stream>>>(po, pi, a);
-        LT_CUDA_LAUNCH_CHECK("reduce_general_thread_kernel");
-      } else {
-        reduce_general_block_kernel<T><<<grid_for(nout, 1, 65535), 256, 0, stream>>>(po, pi, a);
-        LT_CUDA_LAUNCH_CHECK("reduce_general_block_kernel");
-      }
-    }
+    if (widen) run_reduce<T, float>(out.data<float>(), in.data<T>(), sizes, reduced, nout, n, stream);
+    else run_reduce<T, T>(out.data<T>(), in.data<T>(), sizes, reduced, nout, n, stream);
   });
 }
 
