@@ -39,10 +39,7 @@ AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
   detail::backend_of(span).copy(out, span);
   for (const Tensor& p : params) {
     Tensor c = make_view(out, p.shape(), p.strides(), p.offset() - lo);
-    if (p.requires_grad()) {
-      record(c, "cast", {p}, [](const Tensor& g) { return std::vector<Tensor>{cast(g, DType::F32)}; });
-      if (c.impl()->grad_fn) c.impl()->grad_fn->casts_from_f32 = true;
-    }
+    if (p.requires_grad()) detail::record_cast(c, p);
     t_precast.emplace(p.impl_ptr().get(), std::move(c));
   }
   active_ = true;

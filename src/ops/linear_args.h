@@ -38,5 +38,4 @@ struct WeightBiasGrad {
 WeightBiasGrad weight_bias_grad(const Tensor& g2, const Tensor& x2, bool weight_in_out, bool need_w, bool need_b,
                                 std::optional<DType> dtype = std::nullopt);
 
-
 }  // namespace lt::detail

@@ -106,6 +106,16 @@ bool gemm_bgrad_on() {
   return on;
 }
 
+// dW = x2^T g2 ([in, out] weights) or g2^T x2 ([out, in]) as one GEMM over the rows (k).
+GemmDesc weight_grad_desc(int64_t rows, int64_t in, int64_t outf, bool weight_in_out) {
+  GemmDesc d;
+  d.k = rows;
+  d.trans_a = true;
+  d.m = weight_in_out ? in : outf;
+  d.n = weight_in_out ? outf : in;
+  return d;
+}
+
 // dW (and db) of 16-bit operands into f32 outputs without the bias epilogue: the GEMM and a
 // column sum, each writing f32 (the backends' gemm and reduce_sum take 16-bit into f32). The
 // GEMM reads padded rows in place (GPT-2's head: a copy of its logits' gradient is 1.6 GB).
@@ -116,11 +126,7 @@ detail::WeightBiasGrad widened_weight_bias_grad(const Tensor& g2_in, const Tenso
   if (need_w) {
     const Tensor g2 = padded_rows(g2_in) ? g2_in : contiguous(g2_in);
     const Tensor x2 = padded_rows(x2_in) ? x2_in : contiguous(x2_in);
-    GemmDesc d;
-    d.k = rows;
-    d.trans_a = true;
-    d.m = weight_in_out ? x2.size(1) : outf;
-    d.n = weight_in_out ? outf : x2.size(1);
+    GemmDesc d = weight_grad_desc(rows, x2.size(1), outf, weight_in_out);
     d.lda = padded_rows(weight_in_out ? x2 : g2);
     d.ldb = padded_rows(weight_in_out ? g2 : x2);
     r.w = Tensor::empty({d.m, d.n}, DType::F32, g2.device());
@@ -147,12 +153,8 @@ detail::WeightBiasGrad detail::weight_bias_grad(const Tensor& g2, const Tensor& 
     if (need_b) r.b = sum_to(g2, {g2.size(1)});
     return r;
   }
-  const int64_t rows = g2.size(0), outf = g2.size(1), in = x2.size(1);
-  GemmDesc d;
-  d.k = rows;
-  d.trans_a = true;
-  d.m = weight_in_out ? in : outf;
-  d.n = weight_in_out ? outf : in;
+  const int64_t outf = g2.size(1);
+  const GemmDesc d = weight_grad_desc(g2.size(0), x2.size(1), outf, weight_in_out);
   r.w = Tensor::empty({d.m, d.n}, dt, g2.device());
   r.b = Tensor::empty({outf}, dt, g2.device());
   // [in, out] weights: a = x2, b = g2, db sums b; [out, in]: a = g2, b = x2, db sums a.

@@ -34,6 +34,9 @@ Tensor rows_view(const Tensor& x);
 // Records out = op(xc) (xc contiguous) for autograd: its backward is dy * op'(x), saving xc
 // (unless op is linear). The unary ops' front-ends and linear_gelu's GELU node share it.
 void record_unary(UnaryOp op, const char* name, Tensor& out, const Tensor& xc, float alpha);
+// Records out as x cast to out's dtype (both floating): the backward casts the gradient back. A
+// cast from f32 is marked so that past_f32_cast may route a consumer's f32 gradient around it.
+void record_cast(Tensor& out, const Tensor& x);
 
 // Padded rows. A tensor "in rows of ld" has stride 1 along its last dim and every leading dim
 // packed over rows that start ld elements apart (strides [..., r*ld, ld, 1], ld >= the last

@@ -195,7 +195,7 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
       WeightBiasGrad wb = linear_param_grads(g2, y, rows, in, weight_in_out, need_w, need_b, grad_dt);
       gw = wb.w, gb = wb.b;
     } else if (need_b) {
-      gb = weight_bias_grad(g2, Tensor(), weight_in_out, false, true, grad_dt).b;
+      gb = column_sums(g2, grad_dt);
     }
     if (need_norm_grad) {
       Tensor dy = matmul(g2, sw, false, weight_in_out);  // [rows, C]

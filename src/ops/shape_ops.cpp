@@ -169,12 +169,14 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
   backend_of(x).copy(out, x);
-  DType from = x.dtype();
-  if (is_floating(dtype) && is_floating(from)) {
-    record(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
-    if (from == DType::F32 && out.impl()->grad_fn) out.impl()->grad_fn->casts_from_f32 = true;
-  }
+  if (is_floating(dtype) && is_floating(x.dtype())) record_cast(out, x);
   return out;
+}
+
+void detail::record_cast(Tensor& out, const Tensor& x) {
+  const DType from = x.dtype();
+  record(out, "cast", {x}, [from](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
+  if (from == DType::F32 && out.impl()->grad_fn) out.impl()->grad_fn->casts_from_f32 = true;
 }
 
 Tensor to_device(const Tensor& x, Device device) {

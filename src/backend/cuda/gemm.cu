@@ -529,7 +529,9 @@ void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor&
 void CudaBackend::gemm_dgelu(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& pre) {
   BackwardEpilogue back;
   back.dgelu_pre = pre;
-  if (plain_product(d, elems_per_16_bytes(c, a)) && d.n % 8 == 0 && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back)) return;
+  if (plain_product(d, elems_per_16_bytes(c, a)) && d.n % 8 == 0 &&
+      run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back))
+    return;
   gemm(c, a, b, d, Tensor());
   unary_backward(UnaryOp::GeluTanh, c, c, pre, 0.f);
 }
