@@ -6,6 +6,9 @@ Models (Hugging Face classes, random weights, random tokens, labels passed to th
 loss is computed inside it as HF does):
   gpt2       GPT-2 124M (GPT2LMHeadModel, n_positions 1024, sdpa attention)
   tinyllama  TinyLlama-1.1B shape (LlamaForCausalLM, sdpa attention)
+  llama2-7b  Llama-2-7B shape (LlamaForCausalLM, sdpa attention, 4096 positions); fsdp2 only
+Under fsdp2 a LLaMA is created on the meta device, sharded, then given memory (to_empty) and
+initialised shard by shard, as PyTorch's FSDP2 guide does: no rank ever holds the whole model.
 Modes, each PyTorch's best-known setup for it:
   ddp    f32 parameters, DistributedDataParallel(gradient_as_bucket_view, static_graph),
          torch.autocast(bf16), fused AdamW; --compile adds torch.compile of the DDP model
@@ -23,6 +26,14 @@ import torch.distributed as dist
 from step_timing import median_step_ms
 
 
+LLAMA_SIZES = {
+    "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                      num_key_value_heads=4, max_position_embeddings=2048),
+    "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=32, max_position_embeddings=4096),
+}
+
+
 def build(model):
     if model == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -32,17 +43,37 @@ def build(model):
         m = GPT2LMHeadModel(cfg)
         return m, cfg.vocab_size, list(m.transformer.h)
     from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rope_theta=10000.0,
-                      rms_norm_eps=1e-5, tie_word_embeddings=False)
+    cfg = LlamaConfig(**LLAMA_SIZES[model], vocab_size=32000, rope_theta=10000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False)
     cfg._attn_implementation = "sdpa"
     m = LlamaForCausalLM(cfg)
     return m, cfg.vocab_size, list(m.model.layers)
 
 
+def materialize_sharded(model):
+    """A LLaMA's shards get memory (to_empty), then HF's init drawn into them: normal(0, 0.02)
+    for the matrices and the embedding, ones for the RMS norms; the rotary tables are rebuilt
+    (their buffers were meta). Values differ from a whole build's; the step's time and memory
+    do not."""
+    model.to_empty(device="cuda")
+    std = model.config.initializer_range
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if name.endswith("norm.weight"):
+                local.fill_(1.0)
+            else:
+                local.normal_(0.0, std)
+        for m in model.modules():
+            if hasattr(m, "inv_freq"):  # the rotary embedding: rebuilt on the device
+                fresh = type(m)(config=model.config, device="cuda")
+                for b, v in fresh.named_buffers(recurse=False):
+                    setattr(m, b, v)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=("gpt2", "tinyllama"), default="gpt2")
+    ap.add_argument("--model", choices=("gpt2", "tinyllama", "llama2-7b"), default="gpt2")
     ap.add_argument("--mode", choices=("ddp", "fsdp2"), default="ddp")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
@@ -58,8 +89,15 @@ def main():
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    model, vocab, blocks = build(args.model)
-    model = model.cuda()
+    meta = args.mode == "fsdp2" and args.model != "gpt2"
+    if meta:
+        with torch.device("meta"):
+            model, vocab, blocks = build(args.model)
+    else:
+        if args.model == "llama2-7b":
+            raise SystemExit("llama2-7b runs under --mode fsdp2 only (a whole f32 copy per rank is what FSDP avoids)")
+        model, vocab, blocks = build(args.model)
+        model = model.cuda()
     model.config.use_cache = False
     if args.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -74,6 +112,8 @@ def main():
         for b in blocks:
             fully_shard(b, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
+        if meta:
+            materialize_sharded(model)
         step_model = model
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
     if args.compile:

@@ -55,6 +55,14 @@ struct InitOptions {
 struct Init {
   enum class Kind { Normal, Uniform, Zeros, Ones } kind = Kind::Normal;
   double a = 0.02;  // Normal: std; Uniform: bound (values in [-a, a))
+  // A row (of dim 0) set to zero after the draw, -1 for none: a table's padding row, as
+  // transformers' padding_idx. Part of the init so that a deferred slot gets it too.
+  int64_t zero_row = -1;
+  Init with_zero_row(int64_t row) const {
+    Init i = *this;
+    i.zero_row = row;
+    return i;
+  }
   static Init normal(double std) { return {Kind::Normal, std}; }
   static Init uniform(double bound) { return {Kind::Uniform, bound}; }
   static Init xavier_uniform(int64_t fan_in, int64_t fan_out);

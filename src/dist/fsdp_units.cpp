@@ -23,17 +23,23 @@ struct SavedParam {
 
 }  // namespace
 
+std::vector<nn::Module*> fsdp_unit_modules(nn::Module& model) {
+  std::set<const nn::Module*> standalone;
+  if (auto* lm = dynamic_cast<models::Model*>(&model))
+    for (nn::Module* m : lm->standalone_modules()) standalone.insert(m);
+  std::vector<nn::Module*> out;
+  for (auto& [path, m] : model.named_modules())
+    if (nn::is_transformer_block(*m) || standalone.count(m)) out.push_back(m);
+  return out;
+}
+
 FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params,
                      const std::vector<int>& owner, bool reshard_after_forward, Device device)
     : comm_(comm), device_(device), params_(params), owner_(owner), unit_of_(params.size(), -1),
       reshard_(reshard_after_forward) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
-  std::set<const nn::Module*> standalone;
-  if (auto* lm = dynamic_cast<models::Model*>(&model))
-    for (nn::Module* m : lm->standalone_modules()) standalone.insert(m);
-  for (auto& [path, m] : model.named_modules()) {
-    if (!nn::is_transformer_block(*m) && !standalone.count(m)) continue;
+  for (nn::Module* m : fsdp_unit_modules(model)) {
     Unit u;
     // A lookup table's backward reads the indices only: prefetching it in backward would gather
     // it for nothing, at the end of backward where the gradients peak.
@@ -109,7 +115,8 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
 FsdpUnits::~FsdpUnits() = default;
 
 // The flat store is one allocation: it is freed only when no tensor views it any more. Each
-// tensor the rank keeps gets its own allocation (same values), the others none. The kept values
+// tensor the rank keeps gets its own allocation (same values), the others none. Tensors that
+// already have a storage of their own (the sharded build's, or a store of one) keep it. The kept values
 // wait in host memory while the store goes, so the device never holds the store and the copies
 // at once (that would be the run's peak: the whole model plus this rank's share of it).
 void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
@@ -123,12 +130,21 @@ void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
     Category category;
     std::vector<char> host;
   };
+  // How many of the model's tensors each storage holds: a kept tensor alone in its own (the
+  // sharded build made it so, fsdp_build.h) stays where it is.
+  std::map<const Storage*, int> holders;
+  {
+    std::set<const TensorImpl*> seen;
+    for (Tensor& t : all)
+      if (seen.insert(t.impl()).second && t.storage()) ++holders[t.storage().get()];
+  }
   std::vector<Kept> kept;
   std::set<const TensorImpl*> seen;
   for (Tensor& t : all) {
     if (!seen.insert(t.impl()).second) continue;  // tied: one tensor under two names
     auto it = index.find(t.impl());
     const bool dropped = it != index.end() && in_unit(it->second) && owner_[it->second] != comm_.rank();
+    if (!dropped && (!t.storage() || holders[t.storage().get()] == 1)) continue;
     if (!dropped) {
       Kept k{t.impl(), t.category(), {}};
       if (!t.device().is_meta()) {

@@ -25,6 +25,10 @@
 
 namespace lt::dist {
 
+// The modules fsdp makes units of, in module order: the transformer blocks and the modules
+// Model::standalone_modules names. FsdpUnits and the sharded build (fsdp_build.h) both ask here.
+std::vector<nn::Module*> fsdp_unit_modules(nn::Module& model);
+
 class FsdpUnits {
  public:
   // params: the trainable parameters in registration order; owner: their ranks.

@@ -193,8 +193,11 @@ WeightLoadResult load_weights(const WeightFiles& files, const WeightLoadSpec& sp
   int64_t half = 0;
   Device device = Device::cpu();
   auto staged = [&](const Tensor& dst) { return spec.force_staging || load_uses_staging(dst.device()); };
+  // A parameter without memory is another rank's (fsdp's sharded build, dist/fsdp_build.h): its
+  // tensor is checked and counted, not read.
+  auto absent = [](const Tensor& dst) { return !dst.storage(); };
   for (const Job& j : jobs)
-    if (staged(j.dst)) {
+    if (staged(j.dst) && !absent(j.dst)) {
       half = std::max(half, std::min(spec.chunk_bytes / 2, j.dst.nbytes()));
       device = j.dst.device();
     }
@@ -210,7 +213,7 @@ WeightLoadResult load_weights(const WeightFiles& files, const WeightLoadSpec& sp
     const TensorEntry& e = *j.at.entry;
     ++r.tensors;
     r.bytes += e.end - e.begin;
-    if (j.dst.device().is_meta() || j.dst.numel() == 0) continue;  // meta: nothing to move
+    if (j.dst.device().is_meta() || j.dst.numel() == 0 || absent(j.dst)) continue;  // meta: nothing to move
     if (mapped != j.at.file) {  // one file mapped at a time (jobs come file by file)
       if (mapped) mapped->unmap();
       mapped = j.at.file;

@@ -21,10 +21,14 @@ namespace {
 class Embeddings : public nn::Module {
  public:
   Embeddings(const EncoderConfig& c, nn::ParamFactory& pf, const std::string& type) : type_(type) {
+    // transformers zeroes the padding rows of the tables built with padding_idx (RoBERTa's
+    // positions too). A model about to be loaded keeps whatever the checkpoint has there.
     const nn::Init init = nn::Init::normal(c.initializer_range);
-    word = register_module("word_embeddings", std::make_shared<nn::Embedding>(pf, c.vocab_size, c.hidden_size, init));
-    position = register_module("position_embeddings",
-                               std::make_shared<nn::Embedding>(pf, c.max_position_embeddings, c.hidden_size, init));
+    word = register_module("word_embeddings", std::make_shared<nn::Embedding>(pf, c.vocab_size, c.hidden_size,
+                                                                              init.with_zero_row(c.pad_token_id)));
+    const int64_t position_pad = c.model_type == "roberta" ? c.pad_token_id : -1;
+    position = register_module("position_embeddings", std::make_shared<nn::Embedding>(pf, c.max_position_embeddings, c.hidden_size,
+                                                                                      init.with_zero_row(position_pad)));
     if (c.type_vocab_size > 0)
       token_type = register_module("token_type_embeddings",
                                    std::make_shared<nn::Embedding>(pf, c.type_vocab_size, c.hidden_size, init));
@@ -85,13 +89,6 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
     head_drop_ = register_module("dropout", std::make_shared<nn::Dropout>(cfg_.head_dropout(), pf.next_seed()));
   }
   pf.materialize();
-  // transformers zeroes the padding rows of the tables built with padding_idx (RoBERTa's
-  // positions too). A model about to be loaded keeps whatever the checkpoint has there.
-  if (init.fill) {
-    fill_(select(word_->weight(), 0, cfg_.pad_token_id), 0.0);
-    if (cfg_.model_type == "roberta" && cfg_.pad_token_id < cfg_.max_position_embeddings)
-      fill_(select(position_->weight(), 0, cfg_.pad_token_id), 0.0);
-  }
 }
 
 Tensor EncoderClassifier::embed(const Tensor& ids) {

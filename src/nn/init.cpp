@@ -78,6 +78,7 @@ void fill_slot(const Tensor& t, const DeferredSlot& s) {
     case Init::Kind::Zeros: fill_(t, 0.0); break;
     case Init::Kind::Ones: fill_(t, 1.0); break;
   }
+  if (s.init.zero_row >= 0 && t.dim() > 0 && s.init.zero_row < t.size(0)) fill_(select(t, 0, s.init.zero_row), 0.0);
 }
 
 void ParamFactory::fill(const Tensor& t, const Init& init, uint64_t counter) {

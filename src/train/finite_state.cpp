@@ -17,7 +17,8 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // The tensor's values on the host, one at a time; `visit` returns false to stop.
 template <class F>
 void for_each_value(const Tensor& t, F&& visit) {
-  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0 || t.device().is_meta()) return;
+  // No storage: another rank's parameter (fsdp's sharded build); that rank checks it.
+  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0 || t.device().is_meta() || !t.storage()) return;
   NoGradGuard no_grad;
   MemoryCategoryScope other(Category::Other);  // a host copy for the check, not part of the run
   if (t.dtype() == DType::F64) {

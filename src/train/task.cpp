@@ -10,6 +10,7 @@
 
 #include "leantrain/precision.h"
 #include "data/synthetic.h"
+#include "dist/fsdp_build.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
@@ -154,6 +155,14 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
     if (load)
       t.weights_note += "; weights loaded from " + s.weights_dir + " (" + std::to_string(q.weights.tensors) + " tensors" +
                         (q.weights.files > 1 ? " in " + std::to_string(q.weights.files) + " shards" : "") + ")";
+  } else if (dist::builds_sharded(c)) {  // fsdp: this rank's share only (dist/fsdp_build.h)
+    MemoryCategoryScope p(Category::Parameter);
+    std::vector<nn::DeferredSlot> slots;
+    init.flat = true;
+    init.deferred = &slots;
+    t.model = s.cfg->build(init);
+    t.model->set_loss_chunk(c.loss_chunk);  // which modules are fsdp units depends on it
+    dist::materialize_rank_share(c, *t.model, slots, init.fill);
   } else {
     MemoryCategoryScope p(Category::Parameter);
     t.model = s.cfg->build(init);

@@ -1,9 +1,9 @@
 # Data parallelism on the CPU over MPI (issue #13): `mpirun -np 2 leantrain train --strategy S`
 # gives the losses of the 1-process run with the same global batch (within 1e-5 relative: the
 # ranks' half-batch means are averaged in f32 instead of one mean over the batch), for ddp,
-# zero1, zero2 and fsdp, with and without micro-batches; each rank keeps less memory the more is
-# sharded; repeated runs give identical losses; --devices 2 starts the same job itself;
-# `plan --devices 2` predicts rank 0's measured peak exactly for each strategy; checkpoints of
+# zero1, zero2 and fsdp, with and without micro-batches; fsdp from a model directory loads each
+# rank's share; each rank keeps less memory the more is sharded; repeated runs give identical
+# losses; --devices 2 starts the same job itself; `plan --devices 2` predicts rank 0's measured peak exactly for each strategy; checkpoints of
 # every strategy resume on another world size, --save-sharded ones too (hostile manifests
 # refused); fsdp with checkpointed blocks gives the checkpointed losses; the evaluation gives the
 # 1-process validation loss; every rank's measured peak is its plan's; a mismatched
@@ -82,6 +82,15 @@ for extra in "--checkpoint blocks" "--checkpoint blocks --loss-chunk 64" "--resh
     same_losses "$WORK/untied_one.jsonl" "$WORK/untied_fsdp.jsonl" 1e-5 "untied LLaMA fsdp $extra vs 1 process"
   fi
 done
+# Fine-tuning a model directory under fsdp: each rank builds and loads only its share of the
+# blocks, table and head (dist/fsdp_build.h), and the losses are one process's from the same weights.
+expect_ok "$LT" train --device cpu --config "$WORK/untied.json" --data synthetic --workers 1 --steps 2 --batch 8 --seq-len 32 \
+  --eval-batches 1 --save "$WORK/untied_base"
+FROM_DIR=(train --device cpu --model "$WORK/untied_base" --data synthetic --lr 1e-3 --eval-batches 1 --workers 1 --steps 3 --batch 8 --seq-len 32)
+expect_ok "$LT" "${FROM_DIR[@]}" --metrics "$WORK/from_dir_one.jsonl"
+if expect_ok "${MPI[@]}" "$LT" "${FROM_DIR[@]}" --strategy fsdp --metrics "$WORK/from_dir_fsdp.jsonl"; then
+  same_losses "$WORK/from_dir_one.jsonl" "$WORK/from_dir_fsdp.jsonl" 1e-5 "fsdp from a model directory vs 1 process"
+fi
 # A text classifier (BERT, post-norm layers as the blocks that fsdp shards and ddp buckets):
 # fortune categories, the 1-process losses under ddp, zero2 and fsdp, checkpointed too.
 cat > "$WORK/bert.json" <<'JSON'
