@@ -435,8 +435,21 @@ CheckpointGather::CheckpointGather(Trainer& t, bool gather_state) {
   state = t.optimizer().state_dict();
   DataParallel* dp = strategy_hook(t);
   if (!dp || !dp->sharded()) return;  // ddp: every rank has it all already
-  units_ = dp->units();
-  if (units_) units_->gather_all();
+  if (FsdpUnits* units = dp->units()) {
+    if (t.config().lora_rank > 0) {
+      units_ = units;
+      units_->gather_all();
+    } else {
+      MemoryCategoryScope other(Category::Other);  // host copies, not part of the run
+      const bool writes = world().rank() == 0;
+      units->visit_gathered([&](const Tensor& p, bool owned) {
+        if (!writes || owned) return;
+        Tensor host = Tensor::empty(p.shape(), p.dtype(), Device::cpu());
+        backend_for(p.device()).copy_to_host(host.raw_data(), p.contiguous());
+        host_params.emplace(p.impl(), host);
+      });
+    }
+  }
   if (!gather_state) return;
   Communicator& comm = world();
   std::map<std::string, Tensor> all;

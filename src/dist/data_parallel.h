@@ -59,9 +59,11 @@ void install_strategy(Trainer& trainer);
 
 // A checkpoint is one consolidated directory whatever the strategy: every rank constructs this
 // (a collective) when the run saves; under zero1 / zero2 / fsdp it brings every rank's optimizer
-// state to rank 0 (and, under fsdp, gathers every block's parameters until it is destroyed), so
-// that rank 0 writes the same files a 1-process run would. Such a checkpoint resumes on any
-// number of ranks with any strategy (owned_state keeps each rank's part).
+// state to rank 0, so that rank 0 writes the same files a 1-process run would. Under fsdp the
+// units are gathered one at a time and rank 0 copies the parameters it does not own to the host
+// (host_params), so no rank holds the whole model on its device; a LoRA run's adapters are
+// small, and stay gathered until this is destroyed. Such a checkpoint resumes on any number of
+// ranks with any strategy (owned_state keeps each rank's part).
 class CheckpointGather {
  public:
   // gather_state false (--save-sharded): every rank keeps its own optimizer state (each writes it).
@@ -71,6 +73,9 @@ class CheckpointGather {
   CheckpointGather& operator=(const CheckpointGather&) = delete;
   bool writes() const { return world().rank() == 0; }
   OptimizerStateDict state;  // rank 0: the whole run's; other ranks: their own
+  // Rank 0 under fsdp: host copies of the unit parameters other ranks own (storage-less here),
+  // by parameter; what a checkpoint writes and checks in their place.
+  std::map<const TensorImpl*, Tensor> host_params;
 
  private:
   class FsdpUnits* units_ = nullptr;

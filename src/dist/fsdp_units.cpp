@@ -236,6 +236,14 @@ void FsdpUnits::gather_all() {
   for (size_t u = 0; u < units_.size(); ++u) use(u);
 }
 
+void FsdpUnits::visit_gathered(const std::function<void(const Tensor&, bool)>& visit) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    use(u);
+    for (size_t i : units_[u].params) visit(params_[i], owner_[i] == comm_.rank());
+    release(units_[u]);
+  }
+}
+
 void FsdpUnits::release_all() {
   for (Unit& u : units_) release(u), u.grads = 0;
 }

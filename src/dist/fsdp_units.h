@@ -16,6 +16,7 @@
 // (norms, positions, a tied table) stay replicated, as PyTorch's root FSDP unit keeps them; they
 // are broadcast by their owners after each step.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,10 @@ class FsdpUnits {
   void release_all();
   // Every unit's parameters gathered (a checkpoint of the whole model); release_all() undoes it.
   void gather_all();
+  // Collective: each unit gathered in turn, `visit` called for each of its parameters (with
+  // whether this rank owns it) while the unit is gathered, then released. A checkpoint's host
+  // copies, with one unit at a time on the device instead of the whole model.
+  void visit_gathered(const std::function<void(const Tensor& param, bool owned)>& visit);
   // From the post-accumulate-grad hook: once a unit's parameters all have their gradients, its
   // backward is over and its gathered copies can go.
   void grad_ready(size_t i);

@@ -77,10 +77,10 @@ RunConfig read_checkpoint_config(const std::string& dir) {
 namespace {
 
 // Rank 0's files besides the optimizer state: the weights, config.json, the tokenizer, trainer_state.json.
-void write_model_and_trainer_state(StagedDir& stage, Trainer& t) {
+void write_model_and_trainer_state(StagedDir& stage, Trainer& t, const std::map<const TensorImpl*, Tensor>& host_params) {
   // A LoRA run saves its adapters as PEFT does, not the frozen base (--resume takes it from --model).
   if (t.config().lora_rank > 0) write_lora_adapter(stage.dir(), t.model(), t.config().model);
-  else save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes);
+  else save_model_weights(stage.dir(), t.model(), t.config().save_shard_bytes, host_params);
   // A whole quantised model's config.json carries its quantization_config (quant/nf4_checkpoint.h).
   write_text_file(stage.path("config.json"), t.config().lora_rank > 0 ? t.model().config_json()
                                                                        : nf4_config_json(t.model(), t.model().config_json()));
@@ -105,8 +105,9 @@ void write_model_and_trainer_state(StagedDir& stage, Trainer& t) {
 
 // The finite-state guard's verdict: why this step's state must not be saved ("" when it may).
 // `weights`: whether to check the model too (the rank that writes it).
-std::string unsaveable(Trainer& t, const OptimizerStateDict& sd, bool weights) {
-  std::string bad = weights ? nonfinite_weight(t.model()) : "";
+std::string unsaveable(Trainer& t, const OptimizerStateDict& sd, bool weights,
+                       const std::map<const TensorImpl*, Tensor>& host_params) {
+  std::string bad = weights ? nonfinite_weight(t.model(), host_params) : "";
   return bad.empty() ? bad_optimizer_state(sd.tensors) : bad;
 }
 
@@ -142,7 +143,7 @@ void save_sharded(const std::string& dir, Trainer& t, dist::CheckpointGather& ga
   const int rank = comm.rank(), w = comm.size();
   OptimizerStateDict sd = std::move(gathered.state);  // this rank's own
   std::exception_ptr failure;
-  if (const std::string bad = unsaveable(t, sd, gathered.writes()); !bad.empty())
+  if (const std::string bad = unsaveable(t, sd, gathered.writes(), gathered.host_params); !bad.empty())
     failure = std::make_exception_ptr(diverged(dir, t, bad));
   agree(comm, failure, dir);
   std::optional<StagedDir> stage;
@@ -173,7 +174,7 @@ void save_sharded(const std::string& dir, Trainer& t, dist::CheckpointGather& ga
   index["world_size"] = w;
   for (int r = 0; r < w; ++r) index["files"].push_back(state_shard_name(r, w));
   write_text_file(stage->path(kStateIndexFile), index.dump(2));
-  write_model_and_trainer_state(*stage, t);
+  write_model_and_trainer_state(*stage, t, gathered.host_params);
   stage->commit();
 }
 
@@ -221,13 +222,14 @@ void save_checkpoint(const std::string& dir, Trainer& t) {
   if (!gathered.writes()) return;
   OptimizerStateDict sd = std::move(gathered.state);
   // The finite-state guard: a diverged state never replaces a checkpoint.
-  if (const std::string bad = unsaveable(t, sd, /*weights=*/true); !bad.empty()) throw diverged(dir, t, bad);
+  if (const std::string bad = unsaveable(t, sd, /*weights=*/true, gathered.host_params); !bad.empty())
+    throw diverged(dir, t, bad);
 
   StagedDir stage(dir);
   std::vector<std::pair<std::string, Tensor>> states(sd.tensors.begin(), sd.tensors.end());
   io::save_safetensors(stage.path("optimizer.safetensors"), states,
                        {{"optimizer", t.optimizer().name()}, {"step", std::to_string(sd.step)}});
-  write_model_and_trainer_state(stage, t);
+  write_model_and_trainer_state(stage, t, gathered.host_params);
   stage.commit();
 }
 

@@ -75,8 +75,11 @@ LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, c
   return {r.tensors, r.bytes, int64_t(files.files().size()), r.staging_bytes};
 }
 
-void save_model_weights(const std::string& dir, const models::Model& m, int64_t shard_bytes) {
-  const std::map<std::string, Tensor> all = tensors_by_name(m);
+void save_model_weights(const std::string& dir, const models::Model& m, int64_t shard_bytes,
+                        const std::map<const TensorImpl*, Tensor>& stand_ins) {
+  std::map<std::string, Tensor> all = tensors_by_name(m);
+  for (auto& [name, t] : all)
+    if (auto it = stand_ins.find(t.impl()); it != stand_ins.end()) t = it->second;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const models::CheckpointTensor& c : m.checkpoint_tensors()) tensors.emplace_back(c.name, rows_of(all.at(c.param), c));
   // NF4 layers as bitsandbytes saves them (quant/nf4_checkpoint.h).

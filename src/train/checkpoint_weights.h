@@ -34,7 +34,10 @@ LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, c
 
 // Writes m's weights into `dir` (an existing directory) under Hugging Face names: model.safetensors,
 // or shards of at most shard_bytes and model.safetensors.index.json, as save_pretrained does.
-void save_model_weights(const std::string& dir, const models::Model& m, int64_t shard_bytes);
+// `stand_ins`: values to write in place of parameters (by TensorImpl) that have none here, as
+// fsdp's rank 0 writes the other ranks' (dist::CheckpointGather::host_params).
+void save_model_weights(const std::string& dir, const models::Model& m, int64_t shard_bytes,
+                        const std::map<const TensorImpl*, Tensor>& stand_ins = {});
 
 // The dtype every weight in `dir` has when they share F32, BF16 or F16; F32 otherwise.
 DType stored_weights_dtype(const std::string& dir);

@@ -46,9 +46,12 @@ std::string first_nonfinite(const Tensor& t) {
   return found;
 }
 
-std::string nonfinite_weight(const models::Model& m) {
-  for (const auto& [name, p] : m.named_parameters())
-    if (std::string bad = first_nonfinite(p); !bad.empty()) return "weight '" + name + "' holds " + bad;
+std::string nonfinite_weight(const models::Model& m, const std::map<const TensorImpl*, Tensor>& stand_ins) {
+  for (const auto& [name, p] : m.named_parameters()) {
+    auto it = stand_ins.find(p.impl());
+    if (std::string bad = first_nonfinite(it != stand_ins.end() ? it->second : p); !bad.empty())
+      return "weight '" + name + "' holds " + bad;
+  }
   return "";
 }
 

@@ -16,7 +16,10 @@ namespace lt {
 // element: "NaN at element 12".
 std::string first_nonfinite(const Tensor& t);
 // The first weight of `m` that is not finite, as "weight 'NAME' holds NaN at element 3"; "" when none.
-std::string nonfinite_weight(const models::Model& m);
+// `stand_ins`: values checked in place of parameters (by TensorImpl), as fsdp's rank 0 holds the
+// other ranks' (dist::CheckpointGather::host_params); a parameter without memory and without a
+// stand-in is another rank's to check.
+std::string nonfinite_weight(const models::Model& m, const std::map<const TensorImpl*, Tensor>& stand_ins = {});
 // The first optimizer state tensor that is not finite, or a second moment ("*.exp_avg_sq") or
 // quantisation scale ("*_absmax") below zero; "" when none.
 std::string bad_optimizer_state(const std::map<std::string, Tensor>& state);

@@ -91,6 +91,13 @@ expect_ok "$LT" "${FROM_DIR[@]}" --metrics "$WORK/from_dir_one.jsonl"
 if expect_ok "${MPI[@]}" "$LT" "${FROM_DIR[@]}" --strategy fsdp --metrics "$WORK/from_dir_fsdp.jsonl"; then
   same_losses "$WORK/from_dir_one.jsonl" "$WORK/from_dir_fsdp.jsonl" 1e-5 "fsdp from a model directory vs 1 process"
 fi
+# ... saved by fsdp (rank 0 writes the other rank's blocks, table or head from host copies taken
+# one unit at a time) and resumed by one process: the 1-process losses.
+if expect_ok "${MPI[@]}" "$LT" "${FROM_DIR[@]}" --strategy fsdp --stop-at 2 --save "$WORK/from_dir_ck" \
+    --metrics "$WORK/from_dir_resumed.jsonl"; then
+  expect_ok "$LT" train --resume "$WORK/from_dir_ck" --metrics "$WORK/from_dir_resumed.jsonl"
+  same_losses "$WORK/from_dir_one.jsonl" "$WORK/from_dir_resumed.jsonl" 1e-5 "fsdp save of an untied LLaMA, resumed on 1"
+fi
 # A text classifier (BERT, post-norm layers as the blocks that fsdp shards and ddp buckets):
 # fortune categories, the 1-process losses under ddp, zero2 and fsdp, checkpointed too.
 cat > "$WORK/bert.json" <<'JSON'
