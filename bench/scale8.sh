@@ -63,6 +63,10 @@ except Exception as e:
     print("no ratio:", e)
 PY
       ranks_vs_plan "$OUT/gn.json" $T --batch $((16 * N)) --devices "$N" --strategy ddp
+      # The same with every bucket on NCCL (no copy-engine all-reduce): which reduces faster on N GPUs.
+      LEANTRAIN_PEER_REDUCE=0 timeout 200 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices "$N" --strategy ddp \
+        --metrics-json "$OUT/gn-nccl.json" > "$OUT/gn-nccl.log" 2>&1
+      echo "GPT-2 $N GPUs ddp, NCCL only: exit $?, total tokens/s $(python3 -c "import json,sys; print(round(int(sys.argv[2]) * json.load(open(sys.argv[1]))['steady_items_per_s']))" "$OUT/gn-nccl.json" "$N" 2>/dev/null)"
       timeout 300 torchrun --standalone --nproc_per_node "$N" bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 |
         grep '^{' | tee -a "$OUT/peers.jsonl"
       timeout 200 torchrun --standalone --nproc_per_node "$N" bench/peers/dist_torch.py --model gpt2 --mode fsdp2 2>&1 |
