@@ -53,6 +53,18 @@ class AutocastPrecast {
   bool active_ = false;
 };
 
+namespace detail {
+// A 16-bit copy handed out in a parameter's place by autocast() / autocast_like() (when the dtype
+// asked for is the copy's) until unregistered: fsdp's gathered copies (dist/fsdp_units.h). The
+// registrant records the copy as a cast of the parameter when gradients are wanted.
+void register_precast(const Tensor& param, const Tensor& copy);
+void unregister_precast(const Tensor& param);
+// The registered copy of `param` in `dtype`, or nullptr.
+const Tensor* precast_of(const Tensor& param, DType dtype);
+// Whether any copy of `param` is registered (it may have no memory of its own then).
+bool has_precast(const Tensor& param);
+}  // namespace detail
+
 // Under autocast, an f32 tensor cast (recorded) to the compute dtype; anything else unchanged.
 Tensor autocast(const Tensor& t);
 // Under autocast, `p` cast (recorded) to x's dtype when both are floating and differ (norm weights).

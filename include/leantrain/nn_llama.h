@@ -20,6 +20,10 @@ namespace lt::nn {
 // made one after another so whenever each one's bytes are a multiple of its 512-byte granule),
 // else concatenated. Recorded: the backward gives each tensor its rows of the gradient.
 Tensor stacked_rows(const std::vector<Tensor>& ws);
+// The stack of `copies`, 16-bit copies of the f32 `params` (fsdp's gathered copies: the params may
+// have no memory), recorded as one cast of the params' stack: the GEMM that reads it gives the
+// params f32 gradients (past_f32_cast), as autocast(stacked_rows(params)) would.
+Tensor stacked_copies(const std::vector<Tensor>& copies, const std::vector<Tensor>& params);
 
 // One GEMM over the Linears' stacked weights (and biases), plus the LoRA updates when every child
 // is an adapter on a plain Linear; an undefined tensor when some child is neither, only some are

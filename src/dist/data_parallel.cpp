@@ -15,6 +15,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/data.h"
 #include "leantrain/ops.h"
+#include "leantrain/precision.h"
 #include "memory/streams.h"
 #include "train/trainer.h"
 
@@ -40,6 +41,18 @@ int64_t bucket_bytes() { return int64_t(positive_env("LEANTRAIN_BUCKET_MB", 25))
 size_t buckets_in_flight() { return size_t(positive_env("LEANTRAIN_BUCKETS_IN_FLIGHT", 2)); }
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
+
+}  // namespace
+
+std::optional<DType> fsdp_gather_dtype(const RunConfig& c) {
+  const PrecisionPolicy p = precision_policy(c.precision);
+  const char* env = std::getenv("LEANTRAIN_FSDP_GATHER");
+  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || (env && std::string(env) == "f32"))
+    return std::nullopt;
+  return p.compute_dtype;
+}
+
+namespace {
 
 Strategy parse(const std::string& s) {
   if (s == "zero1") return Strategy::Zero1;
@@ -80,7 +93,8 @@ class DataParallel final : public StepHook {
     for (auto& [n, p] : t.model().named_trainable_parameters()) params_.push_back(p);
     owner_ = owners_for(t.config(), t.model(), params_, comm_.size());
     if (strategy_ == Strategy::Fsdp)
-      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward, device_);
+      units_ = std::make_unique<FsdpUnits>(comm_, t.model(), params_, owner_, t.config().reshard_after_forward, device_,
+                                           fsdp_gather_dtype(t.config()));
     // A tied table under an all-reduce strategy: its lookup's rows come to table_rows() instead
     // of through autograd, so the head's dense part is reduced as soon as the head's backward is
     // done (in a bucket of its own), while the blocks' backward runs, not after the lookup's at

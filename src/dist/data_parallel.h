@@ -19,6 +19,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ std::vector<int> interleaved_owners(const std::vector<Tensor>& params, const std
 // The block (transformer block, in module order) each of `params` belongs to, -1 for none; a
 // parameter shared by two blocks belongs to the first.
 std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& params);
+// The dtype fsdp gathers the transformer blocks in: under bf16-mixed / 16-mixed the compute
+// dtype, as FSDP2's MixedPrecisionPolicy(param_dtype=...) does (half the bytes moved and held, no
+// cast on the ranks that receive them); nullopt (the parameters' own dtype) otherwise, for LoRA
+// (its units are the adapters, a few MB), and with LEANTRAIN_FSDP_GATHER=f32 (for measuring; a
+// plan reads it too).
+std::optional<DType> fsdp_gather_dtype(const RunConfig& c);
 // interleaved_owners under fsdp, shard_owners otherwise.
 std::vector<int> owners_for(const RunConfig& cfg, nn::Module& model, const std::vector<Tensor>& params, int world);
 

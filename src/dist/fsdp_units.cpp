@@ -1,6 +1,7 @@
 // FsdpUnits (fsdp_units.h).
 #include "dist/fsdp_units.h"
 
+#include <algorithm>
 #include <any>
 #include <map>
 #include <set>
@@ -10,7 +11,9 @@
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/models.h"
+#include "leantrain/autocast.h"
 #include "memory/streams.h"
+#include "ops/op_common.h"
 
 namespace lt::dist {
 
@@ -19,6 +22,14 @@ namespace {
 // A saved unit parameter: which one, so unpack can re-gather it.
 struct SavedParam {
   size_t index;
+};
+
+// A saved view of a unit's store of 16-bit copies (a copy, or the stack of several that one GEMM
+// reads): where it lies in the store, so unpack can re-gather the unit and view it again.
+struct SavedView {
+  size_t unit;
+  Shape shape, strides;
+  int64_t offset;
 };
 
 }  // namespace
@@ -34,9 +45,9 @@ std::vector<nn::Module*> fsdp_unit_modules(nn::Module& model) {
 }
 
 FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params,
-                     const std::vector<int>& owner, bool reshard_after_forward, Device device)
+                     const std::vector<int>& owner, bool reshard_after_forward, Device device, std::optional<DType> low)
     : comm_(comm), device_(device), params_(params), owner_(owner), unit_of_(params.size(), -1),
-      reshard_(reshard_after_forward) {
+      reshard_(reshard_after_forward), low_dtype_(low), low_(params.size()) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
   for (nn::Module* m : fsdp_unit_modules(model)) {
@@ -51,6 +62,15 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       unit_of_[it->second] = int(units_.size());
       u.params.push_back(it->second);
     }
+    // A block reads its parameters through autocast only, so it can be gathered as the copies
+    // autocast would make (an untied table's lookup reads the f32 table: it stays f32). Matrices
+    // first, then vectors, each in module order: the projections one GEMM stacks (q | k | v,
+    // gate | up) and their biases then lie back to back, and the stack is a view.
+    bool all_f32 = true;
+    for (size_t i : u.params) all_f32 = all_f32 && params_[i].dtype() == DType::F32;
+    u.low = low_dtype_ && all_f32 && nn::is_transformer_block(*m);
+    if (u.low)
+      std::stable_partition(u.params.begin(), u.params.end(), [this](size_t i) { return params_[i].dim() >= 2; });
     units_.push_back(std::move(u));
     const size_t ui = units_.size() - 1;
     // A checkpointed block: its wrapper runs the forward under no grad and again, with grad, in
@@ -61,6 +81,7 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       Unit& unit = units_[ui];
       const bool backward = recomputed && grad_enabled();  // a checkpoint's recomputation
       use(ui);
+      if (grad_enabled()) record_casts(unit);
       // The unit that runs next (size_t wraps: none). A recomputation prefetches once its
       // backward has begun (grad_ready): while it recomputes, its activations peak.
       if (!backward) prefetch(ui + 1);
@@ -78,12 +99,15 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       // Saved unit parameters become references, re-gathered in backward.
       std::map<const TensorImpl*, size_t> mine;
       for (size_t i : unit.params) mine[params_[i].impl()] = i;
+      // Views of the unit's 16-bit store (its copies, their stacks) are re-gathered the same way.
+      const Storage* store = unit.gathered_low ? unit.store.storage().get() : nullptr;
       Tensor y;
       {
         SavedTensorHooksScope hooks(
-            [mine](const Tensor& t) -> PackedTensor {
+            [mine, store, ui](const Tensor& t) -> PackedTensor {
               auto it = mine.find(t.impl());
               if (it != mine.end()) return SavedParam{it->second};
+              if (store && t.storage().get() == store) return SavedView{ui, t.shape(), t.strides(), t.offset()};
               return t;
             },
             [this](const PackedTensor& p) -> Tensor {
@@ -92,6 +116,12 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
                 use(u);
                 prefetch_backward(u - 1);
                 return params_[s->index];
+              }
+              if (const SavedView* v = std::any_cast<SavedView>(&p)) {
+                use(v->unit);
+                prefetch_backward(v->unit - 1);
+                LT_ASSERT(units_[v->unit].gathered_low);
+                return make_view(units_[v->unit].store, v->shape, v->strides, v->offset);
               }
               return std::any_cast<Tensor>(p);
             });
@@ -112,7 +142,13 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
   move_out_of_flat_store(model);
 }
 
-FsdpUnits::~FsdpUnits() = default;
+// Nothing stays registered with autocast past the units: a plan replays several ranks in one
+// process, and a later model's parameters may reuse these addresses.
+FsdpUnits::~FsdpUnits() {
+  for (Unit& u : units_)
+    if (u.gathered && u.gathered_low)
+      for (size_t i : u.params) lt::detail::unregister_precast(params_[i]);
+}
 
 // The flat store is one allocation: it is freed only when no tensor views it any more. Each
 // tensor the rank keeps gets its own allocation (same values), the others none. Tensors that
@@ -173,14 +209,40 @@ void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
 // memory the allocations reuse). use() makes the compute stream wait for it.
 void FsdpUnits::gather(Unit& u) {
   if (u.gathered) return;
-  for (size_t i : u.params) {
-    Tensor& p = params_[i];
-    if (owner_[i] == comm_.rank()) continue;
+  // Only under the autocast that would make the same copies (an evaluation without it reads f32).
+  u.gathered_low = u.low && !force_f32_ && autocast_dtype() == low_dtype_;
+  if (u.gathered_low) {
+    // One store for the unit's copies, each view at a 512-byte boundary as in the parameter
+    // store; the owner casts its parameters into their views (the compute stream), then every
+    // copy is broadcast by its owner. Autocast hands them out in the parameters' place.
+    const DType dt = *low_dtype_;
+    std::vector<int64_t> at;
+    int64_t elems = 0;
+    for (size_t i : u.params) {
+      at.push_back(elems);
+      elems += nn::ParamFactory::flat_bytes(params_[i].shape(), dt) / int64_t(dtype_size(dt));
+    }
     MemoryCategoryScope cat(Category::Parameter);
-    Tensor fresh = Tensor::empty(p.shape(), p.dtype(), p.device());
-    p.impl()->storage = fresh.impl()->storage;
-    p.impl()->offset = 0;
+    NoGradGuard no_grad;
+    u.store = Tensor::empty({elems}, dt, device_);
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      const size_t i = u.params[k];
+      const Tensor& p = params_[i];
+      low_[i] = make_view(u.store, p.shape(), contiguous_strides(p.shape()), at[k]);
+      if (owner_[i] == comm_.rank()) backend_for(device_).copy(low_[i], p);
+      lt::detail::register_precast(p, low_[i]);
+    }
+  } else {
+    for (size_t i : u.params) {
+      Tensor& p = params_[i];
+      if (owner_[i] == comm_.rank()) continue;
+      MemoryCategoryScope cat(Category::Parameter);
+      Tensor fresh = Tensor::empty(p.shape(), p.dtype(), p.device());
+      p.impl()->storage = fresh.impl()->storage;
+      p.impl()->offset = 0;
+    }
   }
+  auto sent = [&](size_t i) -> const Tensor& { return u.gathered_low ? low_[i] : params_[i]; };
   Event before(device_);
   before.record();
   if (!u.arrived) u.arrived = std::make_unique<Event>(device_);
@@ -189,13 +251,14 @@ void FsdpUnits::gather(Unit& u) {
     before.block_current_stream();
     void* stream = backend_for(device_).native_stream();
     comm_.group_start();
-    for (size_t i : u.params) comm_.broadcast(params_[i].raw_data(), params_[i].nbytes(), owner_[i], stream);
+    for (size_t i : u.params) comm_.broadcast(sent(i).raw_data(), sent(i).nbytes(), owner_[i], stream);
     comm_.group_end();
     u.arrived->record();
   }
-  // The copies are written by the communication stream: freed, they wait for it (release()).
+  // The copies are written (an owner's 16-bit ones read) by the communication stream: freed,
+  // they wait for it (release()).
   for (size_t i : u.params)
-    if (owner_[i] != comm_.rank()) record_stream(params_[i], kCommStream);
+    if (u.gathered_low || owner_[i] != comm_.rank()) record_stream(sent(i), kCommStream);
   u.gathered = true;
   u.waited = false;
 }
@@ -219,9 +282,24 @@ void FsdpUnits::prefetch_backward(size_t ui) {
 void FsdpUnits::release(Unit& u) {
   if (!u.gathered) return;
   if (!u.waited) use(size_t(&u - units_.data()));  // a prefetch never used: its broadcast still writes
-  for (size_t i : u.params)
-    if (owner_[i] != comm_.rank()) params_[i].impl()->storage = nullptr;
+  // The memory goes now, whatever still holds these tensors (a finished backward's nodes).
+  for (size_t i : u.params) {
+    if (u.gathered_low) {
+      lt::detail::unregister_precast(params_[i]);
+      low_[i].impl()->storage = nullptr;
+      low_[i] = Tensor();
+    } else if (owner_[i] != comm_.rank()) {
+      params_[i].impl()->storage = nullptr;
+    }
+  }
+  if (u.gathered_low) u.store = Tensor();
   u.gathered = false;
+}
+
+void FsdpUnits::record_casts(Unit& u) {
+  if (!u.gathered_low) return;
+  for (size_t i : u.params)
+    if (params_[i].requires_grad() && !low_[i].impl()->grad_fn) lt::detail::record_cast(low_[i], params_[i]);
 }
 
 void FsdpUnits::grad_ready(size_t i) {
@@ -233,12 +311,16 @@ void FsdpUnits::grad_ready(size_t i) {
 }
 
 void FsdpUnits::gather_all() {
+  force_f32_ = true;
   for (size_t u = 0; u < units_.size(); ++u) use(u);
+  force_f32_ = false;
 }
 
 void FsdpUnits::visit_gathered(const std::function<void(const Tensor&, bool)>& visit) {
   for (size_t u = 0; u < units_.size(); ++u) {
+    force_f32_ = true;
     use(u);
+    force_f32_ = false;
     for (size_t i : units_[u].params) visit(params_[i], owner_[i] == comm_.rank());
     release(units_[u]);
   }

@@ -18,6 +18,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/event.h"
@@ -32,9 +33,11 @@ std::vector<nn::Module*> fsdp_unit_modules(nn::Module& model);
 
 class FsdpUnits {
  public:
-  // params: the trainable parameters in registration order; owner: their ranks.
+  // params: the trainable parameters in registration order; owner: their ranks. low: under an
+  // autocast policy with f32 parameters (bf16-mixed, 16-mixed), the compute dtype, in which the
+  // transformer blocks are gathered (below); nullopt gathers everything in the parameters' dtype.
   FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Tensor>& params, const std::vector<int>& owner,
-            bool reshard_after_forward, Device device);
+            bool reshard_after_forward, Device device, std::optional<DType> low = std::nullopt);
   ~FsdpUnits();
   // Whether parameter i belongs to a unit (else it is replicated).
   bool in_unit(size_t i) const { return unit_of_[i] >= 0; }
@@ -53,7 +56,10 @@ class FsdpUnits {
  private:
   struct Unit {
     std::vector<size_t> params;
+    bool low = false;       // a block gathered as 16-bit copies (the compute dtype)
     bool gathered = false;  // its broadcast is enqueued (or done)
+    bool gathered_low = false;  // ... as 16-bit copies (low_), not as the f32 parameters
+    Tensor store;               // the copies' one allocation while gathered low
     bool waited = false;    // the compute stream waits for it
     size_t grads = 0;
     bool backward_reads = true;  // its backward reads its parameters (an embedding's does not)
@@ -65,6 +71,8 @@ class FsdpUnits {
   void prefetch(size_t unit);         // gather() of a unit about to run (none when out of range)
   void prefetch_backward(size_t unit);  // prefetch() of a unit whose backward reads its parameters
   void release(Unit& u);
+  // Under grad, each 16-bit copy of the unit recorded as a cast of its parameter (once).
+  void record_casts(Unit& u);
   void move_out_of_flat_store(nn::Module& model);
 
   Communicator& comm_;
@@ -73,6 +81,9 @@ class FsdpUnits {
   std::vector<int> owner_, unit_of_;
   std::vector<Unit> units_;
   bool reshard_;
+  std::optional<DType> low_dtype_;
+  std::vector<Tensor> low_;  // per parameter: its 16-bit copy while its unit is gathered low
+  bool force_f32_ = false;   // gather_all / visit_gathered: a checkpoint reads the f32 values
 };
 
 }  // namespace lt::dist

@@ -17,12 +17,19 @@ thread_local std::optional<DType> t_autocast;
 // AutocastPrecast's casts by parameter (TensorImpl); empty when none is alive.
 thread_local std::unordered_map<const TensorImpl*, Tensor> t_precast;
 
-const Tensor* precast_of(const Tensor& t, DType dtype) {
+}  // namespace
+
+const Tensor* detail::precast_of(const Tensor& t, DType dtype) {
   if (t_precast.empty()) return nullptr;
   auto it = t_precast.find(t.impl_ptr().get());
   return it != t_precast.end() && it->second.dtype() == dtype ? &it->second : nullptr;
 }
-}  // namespace
+
+void detail::register_precast(const Tensor& param, const Tensor& copy) { t_precast[param.impl_ptr().get()] = copy; }
+
+void detail::unregister_precast(const Tensor& param) { t_precast.erase(param.impl_ptr().get()); }
+
+bool detail::has_precast(const Tensor& param) { return t_precast.count(param.impl_ptr().get()) > 0; }
 
 AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
   if (!t_autocast || params.empty() || !t_precast.empty()) return;
@@ -62,14 +69,14 @@ AutocastGuard::~AutocastGuard() { t_autocast = prev_; }
 
 Tensor autocast(const Tensor& t) {
   if (!t_autocast || !t.defined() || t.dtype() != DType::F32) return t;
-  if (const Tensor* c = precast_of(t, *t_autocast)) return *c;
+  if (const Tensor* c = detail::precast_of(t, *t_autocast)) return *c;
   return cast(t, *t_autocast);
 }
 
 Tensor autocast_like(const Tensor& p, const Tensor& x) {
   if (!t_autocast || !p.defined() || p.dtype() == x.dtype() || !is_floating(p.dtype()) || !is_floating(x.dtype()))
     return p;
-  if (const Tensor* c = precast_of(p, x.dtype())) return *c;
+  if (const Tensor* c = detail::precast_of(p, x.dtype())) return *c;
   return cast(p, x.dtype());
 }
 

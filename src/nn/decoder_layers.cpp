@@ -33,6 +33,19 @@ Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
   return static_cast<Linear*>(&a->base());
 }
 
+// autocast(stacked_rows(ws)), or, when autocast hands out registered 16-bit copies of all of
+// them (fsdp's gathered copies, which lie back to back in their unit's store), the stack of those:
+// the f32 weights may have no memory on this rank.
+Tensor autocast_stacked(const std::vector<Tensor>& ws) {
+  if (const std::optional<DType> dt = autocast_dtype()) {
+    std::vector<Tensor> copies;
+    for (const Tensor& w : ws)
+      if (const Tensor* c = detail::precast_of(w, *dt)) copies.push_back(*c);
+    if (copies.size() == ws.size()) return stacked_copies(copies, ws);
+  }
+  return autocast(stacked_rows(ws));
+}
+
 }  // namespace
 
 Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*>& children) {
@@ -48,7 +61,7 @@ Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*
   }
   if (!bs.empty() && bs.size() != ws.size()) return Tensor();
   if (!loras.empty() && loras.size() != children.size()) return Tensor();
-  Tensor y = linear(autocast(x), autocast(stacked_rows(ws)), bs.empty() ? Tensor() : autocast(stacked_rows(bs)));
+  Tensor y = linear(autocast(x), autocast_stacked(ws), bs.empty() ? Tensor() : autocast_stacked(bs));
   if (loras.empty()) return y;
   std::vector<Tensor> updates;
   for (LoraLinear* a : loras) updates.push_back(a->update(x));

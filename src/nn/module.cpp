@@ -3,6 +3,7 @@
 #include <regex>
 #include <unordered_set>
 
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 
@@ -202,10 +203,12 @@ void Module::train(bool on) {
 Tensor Module::call_forward(const Tensor& x, const ForwardFn& forward) {
   // A parameter from a flat ParamFactory has no memory until materialize(): one clear error
   // instead of a kernel reading nothing. A wrapper may bring the memory first (fsdp gathers a
-  // unit's parameters), so under one the check runs where the module's own forward starts.
+  // unit's parameters), so under one the check runs where the module's own forward starts. A
+  // parameter that autocast hands out a 16-bit copy of (fsdp's gathered copies) needs none.
   auto check = [this] {
     for (const auto& [name, t] : params_)
-      LT_CHECK(t.storage() != nullptr, std::string("parameter '") + name + "' of a " + type_name() + " has no memory yet",
+      LT_CHECK(t.storage() != nullptr || detail::has_precast(t),
+               std::string("parameter '") + name + "' of a " + type_name() + " has no memory yet",
                "its flat ParamFactory has not materialized the parameter store",
                "call ParamFactory::materialize() after building the modules");
   };

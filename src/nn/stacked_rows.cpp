@@ -5,6 +5,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
+#include "ops/op_common.h"
 
 namespace lt::nn {
 
@@ -24,25 +25,51 @@ bool back_to_back(const std::vector<Tensor>& ws) {
   return true;
 }
 
-}  // namespace
-
-Tensor stacked_rows(const std::vector<Tensor>& ws) {
-  LT_CHECK(!ws.empty(), "stacked_rows: no tensors", "there is nothing to stack", "pass at least one tensor");
-  if (ws.size() == 1) return ws[0];
-  if (!back_to_back(ws)) return concat(ws, 0);
-  Shape shape = ws[0].shape();
+// Records out as the stack of ws (rows in order): its backward hands each its slice of the gradient.
+void record_stack(Tensor& out, const std::vector<Tensor>& ws) {
   std::vector<int64_t> starts;
   int64_t rows = 0;
   for (const Tensor& w : ws) starts.push_back(rows), rows += w.size(0);
-  shape[0] = rows;
-  Tensor out = make_view(ws[0], shape, contiguous_strides(shape), ws[0].offset());
-  if (!needs_grad(ws)) return out;
   record(out, "stacked_rows", ws, [=](const Tensor& g) {
     std::vector<Tensor> grads;
     for (size_t i = 0; i < starts.size(); ++i)
       grads.push_back(slice(g, 0, starts[i], i + 1 < starts.size() ? starts[i + 1] : rows));
     return grads;
   });
+}
+
+}  // namespace
+
+Tensor stacked_copies(const std::vector<Tensor>& copies, const std::vector<Tensor>& params) {
+  if (copies.size() == 1) return copies[0];  // recorded as its parameter's cast already
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = stacked_rows(copies);
+  }
+  if (!grad_enabled() || !needs_grad(params)) return out;
+  // The params' stack as a tensor without memory: only its shape and its backward are used.
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = out.shape();
+  impl->strides = contiguous_strides(out.shape());
+  impl->dtype = params[0].dtype();
+  impl->device = params[0].device();
+  Tensor stack(impl);
+  record_stack(stack, params);
+  detail::record_cast(out, stack);
+  return out;
+}
+
+Tensor stacked_rows(const std::vector<Tensor>& ws) {
+  LT_CHECK(!ws.empty(), "stacked_rows: no tensors", "there is nothing to stack", "pass at least one tensor");
+  if (ws.size() == 1) return ws[0];
+  if (!back_to_back(ws)) return concat(ws, 0);
+  Shape shape = ws[0].shape();
+  int64_t rows = 0;
+  for (const Tensor& w : ws) rows += w.size(0);
+  shape[0] = rows;
+  Tensor out = make_view(ws[0], shape, contiguous_strides(shape), ws[0].offset());
+  if (needs_grad(ws)) record_stack(out, ws);
   return out;
 }
 

@@ -33,11 +33,12 @@
 //   ddp: 2(W-1)/W G;  zero1: that + (W-1)/W P (the updated shards gathered);
 //   zero2: G (a reduce to each owner) + (W-1)/W P;
 //   fsdp: (W-1)/W P k x (2 with reshard-after-forward or checkpointing: forward and backward
-//         gathers; 1 without) + (W-1)/W G k (every micro-batch's gradients reduced).
+//         gathers; 1 without) + (W-1)/W G k (every micro-batch's gradients reduced), P counted
+//         at 2 bytes a parameter when the blocks are gathered in 16 bits (dist::fsdp_gather_dtype).
 // The two constants are a least-squares fit to the 2- and 4-H200 runs (GPT-2 124M ddp on 2 and 4,
 // fsdp on 4; TinyLlama fsdp on 2 and 4: bench/results/dist-h200x2-125c0be.md,
-// dist-h200x4-6b5dcfd.md), each rank's overhead over one GPU's step predicted within 0.7 ms
-// (GPT-2, 47 ms steps) and 1.1 ms (TinyLlama, 110 ms). The first term is what overlapping costs
+// dist-h200x4-6b5dcfd.md; all gathered in f32 then), each rank's overhead over one GPU's step
+// predicted within 0.7 ms (GPT-2, 47 ms steps) and 1.1 ms (TinyLlama, 110 ms). The first term is what overlapping costs
 // (NCCL's kernels share the SMs and memory with backward), the second what is not overlapped.
 // The search minimises device-seconds (StepCost::cost): a run on more GPUs is chosen when it saves
 // recomputation, offloading or a leaner state worth more than its GPUs and communication.
@@ -48,6 +49,7 @@
 // time: StepCost keeps it apart, and the bench compares seconds() only.
 #include <algorithm>
 
+#include "dist/data_parallel.h"
 #include "leantrain/plan.h"
 #include "leantrain/precision.h"
 
@@ -123,7 +125,9 @@ double communication_bytes(const RunConfig& c, const CheckpointProfile& m, doubl
   if (c.strategy == "zero2") return gb + part * pb;
   if (c.strategy == "fsdp") {
     const double gathers = c.reshard_after_forward || c.checkpoint != "none" ? 2 : 1;
-    return part * pb * k * gathers + part * gb * k;
+    const std::optional<DType> low = dist::fsdp_gather_dtype(c);  // the blocks gathered in 16 bits
+    const double gathered = low ? double(m.parameters) * double(dtype_size(*low)) : pb;
+    return part * gathered * k * gathers + part * gb * k;
   }
   return 2 * part * gb;  // ddp
 }

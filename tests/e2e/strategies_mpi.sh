@@ -82,6 +82,36 @@ for extra in "--checkpoint blocks" "--checkpoint blocks --loss-chunk 64" "--resh
     same_losses "$WORK/untied_one.jsonl" "$WORK/untied_fsdp.jsonl" 1e-5 "untied LLaMA fsdp $extra vs 1 process"
   fi
 done
+# Under bf16-mixed fsdp gathers the blocks as bf16 copies (FSDP2's param dtype), which autocast
+# hands out in the f32 parameters' place: the losses are those of gathering the f32 parameters
+# (LEANTRAIN_FSDP_GATHER=f32) to the last bit, with checkpointed blocks and without resharding
+# too, and for BERT (stacked q | k | v biases); every rank's peak is its plan's, and rank 0 holds
+# less than with the f32 gather.
+lowp_case() {  # NAME FLAGS...
+  local name=$1; shift
+  expect_ok "${MPI[@]}" "$LT" "$@" --strategy fsdp --metrics "$WORK/$name.jsonl" --metrics-json "$WORK/$name.json" || return
+  expect_ok env LEANTRAIN_FSDP_GATHER=f32 "${MPI[@]}" -x LEANTRAIN_FSDP_GATHER "$LT" "$@" --strategy fsdp \
+    --metrics "$WORK/${name}_f32.jsonl" --metrics-json "$WORK/${name}_f32.json" || return
+  same_losses "$WORK/${name}_f32.jsonl" "$WORK/$name.jsonl" 0 "$name: bf16 gather vs f32 gather"
+  local planned=""
+  for r in 0 1; do
+    planned="$planned $("$LT" plan "${@:2}" --strategy fsdp --devices 2 --device-type cpu --rank $r --json |
+      python3 -c "import json,sys; print(json.load(sys.stdin)['peak_allocated_bytes'])")"
+  done
+  if python3 - "$WORK/$name.json" "$WORK/${name}_f32.json" $planned <<'PY'; then ok; else fail "$name: peaks vs plan / f32 gather"; fi
+import json, sys
+low = json.load(open(sys.argv[1]))["rank_peak_allocated_bytes"]
+f32 = json.load(open(sys.argv[2]))["rank_peak_allocated_bytes"]
+plan = [int(x) for x in sys.argv[3:]]
+print("bf16 gather", low, "f32 gather", f32, "plan", plan)
+sys.exit(0 if low == plan and low[0] <= f32[0] else 1)
+PY
+}
+lowp_case untied_bf16 "${UNTIED[@]}" --precision bf16-mixed
+lowp_case untied_bf16_ckpt "${UNTIED[@]}" --precision bf16-mixed --checkpoint blocks
+lowp_case untied_bf16_keep "${UNTIED[@]}" --precision bf16-mixed --reshard-after-forward false
+if python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['rank_peak_allocated_bytes'][0] < json.load(open(sys.argv[2]))['rank_peak_allocated_bytes'][0] else 1)" \
+    "$WORK/untied_bf16.json" "$WORK/untied_bf16_f32.json"; then ok; else fail "the bf16 gather does not lower rank 0's peak"; fi
 # Fine-tuning a model directory under fsdp: each rank builds and loads only its share of the
 # blocks, table and head (dist/fsdp_build.h), and the losses are one process's from the same weights.
 expect_ok "$LT" train --device cpu --config "$WORK/untied.json" --data synthetic --workers 1 --steps 2 --batch 8 --seq-len 32 \
@@ -111,6 +141,7 @@ for s in ddp zero2 fsdp "fsdp --checkpoint blocks"; do
     same_losses "$WORK/bert_one.jsonl" "$WORK/bert_dist.jsonl" 1e-5 "BERT classifier $s vs 1 process"
   fi
 done
+lowp_case bert_bf16 "${BERT[@]}" --precision bf16-mixed
 # The held-out evaluation is split over the ranks too (a last batch that does not split is
 # evaluated whole and counted once): the 1-process validation loss, every batch of it.
 same_eval() {
