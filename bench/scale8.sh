@@ -7,7 +7,7 @@
 #   llama  Llama-2-7B shape (bench/configs/llama2-7b.json), full AdamW fine-tune (f32 parameters
 #          and moments), bf16-mixed, checkpointed blocks, `fsdp`, 1 x 4096 tokens per GPU: every
 #          rank's plan first, then 10 steps; every rank's peak against its plan; torchrun FSDP2
-#          (bf16 params, f32 reduce, checkpointed) on the same configuration.
+#          (bf16 params, f32 reduce, checkpointed) on the same configuration; our f32 gather too.
 # Usage: BUILD=g OUT=$OUT/x8 COMMIT=abc1234 [DIST_GPUS=8] bash bench/scale8.sh [gpt2] [llama]
 # Prints one summary line per run; the logs and JSON are under $OUT.
 set -u
@@ -90,6 +90,10 @@ except Exception as e:
     print("no figures:", e)
 PY
       ranks_vs_plan "$OUT/l7.json" $L --steps 10
+      # The same with the blocks gathered as the f32 parameters (the gather before 99ca698).
+      LEANTRAIN_FSDP_GATHER=f32 timeout 400 "./$BUILD/leantrain" train $L --steps 10 --metrics-json "$OUT/l7-f32.json" > "$OUT/l7-f32.log" 2>&1
+      echo "Llama-2-7B shape, f32 gather: exit $?, total tokens/s $(python3 -c "import json,sys; print(round(int(sys.argv[2]) * json.load(open(sys.argv[1]))['steady_items_per_s']))" "$OUT/l7-f32.json" "$N" 2>/dev/null)"
+      LEANTRAIN_FSDP_GATHER=f32 ranks_vs_plan "$OUT/l7-f32.json" $L --steps 10
       timeout 400 torchrun --standalone --nproc_per_node "$N" bench/peers/dist_torch.py --model llama2-7b --mode fsdp2 \
         --batch 1 --seq 4096 --checkpoint --steps 8 --warmup 2 2>&1 | grep -E '^\{|Error|error' | tail -3 | tee -a "$OUT/peers.jsonl"
       ;;
