@@ -8,10 +8,10 @@
 
 #include "backend/backend.h"
 #include "backend/event.h"
+#include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/models.h"
-#include "leantrain/autocast.h"
 #include "memory/streams.h"
 #include "ops/op_common.h"
 
@@ -152,9 +152,9 @@ FsdpUnits::~FsdpUnits() {
 
 // The flat store is one allocation: it is freed only when no tensor views it any more. Each
 // tensor the rank keeps gets its own allocation (same values), the others none. Tensors that
-// already have a storage of their own (the sharded build's, or a store of one) keep it. The kept values
-// wait in host memory while the store goes, so the device never holds the store and the copies
-// at once (that would be the run's peak: the whole model plus this rank's share of it).
+// already have a storage of their own (the sharded build's, or a store of one) keep it. The kept
+// values wait in host memory while the store goes, so the device never holds the store and the
+// copies at once (that would be the run's peak: the whole model plus this rank's share of it).
 void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
   std::map<const TensorImpl*, size_t> index;
   for (size_t i = 0; i < params_.size(); ++i) index[params_[i].impl()] = i;
