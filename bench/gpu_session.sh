@@ -247,6 +247,10 @@ PY
         echo "  plan: $(peak "$OUT/gpn-$s.json")"
         ranks_vs_plan "$OUT/gn-$s.json" $T --batch $((16 * N)) --devices $N --strategy $s
       done
+      # fsdp's blocks gathered as the f32 parameters instead of bf16 copies (the gather before 99ca698).
+      LEANTRAIN_FSDP_GATHER=f32 timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy fsdp \
+        --metrics-json "$OUT/gn-fsdp-f32.json" > "$OUT/gn-fsdp-f32.log" 2>&1
+      echo "GPT-2 $N GPUs fsdp, f32 gather: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/gn-fsdp-f32.json")"
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
       timeout 200 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode fsdp2 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
       fi
