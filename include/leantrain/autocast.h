@@ -51,6 +51,7 @@ class AutocastPrecast {
 
  private:
   bool active_ = false;
+  std::vector<Tensor> params_;  // whose casts it registered (active only)
 };
 
 namespace detail {

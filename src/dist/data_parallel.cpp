@@ -42,18 +42,6 @@ size_t buckets_in_flight() { return size_t(positive_env("LEANTRAIN_BUCKETS_IN_FL
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 
-}  // namespace
-
-std::optional<DType> fsdp_gather_dtype(const RunConfig& c) {
-  const PrecisionPolicy p = precision_policy(c.precision);
-  const char* env = std::getenv("LEANTRAIN_FSDP_GATHER");
-  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || (env && std::string(env) == "f32"))
-    return std::nullopt;
-  return p.compute_dtype;
-}
-
-namespace {
-
 Strategy parse(const std::string& s) {
   if (s == "zero1") return Strategy::Zero1;
   if (s == "zero2") return Strategy::Zero2;
@@ -456,6 +444,7 @@ CheckpointGather::CheckpointGather(Trainer& t, bool gather_state) {
     } else {
       MemoryCategoryScope other(Category::Other);  // host copies, not part of the run
       const bool writes = world().rank() == 0;
+      // A copy always (to_device would hand a CPU run's gathered tensor itself back, keeping it).
       units->visit_gathered([&](const Tensor& p, bool owned) {
         if (!writes || owned) return;
         Tensor host = Tensor::empty(p.shape(), p.dtype(), Device::cpu());
@@ -532,6 +521,14 @@ std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& param
     ++units;
   }
   return unit_of;
+}
+
+std::optional<DType> fsdp_gather_dtype(const RunConfig& c) {
+  const PrecisionPolicy p = precision_policy(c.precision);
+  const char* env = std::getenv("LEANTRAIN_FSDP_GATHER");
+  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || (env && std::string(env) == "f32"))
+    return std::nullopt;
+  return p.compute_dtype;
 }
 
 std::vector<int> owners_for(const RunConfig& cfg, nn::Module& model, const std::vector<Tensor>& params, int world) {

@@ -100,7 +100,7 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
       std::map<const TensorImpl*, size_t> mine;
       for (size_t i : unit.params) mine[params_[i].impl()] = i;
       // Views of the unit's 16-bit store (its copies, their stacks) are re-gathered the same way.
-      const Storage* store = unit.gathered_low ? unit.store.storage().get() : nullptr;
+      const Storage* store = unit.gathered_low() ? unit.store.storage().get() : nullptr;
       Tensor y;
       {
         SavedTensorHooksScope hooks(
@@ -120,7 +120,7 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
               if (const SavedView* v = std::any_cast<SavedView>(&p)) {
                 use(v->unit);
                 prefetch_backward(v->unit - 1);
-                LT_ASSERT(units_[v->unit].gathered_low);
+                LT_ASSERT(units_[v->unit].gathered_low());
                 return make_view(units_[v->unit].store, v->shape, v->strides, v->offset);
               }
               return std::any_cast<Tensor>(p);
@@ -146,7 +146,7 @@ FsdpUnits::FsdpUnits(Communicator& comm, nn::Module& model, const std::vector<Te
 // process, and a later model's parameters may reuse these addresses.
 FsdpUnits::~FsdpUnits() {
   for (Unit& u : units_)
-    if (u.gathered && u.gathered_low)
+    if (u.gathered_low())
       for (size_t i : u.params) lt::detail::unregister_precast(params_[i]);
 }
 
@@ -210,8 +210,7 @@ void FsdpUnits::move_out_of_flat_store(nn::Module& model) {
 void FsdpUnits::gather(Unit& u) {
   if (u.gathered) return;
   // Only under the autocast that would make the same copies (an evaluation without it reads f32).
-  u.gathered_low = u.low && !force_f32_ && autocast_dtype() == low_dtype_;
-  if (u.gathered_low) {
+  if (u.low && !force_f32_ && autocast_dtype() == low_dtype_) {
     // One store for the unit's copies, each view at a 512-byte boundary as in the parameter
     // store; the owner casts its parameters into their views (the compute stream), then every
     // copy is broadcast by its owner. Autocast hands them out in the parameters' place.
@@ -242,7 +241,8 @@ void FsdpUnits::gather(Unit& u) {
       p.impl()->offset = 0;
     }
   }
-  auto sent = [&](size_t i) -> const Tensor& { return u.gathered_low ? low_[i] : params_[i]; };
+  const bool low = u.gathered_low();
+  auto sent = [&](size_t i) -> const Tensor& { return low ? low_[i] : params_[i]; };
   Event before(device_);
   before.record();
   if (!u.arrived) u.arrived = std::make_unique<Event>(device_);
@@ -258,7 +258,7 @@ void FsdpUnits::gather(Unit& u) {
   // The copies are written (an owner's 16-bit ones read) by the communication stream: freed,
   // they wait for it (release()).
   for (size_t i : u.params)
-    if (u.gathered_low || owner_[i] != comm_.rank()) record_stream(sent(i), kCommStream);
+    if (low || owner_[i] != comm_.rank()) record_stream(sent(i), kCommStream);
   u.gathered = true;
   u.waited = false;
 }
@@ -283,8 +283,9 @@ void FsdpUnits::release(Unit& u) {
   if (!u.gathered) return;
   if (!u.waited) use(size_t(&u - units_.data()));  // a prefetch never used: its broadcast still writes
   // The memory goes now, whatever still holds these tensors (a finished backward's nodes).
+  const bool low = u.gathered_low();
   for (size_t i : u.params) {
-    if (u.gathered_low) {
+    if (low) {
       lt::detail::unregister_precast(params_[i]);
       low_[i].impl()->storage = nullptr;
       low_[i] = Tensor();
@@ -292,12 +293,12 @@ void FsdpUnits::release(Unit& u) {
       params_[i].impl()->storage = nullptr;
     }
   }
-  if (u.gathered_low) u.store = Tensor();
+  u.store = Tensor();
   u.gathered = false;
 }
 
 void FsdpUnits::record_casts(Unit& u) {
-  if (!u.gathered_low) return;
+  if (!u.gathered_low()) return;
   for (size_t i : u.params)
     if (params_[i].requires_grad() && !low_[i].impl()->grad_fn) lt::detail::record_cast(low_[i], params_[i]);
 }

@@ -58,8 +58,8 @@ class FsdpUnits {
     std::vector<size_t> params;
     bool low = false;       // a block gathered as 16-bit copies (the compute dtype)
     bool gathered = false;  // its broadcast is enqueued (or done)
-    bool gathered_low = false;  // ... as 16-bit copies (low_), not as the f32 parameters
-    Tensor store;               // the copies' one allocation while gathered low
+    Tensor store;           // while gathered as 16-bit copies (low_): their one allocation
+    bool gathered_low() const { return store.defined(); }
     bool waited = false;    // the compute stream waits for it
     size_t grads = 0;
     bool backward_reads = true;  // its backward reads its parameters (an embedding's does not)

@@ -14,7 +14,8 @@ namespace lt {
 
 namespace {
 thread_local std::optional<DType> t_autocast;
-// AutocastPrecast's casts by parameter (TensorImpl); empty when none is alive.
+// The casts autocast hands out in parameters' places (TensorImpl): AutocastPrecast's, and
+// fsdp's gathered copies (detail::register_precast); each user erases its own.
 thread_local std::unordered_map<const TensorImpl*, Tensor> t_precast;
 
 }  // namespace
@@ -49,11 +50,12 @@ AutocastPrecast::AutocastPrecast(const std::vector<Tensor>& params) {
     if (p.requires_grad()) detail::record_cast(c, p);
     t_precast.emplace(p.impl_ptr().get(), std::move(c));
   }
+  params_ = params;
   active_ = true;
 }
 
 AutocastPrecast::~AutocastPrecast() {
-  if (active_) t_precast.clear();
+  for (const Tensor& p : params_) detail::unregister_precast(p);
 }
 
 std::optional<DType> autocast_dtype() { return t_autocast; }
