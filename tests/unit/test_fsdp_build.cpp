@@ -104,6 +104,16 @@ void check_sharded_build(RunConfig c, int n, const std::string& what) {
     EXPECT_EQ(kept_by[name], unit_params.count(name) ? 1 : n) << name;
 }
 
+// Labelled text for the classifiers, written here (the fortunes package need not be installed).
+std::string labelled_text(const std::filesystem::path& dir) {
+  const std::string path = (dir / "labelled.jsonl").string();
+  std::ofstream f(path);
+  for (int i = 0; i < 24; ++i)
+    f << "{\"text\": \"line " << i << (i % 2 ? " odd words here" : " even words there") << "\", \"label\": " << i % 2
+      << "}\n";
+  return path;
+}
+
 TEST(FsdpBuild, EachRankBuildsItsShareWithTheWholeBuildsValues) {
   test::TempDir tmp;
   check_sharded_build(test::tiny_gpt(tmp.path), 2, "gpt2, tied table");
@@ -118,7 +128,7 @@ TEST(FsdpBuild, EachRankBuildsItsShareWithTheWholeBuildsValues) {
       << R"({"model_type": "bert", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
              "intermediate_size": 64, "max_position_embeddings": 32, "hidden_dropout_prob": 0.0, "classifier_dropout": 0.0})";
   bert.model_config = (tmp.path / "bert.json").string();
-  bert.data = "fortunes";
+  bert.data = labelled_text(tmp.path);
   bert.seq_len = 16;
   bert.batch = 4;
   bert.steps = 1;
@@ -136,9 +146,10 @@ TEST(FsdpBuild, EachRankBuildsItsShareWithTheWholeBuildsValues) {
 // The tables' padding rows are zero (transformers' padding_idx) in a deferred build too: the
 // zeroing is part of the slot's init (Init::zero_row), not a write after the build.
 TEST(FsdpBuild, PaddingRowsAreZeroInEveryBuild) {
+  test::TempDir tmp;
   RunConfig c;
   c.model = "roberta-tiny";
-  c.data = "fortunes";
+  c.data = labelled_text(tmp.path);
   c.seq_len = 16;
   c.batch = 4;
   c.steps = 1;
