@@ -4,8 +4,9 @@
 # torch.compile peer (loss inside the compiled graph), on the same GPU. Run from the repo root:
 #   BIN=gpu-carry/leantrain_bench OUT=$OUT ROUNDS=2 PEER=1 \
 #     VARIANTS='default||;keep|--lean-saves 0|;tuned|--lean-saves 0|LEANTRAIN_GEMM_TUNE=1' bash bench/gpt2_speed.sh
-# A variant is LABEL|EXTRA FLAGS|ENV ASSIGNMENTS; each prints one JSON line tagged with its label
-# (stderr goes to $OUT/LABEL.err, e.g. the GEMM tuner's lines).
+# A variant is LABEL|EXTRA FLAGS|ENV ASSIGNMENTS[|BINARY]; each prints one JSON line tagged with its
+# label (stderr goes to $OUT/LABEL.err, e.g. the GEMM tuner's lines). BINARY, when given, replaces
+# $BIN for that variant (an A/B of two builds in one call).
 set -u
 BIN=${BIN:-build/leantrain_bench}
 OUT=${OUT:-/tmp/gpt2-speed}
@@ -18,8 +19,8 @@ echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commi
 IFS=';' read -ra vs <<< "$VARIANTS"
 for round in $(seq 1 "$ROUNDS"); do
   for v in "${vs[@]}"; do
-    IFS='|' read -r label flags envs <<< "$v"
-    line=$(env $envs timeout 240 "$BIN" throughput --device cuda --model "$MODEL" --precision bf16-mixed --batch 16 \
+    IFS='|' read -r label flags envs bin <<< "$v"
+    line=$(env $envs timeout 240 "${bin:-$BIN}" throughput --device cuda --model "$MODEL" --precision bf16-mixed --batch 16 \
       --seq 1024 --warmup 5 --steps 20 $flags 2>"$OUT/$label.err" | tail -1)
     echo "{\"variant\": \"$label\", \"round\": $round, ${line#\{}" | tee -a "$OUT/speed.jsonl"
   done

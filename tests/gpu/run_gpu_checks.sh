@@ -51,6 +51,15 @@ unsplit_rc=$?
 grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/unit_unsplit.log" | sed 's/^/   /'
 [ $unsplit_rc -ne 0 ] && unit_rc=$unsplit_rc
 
+# Once the cuBLASLt workspace is held, the tensor-core backward keeps delta there (dQ first); the
+# other order (delta in dq's rows, dK/dV first) is what runs without it: run the attention tests with it too.
+echo "== attention tests with LEANTRAIN_ATTN_OWN_DELTA=0"
+LEANTRAIN_ATTN_OWN_DELTA=0 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
+  --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/unit_rows_delta.log" 2>&1
+rows_delta_rc=$?
+grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/unit_rows_delta.log" | sed 's/^/   /'
+[ $rows_delta_rc -ne 0 ] && unit_rc=$rows_delta_rc
+
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)
 timeout 180 "./$BUILD/leantrain_gpu_checks" >"$LOGS/gpu_checks.log" 2>&1

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "leantrain/autograd.h"
+#include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "unit/gradcheck.h"
@@ -354,6 +355,30 @@ TEST(AttentionGqa, CudaPackedMatchesCpuReference) {
       EXPECT_LE(rel_error(got.dqkv, ref.dqkv), tolerance(dt)) << "dqkv";
     }
   }
+}
+
+// Once the cuBLASLt workspace is held (any CUDA matmul allocates it), the tensor-core backward
+// keeps delta there: dQ runs first and works it out, then dK/dV read it. The cases above may run
+// before any matmul (then delta sits in dq's rows), so they run again after one. Rows that see no
+// key (causal with Tq > Tk, the padded batch) must still get a finite delta.
+TEST(AttentionGqa, CudaMatchesCpuReferenceWithDeltaInWorkspace) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  Generator gen(9);
+  (void)matmul(randn({8, 8}, gen, 1.0f, DType::BF16, Device::cuda()), randn({8, 8}, gen, 1.0f, DType::BF16, Device::cuda()));
+  ASSERT_GT(cuda_memory_info(0).workspace_bytes, 0) << "a matmul did not leave the cuBLASLt workspace held";
+  uint64_t seed = 500;
+  for (const Case& c : cuda_cases())
+    for (DType dt : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(case_str(c) + " " + dtype_name(dt));
+      Inputs in = draw(c, ++seed);
+      for (Vals* x : {&in.q, &in.k, &in.v, &in.g}) *x = from_vector(*x, {int64_t(x->size())}, dt).to_double_vector();
+      const Outcome ref = run_sdpa(c, in, DType::F64, Device::cpu(), false);
+      const Outcome got = run_sdpa(c, in, dt, Device::cuda(), false);
+      expect_close(got, ref, tolerance(dt));
+      const Outcome again = run_sdpa(c, in, dt, Device::cuda(), false);
+      EXPECT_TRUE(same(got.dq, again.dq)) << "dq";
+      EXPECT_TRUE(same(got.dk, again.dk)) << "dk";
+    }
 }
 
 // The dK/dV kernels loop over a group's query heads in registers: no atomics, every bit the

@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "memory/streams.h"
 
 #include <cooperative_groups.h>
 
@@ -346,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
                       Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
-                      float sl2, int S) {
+                      float sl2, int S, const float* __restrict__ dlt_in) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
@@ -393,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       if (row < Tq) {
         const float L = lg[row];
         if (!isinf(L)) l2 = L * kLog2e;
-        dl = *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
+        dl = dlt_in ? dlt_in[bh * Tq + row] : *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
       }
       lse_s[buf][i] = l2;
       dlt_s[buf][i] = dl;
@@ -547,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
     attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask,
                     Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
-                    float scale, float sl2, int G) {
+                    float scale, float sl2, int G, const T* __restrict__ out, Rows so, float* __restrict__ dlt_out) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the dQ staging area
@@ -569,24 +570,48 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
   T* dqg = dq + sdq.head(bh, H);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
+  const int r_lo = q0 + warp * 16 + g;
+  float lse2[2], dlt[2];
+  if (dlt_out) {
+    // This kernel runs first and works out delta itself: lanes 2i and 2i + 1 take half of row
+    // q0 + warp * 16 + i each. The dK/dV kernel reads the rows' deltas from dlt_out afterwards
+    // (every row < Tq gets one, 0 for a row that sees no key: its O is zero).
+    const int row = q0 + warp * 16 + (lane >> 1), c0 = (lane & 1) * (D / 2);
+    float sum = 0.0f;
+    if (row < Tq) {
+      const T* orow = out + so.head(bh, H) + int64_t(row) * so.st + c0;
+      const T* drow = dog + int64_t(row) * sdo.st + c0;
+#pragma unroll
+      for (int c = 0; c < D / 2; c += 8) {
+        const uint4 a = *reinterpret_cast<const uint4*>(orow + c), d = *reinterpret_cast<const uint4*>(drow + c);
+        const T* pa = reinterpret_cast<const T*>(&a);
+        const T* pd = reinterpret_cast<const T*>(&d);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum += to_f32(pa[e]) * to_f32(pd[e]);
+      }
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if ((lane & 1) == 0 && row < Tq) dlt_out[bh * Tq + row] = sum;
+    dlt[0] = __shfl_sync(0xffffffffu, sum, 2 * g);
+    dlt[1] = __shfl_sync(0xffffffffu, sum, 2 * (g + 8));
+  }
   const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
   const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
   if (ntiles == 0) {
     zero_rows(dqg, sdq.st, q0, kBQ, Tq, D);
     return;
   }
-  // Row statistics (lse2 = +inf: the row contributes nothing); delta is read from this warp's own dq rows before anything overwrites them.
-  const int r_lo = q0 + warp * 16 + g;
-  float lse2[2], dlt[2];
+  // Row statistics (lse2 = +inf: the row contributes nothing); without dlt_out delta is read from
+  // this warp's own dq rows before anything overwrites them.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = r_lo + 8 * h;
     lse2[h] = INFINITY;
-    dlt[h] = 0.0f;
+    if (!dlt_out) dlt[h] = 0.0f;
     if (row < Tq) {
       const float L = lg[row];
       if (!isinf(L)) lse2[h] = L * kLog2e;
-      dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
+      if (!dlt_out) dlt[h] = *reinterpret_cast<const float*>(dqg + int64_t(row) * sdq.st);
     }
   }
   auto load_kv = [&](int buf, int k0) {
@@ -1486,12 +1511,41 @@ int dkdv_splits(const AttnDims& a, int sms) {
   return S;
 }
 
+// Where the backward keeps delta: in the borrowed cuBLASLt workspace when it holds B*H*Tq f32 and
+// the backward runs on the compute stream (the workspace's stream); then the dQ kernel runs first
+// and works delta out itself, and the separate delta kernel goes. Otherwise (or with
+// LEANTRAIN_ATTN_OWN_DELTA=0) delta lives in dq's rows. No new allocation either way, so the plan
+// does not depend on it.
+float* delta_scratch(int dev, int64_t qrows) {
+  static const bool off = [] {
+    const char* e = std::getenv("LEANTRAIN_ATTN_OWN_DELTA");
+    return e && e[0] == '0';
+  }();
+  if (off || current_stream() != stream_handle(dev, kComputeStream)) return nullptr;
+  int64_t bytes = 0;
+  void* ws = cublaslt_workspace_held(dev, &bytes);
+  return ws && qrows * int64_t(sizeof(float)) <= bytes ? static_cast<float*>(ws) : nullptr;
+}
+
 template <class T, int D>
 void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k,
-             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale, int sms) {
+             const T* v, const T* out, const float* lse, const uint8_t* mask, bool causal, float scale, int sms,
+             int dev) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   const int64_t qrows = a.B * a.H * a.Tq;
-  if (qrows > 0) {  // 1. delta into dq's rows
+  float* delta = a.Tk > 0 && qrows > 0 ? delta_scratch(dev, qrows) : nullptr;
+  auto run_dq = [&] {
+    const size_t smem = size_t(2 * kBQ + 4 * kBK) * LD * sizeof(T);
+    allow_smem(attn_bwd_dq_mma<T, D>, smem);
+    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
+    attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k,
+                                                                      r.v, r.dout, int(a.H), int(a.Tq), int(a.Tk),
+                                                                      causal, scale, scale * kLog2e, a.G(), out, r.o,
+                                                                      delta);
+    LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
+  };
+  if (delta) run_dq();  // 1. dQ, writing delta
+  if (qrows > 0 && !delta) {  // 1. delta into dq's rows
     const int64_t threads = qrows * (D / 8);
     attn_delta_mma<T, D><<<unsigned((threads + 255) / 256), 256, 0, current_stream()>>>(dq, out, dout, r.dq, r.o,
                                                                                          r.dout, int(a.H), int(a.Tq),
@@ -1506,18 +1560,10 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
                     current_stream(), S);
     LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
                                      mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq), int(a.Tk),
-                                     causal, scale, scale * kLog2e, S));
+                                     causal, scale, scale * kLog2e, S, static_cast<const float*>(delta)));
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
-  if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
-    const size_t smem = size_t(2 * kBQ + 4 * kBK) * LD * sizeof(T);
-    allow_smem(attn_bwd_dq_mma<T, D>, smem);
-    const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
-    attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k,
-                                                                      r.v, r.dout, int(a.H), int(a.Tq), int(a.Tk),
-                                                                      causal, scale, scale * kLog2e, a.G());
-    LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
-  }
+  if (qrows > 0 && !delta) run_dq();  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
 }
 
 // Launch shape of a SIMT kernel: warps of kRpw rows over B*H*T rows, as many warps per block
@@ -1664,8 +1710,8 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
         const int sms = device_state(device_index_).sm_count;
-        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
-        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms);
+        if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
+        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
         return;
       }
     }
