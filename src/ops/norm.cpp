@@ -47,18 +47,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in, doubl
   SavedTensor saved_x(kernel ? xc : Tensor()), saved_w(kernel ? w : Tensor());
   SavedTensor saved_mu(kernel ? mu : Tensor()), saved_rstd(kernel ? rstd : Tensor());
   Shape xs = x.shape();
-  record(y, "layer_norm", {xc, w, b}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(w, b);  // f32 dw, db under autocast
+  const DType param_dt = targets.dtype;
+  record(y, "layer_norm", {xc, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor g2 = rows_view(contiguous_data(g));
     Tensor dx, dw, db;
     if (kernel) {
       Tensor sx = saved_x.unpack(), sw = saved_w.unpack(), smu = saved_mu.unpack(), srstd = saved_rstd.unpack();
       dx = Tensor::empty(xs, g.dtype(), g.device());
-      if (need_w) dw = Tensor::empty({C}, g.dtype(), g.device());
-      if (need_b) db = Tensor::empty({C}, g.dtype(), g.device());
+      if (need_w) dw = Tensor::empty({C}, param_dt, g.device());
+      if (need_b) db = Tensor::empty({C}, param_dt, g.device());
       backend_of(g).layernorm_bwd(rows_view(dx), dw, db, g2, rows_view(sx), sw, smu, srstd);
       if (!need_x) dx = Tensor();
     } else {
-      db = sum_to(g2, {C});
+      db = column_sums(g2, param_dt);
     }
     return std::vector<Tensor>{dx, dw, db};
   });
@@ -80,10 +82,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
   const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
   SavedTensor saved_x(xc), saved_w(w), saved_rstd(rstd);
   Shape xs = x.shape();
-  record(y, "rms_norm", {xc, w}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(w, Tensor());  // f32 dw under autocast
+  const DType param_dt = targets.dtype;
+  record(y, "rms_norm", {xc, targets.w}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack(), srstd = saved_rstd.unpack();
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
-    Tensor dw = need_w ? Tensor::empty({C}, g.dtype(), g.device()) : Tensor();
+    Tensor dw = need_w ? Tensor::empty({C}, param_dt, g.device()) : Tensor();
     backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(sx), sw, srstd);
     return std::vector<Tensor>{need_x ? dx : Tensor(), dw};
   });
@@ -136,6 +140,10 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
   SavedTensor saved_mu(kernel ? mu : Tensor()), saved_rstd(kernel ? rstd : Tensor());
   auto parked = std::make_shared<ParkedGrad>();
   Shape xs = x.shape();
+  const ParamGradTargets targets = param_grad_targets(w, b);  // f32 dw, db under autocast
+  const DType param_dt = targets.dtype;
+  inputs[2] = targets.w;
+  if (!rms) inputs[3] = targets.b;
   record(out.sum, op, inputs, [=](const Tensor& ds) {
     Tensor dy = std::move(parked->dy);
     parked->dy = Tensor();
@@ -149,8 +157,8 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
     if (kernel) {
       Tensor ssum = saved_sum.unpack(), sw = saved_w.unpack(), smu = saved_mu.unpack(), srstd = saved_rstd.unpack();
       Tensor dsum = Tensor::empty(xs, dy.dtype(), dy.device());
-      Tensor dw = need_w ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
-      Tensor db = need_b ? Tensor::empty({C}, dy.dtype(), dy.device()) : Tensor();
+      Tensor dw = need_w ? Tensor::empty({C}, param_dt, dy.device()) : Tensor();
+      Tensor db = need_b ? Tensor::empty({C}, param_dt, dy.device()) : Tensor();
       Tensor ds2 = ds.defined() ? rows_view(contiguous_data(ds)) : Tensor();
       if (rms) backend_of(dy).add_rmsnorm_bwd(rows_view(dsum), dw, dy2, ds2, rows_view(ssum), sw, srstd);
       else backend_of(dy).add_layernorm_bwd(rows_view(dsum), dw, db, dy2, ds2, rows_view(ssum), sw, smu, srstd);
@@ -159,7 +167,7 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
       grads[2] = dw;
       if (!rms) grads[3] = db;
     } else {
-      grads[3] = sum_to(dy2, {C});
+      grads[3] = column_sums(dy2, param_dt);
     }
     return grads;
   });

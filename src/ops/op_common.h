@@ -64,8 +64,8 @@ Tensor rows_reshape_view(const Tensor& x, const Shape& shape, int64_t ld);
 std::vector<int64_t> read_indices(const Tensor& ids);
 
 // What an op records as a layer's weight and bias (record()'s inputs) and the dtype its backward
-// computes their gradients in (the linears). Under autocast both are recorded casts of f32
-// parameters: then the stand-ins of past_f32_cast, and f32, so that the GEMM that sums the
+// computes their gradients in (linears, norms). Under autocast both are recorded casts of f32
+// parameters: then the stand-ins of past_f32_cast, and f32, so that the kernel that sums the
 // gradient writes it in f32 itself (no 16-bit gradient, no cast kernel per parameter, no
 // rounding). Otherwise w and bias themselves, in w's dtype. LEANTRAIN_F32_WEIGHT_GRADS=0 keeps
 // the casts (to time one against the other).

@@ -179,9 +179,9 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
   SavedTensor saved_w(need_norm_grad ? a.wc : Tensor());
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
   Shape xs = x.shape();
-  const ParamGradTargets targets = param_grad_targets(a.wc, bias);
-  const DType grad_dt = targets.dtype;
-  record(out, name, {xc, ln_w, ln_b, targets.w, targets.b}, [=](const Tensor& g) {
+  const ParamGradTargets targets = param_grad_targets(a.wc, bias), ln_targets = param_grad_targets(ln_w, ln_b);
+  const DType grad_dt = targets.dtype, ln_dt = ln_targets.dtype;
+  record(out, name, {xc, ln_targets.w, ln_targets.b, targets.w, targets.b}, [=](const Tensor& g) {
     // Each saved tensor unpacked once (a pack/unpack hook may move it on every unpack).
     Tensor sx = saved_x.unpack(), slnw = saved_lnw.unpack(), slnb = saved_lnb.unpack();
     Tensor smu = saved_mu.unpack(), srstd = saved_rstd.unpack(), sw = saved_w.unpack();
@@ -200,8 +200,8 @@ Tensor layer_norm_linear_impl(const Tensor& x, const Tensor& ln_w_in, const Tens
     if (need_norm_grad) {
       Tensor dy = matmul(g2, sw, false, weight_in_out);  // [rows, C]
       gx = Tensor::empty(xs, g.dtype(), g.device());
-      if (need_lnw) glnw = Tensor::empty({C}, g.dtype(), g.device());
-      if (need_lnb) glnb = Tensor::empty({C}, g.dtype(), g.device());
+      if (need_lnw) glnw = Tensor::empty({C}, ln_dt, g.device());
+      if (need_lnb) glnb = Tensor::empty({C}, ln_dt, g.device());
       backend_of(g).layernorm_bwd(rows_view(gx), glnw, glnb, dy, rows_view(sx), slnw, smu, srstd);
       if (!need_x) gx = Tensor();
     }

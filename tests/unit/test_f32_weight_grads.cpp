@@ -1,6 +1,6 @@
-// Under autocast a linear's weight and bias are recorded casts of f32 parameters; their
-// gradients skip the casts (past_f32_cast, param_grad_targets): the weight-gradient GEMM writes
-// f32 itself. Checked here: the f32 gradient is the f32 product of the 16-bit operands, bit for
+// Under autocast a linear's or a norm's weight and bias are recorded casts of f32 parameters;
+// their gradients skip the casts (past_f32_cast, param_grad_targets): the weight-gradient GEMM
+// or the norm's column sums write f32 themselves. Checked here: the f32 gradient is the f32 product of the 16-bit operands, bit for
 // bit on the CPU, and not its 16-bit rounding; every linear-family op takes the route and gives
 // what the route through the casts gives, to 16-bit rounding; what is not a whole cast of f32
 // keeps the old route; the backends' 16-bit-into-f32 GEMM and sums; and, with a GPU, CUDA's
@@ -90,6 +90,28 @@ std::vector<Case> cases() {
       {"attention_linear", {{2, 8, 96}, {32, 32}, {32}},
        [=](const auto& p) { return attention_linear(ac(p[0]), 4, 4, true, Tensor(), ac(p[1]), ac(p[2])); }},
       {"swiglu_linear", {{16, 64}, {24, 32}}, [=](const auto& p) { return swiglu_linear(ac(p[0]), ac(p[1]), Tensor()); }},
+      // norms: their weight and bias are autocast_like casts; dw, db come out of the kernels in f32
+      {"layer_norm", {{2, 40, 32}, {32}, {32}},
+       [=](const auto& p) {
+         Tensor x = ac(p[0]);
+         return layer_norm(x, autocast_like(p[1], x), autocast_like(p[2], x));
+       }},
+      {"rms_norm", {{3, 24, 16}, {16}},
+       [=](const auto& p) {
+         Tensor x = ac(p[0]);
+         return rms_norm(x, autocast_like(p[1], x));
+       }},
+      {"add_layer_norm", {{2, 24, 32}, {2, 24, 32}, {32}, {32}},
+       [=](const auto& p) {
+         Tensor x = ac(p[0]);
+         AddNormResult r = add_layer_norm(x, ac(p[1]), autocast_like(p[2], x), autocast_like(p[3], x));
+         return add(r.sum, r.y);
+       }},
+      {"add_rms_norm", {{40, 16}, {40, 16}, {16}},
+       [=](const auto& p) {
+         Tensor x = ac(p[0]);
+         return add_rms_norm(x, ac(p[1]), autocast_like(p[2], x)).y;
+       }},
   };
 }
 
@@ -152,8 +174,8 @@ TEST(F32WeightGrads, EveryOpAgreesWithTheRoundedRoute) {
       // within bf16's rounding of the same sums (the recomputed activations are the forward's)
       EXPECT_LE(rel_diff(got[i], rounded[i]), 8e-3);
     }
-    // the weights' gradients (inputs 1.. of the op) are not rounded to bf16: some element of
-    // some weight gradient has bits below bf16's mantissa
+    // the parameters' gradients (inputs 1..; the add-norms' residual 1 is an activation) are not
+    // rounded to bf16: some element of some parameter gradient has bits below bf16's mantissa
     bool finer = false;
     for (size_t i = 1; i < got.size(); ++i)
       for (float v : got[i]) {

@@ -4,6 +4,7 @@
 // not cancel catastrophically the way E[x^2] - E[x]^2 does for rows with a large mean.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -31,8 +32,15 @@ template <class T> std::vector<acc_t<T>> widen_vec(const Tensor& t, int64_t c, a
   return out;
 }
 
+// A parameter gradient (dw, db): of x's dtype T, or f32 for 16-bit x (the sums unrounded).
 template <class T> void store_vec(const Tensor& t, const std::vector<acc_t<T>>& v) {
   if (!t.defined()) return;
+  constexpr bool narrow = std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>;
+  if (t.dtype() == DType::F32 && narrow) {
+    float* p = t.data<float>();
+    for (size_t j = 0; j < v.size(); ++j) p[j] = float(v[j]);
+    return;
+  }
   T* p = t.data<T>();
   for (size_t j = 0; j < v.size(); ++j) st(p, int64_t(j), v[j]);
 }

@@ -161,9 +161,9 @@ __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
 // dw[c] = sum_r dy[r,c] * xhat[r,c], db[c] = sum_r dy[r,c]. Block = kColStrip columns x
 // kColPhases row phases; thread (tx, ty) sums rows ty, ty + kColPhases, ... of column tx,
 // then the phases are added by a fixed tree. dw or db may be null.
-template <class T, bool RMS>
+template <class T, class O, bool RMS>
 __global__ void __launch_bounds__(kColStrip* kColPhases)
-    norm_bwd_dwdb_kernel(T* __restrict__ dw, T* __restrict__ db, const T* __restrict__ dy,
+    norm_bwd_dwdb_kernel(O* __restrict__ dw, O* __restrict__ db, const T* __restrict__ dy,
                          const T* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd,
                          int64_t N, int C) {
   __shared__ float red_w[kColPhases][kColStrip + 1], red_b[kColPhases][kColStrip + 1];
@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(kColStrip* kColPhases)
     }
   }
   if (ty == 0 && c < C) {  // row 0 was last written by this same thread
-    if (dw) dw[c] = from_f32<T>(red_w[0][tx]);
-    if (db) db[c] = from_f32<T>(red_b[0][tx]);
+    if (dw) dw[c] = from_f32<O>(red_w[0][tx]);
+    if (db) db[c] = from_f32<O>(red_b[0][tx]);
   }
 }
 
@@ -263,9 +263,9 @@ __device__ __forceinline__ void dwdb_tree(float* red_w, float* red_b, const floa
 // group * splits + rank): block rank s sums rows s * lanes + ty, stepping splits * lanes, and
 // after its own tree, rank 0 adds the other ranks' sums from their shared memory (distributed
 // shared memory), in rank order: still no scratch, no atomics, the same order every run.
-template <class T, int P, bool RMS>
+template <class T, class O, int P, bool RMS>
 __global__ void __launch_bounds__(kColPackThreads)
-    norm_bwd_dwdb_packed_kernel(T* __restrict__ dw, T* __restrict__ db, const T* __restrict__ dy,
+    norm_bwd_dwdb_packed_kernel(O* __restrict__ dw, O* __restrict__ db, const T* __restrict__ dy,
                                 const T* __restrict__ x, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, int64_t N, int C, int splits) {
   __shared__ float red_w[kColPackThreads * P], red_b[kColPackThreads * P];
@@ -299,8 +299,8 @@ __global__ void __launch_bounds__(kColPackThreads)
   if (split == 0 && threadIdx.y == 0 && c0 < C) {  // lane 0's sums were last written by this same thread
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      if (dw) dw[c0 + k] = from_f32<T>(red_w[me + k]);
-      if (db) db[c0 + k] = from_f32<T>(red_b[me + k]);
+      if (dw) dw[c0 + k] = from_f32<O>(red_w[me + k]);
+      if (db) db[c0 + k] = from_f32<O>(red_b[me + k]);
     }
   }
 }
@@ -345,9 +345,9 @@ __global__ void __launch_bounds__(kColPackThreads)
 // kPartLanes): thread (tx, ty) adds parts ty, ty + kPartLanes, ... of column j, then the lanes
 // are added in a fixed tree.
 constexpr int kPartCols = 32, kPartLanes = 32;
-template <class T>
+template <class O>
 __global__ void __launch_bounds__(kPartCols* kPartLanes)
-    norm_bwd_dwdb_sum_kernel(T* __restrict__ dw, T* __restrict__ db, const float* __restrict__ part, int C,
+    norm_bwd_dwdb_sum_kernel(O* __restrict__ dw, O* __restrict__ db, const float* __restrict__ part, int C,
                              int parts) {
   __shared__ float red[kPartLanes][kPartCols + 1];
   const int j = int(blockIdx.x) * kPartCols + int(threadIdx.x), ty = threadIdx.y;
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(kPartCols* kPartLanes)
     if (ty < half) red[ty][threadIdx.x] += red[ty + half][threadIdx.x];
   }
   if (ty == 0 && j < 2 * C) {
-    T* out = j < C ? dw : db;
-    if (out) out[j < C ? j : j - C] = from_f32<T>(red[0][threadIdx.x]);
+    O* out = j < C ? dw : db;
+    if (out) out[j < C ? j : j - C] = from_f32<O>(red[0][threadIdx.x]);
   }
 }
 
@@ -440,6 +440,14 @@ void check_vec(const char* op, const Tensor& t, int64_t n, DType dt, const char*
                std::to_string(n) + " elements",
            "the CUDA kernel reads/writes it directly", "");
 }
+// A parameter gradient (dw, db): a vector like check_vec's, of the rows' dtype or f32 for 16-bit
+// rows (autocast's parameter gradients); dw and db of one dtype.
+void check_param_grad(const char* op, const Tensor& t, int64_t n, DType rows, const Tensor& other, const char* name) {
+  const bool wide = t.defined() && t.dtype() == DType::F32 && (rows == DType::BF16 || rows == DType::F16);
+  check_vec(op, t, n, wide ? DType::F32 : rows, name);
+  LT_CHECK(!other.defined() || other.dtype() == t.dtype(), std::string(op) + ": dw and db of different dtypes",
+           std::string(dtype_name(t.dtype())) + " and " + dtype_name(other.dtype()), "allocate both in one dtype");
+}
 int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
 
 // Whether packs of P = 16/sizeof(T) elements can be used for rows of length C.
@@ -481,6 +489,10 @@ void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
 }
 
+template <class T, class O, bool RMS>
+void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                      const Tensor& rstd);
+
 // ds defined: dx = ds + the norm's dx (the fused add's backward).
 template <class T, bool RMS>
 void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
@@ -508,8 +520,24 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
     else go(S{}, std::false_type{});
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
   }
-  T* pdw = dw.defined() ? dw.data<T>() : nullptr;
-  T* pdb = db.defined() ? db.data<T>() : nullptr;
+  // dw, db: of T, or f32 for 16-bit T (autocast's parameter gradients, the sums unrounded).
+  const DType out = dw.defined() ? dw.dtype() : db.defined() ? db.dtype() : x.dtype();
+  if constexpr (sizeof(T) == 2) {
+    if (out == DType::F32) return launch_norm_dwdb<T, float, RMS>(dw, db, dy, x, mean, rstd);
+  }
+  launch_norm_dwdb<T, T, RMS>(dw, db, dy, x, mean, rstd);
+}
+
+// dw, db (either may be undefined) of launch_norm_bwd, of dtype O.
+template <class T, class O, bool RMS>
+void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                      const Tensor& rstd) {
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  const T *pdy = dy.data<T>(), *px = x.data<T>();
+  const float* pm = RMS ? nullptr : mean.data<float>();
+  const float* pr = rstd.data<float>();
+  O* pdw = dw.defined() ? dw.data<O>() : nullptr;
+  O* pdb = db.defined() ? db.data<O>() : nullptr;
   if (pdw || pdb) {  // N == 0 still writes zeros
     if (can_vectorise<T>(C, {pdy, px}) && N > 0) {
       // Two passes through the borrowed cuBLASLt workspace: a block per 8+ rows per lane, at
@@ -534,7 +562,7 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
         norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
                                                                                         int(C), rows);
         LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_part_kernel");
-        norm_bwd_dwdb_sum_kernel<T><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
+        norm_bwd_dwdb_sum_kernel<O><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
                                       current_stream()>>>(pdw, pdb, part, int(C), int(parts));
         LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
         return;
@@ -553,13 +581,13 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
                              ? kDwdbSplits
                              : 1;
       ClusterLaunch l(dim3(groups * unsigned(splits)), dim3(unsigned(packs), unsigned(lanes)), 0, current_stream(), splits);
-      LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, norm_bwd_dwdb_packed_kernel<T, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
+      LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, norm_bwd_dwdb_packed_kernel<T, O, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
                                        N, int(C), splits));
       LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
       return;
     }
     const dim3 grid(unsigned((C + kColStrip - 1) / kColStrip)), block(kColStrip, kColPhases);
-    norm_bwd_dwdb_kernel<T, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
+    norm_bwd_dwdb_kernel<T, O, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_kernel");
   }
 }
@@ -638,8 +666,8 @@ void CudaBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor
   check_norm(op, dy, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (dx.defined()) check_rows(op, dx, N, C, "dx");
-  if (dw.defined()) check_vec(op, dw, C, x.dtype(), "dw");
-  if (db.defined()) check_vec(op, db, C, x.dtype(), "db");
+  if (dw.defined()) check_param_grad(op, dw, C, x.dtype(), db, "dw");
+  if (db.defined()) check_param_grad(op, db, C, x.dtype(), dw, "db");
   LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "layernorm_bwd: dx dtype", "dx must have x's dtype", "");
   check_vec(op, mean, N, DType::F32, "mean");
   check_vec(op, rstd, N, DType::F32, "rstd");
@@ -663,7 +691,7 @@ void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& 
   check_norm(op, dy, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (dx.defined()) check_rows(op, dx, N, C, "dx");
-  if (dw.defined()) check_vec(op, dw, C, x.dtype(), "dw");
+  if (dw.defined()) check_param_grad(op, dw, C, x.dtype(), Tensor(), "dw");
   LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "rmsnorm_bwd: dx dtype", "dx must have x's dtype", "");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -693,8 +721,8 @@ void CudaBackend::add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const 
   check_rows(op, dsum, N, C, "dsum");
   if (ds.defined()) check_rows(op, ds, N, C, "ds");
   check_same_dtypes(op, sum, {dsum, ds});
-  if (dw.defined()) check_vec(op, dw, C, sum.dtype(), "dw");
-  if (db.defined()) check_vec(op, db, C, sum.dtype(), "db");
+  if (dw.defined()) check_param_grad(op, dw, C, sum.dtype(), db, "dw");
+  if (db.defined()) check_param_grad(op, db, C, sum.dtype(), dw, "db");
   check_vec(op, mean, N, DType::F32, "mean");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(sum.dtype(), [&](auto tag) {
@@ -724,7 +752,7 @@ void CudaBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Te
   check_rows(op, dsum, N, C, "dsum");
   if (ds.defined()) check_rows(op, ds, N, C, "ds");
   check_same_dtypes(op, sum, {dsum, ds});
-  if (dw.defined()) check_vec(op, dw, C, sum.dtype(), "dw");
+  if (dw.defined()) check_param_grad(op, dw, C, sum.dtype(), Tensor(), "dw");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(sum.dtype(), [&](auto tag) {
     launch_norm_bwd<decltype(tag), true>(dsum, dw, Tensor(), dy, ds, sum, w, Tensor(), rstd);
