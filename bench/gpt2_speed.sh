@@ -6,7 +6,8 @@
 #     VARIANTS='default||;keep|--lean-saves 0|;tuned|--lean-saves 0|LEANTRAIN_GEMM_TUNE=1' bash bench/gpt2_speed.sh
 # A variant is LABEL|EXTRA FLAGS|ENV ASSIGNMENTS[|BINARY]; each prints one JSON line tagged with its
 # label (stderr goes to $OUT/LABEL.err, e.g. the GEMM tuner's lines). BINARY, when given, replaces
-# $BIN for that variant (an A/B of two builds in one call).
+# $BIN for that variant (an A/B of two builds in one call). PEER_AFTER lists the rounds after which
+# the peer runs (default 1; e.g. "1 3": twice, since the peer varies from machine to machine too).
 set -u
 BIN=${BIN:-build/leantrain_bench}
 OUT=${OUT:-/tmp/gpt2-speed}
@@ -24,7 +25,7 @@ for round in $(seq 1 "$ROUNDS"); do
       --seq 1024 --warmup 5 --steps 20 $flags 2>"$OUT/$label.err" | tail -1)
     echo "{\"variant\": \"$label\", \"round\": $round, ${line#\{}" | tee -a "$OUT/speed.jsonl"
   done
-  if [ "$PEER" = 1 ] && [ "$round" = 1 ] && [ "$MODEL" = gpt2-124m ]; then
+  if [ "$PEER" = 1 ] && [[ " ${PEER_AFTER:-1} " == *" $round "* ]] && [ "$MODEL" = gpt2-124m ]; then
     timeout 400 python3 bench/peers/gpt2_throughput_torch.py --compile 2>&1 | tail -1 | tee -a "$OUT/speed.jsonl"
   fi
 done

@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/.."
 LT=${LT:-build-gpu/leantrain}
 RES=bench/results
-mkdir -p "$RES"
+mkdir -p "$RES" ${OUT:+"$OUT"}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 COMMON="--data synthetic --steps 2 --eval-batches 1 --log-every 1"
