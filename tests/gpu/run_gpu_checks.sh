@@ -42,23 +42,21 @@ elif [ $unit_rc -ne 0 ]; then
   tail -15 "$LOGS/unit.log" | sed 's/^/     /'
 fi
 
+# The attention tests once more with one setting in the environment (ENV=VALUE), log $LOGS/NAME.log.
+rerun_attention() {
+  echo "== attention tests with $1"
+  env "$1" timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
+    --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/$2.log" 2>&1
+  local rc=$?
+  grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/$2.log" | sed 's/^/   /'
+  if [ $rc -ne 0 ]; then unit_rc=$rc; fi
+}
 # The unit tests' grouped-query shapes are small, so the dK/dV kernel splits their heads over a
 # cluster (src/backend/cuda/attention.cu, dkdv_splits): run the attention tests once more unsplit.
-echo "== attention tests with LEANTRAIN_ATTN_DKDV_SPLITS=1"
-LEANTRAIN_ATTN_DKDV_SPLITS=1 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
-  --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/unit_unsplit.log" 2>&1
-unsplit_rc=$?
-grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/unit_unsplit.log" | sed 's/^/   /'
-[ $unsplit_rc -ne 0 ] && unit_rc=$unsplit_rc
-
+rerun_attention LEANTRAIN_ATTN_DKDV_SPLITS=1 unit_unsplit
 # Once the cuBLASLt workspace is held, the tensor-core backward keeps delta there (dQ first); the
-# other order (delta in dq's rows, dK/dV first) is what runs without it: run the attention tests with it too.
-echo "== attention tests with LEANTRAIN_ATTN_OWN_DELTA=0"
-LEANTRAIN_ATTN_OWN_DELTA=0 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
-  --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/unit_rows_delta.log" 2>&1
-rows_delta_rc=$?
-grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/unit_rows_delta.log" | sed 's/^/   /'
-[ $rows_delta_rc -ne 0 ] && unit_rc=$rows_delta_rc
+# other order (delta in dq's rows, dK/dV first) is what runs without it: run the tests with it too.
+rerun_attention LEANTRAIN_ATTN_OWN_DELTA=0 unit_rows_delta
 
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)
