@@ -45,7 +45,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/mma.cuh"
-#include "memory/streams.h"
 
 #include <cooperative_groups.h>
 
@@ -1521,9 +1520,9 @@ float* delta_scratch(int dev, int64_t qrows) {
     const char* e = std::getenv("LEANTRAIN_ATTN_OWN_DELTA");
     return e && e[0] == '0';
   }();
-  if (off || current_stream() != stream_handle(dev, kComputeStream)) return nullptr;
+  if (off) return nullptr;
   int64_t bytes = 0;
-  void* ws = cublaslt_workspace_held(dev, &bytes);
+  void* ws = cublaslt_workspace_borrow(dev, &bytes);
   return ws && qrows * int64_t(sizeof(float)) <= bytes ? static_cast<float*>(ws) : nullptr;
 }
 

@@ -59,6 +59,9 @@ int64_t cublaslt_workspace_bytes(int device);
 // *bytes), or nullptr when none is held. Only work on the compute stream may use it: the GEMMs
 // that own it run there, so stream order keeps the two apart. Nothing is allocated.
 void* cublaslt_workspace_held(int device, int64_t* bytes);
+// gemm.cu: cublaslt_workspace_held for a caller on the current stream: the workspace when that
+// stream is `device`'s compute stream, else nullptr (*bytes = 0).
+void* cublaslt_workspace_borrow(int device, int64_t* bytes);
 
 }  // namespace lt::cuda
 

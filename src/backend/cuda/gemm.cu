@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm.h"
 #include "leantrain/cuda_info.h"
+#include "memory/streams.h"
 
 namespace lt {
 
@@ -551,6 +552,11 @@ void* cublaslt_workspace_held(int device, int64_t* bytes) {
   const Tensor* w = device >= 0 && device < int(g_workspace.size()) ? g_workspace[size_t(device)] : nullptr;
   *bytes = w ? w->numel() : 0;
   return w ? w->raw_data() : nullptr;
+}
+
+void* cublaslt_workspace_borrow(int device, int64_t* bytes) {
+  *bytes = 0;
+  return current_stream() == stream_handle(device, kComputeStream) ? cublaslt_workspace_held(device, bytes) : nullptr;
 }
 
 int64_t cublaslt_workspace_bytes(int device) {

@@ -26,7 +26,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/row_kernels.cuh"
-#include "memory/streams.h"
 
 #include <cooperative_groups.h>
 
@@ -544,7 +543,7 @@ void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, cons
       // most two per SM, as many as the scratch holds (2C f32 sums each).
       const int dev = dy.device().index;
       int64_t ws_bytes = 0;
-      void* ws = current_stream() == stream_handle(dev, kComputeStream) ? cublaslt_workspace_held(dev, &ws_bytes) : nullptr;
+      void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
       const int npacks = int(C / kVec<T>);
       const int packs = npacks < kColPackThreads ? npacks : kColPackThreads;
       int lanes = 1;
