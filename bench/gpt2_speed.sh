@@ -8,6 +8,8 @@
 # label (stderr goes to $OUT/LABEL.err, e.g. the GEMM tuner's lines). BINARY, when given, replaces
 # $BIN for that variant (an A/B of two builds in one call). PEER_AFTER lists the rounds after which
 # the peer runs (default 1; e.g. "1 3": twice, since the peer varies from machine to machine too).
+# PEER_MODES lists torch.compile modes to run at each of those points (default "default"; e.g.
+# "default max-autotune": the bar is against the fastest, and max-autotune compiles for minutes).
 set -u
 BIN=${BIN:-build/leantrain_bench}
 OUT=${OUT:-/tmp/gpt2-speed}
@@ -26,6 +28,9 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "{\"variant\": \"$label\", \"round\": $round, ${line#\{}" | tee -a "$OUT/speed.jsonl"
   done
   if [ "$PEER" = 1 ] && [[ " ${PEER_AFTER:-1} " == *" $round "* ]] && [ "$MODEL" = gpt2-124m ]; then
-    timeout 400 python3 bench/peers/gpt2_throughput_torch.py --compile 2>&1 | tail -1 | tee -a "$OUT/speed.jsonl"
+    for mode in ${PEER_MODES:-default}; do
+      timeout 540 python3 bench/peers/gpt2_throughput_torch.py --compile --compile-mode "$mode" 2>&1 | tail -1 |
+        tee -a "$OUT/speed.jsonl"
+    done
   fi
 done
