@@ -18,6 +18,7 @@
 #include "leantrain/ops.h"
 #include "unit/gradcheck.h"
 #include "unit/error_of.h"
+#include "unit/rel_error.h"
 
 using namespace lt;
 
@@ -123,17 +124,7 @@ PackedOutcome run_packed(const Case& c, const PackedInputs& in, DType dt, Device
   return {y.to_double_vector(), qkv.grad().to_double_vector()};
 }
 
-// ||a - ref|| / ||ref||; NaN or inf anywhere makes it infinite.
-double rel_error(const Vals& a, const Vals& ref) {
-  if (a.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-6);
-}
+double rel_error(const Vals& a, const Vals& ref) { return test::rel_error(a, ref, 1e-6); }
 
 // Equal values (== on doubles); reports the first difference.
 ::testing::AssertionResult same(const Vals& a, const Vals& b) {

@@ -11,22 +11,13 @@
 
 #include "leantrain/autograd.h"
 #include "leantrain/ops.h"
+#include "unit/rel_error.h"
 
 using namespace lt;
 
 namespace {
 
-// ||a - ref|| / ||ref||; NaN anywhere fails.
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  if (a.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-12);
-}
+using test::rel_error;
 
 double tolerance(DType dt) { return dt == DType::F32 ? 1e-5 : 1e-2; }
 

@@ -15,6 +15,7 @@
 
 #include "leantrain/autograd.h"
 #include "leantrain/ops.h"
+#include "unit/rel_error.h"
 
 using namespace lt;
 
@@ -503,17 +504,7 @@ double tolerance(DType dt) {
   }
 }
 
-// ||a - ref|| / ||ref||; NaN or inf anywhere makes it infinite, so it never passes.
-double rel_error(const std::vector<double>& a, const std::vector<double>& ref) {
-  if (a.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-6);
-}
+double rel_error(const std::vector<double>& a, const std::vector<double>& ref) { return test::rel_error(a, ref, 1e-6); }
 
 std::string event_str(const MemoryEvent& e) {
   return std::string(action_name(e.action)) + " size " + std::to_string(e.size) + " requested " +

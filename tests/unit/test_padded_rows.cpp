@@ -10,6 +10,7 @@
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "ops/op_common.h"
+#include "unit/rel_error.h"
 
 using namespace lt;
 using detail::padded_row_stride;
@@ -110,17 +111,7 @@ TEST(PaddedRows, CrossEntropyGradientIsPadded) {
 
 namespace {
 
-// ||a - ref|| / ||ref||; NaN anywhere fails.
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  if (a.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-12);
-}
+using test::rel_error;
 
 struct HeadRun {
   std::vector<float> loss, dx, dw;
