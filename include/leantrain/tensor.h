@@ -90,4 +90,10 @@ class Tensor {
 // A view of `base` with another shape/strides/offset (no copy, no autograd record).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
 
+// A tensor over `storage` from element `offset` with the given layout, no autograd state; nothing
+// is allocated or checked. A null storage makes a tensor without memory: a stand-in whose shape,
+// dtype and device (and whatever backward the caller records on it) are all that is used.
+Tensor tensor_over(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, const Shape& strides,
+                   DType dtype, Device device);
+
 }  // namespace lt

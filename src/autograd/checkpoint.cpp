@@ -37,14 +37,10 @@ struct CaptureNode final : Node {
 // A root for the nested backward that carries the recomputed graph but not the output buffer,
 // which nothing in backward reads: it is freed before the backward starts.
 Tensor graph_handle(const Tensor& out) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = out.shape();
-  impl->strides = out.strides();
-  impl->dtype = out.dtype();
-  impl->device = out.device();
-  impl->requires_grad = true;
-  impl->grad_fn = out.grad_fn();
-  return Tensor(impl);
+  Tensor handle = tensor_over(nullptr, 0, out.shape(), out.strides(), out.dtype(), out.device());
+  handle.impl()->requires_grad = true;
+  handle.impl()->grad_fn = out.grad_fn();
+  return handle;
 }
 
 thread_local int t_route_param_grads = 0;

@@ -212,14 +212,10 @@ Tensor past_f32_cast(const Tensor& t) {
   // twice its 16-bit bytes; this consumer keeps the cast then.
   if (t.impl()->grad_fn.use_count() > 1) return Tensor();
   // record() takes a tensor's edge from its grad_fn: the stand-in's is the cast's own edge.
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = t.shape();
-  impl->strides = t.strides();
-  impl->dtype = DType::F32;
-  impl->device = t.device();
-  impl->requires_grad = true;
-  impl->grad_fn = cast.next[0];
-  return Tensor(std::move(impl));
+  Tensor stand_in = tensor_over(nullptr, 0, t.shape(), t.strides(), DType::F32, t.device());
+  stand_in.impl()->requires_grad = true;
+  stand_in.impl()->grad_fn = cast.next[0];
+  return stand_in;
 }
 
 namespace {

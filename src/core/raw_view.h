@@ -13,13 +13,8 @@ inline Tensor raw_view(const void* ptr, const Shape& shape, DType dt) {
   Block b;
   b.ptr = const_cast<void*>(ptr);  // a read-only mapping is only ever a copy's source
   b.size = b.requested = numel(shape) * int64_t(dtype_size(dt));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(b, nullptr, Device::cpu());
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dt;
-  impl->device = Device::cpu();
-  return Tensor(impl);
+  return tensor_over(std::make_shared<Storage>(b, nullptr, Device::cpu()), 0, shape, contiguous_strides(shape), dt,
+                     Device::cpu());
 }
 
 }  // namespace lt

@@ -11,13 +11,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
     LT_CHECK(d >= 0, "negative dimension in shape " + shape_str(shape), "sizes must be >= 0", "fix the shape");
   if (dtype == DType::F64 && device.is_cuda())
     fail("f64 is not supported on CUDA", "leantrain keeps f64 for CPU reference checks", "use f32, bf16 or f16");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  impl->device = device;
-  impl->storage = allocate_storage(lt::numel(shape) * int64_t(dtype_size(dtype)), device);
-  return Tensor(std::move(impl));
+  return tensor_over(allocate_storage(lt::numel(shape) * int64_t(dtype_size(dtype)), device), 0, shape,
+                     contiguous_strides(shape), dtype, device);
 }
 
 int64_t Tensor::size(int64_t d) const { return impl_->shape[size_t(wrap_dim(d, dim()))]; }
@@ -57,14 +52,7 @@ void Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook h) {
 void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward(*this, grad, retain_graph); }
 
 Tensor Tensor::detach() const {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = impl_->storage;
-  impl->offset = impl_->offset;
-  impl->shape = impl_->shape;
-  impl->strides = impl_->strides;
-  impl->dtype = impl_->dtype;
-  impl->device = impl_->device;
-  return Tensor(std::move(impl));
+  return tensor_over(impl_->storage, impl_->offset, impl_->shape, impl_->strides, impl_->dtype, impl_->device);
 }
 
 Tensor Tensor::to(Device d) const { return to_device(*this, d); }
@@ -103,13 +91,18 @@ double Tensor::item() const {
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
+  return tensor_over(base.storage(), offset, shape, strides, base.dtype(), base.device());
+}
+
+Tensor tensor_over(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, const Shape& strides,
+                   DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = base.storage();
+  impl->storage = std::move(storage);
   impl->offset = offset;
   impl->shape = shape;
   impl->strides = strides;
-  impl->dtype = base.dtype();
-  impl->device = base.device();
+  impl->dtype = dtype;
+  impl->device = device;
   return Tensor(std::move(impl));
 }
 

@@ -58,13 +58,9 @@ Tensor ParamFactory::create(const Shape& shape, const Init& init, DType dtype, b
   // A slot: shape, dtype and device now, memory at materialize().
   LT_CHECK(!(dtype == DType::F64 && opts_.device.is_cuda()), "f64 is not supported on CUDA",
            "leantrain keeps f64 for CPU reference checks", "use f32, bf16 or f16");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  impl->device = opts_.device;
-  pending_.push_back(Pending{impl, init, counter, buffer});
-  return Tensor(impl);
+  Tensor slot = tensor_over(nullptr, 0, shape, contiguous_strides(shape), dtype, opts_.device);
+  pending_.push_back(Pending{slot.impl_ptr(), init, counter, buffer});
+  return slot;
 }
 
 void fill_slot(const Tensor& t, const DeferredSlot& s) {

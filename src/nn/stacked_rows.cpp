@@ -49,12 +49,8 @@ Tensor stacked_copies(const std::vector<Tensor>& copies, const std::vector<Tenso
   }
   if (!grad_enabled() || !needs_grad(params)) return out;
   // The params' stack as a tensor without memory: only its shape and its backward are used.
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = out.shape();
-  impl->strides = contiguous_strides(out.shape());
-  impl->dtype = params[0].dtype();
-  impl->device = params[0].device();
-  Tensor stack(impl);
+  Tensor stack = tensor_over(nullptr, 0, out.shape(), contiguous_strides(out.shape()), params[0].dtype(),
+                             params[0].device());
   record_stack(stack, params);
   detail::record_cast(out, stack);
   return out;

@@ -206,14 +206,8 @@ struct OffloadOptimizer::Drain {
 
   // A tensor of `param`'s device over the area (CUDA reads and writes pinned memory in place).
   Tensor view(const Tensor& param, int64_t off, Device device) const {
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = area;
-    impl->offset = off / int64_t(dtype_size(param.dtype()));
-    impl->shape = param.shape();
-    impl->strides = contiguous_strides(param.shape());
-    impl->dtype = param.dtype();
-    impl->device = device;
-    return Tensor(impl);
+    return tensor_over(area, off / int64_t(dtype_size(param.dtype())), param.shape(), contiguous_strides(param.shape()),
+                       param.dtype(), device);
   }
 
   void drain(Tensor& param, const std::string& name) {

@@ -25,14 +25,7 @@ int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 // A CPU tensor over pinned host memory at `byte_offset` (a multiple of the dtype size).
 Tensor host_view(const std::shared_ptr<Storage>& st, int64_t byte_offset, const Shape& shape, DType dt) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = st;
-  impl->offset = byte_offset / int64_t(dtype_size(dt));
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dt;
-  impl->device = Device::cpu();
-  return Tensor(impl);
+  return tensor_over(st, byte_offset / int64_t(dtype_size(dt)), shape, contiguous_strides(shape), dt, Device::cpu());
 }
 
 std::shared_ptr<Storage> pin(int64_t bytes, Device d, const char* what) {
