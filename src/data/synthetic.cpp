@@ -12,8 +12,6 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-double unit(uint64_t h) { return double(h >> 11) * (1.0 / 9007199254740992.0); }
-
 }  // namespace
 
 void SyntheticImages::get(int64_t i, void* input, int64_t* target) const {

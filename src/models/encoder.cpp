@@ -69,7 +69,8 @@ EncoderClassifier::EncoderClassifier(const EncoderConfig& cfg, const nn::InitOpt
                                      : p == "Roberta"   ? "RobertaLayer"
                                      : cfg_.big_bird()  ? "BigBirdLayer"
                                                         : "BertLayer",
-                             .prefix = p == "Roberta" ? "Roberta" : cfg_.big_bird() ? "BigBird" : "Bert"};
+                             .prefix = p == "Roberta" ? "Roberta" : cfg_.big_bird() ? "BigBird" : "Bert",
+                             .block_sparse = std::nullopt};
   if (cfg_.block_sparse()) lo.block_sparse = nn::BlockSparseOptions{cfg_.block_size, cfg_.num_random_blocks};
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) layers_->append(std::make_shared<nn::PostNormEncoderLayer>(pf, lo));
   const int64_t h = cfg_.hidden_size;

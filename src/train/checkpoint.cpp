@@ -25,15 +25,6 @@ namespace lt {
 
 namespace {
 
-nlohmann::json parse_json_file(const std::string& dir, const std::string& file) {
-  std::string text = read_text_file(dir, file);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    checkpoint_corrupt(dir, file, std::string("it is not valid JSON: ") + e.what());
-  }
-}
-
 // Every random module's generator (dropout, BigBird's random blocks), by module path: the RNG
 // state of a run ("dropout_rng" in trainer_state.json, the name it had when dropout was the only one).
 std::vector<std::pair<std::string, nn::RandomSource*>> dropouts(models::Model& m) {
