@@ -42,21 +42,25 @@ elif [ $unit_rc -ne 0 ]; then
   tail -15 "$LOGS/unit.log" | sed 's/^/     /'
 fi
 
-# The attention tests once more with one setting in the environment (ENV=VALUE), log $LOGS/NAME.log.
-rerun_attention() {
-  echo "== attention tests with $1"
-  env "$1" timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no \
-    --gtest_filter='*ttention*:*Attn*:*Gqa*:*BlockSparse*' >"$LOGS/$2.log" 2>&1
+# Some unit tests once more with one setting in the environment: rerun ENV=VALUE NAME FILTER,
+# log $LOGS/NAME.log.
+rerun() {
+  echo "== tests $3 with $1"
+  env "$1" timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_filter="$3" >"$LOGS/$2.log" 2>&1
   local rc=$?
   grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/$2.log" | sed 's/^/   /'
   if [ $rc -ne 0 ]; then unit_rc=$rc; fi
 }
+attention='*ttention*:*Attn*:*Gqa*:*BlockSparse*'
 # The unit tests' grouped-query shapes are small, so the dK/dV kernel splits their heads over a
 # cluster (src/backend/cuda/attention.cu, dkdv_splits): run the attention tests once more unsplit.
-rerun_attention LEANTRAIN_ATTN_DKDV_SPLITS=1 unit_unsplit
+rerun LEANTRAIN_ATTN_DKDV_SPLITS=1 unit_unsplit "$attention"
 # Once the cuBLASLt workspace is held, the tensor-core backward keeps delta there (dQ first); the
 # other order (delta in dq's rows, dK/dV first) is what runs without it: run the tests with it too.
-rerun_attention LEANTRAIN_ATTN_OWN_DELTA=0 unit_rows_delta
+rerun LEANTRAIN_ATTN_OWN_DELTA=0 unit_rows_delta "$attention"
+# With the workspace held, a norm's dx and its dw/db come out of one pass; the separate passes are
+# what runs without it (and for rows over 1024 columns): run the norm tests with those too.
+rerun LEANTRAIN_NORM_FUSED_BWD=0 unit_norm_two_pass '*Norm*:*CudaFastPaths*:*F32WeightGrads*'
 
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)

@@ -17,7 +17,9 @@
 // shared memory, so the result is bitwise reproducible. Rows of 16-byte packs (every model
 // width) go 16 bytes per load, 16 columns per block; others 2 bytes, 8 columns per block. When
 // the cuBLASLt workspace is held, packed rows take two passes through it instead (blocks own
-// rows, then the blocks' sums are added in order): the same determinism, at bandwidth.
+// rows, then the blocks' sums are added in order): the same determinism, at bandwidth. When dx
+// is wanted too (training) and rows are at most 1024 columns, the first of those passes is the
+// dx kernel itself (norm_bwd_fused_kernel): x and dy are read once for all three gradients.
 #include <algorithm>
 #include <initializer_list>
 #include <string>
@@ -114,6 +116,46 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
 // g = dy * w, xhat = (x - mean) * rstd (mean = 0 for RMS):
 // LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); RMSNorm drops the mean(g) term.
 // ADD: dx = ds + that (the fused add's gradient, shared by both addends), rounded once.
+// A row takes two passes over its packs: the sums of g and g * xhat, then dx. Both kernels below
+// make them through these two helpers, so their dx is the same expression in the same order.
+
+// Pass 1 over the P columns at c: sg += g, sgx += g * xhat.
+template <class T, int P>
+__device__ __forceinline__ void dx_sums_pack(const T* __restrict__ xr, const T* __restrict__ dyr,
+                                             const T* __restrict__ w, int c, float mu, float rs, float& sg,
+                                             float& sgx) {
+  float xv[P], gv[P], wv[P];
+  load_f32<T, P>(xr + c, xv);
+  load_f32<T, P>(dyr + c, gv);
+  load_f32<T, P>(w + c, wv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const float g = gv[k] * wv[k];
+    sg += g;
+    sgx += g * (xv[k] - mu) * rs;
+  }
+}
+
+// Pass 2 over the P columns at c (mg = mean(g), mgx = mean(g * xhat)): dx stored; x and dy of
+// those columns left in xv and gv (re-read: L1-hot from pass 1).
+template <class T, int P, bool ADD>
+__device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __restrict__ xr,
+                                              const T* __restrict__ dyr, const T* __restrict__ dsr,
+                                              const T* __restrict__ w, int c, float mu, float rs, float mg, float mgx,
+                                              float (&xv)[P], float (&gv)[P]) {
+  float wv[P], sv[P], o[P];
+  load_f32<T, P>(xr + c, xv);
+  load_f32<T, P>(dyr + c, gv);
+  load_f32<T, P>(w + c, wv);
+  if (ADD) load_f32<T, P>(dsr + c, sv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    o[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
+    if (ADD) o[k] += sv[k];
+  }
+  store_f32<T, P>(dxr + c, o);
+}
+
 template <class T, int P, bool RMS, bool ADD>
 __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ ds,
                                    const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ mean,
@@ -125,33 +167,78 @@ __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
   const T* dyr = dy + row * C;
   const float mu = RMS ? 0.0f : mean[row], rs = rstd[row];
   float sg = 0.0f, sgx = 0.0f;
-  for (int c = lane * P; c < C; c += 32 * P) {
-    float xv[P], gv[P], wv[P];
-    load_f32<T, P>(xr + c, xv);
-    load_f32<T, P>(dyr + c, gv);
-    load_f32<T, P>(w + c, wv);
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const float g = gv[k] * wv[k];
-      sg += g;
-      sgx += g * (xv[k] - mu) * rs;
-    }
-  }
+  for (int c = lane * P; c < C; c += 32 * P) dx_sums_pack<T, P>(xr, dyr, w, c, mu, rs, sg, sgx);
   const float mg = RMS ? 0.0f : warp_sum(sg) / float(C);
   const float mgx = warp_sum(sgx) / float(C);
-  T* dxr = dx + row * C;
   for (int c = lane * P; c < C; c += 32 * P) {
-    float xv[P], gv[P], wv[P], sv[P];
-    load_f32<T, P>(xr + c, xv);
-    load_f32<T, P>(dyr + c, gv);
-    load_f32<T, P>(w + c, wv);
-    if (ADD) load_f32<T, P>(ds + row * C + c, sv);
+    float xv[P], gv[P];
+    dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, c, mu, rs, mg, mgx, xv, gv);
+  }
+}
+
+// norm_bwd_dx_kernel's dx and the dw/db column sums in one pass, so x and dy are read once for
+// both (GPT-2's step has 25 norms; the separate column-sum pass read 50 MB each). The grid is what
+// the SMs hold at once: warp g of G owns rows g, g + G, ..., computes each row's dx as
+// norm_bwd_dx_kernel does (the same helpers, the same order) and adds dy * xhat and dy into its
+// lanes' column sums (lane l owns packs l, l + 32, ... of P columns, at most K of them: C <= 32 *
+// P * K). At the end the block's warps are added in warp order into part[block] (2C floats: dw,
+// then db), and norm_bwd_dwdb_sum_kernel adds the blocks in block order: a fixed partition and a
+// fixed order, so the sums are bitwise reproducible for a given grid.
+template <class T, int P, int K, bool RMS, bool ADD>
+__global__ void __launch_bounds__(32 * kRowWarps)
+    norm_bwd_fused_kernel(T* __restrict__ dx, float* __restrict__ part, const T* __restrict__ dy,
+                          const T* __restrict__ ds, const T* __restrict__ x, const T* __restrict__ w,
+                          const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C) {
+  extern __shared__ float fused_red[];  // [kRowWarps][2C]: each warp's sums
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  float aw[K][P], ab[K][P];
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      gv[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
-      if (ADD) gv[k] += sv[k];
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int j = 0; j < P; ++j) aw[k][j] = ab[k][j] = 0.0f;
+  const int64_t stride = int64_t(gridDim.x) * kRowWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kRowWarps + warp; row < N; row += stride) {
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    const float mu = RMS ? 0.0f : mean[row], rs = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if ((k * 32 + lane) * P < C) dx_sums_pack<T, P>(xr, dyr, w, (k * 32 + lane) * P, mu, rs, sg, sgx);
+    const float mg = RMS ? 0.0f : warp_sum(sg) / float(C);
+    const float mgx = warp_sum(sgx) / float(C);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = (k * 32 + lane) * P;
+      if (c < C) {
+        float xv[P], gv[P];
+        dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, c, mu, rs, mg, mgx, xv, gv);
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          aw[k][j] += gv[j] * (xv[j] - mu) * rs;
+          ab[k][j] += gv[j];
+        }
+      }
     }
-    store_f32<T, P>(dxr + c, gv);
+  }
+  float* mine = fused_red + int64_t(warp) * 2 * C;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = (k * 32 + lane) * P;
+    if (c < C)
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        mine[c + j] = aw[k][j];
+        mine[C + c + j] = ab[k][j];
+      }
+  }
+  __syncthreads();  // every warp's sums are in shared memory
+  float* out = part + int64_t(blockIdx.x) * 2 * C;
+  for (int j = warp * 32 + lane; j < 2 * C; j += 32 * kRowWarps) {
+    float s = fused_red[j];
+#pragma unroll
+    for (int q = 1; q < kRowWarps; ++q) s += fused_red[int64_t(q) * 2 * C + j];
+    out[j] = s;
   }
 }
 
@@ -492,6 +579,76 @@ template <class T, class O, bool RMS>
 void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& mean,
                       const Tensor& rstd);
 
+// LEANTRAIN_NORM_FUSED_BWD=0: dx and the dw/db sums in separate passes (for measuring).
+bool fused_norm_bwd_allowed() {
+  static const bool off = [] {
+    const char* e = std::getenv("LEANTRAIN_NORM_FUSED_BWD");
+    return e && e[0] == '0';
+  }();
+  return !off;
+}
+
+// dx, dw and db in one pass (norm_bwd_fused_kernel) and the blocks' sums added after, when the
+// rows are 16-byte packs and at most 1024 columns (each lane then keeps at most 32 f32 sums of
+// dw and 32 of db) and the borrowed cuBLASLt workspace holds 2C sums for every block of a grid
+// of at least one block per SM. False: nothing was launched.
+template <class T, class O, bool RMS>
+bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
+                           const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  constexpr int P = kVec<T>, kPacksPerStep = P == 4 ? 2 : 1;  // f32 rows: 2 packs of 4 per step
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  T* pdx = dx.data<T>();
+  const T *pdy = dy.data<T>(), *px = x.data<T>(), *pw = w.data<T>();
+  const T* pds = ds.defined() ? ds.data<T>() : nullptr;
+  if (!fused_norm_bwd_allowed() || N == 0 || !can_vectorise<T>(C, {pdx, pdy, px, pw, pds})) return false;
+  const int64_t lane_packs = (C / P + 31) / 32;
+  const int steps = int((lane_packs + kPacksPerStep - 1) / kPacksPerStep);
+  if (steps > 4) return false;
+  const int dev = dy.device().index;
+  int64_t ws_bytes = 0;
+  void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
+  if (!ws) return false;
+  const int64_t part_bytes = 2 * C * int64_t(sizeof(float)), sms = device_state(dev).sm_count;
+  const size_t smem = size_t(kRowWarps) * size_t(part_bytes);
+  bool launched = false;
+  auto go = [&](auto ktag, auto atag) {
+    constexpr int K = decltype(ktag)::value * kPacksPerStep;
+    constexpr bool ADD = decltype(atag)::value;
+    auto kernel = norm_bwd_fused_kernel<T, P, K, RMS, ADD>;
+    int per_sm = 0;  // depends on C (the shared memory): asked at each call, a few microseconds
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowWarps, smem) != cudaSuccess) per_sm = 0;
+    // The whole grid resident at once and as many blocks as the scratch holds (a grid under one
+    // block per SM would be slower than the two passes); then as few blocks as give no warp more
+    // rows than that grid would (fewer sums to add, no longer tail).
+    const int64_t row_blocks = (N + kRowWarps - 1) / kRowWarps;
+    const int64_t most = std::min({sms * per_sm, row_blocks, ws_bytes / part_bytes});
+    if (per_sm < 1 || (most < sms && most < row_blocks)) return;
+    const int64_t rows_per_warp = (N + most * kRowWarps - 1) / (most * kRowWarps);
+    const int64_t blocks = (N + rows_per_warp * kRowWarps - 1) / (rows_per_warp * kRowWarps);
+    kernel<<<unsigned(blocks), dim3(32, kRowWarps), smem, current_stream()>>>(
+        pdx, static_cast<float*>(ws), pdy, pds, px, pw, RMS ? nullptr : mean.data<float>(), rstd.data<float>(), N,
+        int(C));
+    LT_CUDA_LAUNCH_CHECK("norm_bwd_fused_kernel");
+    O* pdw = dw.defined() ? dw.data<O>() : nullptr;
+    O* pdb = db.defined() ? db.data<O>() : nullptr;
+    norm_bwd_dwdb_sum_kernel<O><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
+                                  current_stream()>>>(pdw, pdb, static_cast<const float*>(ws), int(C), int(blocks));
+    LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
+    launched = true;
+  };
+  auto with_add = [&](auto ktag) {
+    if (pds) go(ktag, std::true_type{});
+    else go(ktag, std::false_type{});
+  };
+  switch (steps) {
+    case 1: with_add(std::integral_constant<int, 1>{}); break;
+    case 2: with_add(std::integral_constant<int, 2>{}); break;
+    case 3: with_add(std::integral_constant<int, 3>{}); break;
+    default: with_add(std::integral_constant<int, 4>{}); break;
+  }
+  return launched;
+}
+
 // ds defined: dx = ds + the norm's dx (the fused add's backward).
 template <class T, bool RMS>
 void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
@@ -501,6 +658,14 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
   const T* pds = ds.defined() ? ds.data<T>() : nullptr;
   const float* pm = RMS ? nullptr : mean.data<float>();
   const float* pr = rstd.data<float>();
+  // dw, db: of T, or f32 for 16-bit T (autocast's parameter gradients, the sums unrounded).
+  const DType out = dw.defined() ? dw.dtype() : db.defined() ? db.dtype() : x.dtype();
+  if (dx.defined() && (dw.defined() || db.defined())) {
+    if constexpr (sizeof(T) == 2) {
+      if (out == DType::F32 && launch_norm_bwd_fused<T, float, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd)) return;
+    }
+    if (out == x.dtype() && launch_norm_bwd_fused<T, T, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd)) return;
+  }
   if (dx.defined() && N > 0) {
     T* pdx = dx.data<T>();
     const dim3 block(32, kRowWarps);
@@ -519,8 +684,6 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
     else go(S{}, std::false_type{});
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
   }
-  // dw, db: of T, or f32 for 16-bit T (autocast's parameter gradients, the sums unrounded).
-  const DType out = dw.defined() ? dw.dtype() : db.defined() ? db.dtype() : x.dtype();
   if constexpr (sizeof(T) == 2) {
     if (out == DType::F32) return launch_norm_dwdb<T, float, RMS>(dw, db, dy, x, mean, rstd);
   }
