@@ -309,6 +309,18 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
 
 // ======================================================================== tensor-core backward
 
+// sum of a[e] * b[e] over one 16-byte chunk of 8 16-bit values each (f32 accumulation, in order):
+// a piece of delta_i = sum_d dO[i,d] * O[i,d].
+template <class T> __device__ __forceinline__ float dot_chunk8(const T* a, const T* b) {
+  const uint4 ua = *reinterpret_cast<const uint4*>(a), ub = *reinterpret_cast<const uint4*>(b);
+  const T* pa = reinterpret_cast<const T*>(&ua);
+  const T* pb = reinterpret_cast<const T*>(&ub);
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) s += to_f32(pa[e]) * to_f32(pb[e]);
+  return s;
+}
+
 // delta_i = sum_d dO[i,d] * O[i,d], stored as f32 in the first 4 bytes of dq row i.
 // D / 8 lanes per row, one 16-byte chunk each.
 template <class T, int D>
@@ -320,14 +332,8 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
   const int ch = int(i % G);
   const int64_t bh = row / Tq, t = row - bh * Tq;
   float s = 0.0f;
-  if (row < rows) {
-    const uint4 a = *reinterpret_cast<const uint4*>(out + so.head(bh, H) + t * so.st + ch * 8);
-    const uint4 c = *reinterpret_cast<const uint4*>(dout + sdo.head(bh, H) + t * sdo.st + ch * 8);
-    const T* pa = reinterpret_cast<const T*>(&a);
-    const T* pc = reinterpret_cast<const T*>(&c);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) s += to_f32(pa[e]) * to_f32(pc[e]);
-  }
+  if (row < rows)
+    s = dot_chunk8(out + so.head(bh, H) + t * so.st + ch * 8, dout + sdo.head(bh, H) + t * sdo.st + ch * 8);
 #pragma unroll
   for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // groups of G aligned lanes
   if (row < rows && ch == 0) *reinterpret_cast<float*>(dq + sdq.head(bh, H) + t * sdq.st) = s;
@@ -581,13 +587,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
       const T* orow = out + so.head(bh, H) + int64_t(row) * so.st + c0;
       const T* drow = dog + int64_t(row) * sdo.st + c0;
 #pragma unroll
-      for (int c = 0; c < D / 2; c += 8) {
-        const uint4 a = *reinterpret_cast<const uint4*>(orow + c), d = *reinterpret_cast<const uint4*>(drow + c);
-        const T* pa = reinterpret_cast<const T*>(&a);
-        const T* pd = reinterpret_cast<const T*>(&d);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sum += to_f32(pa[e]) * to_f32(pd[e]);
-      }
+      for (int c = 0; c < D / 2; c += 8) sum += dot_chunk8(orow + c, drow + c);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     if ((lane & 1) == 0 && row < Tq) dlt_out[bh * Tq + row] = sum;
