@@ -575,9 +575,69 @@ void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
 }
 
+// dw, db (either may be undefined) of launch_norm_bwd, of dtype O.
 template <class T, class O, bool RMS>
 void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                      const Tensor& rstd);
+                      const Tensor& rstd) {
+  const int64_t C = last_dim(x), N = x.numel() / C;
+  const T *pdy = dy.data<T>(), *px = x.data<T>();
+  const float* pm = RMS ? nullptr : mean.data<float>();
+  const float* pr = rstd.data<float>();
+  O* pdw = dw.defined() ? dw.data<O>() : nullptr;
+  O* pdb = db.defined() ? db.data<O>() : nullptr;
+  if (pdw || pdb) {  // N == 0 still writes zeros
+    if (can_vectorise<T>(C, {pdy, px}) && N > 0) {
+      // Two passes through the borrowed cuBLASLt workspace: a block per 8+ rows per lane, at
+      // most two per SM, as many as the scratch holds (2C f32 sums each).
+      const int dev = dy.device().index;
+      int64_t ws_bytes = 0;
+      void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
+      const int npacks = int(C / kVec<T>);
+      const int packs = npacks < kColPackThreads ? npacks : kColPackThreads;
+      int lanes = 1;
+      while (lanes * 2 * packs <= kColPackThreads && lanes * 2 <= N) lanes *= 2;
+      const int64_t sms = device_state(dev).sm_count, fit = ws ? ws_bytes / (2 * C * int64_t(sizeof(float))) : 0;
+      // (Measured on GPT-2's 16384 x 768: 1, 3 or 4 blocks per SM and 4 rows in flight were no
+      // faster: 25-35 us against 25.)
+      const int64_t wanted = std::min<int64_t>(2 * sms, (N + 8 * lanes - 1) / (8 * lanes));
+      int64_t parts = std::min(wanted, fit);
+      if (parts >= 1 && (parts == wanted || parts >= sms)) {
+        const int64_t rows = (N + parts - 1) / parts;
+        parts = (N + rows - 1) / rows;  // no block without rows
+        float* part = static_cast<float*>(ws);
+        const dim3 grid{unsigned(parts)}, block{unsigned(packs), unsigned(lanes)};
+        norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
+                                                                                        int(C), rows);
+        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_part_kernel");
+        norm_bwd_dwdb_sum_kernel<O><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
+                                      current_stream()>>>(pdw, pdb, part, int(C), int(parts));
+        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
+        return;
+      }
+    }
+    if (can_vectorise<T>(C, {pdy, px})) {
+      int lanes = 1;
+      while (lanes < kColPackLanes && lanes < N) lanes *= 2;
+      const int packs = kColPackThreads / lanes;
+      const int64_t npacks = C / kVec<T>;
+      const unsigned groups = unsigned((npacks + packs - 1) / packs);
+      // Split the rows over a cluster when the column groups alone leave most SMs idle and
+      // every block still gets rows (kDwdbSplits blocks of `lanes` rows, twice over).
+      const int splits = cluster_launch_ok() && groups < 2u * unsigned(device_state(dy.device().index).sm_count) &&
+                                 N >= int64_t(2) * kDwdbSplits * lanes
+                             ? kDwdbSplits
+                             : 1;
+      ClusterLaunch l(dim3(groups * unsigned(splits)), dim3(unsigned(packs), unsigned(lanes)), 0, current_stream(), splits);
+      LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, norm_bwd_dwdb_packed_kernel<T, O, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
+                                       N, int(C), splits));
+      LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
+      return;
+    }
+    const dim3 grid(unsigned((C + kColStrip - 1) / kColStrip)), block(kColStrip, kColPhases);
+    norm_bwd_dwdb_kernel<T, O, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
+    LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_kernel");
+  }
+}
 
 // LEANTRAIN_NORM_FUSED_BWD=0: dx and the dw/db sums in separate passes (for measuring).
 bool fused_norm_bwd_allowed() {
@@ -688,70 +748,6 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
     if (out == DType::F32) return launch_norm_dwdb<T, float, RMS>(dw, db, dy, x, mean, rstd);
   }
   launch_norm_dwdb<T, T, RMS>(dw, db, dy, x, mean, rstd);
-}
-
-// dw, db (either may be undefined) of launch_norm_bwd, of dtype O.
-template <class T, class O, bool RMS>
-void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                      const Tensor& rstd) {
-  const int64_t C = last_dim(x), N = x.numel() / C;
-  const T *pdy = dy.data<T>(), *px = x.data<T>();
-  const float* pm = RMS ? nullptr : mean.data<float>();
-  const float* pr = rstd.data<float>();
-  O* pdw = dw.defined() ? dw.data<O>() : nullptr;
-  O* pdb = db.defined() ? db.data<O>() : nullptr;
-  if (pdw || pdb) {  // N == 0 still writes zeros
-    if (can_vectorise<T>(C, {pdy, px}) && N > 0) {
-      // Two passes through the borrowed cuBLASLt workspace: a block per 8+ rows per lane, at
-      // most two per SM, as many as the scratch holds (2C f32 sums each).
-      const int dev = dy.device().index;
-      int64_t ws_bytes = 0;
-      void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
-      const int npacks = int(C / kVec<T>);
-      const int packs = npacks < kColPackThreads ? npacks : kColPackThreads;
-      int lanes = 1;
-      while (lanes * 2 * packs <= kColPackThreads && lanes * 2 <= N) lanes *= 2;
-      const int64_t sms = device_state(dev).sm_count, fit = ws ? ws_bytes / (2 * C * int64_t(sizeof(float))) : 0;
-      // (Measured on GPT-2's 16384 x 768: 1, 3 or 4 blocks per SM and 4 rows in flight were no
-      // faster: 25-35 us against 25.)
-      const int64_t wanted = std::min<int64_t>(2 * sms, (N + 8 * lanes - 1) / (8 * lanes));
-      int64_t parts = std::min(wanted, fit);
-      if (parts >= 1 && (parts == wanted || parts >= sms)) {
-        const int64_t rows = (N + parts - 1) / parts;
-        parts = (N + rows - 1) / rows;  // no block without rows
-        float* part = static_cast<float*>(ws);
-        const dim3 grid{unsigned(parts)}, block{unsigned(packs), unsigned(lanes)};
-        norm_bwd_dwdb_part_kernel<T, kVec<T>, RMS><<<grid, block, 0, current_stream()>>>(part, pdy, px, pm, pr, N,
-                                                                                        int(C), rows);
-        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_part_kernel");
-        norm_bwd_dwdb_sum_kernel<O><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
-                                      current_stream()>>>(pdw, pdb, part, int(C), int(parts));
-        LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
-        return;
-      }
-    }
-    if (can_vectorise<T>(C, {pdy, px})) {
-      int lanes = 1;
-      while (lanes < kColPackLanes && lanes < N) lanes *= 2;
-      const int packs = kColPackThreads / lanes;
-      const int64_t npacks = C / kVec<T>;
-      const unsigned groups = unsigned((npacks + packs - 1) / packs);
-      // Split the rows over a cluster when the column groups alone leave most SMs idle and
-      // every block still gets rows (kDwdbSplits blocks of `lanes` rows, twice over).
-      const int splits = cluster_launch_ok() && groups < 2u * unsigned(device_state(dy.device().index).sm_count) &&
-                                 N >= int64_t(2) * kDwdbSplits * lanes
-                             ? kDwdbSplits
-                             : 1;
-      ClusterLaunch l(dim3(groups * unsigned(splits)), dim3(unsigned(packs), unsigned(lanes)), 0, current_stream(), splits);
-      LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, norm_bwd_dwdb_packed_kernel<T, O, kVec<T>, RMS>, pdw, pdb, pdy, px, pm, pr,
-                                       N, int(C), splits));
-      LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_packed_kernel");
-      return;
-    }
-    const dim3 grid(unsigned((C + kColStrip - 1) / kColStrip)), block(kColStrip, kColPhases);
-    norm_bwd_dwdb_kernel<T, O, RMS><<<grid, block, 0, current_stream()>>>(pdw, pdb, pdy, px, pm, pr, N, int(C));
-    LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_kernel");
-  }
 }
 
 void check_norm(const char* op, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
