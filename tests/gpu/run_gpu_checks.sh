@@ -58,6 +58,8 @@ rerun LEANTRAIN_ATTN_DKDV_SPLITS=1 unit_unsplit "$attention"
 # Once the cuBLASLt workspace is held, the tensor-core backward keeps delta there (dQ first); the
 # other order (delta in dq's rows, dK/dV first) is what runs without it: run the tests with it too.
 rerun LEANTRAIN_ATTN_OWN_DELTA=0 unit_rows_delta "$attention"
+# The forward's 128-row blocks (two m-tiles per warp, D = 64) are not the default yet: test them.
+rerun LEANTRAIN_ATTN_FWD_MT=2 unit_fwd_mt2 "$attention"
 # With the workspace held, a norm's dx and its dw/db come out of one pass; the separate passes are
 # what runs without it (and for rows over 1024 columns): run the norm tests with those too.
 rerun LEANTRAIN_NORM_FUSED_BWD=0 unit_norm_two_pass '*Norm*:*CudaFastPaths*:*F32WeightGrads*'

@@ -153,23 +153,27 @@ __device__ __forceinline__ void zero_rows(T* g, int64_t ld, int row0, int nr, in
 
 // ======================================================================== tensor-core forward
 
-// D = 64 fits 4 blocks per SM by shared memory (46 KB each); ask for registers to match.
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
+// Each warp owns MT m-tiles of 16 query rows (a block 64 * MT rows): every K and V fragment it
+// loads from shared memory then feeds MT products instead of one, halving the shared-memory
+// traffic per product at MT = 2 (FlashAttention-2's 128-row blocks for D = 64) at the price of
+// registers (2 blocks per SM). MT = 1: D = 64 fits 4 blocks per SM by shared memory (46 KB each);
+// ask for registers to match.
+template <class T, int D, int MT>
+__global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
     attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
                  const T* __restrict__ v, const uint8_t* __restrict__ mask, Rows so, Rows sq, Rows sk, Rows sv, int H,
                  int G, int Tq, int Tk, bool causal, float sl2) {
-  constexpr int LD = row_stride<D>();
+  constexpr int LD = row_stride<D>(), BQ = kBQ * MT;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the output staging area
-  T* Ks = Qs + kBQ * LD;               // [2][kBK][LD]
+  T* Qs = reinterpret_cast<T*>(smem);  // [BQ][LD]; later the output staging area
+  T* Ks = Qs + BQ * LD;                // [2][kBK][LD]
   T* Vs = Ks + 2 * kBK * LD;           // [2][kBK][LD]
   __shared__ uint8_t ok_s[2][kBK];     // key in range and not padded
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t bh = blockIdx.x;
   const int b = int(bh / H);
-  const int q0 = int(gridDim.y - 1 - blockIdx.y) * kBQ;  // heaviest (causal) tiles first
+  const int q0 = int(gridDim.y - 1 - blockIdx.y) * BQ;  // heaviest (causal) tiles first
   const int off = Tk - Tq;
   const T* qg = q + sq.head(bh, H);
   const T* kg = k + sk.kv_head(bh, H, G);
@@ -179,11 +183,12 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
   // Keys [0, kend) can be visible to some query of this block.
-  const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
+  const int kend = causal ? min(Tk, q0 + BQ + off) : Tk;
   const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
   if (ntiles == 0) {  // no query of the block sees any key
-    zero_rows(og, so.st, q0, kBQ, Tq, D);
-    if (tid < kBQ && q0 + tid < Tq) lg[q0 + tid] = INFINITY;
+    zero_rows(og, so.st, q0, BQ, Tq, D);
+    for (int i = tid; i < BQ; i += kThreads)
+      if (q0 + i < Tq) lg[q0 + i] = INFINITY;
     return;
   }
   auto load_kv = [&](int buf, int k0) {
@@ -194,16 +199,22 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
       ok_s[buf][tid] = key < Tk && (!mrow || mrow[key] != 0);
     }
   };
-  tile_load_async<T, D, kBQ>(Qs, qg, sq.st, q0, Tq);
+  tile_load_async<T, D, BQ>(Qs, qg, sq.st, q0, Tq);
   load_kv(0, 0);
   cp_async_commit();
 
-  const int r_lo = q0 + warp * 16 + g;  // this thread's two query rows: r_lo and r_lo + 8
-  uint32_t qf[D / 16][4];
-  float o[D / 8][4];
+  const int w0 = warp * 16 * MT;  // the warp's first row in the block; m-tile mt starts at w0 + 16 mt
+  // This thread's two rows of m-tile mt: q0 + w0 + 16 mt + g and 8 below.
+  uint32_t qf[MT][D / 16][4];
+  float o[MT][D / 8][4];
+  float m[MT][2], l[MT][2];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
 
   for (int j = 0; j < ntiles; ++j) {
     const int buf = j & 1, k0 = j * kBK;
@@ -213,96 +224,115 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 2)
     __syncthreads();
     if (j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[kk], frag_a<LD>(Qs, warp * 16, kk * 16, lane));
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[mt][kk], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
     }
     const T* Kb = Ks + buf * kBK * LD;
     const T* Vb = Vs + buf * kBK * LD;
 
-    float s[kBK / 8][4];
+    float s[MT][kBK / 8][4];
 #pragma unroll
-    for (int i = 0; i < kBK / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < kBK / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int np = 0; np < kBK / 16; ++np) {
         uint32_t kb[4];
         ldsm_x4(kb, frag_bt<LD>(Kb, np * 16, kk * 16, lane));
-        mma16816<T>(s[2 * np], qf[kk], kb[0], kb[1]);
-        mma16816<T>(s[2 * np + 1], qf[kk], kb[2], kb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(s[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
+          mma16816<T>(s[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
+        }
       }
     }
 
     // Scale into log2 units and mask (only tiles that touch the diagonal, the end or padding).
     const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off);
 #pragma unroll
-    for (int nt = 0; nt < kBK / 8; ++nt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * sl2;
-        if (need_mask) {
-          const int kc = nt * 8 + 2 * t4 + (e & 1);
-          const int row = r_lo + (e >> 1) * 8;
-          if (!ok_s[buf][kc] || (causal && k0 + kc > row + off)) x = -INFINITY;
+      for (int nt = 0; nt < kBK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][nt][e] * sl2;
+          if (need_mask) {
+            const int kc = nt * 8 + 2 * t4 + (e & 1);
+            const int row = q0 + w0 + 16 * mt + g + (e >> 1) * 8;
+            if (!ok_s[buf][kc] || (causal && k0 + kc > row + off)) x = -INFINITY;
+          }
+          s[mt][nt][e] = x;
         }
-        s[nt][e] = x;
-      }
 
-    // Online softmax per row half h (row r_lo + 8h); the 4 lanes of a quad share a row.
+    // Online softmax per m-tile and row half h (row +8h); the 4 lanes of a quad share a row.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kBK / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: exp2(-inf - 0) = 0
-      const float alpha = exp2f(m[h] - m_use);
-      m[h] = m_new;
-      float rs = 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kBK / 8; ++nt) {
-        s[nt][2 * h] = exp2f(s[nt][2 * h] - m_use);
-        s[nt][2 * h + 1] = exp2f(s[nt][2 * h + 1] - m_use);
-        rs += s[nt][2 * h] + s[nt][2 * h + 1];
+        for (int nt = 0; nt < kBK / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[mt][h], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: exp2(-inf - 0) = 0
+        const float alpha = exp2f(m[mt][h] - m_use);
+        m[mt][h] = m_new;
+        float rs = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kBK / 8; ++nt) {
+          s[mt][nt][2 * h] = exp2f(s[mt][nt][2 * h] - m_use);
+          s[mt][nt][2 * h + 1] = exp2f(s[mt][nt][2 * h + 1] - m_use);
+          rs += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
+        }
+        l[mt][h] = l[mt][h] * alpha + rs;  // a per-thread partial; the quad sums it at the end
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[mt][dt][2 * h] *= alpha;
+          o[mt][dt][2 * h + 1] *= alpha;
+        }
       }
-      l[h] = l[h] * alpha + rs;  // a per-thread partial; the quad sums it at the end
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * h] *= alpha;
-        o[dt][2 * h + 1] *= alpha;
-      }
-    }
 
     // O += P V
 #pragma unroll
     for (int kc = 0; kc < kBK / 16; ++kc) {
-      uint32_t pa[4];
-      c_to_a<T>(pa, s[2 * kc], s[2 * kc + 1]);
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c_to_a<T>(pa[mt], s[mt][2 * kc], s[mt][2 * kc + 1]);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t vb[4];
         ldsm_x4_trans(vb, frag_a<LD>(Vb, kc * 16, dp * 16, lane));
-        mma16816<T>(o[2 * dp], pa, vb[0], vb[1]);
-        mma16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          mma16816<T>(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
     __syncthreads();  // all warps are done with buffer buf before it is refilled
   }
 
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-  const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
-  // Stage through this warp's own 16 rows of Qs (only this warp ever read them).
-  store_rows<T, D>(Qs + warp * 16 * LD, o, inv0, inv1, og, so.st, q0 + warp * 16, Tq, lane);
-  if (t4 == 0) {
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = r_lo + 8 * h;
-      if (row < Tq) lg[row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
+    }
+    const float inv0 = l[mt][0] > 0.0f ? 1.0f / l[mt][0] : 0.0f, inv1 = l[mt][1] > 0.0f ? 1.0f / l[mt][1] : 0.0f;
+    // Stage through this warp's own 16 rows of Qs (only this warp ever read them).
+    const int r0 = w0 + 16 * mt;
+    store_rows<T, D>(Qs + r0 * LD, o[mt], inv0, inv1, og, so.st, q0 + r0, Tq, lane);
+    if (t4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = q0 + r0 + g + 8 * h;
+        if (row < Tq) lg[row] = l[mt][h] > 0.0f ? (m[mt][h] + log2f(l[mt][h])) * kLn2 : INFINITY;
+      }
     }
   }
 }
@@ -1479,16 +1509,36 @@ struct BwdRows {
   Rows dq, dk, dv, dout, q, k, v, o;
 };
 
+// m-tiles of 16 query rows per warp in the forward (attn_fwd_mma's MT): 1, or 2 for D = 64 with
+// LEANTRAIN_ATTN_FWD_MT=2 (the 128-row blocks; not yet the default: to be measured).
+int fwd_m_tiles(int D) {
+  static const int env = [] {
+    const char* e = std::getenv("LEANTRAIN_ATTN_FWD_MT");
+    return e && e[0] == '2' ? 2 : 1;
+  }();
+  return D == 64 ? env : 1;
+}
+
+template <class T, int D, int MT>
+void fwd_mma_tiles(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q, const T* k, const T* v,
+                   const uint8_t* mask, bool causal, float scale) {
+  constexpr int LD = row_stride<D>(), BQ = kBQ * MT;
+  const size_t smem = size_t(BQ + 4 * kBK) * LD * sizeof(T);
+  allow_smem(attn_fwd_mma<T, D, MT>, smem);
+  const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + BQ - 1) / BQ));
+  attn_fwd_mma<T, D, MT><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v,
+                                                                      int(a.H), a.G(), int(a.Tq), int(a.Tk), causal,
+                                                                      scale * kLog2e);
+  LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
+}
+
 template <class T, int D>
 void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q, const T* k, const T* v,
              const uint8_t* mask, bool causal, float scale) {
-  constexpr int LD = row_stride<D>();
-  const size_t smem = size_t(kBQ + 4 * kBK) * LD * sizeof(T);
-  allow_smem(attn_fwd_mma<T, D>, smem);
-  const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kBQ - 1) / kBQ));
-  attn_fwd_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
-                                                                  a.G(), int(a.Tq), int(a.Tk), causal, scale * kLog2e);
-  LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
+  if constexpr (D == 64) {
+    if (fwd_m_tiles(D) == 2) return fwd_mma_tiles<T, D, 2>(a, r, out, lse, q, k, v, mask, causal, scale);
+  }
+  fwd_mma_tiles<T, D, 1>(a, r, out, lse, q, k, v, mask, causal, scale);
 }
 
 // Blocks of a cluster that split one key tile's query heads (the dK/dV kernel's S): with few kv
