@@ -546,6 +546,17 @@ template <class T> bool can_vectorise(int64_t C, std::initializer_list<const voi
 
 dim3 row_grid(int64_t N) { return dim3(unsigned((N + kRowWarps - 1) / kRowWarps)); }
 
+// go(pack, add) with pack = the 16-byte pack's element count when vec (else 1) and add = whether
+// the fused residual add runs, each as a compile-time tag: the row kernels' four instantiations.
+template <class T, class F> void with_pack_and_add(bool vec, bool add, F&& go) {
+  using V = std::integral_constant<int, kVec<T>>;
+  using S = std::integral_constant<int, 1>;
+  if (add && vec) go(V{}, std::true_type{});
+  else if (add) go(S{}, std::true_type{});
+  else if (vec) go(V{}, std::false_type{});
+  else go(S{}, std::false_type{});
+}
+
 // r and sum undefined: the plain norm of x; defined: the fused add (sum = x + r is normalised).
 template <class T, bool RMS>
 void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& r,
@@ -566,12 +577,7 @@ void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
     norm_fwd_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pr_in, ps, pw, pb, N,
                                                                                 int(C), eps);
   };
-  using V = std::integral_constant<int, kVec<T>>;
-  using S = std::integral_constant<int, 1>;
-  if (ps && vec) go(V{}, std::true_type{});
-  else if (ps) go(S{}, std::true_type{});
-  else if (vec) go(V{}, std::false_type{});
-  else go(S{}, std::false_type{});
+  with_pack_and_add<T>(vec, ps != nullptr, go);
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
 }
 
@@ -736,12 +742,7 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
       norm_bwd_dx_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, pds, px, pw, pm, pr,
                                                                                      N, int(C));
     };
-    using V = std::integral_constant<int, kVec<T>>;
-    using S = std::integral_constant<int, 1>;
-    if (pds && vec) go(V{}, std::true_type{});
-    else if (pds) go(S{}, std::true_type{});
-    else if (vec) go(V{}, std::false_type{});
-    else go(S{}, std::false_type{});
+    with_pack_and_add<T>(vec, pds != nullptr, go);
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
   }
   if constexpr (sizeof(T) == 2) {
