@@ -546,13 +546,14 @@ template <class T> bool can_vectorise(int64_t C, std::initializer_list<const voi
 
 dim3 row_grid(int64_t N) { return dim3(unsigned((N + kRowWarps - 1) / kRowWarps)); }
 
-// go(pack, add) with pack = the 16-byte pack's element count when vec (else 1) and add = whether
-// the fused residual add runs, each as a compile-time tag: the row kernels' four instantiations.
-template <class T, class F> void with_pack_and_add(bool vec, bool add, F&& go) {
+// go(pack, flag) with pack = the 16-byte pack's element count when vec (else 1) and flag a
+// kernel's one boolean variant (the norms' fused residual add, softmax's block-per-row), each as
+// a compile-time tag: the row kernels' four instantiations.
+template <class T, class F> void with_pack_and_flag(bool vec, bool flag, F&& go) {
   using V = std::integral_constant<int, kVec<T>>;
   using S = std::integral_constant<int, 1>;
-  if (add && vec) go(V{}, std::true_type{});
-  else if (add) go(S{}, std::true_type{});
+  if (flag && vec) go(V{}, std::true_type{});
+  else if (flag) go(S{}, std::true_type{});
   else if (vec) go(V{}, std::false_type{});
   else go(S{}, std::false_type{});
 }
@@ -577,7 +578,7 @@ void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
     norm_fwd_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pr_in, ps, pw, pb, N,
                                                                                 int(C), eps);
   };
-  with_pack_and_add<T>(vec, ps != nullptr, go);
+  with_pack_and_flag<T>(vec, ps != nullptr, go);
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
 }
 
@@ -742,7 +743,7 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
       norm_bwd_dx_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, pds, px, pw, pm, pr,
                                                                                      N, int(C));
     };
-    with_pack_and_add<T>(vec, pds != nullptr, go);
+    with_pack_and_flag<T>(vec, pds != nullptr, go);
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
   }
   if constexpr (sizeof(T) == 2) {
@@ -796,12 +797,7 @@ template <bool BWD> void launch_softmax(const Tensor& out, const Tensor& a, cons
       if constexpr (BWD) softmax_bwd_kernel<T, P, B><<<grid, threads, 0, current_stream()>>>(po, pa, py, N, L);
       else softmax_fwd_kernel<T, P, B><<<grid, threads, 0, current_stream()>>>(po, pa, N, L);
     };
-    using V = std::integral_constant<int, kVec<T>>;
-    using S = std::integral_constant<int, 1>;
-    if (vec && block) go(V{}, std::true_type{});
-    else if (vec) go(V{}, std::false_type{});
-    else if (block) go(S{}, std::true_type{});
-    else go(S{}, std::false_type{});
+    with_pack_and_flag<T>(vec, block, go);
     LT_CUDA_LAUNCH_CHECK(BWD ? "softmax_bwd_kernel" : "softmax_fwd_kernel");
   });
 }
