@@ -63,6 +63,10 @@ rerun LEANTRAIN_ATTN_FWD_MT=2 unit_fwd_mt2 "$attention"
 # With the workspace held, a norm's dx and its dw/db come out of one pass; the separate passes are
 # what runs without it (and for rows over 1024 columns): run the norm tests with those too.
 rerun LEANTRAIN_NORM_FUSED_BWD=0 unit_norm_two_pass '*Norm*:*CudaFastPaths*:*F32WeightGrads*'
+# Bias gradients: cuBLASLt's BGRAD epilogue by default; with it off, a plain GEMM and the column
+# sums (two passes through the workspace for tall matrices); and the column sums in one pass.
+rerun LEANTRAIN_GEMM_BGRAD_EPILOGUE=0 unit_own_bgrad '*Linear*:*Gemm*:*F32WeightGrads*:*ReduceColsSplit*:*OpsBackends*'
+rerun LEANTRAIN_REDUCE_COLS_SPLIT=0 unit_cols_one_pass '*ReduceColsSplit*:*OpsBackends*:*Linear*'
 
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)

@@ -510,6 +510,17 @@ bool plain_product(const GemmDesc& d, int64_t per16) {
          d.n * d.k <= kMaxSpan && d.m * d.n <= kMaxSpan && d.beta == 0.0f && d.lda == 0 && d.ldb == 0 && d.ldc == 0;
 }
 
+// LEANTRAIN_GEMM_BGRAD_EPILOGUE=0: the bias gradient from reduce_sum's column sums after a plain
+// GEMM instead of cuBLASLt's BGRAD epilogue (whose separate reduction kernel read GPT-2's
+// gradients at about 45% of the H200's bandwidth), to time the two.
+bool bgrad_epilogue_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("LEANTRAIN_GEMM_BGRAD_EPILOGUE");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 }  // namespace
 
 void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor& a, const Tensor& b,
@@ -519,7 +530,8 @@ void CudaBackend::gemm_bgrad(const Tensor& c, const Tensor& bgrad, const Tensor&
   BackwardEpilogue back;
   back.bgrad = bgrad;
   back.bgrad_of_b = bgrad_of_b;
-  if (plain_product(d, elems_per_16_bytes(c, a)) && run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back))
+  if (bgrad_epilogue_on() && plain_product(d, elems_per_16_bytes(c, a)) &&
+      run_gemm(device_index_, c, a, b, d, Tensor(), false, Tensor(), back))
     return;
   gemm(c, a, b, d, Tensor());
   const Tensor& g = bgrad_of_b ? b : a;

@@ -5,6 +5,7 @@
 // deterministic run to run. sum_squares sums many tensors in one launch into per-block
 // partials, then one block adds them in fixed order.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -85,9 +86,127 @@ reduce_cols_kernel(O* out, const T* in, int64_t rows, int64_t cols) {
     for (int k = 0; k < P; ++k) store_t(out, c0 + k, mine[k]);
 }
 
+// The same sums in two passes through the borrowed cuBLASLt workspace, for a tall matrix whose
+// columns alone fill few blocks (the bias gradients of GPT-2's linears: 16384 rows of 768-3072
+// columns give the one-pass kernel 48-192 blocks of 1024 threads, and cuBLASLt's own BGRAD
+// epilogue kernel read them at about 45% of the H200's bandwidth). Pass 1: block (x, y) owns the
+// packs x * kPartPacks.. of P columns and the rows [y * rows, (y + 1) * rows); a warp reads 512
+// contiguous bytes of a row, each lane four rows in flight; the kPartRowLanes lanes meet in a
+// fixed tree and the block writes its sums to part[y][cols]. Pass 2 adds the parts in a fixed
+// tree per column. Fixed partition, fixed order: bitwise reproducible, no atomics, no allocation.
+constexpr int kPartPacks = 32, kPartRowLanes = 8;
+
+template <class T, int P> __global__ void __launch_bounds__(kPartPacks* kPartRowLanes)
+reduce_cols_part_kernel(float* __restrict__ part, const T* __restrict__ in, int64_t rows, int64_t cols,
+                        int64_t rows_per_part) {
+  __shared__ float red[kPartRowLanes][kPartPacks * P];
+  const int64_t c0 = (int64_t(blockIdx.x) * kPartPacks + threadIdx.x) * P;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_part;
+  const int64_t r1 = r0 + rows_per_part < rows ? r0 + rows_per_part : rows;
+  float s[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) s[k] = 0.f;
+  if (c0 < cols) {  // cols % P == 0: a pack lies wholly inside the row
+    const T* p = in + c0;
+    int64_t r = r0 + threadIdx.y;
+    for (; r + 3 * kPartRowLanes < r1; r += 4 * kPartRowLanes) {
+      float v[4][P];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) rk::load_f32<T, P>(p + (r + u * kPartRowLanes) * cols, v[u]);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int k = 0; k < P; ++k) s[k] += v[u][k];
+    }
+    for (; r < r1; r += kPartRowLanes) {
+      float v[P];
+      rk::load_f32<T, P>(p + r * cols, v);
+#pragma unroll
+      for (int k = 0; k < P; ++k) s[k] += v[k];
+    }
+  }
+  float* mine = &red[threadIdx.y][threadIdx.x * P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) mine[k] = s[k];
+  for (int half = kPartRowLanes / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (int(threadIdx.y) < half) {
+      const float* other = &red[threadIdx.y + half][threadIdx.x * P];
+#pragma unroll
+      for (int k = 0; k < P; ++k) mine[k] += other[k];
+    }
+  }
+  if (threadIdx.y == 0 && c0 < cols) {
+    float* out = part + int64_t(blockIdx.y) * cols + c0;
+#pragma unroll
+    for (int k = 0; k < P; ++k) out[k] = mine[k];
+  }
+}
+
+// Pass 2: column j summed over parts 0..parts-1. Block (kSumCols, kSumLanes): thread (tx, ty)
+// adds parts ty, ty + kSumLanes, ..., then the lanes meet in a fixed tree.
+constexpr int kSumCols = 32, kSumLanes = 32;
+template <class O> __global__ void __launch_bounds__(kSumCols* kSumLanes)
+reduce_cols_sum_kernel(O* __restrict__ out, const float* __restrict__ part, int64_t cols, int parts) {
+  __shared__ float red[kSumLanes][kSumCols + 1];
+  const int64_t j = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  const int ty = threadIdx.y;
+  float a = 0.f;
+  if (j < cols) {
+#pragma unroll 4
+    for (int q = ty; q < parts; q += kSumLanes) a += part[int64_t(q) * cols + j];
+  }
+  red[ty][threadIdx.x] = a;
+  for (int half = kSumLanes / 2; half > 0; half >>= 1) {
+    __syncthreads();
+    if (ty < half) red[ty][threadIdx.x] += red[ty + half][threadIdx.x];
+  }
+  if (ty == 0 && j < cols) store_t(out, j, red[0][threadIdx.x]);
+}
+
+// LEANTRAIN_REDUCE_COLS_SPLIT=0 keeps every column sum in the one-pass kernel.
+bool cols_split_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("LEANTRAIN_REDUCE_COLS_SPLIT");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// Two passes when they apply (16-byte packs, the workspace lent, the one-pass grid under two
+// blocks per SM, at least 32 rows per part): false otherwise.
+template <class T, class O>
+bool launch_reduce_cols_split(int dev, O* out, const T* in, int64_t rows, int64_t cols, int one_pass_blocks,
+                              cudaStream_t stream) {
+  constexpr int V = rk::kVec<T>;
+  const int64_t sms = device_state(dev).sm_count;
+  if (!cols_split_on() || cols % V != 0 || !rk::aligned16(in) || one_pass_blocks >= 2 * sms) return false;
+  int64_t ws_bytes = 0;
+  void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
+  if (!ws) return false;
+  const int64_t gx = (cols / V + kPartPacks - 1) / kPartPacks;
+  // About four blocks of 256 threads per SM, one wave; no part under 32 rows; as many parts as
+  // the workspace holds.
+  int64_t parts = std::min<int64_t>({(4 * sms + gx - 1) / gx, rows / 32, ws_bytes / (cols * int64_t(sizeof(float))),
+                                     65535});
+  if (parts < 2) return false;
+  const int64_t per = (rows + parts - 1) / parts;
+  parts = (rows + per - 1) / per;  // no part without rows
+  float* part = static_cast<float*>(ws);
+  reduce_cols_part_kernel<T, V><<<dim3(unsigned(gx), unsigned(parts)), dim3(kPartPacks, kPartRowLanes), 0, stream>>>(
+      part, in, rows, cols, per);
+  LT_CUDA_LAUNCH_CHECK("reduce_cols_part_kernel");
+  reduce_cols_sum_kernel<O><<<unsigned((cols + kSumCols - 1) / kSumCols), dim3(kSumCols, kSumLanes), 0, stream>>>(
+      out, part, cols, int(parts));
+  LT_CUDA_LAUNCH_CHECK("reduce_cols_sum_kernel");
+  return true;
+}
+
 // Launch shape: as many row lanes as rows (a power of two, at most kColMaxLanes), the rest of
-// the block spread over column packs.
-template <class T, class O> void launch_reduce_cols(O* out, const T* in, int64_t rows, int64_t cols, cudaStream_t stream) {
+// the block spread over column packs; the two-pass kernels instead when the grid would leave
+// most SMs idle.
+template <class T, class O>
+void launch_reduce_cols(int dev, O* out, const T* in, int64_t rows, int64_t cols, cudaStream_t stream) {
   int lanes = 1;
   while (lanes < kColMaxLanes && lanes < rows) lanes *= 2;
   const int packs = kColThreads / lanes;
@@ -95,6 +214,7 @@ template <class T, class O> void launch_reduce_cols(O* out, const T* in, int64_t
   const bool vec = cols % V == 0 && rk::aligned16(in);
   const int64_t npacks = vec ? cols / V : cols;
   const unsigned grid = unsigned((npacks + packs - 1) / packs);
+  if (launch_reduce_cols_split<T, O>(dev, out, in, rows, cols, int(grid), stream)) return;
   if (vec) reduce_cols_kernel<T, O, V><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
   else reduce_cols_kernel<T, O, 1><<<grid, dim3(packs, lanes), 0, stream>>>(out, in, rows, cols);
   LT_CUDA_LAUNCH_CHECK("reduce_cols_kernel");
@@ -200,8 +320,8 @@ void check_tensor(const Tensor& t, int dev, const char* op, const char* name) {
 
 // The kernel for reduce_sum's pattern: sizes/reduced are its alternating dim groups.
 template <class T, class O>
-void run_reduce(O* po, const T* pi, const std::vector<int64_t>& sizes, const std::vector<bool>& reduced, int64_t nout,
-                int64_t n, cudaStream_t stream) {
+void run_reduce(int dev, O* po, const T* pi, const std::vector<int64_t>& sizes, const std::vector<bool>& reduced,
+                int64_t nout, int64_t n, cudaStream_t stream) {
   const size_t g = sizes.size();
   if (g == 0 || (g == 1 && !reduced[0])) {  // only size-1 dims "reduced": same shape, a copy
     if constexpr (std::is_same_v<T, O>)  // (reduce_sum casts a widening one)
@@ -212,7 +332,7 @@ void run_reduce(O* po, const T* pi, const std::vector<int64_t>& sizes, const std
     reduce_rows_kernel<T, O><<<grid_for(nout, 1, 65535), threads, 0, stream>>>(po, pi, nout, len);
     LT_CUDA_LAUNCH_CHECK("reduce_rows_kernel");
   } else if (g == 2 && reduced[0]) {  // [reduced, kept]: column sums
-    launch_reduce_cols<T, O>(po, pi, sizes[0], sizes[1], stream);
+    launch_reduce_cols<T, O>(dev, po, pi, sizes[0], sizes[1], stream);
   } else {
     GeneralArgs a{};
     a.nout = nout;
@@ -281,8 +401,8 @@ void CudaBackend::reduce_sum(const Tensor& out, const Tensor& in) {
   }
   dispatch_float(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if (widen) run_reduce<T, float>(out.data<float>(), in.data<T>(), sizes, reduced, nout, n, stream);
-    else run_reduce<T, T>(out.data<T>(), in.data<T>(), sizes, reduced, nout, n, stream);
+    if (widen) run_reduce<T, float>(device_index_, out.data<float>(), in.data<T>(), sizes, reduced, nout, n, stream);
+    else run_reduce<T, T>(device_index_, out.data<T>(), in.data<T>(), sizes, reduced, nout, n, stream);
   });
 }
 
