@@ -42,11 +42,11 @@ elif [ $unit_rc -ne 0 ]; then
   tail -15 "$LOGS/unit.log" | sed 's/^/     /'
 fi
 
-# Some unit tests once more with one setting in the environment: rerun ENV=VALUE NAME FILTER,
-# log $LOGS/NAME.log.
+# Some unit tests once more with settings in the environment: rerun "ENV=VALUE [ENV=VALUE]" NAME
+# FILTER, log $LOGS/NAME.log.
 rerun() {
   echo "== tests $3 with $1"
-  env "$1" timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_filter="$3" >"$LOGS/$2.log" 2>&1
+  env $1 timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_filter="$3" >"$LOGS/$2.log" 2>&1
   local rc=$?
   grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$LOGS/$2.log" | sed 's/^/   /'
   if [ $rc -ne 0 ]; then unit_rc=$rc; fi
@@ -63,10 +63,11 @@ rerun LEANTRAIN_ATTN_FWD_MT=2 unit_fwd_mt2 "$attention"
 # With the workspace held, a norm's dx and its dw/db come out of one pass; the separate passes are
 # what runs without it (and for rows over 1024 columns): run the norm tests with those too.
 rerun LEANTRAIN_NORM_FUSED_BWD=0 unit_norm_two_pass '*Norm*:*CudaFastPaths*:*F32WeightGrads*'
-# Bias gradients: cuBLASLt's BGRAD epilogue by default; with it off, a plain GEMM and the column
-# sums (two passes through the workspace for tall matrices); and the column sums in one pass.
-rerun LEANTRAIN_GEMM_BGRAD_EPILOGUE=0 unit_own_bgrad '*Linear*:*Gemm*:*F32WeightGrads*:*ReduceColsSplit*:*OpsBackends*'
-rerun LEANTRAIN_REDUCE_COLS_SPLIT=0 unit_cols_one_pass '*ReduceColsSplit*:*OpsBackends*:*Linear*'
+# Column sums in two passes through the workspace (opt-in), and bias gradients from them after a
+# plain GEMM instead of cuBLASLt's BGRAD epilogue.
+rerun LEANTRAIN_REDUCE_COLS_SPLIT=1 unit_cols_split '*ReduceColsSplit*:*OpsBackends*:*Linear*'
+rerun "LEANTRAIN_REDUCE_COLS_SPLIT=1 LEANTRAIN_GEMM_BGRAD_EPILOGUE=0" unit_own_bgrad \
+  '*Linear*:*Gemm*:*F32WeightGrads*:*ReduceColsSplit*:*OpsBackends*'
 
 echo "== GPU checks ($BUILD/leantrain_gpu_checks)"
 start=$(date +%s)

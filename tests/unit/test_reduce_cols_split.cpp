@@ -1,7 +1,8 @@
-// Column sums on the GPU (the bias gradient's reduce_sum over the rows): tall matrices whose
+// Column sums on the GPU (the bias gradient's reduce_sum over the rows): with
+// LEANTRAIN_REDUCE_COLS_SPLIT=1 (tests/gpu/run_gpu_checks.sh reruns these so) tall matrices whose
 // columns alone fill few blocks take two passes through the borrowed cuBLASLt workspace
-// (reduce_cols_part_kernel, reduce_cols_sum_kernel); the rest, and unaligned widths, take the
-// one-pass kernel. Every case against the CPU backend and twice on the GPU for bitwise
+// (reduce_cols_part_kernel, reduce_cols_sum_kernel); the rest, unaligned widths, and every
+// matrix without the switch take the one-pass kernel. Every case against the CPU backend and twice on the GPU for bitwise
 // determinism: GPT-2's bias-gradient shapes, rows that leave the last part short, widths that
 // leave a block's last packs idle or are not a whole number of 16-byte packs, few rows, and
 // 16-bit into f32 (autocast's bias gradients) as well as same-dtype sums. Also the bias
