@@ -164,8 +164,8 @@ reduce_cols_sum_kernel(O* __restrict__ out, const float* __restrict__ part, int6
   if (ty == 0 && j < cols) store_t(out, j, red[0][threadIdx.x]);
 }
 
-// LEANTRAIN_REDUCE_COLS_SPLIT=1 turns the two passes on (opt-in until measured on a GPU; off,
-// every column sum takes the one-pass kernel).
+// LEANTRAIN_REDUCE_COLS_SPLIT=1 turns the two passes on (opt-in: the GPT-2 step on an H100 was no
+// faster with them; off, every column sum takes the one-pass kernel).
 bool cols_split_on() {
   static const bool on = [] {
     const char* e = std::getenv("LEANTRAIN_REDUCE_COLS_SPLIT");
