@@ -16,6 +16,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/ops.h"
+#include "unit/cuda_workspace.h"
 #include "unit/rel_error.h"
 
 using namespace lt;
@@ -33,11 +34,7 @@ class ReduceColsSplit : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
-    // The two-pass sums borrow the cuBLASLt workspace, held from the first GEMM on.
-    Generator gen(3);
-    (void)matmul(randn({8, 8}, gen, 1.0f, DType::BF16, Device::cuda()),
-                 randn({8, 8}, gen, 1.0f, DType::BF16, Device::cuda()));
-    ASSERT_GT(cuda_memory_info(0).workspace_bytes, 0) << "a matmul did not leave the cuBLASLt workspace held";
+    ASSERT_NO_FATAL_FAILURE(test::hold_cublaslt_workspace());
   }
 
   static void check(int64_t rows, int64_t cols, DType in_dt, DType out_dt) {
