@@ -2,11 +2,12 @@
 // LEANTRAIN_REDUCE_COLS_SPLIT=1 (tests/gpu/run_gpu_checks.sh reruns these so) tall matrices whose
 // columns alone fill few blocks take two passes through the borrowed cuBLASLt workspace
 // (reduce_cols_part_kernel, reduce_cols_sum_kernel); the rest, unaligned widths, and every
-// matrix without the switch take the one-pass kernel. Every case against the CPU backend and twice on the GPU for bitwise
-// determinism: GPT-2's bias-gradient shapes, rows that leave the last part short, widths that
-// leave a block's last packs idle or are not a whole number of 16-byte packs, few rows, and
-// 16-bit into f32 (autocast's bias gradients) as well as same-dtype sums. Also the bias
-// gradient of a linear through autograd, whichever path gemm_bgrad takes. Skipped without a GPU.
+// matrix without the switch take the one-pass kernel. Every case against the CPU backend and
+// twice on the GPU for bitwise determinism: GPT-2's bias-gradient shapes, rows that leave the
+// last part short, widths that leave a block's last packs idle or are not a whole number of
+// 16-byte packs, few rows, and 16-bit into f32 (autocast's bias gradients) as well as same-dtype
+// sums. Also the bias gradient of a linear through autograd, whichever path gemm_bgrad takes.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
