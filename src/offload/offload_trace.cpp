@@ -2,12 +2,11 @@
 #include "offload/offload_trace.h"
 
 #include "backend/event.h"
+#include "core/env_flag.h"
 
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 namespace lt::offload {
@@ -32,10 +31,7 @@ Trace& trace() {
 }  // namespace
 
 bool trace_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("LEANTRAIN_OFFLOAD_TRACE");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_flag("LEANTRAIN_OFFLOAD_TRACE", false);
   return on;
 }
 

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "autograd/kept_outputs.h"
+#include "core/env_flag.h"
 #include "ops/linear_args.h"
 
 namespace lt {
@@ -80,21 +81,13 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   return out;
 }
 
-namespace {
-
-// A fusion switch read once from the environment, the same for every device: on unless the
-// variable is "0" (to time a fused epilogue against the kernels it replaces).
-bool env_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && std::string(v) == "0");
-}
-
-}  // namespace
+// The fusion switches below are on unless set to 0 (to time a fused epilogue against the kernels
+// it replaces), the same for every device.
 
 // LEANTRAIN_GEMM_GELU=0 sends linear_gelu back to linear then gelu, and the GELU epilogues of
 // the recompute linears back to their two kernels.
 bool detail::gemm_gelu_enabled() {
-  static const bool on = env_switch_on("LEANTRAIN_GEMM_GELU");
+  static const bool on = env_flag("LEANTRAIN_GEMM_GELU", true);
   return on;
 }
 
@@ -102,7 +95,7 @@ namespace {
 
 // LEANTRAIN_GEMM_BGRAD=0 sends weight_bias_grad back to matmul then sum_to.
 bool gemm_bgrad_on() {
-  static const bool on = env_switch_on("LEANTRAIN_GEMM_BGRAD");
+  static const bool on = env_flag("LEANTRAIN_GEMM_BGRAD", true);
   return on;
 }
 

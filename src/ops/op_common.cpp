@@ -1,8 +1,9 @@
 #include "ops/op_common.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "core/env_flag.h"
 
 namespace lt::detail {
 
@@ -174,10 +175,7 @@ std::vector<int64_t> read_indices(const Tensor& ids) {
 namespace {
 
 bool f32_weight_grads_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LEANTRAIN_F32_WEIGHT_GRADS");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_flag("LEANTRAIN_F32_WEIGHT_GRADS", true);
   return on;
 }
 

@@ -9,13 +9,14 @@
 #include <cstdlib>
 
 #include "backend/backend.h"
+#include "core/env_flag.h"
 
 namespace lt {
 
 class StepTrace {
  public:
   enum Phase { Forward, Backward, Reduce, Norm, Optimizer, After, kPhases };
-  explicit StepTrace(Device d) : device_(d), on_(std::getenv("LEANTRAIN_STEP_TRACE") != nullptr) {}
+  explicit StepTrace(Device d) : device_(d), on_(env_flag("LEANTRAIN_STEP_TRACE", false)) {}
   void begin() {
     if (on_) t_ = now();
   }

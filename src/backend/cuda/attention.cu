@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "core/env_flag.h"
 
 #include <cooperative_groups.h>
 
@@ -1566,11 +1567,8 @@ int dkdv_splits(const AttnDims& a, int sms) {
 // LEANTRAIN_ATTN_OWN_DELTA=0) delta lives in dq's rows. No new allocation either way, so the plan
 // does not depend on it.
 float* delta_scratch(int dev, int64_t qrows) {
-  static const bool off = [] {
-    const char* e = std::getenv("LEANTRAIN_ATTN_OWN_DELTA");
-    return e && e[0] == '0';
-  }();
-  if (off) return nullptr;
+  static const bool on = env_flag("LEANTRAIN_ATTN_OWN_DELTA", true);
+  if (!on) return nullptr;
   int64_t bytes = 0;
   void* ws = cublaslt_workspace_borrow(dev, &bytes);
   return ws && qrows * int64_t(sizeof(float)) <= bytes ? static_cast<float*>(ws) : nullptr;
@@ -1650,7 +1648,8 @@ void check_simt(const char* op, const AttnDims& a, DType t) {
 // the same at run time (gpu_checks uses it to time both paths).
 bool use_fast_f32_attention(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
   if (t != DType::F32 || (D != 32 && D != 64 && D != 128)) return false;
-  if (const char* e = std::getenv("LEANTRAIN_ATTN_F32_SIMT"); e && e[0] == '1') return false;
+  static const bool simt_only = env_flag("LEANTRAIN_ATTN_F32_SIMT", false);
+  if (simt_only) return false;
   for (const Tensor* x : ts) {
     if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
     for (int d = 0; d < 3; ++d)

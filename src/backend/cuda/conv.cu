@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/cudnn_api.h"
+#include "core/env_flag.h"
 #include "leantrain/cuda_info.h"
 
 namespace lt {
@@ -121,7 +122,7 @@ Choice choose(ConvDescs& c, DType dt, int64_t bytes, bool need_deterministic, in
       LT_CUDNN_CHECK(api.cudnnSetConvolutionMathType(c.conv, math));
       size_t need = 0;
       if (get_size(int(perf[i].algo), &need) != CUDNN_STATUS_SUCCESS || int64_t(need) > bytes) continue;
-      if (std::getenv("LEANTRAIN_CUDNN_LOG"))
+      if (static const bool log = env_flag("LEANTRAIN_CUDNN_LOG", false); log)
         std::fprintf(stderr, "cudnn %s: algo %d math %d deterministic %d workspace %zu of %lld (tier %d, rank %d)\n",
                      pass, int(perf[i].algo), int(math), int(perf[i].determinism == CUDNN_DETERMINISTIC), need,
                      (long long)bytes, tier, i);

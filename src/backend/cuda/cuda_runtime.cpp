@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "core/env_flag.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
@@ -28,10 +29,7 @@ std::string basename_of(const char* path) {
 std::string mib(int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
 
 bool sync_after_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("LEANTRAIN_CUDA_SYNC");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_flag("LEANTRAIN_CUDA_SYNC", false);
   return on;
 }
 

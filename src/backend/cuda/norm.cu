@@ -28,6 +28,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/row_kernels.cuh"
+#include "core/env_flag.h"
 
 #include <cooperative_groups.h>
 
@@ -648,11 +649,8 @@ void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, cons
 
 // LEANTRAIN_NORM_FUSED_BWD=0: dx and the dw/db sums in separate passes (for measuring).
 bool fused_norm_bwd_allowed() {
-  static const bool off = [] {
-    const char* e = std::getenv("LEANTRAIN_NORM_FUSED_BWD");
-    return e && e[0] == '0';
-  }();
-  return !off;
+  static const bool on = env_flag("LEANTRAIN_NORM_FUSED_BWD", true);
+  return on;
 }
 
 // dx, dw and db in one pass (norm_bwd_fused_kernel) and the blocks' sums added after, when the
