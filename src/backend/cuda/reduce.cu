@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
 #include "backend/cuda/row_kernels.cuh"
+#include "core/env_flag.h"
 
 namespace lt {
 using namespace cuda;
@@ -38,6 +39,32 @@ template <class T, class O> __global__ void reduce_rows_kernel(O* out, const T* 
 constexpr int kColThreads = 1024;
 constexpr int kColMaxLanes = 512;
 
+// Adds rows r, r + step, ... (below `end`) of the pack of P columns at p to s: four loads in
+// flight, then the rest one at a time. Both column-sum kernels take this one order of additions.
+template <class T, int P>
+__device__ __forceinline__ void sum_rows(float (&s)[P], const T* p, int64_t r, int64_t end, int64_t step,
+                                         int64_t cols) {
+  auto load = [&](int64_t row, float(&v)[P]) {
+    if constexpr (P > 1) rk::load_f32<T, P>(p + row * cols, v);
+    else v[0] = load_t(p, row * cols);
+  };
+  for (; r + 3 * step < end; r += 4 * step) {
+    float v[4][P];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) load(r + u * step, v[u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int k = 0; k < P; ++k) s[k] += v[u][k];
+  }
+  for (; r < end; r += step) {
+    float v[P];
+    load(r, v);
+#pragma unroll
+    for (int k = 0; k < P; ++k) s[k] += v[k];
+  }
+}
+
 template <class T, class O, int P> __global__ void __launch_bounds__(kColThreads)
 reduce_cols_kernel(O* out, const T* in, int64_t rows, int64_t cols) {
   __shared__ float part[kColThreads * 8];  // [lanes][packs][P], P <= 8
@@ -46,29 +73,8 @@ reduce_cols_kernel(O* out, const T* in, int64_t rows, int64_t cols) {
   float s[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) s[k] = 0.f;
-  if (c0 < cols) {  // P > 1 only when cols % P == 0: a pack lies wholly inside the row
-    const T* p = in + c0;
-    auto load = [&](int64_t r, float(&v)[P]) {
-      if constexpr (P > 1) rk::load_f32<T, P>(p + r * cols, v);
-      else v[0] = load_t(p, r * cols);
-    };
-    int64_t r = threadIdx.y;
-    for (; r + 3 * int64_t(lanes) < rows; r += 4 * int64_t(lanes)) {  // four loads in flight
-      float v[4][P];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) load(r + u * int64_t(lanes), v[u]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int k = 0; k < P; ++k) s[k] += v[u][k];
-    }
-    for (; r < rows; r += lanes) {
-      float v[P];
-      load(r, v);
-#pragma unroll
-      for (int k = 0; k < P; ++k) s[k] += v[k];
-    }
-  }
+  // P > 1 only when cols % P == 0: a pack lies wholly inside the row
+  if (c0 < cols) sum_rows<T, P>(s, in + c0, threadIdx.y, rows, lanes, cols);
   float* mine = part + (threadIdx.y * packs + threadIdx.x) * P;
 #pragma unroll
   for (int k = 0; k < P; ++k) mine[k] = s[k];
@@ -106,25 +112,8 @@ reduce_cols_part_kernel(float* __restrict__ part, const T* __restrict__ in, int6
   float s[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) s[k] = 0.f;
-  if (c0 < cols) {  // cols % P == 0: a pack lies wholly inside the row
-    const T* p = in + c0;
-    int64_t r = r0 + threadIdx.y;
-    for (; r + 3 * kPartRowLanes < r1; r += 4 * kPartRowLanes) {
-      float v[4][P];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) rk::load_f32<T, P>(p + (r + u * kPartRowLanes) * cols, v[u]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int k = 0; k < P; ++k) s[k] += v[u][k];
-    }
-    for (; r < r1; r += kPartRowLanes) {
-      float v[P];
-      rk::load_f32<T, P>(p + r * cols, v);
-#pragma unroll
-      for (int k = 0; k < P; ++k) s[k] += v[k];
-    }
-  }
+  // cols % P == 0: a pack lies wholly inside the row
+  if (c0 < cols) sum_rows<T, P>(s, in + c0, r0 + threadIdx.y, r1, kPartRowLanes, cols);
   float* mine = &red[threadIdx.y][threadIdx.x * P];
 #pragma unroll
   for (int k = 0; k < P; ++k) mine[k] = s[k];
@@ -167,10 +156,7 @@ reduce_cols_sum_kernel(O* __restrict__ out, const float* __restrict__ part, int6
 // LEANTRAIN_REDUCE_COLS_SPLIT=1 turns the two passes on (opt-in: the GPT-2 step on an H100 was no
 // faster with them; off, every column sum takes the one-pass kernel).
 bool cols_split_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("LEANTRAIN_REDUCE_COLS_SPLIT");
-    return e && e[0] == '1';
-  }();
+  static const bool on = env_flag("LEANTRAIN_REDUCE_COLS_SPLIT", false);
   return on;
 }
 
