@@ -37,4 +37,10 @@ std::string cuda_memory_summary(int device = 0);
 void cuda_set_allow_tf32(bool on);
 bool cuda_allow_tf32();
 
+// Opens (true) or closes (false) a profiler's capture range (cudaProfilerStart/Stop), so that
+// `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` records only the
+// steps a benchmark times, not the model's initialisation. Without a profiler attached it does
+// nothing; without the CUDA backend it does nothing either.
+void cuda_profiler_range(bool on);
+
 }  // namespace lt

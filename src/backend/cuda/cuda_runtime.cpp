@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
 #include "core/env_flag.h"
@@ -242,6 +244,11 @@ std::string cuda_memory_summary(int device) {
          mib(m.context_bytes) + ", streams + cuBLASLt handle " + mib(m.library_bytes) +
          ", caching allocator reserved " + mib(m.reserved_bytes) + " (cuBLASLt workspace " +
          mib(m.workspace_bytes) + " of it), " + mib(m.free_bytes) + " free";
+}
+
+void cuda_profiler_range(bool on) {
+  if (!cuda_available()) return;
+  LT_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
 }
 
 }  // namespace lt

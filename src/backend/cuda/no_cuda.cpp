@@ -19,5 +19,6 @@ CudaMemoryInfo cuda_memory_info(int) { no_cuda(); }
 std::string cuda_memory_summary(int) { return "CUDA unavailable (built without the CUDA backend)"; }
 void cuda_set_allow_tf32(bool) {}
 bool cuda_allow_tf32() { return false; }
+void cuda_profiler_range(bool) {}
 
 }  // namespace lt
