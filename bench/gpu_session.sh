@@ -22,7 +22,7 @@ for s in $sections; do
       BUILD=$BUILD OUT=$OUT timeout 420 bash tests/gpu/run_gpu_checks.sh 2>&1 | tail -60
       ;;
     parity)
-      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" ${PARITY_ARGS:-} 2>&1 | tail -30
+      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --commit "$commit" ${PARITY_ARGS:-} 2>&1 | tail -30
       ;;
     throughput)
       # leantrain and PyTorch alternate, two rounds, same GPU, same config.
@@ -330,7 +330,7 @@ PY
       # TinyLlama-1.1B shape, B4 x T1024, r 64 alpha 16 on all linear layers, checkpointed layers,
       # AdamW; leantrain (plan first, then the CLI on random tokens) against PEFT (bf16 base, f32
       # adapters, autocast, fused AdamW).
-      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --only lora-tinyllama \
+      timeout 400 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --commit "$commit" --only lora-tinyllama \
         2>&1 | tail -6
       # leantrain's adapter files loaded by PeftModel.from_pretrained; merge against merge_and_unload.
       timeout 200 python3 bench/peers/lora_peft_roundtrip.py --leantrain "./$BUILD/leantrain" --workdir "$OUT/lora-rt" \

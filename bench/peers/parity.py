@@ -10,7 +10,7 @@ as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and wri
 loss and every parameter gradient, and this script compares them with PyTorch's. Then both run
 50 AdamW steps on the same batches and the loss curves are compared.
 
-Usage: python3 bench/peers/parity.py [--bench build-cuda/leantrain_bench] [--out DIR] [--quick]
+Usage: python3 bench/peers/parity.py [--bench build-cuda/leantrain_bench] [--out DIR] [--quick] [--commit SHA]
 Writes one JSON with every comparison to DIR (default bench/results).
 """
 import argparse, json, os, subprocess, sys, tempfile, time
@@ -402,6 +402,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small models only")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--commit", default="",
+                    help="the binaries' commit, for the output's name and its 'commit' field (default: this "
+                         "checkout's HEAD, which on the GPU machine may not be the commit the carried binaries "
+                         "were built from)")
     ap.add_argument("--no-f32-reference", dest="f32_reference", action="store_false",
                     help="bf16 cases: skip the f32 run that says which side is closer to f32 arithmetic")
     args = ap.parse_args()
@@ -501,7 +505,8 @@ def main():
                 results.append(r)
                 print(json.dumps({k: r.get(k) for k in ("case", "dtype", "ok", "logits_rel_err", "grad_worst_rel_err",
                                                         "grad_worst_param", "curve_max_abs_diff", "error")}), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True).stdout.strip()
     doc = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "torch": torch.__version__, "results": results}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"parity-{commit or 'nocommit'}.json")
