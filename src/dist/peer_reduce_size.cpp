@@ -2,6 +2,7 @@
 // binary: a plan made without NCCL still counts its buffers.
 #include <cstdlib>
 
+#include "core/env_flag.h"
 #include "dist/peer_all_reduce.h"
 
 namespace lt::dist {
@@ -12,10 +13,8 @@ namespace {
 constexpr int64_t kMinBytes = int64_t(1) << 20;
 }  // namespace
 
-bool peer_reduce_on() {
-  const char* v = std::getenv("LEANTRAIN_PEER_REDUCE");
-  return !(v && v[0] == '0');
-}
+// Read at every call, not kept: tests switch it within one process.
+bool peer_reduce_on() { return env_flag("LEANTRAIN_PEER_REDUCE", true); }
 
 int64_t peer_chunk_bytes() {
   const char* v = std::getenv("LEANTRAIN_PEER_CHUNK_MB");

@@ -1,4 +1,3 @@
-#include <cstdlib>
 #include <string>
 
 #include "autograd/kept_outputs.h"

@@ -6,7 +6,6 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 
 #include "backend/backend.h"
 #include "core/env_flag.h"

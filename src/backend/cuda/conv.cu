@@ -87,6 +87,12 @@ std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d
   return k;
 }
 
+// LEANTRAIN_CUDNN_LOG=1 prints each chosen algorithm to stderr.
+bool cudnn_log_on() {
+  static const bool on = env_flag("LEANTRAIN_CUDNN_LOG", false);
+  return on;
+}
+
 // The math type a candidate runs with: f32 without TF32 is held to FMA kernels.
 cudnnMathType_t math_for(DType dt, cudnnMathType_t proposed) {
   if (dt == DType::F32 && !cuda_allow_tf32()) return CUDNN_FMA_MATH;
@@ -122,7 +128,7 @@ Choice choose(ConvDescs& c, DType dt, int64_t bytes, bool need_deterministic, in
       LT_CUDNN_CHECK(api.cudnnSetConvolutionMathType(c.conv, math));
       size_t need = 0;
       if (get_size(int(perf[i].algo), &need) != CUDNN_STATUS_SUCCESS || int64_t(need) > bytes) continue;
-      if (static const bool log = env_flag("LEANTRAIN_CUDNN_LOG", false); log)
+      if (cudnn_log_on())
         std::fprintf(stderr, "cudnn %s: algo %d math %d deterministic %d workspace %zu of %lld (tier %d, rank %d)\n",
                      pass, int(perf[i].algo), int(math), int(perf[i].determinism == CUDNN_DETERMINISTIC), need,
                      (long long)bytes, tier, i);
