@@ -3,7 +3,7 @@
 # to tell a code change from a slower machine: each variant is "name|ENV=VALUE ...|extra flags";
 # extra flags "@R" take rung R's flags instead (e.g. @5ws32).
 # Prints the median step of steps 2..N per run. GPU kernel time of one base run via nsys when present.
-#   BUILD=g OUT=$OUT RUNG=5 ROUNDS=2 VARIANTS='base||;ws32||--gemm-workspace 32MiB' bash bench/ladder_rung_ab.sh
+#   BUILD=g OUT=$OUT RUNG=5 ROUNDS=2 VARIANTS='base||;ws32||@5ws32;own0|LEANTRAIN_ATTN_OWN_DELTA=0|' bash bench/ladder_rung_ab.sh
 set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/rung-ab}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-12}
 mkdir -p "$OUT"

@@ -7,18 +7,19 @@
 set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/tinyllama-mfu}; ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT"
-F="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed"
+B=4; T=1024
+F="--model tinyllama-1.1b --data synthetic --batch $B --seq-len $T --precision bf16-mixed"
 timeout 120 "./$BUILD/leantrain" plan $F --json > "$OUT/plan.json" 2>&1 || { echo "plan failed"; tail -3 "$OUT/plan.json"; }
 for round in $(seq 1 "$ROUNDS"); do
   for variant in default fused; do
     extra=""; [ "$variant" = fused ] && extra="--fused-step"
     timeout 240 "./$BUILD/leantrain" train $F $extra ${EXTRA:-} --device cuda --steps 15 --eval-batches 0 --log-every 5 \
       --metrics-json "$OUT/run-$variant-$round.json" > "$OUT/run-$variant-$round.log" 2>&1 || { echo "run failed"; tail -3 "$OUT/run-$variant-$round.log"; continue; }
-    python3 - "$OUT/plan.json" "$OUT/run-$variant-$round.json" "$variant" "$round" <<'PY' | tee -a "$OUT/mfu.jsonl"
+    python3 - "$OUT/plan.json" "$OUT/run-$variant-$round.json" "$variant" "$round" $((B * T)) <<'PY' | tee -a "$OUT/mfu.jsonl"
 import json, sys
 plan, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 tok_s = run["steady_items_per_s"]
-step_s = 4 * 1024 / tok_s
+step_s = int(sys.argv[5]) / tok_s  # tokens per step / tokens per second
 print(json.dumps({"variant": sys.argv[3], "round": int(sys.argv[4]), "tokens_per_s": round(tok_s),
                   "ms_per_step": round(1e3 * step_s, 2), "mfu": round(3 * plan["forward_flops"] / step_s / 989e12, 4),
                   "peak_allocated": run["peak_allocated_bytes"], "plan_peak_allocated": plan["peak_allocated_bytes"]}))
