@@ -161,7 +161,16 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   for (size_t i = 0; i < parts.size(); ++i) out.push_back(host_view(st, at[i], parts[i].first, parts[i].second));
   if (!p.device().is_meta()) {  // (a resting parameter is a CPU tensor: a host copy)
     zero_parallel(st->data(), at.back(), threads_);  // zero state (absmax 0: all codes 0)
-    copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
+    // Exact: f32, or a widened 16-bit value. A 16-bit device parameter is widened on the host:
+    // copy_ would widen it on the device first, an f32 copy of the parameter there (250 MiB for
+    // TinyLlama's embedding) only to copy it out, a segment the run then keeps reserved.
+    if (p.device().is_cpu() || p.dtype() == DType::F32) {
+      copy_(out.back(), p);
+    } else {
+      Tensor narrow = Tensor::empty(p.shape(), p.dtype(), Device::cpu());
+      copy_(narrow, p);
+      copy_(out.back(), narrow);
+    }
   }
   return out;
 }
