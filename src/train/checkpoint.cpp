@@ -299,8 +299,10 @@ void load_weights(const std::string& dir, models::Model& m) {
 bool is_plain_model_dir(const std::string& dir) {
   check_checkpoint_dir(dir);
   std::error_code ec;
+  // merge's output is a model directory too; a training checkpoint that lost its
+  // trainer_state.json is not (reading it names the missing file).
   return !std::filesystem::exists(std::filesystem::path(dir) / "trainer_state.json", ec) &&
-         !is_leantrain_checkpoint(dir) && has_model_weights(dir);
+         (!is_leantrain_checkpoint(dir) || marker_kind(dir) == SavedKind::Model) && has_model_weights(dir);
 }
 
 DType checkpoint_param_dtype(const std::string& dir) {
