@@ -84,6 +84,7 @@ void write_model_and_trainer_state(StagedDir& stage, Trainer& t, const std::map<
   j["batch_index"] = t.loader().index();
   j["model_type"] = t.model().model_type();
   j["tokenizer"] = t.task().tokenizer;
+  if (const std::string d = t.task().text_tokenizer.digest(); !d.empty()) j["tokenizer_sha256"] = d;
   nlohmann::json rng = nlohmann::json::object();
   for (auto& [path, d] : dropouts(t.model())) rng[path] = {{"seed", d->generator().seed}, {"offset", d->generator().offset}};
   j["dropout_rng"] = rng;
