@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dist/data_parallel.h"
+#include "io/peft_adapter.h"
 #include "io/text_format.h"
 #include "io/weight_files.h"
 #include "leantrain/precision.h"
@@ -238,6 +239,13 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
          adapters ? "drop --lora-rank 0 (the checkpoint's own settings continue it)"
                   : "drop --lora-rank, or start a LoRA run from it with --model " + dir);
   if (t.config().lora_rank > 0) {  // the adapters; the base was loaded from --model
+    // alpha / r scales every adapter's update: another alpha would change the model it continues.
+    const io::PeftAdapterConfig a = with_context(dir, [&] { return io::read_peft_adapter_config(dir); });
+    if (a.lora_alpha != t.config().lora_alpha)
+      throw UsageError("cannot resume from " + dir + " with --lora-alpha " + short_number(t.config().lora_alpha),
+                       "its adapters were trained with lora_alpha " + short_number(a.lora_alpha) +
+                           " (alpha / r scales their update)",
+                       "drop --lora-alpha: a resumed run continues with the checkpoint's");
     with_context(dir, [&] {
       load_lora_adapter(dir, t.model());
       return 0;
