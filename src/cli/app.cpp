@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/cli.h"
+#include "dist/rank_supervisor.h"
 #include "dist/session.h"
 #include "leantrain/plan.h"
 #include "train/checkpoint.h"
@@ -154,6 +155,7 @@ int run(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report
   // and clean up after, instead of the signal killing the process mid-save.
   std::signal(SIGXFSZ, SIG_IGN);
+  dist::supervise_rank_if_asked();  // a CPU rank under --devices: its parent reports a signal that kills it
   int rc = kExitRuntime;
   try {
     rc = dispatch(argc, argv);
