@@ -84,7 +84,7 @@ bool match_at(const pcre2_code* code, std::string_view text, size_t start, uint3
 // partial match says so); a match found without touching the end is the one the whole text gives.
 // The bytes searched are counted against a budget linear in the text's length; a pattern over it
 // is an error instead of a hang. Tokenizers' usual patterns search about one token ahead.
-constexpr size_t kFirstWindow = 16;   // bytes; most pre-tokens are shorter
+constexpr size_t kFirstWindow = 256;  // bytes; few pre-tokens cross it
 constexpr size_t kPassesAllowed = 16;  // the budget: this many bytes searched per byte of text ...
 constexpr size_t kBudgetBase = 1 << 20;  // ... plus this many
 
