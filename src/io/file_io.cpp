@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "io/output_target.h"
 #include "leantrain/error.h"
@@ -91,7 +92,8 @@ bool is_temp_of(const std::string& entry, const std::string& name, long* pid) {
 }
 
 // Removes the temp files an earlier writer of `target` left when it was killed (a signal, a
-// power cut): regular files named as ours whose process no longer runs. A live writer's stay.
+// power cut): regular files named as ours whose process no longer runs here and that have not
+// changed for a minute (a writer on another host sharing the directory has other pids).
 void remove_stale_temps(const std::string& target) {
   const std::string dir = parent_dir(target);
   const std::string name = target.substr(target.find_last_of('/') + 1);
@@ -103,7 +105,7 @@ void remove_stale_temps(const std::string& target) {
     if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // that writer still runs
     const std::string p = dir + "/" + e->d_name;
     struct stat st {};
-    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(p.c_str());
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < ::time(nullptr) - 60) ::unlink(p.c_str());
   }
   ::closedir(d);
 }

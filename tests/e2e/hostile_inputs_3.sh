@@ -22,11 +22,13 @@ expect_error 1 "cannot write '$WORK/ck.tmp/.*': File too large" "${FS[@]}" "$LT"
 if [ -z "$(find "$WORK" -name '*.tmp*')" ]; then ok; else fail "temporaries were left: $(find "$WORK" -name '*.tmp*')"; fi
 if digest "$WORK/ck" | cmp -s - "$WORK/ck.md5"; then ok; else fail "the previous checkpoint changed"; fi
 expect_ok "$LT" train --resume "$WORK/ck" --steps 2
-# A killed writer's temporary (its process is gone) is removed by the next write of that file;
-# a live process's is not.
-touch "$WORK/snap.json.tmp.4194305.0" "$WORK/snap.json.tmp.$$.0" "$WORK/snap.json.tmp.x.0"
+# A killed writer's temporary (its process is gone, the file unchanged for a minute) is removed
+# by the next write of that file; a live process's, a fresh one and one not named as ours are not.
+touch -d '-2 min' "$WORK/snap.json.tmp.4194305.0" "$WORK/snap.json.tmp.$$.0" "$WORK/snap.json.tmp.x.0"
+touch "$WORK/snap.json.tmp.4194306.0"
 expect_ok "$LT" train "${GPT[@]}" --steps 1 --memory-snapshot "$WORK/snap.json"
-if [ ! -e "$WORK/snap.json.tmp.4194305.0" ] && [ -e "$WORK/snap.json.tmp.$$.0" ] && [ -e "$WORK/snap.json.tmp.x.0" ]; then ok; else
+if [ ! -e "$WORK/snap.json.tmp.4194305.0" ] && [ -e "$WORK/snap.json.tmp.$$.0" ] && [ -e "$WORK/snap.json.tmp.x.0" ] &&
+   [ -e "$WORK/snap.json.tmp.4194306.0" ]; then ok; else
   fail "stale temporaries: $(ls "$WORK" | grep tmp)"; fi
 
 # ---- LoRA: a base directory and an adapter ----
