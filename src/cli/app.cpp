@@ -3,12 +3,14 @@
 // given again on the command line still wins.
 #include "leantrain/memory_snapshot.h"
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <memory>
 
 #include "cli/cli.h"
-#include "leantrain/plan.h"
+#include "dist/rank_supervisor.h"
 #include "dist/session.h"
+#include "leantrain/plan.h"
 #include "train/checkpoint.h"
 #include "train/output_paths.h"
 
@@ -150,6 +152,10 @@ int finish_stdout(int rc) {
 }  // namespace
 
 int run(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report
+  // and clean up after, instead of the signal killing the process mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
+  dist::supervise_rank_if_asked();  // a CPU rank under --devices: its parent reports a signal that kills it
   int rc = kExitRuntime;
   try {
     rc = dispatch(argc, argv);
