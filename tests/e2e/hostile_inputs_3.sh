@@ -41,6 +41,13 @@ python3 "$TOOL" set "$WORK/nan/adapter_model.safetensors" base_model.model.trans
 expect_error 1 "cannot merge $WORK/nan into $WORK/base: weight 'transformer.h.1.mlp.c_fc.lora_B.weight' holds NaN at element 0" \
   "$LT" merge --model "$WORK/base" --adapter "$WORK/nan" --out "$WORK/m_nan"
 if [ ! -e "$WORK/m_nan" ] && [ ! -e "$WORK/m_nan.tmp" ]; then ok; else fail "a NaN merge wrote something"; fi
+# Finite adapters whose product overflows the base's dtype (1e30 * 1e30 in f32).
+rm -rf "$WORK/big" && cp -r "$WORK/lora" "$WORK/big"
+for ab in A B; do
+  python3 "$TOOL" set "$WORK/big/adapter_model.safetensors" "base_model.model.transformer.h.0.attn.c_attn.lora_$ab.weight" 1e30
+done
+expect_error 1 "cannot merge $WORK/big into $WORK/base: the merged weight 'transformer.h.0.attn.c_attn.weight' holds (inf|-inf) at element 0 \(W \+ \(alpha / r\) B A overflows f32\)" \
+  "$LT" merge --model "$WORK/base" --adapter "$WORK/big" --out "$WORK/m_big"
 
 # ---- 8. a merged model directory is a model directory: generate and eval read it ----
 expect_ok "$LT" merge --model "$WORK/base" --adapter "$WORK/lora" --out "$WORK/merged"
