@@ -58,8 +58,8 @@ MergeResult merge_adapter(const MergeConfig& c) {
   const size_t layers = lora_modules(*model).size();
   merge_lora(*model);
   if (std::string bad = nonfinite_weight(*model); !bad.empty())
-    fail("cannot merge " + c.adapter + " into " + c.model, "the merged " + bad + " (W + (alpha / r) B A overflows " +
-         dtype_name(dtype) + ")", "pass an adapter with smaller weights, or a base saved in a wider dtype");
+    fail("cannot merge " + c.adapter + " into " + c.model, "the merged " + bad + ": W + (alpha / r) B A overflows " +
+         dtype_name(dtype), "pass an adapter with smaller weights, or a base saved in a wider dtype");
 
   StagedDir stage(c.out, SavedKind::Model);
   save_model_weights(stage.dir(), *model, c.shard_bytes);

@@ -41,6 +41,13 @@ python3 "$TOOL" set "$WORK/nan/adapter_model.safetensors" base_model.model.trans
 expect_error 1 "cannot merge $WORK/nan into $WORK/base: weight 'transformer.h.1.mlp.c_fc.lora_B.weight' holds NaN at element 0" \
   "$LT" merge --model "$WORK/base" --adapter "$WORK/nan" --out "$WORK/m_nan"
 if [ ! -e "$WORK/m_nan" ] && [ ! -e "$WORK/m_nan.tmp" ]; then ok; else fail "a NaN merge wrote something"; fi
+# Finite adapters whose product overflows the base's dtype (1e30 * 1e30 in f32).
+rm -rf "$WORK/big" && cp -r "$WORK/lora" "$WORK/big"
+for ab in A B; do
+  python3 "$TOOL" set "$WORK/big/adapter_model.safetensors" "base_model.model.transformer.h.0.attn.c_attn.lora_$ab.weight" 1e30
+done
+expect_error 1 "cannot merge $WORK/big into $WORK/base: the merged weight 'transformer.h.0.attn.c_attn.weight' holds (inf|-inf) at element 0: W \+ \(alpha / r\) B A overflows f32 \(pass an adapter with smaller weights" \
+  "$LT" merge --model "$WORK/base" --adapter "$WORK/big" --out "$WORK/m_big"
 
 # ---- 8. a merged model directory is a model directory: generate and eval read it ----
 expect_ok "$LT" merge --model "$WORK/base" --adapter "$WORK/lora" --out "$WORK/merged"
@@ -167,13 +174,23 @@ for i in $(seq 1 40); do echo "axbycz $i"; done >"$WORK/short.txt"
 expect_ok timeout 60 "$LT" train "${TXT[@]}" --tokenizer "$WORK/rescan.json" --data "$WORK/short.txt" --steps 1
 
 # ---- 9. a CPU rank killed by a signal is named; redirected output has no redraw codes ----
+descendants() {  # PID: its children, theirs, ...
+  local c
+  for c in $(pgrep -P "$1"); do
+    echo "$c"
+    descendants "$c"
+  done
+}
 "$LT" train "${GPT[@]}" --steps 100000 --devices 2 --log-every 1 >"$WORK/ranks.out" 2>"$WORK/ranks.err" </dev/null &
 launcher=$!
 rank1=""
 for _ in $(seq 1 600); do  # up to 60 s for MPI to start and rank 1 to train
   if grep -q '^step' "$WORK/ranks.out" 2>/dev/null; then
-    for p in $(pgrep -x leantrain); do  # rank 1 itself, not its supervisor (the rank's parent)
-      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+    # Rank 1 itself (not its supervisor, the rank's parent), among this job's processes only:
+    # other MPI jobs may run on the machine.
+    for p in $(descendants "$launcher"); do
+      if [ "$(ps -o comm= -p "$p")" = leantrain ] &&
+         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
          [ -z "$(pgrep -P "$p" -x leantrain)" ]; then rank1=$p; fi
     done
   fi
@@ -183,7 +200,7 @@ done
 if [ -n "$rank1" ]; then
   kill -9 "$rank1"
   rc=0
-  timeout 60 tail --pid="$launcher" -f /dev/null || true
+  timeout 60 tail --pid="$launcher" -f /dev/null || { fail "--devices 2: the job went on after rank 1 was killed"; kill "$launcher"; }
   wait "$launcher" || rc=$?
   if [ "$rc" = 137 ]; then ok; else fail "--devices 2 with rank 1 killed: exit $rc, want 137"; fi
   expect_grep "^leantrain: error: rank 1 was killed by signal 9 \(Killed\); ending the other ranks$" "$WORK/ranks.err"
