@@ -64,12 +64,10 @@ class Optimizer {
   void step(float grad_scale = 1.0f);
   // A skipped step (a loss-scale overflow): allocates exactly what step() would, in the same order
   // (missing state and master copies are created, zeroed and copied for real), but updates nothing
-  // and counts no step (Note [Dry compute], src/backend/dry_compute.h). So the device's memory layout
-  // after a skipped step is that of an applied one, which the plan assumes. Optimizers whose update
-  // runs outside the backends (the host step of --offload optimizer) say no to can_dry_step() and
-  // the trainer skips them as before.
+  // and counts no step (Note [Dry compute], src/backend/dry_compute.h). So the memory layout after
+  // a skipped step is that of an applied one, which the plan assumes. An update that computes
+  // outside the backends (the host step of --offload optimizer) checks DryCompute::active().
   void dry_step(float grad_scale = 1.0f);
-  virtual bool can_dry_step() const { return true; }
   // Updates the parameter of that name (must have a grad), e.g. from a post-accumulate-grad hook.
   void step_param(const std::string& name, float grad_scale = 1.0f);
   // The same, finding the name of `param` (a linear search: prefer the name).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/dry_compute.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "offload/disk_state.h"
@@ -291,8 +292,9 @@ void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float gra
   }
   grown(grad_bucket_, total, opt_.device.value_or(d), Category::Gradient);
   grown(staging_, total, opt_.device.value_or(d), Category::Workspace);
-  // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
-  if (d.is_meta()) return;
+  // A dry run (meta) and a dry step (a skipped step, Note [Dry compute]) take the same pinned
+  // buffers, in the same order, and move no data.
+  if (d.is_meta() || DryCompute::active()) return;
   for (size_t k = 0; k < bucket.size(); ++k) {
     const Tensor& p = bucket[k]->param;
     copy_(host_view(grad_bucket_, off[k], p.shape(), p.dtype()), p.grad());

@@ -86,9 +86,6 @@ class OffloadOptimizer final : public Optimizer {
   OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o);
   const char* name() const override { return kind_.c_str(); }
   int threads() const { return threads_; }
-  // The host step reads and writes pinned memory directly, outside the backends: a dry step
-  // would update the state (Note [Dry compute]); a skipped step skips it as before.
-  bool can_dry_step() const override { return false; }
   ~OffloadOptimizer() override;
 
   // The disk tier (nullptr without --offload-dir, or when every state fits the host limit).

@@ -286,10 +286,8 @@ StepOutcome Trainer::step() {
       apply = false;  // e.g. a loss-scale overflow: no parameter or state changes
       // ... but the same allocations as an applied step (Note [Dry compute], backend/dry_compute.h),
       // so the memory layout after it does not depend on the data: the plan stays exact.
-      if (opt_->can_dry_step()) {
-        MemoryCategoryScope st(Category::OptimizerState);
-        opt_->dry_step(gn.grad_scale);
-      }
+      MemoryCategoryScope st(Category::OptimizerState);
+      opt_->dry_step(gn.grad_scale);
     } else {
       MemoryCategoryScope st(Category::OptimizerState);
       opt_->step(gn.grad_scale);
