@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "leantrain/dist.h"
-#include "leantrain/train.h"
+#include "leantrain/usage_error.h"
 
 extern char** environ;
 
