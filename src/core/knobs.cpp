@@ -142,7 +142,8 @@ std::string parse_knob(const Knob& k, std::string_view v) {
       char* end = nullptr;
       errno = 0;
       const long long n = std::strtoll(s.c_str(), &end, 10);
-      const std::string range = "[" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "]";
+      std::string range = "[";  // built by appends: GCC 12 warns (-Wrestrict) on "[" + std::to_string(...)
+      range.append(std::to_string(k.lo)).append(", ").append(std::to_string(k.hi)).append("]");
       if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
         bad_value(k, v, "not a whole number", "set it to an integer in " + range);
       if (n < k.lo || n > k.hi) bad_value(k, v, "outside " + range, "set it to an integer in " + range);
