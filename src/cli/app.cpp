@@ -72,7 +72,8 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   c.profile = c.app->add_subcommand(
       "profile", "Measure, module by module, the memory that activation checkpointing saves and the time it adds");
   add_profile_flags(*c.profile, x.prof_cfg, x.profile);
-  c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file");
+  c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file (" +
+                                             family_names() + ")");
   add_eval_flags(*c.eval, x.eval);
   c.merge = c.app->add_subcommand("merge", "Fold a LoRA adapter into its base model: a merged Hugging Face model directory");
   add_merge_flags(*c.merge, x.merge);
