@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -398,6 +398,20 @@ PY
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25
+      ;;
+    sweep)
+      # Issue 42: N random configurations per seed, each planned and run; one line each, a summary
+      # (SWEEP_SEEDS, default "1"; SWEEP_N, default 60).
+      for seed in ${SWEEP_SEEDS:-1}; do
+        BUILD=$BUILD OUT=$OUT COMMIT=$commit timeout 580 bash bench/plan_sweep.sh "$seed" "${SWEEP_N:-60}" 2>&1 | tail -80
+      done
+      ;;
+    gaps)
+      # The runs issue 42 found off their plans, each traced on both sides (bench/plan_trace_gap.sh).
+      G="--precision bf16-true --checkpoint blocks"
+      BUILD=$BUILD OUT=$OUT/gaps bash bench/plan_trace_gap.sh offload-opt --model tinyllama-1.1b --batch 2 --seq-len 512 $G --offload optimizer --steps 3
+      BUILD=$BUILD OUT=$OUT/gaps bash bench/plan_trace_gap.sh offload-params --model tinyllama-1.1b --depth 3 --batch 3 --seq-len 600 $G --offload params --loss-chunk 4096 --steps 3
+      BUILD=$BUILD OUT=$OUT/gaps bash bench/plan_trace_gap.sh resnet-16mixed --model resnet50 --batch 24 --micro-batch 8 --precision 16-mixed --optimizer sgd --checkpoint 'layer[23]' --steps 3
       ;;
     cost)
       BUILD=$BUILD OUT=$OUT timeout 560 bash bench/cost_model.sh 2>&1 | tail -25

@@ -62,6 +62,12 @@ class Optimizer {
   // Updates every parameter that has a grad. Gradients are multiplied by grad_scale first
   // (clip coefficient, 1/loss scale) inside the update: no extra pass over them.
   void step(float grad_scale = 1.0f);
+  // A skipped step (a loss-scale overflow): allocates exactly what step() would, in the same order
+  // (missing state and master copies are created, zeroed and copied for real), but updates nothing
+  // and counts no step (Note [Dry compute], src/backend/dry_compute.h). So the memory layout after
+  // a skipped step is that of an applied one, which the plan assumes. An update that computes
+  // outside the backends (the host step of --offload optimizer) checks DryCompute::active().
+  void dry_step(float grad_scale = 1.0f);
   // Updates the parameter of that name (must have a grad), e.g. from a post-accumulate-grad hook.
   void step_param(const std::string& name, float grad_scale = 1.0f);
   // The same, finding the name of `param` (a linear search: prefer the name).

@@ -117,7 +117,8 @@ void validate(const RunConfig& cfg);
 // auto -> cuda when a GPU answers, else cpu; otherwise Device::parse (a UsageError when unknown).
 Device resolve_device(const std::string& spec);
 
-// The config as stored in a checkpoint (JSON text) and back. Unknown keys are ignored.
+// The config as stored in a checkpoint (JSON text) and back. Unknown keys are ignored; a missing
+// one is an lt::Error naming it (every save writes them all).
 std::string config_to_json(const RunConfig& cfg);
 RunConfig config_from_json(const std::string& json);
 

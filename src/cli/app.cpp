@@ -5,13 +5,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <memory>
 
 #include "cli/cli.h"
 #include "core/knobs.h"
-#include "leantrain/plan.h"
+#include "dist/rank_supervisor.h"
 #include "dist/session.h"
+#include "leantrain/plan.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/output_paths.h"
@@ -175,6 +177,10 @@ int finish_stdout(int rc) {
 }  // namespace
 
 int run(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report
+  // and clean up after, instead of the signal killing the process mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
+  dist::supervise_rank_if_asked();  // a CPU rank under --devices: its parent reports a signal that kills it
   int rc = kExitRuntime;
   try {
     rc = dispatch(argc, argv);

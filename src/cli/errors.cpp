@@ -1,5 +1,6 @@
 // One-line errors. lt::Error already reads "what: why (fix)"; a CLI11 parse error gets a why and
 // a fix added; anything else is a bug and says so, still on one line and never as an abort.
+#include <cctype>
 #include <new>
 
 #include "cli/cli.h"
@@ -54,7 +55,9 @@ int report_parse_error(const CLI::ParseError& e, const std::string& command, std
     for (size_t p = 0; p < args.size();) {
       size_t q = args.find(' ', p);
       std::string a = args.substr(p, q == std::string::npos ? std::string::npos : q - p);
-      if (a.rfind("-", 0) == 0) {
+      // "-1" is a leftover value (of a flag that does not exist), not the unknown flag itself.
+      const bool number = a.size() > 1 && (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.');
+      if (a.rfind("-", 0) == 0 && !number) {
         first = a;
         break;
       }

@@ -11,6 +11,20 @@
 
 namespace lt::cli {
 
+namespace {
+
+// A path flag's default is "" (off); given as "" it would silently mean off too (--save "" saved
+// nothing), so an empty value is refused.
+CLI::Option* path_flag(CLI::Option* o, const std::string& flag) {
+  return o->each([flag](const std::string& v) {
+    if (v.empty())
+      throw UsageError(flag + " ''", "the path is empty, which would quietly turn " + flag + " off",
+                       "pass a path, or leave " + flag + " out");
+  });
+}
+
+}  // namespace
+
 void add_train_flags(CLI::App& cmd, RunConfig& c) {
   cmd.footer("Example: leantrain train --model gpt2-tiny --data fortunes --steps 200 --lr 3e-4 --save runs/gpt");
   const char* what = "Model and data";
@@ -20,13 +34,13 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "A preset (" + presets + "), or a model directory (config.json + model.safetensors or its shards) "
                  "to fine-tune from its weights")
       ->capture_default_str()->group(what);
-  cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what);
+  path_flag(cmd.add_option("--config", c.model_config, "A Hugging Face config.json (instead of --model)")->group(what), "--config");
   cmd.add_option("--data", c.data, "fashion-mnist, fortunes, or a text/.jsonl file or directory (default: fashion-mnist for ViT, fortunes for GPT)")
       ->group(what);
   add_int_flag(cmd, flag_range::seq_len, c.seq_len, "Context length in tokens (0: min(128, the model's))")->capture_default_str()->group(what);
-  cmd.add_option("--tokenizer", c.tokenizer,
+  path_flag(cmd.add_option("--tokenizer", c.tokenizer,
                  "A tokenizer.json or a directory holding one (default: the model directory's, else bytes for GPT-2)")
-      ->group(what);
+      ->group(what), "--tokenizer");
   cmd.add_option("--prompt-field", c.prompt_field, ".jsonl field of the prompt (its tokens are masked from the loss)")
       ->capture_default_str()->group(what);
   cmd.add_option("--response-field", c.response_field, ".jsonl field of the response")->capture_default_str()->group(what);
@@ -112,11 +126,11 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "checkpointed blocks' weights in pinned host memory, each block copied to the device for its "
                  "forward and its recomputation (needs --checkpoint)")
       ->capture_default_str()->group(what);
-  cmd.add_option("--offload-dir", c.offload_dir,
+  path_flag(cmd.add_option("--offload-dir", c.offload_dir,
                  "With --offload optimizer: keep the optimizer state (f32 master weights and moments) of the "
                  "16-bit parameters in a file in this directory on a local NVMe drive, read and written a chunk "
                  "at a time through io_uring (ZeRO-Infinity); with --host-memory-limit only what does not fit it")
-      ->group(what);
+      ->group(what), "--offload-dir");
   cmd.add_option_function<std::string>(
          "--host-memory-limit",
          [&c](const std::string& text) { c.host_memory_limit = parse_bytes(text, "--host-memory-limit"); },
@@ -146,7 +160,7 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
                  "Regex over module paths of the linear layers to adapt (default: every linear layer inside the "
                  "blocks, e.g. q|k|v|o|gate|up|down_proj)")
       ->group(what);
-  cmd.add_option("--lora-init", c.lora_init, "Start the adapters from this PEFT adapter directory")->group(what);
+  path_flag(cmd.add_option("--lora-init", c.lora_init, "Start the adapters from this PEFT adapter directory")->group(what), "--lora-init");
   what = "Several processes";
   cmd.add_option("--strategy", c.strategy,
                  "With 2+ ranks: ddp (replicas, gradients all-reduced), zero1 (+ optimizer state sharded), zero2 "
@@ -167,16 +181,16 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
   what = "Memory visibility";
   cmd.add_flag("--memory-history", c.memory_history, "Record every allocation and free (category, size, stream, op)")
       ->group(what);
-  cmd.add_option("--memory-snapshot", c.memory_snapshot,
+  path_flag(cmd.add_option("--memory-snapshot", c.memory_snapshot,
                  "After the last step write PATH.json and PATH.pickle (PyTorch memory_viz schema)")
-      ->group(what);
-  cmd.add_option("--memory-report", c.memory_report, "Write a self-contained HTML memory timeline by category")
-      ->group(what);
+      ->group(what), "--memory-snapshot");
+  path_flag(cmd.add_option("--memory-report", c.memory_report, "Write a self-contained HTML memory timeline by category")
+      ->group(what), "--memory-report");
   what = "Evaluation, checkpoints, output";
   add_int_flag(cmd, flag_range::eval_every, c.eval_every, "Evaluate every N steps (0: only at the end)")->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::eval_batches, c.eval_batches, "Cap evaluation at N batches (0: the whole split)")
       ->capture_default_str()->group(what);
-  cmd.add_option("--save", c.save, "Checkpoint directory, written at each evaluation and at the end")->group(what);
+  path_flag(cmd.add_option("--save", c.save, "Checkpoint directory, written at each evaluation and at the end")->group(what), "--save");
   cmd.add_option_function<std::string>(
          "--save-shard-size",
          [&c](const std::string& text) { c.save_shard_bytes = parse_bytes(text, "--save-shard-size"); },
@@ -184,11 +198,11 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
          "(default 5GB; 1GB = 10^9 bytes, 1GiB = 2^30)")
       ->type_name("SIZE")
       ->group(what);
-  cmd.add_option("--resume", c.resume, "Continue the run saved in this checkpoint directory")->group(what);
+  path_flag(cmd.add_option("--resume", c.resume, "Continue the run saved in this checkpoint directory")->group(what), "--resume");
   cmd.add_option("--device", c.device, "cpu, cuda, cuda:N or auto")->capture_default_str()->group(what);
   add_int_flag(cmd, flag_range::log_every, c.log_every, "Progress line period when not on a terminal (0: ~20 lines)")
       ->capture_default_str()->group(what);
-  cmd.add_option("--metrics", c.metrics, "Write each step's loss to this JSON-lines file")->group(what);
+  path_flag(cmd.add_option("--metrics", c.metrics, "Write each step's loss to this JSON-lines file")->group(what), "--metrics");
   add_int_flag(cmd, flag_range::stop_at, c.stop_at, "End this process after step N (the schedule still spans --steps; --resume continues)")
       ->group(what);
   add_int_flag(cmd, flag_range::debug_nan_at_step, c.debug_nan_at_step, "testing: poison the loss at this step")->group("");

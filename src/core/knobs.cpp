@@ -85,6 +85,10 @@ constexpr Knob kKnobs[] = {
      "scripts/build.sh: OFF skips the CUDA backend (a machine without a GPU), ON requires it"},
     {"LEANTRAIN_STORE_FD", T::Integer, "0", 0, 1 << 30, "", M::No, U::Internal, "internal",
      "the rendezvous socket `train --devices N` hands to rank 0 (set by leantrain itself)"},
+    {"LEANTRAIN_SUPERVISE_RANK", T::Switch, "0", 0, 0, "", M::No, U::Internal, "internal",
+     "1: a CPU rank of `train --devices N` runs under a supervisor that names a signal killing it"},
+    {"LEANTRAIN_STDOUT_IS_TERMINAL", T::Switch, "0", 0, 0, "", M::No, U::Internal, "internal",
+     "whether the launcher's stdout is a terminal, for ranks under mpirun's pty (unset: isatty)"},
 };
 
 std::string lower(std::string_view s) {

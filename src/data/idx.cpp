@@ -1,10 +1,13 @@
 // IDX files (the MNIST format): a big-endian header 0x00 0x00 <type> <ndims>, ndims u32 sizes,
-// then the bytes. Read through zlib's gz* functions, which also pass plain files through, so
-// both the Debian .gz files and unpacked ones load. Every way a file can be wrong is one clear error.
+// then the bytes. Gzip data is inflated and a plain file passed through, so both the Debian .gz
+// files and unpacked ones load. Every way a file can be wrong is one clear error.
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/checked_math.h"
@@ -20,47 +23,101 @@ constexpr int64_t kMaxIdxBytes = int64_t(4) << 30;  // data bytes one IDX file m
 
 // A gzip (or plain) stream read piece by piece, so that a header announcing more than the file
 // holds, or a small .gz inflating without end, costs no more memory than the data announced.
+// Inflated with zlib's z_stream rather than gzread, which ignores whatever follows the last gzip
+// member: here a file continues only with another member, and anything else is an error.
 class GzReader {
  public:
-  explicit GzReader(const std::string& path) : path_(path) {
-    io::InputFile file(path);  // a regular file: a FIFO or /dev/zero is refused here
-    f_ = gzdopen(file.fd(), "rb");
-    LT_CHECK(f_ != nullptr, "cannot open '" + path + "'", "zlib could not open it for reading", "check the file");
-    file.release();  // gzclose closes it now
+  explicit GzReader(const std::string& path) : path_(path), file_(path) {  // a FIFO or /dev/zero is refused here
+    fill();
+    gzip_ = avail_ >= 2 && in_[0] == 0x1f && in_[1] == 0x8b;
+    if (gzip_) start_member();
   }
-  ~GzReader() { gzclose(f_); }
+  ~GzReader() {
+    if (inflating_) inflateEnd(&z_);
+  }
   GzReader(const GzReader&) = delete;
   GzReader& operator=(const GzReader&) = delete;
 
   // Appends up to n bytes to `out`; returns how many came (fewer only at the end of the data).
-  // A damaged stream is an error here, whether zlib says so with n < 0 or with a short read.
   int64_t read(std::vector<uint8_t>& out, int64_t n) {
     int64_t got_total = 0;
     while (got_total < n) {
-      const unsigned want = unsigned(std::min<int64_t>(n - got_total, int64_t(1) << 20));
+      const size_t want = size_t(std::min<int64_t>(n - got_total, int64_t(1) << 20));
       const size_t at = out.size();
       out.resize(at + want);
-      const int got = gzread(f_, out.data() + at, want);
-      out.resize(at + size_t(std::max(got, 0)));
-      check_stream();
-      if (got <= 0) break;
-      got_total += got;
+      const size_t got = gzip_ ? inflate_some(out.data() + at, want) : copy_some(out.data() + at, want);
+      out.resize(at + got);
+      if (got == 0) break;
+      got_total += int64_t(got);
     }
     return got_total;
   }
 
  private:
-  void check_stream() {
-    // A stream cut short ends with 0 bytes read and Z_BUF_ERROR, not with an error return.
-    int err = Z_OK;
-    std::string msg = gzerror(f_, &err);
-    if (err == Z_OK) return;
-    if (msg.rfind(path_ + ": ", 0) == 0) msg.erase(0, path_.size() + 2);  // zlib prefixes the path
-    fail("'" + path_ + "' is corrupt", "zlib: " + msg, "download or reinstall the file");
+  void fill() {  // more file bytes into in_, when what is there is used up
+    if (avail_ > 0 || eof_) return;
+    const ssize_t got = ::read(file_.fd(), in_, sizeof in_);
+    if (got < 0) fail("cannot read '" + path_ + "'", std::strerror(errno), "check the file and the disk");
+    if (got == 0) eof_ = true;
+    next_ = in_;
+    avail_ = size_t(std::max<ssize_t>(got, 0));
+  }
+  size_t copy_some(uint8_t* out, size_t want) {
+    fill();
+    const size_t n = std::min(want, avail_);
+    std::memcpy(out, next_, n);
+    next_ += n;
+    avail_ -= n;
+    return n;
+  }
+  void start_member() {
+    z_ = z_stream{};
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) fail("cannot read '" + path_ + "'", "zlib could not start", "");
+    inflating_ = true;
+  }
+  [[noreturn]] void corrupt(const std::string& why) {
+    fail("'" + path_ + "' is corrupt", why, "download or reinstall the file");
+  }
+  size_t inflate_some(uint8_t* out, size_t want) {
+    size_t made = 0;
+    while (made < want && inflating_) {
+      fill();
+      if (avail_ == 0) corrupt("zlib: the gzip stream is cut short");
+      z_.next_in = next_;
+      z_.avail_in = unsigned(avail_);
+      z_.next_out = out + made;
+      z_.avail_out = unsigned(want - made);
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      made = size_t(z_.next_out - out);
+      next_ = z_.next_in;
+      avail_ = z_.avail_in;
+      if (rc == Z_STREAM_END) {
+        inflateEnd(&z_);
+        inflating_ = false;
+        next_member();
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        corrupt("zlib: " + std::string(z_.msg ? z_.msg : "the gzip stream is damaged"));
+      }
+    }
+    return made;
+  }
+  // After a member's end: the file ends, or another gzip member starts; anything else is garbage.
+  void next_member() {
+    fill();
+    if (avail_ == 0) return;
+    if (avail_ >= 2 && next_[0] == 0x1f && next_[1] == 0x8b) return start_member();
+    int64_t extra = int64_t(avail_);
+    for (avail_ = 0, fill(); avail_ > 0; avail_ = 0, fill()) extra += int64_t(avail_);
+    corrupt(std::to_string(extra) + " bytes after the end of its gzip stream that are not gzip data");
   }
 
   std::string path_;
-  gzFile f_ = nullptr;
+  io::InputFile file_;
+  uint8_t in_[1 << 16];
+  uint8_t* next_ = in_;
+  size_t avail_ = 0;
+  bool eof_ = false, gzip_ = false, inflating_ = false;
+  z_stream z_{};
 };
 
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }

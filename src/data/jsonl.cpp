@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus_builder.h"
+#include "io/unique_keys.h"
 #include "leantrain/error.h"
 
 namespace lt::data {
@@ -77,8 +78,9 @@ void parse_jsonl(const std::string& text, const std::string& path, const TextOpt
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const LineError bad(path, line_no);
     nlohmann::json j;
+    const io::UniqueKeys keys;
     try {
-      j = nlohmann::json::parse(line);
+      j = nlohmann::json::parse(line, keys.callback());
     } catch (const nlohmann::json::parse_error& e) {
       bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
     } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
@@ -86,6 +88,8 @@ void parse_jsonl(const std::string& text, const std::string& path, const TextOpt
     } catch (const nlohmann::json::exception& e) {
       bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
     }
+    if (!keys.duplicate().empty())
+      bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
     Document d = document_of(j, opt, bad);
     batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
     batch.push_back(std::move(d));

@@ -7,7 +7,7 @@
 //
 // Host batches live in a ring of prefetch + 2 staging buffers, allocated once by the caller's
 // thread from the device's pinned-host account (Category::Input; page-locked on CUDA, ordinary
-// memory counted the same way on cpu and meta, so a plan predicts the pinned peak). next()
+// memory on cpu, counted alike on meta without any memory, so a plan predicts the pinned peak). next()
 // enqueues the copies of a batch on the compute stream and records the buffer's event after them;
 // the buffer goes back to the workers only when that event completed (so no worker rewrites bytes
 // the GPU has yet to read). Only the caller's thread makes CUDA calls.
@@ -74,7 +74,7 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
   h.buffer = buffer;
   uint8_t* mem = buffers_[size_t(buffer)].mem;
   h.inputs = mem;
-  h.targets = reinterpret_cast<int64_t*>(mem + targets_offset_);
+  h.targets = mem ? reinterpret_cast<int64_t*>(mem + targets_offset_) : nullptr;  // meta's have no memory
 }
 
 // A full batch's inputs, then its targets at a 64-byte boundary, in each buffer. Pinned memory
@@ -117,8 +117,9 @@ void DataLoader::ensure_buffers() {
       }
       free_buffers();
       for (int i = 0; i < n; ++i)
-        buffers_.push_back(
-            Buffer{static_cast<uint8_t*>(::operator new(size_t(buffer_bytes_), std::align_val_t{64})), nullptr, nullptr});
+        buffers_.push_back(Buffer{opt_.device.is_meta() ? nullptr  // a dry run fills none
+                                                        : static_cast<uint8_t*>(::operator new(size_t(buffer_bytes_), std::align_val_t{64})),
+                                  nullptr, nullptr});
     }
   } catch (...) {
     free_buffers();
@@ -306,7 +307,12 @@ Batch DataLoader::next() {
   ensure_buffers();
   reclaim(inflight_.size());  // buffers whose copies are done go back to the workers, no waiting
   HostBatch h;
-  if (opt_.prefetch == 0) {
+  if (opt_.device.is_meta()) {
+    // A dry run: the buffers are accounts without memory and the batch's tensors have no data,
+    // so no sample is read and no worker starts; the allocations are a real run's.
+    shape_host_batch(h, spare_.back(), epoch_, index_);
+    spare_.pop_back();
+  } else if (opt_.prefetch == 0) {
     if (order_epoch_ != epoch_) {
       order_ = epoch_order(epoch_);
       order_epoch_ = epoch_;
@@ -353,7 +359,7 @@ Batch DataLoader::next() {
     release(h.buffer);
     throw;
   }
-  if (buffers_[size_t(h.buffer)].pinned) {
+  if (buffers_[size_t(h.buffer)].pinned && !opt_.device.is_meta()) {
     inflight_.push_back(h.buffer);
     reclaim(2);  // at most two batches' copies pending; waits only when the GPU is that far behind
   } else {

@@ -1,5 +1,7 @@
 // dist::Session and launch_local (session.h).
 #include "dist/session.h"
+
+#include "dist/rank_supervisor.h"
 #include "dist/tcp_listen.h"
 
 #include <netinet/in.h>
@@ -159,8 +161,10 @@ int launch_local(int devices, const std::string& device, int argc, char** argv) 
   const bool cpu = !resolve_device(device).is_cuda();
   if (cpu) {
     // The CPU ranks talk through MPI: hand the job to mpirun (root in containers must say so).
-    std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(devices), "--oversubscribe", "--quiet", self};
+    std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(devices), "--oversubscribe", "--quiet",
+                                    "-x", std::string(kSuperviseEnv) + "=1", self};
     cmd.insert(cmd.end(), rest.begin(), rest.end());
+    ::setenv("LEANTRAIN_STDOUT_IS_TERMINAL", ::isatty(1) == 1 ? "1" : "0", 1);  // train/progress.cpp
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     std::vector<char*> args = c_args(cmd);

@@ -1,6 +1,8 @@
 #include "io/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "io/output_target.h"
 #include "leantrain/error.h"
@@ -34,6 +37,12 @@ std::string errno_text(const char* call) { return std::string(call) + ": " + std
   fail("cannot write '" + path + "'", why, "check the free disk space and the path");
 }
 
+// A write past the file-size limit (ulimit -f) fails with EFBIG once SIGXFSZ is ignored (cli/app.cpp).
+std::string write_problem(int err) {
+  if (err == EFBIG) return std::string(std::strerror(err)) + ": the file-size limit (ulimit -f) is reached";
+  return std::strerror(err);
+}
+
 // The target of an output path, or a thrown lt::Error saying why it cannot be written.
 std::string checked_target(const std::string& path) {
   OutputTarget t = output_target(path);
@@ -52,7 +61,7 @@ void write_all(int fd, const void* data, int64_t n, const std::string& path) {
     size_t chunk = size_t(std::min<int64_t>(n, int64_t(1) << 30));
     ssize_t put = ::write(fd, p, chunk);
     if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) cannot_write(path, put < 0 ? std::strerror(errno) : "the write made no progress");
+    if (put <= 0) cannot_write(path, put < 0 ? write_problem(errno) : "the write made no progress");
     p += put;
     n -= put;
   }
@@ -68,6 +77,37 @@ void write_stdout(const void* data, int64_t n) {
 
 void flush_stdout() {
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) cannot_write_stdout();
+}
+
+// "<name>.tmp.<pid>.<n>": a temp file of AtomicFile for `name`; its pid in *pid.
+bool is_temp_of(const std::string& entry, const std::string& name, long* pid) {
+  const std::string head = name + ".tmp.";
+  if (entry.compare(0, head.size(), head) != 0) return false;
+  const std::string rest = entry.substr(head.size());
+  const size_t dot = rest.find('.');
+  auto digits = [](const std::string& s) { return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos; };
+  if (dot == std::string::npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) return false;
+  *pid = std::stol(rest.substr(0, dot));
+  return true;
+}
+
+// Removes the temp files an earlier writer of `target` left when it was killed (a signal, a
+// power cut): regular files named as ours whose process no longer runs here and that have not
+// changed for a minute (a writer on another host sharing the directory has other pids).
+void remove_stale_temps(const std::string& target) {
+  const std::string dir = parent_dir(target);
+  const std::string name = target.substr(target.find_last_of('/') + 1);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    long pid = 0;
+    if (!is_temp_of(e->d_name, name, &pid) || pid <= 0) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // that writer still runs
+    const std::string p = dir + "/" + e->d_name;
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < ::time(nullptr) - 60) ::unlink(p.c_str());
+  }
+  ::closedir(d);
 }
 
 // fsync that tolerates file systems and files that cannot sync (EINVAL: e.g. a pipe).
@@ -99,13 +139,14 @@ AtomicFile::AtomicFile(const std::string& path, Dash dash) : path_(path) {
   target_ = checked_target(path);
   struct stat old {};
   const bool replacing = ::stat(target_.c_str(), &old) == 0;
+  remove_stale_temps(target_);
   // O_EXCL with a fresh name: a file that happens to have the temp name is never truncated.
   for (int n = 0; fd_ < 0 && n < 100; ++n) {
     tmp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n);
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) break;
   }
-  if (fd_ < 0) fail("cannot write '" + path + "'", "creating " + tmp_ + " failed: " + std::strerror(errno),
+  if (fd_ < 0) fail("cannot write '" + path + "'", "creating " + tmp_ + " failed: " + write_problem(errno),
                     "check that the directory is writable");
   if (replacing) ::fchmod(fd_, old.st_mode & 07777);  // the replaced file keeps its permissions
 }
@@ -126,7 +167,7 @@ void AtomicFile::commit() {
     committed_ = true;
     return;
   }
-  if (!synced(fd_)) cannot_write(path_, errno_text("fsync"));
+  if (!synced(fd_)) cannot_write(path_, "fsync: " + write_problem(errno));
   int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) cannot_write(path_, errno_text("close"));

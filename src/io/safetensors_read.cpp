@@ -14,6 +14,7 @@
 #include "core/checked_math.h"
 #include "io/file_io.h"
 #include "io/input_file.h"
+#include "io/unique_keys.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -109,8 +110,11 @@ void SafetensorsReader::parse_header() {
   data_len_ = data_len;
 
   if (text.empty() || text[0] != '{') bad_file(path, "the header does not start with '{'");
-  nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+  const UniqueKeys keys;
+  nlohmann::json header = nlohmann::json::parse(text, keys.callback(), false);
   if (header.is_discarded()) bad_file(path, "the header is not valid JSON");
+  if (!keys.duplicate().empty())
+    bad_file(path, "the header names '" + keys.duplicate() + "' twice, and which of the two is meant is a guess");
   if (!header.is_object()) bad_file(path, "the header is JSON but not an object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {

@@ -73,15 +73,16 @@ class PinnedHostAllocator final : public Allocator {
   std::unique_ptr<SegmentSource> source_;
 };
 
-// Ordinary 64-byte-aligned host memory: what cpu and meta "pin". Meta's is real memory too, as
-// the loader's workers write batches into it on every device.
+// Ordinary 64-byte-aligned host memory: what cpu "pins". Meta's pinned account has no memory
+// (a FakeSegmentSource): a dry run counts the bytes and moves none, and the data loader fills no
+// batch on meta.
 class HostMemorySource final : public SegmentSource {
  public:
   bool map(int64_t bytes, void*& ptr, uint64_t& addr) override;
   void unmap(void* ptr, uint64_t addr, int64_t bytes) override;
 };
 
-std::unique_ptr<Allocator> make_host_pinned_allocator(Device served);  // cpu and meta
+std::unique_ptr<Allocator> make_host_pinned_allocator(Device served);  // cpu (host memory) and meta (none)
 
 // A disk account (disk_allocator in leantrain/memory.h): bytes only. Addresses are file offsets,
 // handed out in order from 0 and never reused, so a run's layout is a dry run's.

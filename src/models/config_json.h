@@ -64,4 +64,25 @@ inline void check_positive(const char* model, const char* key, int64_t v) {
            "fix the config");
 }
 
+// bos_token_id and eos_token_id, when given: an id, or a list of ids (transformers allows several
+// EOS ids), each one the embedding has a row for. Generation stops at EOS; an id past the
+// vocabulary could never be sampled.
+inline void check_special_ids(const nlohmann::json& j, int64_t vocab_size) {
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
+    for (const nlohmann::json& id : ids) {
+      LT_CHECK(id.is_number_integer(), std::string("config.json: '") + key + "' = " + it->dump(),
+               "a token id is a whole number (or a list of them)", "fix the config");
+      const bool inside = id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(vocab_size)
+                                                  : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
+      LT_CHECK(inside, std::string("config.json: '") + key + "' = " + id.dump(),
+               "it is outside the vocabulary (vocab_size " + std::to_string(vocab_size) + ": ids 0 to " +
+                   std::to_string(vocab_size - 1) + ")",
+               "fix the id, or vocab_size");
+    }
+  }
+}
+
 }  // namespace lt::models::detail

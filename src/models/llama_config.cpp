@@ -173,6 +173,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   if (auto it = j.find("rope_scaling"); it != j.end()) read_rope(*it, "rope_scaling", c);
   if (auto it = j.find("rope_parameters"); it != j.end()) read_rope(*it, "rope_parameters", c);
   check_no_sliding_window(j, c);
+  check_special_ids(j, c.vocab_size);
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
     if (auto it = j.find(key); it != j.end()) c.kept[key] = *it;
   c.validate();

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "backend/backend.h"
+#include "backend/dry_compute.h"
 #include "backend/event.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -364,7 +365,8 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
     while (j < slots.size() && (j == i || bytes + align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
       bytes += align64(slots[j++]->param.nbytes());
     const double t0 = trace_on() ? trace_now_ms() : 0;
-    if (!d.is_meta())
+    // (A dry step, Note [Dry compute], steps nothing; its copies back go to the meta backend.)
+    if (!d.is_meta() && !DryCompute::active())
       for (size_t k = i; k < j; ++k) {
         Slot& s = *slots[k];
         if (early.count(s.name)) continue;

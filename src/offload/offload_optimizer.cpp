@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/dry_compute.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "offload/disk_state.h"
@@ -161,7 +162,16 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   for (size_t i = 0; i < parts.size(); ++i) out.push_back(host_view(st, at[i], parts[i].first, parts[i].second));
   if (!p.device().is_meta()) {  // (a resting parameter is a CPU tensor: a host copy)
     zero_parallel(st->data(), at.back(), threads_);  // zero state (absmax 0: all codes 0)
-    copy_(out.back(), p);  // exact: f32, or a widened 16-bit value
+    // Exact: f32, or a widened 16-bit value. A 16-bit device parameter is widened on the host:
+    // copy_ would widen it on the device first, an f32 copy of the parameter there (250 MiB for
+    // TinyLlama's embedding) only to copy it out, a segment the run then keeps reserved.
+    if (p.device().is_cpu() || p.dtype() == DType::F32) {
+      copy_(out.back(), p);
+    } else {
+      Tensor narrow = Tensor::empty(p.shape(), p.dtype(), Device::cpu());
+      copy_(narrow, p);
+      copy_(out.back(), narrow);
+    }
   }
   return out;
 }
@@ -282,8 +292,9 @@ void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float gra
   }
   grown(grad_bucket_, total, opt_.device.value_or(d), Category::Gradient);
   grown(staging_, total, opt_.device.value_or(d), Category::Workspace);
-  // A dry run (meta) takes the same pinned buffers, in the same order, and moves no data.
-  if (d.is_meta()) return;
+  // A dry run (meta) and a dry step (a skipped step, Note [Dry compute]) take the same pinned
+  // buffers, in the same order, and move no data.
+  if (d.is_meta() || DryCompute::active()) return;
   for (size_t k = 0; k < bucket.size(); ++k) {
     const Tensor& p = bucket[k]->param;
     copy_(host_view(grad_bucket_, off[k], p.shape(), p.dtype()), p.grad());

@@ -70,9 +70,16 @@ void copy_(const Tensor& dst, const Tensor& src) {
     backend_of(dst).copy(dst, src);
     return;
   }
-  if (dst.device().is_meta() || src.device().is_meta()) return;  // no data to move
-  // Cross-device: stage through a contiguous tensor of dst's dtype on the host side.
+  // Cross-device: stage through a contiguous tensor of dst's dtype on the host side. With a meta
+  // side no data moves, but the device side allocates what it would on a GPU (a bf16 weight
+  // copied into an f32 host buffer is widened on its device first): the plan sees every byte.
   MemoryCategoryScope s(Category::Other);
+  if (dst.device().is_meta() || src.device().is_meta()) {
+    if (src.device().is_cpu() && !dst.is_contiguous()) (void)Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+    if (dst.device().is_cpu() && (!src.is_contiguous() || src.dtype() != dst.dtype()))
+      (void)Tensor::empty(src.shape(), dst.dtype(), src.device());
+    return;
+  }
   if (src.device().is_cpu()) {
     Tensor staged = src;
     if (src.dtype() != dst.dtype() || !src.is_contiguous()) {

@@ -5,6 +5,7 @@
 
 #include <unordered_set>
 
+#include "backend/dry_compute.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -48,6 +49,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
 void Optimizer::ensure_state(Slot& s) {
   if (!s.state.empty() || state_names().empty()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
+  DryCompute real(false);  // a dry step's new state is zeroed for real
   // With a master copy the state follows it (f32), as the update runs on the copy.
   s.state = make_state(s.master.defined() ? s.master : s.param, state_device_of(s));
 }
@@ -59,6 +61,7 @@ bool Optimizer::wants_master(const Slot& s) const {
 void Optimizer::ensure_master(Slot& s) {
   if (!wants_master(s) || s.master.defined()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
+  DryCompute real(false);  // a dry step's new master copy is copied for real
   s.master = Tensor::empty(s.param.shape(), DType::F32, state_device_of(s));
   copy_(s.master, s.param);
 }
@@ -139,6 +142,19 @@ void Optimizer::step(float grad_scale) {
       if (s.param.grad().defined()) ready.push_back(&s);
     if (!ready.empty()) update_batch(ready, grad_scale);
   }
+}
+
+void Optimizer::dry_step(float grad_scale) {
+  std::vector<int64_t> steps;
+  for (const auto& group : groups_)
+    for (const Slot& s : group) steps.push_back(s.step);
+  {
+    DryCompute dry(true);
+    step(grad_scale);
+  }
+  size_t i = 0;
+  for (auto& group : groups_)
+    for (Slot& s : group) s.step = steps[i++];
 }
 
 Optimizer::Slot& Optimizer::slot(const std::string& param_name, const char* what) {

@@ -25,6 +25,8 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
   else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
   else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "p" || unit == "pib") mult = 1024.0 * 1024 * 1024 * 1024 * 1024;  // known, so the range check names it
+  else if (unit == "pb") mult = 1e15;
   else if (unit == "kb") mult = 1e3;
   else if (unit == "mb") mult = 1e6;
   else if (unit == "gb") mult = 1e9;

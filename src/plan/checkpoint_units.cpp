@@ -33,8 +33,7 @@
 #include "leantrain/plan.h"
 #include "leantrain/precision.h"
 #include "models/registry.h"
-#include "train/task.h"
-#include "train/trainer.h"
+#include "train/assemble.h"
 
 namespace lt {
 
@@ -173,17 +172,22 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   CheckpointProfile prof;
   prof.precision = cfg.precision;
   Allocator& al = allocator_for(Device::meta());
-  std::unique_ptr<Task> task = make_task(cfg, Device::meta());
-  // Batch norm cannot train on one value per channel (a small ResNet's last stage is 1 x 1), so a
-  // model with one is probed with two samples, and its figures are halved into per-sample ones.
-  const int64_t probe = has_batch_norm(*task->model) ? 2 : 1;
+  // The run's own assembly (train/assemble.h), without checkpointing: the search probes each
+  // module's saved bytes itself. Batch norm cannot train on one value per channel (a small
+  // ResNet's last stage is 1 x 1), so a model with one is probed with two samples, and its figures
+  // are halved into per-sample ones.
+  const AssembleOptions probe_only{.checkpointing = false, .strategy = false};
+  AssembledRun run = assemble_run(cfg, Device::meta(), probe_only);
+  const int64_t probe = has_batch_norm(*run.task->model) ? 2 : 1;
   prof.min_micro_batch = probe;
   if (probe != 1) {
     cfg.batch = probe;
-    task.reset();
-    task = make_task(cfg, Device::meta());
+    run.trainer.reset();  // before the task it refers to
+    run.task.reset();
+    run = assemble_run(cfg, Device::meta(), probe_only);
   }
-  Trainer trainer(cfg, *task);  // the run's model state: precision hooks (parameter dtypes) applied
+  Task* task = run.task.get();
+  Trainer& trainer = *run.trainer;  // the run's model state: precision hooks (parameter dtypes) applied
   models::Model& model = trainer.model();
   model.train();
   const bool causal = models::family_of_type(model.model_type()).causal();

@@ -101,6 +101,13 @@ std::string plan_json(const PlanResult& r) {
   num("num_alloc_retries", r.stats.num_alloc_retries);
   num("peak_pinned_host_bytes", r.pinned_host.allocated_bytes.peak);
   num("peak_disk_bytes", r.disk.allocated_bytes.peak);
+  // How far each figure can be trusted (docs/memory-model.md, "Exact and stated"): the four peaks
+  // are replayed by the run's own code under the run's allocator policy; the context and NCCL lines
+  // are constants measured once, and the total inherits them.
+  s += "\"exactness\": {\"peak_allocated_bytes\": \"exact\", \"peak_reserved_bytes\": \"exact\", "
+       "\"peak_pinned_host_bytes\": \"exact\", \"peak_disk_bytes\": \"exact\", "
+       "\"context_bytes\": \"stated constant\", \"nccl_bytes\": \"stated constant\", "
+       "\"total_needed_bytes\": \"exact peak reserved + stated constants\"}, ";
   s += "\"pinned_host_categories_peak\": " + pinned_host_categories_json(r.pinned_host) + ", ";
   for (const char* part : {"at_peak", "peak", "end"}) {
     s += "\"categories_" + std::string(part) + "\": {";

@@ -13,9 +13,7 @@
 #include "memory/caching_policy.h"
 #include "memory/host_allocators.h"
 #include "plan/memory_report_html.h"
-#include "train/activation_checkpointing.h"
-#include "dist/data_parallel.h"
-#include "train/trainer.h"
+#include "train/assemble.h"
 
 namespace lt {
 
@@ -81,10 +79,9 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   al.set_history(true);
   {
     const Device meta = Device::meta();
-    std::unique_ptr<Task> task = make_task(cfg, meta);
-    apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);  // as train() does, same modules
-    Trainer trainer(cfg, *task);
-    dist::install_strategy(trainer);  // as train() does
+    AssembledRun run = assemble_run(cfg, meta);  // the run's own assembly (train/assemble.h)
+    Task* task = run.task.get();
+    Trainer& trainer = *run.trainer;
     r.description = task->description + (task->lora_note.empty() ? "" : "\n" + task->lora_note);
     r.parameters = task->model->num_parameters();
     const int64_t total = trainer.total_steps();

@@ -15,7 +15,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn.h"
 #include "memory/host_allocators.h"
-#include "train/activation_checkpointing.h"
+#include "train/assemble.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
@@ -49,9 +49,8 @@ Measured run_one(const RunConfig& base, const std::string& checkpoint, Device de
   al.reset_peak_stats();
   Measured m;
   {
-    std::unique_ptr<Task> task = make_task(cfg, device);
-    apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations && cfg.checkpoint != "none");
-    Trainer trainer(cfg, *task);
+    AssembledRun run = assemble_run(cfg, device, {.strategy = false});
+    Trainer& trainer = *run.trainer;
     trainer.start();
     Backend* be = timed ? &backend_for(device) : nullptr;
     for (int64_t i = 0; i < o.warmup_steps + o.timed_steps; ++i) {

@@ -58,13 +58,16 @@ MatchScratch& scratch() {
   return s;
 }
 
-// One pcre2_match from `start`; false when there is no match.
+// One pcre2_match from `start`; false when there is no match. With PCRE2_PARTIAL_HARD in
+// `options`, *partial says whether the matcher reached the end of `text` (more text could change
+// the answer).
 bool match_at(const pcre2_code* code, std::string_view text, size_t start, uint32_t options, size_t& b, size_t& e,
-              const std::string& what) {
+              const std::string& what, bool* partial = nullptr) {
   MatchScratch& s = scratch();
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
                              options | PCRE2_NO_UTF_CHECK, s.data, s.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (partial) *partial = rc == PCRE2_ERROR_PARTIAL;
+  if (rc == PCRE2_ERROR_NOMATCH || rc == PCRE2_ERROR_PARTIAL) return false;
   // rc == 0: the match has more groups than the one-pair match data holds; group 0 is still set.
   if (rc < 0)
     lt::fail(what, "the regular expression failed on the text: " + pcre2_message(rc),
@@ -73,6 +76,55 @@ bool match_at(const pcre2_code* code, std::string_view text, size_t start, uint3
   b = ov[0];
   e = ov[1];
   return true;
+}
+
+// Note [Bounded regex work]. A pattern such as `\w*[xy]|.` rescans the rest of a word at every
+// position: quadratic time, hours for one long document. So each search sees a window of the text
+// after its start, grown (doubled) while the matcher runs into the window's end (PCRE2's hard
+// partial match says so); a match found without touching the end is the one the whole text gives.
+// The bytes searched are counted against a budget linear in the text's length; a pattern over it
+// is an error instead of a hang. Tokenizers' usual patterns search about one token ahead.
+constexpr size_t kFirstWindow = 256;  // bytes; few pre-tokens cross it
+constexpr size_t kPassesAllowed = 16;  // the budget: this many bytes searched per byte of text ...
+constexpr size_t kBudgetBase = 1 << 20;  // ... plus this many
+
+class MatchBudget {
+ public:
+  MatchBudget(size_t text_bytes, const std::string& what)
+      : left_(kPassesAllowed * text_bytes + kBudgetBase), text_bytes_(text_bytes), what_(what) {}
+  void spend(size_t bytes) {
+    if (bytes <= left_) {
+      left_ -= bytes;
+      return;
+    }
+    lt::fail(what_, "the regular expression rescans the text: on a text of " + std::to_string(text_bytes_) +
+                        " bytes it needed more than " + std::to_string(kPassesAllowed) +
+                        " passes over it (its time grows with the square of the length)",
+             "use a pattern that does not search far ahead at every position (e.g. \\w*[xy]|.), or split the text into "
+             "shorter documents");
+  }
+
+ private:
+  size_t left_, text_bytes_;
+  const std::string& what_;
+};
+
+// The first match at or after `pos`, as matching the whole text finds it, searching a growing
+// window of it (Note [Bounded regex work]).
+bool match_windowed(const pcre2_code* code, std::string_view text, size_t pos, size_t& b, size_t& e,
+                    const std::string& what, MatchBudget& budget) {
+  for (size_t window = kFirstWindow;; window *= 2) {
+    size_t end = window >= text.size() - pos ? text.size() : pos + window;
+    while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;  // whole characters
+    const bool whole = end == text.size();
+    bool partial = false;
+    const bool found = match_at(code, text.substr(0, end), pos, whole ? 0 : PCRE2_PARTIAL_HARD, b, e, what, &partial);
+    // A search that ended inside the window is charged for what it matched, one that ran into the
+    // window's end (and is repeated on a larger one) for the whole window.
+    budget.spend(found ? e - pos + 1 : end - pos);
+    if (found) return true;
+    if (whole) return false;  // no match anywhere after pos
+  }
 }
 
 }  // namespace
@@ -89,7 +141,7 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& what) 
     lt::fail(what, "the regular expression '" + printable(pattern) + "' does not compile: " + pcre2_message(err) +
                        " (at offset " + std::to_string(offset) + ")",
              "fix the pattern; leantrain reads it with PCRE2");
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // when the JIT is missing, pcre2_match interprets
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);  // when the JIT is missing, pcre2_match interprets
   code_ = code;
 }
 
@@ -103,9 +155,10 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   size_t pos = 0;
   bool have_last = false;
   size_t last_end = 0;
+  MatchBudget budget(text.size(), what_);
   while (pos <= text.size()) {
     size_t b = 0, e = 0;
-    if (!match_at(code, text, pos, 0, b, e, what_)) break;
+    if (!match_windowed(code, text, pos, b, e, what_, budget)) break;
     if (b == e && have_last && last_end == e) {
       pos += pos < text.size() ? utf8_char_len(static_cast<unsigned char>(text[pos])) : 1;
       continue;

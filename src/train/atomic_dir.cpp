@@ -51,16 +51,39 @@ std::string real_path(const std::string& p) {
   return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
 }
 
-const char* const kMarkerText =
-    "leantrain-checkpoint-1\n"
-    "This directory is a leantrain checkpoint. The next save to it replaces the whole directory.\n";
+// The marker's first bytes: a few lines; anything longer is not ours.
+std::string marker_head(const std::string& dir) {
+  const std::string p = (fs::path(dir) / kCheckpointMarker).string();
+  if (io::path_kind(p) != "a regular file") return "";  // a symlink or a FIFO is never ours
+  std::ifstream f(p, std::ios::binary);
+  std::string head(512, '\0');
+  f.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(f.gcount()));
+  return head;
+}
 
 }  // namespace
+
+std::string checkpoint_marker_text(SavedKind kind) {
+  return std::string(kCheckpointFormat) + "\nkind: " + (kind == SavedKind::Model ? "model" : "checkpoint") +
+         "\nThis directory was written by leantrain. The next save to it replaces the whole directory.\n";
+}
+
+std::optional<SavedKind> marker_kind(const std::string& dir) {
+  const std::string head = marker_head(dir);
+  const std::string format = std::string(kCheckpointFormat) + "\n";
+  if (head.compare(0, format.size(), format) != 0) return std::nullopt;
+  const std::string rest = head.substr(format.size());
+  if (rest.rfind("kind: model\n", 0) == 0) return SavedKind::Model;
+  if (rest.rfind("kind: checkpoint\n", 0) == 0) return SavedKind::Checkpoint;
+  if (rest.rfind("kind: ", 0) == 0) return std::nullopt;  // a kind this version does not know
+  return SavedKind::Checkpoint;                            // a marker written before the kind line
+}
 
 bool is_leantrain_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
-  if (fs::exists(fs::path(dir) / kCheckpointMarker, ec)) return true;
+  if (marker_kind(dir)) return true;
   // Checkpoints saved before the marker existed: trainer_state.json says what it is (a small
   // regular file; anything else is not ours, and a FIFO must not block the check).
   const fs::path state = fs::path(dir) / "trainer_state.json";
@@ -101,7 +124,7 @@ SaveTarget save_target(const std::string& given) {
   if (d.empty() || d == "/") return refuse("it is the root directory", fix);
   t.dir = d;
   if (kind == "a directory" && !is_empty_dir(d) && !is_leantrain_checkpoint(d))
-    return refuse("it is a directory that holds files but no leantrain checkpoint (no " + std::string(kCheckpointMarker) +
+    return refuse("it is a directory that holds files but no leantrain checkpoint (no valid " + std::string(kCheckpointMarker) +
                       " or trainer_state.json), and a save replaces the directory whole",
                   fix);
   if (!kind.empty() && kind != "a directory") return refuse("it is " + kind + ", and a checkpoint is a directory", fix);
@@ -121,7 +144,7 @@ SaveTarget save_target(const std::string& given) {
   return t;
 }
 
-StagedDir::StagedDir(const std::string& dir) : given_(dir) {
+StagedDir::StagedDir(const std::string& dir, SavedKind kind) : given_(dir) {
   SaveTarget t = save_target(dir);
   if (!t.ok()) fail("cannot save a checkpoint to " + dir, t.why, t.fix);
   dir_ = t.dir;
@@ -134,7 +157,7 @@ StagedDir::StagedDir(const std::string& dir) : given_(dir) {
          "check that the directory is writable or pass another --save");
   // The marker goes first, so an interrupted save's DIR.tmp is recognised as ours.
   io::detail::StreamFile marker(path(kCheckpointMarker), false);
-  marker.write(kMarkerText);
+  marker.write(checkpoint_marker_text(kind));
   marker.close();
 }
 

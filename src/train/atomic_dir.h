@@ -6,15 +6,26 @@
 // overwrite"): DIR, DIR.tmp and DIR.old each only when it is missing, an empty directory, or a
 // leantrain checkpoint. A checkpoint is recognised by its marker file LEANTRAIN_CHECKPOINT, written
 // first so that an interrupted DIR.tmp is recognised too, or (checkpoints saved before the marker
-// existed) by a trainer_state.json with the leantrain format. A user's directory, a regular file,
+// existed) by a trainer_state.json with the leantrain format. The marker's first line is the
+// format and its second says what the directory holds; a file that is merely named like it (empty,
+// or anything else) makes no directory ours. Markers written before the kind line are checkpoints. A user's directory, a regular file,
 // a device node or a FIFO at any of the three paths is refused before anything is written.
 #pragma once
+#include <optional>
 #include <string>
 
 namespace lt {
 
 inline constexpr const char* kCheckpointMarker = "LEANTRAIN_CHECKPOINT";
 inline constexpr const char* kCheckpointFormat = "leantrain-checkpoint-1";
+
+// What a directory leantrain wrote holds: a training checkpoint (--save), or a model alone
+// (`merge`'s output: a Hugging Face model directory, with no trainer_state.json).
+enum class SavedKind { Checkpoint, Model };
+// The marker's text for a directory of that kind.
+std::string checkpoint_marker_text(SavedKind kind);
+// The kind `dir`'s marker names; nullopt when it has no marker, or one that is not leantrain's.
+std::optional<SavedKind> marker_kind(const std::string& dir);
 
 // Whether `dir` is a directory holding a leantrain checkpoint (complete or being written).
 bool is_leantrain_checkpoint(const std::string& dir);
@@ -32,7 +43,7 @@ class StagedDir {
  public:
   // Checks the target (an lt::Error saying why when it cannot be written), then creates DIR.tmp
   // with the marker in it, and DIR's parents if needed.
-  explicit StagedDir(const std::string& dir);
+  explicit StagedDir(const std::string& dir, SavedKind kind = SavedKind::Checkpoint);
   ~StagedDir();  // removes DIR.tmp unless committed
   std::string path(const std::string& file) const { return tmp_ + "/" + file; }
   const std::string& dir() const { return tmp_; }  // DIR.tmp, where the files go

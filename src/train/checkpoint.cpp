@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dist/data_parallel.h"
+#include "io/peft_adapter.h"
 #include "io/text_format.h"
 #include "io/weight_files.h"
 #include "leantrain/precision.h"
@@ -84,6 +85,7 @@ void write_model_and_trainer_state(StagedDir& stage, Trainer& t, const std::map<
   j["batch_index"] = t.loader().index();
   j["model_type"] = t.model().model_type();
   j["tokenizer"] = t.task().tokenizer;
+  if (const std::string d = t.task().text_tokenizer.digest(); !d.empty()) j["tokenizer_sha256"] = d;
   nlohmann::json rng = nlohmann::json::object();
   for (auto& [path, d] : dropouts(t.model())) rng[path] = {{"seed", d->generator().seed}, {"offset", d->generator().offset}};
   j["dropout_rng"] = rng;
@@ -237,6 +239,13 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
          adapters ? "drop --lora-rank 0 (the checkpoint's own settings continue it)"
                   : "drop --lora-rank, or start a LoRA run from it with --model " + dir);
   if (t.config().lora_rank > 0) {  // the adapters; the base was loaded from --model
+    // alpha / r scales every adapter's update: another alpha would change the model it continues.
+    const io::PeftAdapterConfig a = with_context(dir, [&] { return io::read_peft_adapter_config(dir); });
+    if (a.lora_alpha != t.config().lora_alpha)
+      throw UsageError("cannot resume from " + dir + " with --lora-alpha " + short_number(t.config().lora_alpha),
+                       "its adapters were trained with lora_alpha " + short_number(a.lora_alpha) +
+                           " (alpha / r scales their update)",
+                       "drop --lora-alpha: a resumed run continues with the checkpoint's");
     with_context(dir, [&] {
       load_lora_adapter(dir, t.model());
       return 0;
@@ -299,8 +308,10 @@ void load_weights(const std::string& dir, models::Model& m) {
 bool is_plain_model_dir(const std::string& dir) {
   check_checkpoint_dir(dir);
   std::error_code ec;
+  // merge's output is a model directory too; a training checkpoint that lost its
+  // trainer_state.json is not (reading it names the missing file).
   return !std::filesystem::exists(std::filesystem::path(dir) / "trainer_state.json", ec) &&
-         !is_leantrain_checkpoint(dir) && has_model_weights(dir);
+         (!is_leantrain_checkpoint(dir) || marker_kind(dir) == SavedKind::Model) && has_model_weights(dir);
 }
 
 DType checkpoint_param_dtype(const std::string& dir) {

@@ -331,7 +331,13 @@ RunConfig config_from_json(const std::string& text) {
   if (!j.is_object()) fail("run config is damaged", std::string("it is ") + j.type_name() + ", not an object",
                            "the checkpoint is damaged; save it again");
   RunConfig c;
-#define X(f) if (j.contains(#f)) read_config_field(j.at(#f), #f, c.f);
+  // Every field is required: a missing one would resume with a default the run never had (a
+  // deleted "seed" became seed 0). Each save writes them all.
+#define X(f)                                                                                              \
+  if (!j.contains(#f))                                                                                    \
+    fail("run config is damaged", "\"" #f "\" is missing, and a resumed run would silently take a default", \
+         "the checkpoint is damaged; save it again");                                                     \
+  read_config_field(j.at(#f), #f, c.f);
   LT_RUN_CONFIG_FIELDS(X)
 #undef X
   return c;

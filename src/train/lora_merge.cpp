@@ -7,7 +7,9 @@
 #include "train/atomic_dir.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "train/finite_state.h"
 #include "train/lora_setup.h"
+#include "train/quantize_setup.h"
 #include "train/run_tokenizer.h"
 
 namespace lt {
@@ -29,6 +31,11 @@ MergeResult merge_adapter(const MergeConfig& c) {
     throw UsageError("--model " + c.model, "merge needs the base model's weights",
                      "pass a directory holding config.json and model.safetensors (the model the adapter was trained on)");
   io::read_peft_adapter_config(c.adapter);  // a missing or foreign adapter is named before the base is read
+  // W + (alpha / r) B A needs W itself; an NF4 base holds only its 4-bit approximation.
+  if (model_dir_quantization(c.model))
+    throw UsageError("--model " + c.model + " is quantised to 4 bits (its config.json has a quantization_config)",
+                     "merge needs the 16-bit base: folding the adapter into NF4 weights would lose it in rounding",
+                     "pass the 16- or 32-bit model directory the quantised one was made from");
   const std::string config_text = read_model_config(c.model);
   std::unique_ptr<models::ModelConfig> mcfg;
   try {
@@ -44,10 +51,17 @@ MergeResult merge_adapter(const MergeConfig& c) {
   }
   load_weights(c.model, *model);
   attach_peft_adapter(*model, c.adapter);
+  // The finite-state rule of a save: NaN or infinite weights are never written.
+  if (std::string bad = nonfinite_weight(*model); !bad.empty())
+    fail("cannot merge " + c.adapter + " into " + c.model, bad + ", and a merged model must hold finite weights",
+         "pass an adapter saved by a run that did not diverge (leantrain refuses to save one that did)");
   const size_t layers = lora_modules(*model).size();
   merge_lora(*model);
+  if (std::string bad = nonfinite_weight(*model); !bad.empty())
+    fail("cannot merge " + c.adapter + " into " + c.model, "the merged " + bad + ": W + (alpha / r) B A overflows " +
+         dtype_name(dtype), "pass an adapter with smaller weights, or a base saved in a wider dtype");
 
-  StagedDir stage(c.out);
+  StagedDir stage(c.out, SavedKind::Model);
   save_model_weights(stage.dir(), *model, c.shard_bytes);
   write_text_file(stage.path("config.json"), config_text);
   for (const char* name : kTokenizerFiles) {  // the base's tokenizer goes with it, when it has one

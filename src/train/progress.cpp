@@ -3,10 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace lt {
 
-bool is_terminal(std::FILE* f) { return isatty(fileno(f)) == 1; }
+bool is_terminal(std::FILE* f) {
+  // Ranks under mpirun write to its pseudo-terminal whatever the job's output is; the launcher
+  // (dist::launch_local) tells them what its own standard output was.
+  if (f == stdout)
+    if (const char* v = std::getenv("LEANTRAIN_STDOUT_IS_TERMINAL"); v && (v == std::string("0") || v == std::string("1")))
+      return v[0] == '1';
+  return isatty(fileno(f)) == 1;
+}
 
 std::string ProgressPrinter::format(const ProgressInfo& p) {
   char buf[320];

@@ -8,10 +8,10 @@
 #include <cstdio>
 
 #include "backend/backend.h"
-#include "dist/data_parallel.h"
 #include "io/file_io.h"
 #include "io/text_format.h"
-#include "train/activation_checkpointing.h"
+#include "dist/data_parallel.h"
+#include "train/assemble.h"
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
 #include "train/trainer.h"
@@ -106,10 +106,10 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     allocator_for(device).clear_history();  // from here on, parameter creation included
     allocator_for(device).set_history(true);
   }
-  std::unique_ptr<Task> task = make_task(cfg, device);
-  const std::string checkpointing = apply_activation_checkpointing(*task->model, cfg.checkpoint, cfg.offload_activations);
-  Trainer trainer(cfg, *task);
-  dist::install_strategy(trainer);  // ddp / zero1 / zero2 when the world has 2+ ranks
+  AssembledRun run = assemble_run(cfg, device);
+  Task* task = run.task.get();
+  Trainer& trainer = *run.trainer;
+  const std::string& checkpointing = run.checkpointing;
   if (!cfg.resume.empty()) {
     load_checkpoint(cfg.resume, trainer);
     say(obs, "resumed from " + cfg.resume + " at step " + std::to_string(trainer.steps_done()));

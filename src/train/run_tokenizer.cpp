@@ -1,12 +1,15 @@
 #include "train/run_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "io/input_file.h"
+#include "io/sha256.h"
 #include "leantrain/train.h"
 #include "models/registry.h"
 #include "train/atomic_dir.h"
 #include "train/checkpoint.h"
+#include "train/trainer_state.h"
 
 namespace lt {
 
@@ -18,7 +21,8 @@ namespace {
 // being read whole.
 constexpr int64_t kMaxTokenizerBytes = int64_t(256) << 20;
 
-RunTokenizer from_json_file(const std::string& json_path) {
+// The tokenizer files' bytes, not yet parsed.
+RunTokenizer read_json_files(const std::string& json_path) {
   RunTokenizer t;
   t.json_path = json_path;
   const fs::path dir = fs::path(json_path).parent_path();
@@ -28,11 +32,57 @@ RunTokenizer from_json_file(const std::string& json_path) {
     t.files.emplace_back(name, io::read_input_file(p.string(), kMaxTokenizerBytes, "as a tokenizer file",
                                                    "pass a Hugging Face tokenizer.json"));
   }
+  return t;
+}
+
+RunTokenizer from_json_file(const std::string& json_path) {
+  RunTokenizer t = read_json_files(json_path);
   t.tokenizer = text::load_tokenizer_json(json_path);
   return t;
 }
 
+// A tokenizer file of checkpoint `dir` that is a symlink must stay inside the directory: the
+// checkpoint is what --resume and generate trust, not whatever the link reaches.
+void refuse_outside_link(const std::string& dir, const char* name) {
+  const fs::path p = fs::path(dir) / name;
+  std::error_code ec;
+  if (!fs::is_symlink(p, ec)) return;
+  const fs::path real = fs::weakly_canonical(p, ec), root = fs::weakly_canonical(dir, ec);
+  const auto [end, _] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  if (end != root.end())
+    fail("checkpoint " + dir + ": " + name + " is a symlink to " + real.string() + ", outside the checkpoint",
+         "a checkpoint's tokenizer must be the one it saved", "copy the run's own " + std::string(name) + " into it");
+}
+
+// A training checkpoint's tokenizer against what its trainer_state.json recorded at the save:
+// the files' digest, before they are parsed; for a save older than the digest, the kind.
+RunTokenizer saved_tokenizer(const std::string& dir, const std::string& json_path) {
+  const TrainerState s = read_trainer_state(dir);
+  for (const char* name : kTokenizerFiles) refuse_outside_link(dir, name);
+  RunTokenizer t = read_json_files(json_path);
+  const std::string fix = "put back the tokenizer files the run saved, or pass another checkpoint";
+  if (!s.tokenizer_sha256.empty() && t.digest() != s.tokenizer_sha256)
+    fail("checkpoint " + dir + ": its tokenizer files are not the ones it was saved with",
+         "their SHA-256 is " + t.digest() + ", trainer_state.json records " + s.tokenizer_sha256, fix);
+  t.tokenizer = text::load_tokenizer_json(json_path);
+  if (s.tokenizer_sha256.empty() && !s.tokenizer.empty() && s.tokenizer != t.tokenizer->kind())
+    fail("checkpoint " + dir + ": its tokenizer.json is a '" + t.tokenizer->kind() + "' tokenizer",
+         "trainer_state.json says the run used '" + s.tokenizer + "'", fix);
+  return t;
+}
+
 }  // namespace
+
+std::string RunTokenizer::digest() const {
+  if (files.empty()) return "";
+  io::Sha256 h;
+  for (const auto& [name, bytes] : files) {  // name and length first: no two file sets hash alike by shifting bytes
+    h.update(name);
+    h.update(std::string(1, '\0') + std::to_string(bytes.size()) + '\0');
+    h.update(bytes);
+  }
+  return h.hex();
+}
 
 std::string RunTokenizer::describe() const {
   return "tokenizer " + tokenizer->kind() + " (vocab " + std::to_string(tokenizer->vocab_size()) +
@@ -77,10 +127,15 @@ RunTokenizer checkpoint_tokenizer(const std::string& dir) {
   check_checkpoint_dir(dir);
   const fs::path json = fs::path(dir) / "tokenizer.json";
   std::error_code ec;
-  if (fs::exists(json, ec)) return from_json_file(json.string());
-  // A plain model directory (save_pretrained's: no trainer_state.json) without tokenizer.json
-  // gets the byte tokenizer; the caller refuses it for a family that reads another.
-  const std::string name = is_plain_model_dir(dir) ? "bytes" : read_tokenizer_name(dir);
+  // A plain model directory (save_pretrained's, merge's: no trainer_state.json) is taken as it
+  // is; a Hugging Face cache's snapshot links its files to blobs elsewhere.
+  const bool plain = is_plain_model_dir(dir);
+  if (fs::exists(json, ec)) {
+    return plain ? from_json_file(json.string()) : saved_tokenizer(dir, json.string());
+  }
+  // A plain model directory without tokenizer.json gets the byte tokenizer; the caller refuses
+  // it for a family that reads another.
+  const std::string name = plain ? "bytes" : read_tokenizer_name(dir);
   if (name != "bytes")
     fail("checkpoint " + dir + " has no tokenizer.json",
          name.empty() ? "it names no tokenizer" : "it was trained with a '" + name + "' tokenizer",

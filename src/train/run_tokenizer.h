@@ -24,6 +24,8 @@ struct RunTokenizer {
   std::vector<std::pair<std::string, std::string>> files;  // file name, bytes (of kTokenizerFiles)
   // "tokenizer bpe-bytelevel (vocab 8192, PATH)" for the run's description line.
   std::string describe() const;
+  // SHA-256 over the files' names and bytes, which trainer_state.json records ("" without files).
+  std::string digest() const;
 };
 
 // Which tokenizer.json a run reads: --tokenizer's (a file, or a directory holding tokenizer.json),
@@ -37,7 +39,10 @@ RunTokenizer load_run_tokenizer(const std::string& json_path, const models::Mode
                                 const std::string& model_name);
 
 // The tokenizer a checkpoint directory holds: its tokenizer.json, else the one it names
-// (trainer_state.json's "tokenizer": "bytes" for checkpoints of byte-level runs).
+// (trainer_state.json's "tokenizer": "bytes" for checkpoints of byte-level runs). In a training
+// checkpoint the files must be those it saved: their digest is the one trainer_state.json records
+// (checkpoints saved before the digest: the tokenizer kind it names), and none may be a symlink
+// that leads out of the directory.
 RunTokenizer checkpoint_tokenizer(const std::string& dir);
 
 // Whether the tokenizer.json at `json_path` has the bytes of the one `saved` was read from.

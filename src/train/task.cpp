@@ -66,13 +66,25 @@ ModelSpec spec_from_file(const std::string& flag, const std::string& path) {
 // (config.json + weights), whose weights are then loaded. A directory named like a preset is
 // reached as ./NAME. A config.json alone goes to --config (random weights).
 ModelSpec resolve_model(const RunConfig& c) {
-  if (!c.model_config.empty()) return spec_from_file("--config", c.model_config);
+  if (!c.model_config.empty()) {
+    // --model's default is a preset, which --config replaces; a directory given with it would
+    // have its weights silently dropped.
+    if (!models::family_of_preset(c.model))
+      usage("--model " + c.model + " with --config " + c.model_config,
+            "--model DIR starts from the directory's weights and --config from random ones, so the two contradict",
+            "drop --config to start from the weights, or --model to train the configured model from scratch");
+    return spec_from_file("--config", c.model_config);
+  }
   if (models::family_of_preset(c.model)) return {c.model, models::config_from_preset(c.model), ""};
   // Resuming a run that started from a model directory: the checkpoint has the architecture and
   // the weights, so the directory it started from need not exist any more.
   // A LoRA checkpoint holds the adapters only: its base comes from --model again.
   if (!c.resume.empty() && c.lora_rank == 0) return spec_from_file("--resume", c.resume);
   std::error_code ec;
+  if (!c.resume.empty() && !std::filesystem::exists(c.model, ec))
+    fail("cannot resume from " + c.resume + ": its base model " + c.model + " is gone",
+         "a LoRA checkpoint holds the adapters only, and the run reads the base from the directory it started from",
+         "pass --model with the base model's directory where it is now");
   if (std::filesystem::is_directory(c.model, ec)) {
     ModelSpec s = spec_from_file("--model", c.model);
     if (!has_model_weights(c.model))

@@ -284,6 +284,10 @@ StepOutcome Trainer::step() {
                              ", or clip gradients with --clip 1.0");
     if (skip) {
       apply = false;  // e.g. a loss-scale overflow: no parameter or state changes
+      // ... but the same allocations as an applied step (Note [Dry compute], backend/dry_compute.h),
+      // so the memory layout after it does not depend on the data: the plan stays exact.
+      MemoryCategoryScope st(Category::OptimizerState);
+      opt_->dry_step(gn.grad_scale);
     } else {
       MemoryCategoryScope st(Category::OptimizerState);
       opt_->step(gn.grad_scale);

@@ -86,6 +86,7 @@ TrainerState read_trainer_state(const std::string& dir) {
   s.batch_index = f.count("batch_index");
   s.model_type = f.text("model_type", false);
   s.tokenizer = f.text("tokenizer", false);
+  s.tokenizer_sha256 = f.text("tokenizer_sha256", false);
   if (const Json* rng = f.find("dropout_rng", false)) {
     const Fields modules(dir, *rng, quoted("dropout_rng"));
     for (const auto& [path, gen] : rng->items()) {

@@ -11,6 +11,7 @@ namespace lt {
 struct TrainerState {
   int64_t step = 0, epoch = 0, batch_index = 0;
   std::string model_type, tokenizer;
+  std::string tokenizer_sha256;  // RunTokenizer::digest() of the files saved; "" for none (or an older save)
   std::map<std::string, uint64_t> dropout_offsets;  // by module path
   std::map<std::string, std::string> hooks;         // StepHook::state() by hook name
   std::string config;                               // the RunConfig as JSON text

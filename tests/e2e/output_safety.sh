@@ -57,7 +57,7 @@ expect_ok "${RUN[@]}" --save "$WORK/empty"  # again: it is ours now
 rm "$WORK/empty/LEANTRAIN_CHECKPOINT"       # a checkpoint saved before the marker existed
 expect_ok "${RUN[@]}" --save "$WORK/empty"
 # An interrupted save's staging directory (it has the marker) is cleaned up.
-mkdir "$WORK/empty.tmp" && touch "$WORK/empty.tmp/LEANTRAIN_CHECKPOINT" "$WORK/empty.tmp/model.safetensors"
+mkdir "$WORK/empty.tmp" && printf 'leantrain-checkpoint-1\nkind: checkpoint\n' >"$WORK/empty.tmp/LEANTRAIN_CHECKPOINT" && touch "$WORK/empty.tmp/model.safetensors"
 expect_ok "${RUN[@]}" --save "$WORK/empty"
 if [ ! -e "$WORK/empty.tmp" ] && [ ! -e "$WORK/empty.old" ]; then ok; else fail "the stale staging directory was left"; fi
 # A symlink to a checkpoint directory: the directory is replaced, the link stays a link.

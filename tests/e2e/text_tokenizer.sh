@@ -40,11 +40,15 @@ rm "$WORK/ck/tokenizer.json"
 expect_error 1 "checkpoint $WORK/ck has no tokenizer.json: it was trained with a 'bpe-sentencepiece' tokenizer" \
   "$LT" generate --checkpoint "$WORK/ck"
 
-# A checkpoint whose tokenizer.json has more ids than its model embeds (a byte-level run's, with
-# one copied in): refused as a damaged checkpoint.
+# A byte-level run's checkpoint with a tokenizer.json copied in: refused, as trainer_state.json
+# names the tokenizer the run read (issue 47). Without that record, the tokenizer has more ids
+# than the model embeds: refused as a damaged checkpoint.
 expect_ok "$LT" train --model gpt2-tiny --dim 32 --depth 2 --heads 2 --steps 1 --batch 4 --seq-len 16 --device cpu \
   --data "$WORK/sft.jsonl" --save "$WORK/bytes"
 cp "$TOK/gpt2/tokenizer.json" "$WORK/bytes/"
+expect_error 1 "checkpoint $WORK/bytes: its tokenizer.json is a 'bpe-bytelevel' tokenizer: trainer_state.json says the run used 'bytes'" \
+  "$LT" generate --checkpoint "$WORK/bytes"
+python3 -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); del d['tokenizer']; json.dump(d, open(p, 'w'))" "$WORK/bytes/trainer_state.json"
 expect_error 1 "cannot generate from $WORK/bytes: its tokenizer has 4096 ids and its model embeds only 256" \
   "$LT" generate --checkpoint "$WORK/bytes"
 

@@ -1,7 +1,11 @@
 // load_tokenizer_json on arbitrary file bytes; for every tokenizer it accepts, encode (with and
 // without special tokens) of a few fixed texts and of the input's own bytes as text, and decode
 // of the ids: each id lies in 0..vocab_size-1, decode takes every id encode gave and returns
-// valid UTF-8, and encoding twice gives the same ids (the BPE cache changes nothing).
+// valid UTF-8, and encoding twice gives the same ids (the BPE cache changes nothing). And a time
+// bound per document: long documents (32 KiB of one letter, of spaces, of the input repeated) are
+// encoded, or refused with lt::Error, within 2 seconds each, whatever the file's patterns (issue 47:
+// a Split pattern such as \w*[xy]|. once took minutes on one document).
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -29,5 +33,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           lt::fuzz::require(lt::text::is_valid_utf8(tok->decode(ids, skip)), "decode returns valid UTF-8");
       });
     }
+  std::string repeated;
+  const std::string_view unit = lt::fuzz::as_text(data, size > 256 ? 256 : size);
+  while (!unit.empty() && repeated.size() < 32768) repeated += unit;
+  for (const std::string& doc : {std::string(32768, 'a'), std::string(32768, ' '), repeated}) {
+    const auto start = std::chrono::steady_clock::now();
+    lt::fuzz::rejects_only_with_error([&] { tok->encode(doc, true); });
+    lt::fuzz::require(std::chrono::steady_clock::now() - start < std::chrono::seconds(2),
+                      "a 32 KiB document is encoded (or refused) within 2 seconds");
+  }
   return 0;
 }

@@ -120,8 +120,9 @@ TEST(Knobs, ChoicesAreOneOfTheirWords) {
 }
 
 TEST(Knobs, TheEnvironmentCheckRefusesUnknownNamesAndBadValues) {
-  std::string a = "PATH=/bin", b = "LEANTRAIN_GEMM_GELU=0", c = "LEANTRAIN_CUDA=OFF", d = "LEANTRAIN_STORE_FD=5";
-  std::vector<char*> env = {a.data(), b.data(), c.data(), d.data(), nullptr};
+  std::string a = "PATH=/bin", b = "LEANTRAIN_GEMM_GELU=0", c = "LEANTRAIN_CUDA=OFF", d = "LEANTRAIN_STORE_FD=5",
+              t = "LEANTRAIN_STDOUT_IS_TERMINAL=1";  // the launcher sets it for its ranks
+  std::vector<char*> env = {a.data(), b.data(), c.data(), d.data(), t.data(), nullptr};
   EXPECT_NO_THROW(check_knob_environment(env.data()));  // build-script and internal names are known too
   std::string typo = "LEANTRAIN_GEMM_GELUE=0";
   env.insert(env.begin() + 1, typo.data());

@@ -26,6 +26,18 @@ void expect_refused(const std::string& text, const std::string& fragment) {
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
+// bos_token_id / eos_token_id (an id or a list) must name rows of the embedding (issue 47).
+TEST(LlamaConfig, SpecialTokenIdsLieInTheVocabulary) {
+  const std::string head = R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 48, "intermediate_size": 100,
+    "num_hidden_layers": 1, "num_attention_heads": 6, )";
+  expect_refused(head + R"("bos_token_id": 128000})", "config.json: 'bos_token_id' = 128000: it is outside the vocabulary "
+                                                      "(vocab_size 300: ids 0 to 299)");
+  expect_refused(head + R"("eos_token_id": [2, 300]})", "'eos_token_id' = 300: it is outside the vocabulary");
+  expect_refused(head + R"("eos_token_id": -1})", "'eos_token_id' = -1: it is outside the vocabulary");
+  expect_refused(head + R"("bos_token_id": "1"})", "'bos_token_id' = \"1\": a token id is a whole number");
+  EXPECT_NO_THROW(parse(head + R"("bos_token_id": 0, "eos_token_id": [1, 299], "pad_token_id": -1})"));
+}
+
 TEST(LlamaConfig, ReadsEveryField) {
   LlamaConfig c = parse(R"({
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 300, "hidden_size": 48,
@@ -35,7 +47,7 @@ TEST(LlamaConfig, ReadsEveryField) {
                      "original_max_position_embeddings": 256},
     "attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true, "hidden_act": "silu",
     "initializer_range": 0.03, "attention_dropout": 0.0, "pretraining_tp": 1, "use_cache": true,
-    "bos_token_id": 128000, "eos_token_id": [128001, 128009], "pad_token_id": null, "torch_dtype": "bfloat16"})");
+    "bos_token_id": 256, "eos_token_id": [257, 299], "pad_token_id": null, "torch_dtype": "bfloat16"})");
   EXPECT_EQ(c.model_type, "llama");
   EXPECT_EQ(c.vocab_size, 300);
   EXPECT_EQ(c.hidden_size, 48);
@@ -57,8 +69,8 @@ TEST(LlamaConfig, ReadsEveryField) {
   EXPECT_TRUE(c.qkv_bias() && c.o_bias() && c.gated_bias());
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_DOUBLE_EQ(c.initializer_range, 0.03);
-  EXPECT_EQ(c.kept["bos_token_id"], 128000);
-  EXPECT_EQ(c.kept["eos_token_id"], nlohmann::json({128001, 128009}));
+  EXPECT_EQ(c.kept["bos_token_id"], 256);
+  EXPECT_EQ(c.kept["eos_token_id"], nlohmann::json({257, 299}));
   EXPECT_TRUE(c.kept["pad_token_id"].is_null());
   EXPECT_EQ(c.kept["torch_dtype"], "bfloat16");
 
@@ -69,7 +81,7 @@ TEST(LlamaConfig, ReadsEveryField) {
   EXPECT_EQ(j["head_dim"], 16);
   EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
   EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 256);
-  EXPECT_EQ(j["eos_token_id"], nlohmann::json({128001, 128009}));
+  EXPECT_EQ(j["eos_token_id"], nlohmann::json({257, 299}));
   EXPECT_EQ(j["attention_bias"], true);
   EXPECT_EQ(parse(c.to_json()).to_json(), c.to_json());
 }

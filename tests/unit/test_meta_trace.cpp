@@ -6,6 +6,8 @@
 #include "leantrain/autograd.h"
 #include "leantrain/ops.h"
 
+#include <functional>
+
 using namespace lt;
 
 namespace {
@@ -102,6 +104,41 @@ TEST(MetaTrace, DifferentDtypeGivesDifferentTrace) {
   bool differ = a.size() != b.size();
   for (size_t i = 0; !differ && i < a.size(); ++i) differ = a[i].size != b[i].size;
   EXPECT_TRUE(differ);
+}
+
+// A copy between a device and the host moves no data when the device is meta, but allocates on
+// it what a GPU copy would: widening a bf16 device tensor into an f32 host buffer casts on the
+// device first (an f32 temporary of the tensor's size, category other); a non-contiguous device
+// destination is filled through a contiguous temporary. Before, meta skipped both, and
+// --offload optimizer's runs mapped a 250 MiB segment their plans did not (issue 42).
+TEST(MetaTrace, CrossDeviceCopyAllocatesWhatTheDeviceWould) {
+  Allocator& al = allocator_for(Device::meta());
+  auto events = [&](const std::function<void()>& f) {
+    al.clear_history();
+    al.set_history(true);
+    f();
+    al.set_history(false);
+    std::vector<MemoryEvent> h;  // allocations and frees (the plain meta allocator maps a segment for each)
+    for (const MemoryEvent& e : al.history())
+      if (e.action == MemoryEvent::Action::Alloc || e.action == MemoryEvent::Action::Free) h.push_back(e);
+    al.clear_history();
+    return h;
+  };
+  Tensor dev16 = Tensor::empty({5, 7}, DType::BF16, Device::meta());
+  Tensor dev32 = Tensor::empty({5, 7}, DType::F32, Device::meta());
+  Tensor host32 = Tensor::empty({5, 7}, DType::F32, Device::cpu());
+  std::vector<MemoryEvent> widen = events([&] { copy_(host32, dev16); });
+  ASSERT_EQ(widen.size(), 2u);
+  EXPECT_EQ(widen[0].action, MemoryEvent::Action::Alloc);
+  EXPECT_EQ(widen[0].requested, 5 * 7 * 4);
+  EXPECT_EQ(widen[0].category, Category::Other);
+  EXPECT_EQ(widen[1].action, MemoryEvent::Action::Free);
+  EXPECT_TRUE(events([&] { copy_(host32, dev32); }).empty()) << "same dtype, contiguous: copied as it is";
+  Tensor wide = Tensor::empty({7, 5}, DType::F32, Device::meta());
+  std::vector<MemoryEvent> strided = events([&] { copy_(transpose(wide, 0, 1), host32); });
+  ASSERT_EQ(strided.size(), 2u) << "a non-contiguous device destination goes through a temporary";
+  EXPECT_EQ(strided[0].requested, 5 * 7 * 4);
+  EXPECT_TRUE(events([&] { copy_(dev32, host32); }).empty());
 }
 
 }  // namespace

@@ -148,8 +148,22 @@ TEST(OutputFiles, SaveTargetsAreNewEmptyOrLeantrainDirectories) {
   fs::create_directory(tmp.path / "empty");
   EXPECT_EQ(why("empty"), "");
   fs::create_directory(tmp.path / "marked");
-  put(tmp.path / "marked" / kCheckpointMarker, "");
+  put(tmp.path / "marked" / kCheckpointMarker, checkpoint_marker_text(SavedKind::Checkpoint));
   EXPECT_EQ(why("marked"), "");
+  fs::create_directory(tmp.path / "old-marker");  // a marker written before its kind line
+  put(tmp.path / "old-marker" / kCheckpointMarker, "leantrain-checkpoint-1\nThis directory is a leantrain checkpoint.\n");
+  EXPECT_EQ(marker_kind((tmp.path / "old-marker").string()), SavedKind::Checkpoint);
+  fs::create_directory(tmp.path / "merged");
+  put(tmp.path / "merged" / kCheckpointMarker, checkpoint_marker_text(SavedKind::Model));
+  EXPECT_EQ(marker_kind((tmp.path / "merged").string()), SavedKind::Model);
+  // A file merely named like the marker makes no directory ours (issue 47).
+  for (const char* text : {"", "leantrain-checkpoint-2\n", "hello\nleantrain-checkpoint-1\n", "leantrain-checkpoint-1\nkind: x\n"}) {
+    fs::create_directory(tmp.path / "named");
+    put(tmp.path / "named" / kCheckpointMarker, text);
+    put(tmp.path / "named" / "notes.txt", "precious");
+    EXPECT_FALSE(marker_kind((tmp.path / "named").string())) << text;
+    EXPECT_TRUE(contains(why("named"), "holds files but no leantrain checkpoint")) << text;
+  }
   fs::create_directory(tmp.path / "old-format");  // saved before the marker existed
   put(tmp.path / "old-format" / "trainer_state.json", "{\"format\": \"leantrain-checkpoint-1\", \"step\": 1}");
   EXPECT_EQ(why("old-format"), "");
@@ -170,7 +184,7 @@ TEST(OutputFiles, SaveTargetsAreNewEmptyOrLeantrainDirectories) {
   fs::create_directory(tmp.path / "ck.tmp");
   put(tmp.path / "ck.tmp" / "notes.txt", "precious");
   EXPECT_TRUE(contains(why("ck"), "ck.tmp is a directory that holds files but no leantrain checkpoint"));
-  put(tmp.path / "ck.tmp" / kCheckpointMarker, "");  // an interrupted save's
+  put(tmp.path / "ck.tmp" / kCheckpointMarker, checkpoint_marker_text(SavedKind::Checkpoint));  // an interrupted save's
   EXPECT_EQ(why("ck"), "");
   put(tmp.path / "ck.old", "x");
   EXPECT_TRUE(contains(why("ck"), "ck.old is a regular file"));
@@ -180,7 +194,7 @@ TEST(OutputFiles, StagedDirReplacesOnlyWhatIsOurs) {
   test::TempDir tmp;
   const std::string ck = (tmp.path / "ck").string();
   fs::create_directory(ck + ".tmp");  // an interrupted save, marked as ours
-  put(ck + ".tmp/" + kCheckpointMarker, "");
+  put(ck + ".tmp/" + kCheckpointMarker, checkpoint_marker_text(SavedKind::Checkpoint));
   put(ck + ".tmp/model.safetensors", "half");
   for (int i = 0; i < 2; ++i) {
     StagedDir s(ck);

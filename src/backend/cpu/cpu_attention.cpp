@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/blas_call.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 
@@ -28,11 +29,13 @@ namespace {
 // Row-major C = alpha op(A) op(B) + beta C, in f32 or f64 (beta 0: C is overwritten).
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float* c,
           float beta = 0.0f) {
+  const BlasCall blas_call;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               alpha, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }
 void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, const double* b,
           double* c, double beta = 0.0) {
+  const BlasCall blas_call;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               alpha, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "backend/cpu/blas_call.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 
@@ -38,11 +39,13 @@ template <class T, class A> void store_all(const Tensor& t, const std::vector<A>
 
 // Row-major C = alpha op(A) op(B) + beta C.
 void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float beta, float* c) {
+  const BlasCall blas_call;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               1.0f, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }
 void gemm_rm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, const double* b, double beta,
              double* c) {
+  const BlasCall blas_call;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               1.0, a, int(ta ? m : k), b, int(tb ? k : n), beta, c, int(n));
 }

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "backend/cpu/blas_call.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 
@@ -32,6 +33,7 @@ int64_t extent(const Tensor& t) {
 }  // namespace
 
 void CpuBackend::gemm(const Tensor& c, const Tensor& a, const Tensor& b, const GemmDesc& d, const Tensor& bias) {
+  const BlasCall blas_call;
   const CBLAS_TRANSPOSE ta = d.trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = d.trans_b ? CblasTrans : CblasNoTrans;
   const int lda = int(d.ld_a());
