@@ -17,4 +17,7 @@ ninja -C "$BUILD" leantrain leantrain_tests memory_report_demo
 export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:allocator_may_return_null=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=86:print_stacktrace=1:halt_on_error=1}
 cd "$BUILD"
-ctest --output-on-failure -j "$(nproc)" "$@"
+rc=0
+ctest --output-on-failure -j "$(nproc)" "$@" || rc=$?
+python3 "$OLDPWD/scripts/test_summary.py" .
+exit $rc

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, step 2: build everything and run all tests (unit tests and the CLI's end-to-end
-# scripts) with ctest. Installs missing Debian dependencies first.
+# scripts) with ctest, after checking that no include climbs a layer (scripts/check_layers.py).
+# Installs missing Debian dependencies first. Ends with how many cases ran, passed and were
+# skipped, and why (scripts/test_summary.py).
 # With CI=true (.ci/run sets it) it then also runs the same tests under ASan + UBSan
 # (scripts/sanitize.sh) and every fuzz harness for FUZZ_SECONDS each (scripts/fuzz.sh; default 30),
 # and prints how long each stage took.
@@ -15,8 +17,11 @@ stage() {  # stage NAME CMD...: runs CMD, then prints NAME and its wall time
   echo "== $name: $((SECONDS - start)) s"
 }
 if [ $full = 1 ]; then stage deps bash scripts/deps.sh --tests --sanitize; else bash scripts/deps.sh --tests; fi
+stage "layer check (src/layers.txt)" python3 scripts/check_layers.py
 stage build bash scripts/build.sh
-stage tests bash -c 'cd build && ctest --output-on-failure -j "$(nproc)"'
+# ctest says "100% passed" even when GoogleTest skipped cases inside a shard (the CUDA ones on a
+# machine without a GPU): test_summary.py counts them and gives the reasons, pass or fail.
+stage tests bash -c 'cd build && { ctest --output-on-failure -j "$(nproc)"; rc=$?; python3 ../scripts/test_summary.py .; exit $rc; }'
 if [ $full = 1 ]; then
   stage "build and tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-sanitize/)" bash scripts/sanitize.sh
   stage "fuzz harnesses, ${FUZZ_SECONDS:-30} s each" bash scripts/fuzz.sh "${FUZZ_SECONDS:-30}"

@@ -10,14 +10,9 @@
 #include "leantrain/device.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
+#include "leantrain/usage_error.h"
 
 namespace lt {
-
-// A mistake in how leantrain was asked to run (bad flag value, bad combination): exit code 2.
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
 
 struct RunConfig {
   // What to train.

@@ -2,15 +2,19 @@
 // becomes the defaults, so `leantrain train --resume DIR` continues the same run and any flag
 // given again on the command line still wins.
 #include "leantrain/memory_snapshot.h"
+#include <unistd.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <memory>
 
 #include "cli/cli.h"
+#include "core/knobs.h"
 #include "dist/rank_supervisor.h"
 #include "dist/session.h"
 #include "leantrain/plan.h"
+#include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/output_paths.h"
 
@@ -26,6 +30,7 @@ struct Commands {
   CLI::App* profile = nullptr;
   CLI::App* eval = nullptr;
   CLI::App* merge = nullptr;
+  CLI::App* knobs = nullptr;
 };
 
 // Flags of train and plan that live outside RunConfig.
@@ -39,30 +44,42 @@ struct Extras {
   MergeConfig merge;
 };
 
+// "GPT-2, ViT, LLaMA, ..." from the model registry, so the help never falls behind a new family.
+std::string family_names() {
+  std::string s;
+  for (const models::ModelFamily* f : models::model_families()) s += (s.empty() ? "" : ", ") + f->display_name();
+  return s;
+}
+
 Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
   Commands c;
   c.app = std::make_unique<CLI::App>(
-      "leantrain trains transformers (ViT, GPT-2) with little memory and says where every byte goes.\n"
+      "leantrain trains and fine-tunes models with little memory and says where every byte goes.\n"
+      "Model families: " + family_names() + "\n"
+      "(`leantrain train --help` lists every preset under --model; a Hugging Face model directory works too).\n"
       "Run 'leantrain train' with no flags for the demo: a small ViT on Fashion-MNIST.",
       "leantrain");
   c.app->require_subcommand(0, 1);
   c.app->set_version_flag("--version", "leantrain 0.1.0");
-  c.train = c.app->add_subcommand("train", "Train a model (default: the ViT demo on Fashion-MNIST)");
+  c.train = c.app->add_subcommand("train", "Train or fine-tune a model of any family: " + family_names() +
+                                               " (default: the ViT demo on Fashion-MNIST)");
   add_train_flags(*c.train, tcfg);
   add_fit_flag(*c.train, x.fit);
   c.train->add_option("--metrics-json", x.metrics_json, "Write the run's measured memory peaks to this JSON file at the end")
       ->group("Evaluation, checkpoints, output");
-  c.generate = c.app->add_subcommand("generate", "Sample text from a saved GPT checkpoint");
+  c.generate = c.app->add_subcommand("generate", "Sample text from a saved language model (GPT-2, LLaMA/Qwen2/Mistral)");
   add_generate_flags(*c.generate, gcfg);
   c.plan = c.app->add_subcommand("plan", "Predict a run's GPU memory (peaks, categories, total) without a GPU; --budget fits one");
   add_plan_flags(*c.plan, x.pcfg, x.plan);
   c.profile = c.app->add_subcommand(
       "profile", "Measure, module by module, the memory that activation checkpointing saves and the time it adds");
   add_profile_flags(*c.profile, x.prof_cfg, x.profile);
-  c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file");
+  c.eval = c.app->add_subcommand("eval", "Write a model's logits and loss on inputs from a safetensors file (" +
+                                             family_names() + ")");
   add_eval_flags(*c.eval, x.eval);
   c.merge = c.app->add_subcommand("merge", "Fold a LoRA adapter into its base model: a merged Hugging Face model directory");
   add_merge_flags(*c.merge, x.merge);
+  c.knobs = c.app->add_subcommand("knobs", "List the LEANTRAIN_* environment knobs: type, default, memory effect, value set now");
   return c;
 }
 
@@ -70,7 +87,8 @@ Commands make_app(RunConfig& tcfg, GenerateConfig& gcfg, Extras& x) {
 std::string command_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "train" || a == "generate" || a == "plan" || a == "profile" || a == "eval" || a == "merge") return a;
+    if (a == "train" || a == "generate" || a == "plan" || a == "profile" || a == "eval" || a == "merge" || a == "knobs")
+      return a;
     if (a.rfind("-", 0) != 0) return "";
   }
   return "";
@@ -105,6 +123,13 @@ int dispatch(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return report_parse_error(e, command_of(argc, argv));
   }
+  if (c.knobs->parsed()) {  // lists them even when one is malformed (that is what the listing is for)
+    std::fputs(knobs_listing().c_str(), stdout);
+    return 0;
+  }
+  // Every LEANTRAIN_* variable is a declared knob with a well-formed value, before anything runs
+  // (a misspelt knob would otherwise be silently ignored).
+  check_knob_environment(environ);
   if (c.train->parsed()) {
     // --devices N in a process no launcher started: this process becomes the launcher.
     if (tcfg.devices > 1 && dist::launch_info().world_size == 1) {

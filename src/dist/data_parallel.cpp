@@ -18,27 +18,21 @@
 #include "leantrain/precision.h"
 #include "memory/streams.h"
 #include "train/trainer.h"
+#include "core/knobs.h"
 
 namespace lt::dist {
 
 namespace {
 
-// A measuring knob: the positive integer in environment variable `name`, else `fallback`.
-int positive_env(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  const int n = v ? std::atoi(v) : 0;
-  return n > 0 ? n : fallback;
-}
-
 // PyTorch DDP's default bucket_cap_mb, 25; LEANTRAIN_BUCKET_MB overrides it for measuring.
-int64_t bucket_bytes() { return int64_t(positive_env("LEANTRAIN_BUCKET_MB", 25)) << 20; }
+int64_t bucket_bytes() { return knob_int("LEANTRAIN_BUCKET_MB") << 20; }
 // Buckets whose reduction may still run on the communication stream when the next one starts:
 // issuing bucket b makes the compute stream wait for bucket b - 2. The wait is by program
 // order, so a plan replays it (Note [Cross-stream reuse]); it bounds the staging buffers and lets
 // the gradients ZeRO-2 drops go back to the compute stream's pool during backward.
 // LEANTRAIN_BUCKETS_IN_FLIGHT overrides it for measuring (bench/ddp_tuning.sh); a plan reads
 // the same variable.
-size_t buckets_in_flight() { return size_t(positive_env("LEANTRAIN_BUCKETS_IN_FLIGHT", 2)); }
+size_t buckets_in_flight() { return size_t(knob_int("LEANTRAIN_BUCKETS_IN_FLIGHT")); }
 
 enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
 
@@ -525,8 +519,7 @@ std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& param
 
 std::optional<DType> fsdp_gather_dtype(const RunConfig& c) {
   const PrecisionPolicy p = precision_policy(c.precision);
-  const char* env = std::getenv("LEANTRAIN_FSDP_GATHER");
-  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || (env && std::string(env) == "f32"))
+  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || knob_choice("LEANTRAIN_FSDP_GATHER") == "f32")
     return std::nullopt;
   return p.compute_dtype;
 }

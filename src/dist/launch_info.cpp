@@ -5,7 +5,8 @@
 #include <cstdlib>
 
 #include "leantrain/dist.h"
-#include "leantrain/train.h"
+#include "leantrain/usage_error.h"
+#include "core/knobs.h"
 
 extern char** environ;
 
@@ -81,15 +82,6 @@ LaunchInfo launch_info(const Env* env) {
   return li;
 }
 
-double timeout_seconds() {
-  const char* v = std::getenv("LEANTRAIN_DIST_TIMEOUT");
-  if (!v || !*v) return 600;
-  char* end = nullptr;
-  double s = std::strtod(v, &end);
-  if (end == v || *end || !(s > 0))
-    throw UsageError(std::string("LEANTRAIN_DIST_TIMEOUT='") + v + "'", "not a positive number of seconds",
-                     "set it to e.g. 300, or unset it");
-  return s;
-}
+double timeout_seconds() { return knob_seconds("LEANTRAIN_DIST_TIMEOUT"); }
 
 }  // namespace lt::dist

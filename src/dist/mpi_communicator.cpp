@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "dist/reduce_order.h"
-#include "leantrain/train.h"
+#include "leantrain/usage_error.h"
 
 namespace lt::dist {
 

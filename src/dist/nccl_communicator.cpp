@@ -23,6 +23,7 @@
 #include "dist/peer_all_reduce.h"
 #include "leantrain/dist.h"
 #include "leantrain/error.h"
+#include "core/knobs.h"
 
 namespace lt::dist {
 
@@ -64,9 +65,9 @@ class NcclCommunicator final : public Communicator {
     cfg.blocking = 0;
     // The thread blocks NCCL's kernels may take (0: NCCL's choice): fewer leave more SMs to the
     // backward that the gradient reductions overlap. A measuring knob (bench/ddp_tuning.sh).
-    if (const char* v = std::getenv("LEANTRAIN_NCCL_MAX_CTAS"); v && std::atoi(v) > 0) cfg.maxCTAs = std::atoi(v);
+    if (const int64_t n = knob_int("LEANTRAIN_NCCL_MAX_CTAS"); n > 0) cfg.maxCTAs = int(n);
     // NCCL's CTA policy (1: efficiency, 2: zero), a measuring knob as the one above.
-    if (const char* v = std::getenv("LEANTRAIN_NCCL_CTA_POLICY"); v && std::atoi(v) > 0) cfg.CTAPolicy = std::atoi(v);
+    if (const int64_t n = knob_int("LEANTRAIN_NCCL_CTA_POLICY"); n > 0) cfg.CTAPolicy = int(n);
     check(ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg), "ncclCommInitRank");
     wait_ready("ncclCommInitRank");
     watchdog_ = std::thread([this] { watch(); });

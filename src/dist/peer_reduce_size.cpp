@@ -2,7 +2,7 @@
 // binary: a plan made without NCCL still counts its buffers.
 #include <cstdlib>
 
-#include "core/env_flag.h"
+#include "core/knobs.h"
 #include "dist/peer_all_reduce.h"
 
 namespace lt::dist {
@@ -14,12 +14,10 @@ constexpr int64_t kMinBytes = int64_t(1) << 20;
 }  // namespace
 
 // Read at every call, not kept: tests switch it within one process.
-bool peer_reduce_on() { return env_flag("LEANTRAIN_PEER_REDUCE", true); }
+bool peer_reduce_on() { return knob_on("LEANTRAIN_PEER_REDUCE"); }
 
 int64_t peer_chunk_bytes() {
-  const char* v = std::getenv("LEANTRAIN_PEER_CHUNK_MB");
-  const int mb = v ? std::atoi(v) : 0;
-  return int64_t(mb > 0 && mb <= 1024 ? mb : 16) << 20;
+  return knob_int("LEANTRAIN_PEER_CHUNK_MB") << 20;
 }
 
 bool peer_reduce_takes(int64_t bytes, DType dt) {

@@ -3,18 +3,9 @@
 
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
+#include "memory/format_bytes.h"
 
 namespace lt {
-
-static std::string format_bytes(int64_t b) {
-  char buf[64];
-  double v = double(b);
-  if (v >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024 * 1024));
-  else if (v >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1024.0 * 1024));
-  else if (v >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", v / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
-  return buf;
-}
 
 Block Allocator::allocate(int64_t nbytes) {
   std::lock_guard<std::mutex> g(mu_);

@@ -1,5 +1,6 @@
 // io_uring and thread-pool engines of disk_io.h.
 #include "offload/disk_io.h"
+#include "core/knobs.h"
 
 #include <unistd.h>
 
@@ -206,8 +207,7 @@ class UringDiskIo final : public DiskIo {
 }  // namespace
 
 std::unique_ptr<DiskIo> make_disk_io(int fd, bool prefer_uring) {
-  const char* env = std::getenv("LEANTRAIN_DISK_IO");
-  if (env && std::strcmp(env, "threads") == 0) prefer_uring = false;
+  if (knob_choice("LEANTRAIN_DISK_IO") == "threads") prefer_uring = false;
 #ifdef LEANTRAIN_HAVE_URING
   if (prefer_uring)
     if (std::unique_ptr<UringDiskIo> io = UringDiskIo::open(fd)) return io;

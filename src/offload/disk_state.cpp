@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "leantrain/error.h"
-#include "leantrain/train.h"
+#include "memory/format_bytes.h"
 #include "offload/offload_trace.h"
 
 namespace lt::offload {

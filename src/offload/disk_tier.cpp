@@ -5,7 +5,7 @@
 
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
-#include "leantrain/train.h"
+#include "memory/format_bytes.h"
 #include "offload/disk_state.h"
 #include "offload/offload_optimizer.h"
 #include "core/raw_view.h"

@@ -19,6 +19,7 @@
 
 #include "leantrain/error.h"
 #include "offload/host_simd.h"
+#include "core/knobs.h"
 
 #pragma GCC optimize("fp-contract=off")
 // GCC 12's AVX-512 headers self-initialise their "undefined" operands (__m512 __Y = __Y), which
@@ -37,10 +38,12 @@ using namespace simd;
 // development machine it cost 10-35% (a streamed line still in the cache is evicted first).
 // The 16-bit copy goes to a buffer not read before (staging, a resting parameter): a streamed
 // store spares its read for ownership, 2 of the 30 bytes an element moves.
-const int kStreamStores = [] {
-  const char* e = std::getenv("LEANTRAIN_HOST_STREAM_STORES");
-  return e ? std::atoi(e) : 2;
-}();
+// Read at first use, not at static initialisation: a malformed value is then a UsageError the
+// CLI reports (it checks the environment first anyway), not a throw before main.
+int stream_stores() {
+  static const int n = int(knob_int("LEANTRAIN_HOST_STREAM_STORES"));
+  return n;
+}
 
 // The per-step scalars, computed exactly as the reference computes them.
 struct Consts {
@@ -137,6 +140,7 @@ template <int G, int O> LT_AVX512 void avx512_range(const HostAdamWSpan& s, cons
   int64_t i = lo;
   // Streaming where the buffers' alignments agree (the pinned state does: 64-byte parts, chunks
   // of 64 elements), after a scalar head; ordinary stores otherwise.
+  const int kStreamStores = stream_stores();
   const int64_t start = kStreamStores ? stream_start(lo, hi, f32, 3, O == kOutNone ? nullptr : s.param16) : hi;
   if (start + 16 <= hi) {
     scalar_range<G, O>(s, c, lo, start);

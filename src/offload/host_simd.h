@@ -11,6 +11,7 @@
 
 #include "leantrain/dtype.h"
 #include "offload/host_workers.h"
+#include "core/knobs.h"
 
 namespace lt::offload::simd {
 
@@ -35,10 +36,7 @@ template <int O> inline void store_out(void* out, int64_t i, float p) {
 // machine: 256-1024 all about 10% faster than none, 2048 no better than none.
 // Used by every host step's AVX-512 loop.
 inline int64_t prefetch_distance() {
-  static const int64_t d = [] {
-    const char* e = std::getenv("LEANTRAIN_HOST_PREFETCH");
-    return e ? std::max<int64_t>(0, std::atoll(e)) / 16 * 16 : int64_t(512);
-  }();
+  static const int64_t d = knob_int("LEANTRAIN_HOST_PREFETCH") / 16 * 16;
   return d;
 }
 

@@ -2,7 +2,7 @@
 #include "offload/offload_trace.h"
 
 #include "backend/event.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 #include <array>
 #include <chrono>
@@ -31,7 +31,7 @@ Trace& trace() {
 }  // namespace
 
 bool trace_on() {
-  static const bool on = env_flag("LEANTRAIN_OFFLOAD_TRACE", false);
+  static const bool on = knob_on("LEANTRAIN_OFFLOAD_TRACE");
   return on;
 }
 

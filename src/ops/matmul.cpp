@@ -1,7 +1,7 @@
 #include <string>
 
 #include "autograd/kept_outputs.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 #include "ops/linear_args.h"
 
 namespace lt {
@@ -86,7 +86,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
 // LEANTRAIN_GEMM_GELU=0 sends linear_gelu back to linear then gelu, and the GELU epilogues of
 // the recompute linears back to their two kernels.
 bool detail::gemm_gelu_enabled() {
-  static const bool on = env_flag("LEANTRAIN_GEMM_GELU", true);
+  static const bool on = knob_on("LEANTRAIN_GEMM_GELU");
   return on;
 }
 
@@ -94,7 +94,7 @@ namespace {
 
 // LEANTRAIN_GEMM_BGRAD=0 sends weight_bias_grad back to matmul then sum_to.
 bool gemm_bgrad_on() {
-  static const bool on = env_flag("LEANTRAIN_GEMM_BGRAD", true);
+  static const bool on = knob_on("LEANTRAIN_GEMM_BGRAD");
   return on;
 }
 

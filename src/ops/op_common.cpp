@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 namespace lt::detail {
 
@@ -175,7 +175,7 @@ std::vector<int64_t> read_indices(const Tensor& ids) {
 namespace {
 
 bool f32_weight_grads_on() {
-  static const bool on = env_flag("LEANTRAIN_F32_WEIGHT_GRADS", true);
+  static const bool on = knob_on("LEANTRAIN_F32_WEIGHT_GRADS");
   return on;
 }
 

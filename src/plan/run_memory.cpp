@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "core/knobs.h"
 #include "io/file_io.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/plan.h"
@@ -48,6 +49,7 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
   std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
                 r.items_per_s, r.steady_items_per_s);
   j += buf;
+  j += ", \"knobs\": " + knobs_json();  // the LEANTRAIN_* knobs not at their defaults
   j += "}\n";
   io::detail::AtomicFile f(path, io::detail::Dash::Stdout);
   f.write(j);

@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/precision_hooks.h"
 #include "train/trainer.h"
+#include "core/knobs.h"
 
 namespace lt {
 
@@ -129,6 +130,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
                 (long long)total, device.str().c_str(), (long long)cfg.batch, (long long)(cfg.batch / mb),
                 (long long)mb, cfg.optimizer.c_str(), cfg.lr, cfg.schedule.c_str());
   say(obs, line);
+  if (std::string k = knobs_header(); !k.empty()) say(obs, k);  // LEANTRAIN_* knobs not at their defaults
   if (cfg.precision != "32-true" || cfg.fused_step)
     say(obs, "precision " + cfg.precision + (cfg.master_weights == "fp32" ? " with f32 master weights" : "") +
                  (cfg.stochastic_rounding ? " with stochastic rounding" : "") +

@@ -8,14 +8,14 @@
 #include <cstdio>
 
 #include "backend/backend.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 namespace lt {
 
 class StepTrace {
  public:
   enum Phase { Forward, Backward, Reduce, Norm, Optimizer, After, kPhases };
-  explicit StepTrace(Device d) : device_(d), on_(env_flag("LEANTRAIN_STEP_TRACE", false)) {}
+  explicit StepTrace(Device d) : device_(d), on_(knob_on("LEANTRAIN_STEP_TRACE")) {}
   void begin() {
     if (on_) t_ = now();
   }

@@ -44,8 +44,8 @@ TEST(DistPeerReduce, TakesLargeFloatBuffersOnly) {
   EXPECT_FALSE(peer_reduce_takes((int64_t(1) << 20) - 2, DType::F16));  // the per-step numbers stay on NCCL
   EXPECT_FALSE(peer_reduce_takes(int64_t(25) << 20, DType::I64));
   EXPECT_EQ(peer_chunk_bytes(), int64_t(16) << 20);
-  ::setenv("LEANTRAIN_PEER_CHUNK_MB", "5000", 1);  // out of range: the default
-  EXPECT_EQ(peer_chunk_bytes(), int64_t(16) << 20);
+  ::setenv("LEANTRAIN_PEER_CHUNK_MB", "5000", 1);  // out of range: a usage error naming the knob
+  EXPECT_THROW(peer_chunk_bytes(), UsageError);
   ::unsetenv("LEANTRAIN_PEER_CHUNK_MB");
   ::setenv("LEANTRAIN_PEER_REDUCE", "0", 1);
   EXPECT_FALSE(peer_reduce_takes(int64_t(25) << 20, DType::F32));

@@ -45,7 +45,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/mma.cuh"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 #include <cooperative_groups.h>
 
@@ -1513,10 +1513,7 @@ struct BwdRows {
 // m-tiles of 16 query rows per warp in the forward (attn_fwd_mma's MT): 1, or 2 for D = 64 with
 // LEANTRAIN_ATTN_FWD_MT=2 (the 128-row blocks; not yet the default: to be measured).
 int fwd_m_tiles(int D) {
-  static const int env = [] {
-    const char* e = std::getenv("LEANTRAIN_ATTN_FWD_MT");
-    return e && e[0] == '2' ? 2 : 1;
-  }();
+  static const int env = int(knob_int("LEANTRAIN_ATTN_FWD_MT"));
   return D == 64 ? env : 1;
 }
 
@@ -1550,8 +1547,9 @@ void fwd_mma(const AttnDims& a, const FwdRows& r, T* out, float* lse, const T* q
 int dkdv_splits(const AttnDims& a, int sms) {
   if (!cluster_launch_ok()) return 1;
   const int G = a.G();
-  if (const char* e = std::getenv("LEANTRAIN_ATTN_DKDV_SPLITS"); e && e[0] >= '1' && e[0] <= '4') {
-    int want = e[0] - '0';
+  static const int forced = int(knob_int("LEANTRAIN_ATTN_DKDV_SPLITS"));
+  if (forced > 0) {
+    int want = forced;
     while (want > 1 && G % want != 0) want /= 2;
     return want;
   }
@@ -1567,7 +1565,7 @@ int dkdv_splits(const AttnDims& a, int sms) {
 // LEANTRAIN_ATTN_OWN_DELTA=0) delta lives in dq's rows. No new allocation either way, so the plan
 // does not depend on it.
 float* delta_scratch(int dev, int64_t qrows) {
-  static const bool on = env_flag("LEANTRAIN_ATTN_OWN_DELTA", true);
+  static const bool on = knob_on("LEANTRAIN_ATTN_OWN_DELTA");
   if (!on) return nullptr;
   int64_t bytes = 0;
   void* ws = cublaslt_workspace_borrow(dev, &bytes);
@@ -1648,7 +1646,7 @@ void check_simt(const char* op, const AttnDims& a, DType t) {
 // the same at run time (gpu_checks uses it to time both paths).
 bool use_fast_f32_attention(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
   if (t != DType::F32 || (D != 32 && D != 64 && D != 128)) return false;
-  static const bool simt_only = env_flag("LEANTRAIN_ATTN_F32_SIMT", false);
+  static const bool simt_only = knob_on("LEANTRAIN_ATTN_F32_SIMT");
   if (simt_only) return false;
   for (const Tensor* x : ts) {
     if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;

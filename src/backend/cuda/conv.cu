@@ -14,7 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/cudnn_api.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 #include "leantrain/cuda_info.h"
 
 namespace lt {
@@ -89,7 +89,7 @@ std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d
 
 // LEANTRAIN_CUDNN_LOG=1 prints each chosen algorithm to stderr.
 bool cudnn_log_on() {
-  static const bool on = env_flag("LEANTRAIN_CUDNN_LOG", false);
+  static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
   return on;
 }
 

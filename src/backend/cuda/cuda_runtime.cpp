@@ -11,7 +11,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
@@ -31,7 +31,7 @@ std::string basename_of(const char* path) {
 std::string mib(int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
 
 bool sync_after_launch() {
-  static const bool on = env_flag("LEANTRAIN_CUDA_SYNC", false);
+  static const bool on = knob_on("LEANTRAIN_CUDA_SYNC");
   return on;
 }
 
@@ -123,8 +123,7 @@ DeviceState& device_state(int device) {
     // The communication stream may run at the device's highest priority, so that the block
     // scheduler starts a collective's blocks ahead of queued compute blocks (a measuring knob,
     // LEANTRAIN_COMM_PRIORITY=1; bench/ddp_overlap.sh).
-    const char* prio = std::getenv("LEANTRAIN_COMM_PRIORITY");
-    if (prio && std::atoi(prio) > 0) {
+    if (knob_on("LEANTRAIN_COMM_PRIORITY")) {
       int least = 0, greatest = 0;
       LT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       LT_CUDA_CHECK(cudaStreamCreateWithPriority(&s->comm_stream, cudaStreamDefault, greatest));

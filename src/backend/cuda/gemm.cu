@@ -19,7 +19,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm.h"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 #include "leantrain/cuda_info.h"
 #include "memory/streams.h"
 
@@ -143,7 +143,7 @@ bool run_gemm(int dev, const Tensor& c, const Tensor& a, const Tensor& b, GemmDe
 // cuBLASLt's heuristic candidates and keeps the fastest, printing one line per candidate to
 // stderr. Off, the heuristic's first choice is kept: the same kernel every run.
 bool gemm_tune_mode() {
-  static const bool on = env_flag("LEANTRAIN_GEMM_TUNE", false);
+  static const bool on = knob_on("LEANTRAIN_GEMM_TUNE");
   return on;
 }
 
@@ -512,7 +512,7 @@ bool plain_product(const GemmDesc& d, int64_t per16) {
 // GEMM instead of cuBLASLt's BGRAD epilogue (whose separate reduction kernel read GPT-2's
 // gradients at about 45% of the H200's bandwidth), to time the two.
 bool bgrad_epilogue_on() {
-  static const bool on = env_flag("LEANTRAIN_GEMM_BGRAD_EPILOGUE", true);
+  static const bool on = knob_on("LEANTRAIN_GEMM_BGRAD_EPILOGUE");
   return on;
 }
 

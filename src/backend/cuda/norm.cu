@@ -28,7 +28,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/row_kernels.cuh"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 #include <cooperative_groups.h>
 
@@ -649,7 +649,7 @@ void launch_norm_dwdb(const Tensor& dw, const Tensor& db, const Tensor& dy, cons
 
 // LEANTRAIN_NORM_FUSED_BWD=0: dx and the dw/db sums in separate passes (for measuring).
 bool fused_norm_bwd_allowed() {
-  static const bool on = env_flag("LEANTRAIN_NORM_FUSED_BWD", true);
+  static const bool on = knob_on("LEANTRAIN_NORM_FUSED_BWD");
   return on;
 }
 

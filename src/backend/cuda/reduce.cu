@@ -12,7 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
 #include "backend/cuda/row_kernels.cuh"
-#include "core/env_flag.h"
+#include "core/knobs.h"
 
 namespace lt {
 using namespace cuda;
@@ -156,7 +156,7 @@ reduce_cols_sum_kernel(O* __restrict__ out, const float* __restrict__ part, int6
 // LEANTRAIN_REDUCE_COLS_SPLIT=1 turns the two passes on (opt-in: the GPT-2 step on an H100 was no
 // faster with them; off, every column sum takes the one-pass kernel).
 bool cols_split_on() {
-  static const bool on = env_flag("LEANTRAIN_REDUCE_COLS_SPLIT", false);
+  static const bool on = knob_on("LEANTRAIN_REDUCE_COLS_SPLIT");
   return on;
 }
 
