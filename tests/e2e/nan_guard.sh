@@ -5,8 +5,10 @@ source "$(dirname "$0")/common.bash" "$@"
 TOOL="python3 $(dirname "$0")/safetensors_tool.py"
 RUN=("$LT" train --batch 8 --eval-batches 1 --device cpu)
 
-# A learning rate so large that the evaluation after step 2 is NaN: nothing is saved.
-expect_error 1 "the evaluation loss is NaN at step 2: training diverged.*no checkpoint was saved" \
+# A learning rate so large that the run diverges by step 2: nothing is saved. (The evaluation after
+# step 2 is NaN in the g++ build; in the clang sanitizer build step 2's gradient norm overflows
+# first: which comes first is the compilers' rounding at the edge of f32, either stops the run.)
+expect_error 1 "(the evaluation loss is NaN|the gradient norm is (inf|NaN)) at step 2: training diverged.*no checkpoint was saved" \
   "${RUN[@]}" --steps 2 --lr 1e6 --optimizer sgd --momentum 0 --save "$WORK/nan"
 if [ ! -e "$WORK/nan" ] && [ ! -e "$WORK/nan.tmp" ]; then ok; else fail "a NaN state was saved to $WORK/nan"; fi
 # A save at step 2 (finite), then divergence: the message names that checkpoint, which stays at step 2.
