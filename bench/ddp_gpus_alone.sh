@@ -6,8 +6,8 @@
 #   BIN=path/to/leantrain [ROUNDS=2] bash bench/ddp_gpus_alone.sh
 set -u
 BIN=${BIN:-build/leantrain}; ROUNDS=${ROUNDS:-2}
-export LEANTRAIN_DIST_TIMEOUT=${LEANTRAIN_DIST_TIMEOUT:-60} NCCL_NVLS_ENABLE=0
-T="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps 30 --log-every 10 --eval-batches 1 --device cuda"
+export NCCL_NVLS_ENABLE=0
+T="--model gpt2-124m --data synthetic --seq-len 1024 --precision bf16-mixed --steps 30 --log-every 10 --eval-batches 1 --device cuda --dist-timeout ${DIST_TIMEOUT:-60}"
 tps() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['steady_items_per_s']))" "$1" 2>/dev/null || echo -1; }
 for round in $(seq 1 "$ROUNDS"); do
   CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN" train $T --batch 16 --metrics-json /tmp/g0.json > /tmp/g0.log 2>&1

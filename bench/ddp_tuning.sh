@@ -10,8 +10,10 @@ tps() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['s
 timeout 120 "./$BUILD/leantrain" train $T --batch 16 --metrics-json "$OUT/one.json" > /dev/null 2>&1
 one=$(tps "$OUT/one.json"); echo "1 GPU: $one tok/s"
 for setting in "" "LEANTRAIN_NCCL_MAX_CTAS=4" "LEANTRAIN_NCCL_MAX_CTAS=8" "LEANTRAIN_NCCL_MAX_CTAS=16" \
-               "LEANTRAIN_BUCKETS_IN_FLIGHT=4" "LEANTRAIN_BUCKET_MB=50" ${DDP_SETTINGS:-}; do
+               "--buckets-in-flight=4" "--bucket-mb=50" ${DDP_SETTINGS:-}; do
   f="$OUT/ddp-${setting:-default}.json"
-  env $setting timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy ddp --metrics-json "$f" > /dev/null 2>&1
+  env_part=""; flag_part=""  # a LEANTRAIN_* knob goes to the environment, a --flag to the command line
+  case "$setting" in --*) flag_part="${setting/=/ }" ;; *) env_part=$setting ;; esac
+  env $env_part timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy ddp $flag_part --metrics-json "$f" > /dev/null 2>&1
   t=$(tps "$f"); echo "ddp ${setting:-default}: $t tok/s per rank, $(python3 -c "print(round($N * $t / $one, 3))")x of 1 GPU"
 done

@@ -248,7 +248,7 @@ PY
         ranks_vs_plan "$OUT/gn-$s.json" $T --batch $((16 * N)) --devices $N --strategy $s
       done
       # fsdp's blocks gathered as the f32 parameters instead of bf16 copies (the gather before 99ca698).
-      LEANTRAIN_FSDP_GATHER=f32 timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy fsdp \
+      timeout 150 "./$BUILD/leantrain" train $T --batch $((16 * N)) --devices $N --strategy fsdp --fsdp-gather f32 \
         --metrics-json "$OUT/gn-fsdp-f32.json" > "$OUT/gn-fsdp-f32.log" 2>&1
       echo "GPT-2 $N GPUs fsdp, f32 gather: exit $? rank 0 (alloc reserved tok/s): $(peak "$OUT/gn-fsdp-f32.json")"
       timeout 300 torchrun --standalone --nproc_per_node $N bench/peers/dist_torch.py --model gpt2 --mode ddp --compile 2>&1 | grep '^{' | tee -a "$OUT/peers.jsonl"
@@ -270,7 +270,7 @@ PY
       ;;
     distkill)
       # Issue 13: a rank killed with SIGKILL under the launcher, and under two hand-started ranks
-      # (the NCCL watchdog, or its sentinel, ends the survivor within LEANTRAIN_DIST_TIMEOUT + 10 s).
+      # (the NCCL watchdog, or its sentinel, ends the survivor within --dist-timeout + 10 s).
       export NCCL_NVLS_ENABLE=0
       N=${DIST_GPUS:-2}
       # A rank killed from outside: the launcher ends the others and says which rank died.
@@ -285,11 +285,11 @@ PY
       echo "killed rank (launcher): exit $rc after $(python3 -c "print(round($t1 - $t0, 1))") s; leantrain processes left: $(pgrep -c -x leantrain)"
       grep '^leantrain: error' "$OUT/kill.log"
       # Two ranks started by hand (as a launcher that does not watch them would): the survivor's NCCL
-      # watchdog ends it within LEANTRAIN_DIST_TIMEOUT.
+      # watchdog ends it within --dist-timeout.
       port=$((29600 + RANDOM % 100))
       for r in 0 1; do
-        env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port LEANTRAIN_DIST_TIMEOUT=15 \
-          "./$BUILD/leantrain" train $K --batch 32 --strategy ddp > "$OUT/kill-r$r.log" 2>&1 &
+        env RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          "./$BUILD/leantrain" train $K --batch 32 --strategy ddp --dist-timeout 15 > "$OUT/kill-r$r.log" 2>&1 &
         eval "P$r=\$!"
       done
       sleep 25; kill -9 $P1; t0=$(date +%s.%N)

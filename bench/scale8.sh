@@ -91,9 +91,9 @@ except Exception as e:
 PY
       ranks_vs_plan "$OUT/l7.json" $L --steps 10
       # The same with the blocks gathered as the f32 parameters (the gather before 99ca698).
-      LEANTRAIN_FSDP_GATHER=f32 timeout 400 "./$BUILD/leantrain" train $L --steps 10 --metrics-json "$OUT/l7-f32.json" > "$OUT/l7-f32.log" 2>&1
+      timeout 400 "./$BUILD/leantrain" train $L --steps 10 --fsdp-gather f32 --metrics-json "$OUT/l7-f32.json" > "$OUT/l7-f32.log" 2>&1
       echo "Llama-2-7B shape, f32 gather: exit $?, total tokens/s $(python3 -c "import json,sys; print(round(int(sys.argv[2]) * json.load(open(sys.argv[1]))['steady_items_per_s']))" "$OUT/l7-f32.json" "$N" 2>/dev/null)"
-      LEANTRAIN_FSDP_GATHER=f32 ranks_vs_plan "$OUT/l7-f32.json" $L --steps 10
+      ranks_vs_plan "$OUT/l7-f32.json" $L --steps 10 --fsdp-gather f32
       timeout 400 torchrun --standalone --nproc_per_node "$N" bench/peers/dist_torch.py --model llama2-7b --mode fsdp2 \
         --batch 1 --seq 4096 --checkpoint --steps 8 --warmup 2 2>&1 | grep -E '^\{|Error|error' | tail -3 | tee -a "$OUT/peers.jsonl"
       ;;

@@ -94,7 +94,14 @@ std::vector<std::string> block_sublayers(Module& block);
 struct CheckpointSpec {
   enum class Mode { None, Blocks, Every, Selective, Regex } mode = Mode::None;
   int64_t every = 1;
-  std::string text;  // as given
+  std::string text = "none";  // as given (parse_checkpoint_spec("") keeps "")
+  bool on() const { return mode != Mode::None; }
+  bool operator==(const CheckpointSpec& o) const { return mode == o.mode && every == o.every && text == o.text; }
+  static CheckpointSpec none() { return {}; }
+  static CheckpointSpec blocks() { return {Mode::Blocks, 1, "blocks"}; }
+  static CheckpointSpec selective() { return {Mode::Selective, 1, "selective"}; }
+  // A regex the caller built (a plan's unit list): not checked here.
+  static CheckpointSpec regex(std::string re) { return {Mode::Regex, 1, std::move(re)}; }
 };
 // Checks the syntax (a bad every:K, an invalid regex, "auto"); throws lt::Error.
 CheckpointSpec parse_checkpoint_spec(const std::string& spec);

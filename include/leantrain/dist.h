@@ -81,8 +81,10 @@ struct LaunchInfo {
 // variable that is not a number or a rank outside [0, world size).
 LaunchInfo launch_info(const std::map<std::string, std::string>* env = nullptr);
 
-// Seconds a collective may take before the process is ended (LEANTRAIN_DIST_TIMEOUT, default 600).
+// Seconds a collective may take before the process is ended (--dist-timeout, default 600).
 double timeout_seconds();
+// --dist-timeout: set by dist::Session from the run's config before any rank waits (default 600).
+void set_timeout_seconds(double seconds);
 
 bool mpi_built();   // this binary has the MPI communicator
 bool nccl_built();  // this binary has the NCCL communicator

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "leantrain/choices.h"
 #include "leantrain/tensor.h"
 
 namespace lt {
@@ -206,7 +207,7 @@ class AdamW : public Optimizer {
 
 // Everything a run's config says about the optimizer; make_optimizer picks the class by name.
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "sgd" | "lion" | "adamw8bit" | "lion8bit" (optim_lean.h)
+  OptimizerKind kind = OptimizerKind::AdamW;  // the 8-bit ones: optim_lean.h
   double lr = 1e-3;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;        // adamw, adamw8bit

@@ -87,7 +87,7 @@ struct CheckpointUnit {
 // A model as the search sees it, measured on meta at micro-batch 1 (plan/checkpoint_units.cpp;
 // 2 for a model with batch norm, whose figures are then halved).
 struct CheckpointProfile {
-  std::string precision;
+  Precision precision = Precision::True32;
   int64_t min_micro_batch = 1;                // 2 with batch norm: one sample cannot train it
   std::vector<std::string> blocks;            // transformer block paths
   std::vector<CheckpointUnit> order;          // most bytes saved per recompute FLOP first
@@ -101,7 +101,7 @@ struct CheckpointProfile {
   double recompute_flops(size_t k) const;     // per sample, of the first k units
   int64_t saved_bytes(size_t k) const;        // per sample, of the first k units (additive estimate)
   double flops_of(const std::vector<std::string>& paths) const;
-  std::string spec(size_t k) const;           // the --checkpoint value selecting the first k units
+  nn::CheckpointSpec spec(size_t k) const;    // the --checkpoint value selecting the first k units
 };
 // measure_units false: only FLOPs and sizes (one forward), no per-module checkpoint measurements.
 CheckpointProfile profile_model(const RunConfig& cfg, bool measure_units = true);

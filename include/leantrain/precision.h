@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "leantrain/choices.h"
 #include "leantrain/dtype.h"
 
 namespace lt {
@@ -28,7 +29,8 @@ struct PrecisionPolicy {
 };
 
 std::vector<std::string> precision_names();  // "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"
-// Throws lt::Error naming the known policies for an unknown name.
+PrecisionPolicy precision_policy(Precision p);
+// By name (a library caller's string); throws lt::Error naming the known policies for an unknown one.
 PrecisionPolicy precision_policy(const std::string& name);
 
 // Dynamic loss scaling. The loss is multiplied by scale() before backward, so the gradients carry

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "leantrain/checkpoint.h"
+#include "leantrain/choices.h"
 #include "leantrain/device.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
@@ -37,36 +39,36 @@ struct RunConfig {
   double epochs = 2;        // used when steps == 0
 
   // How.
-  std::string optimizer = "adamw";  // sgd | adamw | lion | adamw8bit | lion8bit
-  std::string state_dtype = "auto";  // optimizer moments: auto (the parameter's dtype) | f32 | bf16
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  StateDtype state_dtype = StateDtype::Auto;  // optimizer moments: the parameter's dtype, f32 or bf16
   double lr = 2e-3;
   double momentum = 0.9;       // sgd
   double dampening = 0.0;      // sgd: the gradient enters the momentum buffer scaled by 1 - dampening
   bool nesterov = false;       // sgd: Nesterov momentum (needs momentum > 0 and dampening 0)
   double weight_decay = 0.05;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
-  std::string schedule = "cosine";  // constant | cosine
+  ScheduleKind schedule = ScheduleKind::Cosine;
   int64_t warmup = -1;              // linear warmup steps; -1: 10% of the run
   double min_lr_ratio = 0.0;        // cosine ends at lr * min_lr_ratio
   double clip = 0.0;                // max global gradient norm; 0: off
   uint64_t seed = 0;
 
   // Precision and where the optimizer step runs (docs/user-guide.md, "Precision").
-  std::string precision = "32-true";    // 32-true | 16-mixed | bf16-mixed | 16-true | bf16-true
-  std::string master_weights = "none";  // fp32: f32 master copies of the 16-bit parameters (-true)
+  Precision precision = Precision::True32;
+  MasterWeights master_weights = MasterWeights::None;  // Fp32: f32 master copies of the 16-bit parameters (-true)
   bool fused_step = false;              // optimizer step inside backward: no gradient buffer is kept
   bool lean_saves = true;               // blocks recompute norm and GELU outputs in backward (nn::set_lean_saves)
   bool stochastic_rounding = false;     // round 16-bit parameter updates stochastically (-true, no master weights)
   // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |
-  // selective | a regex over module paths.
-  std::string checkpoint = "none";
+  // selective | a regex over module paths; .text is the flag's value.
+  nn::CheckpointSpec checkpoint = nn::CheckpointSpec::none();
   // What the checkpointed modules keep goes to pinned host memory during the forward and comes
   // back one module ahead in backward (docs/memory-model.md, "Activation offload"). Needs --checkpoint.
   bool offload_activations = false;
   // none | optimizer: the f32 master weights and optimizer state in pinned host memory, the step
   // on the CPU; params: that, and the checkpointed blocks' weights resting in pinned host memory
   // (docs/decisions.md, "--offload optimizer").
-  std::string offload = "none";
+  OffloadKind offload = OffloadKind::None;
   // --offload-dir: a directory on a local drive where the state of 16-bit parameters beyond
   // host_memory_limit bytes of host state (all of it without a limit) lives, in an unnamed file
   // (docs/memory-model.md, "Disk"). Needs --offload optimizer.
@@ -77,7 +79,7 @@ struct RunConfig {
   int64_t gemm_workspace = int64_t(32) << 20;
   // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
   // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
-  std::string quantize = "none";
+  QuantizeKind quantize = QuantizeKind::None;
   // LoRA adapters (docs/user-guide.md, "LoRA"): rank 0 is off. Everything else is frozen.
   int64_t lora_rank = 0;
   double lora_alpha = 8;        // PEFT's default; the update is scaled by alpha / rank
@@ -86,8 +88,12 @@ struct RunConfig {
   std::string lora_init;        // a PEFT adapter directory the adapters start from (not saved with the run)
   // Several processes (docs/user-guide.md, "Several GPUs / processes"; issue #13). Each rank
   // trains on batch / world rows of every global batch.
-  std::string strategy = "ddp";       // ddp | zero1 | zero2 | fsdp (used when the world has 2+ ranks)
+  StrategyKind strategy = StrategyKind::Ddp;  // used when the world has 2+ ranks
   bool reshard_after_forward = true;  // fsdp: free a block's gathered parameters after its forward
+  FsdpGather fsdp_gather = FsdpGather::Compute;  // fsdp: gather in the compute dtype, or f32
+  int64_t bucket_mb = 25;          // ddp / zero1 / zero2: MiB of gradients per reduction bucket
+  int64_t buckets_in_flight = 2;   // reductions that may still run when the next bucket starts
+  double dist_timeout = 600;       // seconds a rendezvous or collective may wait for the other ranks
   bool save_sharded = false;  // --save-sharded: each rank writes its optimizer-state shard + a manifest
   int64_t devices = 1;                // start this many processes on this host (not saved with the run)
   // Memory visibility (outputs of this invocation; not saved with the run):

@@ -120,7 +120,7 @@ int run_plan(const RunConfig& cfg, const PlanFlags& p) {
   if (cfg.devices > 1 && !p.json) {
     // Every rank's own replay (shards differ by up to one parameter), then rank 0's full report.
     std::printf("%lld ranks, --strategy %s: each rank trains on %lld of the %lld samples of every batch\n",
-                (long long)cfg.devices, cfg.strategy.c_str(), (long long)(cfg.batch / cfg.devices), (long long)cfg.batch);
+                (long long)cfg.devices, name_of(cfg.strategy).c_str(), (long long)(cfg.batch / cfg.devices), (long long)cfg.batch);
     int64_t outside = 0;
     for (int rank = 0; rank < int(cfg.devices); ++rank) {
       PlanOptions ro = o;

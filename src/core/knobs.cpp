@@ -1,5 +1,5 @@
 // The knob table and its one parser (core/knobs.h). Adding a knob: one row here, read it with
-// knob_on/knob_int/knob_seconds/knob_choice where it acts, and say in the row what it changes.
+// knob_on/knob_int/knob_choice where it acts, and say in the row what it changes.
 #include "core/knobs.h"
 
 #include <algorithm>
@@ -48,14 +48,6 @@ constexpr Knob kKnobs[] = {
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
      "1: print each convolution's chosen cuDNN algorithm on stderr"},
     // Several GPUs or processes.
-    {"LEANTRAIN_DIST_TIMEOUT", T::Seconds, "600", 0, 0, "", M::No, U::Run, "distributed",
-     "seconds a rendezvous or collective may wait for the other ranks before the run fails"},
-    {"LEANTRAIN_FSDP_GATHER", T::Choice, "compute", 0, 0, "compute|f32", M::Yes, U::Run, "distributed",
-     "f32: fsdp gathers f32 parameters instead of the compute dtype's (bf16 under bf16-mixed)"},
-    {"LEANTRAIN_BUCKET_MB", T::Integer, "25", 1, 4096, "", M::Yes, U::Run, "distributed",
-     "MiB of gradients per reduction bucket (ddp / zero1 / zero2)"},
-    {"LEANTRAIN_BUCKETS_IN_FLIGHT", T::Integer, "2", 1, 64, "", M::Yes, U::Run, "distributed",
-     "buckets whose reduction may still run when the next one starts"},
     {"LEANTRAIN_PEER_REDUCE", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "distributed",
      "0: every bucket's all-reduce through NCCL, not the copy engines' peer reduction"},
     {"LEANTRAIN_PEER_CHUNK_MB", T::Integer, "16", 1, 1024, "", M::Yes, U::Run, "distributed",
@@ -117,7 +109,6 @@ const char* type_name(KnobType t) {
   switch (t) {
     case T::Switch: return "0|1";
     case T::Integer: return "integer";
-    case T::Seconds: return "seconds";
     case T::Choice: return "choice";
   }
   return "?";
@@ -153,14 +144,6 @@ std::string parse_knob(const Knob& k, std::string_view v) {
       if (n < k.lo || n > k.hi) bad_value(k, v, "outside " + range, "set it to an integer in " + range);
       return std::to_string(n);
     }
-    case T::Seconds: {
-      const std::string s(v);
-      char* end = nullptr;
-      const double d = std::strtod(s.c_str(), &end);
-      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(d) || !(d > 0))
-        bad_value(k, v, "not a positive number of seconds", "set it to e.g. 300");
-      return s;
-    }
     case T::Choice: {
       std::string_view rest = k.choices;
       while (!rest.empty()) {
@@ -187,12 +170,6 @@ int64_t knob_int(const char* name) {
   return std::stoll(value_now(k));
 }
 
-double knob_seconds(const char* name) {
-  const Knob& k = knob(name);
-  LT_ASSERT(k.type == T::Seconds);
-  return std::strtod(value_now(k).c_str(), nullptr);
-}
-
 std::string knob_choice(const char* name) {
   const Knob& k = knob(name);
   LT_ASSERT(k.type == T::Choice);
@@ -208,6 +185,13 @@ void check_knob_environment(char** env) {
     const std::string_view name = entry.substr(0, eq);
     const std::string_view value = eq == std::string_view::npos ? std::string_view() : entry.substr(eq + 1);
     const Knob* k = find_knob(name);
+    // Knobs that became flags (issue 43: they change memory, or users need them).
+    for (auto [old, flag] : {std::pair{"LEANTRAIN_DIST_TIMEOUT", "--dist-timeout SECONDS"},
+                             {"LEANTRAIN_FSDP_GATHER", "--fsdp-gather compute|f32"}, {"LEANTRAIN_BUCKET_MB", "--bucket-mb N"},
+                             {"LEANTRAIN_BUCKETS_IN_FLIGHT", "--buckets-in-flight N"}})
+      if (!k && name == old)
+        throw UsageError("environment variable " + std::string(name), "it is a flag now, which the plan reads too",
+                         "unset it and pass " + std::string(flag));
     if (!k)
       throw UsageError("environment variable " + std::string(name), "leantrain has no such knob",
                        "unset it or fix its name; `leantrain knobs` lists every knob");

@@ -23,7 +23,7 @@
 
 namespace lt {
 
-enum class KnobType { Switch, Integer, Seconds, Choice };
+enum class KnobType { Switch, Integer, Choice };
 // Whether a knob changes the memory a run uses (Yes: `leantrain plan` reads the same variable, so
 // plan and run still agree; Unchecked: a kernel choice whose memory nobody has compared).
 enum class KnobMemory { No, Yes, Unchecked };
@@ -49,7 +49,6 @@ const Knob* find_knob(std::string_view name);  // null when leantrain has no suc
 // of an undeclared knob is a bug: internal error). Throws UsageError on a malformed value.
 bool knob_on(const char* name);         // Switch
 int64_t knob_int(const char* name);     // Integer
-double knob_seconds(const char* name);  // Seconds
 std::string knob_choice(const char* name);  // Choice
 
 // Parses `value` as `k` wants it, in canonical form ("0"/"1", the integer, the number, the word).
@@ -62,7 +61,7 @@ void check_knob_environment(char** env);
 
 // The knobs of the table (Run use) set to something other than their default, canonical values.
 std::vector<std::pair<std::string, std::string>> knobs_changed();
-// "knobs: LEANTRAIN_GEMM_GELU=0, LEANTRAIN_BUCKET_MB=50" for a run's header; "" when none.
+// "knobs: LEANTRAIN_GEMM_GELU=0, LEANTRAIN_PEER_CHUNK_MB=32" for a run's header; "" when none.
 std::string knobs_header();
 // {"LEANTRAIN_GEMM_GELU": "0"} for --metrics-json; {} when none.
 std::string knobs_json();

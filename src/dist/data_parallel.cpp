@@ -24,24 +24,8 @@ namespace lt::dist {
 
 namespace {
 
-// PyTorch DDP's default bucket_cap_mb, 25; LEANTRAIN_BUCKET_MB overrides it for measuring.
-int64_t bucket_bytes() { return knob_int("LEANTRAIN_BUCKET_MB") << 20; }
-// Buckets whose reduction may still run on the communication stream when the next one starts:
-// issuing bucket b makes the compute stream wait for bucket b - 2. The wait is by program
-// order, so a plan replays it (Note [Cross-stream reuse]); it bounds the staging buffers and lets
-// the gradients ZeRO-2 drops go back to the compute stream's pool during backward.
-// LEANTRAIN_BUCKETS_IN_FLIGHT overrides it for measuring (bench/ddp_tuning.sh); a plan reads
-// the same variable.
-size_t buckets_in_flight() { return size_t(knob_int("LEANTRAIN_BUCKETS_IN_FLIGHT")); }
 
-enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
-
-Strategy parse(const std::string& s) {
-  if (s == "zero1") return Strategy::Zero1;
-  if (s == "zero2") return Strategy::Zero2;
-  if (s == "fsdp") return Strategy::Fsdp;
-  return Strategy::Ddp;
-}
+using Strategy = StrategyKind;
 
 // Where a tensor starts in its storage, in bytes. Runs are measured with it rather than with
 // addresses: a plan's meta storage has none.
@@ -62,7 +46,14 @@ struct Run {
 
 class DataParallel final : public StepHook {
  public:
-  DataParallel(Communicator& comm, Strategy s, int64_t micro_batches) : comm_(comm), strategy_(s), k_(micro_batches) {}
+  // Buckets of `bucket_bytes` of gradients (--bucket-mb, PyTorch DDP's bucket_cap_mb, 25 by
+  // default). in_flight (--buckets-in-flight, 2): buckets whose reduction may still run on the
+  // communication stream when the next one starts: issuing bucket b makes the compute stream wait
+  // for bucket b - 2. The wait is by program order, so a plan replays it (Note [Cross-stream
+  // reuse]); it bounds the staging buffers and lets the gradients ZeRO-2 drops go back to the
+  // compute stream's pool during backward.
+  DataParallel(Communicator& comm, Strategy s, int64_t micro_batches, size_t in_flight, int64_t bucket_bytes)
+      : comm_(comm), max_in_flight_(in_flight), bucket_bytes_(bucket_bytes), strategy_(s), k_(micro_batches) {}
   ~DataParallel() override {
     if (table_ >= 0) set_table_grad_sink(params_[size_t(table_)], {});
   }
@@ -367,8 +358,8 @@ class DataParallel final : public StepHook {
   Communicator& comm_;
   Device device_ = Device::cpu();
   std::deque<std::unique_ptr<Event>> in_flight_;  // reductions enqueued on the communication stream
-  const size_t max_in_flight_ = buckets_in_flight();
-  const int64_t bucket_bytes_ = bucket_bytes();
+  const size_t max_in_flight_;  // --buckets-in-flight
+  const int64_t bucket_bytes_;   // --bucket-mb
   bool after_backward_ = false;  // inside after_backward(): nothing runs beside the reductions
   Strategy strategy_;
   int64_t k_;
@@ -519,18 +510,18 @@ std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& param
 
 std::optional<DType> fsdp_gather_dtype(const RunConfig& c) {
   const PrecisionPolicy p = precision_policy(c.precision);
-  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || knob_choice("LEANTRAIN_FSDP_GATHER") == "f32")
+  if (!p.compute_dtype || p.low_precision_params() || c.lora_rank > 0 || c.fsdp_gather == FsdpGather::F32)
     return std::nullopt;
   return p.compute_dtype;
 }
 
 std::vector<int> owners_for(const RunConfig& cfg, nn::Module& model, const std::vector<Tensor>& params, int world) {
-  if (cfg.strategy == "fsdp") return interleaved_owners(params, block_units(model, params), world);
+  if (cfg.strategy == StrategyKind::Fsdp) return interleaved_owners(params, block_units(model, params), world);
   return shard_owners(params, world);
 }
 
 std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, nn::Module& model, const std::vector<NamedTensor>& named) {
-  if (cfg.strategy == "ddp" || world().size() == 1) return named;
+  if (cfg.strategy == StrategyKind::Ddp || world().size() == 1) return named;
   std::vector<Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
   const std::vector<int> owner = owners_for(cfg, model, params, world().size());
@@ -545,14 +536,14 @@ void install_strategy(Trainer& t) {
   if (world().size() == 1) return;
   // meta: a plan replaying a rank; cuda: NCCL's world (dist::Session made it).
   if (t.device().is_cuda() && std::string(world().name()) != "nccl")
-    throw UsageError("--strategy " + c.strategy + " on " + t.device().str() + " with the " + world().name() + " communicator",
+    throw UsageError("--strategy " + name_of(c.strategy) + " on " + t.device().str() + " with the " + world().name() + " communicator",
                      "CUDA ranks exchange device memory through NCCL", "launch with torchrun or leantrain train --devices N");
   if (c.fused_step)
     throw UsageError("--fused-step with " + std::to_string(world().size()) + " ranks",
                      "a fused step updates parameters inside backward, before their gradients are reduced over the ranks",
                      "drop --fused-step");
   const int64_t k = c.batch / (c.micro_batch ? c.micro_batch : c.batch);
-  t.add_hook_first(std::make_unique<DataParallel>(world(), parse(c.strategy), k));
+  t.add_hook_first(std::make_unique<DataParallel>(world(), c.strategy, k, size_t(c.buckets_in_flight), c.bucket_mb << 20));
 }
 
 }  // namespace lt::dist

@@ -50,7 +50,7 @@ std::vector<int> block_units(nn::Module& model, const std::vector<Tensor>& param
 // The dtype fsdp gathers the transformer blocks in: under bf16-mixed / 16-mixed the compute
 // dtype, as FSDP2's MixedPrecisionPolicy(param_dtype=...) does (half the bytes moved and held, no
 // cast on the ranks that receive them); nullopt (the parameters' own dtype) otherwise, for LoRA
-// (its units are the adapters, a few MB), and with LEANTRAIN_FSDP_GATHER=f32 (for measuring; a
+// (its units are the adapters, a few MB), and with --fsdp-gather f32 (for measuring; a
 // plan reads it too).
 std::optional<DType> fsdp_gather_dtype(const RunConfig& c);
 // interleaved_owners under fsdp, shard_owners otherwise.

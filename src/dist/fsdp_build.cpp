@@ -11,7 +11,7 @@
 namespace lt::dist {
 
 bool builds_sharded(const RunConfig& c) {
-  return c.strategy == "fsdp" && world().size() > 1 && c.lora_rank == 0 && c.offload != "params";
+  return c.strategy == StrategyKind::Fsdp && world().size() > 1 && c.lora_rank == 0 && c.offload != OffloadKind::Params;
 }
 
 void materialize_rank_share(const RunConfig& c, models::Model& model, const std::vector<nn::DeferredSlot>& slots,

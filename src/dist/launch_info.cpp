@@ -82,6 +82,11 @@ LaunchInfo launch_info(const Env* env) {
   return li;
 }
 
-double timeout_seconds() { return knob_seconds("LEANTRAIN_DIST_TIMEOUT"); }
+namespace {
+double g_timeout_seconds = 600;
+}  // namespace
+
+double timeout_seconds() { return g_timeout_seconds; }
+void set_timeout_seconds(double seconds) { g_timeout_seconds = seconds; }
 
 }  // namespace lt::dist

@@ -69,7 +69,7 @@ class Watchdog {
       if (t > 0 && now_s() - t > timeout_) {
         std::fprintf(stderr,
                      "leantrain: error: rank %d: MPI %s did not finish in %.0f s: another rank died or hangs "
-                     "(see its error; LEANTRAIN_DIST_TIMEOUT sets the limit)\n",
+                     "(see its error; --dist-timeout sets the limit)\n",
                      rank_, what_.load(), timeout_);
         std::fflush(stderr);
         _exit(1);  // without MPI_Finalize: mpirun ends the other ranks

@@ -251,7 +251,7 @@ class NcclCommunicator final : public Communicator {
         die(std::string("NCCL reported ") + ncclGetErrorString(st) + ": another rank died or the link failed");
       if (late)
         die(std::string("NCCL ") + late + " did not finish in " + std::to_string(int(timeout_)) +
-            " s: another rank died or hangs (LEANTRAIN_DIST_TIMEOUT sets the limit)");
+            " s: another rank died or hangs (--dist-timeout sets the limit)");
     }
   }
   [[noreturn]] void die(const std::string& why) {

@@ -77,6 +77,7 @@ void per_rank_outputs(RunConfig& cfg, int rank) {
 }  // namespace
 
 Session::Session(RunConfig& cfg) : info_(launch_info()) {
+  set_timeout_seconds(cfg.dist_timeout);
   if (info_.world_size == 1) return;
   check_world_fits(cfg, info_.world_size);
   const Device d = resolve_device(cfg.device);

@@ -74,7 +74,7 @@ std::string where(const LaunchInfo& li) { return li.master_addr + ":" + std::to_
 
 [[noreturn]] void store_fail(const LaunchInfo& li, const std::string& why) {
   fail("rank " + std::to_string(li.rank) + ": the rendezvous at " + where(li), why,
-       "check MASTER_ADDR / MASTER_PORT and that every rank started (LEANTRAIN_DIST_TIMEOUT sets the wait)");
+       "check MASTER_ADDR / MASTER_PORT and that every rank started (--dist-timeout sets the wait)");
 }
 
 // Waits until fd is ready for `events` or the deadline passes.

@@ -22,7 +22,7 @@ void OffloadOptimizer::plan_disk_tier() {
              "the state beyond the limit needs a place on disk", "add --offload-dir DIR, or drop the limit");
     return;
   }
-  LT_CHECK(kind_ == "adamw" || kind_ == "lion" || kind_ == "sgd", "--offload-dir with --optimizer " + kind_,
+  LT_CHECK(!is_eight_bit(kind_), "--offload-dir with --optimizer " + name_of(kind_),
            "the disk tier holds f32 state (AdamW, Lion, SGD); 8-bit state is small enough for host memory",
            "use --optimizer adamw, lion or sgd, or drop --offload-dir");
   std::vector<Tensor> params;

@@ -38,14 +38,14 @@ std::shared_ptr<Storage> pin(int64_t bytes, Device d, const char* what) {
 }
 
 double lr_of(const OffloadOptions& o) {
-  if (o.kind == "adamw8bit") return o.adamw8bit.lr;
-  if (o.kind == "lion8bit") return o.lion8bit.lr;
-  return o.kind == "lion" ? o.lion.lr : o.kind == "sgd" ? o.sgd.lr : o.adamw.lr;
+  if (o.kind == OptimizerKind::AdamW8bit) return o.adamw8bit.lr;
+  if (o.kind == OptimizerKind::Lion8bit) return o.lion8bit.lr;
+  return o.kind == OptimizerKind::Lion ? o.lion.lr : o.kind == OptimizerKind::Sgd ? o.sgd.lr : o.adamw.lr;
 }
 double weight_decay_of(const OffloadOptions& o) {
-  if (o.kind == "adamw8bit") return o.adamw8bit.weight_decay;
-  if (o.kind == "lion8bit") return o.lion8bit.weight_decay;
-  return o.kind == "lion" ? o.lion.weight_decay : o.kind == "sgd" ? o.sgd.weight_decay : o.adamw.weight_decay;
+  if (o.kind == OptimizerKind::AdamW8bit) return o.adamw8bit.weight_decay;
+  if (o.kind == OptimizerKind::Lion8bit) return o.lion8bit.weight_decay;
+  return o.kind == OptimizerKind::Lion ? o.lion.weight_decay : o.kind == OptimizerKind::Sgd ? o.sgd.weight_decay : o.adamw.weight_decay;
 }
 
 // memset on the worker threads, 16 MiB or more each: the first step zeroes the whole state
@@ -68,11 +68,9 @@ void check_state_dtype(const std::optional<DType>& t) {
 }  // namespace
 
 OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o)
-    : Optimizer(std::move(groups), lr_of(o), weight_decay_of(o),
-                o.kind == "lion" ? "lion" : o.kind == "sgd" ? "sgd" : o.kind == "adamw8bit" ? "adamw8bit"
-                                                              : o.kind == "lion8bit" ? "lion8bit" : "adamw"),
+    : Optimizer(std::move(groups), lr_of(o), weight_decay_of(o), name_view(o.kind).data()),
       opt_(o), kind_(o.kind) {
-  if (o.kind == "adamw") {
+  if (o.kind == OptimizerKind::AdamW) {
     const AdamWOptions& a = o.adamw;
     LT_CHECK(a.beta1 >= 0 && a.beta1 < 1 && a.beta2 >= 0 && a.beta2 < 1,
              "adamw: betas (" + std::to_string(a.beta1) + ", " + std::to_string(a.beta2) + ") out of range",
@@ -80,13 +78,13 @@ OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const Offload
     LT_CHECK(a.eps >= 0, "adamw: eps " + std::to_string(a.eps) + " is negative", "eps guards a division",
              "use e.g. 1e-8");
     check_state_dtype(a.state_dtype);
-  } else if (o.kind == "lion") {
+  } else if (o.kind == OptimizerKind::Lion) {
     const LionOptions& l = o.lion;
     LT_CHECK(l.beta1 >= 0 && l.beta1 <= 1 && l.beta2 >= 0 && l.beta2 < 1,
              "lion: betas (" + std::to_string(l.beta1) + ", " + std::to_string(l.beta2) + ") out of range",
              "beta1 must be in [0, 1] and beta2 in [0, 1)", "use e.g. 0.9 and 0.99");
     check_state_dtype(l.state_dtype);
-  } else if (o.kind == "sgd") {
+  } else if (o.kind == OptimizerKind::Sgd) {
     const SgdOptions& s = o.sgd;
     LT_CHECK(s.momentum >= 0, "sgd: momentum " + std::to_string(s.momentum) + " is negative",
              "momentum is a decay factor", "pass momentum >= 0");
@@ -95,17 +93,17 @@ OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const Offload
              "got momentum " + std::to_string(s.momentum) + ", dampening " + std::to_string(s.dampening),
              "set momentum (e.g. 0.9) and no dampening, or turn Nesterov off");
     check_state_dtype(s.state_dtype);
-  } else if (o.kind == "adamw8bit" || o.kind == "lion8bit") {
-    const double b1 = o.kind == "adamw8bit" ? o.adamw8bit.beta1 : o.lion8bit.beta1;
-    const double b2 = o.kind == "adamw8bit" ? o.adamw8bit.beta2 : o.lion8bit.beta2;
-    const int64_t min8 = o.kind == "adamw8bit" ? o.adamw8bit.min_8bit_size : o.lion8bit.min_8bit_size;
+  } else if (o.kind == OptimizerKind::AdamW8bit || o.kind == OptimizerKind::Lion8bit) {
+    const double b1 = o.kind == OptimizerKind::AdamW8bit ? o.adamw8bit.beta1 : o.lion8bit.beta1;
+    const double b2 = o.kind == OptimizerKind::AdamW8bit ? o.adamw8bit.beta2 : o.lion8bit.beta2;
+    const int64_t min8 = o.kind == OptimizerKind::AdamW8bit ? o.adamw8bit.min_8bit_size : o.lion8bit.min_8bit_size;
     LT_CHECK(b1 >= 0 && b1 <= 1 && b2 >= 0 && b2 < 1,
-             o.kind + ": betas (" + std::to_string(b1) + ", " + std::to_string(b2) + ") out of range",
+             name_of(o.kind) + ": betas (" + std::to_string(b1) + ", " + std::to_string(b2) + ") out of range",
              "beta1 must be in [0, 1] and beta2 in [0, 1)", "use e.g. 0.9 and 0.999");
-    LT_CHECK(min8 >= 1, o.kind + ": min_8bit_size " + std::to_string(min8),
+    LT_CHECK(min8 >= 1, name_of(o.kind) + ": min_8bit_size " + std::to_string(min8),
              "it is the element count from which states are quantised", "use e.g. 4096");
   } else {
-    fail("--offload optimizer with --optimizer " + o.kind,
+    fail("--offload optimizer with --optimizer " + name_of(o.kind),
          "the host step exists for adamw, lion, sgd, adamw8bit and lion8bit",
          "use one of those, or drop --offload");
   }
@@ -116,17 +114,17 @@ OffloadOptimizer::OffloadOptimizer(std::vector<ParamGroup> groups, const Offload
 }
 
 int OffloadOptimizer::states() const {
-  if (kind_ == "adamw") return 2;
-  if (kind_ == "lion") return 1;
+  if (kind_ == OptimizerKind::AdamW) return 2;
+  if (kind_ == OptimizerKind::Lion) return 1;
   return opt_.sgd.momentum == 0 ? 0 : 1;
 }
 
 std::vector<std::string> OffloadOptimizer::state_names() const {
   std::vector<std::string> n;
-  if (kind_ == "adamw8bit") n = {"exp_avg", "exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax"};
-  else if (kind_ == "lion8bit") n = {"exp_avg", "exp_avg_absmax"};
-  else if (kind_ == "adamw") n = {"exp_avg", "exp_avg_sq"};
-  else if (kind_ == "lion") n = {"exp_avg"};
+  if (kind_ == OptimizerKind::AdamW8bit) n = {"exp_avg", "exp_avg_absmax", "exp_avg_sq", "exp_avg_sq_absmax"};
+  else if (kind_ == OptimizerKind::Lion8bit) n = {"exp_avg", "exp_avg_absmax"};
+  else if (kind_ == OptimizerKind::AdamW) n = {"exp_avg", "exp_avg_sq"};
+  else if (kind_ == OptimizerKind::Lion) n = {"exp_avg"};
   else if (opt_.sgd.momentum != 0) n = {"momentum_buffer"};
   n.push_back("master_f32");
   return n;
@@ -141,9 +139,9 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   // The parts, each at a 64-byte boundary: (shape, dtype) of every state, then the master.
   std::vector<std::pair<Shape, DType>> parts;
   if (eight_bit()) {
-    const int64_t min8 = kind_ == "adamw8bit" ? opt_.adamw8bit.min_8bit_size : opt_.lion8bit.min_8bit_size;
+    const int64_t min8 = kind_ == OptimizerKind::AdamW8bit ? opt_.adamw8bit.min_8bit_size : opt_.lion8bit.min_8bit_size;
     const bool q = p.numel() >= min8;  // as q8_moment: u8 codes + absmax, or f32 and an empty absmax
-    for (int m = 0; m < (kind_ == "adamw8bit" ? 2 : 1); ++m) {
+    for (int m = 0; m < (kind_ == OptimizerKind::AdamW8bit ? 2 : 1); ++m) {
       parts.push_back({p.shape(), q ? DType::U8 : DType::F32});
       parts.push_back({q ? Shape{quant_blocks(p.numel())} : Shape{0}, DType::F32});
     }
@@ -229,11 +227,11 @@ void OffloadOptimizer::step_span(const Slot& s, float* const* parts, const void*
                                  float grad_scale, StochasticRounding sr, int threads) {
   const DType dt = s.param.dtype();
   float* master = parts[states()];
-  if (kind_ == "adamw") {
+  if (kind_ == OptimizerKind::AdamW) {
     AdamWArgs a{float(lr()), float(opt_.adamw.beta1), float(opt_.adamw.beta2), float(opt_.adamw.eps),
                 float(s.weight_decay), s.step + 1, grad_scale, sr};
     host_adamw_step({master, parts[0], parts[1], grad, dt, param16, dt, n}, a, threads, opt_.path);
-  } else if (kind_ == "lion") {
+  } else if (kind_ == OptimizerKind::Lion) {
     LionArgs a{float(lr()), float(opt_.lion.beta1), float(opt_.lion.beta2), float(s.weight_decay), grad_scale, sr};
     host_lion_step({master, parts[0], grad, dt, param16, dt, n}, a, threads, opt_.path);
   } else {
@@ -261,7 +259,7 @@ void OffloadOptimizer::step_8bit(Slot& s, const void* grad, void* param16, float
   std::vector<Tensor> m{s.state[0]}, m_absmax{s.state[1]};
   Backend& cpu = backend_for(Device::cpu());
   const bool q = q8_is_quantised(s.state[0]);
-  if (kind_ == "adamw8bit") {
+  if (kind_ == OptimizerKind::AdamW8bit) {
     const AdamW8bitOptions& o = opt_.adamw8bit;
     AdamWArgs a{float(lr()), float(o.beta1), float(o.beta2), float(o.eps), float(s.weight_decay), s.step + 1, grad_scale};
     std::vector<Tensor> v{s.state[2]}, v_absmax{s.state[3]};

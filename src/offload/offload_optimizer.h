@@ -59,7 +59,7 @@
 namespace lt::offload {
 
 struct OffloadOptions {
-  std::string kind = "adamw";  // adamw | lion | sgd | adamw8bit | lion8bit: which options apply
+  OptimizerKind kind = OptimizerKind::AdamW;  // which options apply
   AdamWOptions adamw;          // state_dtype must stay unset (or f32): the host state is f32
   LionOptions lion;
   SgdOptions sgd;
@@ -84,7 +84,7 @@ class DiskStateStore;
 class OffloadOptimizer final : public Optimizer {
  public:
   OffloadOptimizer(std::vector<ParamGroup> groups, const OffloadOptions& o);
-  const char* name() const override { return kind_.c_str(); }
+  const char* name() const override { return name_view(kind_).data(); }
   int threads() const { return threads_; }
   ~OffloadOptimizer() override;
 
@@ -120,7 +120,7 @@ class OffloadOptimizer final : public Optimizer {
 
  private:
   int states() const;  // f32 state arrays before the master (the f32 kinds)
-  bool eight_bit() const { return kind_ == "adamw8bit" || kind_ == "lion8bit"; }
+  bool eight_bit() const { return is_eight_bit(kind_); }
   void step_8bit(Slot& s, const void* grad, void* param16, float grad_scale);
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
   void update_drained(const std::vector<Slot*>& slots, float grad_scale);
@@ -132,7 +132,7 @@ class OffloadOptimizer final : public Optimizer {
   std::shared_ptr<Storage> grown(std::shared_ptr<Storage>& buf, int64_t bytes, Device d, Category c);
 
   OffloadOptions opt_;
-  std::string kind_;
+  OptimizerKind kind_;
   int threads_;
   std::shared_ptr<Storage> grad_bucket_, staging_;  // pinned, grown to the largest bucket
   struct Drain;

@@ -7,7 +7,8 @@ namespace lt {
 
 namespace {
 std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<ParamGroup> groups) {
-  if (c.name == "adamw") {
+  switch (c.kind) {
+  case OptimizerKind::AdamW: {
     AdamWOptions o;
     o.lr = c.lr;
     o.beta1 = c.beta1;
@@ -17,7 +18,7 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
     o.state_dtype = c.state_dtype;
     return std::make_unique<AdamW>(std::move(groups), o);
   }
-  if (c.name == "sgd") {
+  case OptimizerKind::Sgd: {
     SgdOptions o;
     o.lr = c.lr;
     o.momentum = c.momentum;
@@ -27,7 +28,7 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
     o.state_dtype = c.state_dtype;
     return std::make_unique<SGD>(std::move(groups), o);
   }
-  if (c.name == "lion") {
+  case OptimizerKind::Lion: {
     LionOptions o;
     o.lr = c.lr;
     o.beta1 = c.lion_beta1;
@@ -36,11 +37,13 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
     o.state_dtype = c.state_dtype;
     return std::make_unique<Lion>(std::move(groups), o);
   }
-  if (c.name == "adamw8bit" || c.name == "lion8bit")
-    LT_CHECK(!c.state_dtype, c.name + " takes no state dtype (" + dtype_name(*c.state_dtype) + " was asked)",
+  default: break;
+  }
+  if (is_eight_bit(c.kind))
+    LT_CHECK(!c.state_dtype, name_of(c.kind) + " takes no state dtype (" + dtype_name(*c.state_dtype) + " was asked)",
              "its states are 8-bit codes, and tensors under min_8bit_size elements keep f32 states",
              "drop the state dtype, or use adamw or lion with bf16 states");
-  if (c.name == "adamw8bit") {
+  if (c.kind == OptimizerKind::AdamW8bit) {
     AdamW8bitOptions o;
     o.lr = c.lr;
     o.beta1 = c.beta1;
@@ -50,7 +53,7 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
     o.min_8bit_size = c.min_8bit_size;
     return std::make_unique<AdamW8bit>(std::move(groups), o);
   }
-  if (c.name == "lion8bit") {
+  if (c.kind == OptimizerKind::Lion8bit) {
     Lion8bitOptions o;
     o.lr = c.lr;
     o.beta1 = c.lion_beta1;
@@ -59,8 +62,7 @@ std::unique_ptr<Optimizer> make_bare(const OptimizerConfig& c, std::vector<Param
     o.min_8bit_size = c.min_8bit_size;
     return std::make_unique<Lion8bit>(std::move(groups), o);
   }
-  fail("unknown optimizer '" + c.name + "'", "leantrain has adamw, sgd, lion, adamw8bit and lion8bit",
-       "use --optimizer adamw, sgd, lion, adamw8bit or lion8bit");
+  fail("optimizer kind " + std::to_string(int(c.kind)), "not one leantrain builds", "use " + choice_list<OptimizerKind>());
 }
 }  // namespace
 

@@ -11,22 +11,26 @@
 
 namespace lt {
 
-std::vector<std::string> precision_names() { return {"32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"}; }
+std::vector<std::string> precision_names() {
+  return {ChoiceNames<Precision>::names.begin(), ChoiceNames<Precision>::names.end()};
+}
+
+PrecisionPolicy precision_policy(Precision k) {
+  PrecisionPolicy p;
+  p.name = name_of(k);
+  switch (k) {
+    case Precision::True32: break;
+    case Precision::Mixed16: p.compute_dtype = DType::F16, p.loss_scaling = true; break;
+    case Precision::MixedBf16: p.compute_dtype = DType::BF16; break;
+    case Precision::True16: p.param_dtype = DType::F16; break;
+    case Precision::TrueBf16: p.param_dtype = DType::BF16; break;
+  }
+  return p;
+}
 
 PrecisionPolicy precision_policy(const std::string& name) {
-  PrecisionPolicy p;
-  p.name = name;
-  if (name == "32-true") return p;
-  if (name == "16-mixed" || name == "bf16-mixed") {
-    p.compute_dtype = name == "16-mixed" ? DType::F16 : DType::BF16;
-    p.loss_scaling = name == "16-mixed";
-    return p;
-  }
-  if (name == "16-true" || name == "bf16-true") {
-    p.param_dtype = name == "16-true" ? DType::F16 : DType::BF16;
-    return p;
-  }
-  fail("unknown precision '" + name + "'", "the policies are 32-true, 16-mixed, bf16-mixed, 16-true and bf16-true",
+  if (std::optional<Precision> k = choice_named<Precision>(name)) return precision_policy(*k);
+  fail("unknown precision '" + name + "'", "the policies are " + choice_list<Precision>(),
        "pass e.g. --precision bf16-mixed");
 }
 

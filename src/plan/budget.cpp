@@ -73,30 +73,35 @@ std::vector<int64_t> micro_batches(int64_t batch) {
   return out;  // largest first
 }
 
-// The optimizer state a config keeps: "f32", "bf16" or "8-bit"; rank: leaner is higher.
+// The optimizer state a config keeps, as the table labels it: "f32", "bf16", "16-bit" or "8-bit".
 std::string state_of(const RunConfig& c) {
-  if (c.optimizer.find("8bit") != std::string::npos) return "8-bit";
-  if (c.state_dtype == "f32") return "f32";
-  if (c.state_dtype == "bf16") return "bf16";
+  if (is_eight_bit(c.optimizer)) return "8-bit";
+  if (c.state_dtype == StateDtype::F32) return "f32";
+  if (c.state_dtype == StateDtype::Bf16) return "bf16";
   return precision_policy(c.precision).low_precision_params() ? "16-bit" : "f32";
 }
-int state_rank(const std::string& s) { return s == "f32" ? 0 : s == "8-bit" ? 2 : 1; }
+// Leaner is higher: f32 state 0, 16-bit 1, 8-bit 2.
+int state_rank(const RunConfig& c) {
+  if (is_eight_bit(c.optimizer)) return 2;
+  if (c.state_dtype != StateDtype::Auto) return c.state_dtype == StateDtype::F32 ? 0 : 1;
+  return precision_policy(c.precision).low_precision_params() ? 1 : 0;
+}
 
-bool has_state(const RunConfig& c) { return c.optimizer != "sgd" || c.momentum > 0; }
+bool has_state(const RunConfig& c) { return c.optimizer != OptimizerKind::Sgd || c.momentum > 0; }
 
 // The state precisions to try for `c` (its precision set): the user's, then bf16, then 8-bit.
 std::vector<RunConfig> state_variants(const RunConfig& c) {
   std::vector<RunConfig> out = {c};
   if (!has_state(c)) return out;
-  if (state_rank(state_of(c)) == 0) {
+  if (state_rank(c) == 0) {
     RunConfig b = c;
-    b.state_dtype = "bf16";
+    b.state_dtype = StateDtype::Bf16;
     out.push_back(b);
   }
-  if (c.optimizer == "adamw" || c.optimizer == "lion") {
+  if (c.optimizer == OptimizerKind::AdamW || c.optimizer == OptimizerKind::Lion) {
     RunConfig e = c;
-    e.optimizer += "8bit";
-    e.state_dtype = "auto";
+    e.optimizer = c.optimizer == OptimizerKind::AdamW ? OptimizerKind::AdamW8bit : OptimizerKind::Lion8bit;
+    e.state_dtype = StateDtype::Auto;
     out.push_back(e);
   }
   return out;
@@ -113,7 +118,7 @@ double offload_seconds(const RunConfig& c, const PlanResult& r) {
   const double grads = host(Category::Gradient), state = host(Category::OptimizerState);
   const double step = (2.0 * state + 2.0 * grads) / kHostStepBytesPerSecond;
   double pcie = 2.0 * grads;
-  if (c.offload == "params") pcie += 2.0 * host(Category::Parameter) * double(c.batch / mb_of(c));
+  if (c.offload == OffloadKind::Params) pcie += 2.0 * host(Category::Parameter) * double(c.batch / mb_of(c));
   return step + pcie / kOffloadPcieBytesPerSecond;
 }
 
@@ -131,12 +136,12 @@ bool same_knobs(const RunConfig& a, const RunConfig& b) {
 // a needs no more memory than b on every axis (checkpointing aside).
 bool leaner_or_equal(const RunConfig& a, const RunConfig& b) {
   return a.precision == b.precision && same_layout(a, b) && mb_of(a) <= mb_of(b) &&
-         state_rank(state_of(a)) >= state_rank(state_of(b)) && (a.fused_step || !b.fused_step);
+         state_rank(a) >= state_rank(b) && (a.fused_step || !b.fused_step);
 }
 
 // The strategy as the table names it: fsdp with --reshard-after-forward false is "fsdp-keep".
 std::string strategy_label(const RunConfig& c) {
-  return c.strategy + (c.strategy == "fsdp" && !c.reshard_after_forward ? "-keep" : "");
+  return name_of(c.strategy) + (c.strategy == StrategyKind::Fsdp && !c.reshard_after_forward ? "-keep" : "");
 }
 
 // "2 GPUs, fsdp-keep", "" on one device.
@@ -163,7 +168,7 @@ std::vector<RunConfig> layouts(const RunConfig& base, bool fewer) {
       out.push_back(c);
       continue;
     }
-    for (const char* strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
+    for (StrategyKind strategy : {StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Fsdp}) {
       c.strategy = strategy;
       c.reshard_after_forward = true;
       out.push_back(c);
@@ -185,19 +190,20 @@ bool valid(RunConfig c) {
 }
 
 std::string ckpt_label(const FitCandidate& k, const CheckpointProfile* p) {
-  if (k.config.offload != "none") {
+  if (k.config.offload != OffloadKind::None) {
     FitCandidate kept = k;
-    kept.config.offload = "none";
-    return ckpt_label(kept, p) + (k.config.offload == "params" ? "+host-params" : "+host-opt");
+    kept.config.offload = OffloadKind::None;
+    return ckpt_label(kept, p) + (k.config.offload == OffloadKind::Params ? "+host-params" : "+host-opt");
   }
   if (k.config.offload_activations) {
     FitCandidate kept = k;
     kept.config.offload_activations = false;
     return ckpt_label(kept, p) + "+offload";
   }
-  if (k.config.checkpoint == "selective") return "selective";
+  using Mode = nn::CheckpointSpec::Mode;
+  if (k.config.checkpoint.mode == Mode::Selective) return "selective";
   if (k.units == 0) return "none";
-  if (k.config.checkpoint == "blocks") return "blocks";
+  if (k.config.checkpoint.mode == Mode::Blocks) return "blocks";
   return std::to_string(k.units) + (p ? "/" + std::to_string(p->order.size()) : "") + " units";
 }
 
@@ -205,8 +211,8 @@ std::string describe(const FitCandidate& k) {
   char buf[300];
   const std::string layout = layout_label(k.config);
   std::snprintf(buf, sizeof buf, "%s%s%s, micro-batch %lld, %s state (%s), checkpoint %s%s%s", layout.c_str(),
-                layout.empty() ? "" : ", ", k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
-                k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? ", fused step" : "",
+                layout.empty() ? "" : ", ", name_of(k.config.precision).c_str(), (long long)mb_of(k.config), k.state.c_str(),
+                name_of(k.config.optimizer).c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? ", fused step" : "",
                 k.config.devices > 1 ? (", largest need on rank " + std::to_string(k.worst_rank)).c_str() : "");
   return buf;
 }
@@ -233,13 +239,13 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   }
   // Profiles per precision, made when first needed (FLOPs and sizes do not depend on it, the
   // bytes each unit saves do).
-  std::map<std::string, CheckpointProfile> profiles;
-  auto profile = [&](const std::string& precision) -> const CheckpointProfile& {
+  std::map<Precision, CheckpointProfile> profiles;
+  auto profile = [&](Precision precision) -> const CheckpointProfile& {
     auto it = profiles.find(precision);
     if (it != profiles.end()) return it->second;
     RunConfig c = base;
     c.precision = precision;
-    if (precision != base.precision) c.master_weights = "none";
+    if (precision != base.precision) c.master_weights = MasterWeights::None;
     if (!precision_policy(precision).low_precision_params()) c.stochastic_rounding = false;
     return profiles.emplace(precision, profile_model(c)).first->second;
   };
@@ -248,8 +254,8 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   const double base_seconds = base_cost_parts.seconds(), base_cost = base_cost_parts.cost();
 
   // The combinations, cheapest lower bound first.
-  std::vector<std::string> precisions = {base.precision};
-  for (const char* p : {"bf16-mixed", "bf16-true"})
+  std::vector<Precision> precisions = {base.precision};
+  for (Precision p : {Precision::MixedBf16, Precision::TrueBf16})
     if (base.precision != p) precisions.push_back(p);
   struct Combo {
     RunConfig cfg;
@@ -263,10 +269,10 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       if (mb / layout.devices < bp.min_micro_batch) continue;  // batch norm needs two samples a rank
       RunConfig c = layout;
       c.precision = p;
-      if (p != base.precision) c.master_weights = "none";
+      if (p != base.precision) c.master_weights = MasterWeights::None;
       if (!precision_policy(p).low_precision_params()) c.stochastic_rounding = false;
       c.micro_batch = mb == base.batch ? 0 : mb;
-      c.checkpoint = "none";
+      c.checkpoint = nn::CheckpointSpec::none();
       for (RunConfig s : state_variants(c))
         for (bool fused : {false, true}) {
           s.fused_step = fused;
@@ -274,7 +280,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
           // here when it would be with some units checkpointed (planned without any, it is
           // refused and skipped).
           RunConfig probe = s;
-          if (fused && mb < base.batch) probe.checkpoint = "blocks";
+          if (fused && mb < base.batch) probe.checkpoint = nn::CheckpointSpec::blocks();
           if (!valid(probe)) continue;
           combos.push_back({s, predict_step_cost(s, bp, 0, base).cost() / base_cost});  // relative device-seconds
         }
@@ -287,11 +293,11 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     const CheckpointProfile& p = profile(c.precision);
     FitCandidate cand;
     cand.config = c;
-    cand.config.checkpoint = selective ? "selective" : p.spec(k);
+    cand.config.checkpoint = selective ? nn::CheckpointSpec::selective() : p.spec(k);
     cand.config.offload_activations = offload;
     cand.units = selective ? 0 : std::min(k, p.order.size());
     cand.state = state_of(c);
-    if (c.offload != "none" && cand.state != "8-bit") cand.state = "f32";  // the host keeps f32 state
+    if (c.offload != OffloadKind::None && cand.state != "8-bit") cand.state = "f32";  // the host keeps f32 state
     const StepCost sc =
         predict_step_cost(cand.config, p, selective ? selective_recompute_flops(p) : p.recompute_flops(k), base);
     cand.time = sc.seconds() / base_seconds;
@@ -305,7 +311,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     try {
       // Every rank of a sharded strategy (shards differ by up to a parameter); ddp's ranks hold
       // the same bytes. The largest need is the candidate's; a rank that misses ends the loop.
-      const int ranks = c.devices > 1 && c.strategy != "ddp" ? int(c.devices) : 1;
+      const int ranks = c.devices > 1 && c.strategy != StrategyKind::Ddp ? int(c.devices) : 1;
       PlanResult r;
       for (int rank = 0; rank < ranks; ++rank) {
         PlanOptions ro = opt;
@@ -325,7 +331,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
                              double(c.batch / mb_of(c));
         add_seconds(moved / kOffloadBytesPerSecond);
       }
-      if (c.offload != "none") add_seconds(offload_seconds(c, r));
+      if (c.offload != OffloadKind::None) add_seconds(offload_seconds(c, r));
     } catch (const UsageError& e) {
       cand.skipped = "refused: " + std::string(e.why());
     }
@@ -369,14 +375,14 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
     const size_t n = p.order.size();
     auto cost_at = [&](size_t k) {
       RunConfig c = combo.cfg;
-      c.checkpoint = k ? "some" : "none";
+      c.checkpoint = k ? nn::CheckpointSpec::blocks() : nn::CheckpointSpec::none();  // the cost model asks only whether
       return predict_step_cost(c, p, p.recompute_flops(k), base).cost() / base_cost;
     };
     auto fits_at = [&](size_t k) -> std::pair<bool, int> {
       // Already planned (the leanest-combination check)?
       for (size_t i = 0; i < f.candidates.size(); ++i) {
         const FitCandidate& c = f.candidates[i];
-        if (c.planned && c.units == k && c.config.checkpoint != "selective" && !c.config.offload_activations &&
+        if (c.planned && c.units == k && c.config.checkpoint.mode != nn::CheckpointSpec::Mode::Selective && !c.config.offload_activations &&
             same_knobs(c.config, combo.cfg))
           return {c.fits, int(i)};
       }
@@ -396,7 +402,7 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
       continue;
     if (!p.blocks.empty()) {  // selective: a candidate of its own, not a prefix of the order
       RunConfig c = combo.cfg;
-      c.checkpoint = "selective";
+      c.checkpoint = nn::CheckpointSpec::selective();
       if (predict_step_cost(c, p, selective_recompute_flops(p), base).cost() / base_cost < best) {
         FitCandidate& sel = plan(combo.cfg, 0, true);
         if (sel.planned && sel.fits) {
@@ -442,17 +448,17 @@ FitResult fit_budget(const RunConfig& base, int64_t budget, const PlanOptions& o
   // no fused step) until one fits, at most kOffloadTries plans each.
   if (f.chosen < 0) {
     constexpr int kOffloadTries = 8;
-    for (const char* mode : {"optimizer", "params"}) {
+    for (OffloadKind mode : {OffloadKind::Optimizer, OffloadKind::Params}) {
       int tries = 0;
       for (const Combo& combo : combos) {
         if (tries >= kOffloadTries) break;
         RunConfig c = combo.cfg;
-        if (c.fused_step || c.optimizer != base.optimizer || (c.state_dtype != "auto" && c.state_dtype != "f32")) continue;
+        if (c.fused_step || c.optimizer != base.optimizer || c.state_dtype == StateDtype::Bf16) continue;
         c.offload = mode;
-        c.master_weights = "none";
+        c.master_weights = MasterWeights::None;
         const size_t n = profile(c.precision).order.size();
-        if (c.offload == std::string("params") && n == 0) continue;
-        c.checkpoint = n ? profile(c.precision).spec(n) : "none";
+        if (c.offload == OffloadKind::Params && n == 0) continue;
+        c.checkpoint = profile(c.precision).spec(n);
         if (!valid(c)) continue;
         ++tries;
         FitCandidate& k = plan(c, n);
@@ -533,14 +539,14 @@ std::string fit_table(const FitResult& f) {
       layout = buf;
     }
     std::snprintf(buf, sizeof buf, "%c %s%-10s %5lld %-6s %-10s %-14s %-5s %11s %11s %11s %-4s %6.3f %6.3f %11s%s\n",
-                  k.pareto ? '*' : ' ', layout.c_str(), k.config.precision.c_str(), (long long)mb_of(k.config), k.state.c_str(),
-                  k.config.optimizer.c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? "yes" : "no",
+                  k.pareto ? '*' : ' ', layout.c_str(), name_of(k.config.precision).c_str(), (long long)mb_of(k.config), k.state.c_str(),
+                  name_of(k.config.optimizer).c_str(), ckpt_label(k, nullptr).c_str(), k.config.fused_step ? "yes" : "no",
                   format_bytes(k.peak_allocated).c_str(), format_bytes(k.peak_reserved).c_str(),
                   format_bytes(k.total_needed).c_str(), k.fits ? "yes" : "no", k.time, k.cost, flops,
                   int(i) == f.chosen ? "  <- chosen" : "");
     s += buf;
   }
-  if (std::any_of(idx.begin(), idx.end(), [&](size_t i) { return f.candidates[i].config.offload != "none"; })) {
+  if (std::any_of(idx.begin(), idx.end(), [&](size_t i) { return f.candidates[i].config.offload != OffloadKind::None; })) {
     std::snprintf(buf, sizeof buf,
                   "+host-opt / +host-params: --offload optimizer / params; their time adds the host step at %.0f GB/s and\n"
                   "PCIe copies at %.0f GB/s each way (measured on an H100 machine with 16 host cores, bench/results/offload-h100-b1f1975.md)\n",
@@ -549,7 +555,7 @@ std::string fit_table(const FitResult& f) {
   }
   const CheckpointProfile& p = f.profile;
   if (!p.order.empty()) {
-    s += "checkpoint order (" + p.precision + ", per sample: activation bytes saved / recompute FLOPs; " +
+    s += "checkpoint order (" + name_of(p.precision) + ", per sample: activation bytes saved / recompute FLOPs; " +
          std::to_string(p.order.size()) + " units, " + std::to_string(p.measurements) + " meta forwards):";
     const std::string* last = nullptr;
     int shown = 0;
@@ -579,15 +585,15 @@ std::string fit_json(const FitResult& f) {
     s += first ? "{" : ", {";
     first = false;
     s += "\"devices\": " + std::to_string(k.config.devices) + ", \"strategy\": " +
-         json_str(k.config.devices > 1 ? k.config.strategy : "none") +
+         json_str(k.config.devices > 1 ? name_of(k.config.strategy) : "none") +
          ", \"reshard_after_forward\": " + (k.config.reshard_after_forward ? "true" : "false") +
          ", \"worst_rank\": " + std::to_string(k.worst_rank) + ", ";
-    s += "\"precision\": " + json_str(k.config.precision) + ", \"micro_batch\": " + std::to_string(mb_of(k.config)) +
-         ", \"state\": " + json_str(k.state) + ", \"optimizer\": " + json_str(k.config.optimizer) +
-         ", \"state_dtype\": " + json_str(k.config.state_dtype) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +
-         ", \"checkpoint\": " + json_str(k.config.checkpoint) + ", \"checkpoint_units\": " + std::to_string(k.units) +
+    s += "\"precision\": " + json_str(name_of(k.config.precision)) + ", \"micro_batch\": " + std::to_string(mb_of(k.config)) +
+         ", \"state\": " + json_str(k.state) + ", \"optimizer\": " + json_str(name_of(k.config.optimizer)) +
+         ", \"state_dtype\": " + json_str(name_of(k.config.state_dtype)) + ", \"fused_step\": " + (k.config.fused_step ? "true" : "false") +
+         ", \"checkpoint\": " + json_str(k.config.checkpoint.text) + ", \"checkpoint_units\": " + std::to_string(k.units) +
          ", \"offload_activations\": " + (k.config.offload_activations ? "true" : "false") +
-         ", \"offload\": " + json_str(k.config.offload) +
+         ", \"offload\": " + json_str(name_of(k.config.offload)) +
          ", \"peak_allocated_bytes\": " + std::to_string(k.peak_allocated) + ", \"peak_reserved_bytes\": " +
          std::to_string(k.peak_reserved) + ", \"total_needed_bytes\": " + std::to_string(k.total_needed) +
          ", \"fits\": " + (k.fits ? "true" : "false") + ", \"pareto\": " + (k.pareto ? "true" : "false") +

@@ -157,7 +157,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   cfg.micro_batch = 0;
   cfg.devices = 1;  // per-sample figures, the same on every rank
   cfg.fused_step = false;
-  cfg.checkpoint = "none";
+  cfg.checkpoint = nn::CheckpointSpec::none();
   cfg.clip = 0;
   cfg.steps = 1;
   cfg.eval_every = 0;
@@ -167,7 +167,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   cfg.memory_history = false;
   cfg.memory_snapshot.clear();
   cfg.memory_report.clear();
-  if (cfg.state_dtype != "auto" && cfg.optimizer.find("8bit") != std::string::npos) cfg.state_dtype = "auto";
+  if (is_eight_bit(cfg.optimizer)) cfg.state_dtype = StateDtype::Auto;
 
   CheckpointProfile prof;
   prof.precision = cfg.precision;
@@ -259,10 +259,10 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
     prof.tokens_per_sample = s.size() >= 2 ? s[s.size() - 2] : 1;
   }
   // selective recomputes no matmul (kept_outputs.h), only elementwise work: a share of the blocks'.
-  if (cfg_in.checkpoint == "selective")
+  if (cfg_in.checkpoint.mode == nn::CheckpointSpec::Mode::Selective)
     prof.checkpoint_flops = selective_recompute_flops(prof);
-  else if (cfg_in.checkpoint != "none" && !cfg_in.checkpoint.empty())
-    prof.checkpoint_flops = prof.flops_of(nn::select_checkpoint_modules(model, cfg_in.checkpoint));
+  else if (cfg_in.checkpoint.on())
+    prof.checkpoint_flops = prof.flops_of(nn::select_checkpoint_modules(model, cfg_in.checkpoint.text));
   prof.module_calls = int64_t(calls.size());
   if (!measure_units || prof.blocks.empty()) return per_sample(prof, probe);
 
@@ -331,16 +331,16 @@ double CheckpointProfile::flops_of(const std::vector<std::string>& paths) const 
 // The --checkpoint value for the first k units: "none", "blocks" when they are exactly every
 // block, else one alternative per module kind, e.g. transformer\.h\.(?:0|1|2)\.mlp (or
 // transformer\.h\.[0-9]+\.mlp when it is in every block of a model whose blocks are numbered).
-std::string CheckpointProfile::spec(size_t k) const {
+nn::CheckpointSpec CheckpointProfile::spec(size_t k) const {
   k = std::min(k, order.size());
-  if (k == 0) return "none";
+  if (k == 0) return nn::CheckpointSpec::none();
   std::vector<std::string> rels;
   std::map<std::string, std::vector<std::string>> blocks_of;
   for (size_t i = 0; i < k; ++i) {
     if (!blocks_of.count(order[i].rel)) rels.push_back(order[i].rel);
     blocks_of[order[i].rel].push_back(order[i].block);
   }
-  if (rels.size() == 1 && rels[0].empty() && blocks_of[""].size() == blocks.size()) return "blocks";
+  if (rels.size() == 1 && rels[0].empty() && blocks_of[""].size() == blocks.size()) return nn::CheckpointSpec::blocks();
   // Blocks numbered under one prefix ("transformer.h.3", "encoder.layers.encoder_layer_3")?
   std::string prefix = blocks.empty() ? "" : blocks[0];
   while (!prefix.empty() && std::isdigit(static_cast<unsigned char>(prefix.back()))) prefix.pop_back();
@@ -370,7 +370,7 @@ std::string CheckpointProfile::spec(size_t k) const {
     }
     out += (out.empty() ? "" : "|") + alt;
   }
-  return out;
+  return nn::CheckpointSpec::regex(out);
 }
 
 }  // namespace lt

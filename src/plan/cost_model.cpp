@@ -82,9 +82,9 @@ struct CostConstants {
 };
 constexpr CostConstants kCost;
 
-double flops_per_s(const std::string& p) {
-  if (p == "32-true") return kCost.flops_per_s_f32;
-  if (p == "16-mixed" || p == "bf16-mixed") return kCost.flops_per_s_mixed;
+double flops_per_s(Precision p) {
+  if (p == Precision::True32) return kCost.flops_per_s_f32;
+  if (p == Precision::Mixed16 || p == Precision::MixedBf16) return kCost.flops_per_s_mixed;
   return kCost.flops_per_s_16;
 }
 
@@ -92,20 +92,20 @@ double flops_per_s(const std::string& p) {
 // moment read and written.
 double optimizer_bytes(const RunConfig& c) {
   const PrecisionPolicy pol = precision_policy(c.precision);
-  const double pb = pol.low_precision_params() && c.master_weights != "fp32" ? 2 : 4;
+  const double pb = pol.low_precision_params() && c.master_weights != MasterWeights::Fp32 ? 2 : 4;
   const double gb = pol.low_precision_params() ? 2 : 4;
-  const bool eight = c.optimizer.find("8bit") != std::string::npos;
-  double sb = c.state_dtype == "f32" ? 4 : c.state_dtype == "bf16" ? 2 : pb;
+  const bool eight = is_eight_bit(c.optimizer);
+  double sb = c.state_dtype == StateDtype::F32 ? 4 : c.state_dtype == StateDtype::Bf16 ? 2 : pb;
   if (eight) sb = 1 + 4.0 / 256;  // u8 codes + an f32 absmax per 256
   double moments = 0;
-  if (c.optimizer == "adamw" || c.optimizer == "adamw8bit") moments = 2;
-  else if (c.optimizer == "lion" || c.optimizer == "lion8bit") moments = 1;
-  else if (c.optimizer == "sgd") moments = c.momentum > 0 ? 1 : 0;
+  if (c.optimizer == OptimizerKind::AdamW || c.optimizer == OptimizerKind::AdamW8bit) moments = 2;
+  else if (c.optimizer == OptimizerKind::Lion || c.optimizer == OptimizerKind::Lion8bit) moments = 1;
+  else if (c.optimizer == OptimizerKind::Sgd) moments = c.momentum > 0 ? 1 : 0;
   return 2 * pb + gb + moments * 2 * sb;
 }
 
 double optimizer_seconds(const RunConfig& c, const CheckpointProfile& m) {
-  const bool eight = c.optimizer.find("8bit") != std::string::npos;
+  const bool eight = is_eight_bit(c.optimizer);
   return double(m.parameters) * optimizer_bytes(c) * (eight ? kCost.optimizer_8bit_s_per_byte : kCost.optimizer_s_per_byte) +
          kCost.optimizer_seconds_per_tensor * double(m.parameter_tensors);
 }
@@ -118,13 +118,13 @@ bool leaner_state(const RunConfig& c, const RunConfig& base) {
 double communication_bytes(const RunConfig& c, const CheckpointProfile& m, double k) {
   const double w = double(c.devices);
   const PrecisionPolicy pol = precision_policy(c.precision);
-  const double pb = double(m.parameters) * (pol.low_precision_params() && c.master_weights != "fp32" ? 2 : 4);
+  const double pb = double(m.parameters) * (pol.low_precision_params() && c.master_weights != MasterWeights::Fp32 ? 2 : 4);
   const double gb = double(m.parameters) * (pol.low_precision_params() ? 2 : 4);
   const double part = (w - 1) / w;
-  if (c.strategy == "zero1") return 2 * part * gb + part * pb;
-  if (c.strategy == "zero2") return gb + part * pb;
-  if (c.strategy == "fsdp") {
-    const double gathers = c.reshard_after_forward || c.checkpoint != "none" ? 2 : 1;
+  if (c.strategy == StrategyKind::Zero1) return 2 * part * gb + part * pb;
+  if (c.strategy == StrategyKind::Zero2) return gb + part * pb;
+  if (c.strategy == StrategyKind::Fsdp) {
+    const double gathers = c.reshard_after_forward || c.checkpoint.on() ? 2 : 1;
     const std::optional<DType> low = dist::fsdp_gather_dtype(c);  // the blocks gathered in 16 bits
     const double gathered = low ? double(m.parameters) * double(dtype_size(*low)) : pb;
     return part * gathered * k * gathers + part * gb * k;
@@ -144,7 +144,7 @@ StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, doubl
     rb.devices = 1;
     StepCost s = predict_step_cost(r, m, recompute_flops, rb);
     s.devices = c.devices;
-    if (c.strategy != "ddp") s.optimizer /= double(c.devices);
+    if (c.strategy != StrategyKind::Ddp) s.optimizer /= double(c.devices);
     const double k = double(c.batch) / double(c.micro_batch ? c.micro_batch : c.batch);
     s.communication_bytes = communication_bytes(c, m, k);
     s.communication = kCost.comm_share_of_compute * (s.compute + s.recompute + s.micro_batches) +
@@ -153,8 +153,8 @@ StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, doubl
       RunConfig asked = c;
       asked.optimizer = base.optimizer;
       asked.state_dtype = base.state_dtype;
-      const bool eight = c.optimizer.find("8bit") != std::string::npos;
-      const double asked_optimizer = optimizer_seconds(asked, m) / (c.strategy != "ddp" ? double(c.devices) : 1.0);
+      const bool eight = is_eight_bit(c.optimizer);
+      const double asked_optimizer = optimizer_seconds(asked, m) / (c.strategy != StrategyKind::Ddp ? double(c.devices) : 1.0);
       s.penalty = (eight ? kCost.state_penalty_8bit : kCost.state_penalty_bf16) * s.seconds() +
                   std::max(0.0, asked_optimizer - s.optimizer);
     }
@@ -181,7 +181,7 @@ StepCost predict_step_cost(const RunConfig& c, const CheckpointProfile& m, doubl
     RunConfig asked = c;
     asked.optimizer = base.optimizer;
     asked.state_dtype = base.state_dtype;
-    const bool eight = c.optimizer.find("8bit") != std::string::npos;
+    const bool eight = is_eight_bit(c.optimizer);
     s.penalty = (eight ? kCost.state_penalty_8bit : kCost.state_penalty_bf16) * s.seconds() +
                 std::max(0.0, optimizer_seconds(asked, m) - s.optimizer);
   }

@@ -64,7 +64,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   r.device_type = opt.device_type;
   r.context_bytes = opt.context_bytes >= 0 ? opt.context_bytes : cuda ? kCudaContextBytes + kCudaLibraryBytes : 0;
   // NCCL's own buffers, and under ddp / zero1 the copy-engine all-reduce's inboxes (src/dist/peer_all_reduce.h).
-  const int64_t peer_bytes = cfg.strategy == "ddp" || cfg.strategy == "zero1" ? dist::peer_reduce_bytes(int(cfg.devices)) : 0;
+  const int64_t peer_bytes = cfg.strategy == StrategyKind::Ddp || cfg.strategy == StrategyKind::Zero1 ? dist::peer_reduce_bytes(int(cfg.devices)) : 0;
   r.nccl_bytes = !cuda || cfg.devices < 2 ? 0 : opt.nccl_bytes >= 0 ? opt.nccl_bytes : kNcclBytes + peer_bytes;
   // --devices N: this is one rank of N under --strategy, with a communicator that moves nothing.
   struct World {

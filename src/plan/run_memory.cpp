@@ -10,6 +10,7 @@
 #include "io/file_io.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/plan.h"
+#include "train/recipe_table.h"
 
 namespace lt {
 
@@ -50,6 +51,7 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
                 r.items_per_s, r.steady_items_per_s);
   j += buf;
   j += ", \"knobs\": " + knobs_json();  // the LEANTRAIN_* knobs not at their defaults
+  j += ", \"recipe\": " + recipe_json(cfg, false);  // every flag's value (train/recipe_table.h)
   j += "}\n";
   io::detail::AtomicFile f(path, io::detail::Dash::Stdout);
   f.write(j);

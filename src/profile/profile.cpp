@@ -15,6 +15,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn.h"
 #include "memory/host_allocators.h"
+#include "train/recipe_table.h"
 #include "train/assemble.h"
 #include "train/task.h"
 #include "train/trainer.h"
@@ -44,7 +45,7 @@ struct Measured {
 Measured run_one(const RunConfig& base, const std::string& checkpoint, Device device, const ProfileOptions& o,
                  bool timed, std::pair<int64_t, int64_t> held = {0, 0}) {
   RunConfig cfg = base;
-  cfg.checkpoint = checkpoint;
+  cfg.checkpoint = parse_checkpoint_flag(checkpoint);  // a regex the profile built, or "none"
   Allocator& al = allocator_for(device);
   al.reset_peak_stats();
   Measured m;
@@ -88,7 +89,7 @@ double ProfileRow::bytes_per_ms() const {
 
 std::vector<std::string> profile_modules(const RunConfig& cfg_in, const std::string& spec) {
   RunConfig cfg = cfg_in;
-  cfg.checkpoint = "none";
+  cfg.checkpoint = nn::CheckpointSpec::none();
   // The module tree only: build the model on meta (no memory, no compute).
   MetaAllocatorScope meta(false);
   std::unique_ptr<Task> task = make_task(cfg, Device::meta());
@@ -169,7 +170,7 @@ ProfileResult profile_run(const RunConfig& cfg_in, const ProfileOptions& opt,
                      "pass 1 or more, e.g. --timed-steps 5");
   RunConfig cfg = cfg_in;
   cfg.steps = opt.warmup_steps + opt.timed_steps;  // the schedule spans what runs
-  cfg.checkpoint = "none";
+  cfg.checkpoint = nn::CheckpointSpec::none();
   {
     RunConfig v = cfg;
     v.offload_activations = false;  // applies to the runs that checkpoint something (each but the baseline)

@@ -8,6 +8,7 @@
 #include "leantrain/plan.h"
 #include "profile/profile.h"
 #include "profile/scatter_svg.h"
+#include "train/recipe_table.h"
 
 namespace lt {
 
@@ -133,7 +134,7 @@ std::string profile_table(const ProfileResult& r) {
   if (r.pick >= 0) {
     const ProfileRow& p = r.rows[size_t(r.pick)];
     RunConfig c = r.config;
-    c.checkpoint = p.checkpoint;
+    c.checkpoint = parse_checkpoint_flag(p.checkpoint);  // a regex the profile built
     c.steps = RunConfig().steps;
     s += "suggested: " + p.module + ": saves " + format_bytes(p.saved_measured) + " for " +
          format_number("%+.2f ms", p.ms_added) + " a step, the most bytes per ms on the frontier\n  " + command_line(c) + "\n";

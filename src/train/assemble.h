@@ -1,12 +1,13 @@
 // assemble_run: the one place a run is put together from its configuration and a device:
-// the task (model, data, quantization, adapters), activation checkpointing (and activation
-// offload on the checkpointed modules), the Trainer with its technique hooks (precision,
-// offload, fused step), and the multi-rank strategy. `train`, `plan` (on meta), `profile` and the
+// the task (model, data, quantization, adapters), then each memory technique of
+// train/techniques.h on the model, the Trainer, and each technique's step hooks (precision,
+// offload, fused step, the multi-rank strategy). `train`, `plan` (on meta), `profile` and the
 // checkpoint-unit search all call it, so a plan replays the run's own assembly, not a copy of it
 // (issue 43). Only the device differs between a run and its dry run.
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "train/task.h"
 #include "train/trainer.h"
@@ -21,6 +22,7 @@ struct AssembleOptions {
 struct AssembledRun {
   std::unique_ptr<Task> task;
   std::unique_ptr<Trainer> trainer;  // declared after the task: destroyed first, as it refers to it
+  std::vector<std::string> checkpointed;  // the module paths --checkpoint selected
   std::string checkpointing;         // what --checkpoint selected, a line for the log ("" for none)
 };
 

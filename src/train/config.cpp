@@ -13,6 +13,7 @@
 #include "leantrain/train.h"
 #include "train/output_paths.h"
 #include "train/flag_ranges.h"
+#include "train/recipe_table.h"
 #include "train/quantize_setup.h"
 
 namespace lt {
@@ -35,20 +36,15 @@ int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
 
 // --precision, --master-weights and --fused-step, and the pairs that cannot combine.
 void validate_precision(const RunConfig& c) {
-  auto names = precision_names();
-  if (std::find(names.begin(), names.end(), c.precision) == names.end())
-    usage("unknown precision '" + c.precision + "'", "the policies are 32-true, 16-mixed, bf16-mixed, 16-true and bf16-true",
-          "pass e.g. --precision bf16-mixed");
-  if (c.master_weights != "none" && c.master_weights != "fp32")
-    usage("--master-weights " + c.master_weights, "the choices are fp32 and none", "pass --master-weights fp32");
-  if (c.master_weights == "fp32" && !precision_policy(c.precision).low_precision_params())
-    usage("--master-weights fp32 with --precision " + c.precision, "its parameters are already f32",
+  const std::string precision = name_of(c.precision);
+  if (c.master_weights == MasterWeights::Fp32 && !precision_policy(c.precision).low_precision_params())
+    usage("--master-weights fp32 with --precision " + precision, "its parameters are already f32",
           "drop --master-weights, or use --precision bf16-true or 16-true");
   if (c.stochastic_rounding && !precision_policy(c.precision).low_precision_params())
-    usage("--stochastic-rounding with --precision " + c.precision,
+    usage("--stochastic-rounding with --precision " + precision,
           "it rounds updates into 16-bit parameters, and these parameters are f32",
           "drop --stochastic-rounding, or use --precision bf16-true or 16-true");
-  if (c.stochastic_rounding && c.master_weights == "fp32")
+  if (c.stochastic_rounding && c.master_weights == MasterWeights::Fp32)
     usage("--stochastic-rounding with --master-weights fp32",
           "the f32 master copies already keep every update, so there is nothing to round stochastically",
           "drop one of them: master weights cost 4 bytes per parameter, stochastic rounding none");
@@ -56,7 +52,7 @@ void validate_precision(const RunConfig& c) {
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   // With micro-batches the step runs breadth-first (Trainer::step): every micro-batch's forward
   // first, so only what checkpointed regions keep may stay alive across them.
-  if (mb < c.batch && (c.checkpoint.empty() || c.checkpoint == "none"))
+  if (mb < c.batch && !c.checkpoint.on())
     usage("--fused-step with --micro-batch " + std::to_string(mb) + " < --batch " + std::to_string(c.batch) +
               " and no --checkpoint",
           "a fused step with micro-batches runs every micro-batch's forward before one backward over all of them, "
@@ -75,12 +71,10 @@ void validate_precision(const RunConfig& c) {
 // --strategy and --devices on their own; what depends on the world size is checked when the
 // process joins it (src/dist/session.cpp).
 void check_strategy(const RunConfig& c) {
-  if (c.strategy != "ddp" && c.strategy != "zero1" && c.strategy != "zero2" && c.strategy != "fsdp")
-    usage("--strategy " + c.strategy, "not a value it takes", "use --strategy ddp, zero1, zero2 or fsdp");
   if (c.devices < 1 || c.devices > 1024)
     usage("--devices " + std::to_string(c.devices), "it counts the processes to start on this host",
           "pass --devices between 1 and 1024");
-  if (c.save_sharded && c.strategy == "ddp")
+  if (c.save_sharded && c.strategy == StrategyKind::Ddp)
     usage("--save-sharded with --strategy ddp", "every ddp rank holds the whole optimizer state, which rank 0 saves whole",
           "drop --save-sharded, or shard the state with --strategy zero1, zero2 or fsdp");
   if (c.devices > 1 && c.fused_step)
@@ -90,9 +84,9 @@ void check_strategy(const RunConfig& c) {
     usage("--devices " + std::to_string(c.devices) + " with --" + (c.batch % c.devices ? "batch " + std::to_string(c.batch)
                                                                                       : "micro-batch " + std::to_string(c.micro_batch)),
           "each rank trains on an equal share of every batch and micro-batch", "make it a multiple of --devices");
-  if (c.strategy == "ddp") return;
+  if (c.strategy == StrategyKind::Ddp) return;
   if (c.fused_step)
-    usage("--strategy " + c.strategy + " with --fused-step", "a fused step updates parameters inside backward, before "
+    usage("--strategy " + name_of(c.strategy) + " with --fused-step", "a fused step updates parameters inside backward, before "
           "their gradients are reduced over the ranks", "drop --fused-step, or use --strategy ddp");
 }
 
@@ -106,38 +100,32 @@ void check_offload(const RunConfig& c) {
     usage("--host-memory-limit without --offload-dir", "the state beyond the limit needs a place on disk",
           "add --offload-dir DIR, or drop --host-memory-limit");
   if (!c.offload_dir.empty()) {
-    if (c.offload != "optimizer")
-      usage("--offload-dir with --offload " + c.offload,
-            c.offload == "params" ? "parameters on disk are not built yet; the disk tier holds optimizer state"
+    if (c.offload != OffloadKind::Optimizer)
+      usage("--offload-dir with --offload " + name_of(c.offload),
+            c.offload == OffloadKind::Params ? "parameters on disk are not built yet; the disk tier holds optimizer state"
                                   : "the disk tier holds --offload optimizer's state",
             "add --offload optimizer");
-    if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd")
-      usage("--offload-dir with --optimizer " + c.optimizer,
+    if (is_eight_bit(c.optimizer))
+      usage("--offload-dir with --optimizer " + name_of(c.optimizer),
             "the disk tier holds f32 state (AdamW, Lion, SGD); 8-bit state is small enough for host memory",
             "use --optimizer adamw, lion or sgd, or drop --offload-dir");
   }
-  if (c.offload == "none") return;
-  if (c.offload != "optimizer" && c.offload != "params")
-    usage("--offload " + c.offload, "not a value it takes", "use --offload none, optimizer or params");
+  if (c.offload == OffloadKind::None) return;
   // params: the blocks' weights in host memory, fetched per block; the optimizer on the host too.
-  if (c.offload == "params" && (c.checkpoint.empty() || c.checkpoint == "none"))
+  if (c.offload == OffloadKind::Params && !c.checkpoint.on())
     usage("--offload params without --checkpoint",
           "the weights of a block come to the device for its forward and again for its recomputation, "
           "and only checkpointed blocks are recomputed",
           "add --checkpoint blocks");
-  const std::string what = "--offload " + c.offload;
-  if (c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "sgd" && c.optimizer != "adamw8bit" &&
-      c.optimizer != "lion8bit")
-    usage(what + " with --optimizer " + c.optimizer, "no host step for it",
-          "use --optimizer adamw, lion, sgd, adamw8bit or lion8bit, or drop --offload");
+  const std::string what = "--offload " + name_of(c.offload);
   if (c.stochastic_rounding)
     usage(what + " with --stochastic-rounding", "the host step rounds the 16-bit parameters to nearest",
           "drop --stochastic-rounding (the host keeps f32 master weights anyway)");
-  if (c.master_weights == "fp32")
+  if (c.master_weights == MasterWeights::Fp32)
     usage(what + " with --master-weights fp32", "the offloaded state already keeps f32 master weights",
           "drop --master-weights");
-  if (c.state_dtype != "auto" && c.state_dtype != "f32")
-    usage(what + " with --state-dtype " + c.state_dtype,
+  if (c.state_dtype == StateDtype::Bf16)
+    usage(what + " with --state-dtype bf16",
           "the offloaded state is f32 (or 8-bit with --optimizer adamw8bit / lion8bit)", "drop --state-dtype");
   if (c.fused_step)
     usage(what + " with --fused-step", "the two are not combined yet",
@@ -171,16 +159,15 @@ void validate(const RunConfig& c) {
   // Output files and --save: a path that cannot be written is found before the run, not after it.
   check_run_outputs(c);
   try {
-    nn::parse_checkpoint_spec(c.checkpoint);  // the syntax; what it matches is checked on the model
+    nn::parse_checkpoint_spec(c.checkpoint.text);  // the syntax; what it matches is checked on the model
   } catch (const Error& e) {
     usage(e.what_part(), e.why(), e.fix());
   }
-  if (c.offload_activations && (c.checkpoint.empty() || c.checkpoint == "none"))
+  if (c.offload_activations && !c.checkpoint.on())
     usage("--offload-activations without --checkpoint",
           "it offloads what checkpointed modules keep for their recomputation, and none is checkpointed",
           "add --checkpoint blocks (or another --checkpoint value)");
   check_offload(c);
-  check_quantize_flag(c.quantize);
   check_lora(c);
   check_strategy(c);
   check_range(flag_range::batch, c.batch);
@@ -198,22 +185,16 @@ void validate(const RunConfig& c) {
   check_finite(c.lr, "--lr");
   // 0 is allowed: a run that keeps the weights as they are (e.g. a load/save round trip).
   if (c.lr < 0) usage("--lr " + short_number(c.lr), "the learning rate must not be negative", "pass e.g. --lr 1e-3");
-  if (c.optimizer != "sgd" && c.optimizer != "adamw" && c.optimizer != "lion" && c.optimizer != "adamw8bit" &&
-      c.optimizer != "lion8bit")
-    usage("unknown optimizer '" + c.optimizer + "'", "the optimizers are sgd, adamw, lion, adamw8bit and lion8bit",
-          "pass one of those to --optimizer");
-  if (c.state_dtype != "auto" && c.state_dtype != "f32" && c.state_dtype != "bf16")
-    usage("--state-dtype " + c.state_dtype, "the choices are auto, f32 and bf16", "pass --state-dtype bf16");
-  if (c.state_dtype != "auto" && c.optimizer.find("8bit") != std::string::npos)
-    usage("--state-dtype with --optimizer " + c.optimizer, "8-bit optimizers quantise their own state",
+  if (c.state_dtype != StateDtype::Auto && is_eight_bit(c.optimizer))
+    usage("--state-dtype with --optimizer " + name_of(c.optimizer), "8-bit optimizers quantise their own state",
           "drop --state-dtype or pick adamw/lion/sgd");
   check_finite(c.momentum, "--momentum");
   if (c.momentum < 0 || c.momentum >= 1) usage("--momentum " + short_number(c.momentum), "it must be in [0, 1)", "pass e.g. --momentum 0.9");
   check_finite(c.dampening, "--dampening");
   if (c.dampening < 0 || c.dampening >= 1)
     usage("--dampening " + short_number(c.dampening), "it must be in [0, 1)", "pass e.g. --dampening 0.1, or leave it at 0");
-  if ((c.nesterov || c.dampening != 0) && c.optimizer != "sgd")
-    usage(std::string(c.nesterov ? "--nesterov" : "--dampening") + " with --optimizer " + c.optimizer,
+  if ((c.nesterov || c.dampening != 0) && c.optimizer != OptimizerKind::Sgd)
+    usage(std::string(c.nesterov ? "--nesterov" : "--dampening") + " with --optimizer " + name_of(c.optimizer),
           "Nesterov momentum and dampening belong to SGD", "pass --optimizer sgd, or drop the flag");
   if (c.nesterov && (c.momentum == 0 || c.dampening != 0))
     usage("--nesterov with --momentum " + short_number(c.momentum) + " --dampening " + short_number(c.dampening),
@@ -225,18 +206,17 @@ void validate(const RunConfig& c) {
     if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + short_number(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
   check_finite(c.eps, "--eps");
   if (!(c.eps > 0)) usage("--eps " + short_number(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
-  if (c.schedule != "constant" && c.schedule != "cosine")
-    usage("unknown schedule '" + c.schedule + "'", "the schedules are constant and cosine", "pass --schedule constant or --schedule cosine");
   check_range(flag_range::warmup, c.warmup);
   if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + short_number(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
   check_finite(c.clip, "--clip");
   if (c.clip < 0) usage("--clip " + short_number(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
-  for (auto [r, v] : {std::pair{flag_range::eval_every, c.eval_every}, {flag_range::eval_batches, c.eval_batches},
-                      {flag_range::log_every, c.log_every}, {flag_range::seq_len, c.seq_len},
-                      {flag_range::stop_at, c.stop_at}, {flag_range::debug_nan_at_step, c.debug_nan_at_step},
-                      {flag_range::dim, c.dim}, {flag_range::depth, c.depth}, {flag_range::heads, c.heads},
-                      {flag_range::patch, c.patch}, {flag_range::mlp_dim, c.mlp_dim}})
-    check_range(r, v);
+  // Every ranged field of the recipe table, as the command line checks it while parsing (a config
+  // from a checkpoint or the library API did not pass through the parser). workers' 0 means auto.
+  for (const RecipeField& f : recipe_fields()) {
+    if (f.irange && !(f.member.index() == 0 && c.*std::get<int64_t RunConfig::*>(f.member) == 0 && f.irange->lo > 0))
+      check_range(*f.irange, c.*std::get<int64_t RunConfig::*>(f.member));
+    if (f.rrange) check_range(*f.rrange, c.*std::get<double RunConfig::*>(f.member));
+  }
   if (c.dim && c.heads && c.dim % c.heads)
     usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
           "each head gets dim/heads channels", "pick a head count that divides the width");
@@ -270,21 +250,22 @@ Device resolve_device(const std::string& spec) {
   return d;
 }
 
-// Field list shared by both directions, so a field cannot be saved and not restored.
-#define LT_RUN_CONFIG_FIELDS(X)                                                                            \
-  X(model) X(model_config) X(data) X(seq_len) X(dim) X(depth) X(heads) X(patch) X(mlp_dim) X(batch)          \
-  X(micro_batch) X(steps) X(epochs) X(optimizer) X(lr) X(momentum) X(dampening) X(nesterov) X(weight_decay) X(beta1) X(beta2) X(eps) \
-  X(schedule) X(warmup) X(min_lr_ratio) X(clip) X(seed) X(eval_every) X(eval_batches) X(save) X(resume)     \
-  X(device) X(log_every) X(metrics) X(precision) X(state_dtype) X(master_weights) X(fused_step) X(lean_saves) X(checkpoint) \
-  X(stochastic_rounding) X(offload_activations) X(prompt_field) X(response_field) X(save_shard_bytes) X(offload) \
-  X(quantize) X(lora_rank) X(lora_alpha) X(lora_dropout) X(lora_targets) X(strategy) X(reshard_after_forward) X(loss_chunk) X(save_sharded)
+std::string config_to_json(const RunConfig& c) { return recipe_json(c, true, 2); }
 
-std::string config_to_json(const RunConfig& c) {
+std::string recipe_json(const RunConfig& c, bool saved_only, int indent) {
   nlohmann::json j;
-#define X(f) j[#f] = c.f;
-  LT_RUN_CONFIG_FIELDS(X)
-#undef X
-  return j.dump(2);
+  for (const RecipeField& f : recipe_fields()) {
+    if (saved_only && !f.saved) continue;
+    std::visit(
+        [&](const auto& m) {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, ChoiceMember>) j[f.key] = m.get(c);
+          else if constexpr (std::is_same_v<M, nn::CheckpointSpec RunConfig::*>) j[f.key] = (c.*m).text;
+          else j[f.key] = c.*m;
+        },
+        f.member);
+  }
+  return j.dump(indent);
 }
 
 namespace {
@@ -331,15 +312,35 @@ RunConfig config_from_json(const std::string& text) {
   if (!j.is_object()) fail("run config is damaged", std::string("it is ") + j.type_name() + ", not an object",
                            "the checkpoint is damaged; save it again");
   RunConfig c;
-  // Every field is required: a missing one would resume with a default the run never had (a
+  // Every saved field is required: a missing one would resume with a default the run never had (a
   // deleted "seed" became seed 0). Each save writes them all.
-#define X(f)                                                                                              \
-  if (!j.contains(#f))                                                                                    \
-    fail("run config is damaged", "\"" #f "\" is missing, and a resumed run would silently take a default", \
-         "the checkpoint is damaged; save it again");                                                     \
-  read_config_field(j.at(#f), #f, c.f);
-  LT_RUN_CONFIG_FIELDS(X)
-#undef X
+  for (const RecipeField& f : recipe_fields()) {
+    if (!f.saved) continue;
+    if (!j.contains(f.key))
+      fail("run config is damaged", std::string("\"") + f.key + "\" is missing, and a resumed run would silently take a default",
+           "the checkpoint is damaged; save it again");
+    const nlohmann::json& v = j.at(f.key);
+    std::visit(
+        [&](const auto& m) {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, ChoiceMember>) {
+            std::string name;
+            read_config_field(v, f.key, name);
+            if (!m.set(c, name)) bad_config_field(f.key, v, ("one of " + m.list()).c_str());
+          } else if constexpr (std::is_same_v<M, nn::CheckpointSpec RunConfig::*>) {
+            std::string text;
+            read_config_field(v, f.key, text);
+            try {
+              c.*m = parse_checkpoint_flag(text);
+            } catch (const Error&) {
+              bad_config_field(f.key, v, "a --checkpoint value");
+            }
+          } else {
+            read_config_field(v, f.key, c.*m);
+          }
+        },
+        f.member);
+  }
   return c;
 }
 

@@ -48,6 +48,9 @@ inline constexpr IntRange debug_nan_at_step{"--debug-nan-at-step", 0, kSteps, "s
 inline constexpr IntRange workers{"--workers", 1, 1024, "threads"};
 inline constexpr IntRange lora_rank{"--lora-rank", 0, kWidth, "adapter rank (0: no adapters)"};
 inline constexpr RealRange epochs{"--epochs", 0, 1e6, "passes over the training data"};
+inline constexpr IntRange bucket_mb{"--bucket-mb", 1, 4096, "MiB of gradients per bucket"};
+inline constexpr IntRange buckets_in_flight{"--buckets-in-flight", 1, 64, "buckets"};
+inline constexpr RealRange dist_timeout{"--dist-timeout", 0.001, 1e7, "seconds"};
 // profile
 inline constexpr IntRange warmup_steps{"--warmup-steps", 0, 1'000'000, "untimed steps per run"};
 inline constexpr IntRange timed_steps{"--timed-steps", 1, 1'000'000, "timed steps per run"};

@@ -53,7 +53,7 @@ class GradDrainHook : public StepHook {
 }  // namespace
 
 void add_offload_hooks(Trainer& t) {
-  if (t.config().offload == "optimizer" || t.config().offload == "params") t.add_hook(std::make_unique<GradDrainHook>());
+  if (t.config().offload != OffloadKind::None) t.add_hook(std::make_unique<GradDrainHook>());
 }
 
 }  // namespace lt

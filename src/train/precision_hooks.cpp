@@ -44,7 +44,7 @@ void add_precision_hooks(Trainer& t) {
 }
 
 std::string precision_warning(const RunConfig& c) {
-  if (c.precision != "16-true") return "";
+  if (c.precision != Precision::True16) return "";
   return "warning: --precision 16-true trains in f16 without loss scaling: values above 65504 overflow and "
          "gradients below 6e-8 flush to zero; bf16-true or 16-mixed avoid both";
 }

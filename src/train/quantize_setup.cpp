@@ -35,12 +35,6 @@ Tensor nf4_slot(nn::ParamFactory& pf, const Shape& shape, DType dtype) {
 
 }  // namespace
 
-void check_quantize_flag(const std::string& quantize) {
-  if (quantize == "none" || quantize == "nf4") return;
-  throw UsageError("--quantize " + quantize, "not a quantisation leantrain has (NF4 is bitsandbytes' QLoRA format)",
-                   "pass --quantize nf4, or --quantize none");
-}
-
 std::optional<BnbQuantConfig> model_dir_quantization(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "config.json";
   std::ifstream f(p);

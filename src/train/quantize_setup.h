@@ -18,9 +18,6 @@
 
 namespace lt {
 
-// "none" or "nf4"; UsageError (one line) for anything else or a combination that cannot run.
-void check_quantize_flag(const std::string& quantize);
-
 // The checked quantization_config of `dir`'s config.json, or nothing when it has none (an
 // unquantised model). lt::Error for one leantrain cannot load (FP4, 8-bit, no double quant, ...).
 std::optional<BnbQuantConfig> model_dir_quantization(const std::string& dir);

@@ -128,11 +128,11 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   int64_t mb = cfg.micro_batch ? cfg.micro_batch : cfg.batch;
   std::snprintf(line, sizeof line, "training %lld steps on %s: batch %lld (%lld x micro-batch %lld), %s lr %.3g, %s schedule",
                 (long long)total, device.str().c_str(), (long long)cfg.batch, (long long)(cfg.batch / mb),
-                (long long)mb, cfg.optimizer.c_str(), cfg.lr, cfg.schedule.c_str());
+                (long long)mb, name_of(cfg.optimizer).c_str(), cfg.lr, name_of(cfg.schedule).c_str());
   say(obs, line);
   if (std::string k = knobs_header(); !k.empty()) say(obs, k);  // LEANTRAIN_* knobs not at their defaults
-  if (cfg.precision != "32-true" || cfg.fused_step)
-    say(obs, "precision " + cfg.precision + (cfg.master_weights == "fp32" ? " with f32 master weights" : "") +
+  if (cfg.precision != Precision::True32 || cfg.fused_step)
+    say(obs, "precision " + name_of(cfg.precision) + (cfg.master_weights == MasterWeights::Fp32 ? " with f32 master weights" : "") +
                  (cfg.stochastic_rounding ? " with stochastic rounding" : "") +
                  (cfg.fused_step ? "; optimizer step fused into backward" : ""));
   if (std::string w = precision_warning(cfg); !w.empty()) say(obs, w);

@@ -157,7 +157,7 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
   // --quantize nf4, or a bitsandbytes 4-bit model directory (train/quantize_setup.h).
   const std::string saved = !c.resume.empty() ? c.resume : s.weights_dir;
   const bool prequantized = !saved.empty() && model_dir_quantization(saved).has_value();
-  if (c.quantize == "nf4" || prequantized) {
+  if (c.quantize == QuantizeKind::Nf4 || prequantized) {
     const QuantizedModel q = in_context("--model " + (s.weights_dir.empty() ? s.name : s.weights_dir), [&] {
       return build_nf4_model(*s.cfg, init, load ? s.weights_dir : "");
     });

@@ -21,7 +21,7 @@ namespace lt {
 namespace {
 
 std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector<NamedTensor>& named, Device device) {
-  if (c.offload == "optimizer" || c.offload == "params") {  // validate() refused what they cannot take
+  if (c.offload != OffloadKind::None) {  // validate() refused what they cannot take
     offload::OffloadOptions o;
     o.device = device;
     o.kind = c.optimizer;
@@ -43,19 +43,19 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
     return std::make_unique<offload::OffloadOptimizer>(decay_groups(named), o);
   }
   OptimizerConfig oc;
-  oc.name = c.optimizer;
+  oc.kind = c.optimizer;
   oc.lr = c.lr;
   oc.weight_decay = c.weight_decay;
   oc.beta1 = c.beta1;
   oc.beta2 = c.beta2;
   oc.eps = c.eps;
-  oc.momentum = c.optimizer == "sgd" ? c.momentum : 0.0;
+  oc.momentum = c.optimizer == OptimizerKind::Sgd ? c.momentum : 0.0;
   oc.dampening = c.dampening;
   oc.nesterov = c.nesterov;
-  oc.master_weights = c.master_weights == "fp32";
+  oc.master_weights = c.master_weights == MasterWeights::Fp32;
   oc.stochastic_rounding = c.stochastic_rounding;
   oc.seed = c.seed;
-  if (c.state_dtype != "auto") oc.state_dtype = parse_dtype(c.state_dtype);
+  if (c.state_dtype != StateDtype::Auto) oc.state_dtype = c.state_dtype == StateDtype::Bf16 ? DType::BF16 : DType::F32;
   // Biases and norm weights do not decay, as in every transformer recipe.
   return make_optimizer(oc, decay_groups(named));
 }
@@ -66,7 +66,7 @@ LrSchedule build_schedule(const RunConfig& c, int64_t total) {
   s.warmup_steps = c.warmup >= 0 ? c.warmup : total / 10;
   s.total_steps = total;
   s.min_lr = c.lr * c.min_lr_ratio;
-  if (c.schedule == "cosine") s.kind = LrScheduleKind::WarmupCosine;
+  if (c.schedule == ScheduleKind::Cosine) s.kind = LrScheduleKind::WarmupCosine;
   else s.kind = s.warmup_steps > 0 ? LrScheduleKind::WarmupConstant : LrScheduleKind::Constant;
   return s;
 }
@@ -87,8 +87,6 @@ int64_t steps_per_epoch(const RunConfig& c, int64_t micro_batches) {
 
 Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   // Frozen parameters (Module::set_trainable) get neither optimizer state nor a share of the clip norm.
-  // --offload params: the blocks' parameters rest in pinned host memory from here on.
-  if (cfg_.offload == "params") offload_block_parameters(model(), task_.device);
   auto named = model().named_trainable_parameters();
   for (auto& [n, p] : named) params_.push_back(p);
   // ZeRO / FSDP: this rank's optimizer steps (and keeps state for) its shard only.
@@ -97,8 +95,8 @@ Trainer::Trainer(const RunConfig& cfg, Task& task) : cfg_(cfg), task_(task) {
   schedule_ = build_schedule(cfg_, total_steps_);
   micro_batch_ = cfg_.micro_batch ? cfg_.micro_batch : cfg_.batch;
   model().train();
-  add_precision_hooks(*this);
-  add_offload_hooks(*this);
+  // The techniques' step hooks (precision, offload, strategy) are added by assemble_run
+  // (train/techniques.cpp), --offload params' host-resident weights before this constructor.
 }
 
 double Trainer::epochs_done() const {

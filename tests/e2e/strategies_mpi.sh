@@ -84,13 +84,13 @@ for extra in "--checkpoint blocks" "--checkpoint blocks --loss-chunk 64" "--resh
 done
 # Under bf16-mixed fsdp gathers the blocks as bf16 copies (FSDP2's param dtype), which autocast
 # hands out in the f32 parameters' place: the losses are those of gathering the f32 parameters
-# (LEANTRAIN_FSDP_GATHER=f32) to the last bit, with checkpointed blocks and without resharding
+# (--fsdp-gather f32) to the last bit, with checkpointed blocks and without resharding
 # too, and for BERT (stacked q | k | v biases); every rank's peak is its plan's, and rank 0 holds
 # less than with the f32 gather.
 lowp_case() {  # NAME FLAGS...
   local name=$1; shift
   expect_ok "${MPI[@]}" "$LT" "$@" --strategy fsdp --metrics "$WORK/$name.jsonl" --metrics-json "$WORK/$name.json" || return
-  expect_ok env LEANTRAIN_FSDP_GATHER=f32 "${MPI[@]}" -x LEANTRAIN_FSDP_GATHER "$LT" "$@" --strategy fsdp \
+  expect_ok "${MPI[@]}" "$LT" "$@" --strategy fsdp --fsdp-gather f32 \
     --metrics "$WORK/${name}_f32.jsonl" --metrics-json "$WORK/${name}_f32.json" || return
   same_losses "$WORK/${name}_f32.jsonl" "$WORK/$name.jsonl" 0 "$name: bf16 gather vs f32 gather"
   local planned=""
@@ -270,11 +270,11 @@ expect_job_error "rank 1's configuration differs from rank 0's" \
 expect_job_error "training loss is NaN at step 2" \
   timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" : -np 1 "$LT" "${RUN[@]}" --debug-nan-at-step 2
 # A rank that stops early without an error leaves the other waiting in a collective: the
-# watchdog ends it after LEANTRAIN_DIST_TIMEOUT seconds with one line, never a hang; or the
+# watchdog ends it after --dist-timeout seconds with one line, never a hang; or the
 # first collective the two meet in differs in size and MPI says so (the stopped rank's
 # evaluation against the other's per-micro-batch loss).
 expect_job_error "rank 1: MPI [a-z_]+ did not finish in 5 s: another rank died or hangs|MPI all_gather: MPI_ERR_TRUNCATE: message truncated" \
-  env LEANTRAIN_DIST_TIMEOUT=5 timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" --stop-at 2 : -np 1 "$LT" "${RUN[@]}"
+  timeout 120 mpirun --oversubscribe -np 1 "$LT" "${RUN[@]}" --dist-timeout 5 --stop-at 2 : -np 1 "$LT" "${RUN[@]}" --dist-timeout 5
 # A rank killed from outside (SIGKILL, as the OOM killer does) ends the whole job within bounded
 # time, never a hang: mpirun notices the lost process and ends the other rank.
 "${MPI[@]}" "$LT" "${BASE[@]}" --batch 8 --steps 100000 --log-every 1000 >"$WORK/killed.out" 2>&1 &

@@ -114,7 +114,7 @@ TEST(ActivationOffload, NeedsCheckpointAndIsStoredInTheRunConfig) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--offload-activations without --checkpoint"), std::string::npos) << e.what();
   }
-  c.checkpoint = "blocks";
+  c.checkpoint = nn::CheckpointSpec::blocks();
   validate(c);
   EXPECT_TRUE(config_from_json(config_to_json(c)).offload_activations);
   EXPECT_FALSE(config_from_json(config_to_json(RunConfig())).offload_activations);
@@ -133,7 +133,7 @@ RunConfig tiny_run(const std::filesystem::path& dir, const std::string& model) {
   }
   c.steps = 2;
   c.device = "cpu";
-  c.checkpoint = "blocks";
+  c.checkpoint = nn::CheckpointSpec::blocks();
   c.offload_activations = true;
   return c;
 }
@@ -238,7 +238,7 @@ TEST(ActivationOffload, BudgetSearchTriesItPastEverythingCheckpointed) {
   for (const FitCandidate& k : f.candidates) {
     if (!k.planned || !k.config.offload_activations) continue;
     ++offloaded;
-    EXPECT_NE(k.config.checkpoint, "none");
+    EXPECT_TRUE(k.config.checkpoint.on());
     const auto same = std::find_if(f.candidates.begin(), f.candidates.end(), [&](const FitCandidate& c) {
       return c.planned && !c.config.offload_activations && c.units == k.units && c.config.checkpoint == k.config.checkpoint &&
              c.config.precision == k.config.precision && c.config.micro_batch == k.config.micro_batch &&

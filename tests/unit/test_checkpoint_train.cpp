@@ -3,6 +3,8 @@
 // peak; bad values are usage errors; the setting survives in the saved run config.
 #include <gtest/gtest.h>
 
+#include "train/recipe_table.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -39,7 +41,7 @@ TEST(CheckpointTrain, SameLossesInEveryModeWithAccumulationAndFusedStep) {
     else c.micro_batch = 4;
     const RunResult ref = train(c);
     for (const char* spec : {"blocks", "every:2", "selective", "transformer\\.h\\.[13]"}) {
-      c.checkpoint = spec;
+      c.checkpoint = parse_checkpoint_flag(spec);
       const RunResult r = train(c);
       EXPECT_EQ(r.losses, ref.losses) << spec << (fused ? " fused step" : " micro-batch 4");
       if (std::string(spec) != "selective")
@@ -52,10 +54,9 @@ TEST(CheckpointTrain, BadValuesAreUsageErrors) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
   for (const char* bad : {"every:0", "transformer.h.[", "auto"}) {
-    c.checkpoint = bad;
-    EXPECT_THROW(validate(c), UsageError) << bad;
+    EXPECT_THROW(parse_checkpoint_flag(bad), UsageError) << bad;
   }
-  c.checkpoint = "encoder\\.layers\\..*";  // a ViT path on a GPT: valid, but matches nothing
+  c.checkpoint = parse_checkpoint_flag("encoder\\.layers\\..*");  // a ViT path on a GPT: valid, but matches nothing
   validate(c);
   try {
     train(c);
@@ -67,9 +68,11 @@ TEST(CheckpointTrain, BadValuesAreUsageErrors) {
 
 TEST(CheckpointTrain, StoredInTheRunConfig) {
   RunConfig c;
-  c.checkpoint = "every:3";
-  EXPECT_EQ(config_from_json(config_to_json(c)).checkpoint, "every:3");
-  EXPECT_EQ(RunConfig().checkpoint, "none");
+  c.checkpoint = parse_checkpoint_flag("every:3");
+  EXPECT_EQ(config_from_json(config_to_json(c)).checkpoint, c.checkpoint);
+  EXPECT_EQ(c.checkpoint.mode, nn::CheckpointSpec::Mode::Every);
+  EXPECT_EQ(c.checkpoint.every, 3);
+  EXPECT_EQ(RunConfig().checkpoint.text, "none");
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // hands NCCL's unique id out (two threads on localhost). The MPI communicator and the strategies
 // run under mpirun in tests/e2e/strategies_mpi.sh.
 #include <gtest/gtest.h>
+
+#include "train/recipe_table.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -213,7 +215,7 @@ TEST(DistTcpStore, RankZeroServesOnAnInheritedListeningSocket) {
 }
 
 TEST(DistTcpStore, AMissingRankZeroIsAnErrorWithinTheTimeout) {
-  ::setenv("LEANTRAIN_DIST_TIMEOUT", "1", 1);
+  set_timeout_seconds(1);  // --dist-timeout 1
   const LaunchInfo li = local_rank_info(1, 2, free_port());  // nobody listens there
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -222,15 +224,15 @@ TEST(DistTcpStore, AMissingRankZeroIsAnErrorWithinTheTimeout) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rendezvous at 127.0.0.1"), std::string::npos) << e.what();
   }
-  ::unsetenv("LEANTRAIN_DIST_TIMEOUT");
+  set_timeout_seconds(RunConfig{}.dist_timeout);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(DistConfig, StrategyFlagsAreChecked) {
   RunConfig c;
-  c.strategy = "zero4";
-  EXPECT_THROW(validate(c), UsageError);
-  c.strategy = "zero2";
+  EXPECT_THROW(set_choice(*recipe_field("--strategy"), c, "zero4"), UsageError);
+  set_choice(*recipe_field("--strategy"), c, "zero2");
+  EXPECT_EQ(c.strategy, StrategyKind::Zero2);
   c.clip = 1.0;  // the shards' norms are combined before clipping
   EXPECT_NO_THROW(validate(c));
   c.fused_step = true;
@@ -239,7 +241,7 @@ TEST(DistConfig, StrategyFlagsAreChecked) {
   c.devices = 0;
   EXPECT_THROW(validate(c), UsageError);
   c.devices = 2;
-  c.strategy = "fsdp";
+  c.strategy = StrategyKind::Fsdp;
   EXPECT_NO_THROW(validate(c));
 }
 

@@ -57,7 +57,7 @@ RunConfig untied_llama(const std::filesystem::path& dir) {
 // Builds `c` on every rank of a world of `n` and checks each against the whole build.
 void check_sharded_build(RunConfig c, int n, const std::string& what) {
   SCOPED_TRACE(what + ", " + std::to_string(n) + " ranks");
-  c.strategy = "fsdp";
+  c.strategy = StrategyKind::Fsdp;
   validate(c);
   Allocator& al = allocator_for(Device::cpu());
   const int64_t before = al.stats().allocated_bytes.current;
@@ -154,7 +154,7 @@ TEST(FsdpBuild, PaddingRowsAreZeroInEveryBuild) {
   c.batch = 4;
   c.steps = 1;
   c.device = "cpu";
-  c.strategy = "fsdp";
+  c.strategy = StrategyKind::Fsdp;
   validate(c);
   for (int n : {1, 2}) {
     std::unique_ptr<WorldScope> world;
@@ -179,21 +179,21 @@ TEST(FsdpBuild, PaddingRowsAreZeroInEveryBuild) {
 TEST(FsdpBuild, OtherRunsBuildWhole) {
   test::TempDir tmp;
   RunConfig c = untied_llama(tmp.path);
-  c.strategy = "fsdp";
+  c.strategy = StrategyKind::Fsdp;
   EXPECT_FALSE(dist::builds_sharded(c));  // one rank
   WorldScope world(2, 1);
   EXPECT_TRUE(dist::builds_sharded(c));
   c.lora_rank = 4;  // the base is frozen after the build
   EXPECT_FALSE(dist::builds_sharded(c));
   c.lora_rank = 0;
-  c.offload = "params";
+  c.offload = OffloadKind::Params;
   EXPECT_FALSE(dist::builds_sharded(c));
-  c.offload = "none";
-  for (const char* s : {"ddp", "zero1", "zero2"}) {
+  c.offload = OffloadKind::None;
+  for (StrategyKind s : {StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2}) {
     c.strategy = s;
-    EXPECT_FALSE(dist::builds_sharded(c)) << s;
+    EXPECT_FALSE(dist::builds_sharded(c)) << name_of(s);
     std::unique_ptr<Task> t = make_task(c, Device::cpu());
-    for (auto& [name, p] : t->model->named_parameters()) EXPECT_TRUE(p.storage()) << s << " " << name;
+    for (auto& [name, p] : t->model->named_parameters()) EXPECT_TRUE(p.storage()) << name_of(s) << " " << name;
   }
 }
 

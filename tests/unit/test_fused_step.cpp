@@ -2,6 +2,8 @@
 // bit for bit on the CPU, while at most one parameter's gradient exists at a time.
 #include <gtest/gtest.h>
 
+#include "train/recipe_table.h"
+
 #include <fstream>
 
 #include "leantrain/fused_step.h"
@@ -29,7 +31,7 @@ std::shared_ptr<models::GPT2> small_gpt() {
 
 std::unique_ptr<Optimizer> optimizer_for(const std::string& name, models::Model& m) {
   OptimizerConfig oc;
-  oc.name = name;
+  oc.kind = *choice_named<OptimizerKind>(name);
   oc.lr = name == "sgd" ? 0.05 : 3e-3;
   oc.momentum = name == "sgd" ? 0.9 : 0.0;
   oc.weight_decay = 0.1;
@@ -131,9 +133,9 @@ TEST(FusedStep, TrainerRunsMatchTheUnfusedOnes) {
   for (const Case& k : {Case{"adamw", "32-true", "none"}, Case{"sgd", "32-true", "none"},
                         Case{"adamw", "bf16-mixed", "none"}, Case{"adamw", "bf16-true", "fp32"}}) {
     RunConfig c = tiny_gpt(tmp.path);
-    c.optimizer = k.optimizer;
-    c.precision = k.precision;
-    c.master_weights = k.master;
+    c.optimizer = *choice_named<OptimizerKind>(k.optimizer);
+    c.precision = *choice_named<Precision>(k.precision);
+    c.master_weights = *choice_named<MasterWeights>(k.master);
     RunResult plain = train(c);
     c.fused_step = true;
     RunResult fused = train(c);
@@ -162,7 +164,7 @@ TEST(FusedStep, ClipsThroughANormPass) {
              "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1})";
   c.model_config = (tmp.path / "config.json").string();
   c.dim = c.depth = c.heads = 0;
-  c.optimizer = "sgd";
+  c.optimizer = OptimizerKind::Sgd;
   c.lr = 0.5;
   c.steps = 6;
   RunResult unclipped = train(c);
@@ -204,10 +206,10 @@ TEST(FusedStep, BreadthFirstMicroBatchesMatchAccumulationBitwise) {
     c.eval_batches = 1;
     c.device = "cpu";
     c.warmup = 0;
-    c.optimizer = k.optimizer;
+    c.optimizer = *choice_named<OptimizerKind>(k.optimizer);
     c.lr = k.optimizer == "sgd" ? 0.05 : 3e-3;
-    c.precision = k.precision;
-    c.checkpoint = k.checkpoint;
+    c.precision = *choice_named<Precision>(k.precision);
+    c.checkpoint = parse_checkpoint_flag(k.checkpoint);
     c.clip = k.clip;
     const std::string what = k.optimizer + " " + k.precision + " " + k.checkpoint;
     RunResult plain = train(c);
@@ -241,7 +243,7 @@ RunConfig breadth_first_vit_tiny(int64_t steps) {
   c.steps = steps;
   c.eval_batches = 1;
   c.device = "cpu";
-  c.checkpoint = "blocks";
+  c.checkpoint = nn::CheckpointSpec::blocks();
   c.fused_step = true;
   return c;
 }
@@ -250,7 +252,7 @@ RunConfig breadth_first_vit_tiny(int64_t steps) {
 // whose fused updates change parameters: a NaN in micro-batch 1 stops the step with no update.
 TEST(FusedStep, BreadthFirstNanLossStopsBeforeAnyUpdate) {
   RunConfig c = breadth_first_vit_tiny(3);
-  c.optimizer = "sgd";
+  c.optimizer = OptimizerKind::Sgd;
   c.debug_nan_at_step = 2;
   TrainerRun r(c);
   r->step();
@@ -293,7 +295,7 @@ TEST(FusedStep, RefusedCombinationsAreUsageErrors) {
   acc.micro_batch = 4;
   EXPECT_NE(message(acc).find("--fused-step with --micro-batch 4 < --batch 16 and no --checkpoint"), std::string::npos)
       << message(acc);
-  acc.checkpoint = "blocks";
+  acc.checkpoint = nn::CheckpointSpec::blocks();
   EXPECT_EQ(message(acc), "") << "breadth-first (BreadthFirstMicroBatchesMatchAccumulationBitwise)";
   acc.offload_activations = true;
   EXPECT_NE(message(acc).find("--fused-step with --micro-batch and --offload-activations"), std::string::npos)
@@ -302,11 +304,11 @@ TEST(FusedStep, RefusedCombinationsAreUsageErrors) {
   clip.clip = 1.0;
   EXPECT_EQ(message(clip), "") << "clipping runs a norm pass (ClipsThroughANormPass)";
   RunConfig scaled = c;
-  scaled.precision = "16-mixed";
+  scaled.precision = Precision::Mixed16;
   EXPECT_NE(message(scaled).find("--fused-step with --precision 16-mixed"), std::string::npos);
   EXPECT_NE(message(scaled).find("bf16-mixed"), std::string::npos);
   RunConfig ok = c;
-  ok.precision = "bf16-true";
-  ok.master_weights = "fp32";
+  ok.precision = Precision::TrueBf16;
+  ok.master_weights = MasterWeights::Fp32;
   EXPECT_EQ(message(ok), "");
 }

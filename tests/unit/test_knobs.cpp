@@ -62,10 +62,9 @@ TEST(Knobs, UnsetOrEmptyKeepsTheDefault) {
     EnvScope e("LEANTRAIN_GEMM_TUNE", "");
     EXPECT_FALSE(knob_on("LEANTRAIN_GEMM_TUNE"));
   }
-  EnvScope e("LEANTRAIN_BUCKET_MB", nullptr);
-  EXPECT_EQ(knob_int("LEANTRAIN_BUCKET_MB"), 25);
-  EXPECT_EQ(knob_seconds("LEANTRAIN_DIST_TIMEOUT"), 600.0);
-  EXPECT_EQ(knob_choice("LEANTRAIN_FSDP_GATHER"), "compute");
+  EnvScope e("LEANTRAIN_PEER_CHUNK_MB", nullptr);
+  EXPECT_EQ(knob_int("LEANTRAIN_PEER_CHUNK_MB"), 16);
+  EXPECT_EQ(knob_choice("LEANTRAIN_DISK_IO"), "uring");
 }
 
 TEST(Knobs, SwitchesTakeZeroOneAndTheirWords) {
@@ -84,38 +83,25 @@ TEST(Knobs, SwitchesTakeZeroOneAndTheirWords) {
 
 TEST(Knobs, IntegersAreWholeAndInRange) {
   {
-    EnvScope e("LEANTRAIN_BUCKET_MB", "50");
-    EXPECT_EQ(knob_int("LEANTRAIN_BUCKET_MB"), 50);
+    EnvScope e("LEANTRAIN_PEER_CHUNK_MB", "50");
+    EXPECT_EQ(knob_int("LEANTRAIN_PEER_CHUNK_MB"), 50);
   }
   for (const char* bad : {"25MB", "abc", "2.5", "0", "-1", "99999999999999999999"}) {
-    EnvScope e("LEANTRAIN_BUCKET_MB", bad);
-    const std::string msg = usage_error_of([] { knob_int("LEANTRAIN_BUCKET_MB"); });
-    EXPECT_NE(msg.find(std::string("LEANTRAIN_BUCKET_MB='") + bad + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[1, 4096]"), std::string::npos) << msg;
+    EnvScope e("LEANTRAIN_PEER_CHUNK_MB", bad);
+    const std::string msg = usage_error_of([] { knob_int("LEANTRAIN_PEER_CHUNK_MB"); });
+    EXPECT_NE(msg.find(std::string("LEANTRAIN_PEER_CHUNK_MB='") + bad + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[1, 1024]"), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
-  }
-}
-
-TEST(Knobs, SecondsArePositiveNumbers) {
-  {
-    EnvScope e("LEANTRAIN_DIST_TIMEOUT", "2.5");
-    EXPECT_EQ(knob_seconds("LEANTRAIN_DIST_TIMEOUT"), 2.5);
-  }
-  for (const char* bad : {"0", "-3", "ten", "5s", "inf"}) {
-    EnvScope e("LEANTRAIN_DIST_TIMEOUT", bad);
-    EXPECT_NE(usage_error_of([] { knob_seconds("LEANTRAIN_DIST_TIMEOUT"); }).find("not a positive number of seconds"),
-              std::string::npos)
-        << bad;
   }
 }
 
 TEST(Knobs, ChoicesAreOneOfTheirWords) {
   {
-    EnvScope e("LEANTRAIN_FSDP_GATHER", "f32");
-    EXPECT_EQ(knob_choice("LEANTRAIN_FSDP_GATHER"), "f32");
+    EnvScope e("LEANTRAIN_DISK_IO", "threads");
+    EXPECT_EQ(knob_choice("LEANTRAIN_DISK_IO"), "threads");
   }
-  EnvScope e("LEANTRAIN_FSDP_GATHER", "fp32");
-  EXPECT_NE(usage_error_of([] { knob_choice("LEANTRAIN_FSDP_GATHER"); }).find("not one of compute|f32"),
+  EnvScope e("LEANTRAIN_DISK_IO", "aio");
+  EXPECT_NE(usage_error_of([] { knob_choice("LEANTRAIN_DISK_IO"); }).find("not one of uring|threads"),
             std::string::npos);
 }
 
@@ -135,12 +121,12 @@ TEST(Knobs, TheEnvironmentCheckRefusesUnknownNamesAndBadValues) {
 }
 
 TEST(Knobs, ChangedOnesGoToTheHeaderAndTheMetrics) {
-  EnvScope a("LEANTRAIN_GEMM_GELU", "off"), b("LEANTRAIN_BUCKET_MB", "25"), c("LEANTRAIN_DISK_IO", "threads");
-  // BUCKET_MB is at its default: not listed. Values are canonical ("off" -> "0").
+  EnvScope a("LEANTRAIN_GEMM_GELU", "off"), b("LEANTRAIN_PEER_CHUNK_MB", "16"), c("LEANTRAIN_DISK_IO", "threads");
+  // PEER_CHUNK_MB is at its default: not listed. Values are canonical ("off" -> "0").
   bool gelu = false, bucket = false, disk = false;
   for (const auto& [name, value] : knobs_changed()) {
     gelu |= name == "LEANTRAIN_GEMM_GELU" && value == "0";
-    bucket |= name == "LEANTRAIN_BUCKET_MB";
+    bucket |= name == "LEANTRAIN_PEER_CHUNK_MB";
     disk |= name == "LEANTRAIN_DISK_IO" && value == "threads";
   }
   EXPECT_TRUE(gelu);
@@ -148,7 +134,18 @@ TEST(Knobs, ChangedOnesGoToTheHeaderAndTheMetrics) {
   EXPECT_TRUE(disk);
   EXPECT_NE(knobs_header().find("LEANTRAIN_GEMM_GELU=0"), std::string::npos) << knobs_header();
   EXPECT_NE(knobs_json().find("\"LEANTRAIN_DISK_IO\": \"threads\""), std::string::npos) << knobs_json();
-  EXPECT_NE(knobs_listing().find("LEANTRAIN_FSDP_GATHER"), std::string::npos);
+  EXPECT_NE(knobs_listing().find("LEANTRAIN_PEER_REDUCE"), std::string::npos);
+}
+
+TEST(Knobs, KnobsThatBecameFlagsNameTheirFlag) {
+  for (auto [entry, flag] : {std::pair{"LEANTRAIN_BUCKET_MB=50", "--bucket-mb"}, {"LEANTRAIN_DIST_TIMEOUT=5", "--dist-timeout"},
+                             {"LEANTRAIN_FSDP_GATHER=f32", "--fsdp-gather"}, {"LEANTRAIN_BUCKETS_IN_FLIGHT=4", "--buckets-in-flight"}}) {
+    std::string e = entry;
+    std::vector<char*> env = {e.data(), nullptr};
+    const std::string msg = usage_error_of([&] { check_knob_environment(env.data()); });
+    EXPECT_NE(msg.find("it is a flag now"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(flag), std::string::npos) << msg;
+  }
 }
 
 TEST(Knobs, NoneChangedMeansAnEmptyHeader) {

@@ -5,6 +5,8 @@
 // generation and a short training run.
 #include <gtest/gtest.h>
 
+#include "train/recipe_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -419,8 +421,8 @@ TEST(LlamaModel, PlanEqualsTheCpuRunsPeak) {
       c.steps = 2;
       c.eval_batches = 1;
       c.device = "cpu";
-      c.checkpoint = checkpoint;
-      c.precision = precision;
+      c.checkpoint = parse_checkpoint_flag(checkpoint);
+      c.precision = *choice_named<Precision>(precision);
       PlanResult p = plan_run(c, PlanOptions{"cpu"});
       const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
       RunResult r = train(c);

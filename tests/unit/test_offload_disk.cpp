@@ -186,7 +186,7 @@ using optim_test::same_bits;
 
 OffloadOptions options_for(const std::string& kind) {
   OffloadOptions o;
-  o.kind = kind;
+  o.kind = *choice_named<OptimizerKind>(kind);
   o.adamw.lr = 1e-2;
   o.adamw.weight_decay = 0.1;
   o.lion.lr = 3e-3;

@@ -52,7 +52,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 OffloadOptions options(const std::string& kind, int64_t bucket_bytes) {
   OffloadOptions o;
-  o.kind = kind;
+  o.kind = *choice_named<OptimizerKind>(kind);
   o.adamw.lr = 1e-2;
   o.adamw.weight_decay = 0.1;
   o.lion.lr = 3e-3;

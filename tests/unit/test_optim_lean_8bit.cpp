@@ -227,7 +227,7 @@ TEST(OptimAdamW8bit, StateBytesAreExact) {
   auto state_now = [&] { return alloc.stats().category[size_t(Category::OptimizerState)].current; };
   for (const char* name : {"adamw8bit", "lion8bit", "adamw", "lion"}) {
     OptimizerConfig c;
-    c.name = name;
+    c.kind = *choice_named<OptimizerKind>(name);
     auto opt = make_optimizer(c, {{ps, {}}});
     for (auto& [n, p] : ps) p.set_grad(grads_for(p, 1));
     const int64_t before = state_now();
@@ -263,7 +263,7 @@ TEST(OptimAdamW8bit, StateDictRoundTripThroughSafetensors) {
     auto run = [&](int resume_at) {
       auto ps = make_params();
       OptimizerConfig c;
-      c.name = name;
+      c.kind = *choice_named<OptimizerKind>(name);
       c.lr = 0.01;
       c.weight_decay = 0.1;
       auto opt = make_optimizer(c, decay_groups(ps));
@@ -297,7 +297,7 @@ TEST(OptimAdamW8bit, StateDictRoundTripThroughSafetensors) {
 TEST(OptimAdamW8bit, OptionAndStateErrors) {
   auto ps = make_params();
   OptimizerConfig c;
-  c.name = "adamw8bit";
+  c.kind = *choice_named<OptimizerKind>("adamw8bit");
   c.state_dtype = DType::BF16;
   EXPECT_THROW(make_optimizer(c, {{ps, {}}}), Error);
   AdamW8bitOptions o;
@@ -309,7 +309,7 @@ TEST(OptimAdamW8bit, OptionAndStateErrors) {
   auto adamw = make_optimizer(c, {{ps, {}}});
   for (auto& [n, p] : ps) p.set_grad(grads_for(p, 1));
   adamw->step();
-  c.name = "adamw8bit";
+  c.kind = *choice_named<OptimizerKind>("adamw8bit");
   EXPECT_THROW(make_optimizer(c, {{make_params(), {}}})->load_state_dict(adamw->state_dict()), Error);
   auto q8 = make_optimizer(c, {{ps, {}}});
   q8->step();

@@ -35,7 +35,7 @@ std::vector<Shape> many_shapes() {  // more tensors than one launch table holds 
 
 OptimizerConfig cfg(const char* name, double lr, std::optional<DType> state = {}, int64_t min_8bit_size = 4096) {
   OptimizerConfig c;
-  c.name = name;
+  c.kind = *choice_named<OptimizerKind>(name);
   c.lr = lr;
   c.weight_decay = 0.05;
   c.state_dtype = state;
@@ -152,7 +152,7 @@ TEST_P(OptimLeanBackends, MatchesCpu) {
     ASSERT_TRUE(got.tensors.count(key)) << key;
     const auto& have = got.tensors.at(key);
     const bool quantised_codes = key.ends_with("exp_avg") || key.ends_with("exp_avg_sq");
-    if (c.cfg.name.find("8bit") != std::string::npos && quantised_codes &&
+    if (is_eight_bit(c.cfg.kind) && quantised_codes &&
         cpu.tensors.at(key + "_absmax").size() > 0) {
       expect_matches(have, want, 0, 1, key);  // codes: at most one position apart
     } else if (key.ends_with("_absmax")) {

@@ -77,7 +77,7 @@ double train(const OptimizerConfig& c) {
 
 OptimizerConfig config(const char* name, double lr) {
   OptimizerConfig c;
-  c.name = name;
+  c.kind = *choice_named<OptimizerKind>(name);
   c.lr = lr;
   c.weight_decay = 0.01;
   return c;

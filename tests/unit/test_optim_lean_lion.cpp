@@ -111,7 +111,7 @@ TEST(OptimLion, FactoryAndStateDictResume) {
   auto run = [](int resume_at) {
     auto ps = make_params(DType::F32);
     OptimizerConfig c;
-    c.name = "lion";
+    c.kind = *choice_named<OptimizerKind>("lion");
     c.lr = 0.02;
     c.weight_decay = 0.1;
     c.state_dtype = DType::BF16;

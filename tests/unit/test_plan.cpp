@@ -50,7 +50,7 @@ TEST(Plan, CpuPlanEqualsTheCpuRunsPeak) {
 TEST(Plan, SeveralCudaDevicesAddNcclBuffers) {
   RunConfig c = tiny_vit();
   c.devices = 2;
-  c.strategy = "ddp";
+  c.strategy = StrategyKind::Ddp;
   c.batch = 4;
   PlanResult p = plan_run(c);
   // ddp adds the copy-engine all-reduce's two inboxes of 2 x 16 MiB and its 4 flags.
@@ -59,9 +59,9 @@ TEST(Plan, SeveralCudaDevicesAddNcclBuffers) {
   EXPECT_EQ(p.nccl_bytes, kNcclBytes + peer);
   EXPECT_EQ(p.total_needed(), p.peak_reserved + p.context_bytes + kNcclBytes + peer);
   EXPECT_NE(plan_text(p).find("NCCL buffers (per rank)"), std::string::npos);
-  c.strategy = "fsdp";  // no all-reduce of buckets: NCCL's buffers only
+  c.strategy = StrategyKind::Fsdp;  // no all-reduce of buckets: NCCL's buffers only
   EXPECT_EQ(plan_run(c).nccl_bytes, kNcclBytes);
-  c.strategy = "zero1";
+  c.strategy = StrategyKind::Zero1;
   ::setenv("LEANTRAIN_PEER_REDUCE", "0", 1);  // switched off: NCCL reduces every bucket
   EXPECT_EQ(dist::peer_reduce_bytes(2), 0);
   EXPECT_EQ(plan_run(c).nccl_bytes, kNcclBytes);
@@ -98,7 +98,7 @@ TEST(Plan, FsdpKeepsAnUntiedTableAndHeadOnTheirOwnersOnly) {
   c.eval_batches = 1;
   c.device = "cpu";
   c.devices = 2;
-  c.strategy = "fsdp";
+  c.strategy = StrategyKind::Fsdp;
   const int64_t table = 4096 * 64 * 4;  // f32, as the head
   auto params_at_end = [&](int rank) {
     PlanOptions o;
@@ -222,9 +222,9 @@ TEST(Plan, CostModelOrdersTheKnobs) {
   EXPECT_DOUBLE_EQ(t(b), 1.0);
   RunConfig mb = b, bf = b, st = b, q = b, fu = b;
   mb.micro_batch = 1;
-  bf.precision = "bf16-mixed";
-  st.state_dtype = "bf16";
-  q.optimizer = "adamw8bit";
+  bf.precision = Precision::MixedBf16;
+  st.state_dtype = StateDtype::Bf16;
+  q.optimizer = OptimizerKind::AdamW8bit;
   fu.fused_step = true;
   EXPECT_GT(t(b, m.forward_flops / 3), 1.0);  // recomputing a third of the forward
   EXPECT_GT(t(b, m.forward_flops / 3), t(b, m.forward_flops / 6));
@@ -269,7 +269,7 @@ TEST(Plan, CheckpointOrderIsByBytesSavedPerFlop) {
   double blocks = 0;
   for (const std::string& b : p.blocks) blocks += p.module_flops.at(b);
   EXPECT_GT(p.forward_flops, blocks);
-  EXPECT_EQ(p.spec(0), "none");
+  EXPECT_FALSE(p.spec(0).on());
   // Each prefix is a runnable --checkpoint: the plan accepts it, and the predicted activation
   // peak falls (or stays) as more is checkpointed.
   int64_t prev = std::numeric_limits<int64_t>::max();
@@ -278,11 +278,11 @@ TEST(Plan, CheckpointOrderIsByBytesSavedPerFlop) {
     ck.batch = 64;
     ck.checkpoint = p.spec(k);
     PlanResult r = plan_run(ck, PlanOptions{"cpu"});
-    EXPECT_LE(r.peak_allocated, prev) << ck.checkpoint;
+    EXPECT_LE(r.peak_allocated, prev) << ck.checkpoint.text;
     prev = r.peak_allocated;
     if (k == p.order.size() && kinds.size() > 1)
-      EXPECT_NE(ck.checkpoint.find("encoder"), std::string::npos) << ck.checkpoint;
-    if (k == p.order.size() && kinds.size() == 1) EXPECT_EQ(ck.checkpoint, "blocks");
+      EXPECT_NE(ck.checkpoint.text.find("encoder"), std::string::npos) << ck.checkpoint.text;
+    if (k == p.order.size() && kinds.size() == 1) EXPECT_EQ(ck.checkpoint, nn::CheckpointSpec::blocks());
   }
   // Checkpointing the first unit in every block frees what the profile measured, per sample.
   RunConfig none = c, first = c;
@@ -305,8 +305,8 @@ TEST(Plan, BudgetSearchTradesComputeForMemory) {
   ASSERT_GE(loose.chosen, 0);
   const FitCandidate& l = loose.candidates[size_t(loose.chosen)];
   EXPECT_EQ(loose.plans, 1);  // the cheapest candidate fits: nothing costlier is planned
-  EXPECT_EQ(l.config.optimizer, "adamw");
-  EXPECT_EQ(l.config.state_dtype, "auto");  // state precision only when needed
+  EXPECT_EQ(l.config.optimizer, OptimizerKind::AdamW);
+  EXPECT_EQ(l.config.state_dtype, StateDtype::Auto);  // state precision only when needed
   EXPECT_EQ(l.units, 0u);
   // A budget equal to the need fits.
   EXPECT_EQ(fit_budget(b, l.total_needed, o).plans, 1);
@@ -354,10 +354,10 @@ TEST(Plan, BudgetSearchTradesComputeForMemory) {
 TEST(Plan, BudgetSearchWeighsSelective) {
   RunConfig b = tiny_vit();
   b.batch = 256;
-  b.precision = "bf16-true";
+  b.precision = Precision::TrueBf16;
   const PlanOptions cpu{"cpu"};
   RunConfig sel = b;
-  sel.checkpoint = "selective";
+  sel.checkpoint = nn::CheckpointSpec::selective();
   const int64_t none_need = plan_run(b, cpu).total_needed(), sel_need = plan_run(sel, cpu).total_needed();
   // The blocks recompute their norms and GELU without checkpointing, so selective (which keeps
   // the projections' outputs) may need more than nothing checkpointed: a budget below both.
@@ -367,8 +367,8 @@ TEST(Plan, BudgetSearchWeighsSelective) {
   const FitCandidate& chosen = f.candidates[size_t(f.chosen)];
   const FitCandidate* s = nullptr;
   for (const FitCandidate& c : f.candidates)
-    if (c.config.checkpoint == "selective" && c.config.precision == "bf16-true" && c.config.micro_batch == 0 &&
-        c.config.optimizer == "adamw" && c.config.state_dtype == "auto" && !c.config.fused_step)
+    if (c.config.checkpoint.mode == nn::CheckpointSpec::Mode::Selective && c.config.precision == Precision::TrueBf16 && c.config.micro_batch == 0 &&
+        c.config.optimizer == OptimizerKind::AdamW && c.config.state_dtype == StateDtype::Auto && !c.config.fused_step)
       s = &c;
   ASSERT_NE(s, nullptr) << fit_table(f);
   EXPECT_TRUE(s->planned) << fit_table(f);
@@ -407,9 +407,9 @@ TEST(Plan, BudgetSearchWeighsDevicesAndStrategies) {
     if (need > largest) largest = need, worst = rank;
   }
   EXPECT_EQ(k.total_needed, largest);
-  if (k.config.strategy != "ddp") EXPECT_EQ(k.worst_rank, worst);
+  if (k.config.strategy != StrategyKind::Ddp) EXPECT_EQ(k.worst_rank, worst);
   const std::string cmd = command_line(k.config);
-  EXPECT_NE(cmd.find("--devices 2 --strategy " + k.config.strategy), std::string::npos) << cmd;
+  EXPECT_NE(cmd.find("--devices 2 --strategy " + name_of(k.config.strategy)), std::string::npos) << cmd;
   EXPECT_NE(fit_table(all).find("gpus/strategy"), std::string::npos);
   EXPECT_NE(fit_json(all).find("\"devices\": 2"), std::string::npos);
   // Every rank of a run on more GPUs does less work: on a batch whose halves still make large
@@ -430,12 +430,12 @@ TEST(Plan, BudgetSearchWeighsDevicesAndStrategies) {
 TEST(Plan, StatePrecisionOnlyWhenNeeded) {
   RunConfig b = tiny_vit();
   b.batch = 1;  // activations small, so parameters, gradients and state dominate
-  b.precision = "bf16-true";
+  b.precision = Precision::TrueBf16;
   const PlanOptions cpu{"cpu"};  // exact bytes, no segments or context
   FitResult g = fit_budget(b, int64_t(1) << 40, cpu);
   const FitCandidate& gc = g.candidates[size_t(g.chosen)];
-  EXPECT_EQ(gc.config.optimizer, "adamw");
-  EXPECT_EQ(gc.config.state_dtype, "auto");
+  EXPECT_EQ(gc.config.optimizer, OptimizerKind::AdamW);
+  EXPECT_EQ(gc.config.state_dtype, StateDtype::Auto);
   // The leanest need with the user's AdamW state: fused step, each checkpoint prefix, with and
   // without --offload-activations.
   const CheckpointProfile p = profile_model(b);
@@ -452,7 +452,7 @@ TEST(Plan, StatePrecisionOnlyWhenNeeded) {
   FitResult t = fit_budget(b, lean - 1, cpu);
   ASSERT_GE(t.chosen, 0);
   const FitCandidate& tc = t.candidates[size_t(t.chosen)];
-  EXPECT_EQ(tc.config.optimizer, "adamw8bit") << command_line(tc.config);
+  EXPECT_EQ(tc.config.optimizer, OptimizerKind::AdamW8bit) << command_line(tc.config);
   EXPECT_EQ(tc.state, "8-bit");
   EXPECT_LE(tc.total_needed, lean - 1);
   EXPECT_EQ(plan_run(tc.config, cpu).total_needed(), tc.total_needed);

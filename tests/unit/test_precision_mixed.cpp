@@ -120,7 +120,7 @@ TEST(PrecisionMixed, AutocastIsOffOutsideTheGuardAndNests) {
 TEST(PrecisionMixed, OverflowSkipsTheStepAndHalvesTheScale) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "16-mixed";
+  c.precision = Precision::Mixed16;
   TrainerRun r(c);
   LossScaleHook* hook = scaler_of(*r);
   ASSERT_NE(hook, nullptr);
@@ -163,7 +163,7 @@ TEST(PrecisionMixed, OverflowSkipsTheStepAndHalvesTheScale) {
 TEST(PrecisionMixed, TrainerRunsBf16MixedWithoutAScaler) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "bf16-mixed";
+  c.precision = Precision::MixedBf16;
   c.eval_batches = 1;
   TrainerRun r(c);
   EXPECT_EQ(scaler_of(*r), nullptr);  // bf16 has f32's range: no scaler
@@ -189,7 +189,7 @@ TEST(PrecisionMixed, TrainerRunsBf16MixedWithoutAScaler) {
 TEST(PrecisionMixed, ScaleIsCheckpointedAndResumeIsExact) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "16-mixed";
+  c.precision = Precision::Mixed16;
   RunResult straight = train(c);
   ASSERT_EQ(straight.losses.size(), 4u);
   for (double l : straight.losses) EXPECT_TRUE(std::isfinite(l));

@@ -2,6 +2,9 @@
 // are exact: each tensor is charged what the allocator charges (512-byte rounding).
 #include <gtest/gtest.h>
 
+#include "train/recipe_table.h"
+#include "unit/error_of.h"
+
 #include <cmath>
 
 #include "leantrain/ops.h"
@@ -30,8 +33,8 @@ int64_t largest(const std::vector<Tensor>& ps) {
 TEST(PrecisionTrue, Bf16TrueWithMasterWeightsKeepsF32CopiesAsOptimizerState) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "bf16-true";
-  c.master_weights = "fp32";
+  c.precision = Precision::TrueBf16;
+  c.master_weights = MasterWeights::Fp32;
   const int64_t p0 = category_current(Category::Parameter), s0 = category_current(Category::OptimizerState);
   TrainerRun r(c);
   std::vector<Tensor> params = r->model().parameters();
@@ -66,7 +69,7 @@ TEST(PrecisionTrue, Bf16TrueWithMasterWeightsKeepsF32CopiesAsOptimizerState) {
 TEST(PrecisionTrue, Bf16TrueWithoutMasterHasNoF32ParametersOrGradients) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "bf16-true";
+  c.precision = Precision::TrueBf16;
   const int64_t p0 = category_current(Category::Parameter), s0 = category_current(Category::OptimizerState);
   TrainerRun r(c);
   std::vector<Tensor> params = r->model().parameters();
@@ -119,8 +122,8 @@ TEST(PrecisionTrue, MasterWeightsKeepUpdatesThat16BitWouldRoundAway) {
 TEST(PrecisionTrue, MasterWeightsRoundTripAndResumeIsExact) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "bf16-true";
-  c.master_weights = "fp32";
+  c.precision = Precision::TrueBf16;
+  c.master_weights = MasterWeights::Fp32;
   RunResult straight = train(c);
   RunConfig first = c;
   first.stop_at = 2;
@@ -146,7 +149,7 @@ TEST(PrecisionTrue, MasterWeightsRoundTripAndResumeIsExact) {
 
   // Resuming those master copies without master weights is refused, naming the flag.
   RunConfig plain = c;
-  plain.master_weights = "none";
+  plain.master_weights = MasterWeights::None;
   plain.resume = first.save;
   try {
     train(plain);
@@ -160,7 +163,7 @@ TEST(PrecisionTrue, MasterWeightsRoundTripAndResumeIsExact) {
 TEST(PrecisionTrue, F16TrueWarnsAndANanLossIsAClearError) {
   TempDir tmp;
   RunConfig c = tiny_gpt(tmp.path);
-  c.precision = "16-true";
+  c.precision = Precision::True16;
   c.debug_nan_at_step = 2;
   std::vector<std::string> messages;
   RunObserver obs;
@@ -187,15 +190,16 @@ TEST(PrecisionTrue, BadPrecisionFlagsAreUsageErrors) {
     }
     return "";
   };
-  c.precision = "fp16";
-  EXPECT_NE(message(c).find("unknown precision 'fp16'"), std::string::npos);
-  c.precision = "32-true";
-  c.master_weights = "fp32";
+  const std::string unknown = test::error_of([&] { set_choice(*recipe_field("--precision"), c, "fp16"); });
+  EXPECT_NE(unknown.find("--precision fp16"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("32-true, 16-mixed, bf16-mixed, 16-true or bf16-true"), std::string::npos) << unknown;
+  c.precision = Precision::True32;
+  c.master_weights = MasterWeights::Fp32;
   EXPECT_NE(message(c).find("already f32"), std::string::npos);
-  c.precision = "bf16-mixed";
+  c.precision = Precision::MixedBf16;
   EXPECT_NE(message(c).find("already f32"), std::string::npos);
-  c.precision = "bf16-true";
+  c.precision = Precision::TrueBf16;
   EXPECT_EQ(message(c), "");
-  c.master_weights = "fp16";
-  EXPECT_NE(message(c).find("--master-weights fp16"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { set_choice(*recipe_field("--master-weights"), c, "fp16"); }).find("--master-weights fp16"),
+            std::string::npos);
 }

@@ -5,6 +5,8 @@
 // save/load round trip with bit-identical logits, and the plan of a quantised run to the byte.
 #include <gtest/gtest.h>
 
+#include "train/recipe_table.h"
+
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -214,7 +216,7 @@ TEST(QuantNf4Module, SaveWritesBitsandbytesTensorsAndLoadsBackBitIdentical) {
 }
 
 TEST(QuantNf4Module, PlanOfAQuantisedRunIsTheCpuRunsPeak) {
-  for (const char* precision : {"32-true", "bf16-true"}) {
+  for (Precision precision : {Precision::True32, Precision::TrueBf16}) {
     RunConfig c;
     c.model = "llama-tiny";
     c.data = "synthetic";
@@ -223,20 +225,24 @@ TEST(QuantNf4Module, PlanOfAQuantisedRunIsTheCpuRunsPeak) {
     c.steps = 2;
     c.eval_batches = 1;
     c.device = "cpu";
-    c.checkpoint = "blocks";
+    c.checkpoint = nn::CheckpointSpec::blocks();
     c.precision = precision;
-    c.quantize = "nf4";
+    c.quantize = QuantizeKind::Nf4;
     PlanResult p = plan_run(c, PlanOptions{"cpu"});
     const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
     RunResult r = train(c);
-    EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << precision;
+    EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << name_of(precision);
   }
 }
 
 TEST(QuantNf4Module, UnknownQuantisationIsAUsageError) {
-  EXPECT_NO_THROW(check_quantize_flag("nf4"));
-  EXPECT_NO_THROW(check_quantize_flag("none"));
-  EXPECT_NE(error_of([] { check_quantize_flag("int8"); }).find("--quantize int8"), std::string::npos);
+  RunConfig c;
+  const RecipeField& f = *recipe_field("--quantize");
+  EXPECT_NO_THROW(set_choice(f, c, "nf4"));
+  EXPECT_EQ(c.quantize, QuantizeKind::Nf4);
+  EXPECT_NO_THROW(set_choice(f, c, "none"));
+  EXPECT_THROW(set_choice(f, c, "int8"), UsageError);
+  EXPECT_NE(error_of([&] { set_choice(f, c, "int8"); }).find("--quantize int8: the choices are none or nf4"), std::string::npos);
 }
 
 // The fused dequantisation (what nf4_linear runs) gives the bits of the two-step one, for partial

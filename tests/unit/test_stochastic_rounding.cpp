@@ -113,7 +113,7 @@ TEST(StochasticRounding, SpecialAndRepresentableValuesUnchanged) {
 
 OptimizerConfig opt_cfg(const std::string& name, double lr, bool sr, uint64_t seed = 1) {
   OptimizerConfig c;
-  c.name = name;
+  c.kind = *choice_named<OptimizerKind>(name);
   c.lr = lr;
   c.weight_decay = 0;
   c.stochastic_rounding = sr;

@@ -74,7 +74,7 @@ TEST(TrainCli, FlagsFillTheConfig) {
   EXPECT_EQ(cfg.batch, 32);
   EXPECT_EQ(cfg.micro_batch, 8);
   EXPECT_DOUBLE_EQ(cfg.lr, 3e-4);
-  EXPECT_EQ(cfg.optimizer, "sgd");
-  EXPECT_EQ(cfg.schedule, "constant");
+  EXPECT_EQ(cfg.optimizer, OptimizerKind::Sgd);
+  EXPECT_EQ(cfg.schedule, ScheduleKind::Constant);
   EXPECT_EQ(cfg.epochs, RunConfig{}.epochs);  // untouched flags keep their defaults
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "leantrain/train.h"
+#include "train/assemble.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
@@ -43,20 +44,22 @@ inline RunConfig tiny_gpt(const std::filesystem::path& dir) {
   c.steps = 4;
   c.lr = 3e-3;
   c.warmup = 0;
-  c.schedule = "constant";
+  c.schedule = ScheduleKind::Constant;
   c.eval_batches = 1;
   c.device = "cpu";
   return c;
 }
 
-// A task and its trainer (started), for tests that look inside a step.
+// A run as train() assembles it (train/assemble.h: task, checkpointing, trainer and its hooks),
+// started, for tests that look inside a step.
 struct TrainerRun {
   std::unique_ptr<Task> task;
   std::unique_ptr<Trainer> trainer;
   explicit TrainerRun(const RunConfig& c) {
     validate(c);
-    task = make_task(c, Device::cpu());
-    trainer = std::make_unique<Trainer>(c, *task);
+    AssembledRun run = assemble_run(c, Device::cpu());
+    task = std::move(run.task);
+    trainer = std::move(run.trainer);
     trainer->start();
   }
   Trainer& operator*() { return *trainer; }
