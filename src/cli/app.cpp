@@ -12,7 +12,7 @@
 #include "cli/cli.h"
 #include "core/knobs.h"
 #include "dist/rank_supervisor.h"
-#include "dist/session.h"
+#include "train/job_session.h"
 #include "leantrain/plan.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -134,7 +134,7 @@ int dispatch(int argc, char** argv) {
     // --devices N in a process no launcher started: this process becomes the launcher.
     if (tcfg.devices > 1 && dist::launch_info().world_size == 1) {
       validate(tcfg);
-      return dist::launch_local(int(tcfg.devices), tcfg.device, argc, argv);
+      return launch_local(int(tcfg.devices), tcfg.device, argc, argv);
     }
     check_output_file("--metrics-json", x.metrics_json, true);  // before the run, not after it
     try {

@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "cli/cli.h"
-#include "dist/session.h"
+#include "train/job_session.h"
 #include "leantrain/data.h"
 #include "leantrain/plan.h"
 #include "leantrain/models.h"
@@ -96,7 +96,7 @@ void add_train_flags(CLI::App& cmd, RunConfig& c) {
 
 int run_train(RunConfig cfg, RunResult* result) {
   validate(cfg);
-  dist::Session session(cfg);  // joins an mpirun / torchrun / SLURM job; ranks > 0 stay quiet
+  JobSession session(cfg);  // joins an mpirun / torchrun / SLURM job; ranks > 0 stay quiet
   std::FILE* out = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(nullptr, &std::fclose);
   if (session.rank() != 0) quiet.reset(std::fopen("/dev/null", "w")), out = quiet ? quiet.get() : stdout;

@@ -534,7 +534,7 @@ std::vector<NamedTensor> owned_parameters(const RunConfig& cfg, nn::Module& mode
 void install_strategy(Trainer& t) {
   const RunConfig& c = t.config();
   if (world().size() == 1) return;
-  // meta: a plan replaying a rank; cuda: NCCL's world (dist::Session made it).
+  // meta: a plan replaying a rank; cuda: NCCL's world (JobSession made it, train/job_session.h).
   if (t.device().is_cuda() && std::string(world().name()) != "nccl")
     throw UsageError("--strategy " + name_of(c.strategy) + " on " + t.device().str() + " with the " + world().name() + " communicator",
                      "CUDA ranks exchange device memory through NCCL", "launch with torchrun or leantrain train --devices N");

@@ -26,7 +26,7 @@
 #include "leantrain/dist.h"
 #include "leantrain/nn.h"
 #include "leantrain/optim.h"
-#include "leantrain/train.h"
+#include "leantrain/recipe.h"
 
 namespace lt {
 class Trainer;

@@ -14,7 +14,7 @@
 
 #include "leantrain/models.h"
 #include "leantrain/nn.h"
-#include "leantrain/train.h"
+#include "leantrain/recipe.h"
 
 namespace lt::dist {
 

@@ -1,5 +1,5 @@
-// dist::Session and launch_local (session.h).
-#include "dist/session.h"
+// JobSession and launch_local (job_session.h).
+#include "train/job_session.h"
 
 #include "dist/rank_supervisor.h"
 #include "dist/tcp_listen.h"
@@ -21,7 +21,9 @@
 #include "leantrain/cuda_info.h"
 #include "leantrain/device.h"
 
-namespace lt::dist {
+namespace lt {
+
+using namespace dist;  // launch_info, world(), the communicators
 
 namespace {
 
@@ -76,7 +78,7 @@ void per_rank_outputs(RunConfig& cfg, int rank) {
 
 }  // namespace
 
-Session::Session(RunConfig& cfg) : info_(launch_info()) {
+JobSession::JobSession(RunConfig& cfg) : info_(launch_info()) {
   set_timeout_seconds(cfg.dist_timeout);
   if (info_.world_size == 1) return;
   check_world_fits(cfg, info_.world_size);
@@ -112,7 +114,7 @@ Session::Session(RunConfig& cfg) : info_(launch_info()) {
   per_rank_outputs(cfg, info_.rank);
 }
 
-Session::~Session() { set_world(nullptr); }
+JobSession::~JobSession() { set_world(nullptr); }
 
 namespace {
 
@@ -227,4 +229,4 @@ int launch_local(int devices, const std::string& device, int argc, char** argv) 
   return rc;
 }
 
-}  // namespace lt::dist
+}  // namespace lt
