@@ -156,31 +156,81 @@ ChatText ChatTemplate::prefix_difference(const OrderedJson& messages, const Chat
   for (size_t i = 0; i < messages.size(); ++i) {
     const OrderedJson& m = messages[i];
     if (!m.is_object() || m.value("role", "") != "assistant") continue;
-    // Start: the end of the generation prompt that precedes this message.
+    // Start: the end of the generation prompt that precedes this message, when that prompt is a
+    // prefix of the whole. Else (Qwen3 prompts with an empty think block under
+    // enable_thinking=false that earlier turns do not keep, and re-renders earlier turns without
+    // their thinking once a later user message exists) the end of the last copy of the prompt's
+    // own text, or of its first line ("<|im_start|>assistant\n"), before the message's content.
     OrderedJson before = OrderedJson::array();
     for (size_t k = 0; k < i; ++k) before.push_back(messages[k]);
-    const std::string prompt = render_with(before, opt, true).text;
-    LT_CHECK(out.text.compare(0, prompt.size(), prompt) == 0, where,
-             "message " + std::to_string(i) + ": the conversation rendered up to its generation prompt is not a prefix of the whole conversation",
+    const std::string prompt_text = render_with(before, opt, true).text;
+    const std::string plain = render_with(before, opt, false).text;
+    const size_t floor = out.assistant.empty() ? 0 : out.assistant.back().second;
+    size_t start = std::string::npos;
+    if (out.text.compare(0, prompt_text.size(), prompt_text) == 0) {
+      start = prompt_text.size();
+    } else if (m.contains("content") && m["content"].is_string() && prompt_text.compare(0, plain.size(), plain) == 0) {
+      OrderedJson marked = messages;
+      marked[i]["content"] = "\xEE\x80\x80" + m["content"].get<std::string>();
+      const std::string other = render_with(marked, opt, false).text;
+      size_t content_start = 0;
+      while (content_start < out.text.size() && content_start < other.size() && out.text[content_start] == other[content_start])
+        ++content_start;
+      if (other.compare(content_start, 3, "\xEE\x80\x80") != 0) {
+        // The content's head is not rendered as given (Qwen3 moves "<think>...</think>" out of
+        // it): bound the search by where its end is instead.
+        OrderedJson tail = messages;
+        tail[i]["content"] = m["content"].get<std::string>() + "\xEE\x80\x80";
+        const std::string t2 = render_with(tail, opt, false).text;
+        content_start = 0;
+        while (content_start < out.text.size() && content_start < t2.size() && out.text[content_start] == t2[content_start])
+          ++content_start;
+      }
+      const std::string header = prompt_text.substr(plain.size());
+      for (const std::string& cand : {header, header.substr(0, header.find('\n') + 1)}) {
+        if (cand.empty() || cand.size() > content_start) continue;
+        const size_t at = out.text.rfind(cand, content_start - cand.size());
+        if (at != std::string::npos && at >= floor) {
+          start = at + cand.size();
+          break;
+        }
+      }
+    }
+    LT_CHECK(start != std::string::npos && start >= floor, where,
+             "message " + std::to_string(i) +
+                 ": the conversation rendered up to its generation prompt is not a prefix of the whole conversation, and the prompt's header is not found before the message",
              fix);
-    // The end of its content: where a marker appended to the content shows up in the rendering.
+    const std::string prompt = out.text.substr(0, start);
+    // The end of its content: where appending a marker to the content first changes the rendering.
     size_t content_end = prompt.size();
     if (m.contains("content") && m["content"].is_string()) {
       OrderedJson marked = messages;
-      marked[i]["content"] = m["content"].get<std::string>() + "\xEE\x80\x80";  // U+E000
+      marked[i]["content"] = m["content"].get<std::string>() + "\xEE\x80\x80";  // U+E000, private use
       const std::string other = render_with(marked, opt, false).text;
       size_t d = 0;
       while (d < out.text.size() && d < other.size() && out.text[d] == other[d]) ++d;
-      LT_CHECK(d < other.size() && other.compare(d, 3, "\xEE\x80\x80") == 0 && d >= prompt.size(), where,
+      LT_CHECK(d >= prompt.size(), where,
                "message " + std::to_string(i) + ": its content does not appear after its generation prompt", fix);
       content_end = d;
     }
-    // End: the end-of-turn token after the content (tool calls sit between the two).
+    // End: the end-of-turn token that closes the turn. Where the conversation up to this message
+    // renders as a prefix of the whole, the last one inside that prefix; else (templates that
+    // re-render earlier turns, as Qwen3 drops their thinking) the first one after the content.
+    OrderedJson through = before;
+    through.push_back(m);
+    const std::string upto = render_with(through, opt, false).text;
     size_t end = std::string::npos, eot_len = 0;
-    for (const std::string& e : end_of_turn_) {
-      const size_t at = out.text.find(e, content_end);
-      if (at != std::string::npos && at < end) end = at, eot_len = e.size();
-    }
+    if (out.text.compare(0, upto.size(), upto) == 0)
+      for (const std::string& e : end_of_turn_) {
+        const size_t at = upto.rfind(e);
+        if (at != std::string::npos && at >= content_end && (end == std::string::npos || at + e.size() > end + eot_len))
+          end = at, eot_len = e.size();
+      }
+    if (end == std::string::npos)
+      for (const std::string& e : end_of_turn_) {
+        const size_t at = out.text.find(e, content_end);
+        if (at != std::string::npos && at < end) end = at, eot_len = e.size();
+      }
     LT_CHECK(end != std::string::npos, where,
              "message " + std::to_string(i) + ": no end-of-turn token follows the assistant's text", fix);
     out.assistant.emplace_back(prompt.size(), end + eot_len);

@@ -200,6 +200,14 @@ Value get_attr(const Value& obj, const std::string& name) {
                                       "lower", "title", "capitalize", "replace", "join", "find", "count"};
       for (const char* m : methods)
         if (name == m) return str_method(obj.s, name);
+      static const char* unsupported[] = {"casefold", "center", "encode", "expandtabs", "format", "format_map", "index",
+                                          "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
+                                          "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper",
+                                          "ljust", "maketrans", "partition", "removeprefix", "removesuffix", "rfind",
+                                          "rindex", "rjust", "rpartition", "rsplit", "splitlines", "swapcase",
+                                          "translate", "zfill"};
+      for (const char* m : unsupported)
+        if (name == m) throw RenderError("the string method '" + name + "' is not supported");
       return Value::undefined("'str object' has no attribute '" + name + "'");
     }
     case Kind::List: case Kind::Tuple:

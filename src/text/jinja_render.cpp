@@ -9,6 +9,7 @@
 #include "text/jinja_error.h"
 #include "text/jinja_filters.h"
 #include "text/jinja_ops.h"
+#include "text/json_read.h"
 
 namespace lt::text::jinja {
 
@@ -341,7 +342,7 @@ Template::Template(const std::string& source, std::string name) : name_(std::mov
   try {
     body_ = parse(source);
   } catch (const RenderError& e) {
-    fail("chat template " + name_, e.what(),
+    fail("chat template " + name_, printable(e.what()),
          "docs/user-guide.md (Chat templates) lists the Jinja leantrain renders; fix the template or pass another");
   }
   has_generation_ = any_generation(body_);
@@ -379,10 +380,10 @@ RenderResult Template::render(const Dict& vars, std::time_t now) const {
   try {
     in.exec(body_, top, r.text);
   } catch (const TemplateRaised& e) {
-    throw TemplateException("chat template " + name_ + " raised an exception at line " + std::to_string(in.line), e.what(),
+    throw TemplateException("chat template " + name_ + " raised an exception at line " + std::to_string(in.line), printable(e.what()),
                             "the conversation breaks a rule of the model's template; change the conversation");
   } catch (const RenderError& e) {
-    fail("chat template " + name_, "line " + std::to_string(in.line) + ": " + e.what(),
+    fail("chat template " + name_, "line " + std::to_string(in.line) + ": " + printable(e.what()),
          "docs/user-guide.md (Chat templates) lists the Jinja leantrain renders; check the conversation against the template");
   }
   r.generation = std::move(in.generation);

@@ -34,6 +34,7 @@ TEST(ChatTemplateReference, RandomConversationsMatchJinja2) {
   ASSERT_GE(cases.size(), 5000u);
   std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
   std::map<std::string, int> checked;
+  int spans_checked = 0;
   for (size_t k = 0; k < cases.size(); ++k) {
     const OrderedJson& c = cases[k];
     const std::string name = c["template"].get<std::string>();
@@ -62,8 +63,30 @@ TEST(ChatTemplateReference, RandomConversationsMatchJinja2) {
     }
     ASSERT_EQ(got, want) << where << "\n" << lt_test::first_difference(want, got);
     ++checked[name];
+    // Training: the same text, and one span per assistant message, each closed by an end of turn.
+    if (opt.add_generation_prompt) continue;
+    lt::text::ChatText tr;
+    try {
+      tr = t->render_for_training(c["messages"], opt);
+    } catch (const lt::Error& e) {
+      FAIL() << where << "\nrender_for_training failed: " << e.what();
+    }
+    ASSERT_EQ(tr.text, want) << where;
+    size_t assistants = 0;
+    for (const auto& m : c["messages"]) assistants += m["role"] == "assistant";
+    ASSERT_EQ(tr.assistant.size(), assistants) << where;
+    for (size_t s = 0; s < tr.assistant.size(); ++s) {
+      const auto [b, e] = tr.assistant[s];
+      ASSERT_TRUE(b < e && e <= want.size() && (s == 0 || tr.assistant[s - 1].second <= b)) << where;
+      bool closed = false;
+      for (const std::string& eot : t->end_of_turn())
+        closed = closed || (e >= eot.size() && want.compare(e - eot.size(), eot.size(), eot) == 0);
+      ASSERT_TRUE(closed) << where << "\nspan " << s << ": " << OrderedJson(want.substr(b, e - b)).dump();
+    }
+    ++spans_checked;
   }
   for (const char* name : {"llama3", "qwen3", "gemma3", "zephyr", "smollm2"}) EXPECT_EQ(checked[name], 1000) << name;
+  EXPECT_GT(spans_checked, 2000);
 }
 
 TEST(ChatTemplateReference, ConstructsMatchJinja2) {
