@@ -153,7 +153,19 @@ struct Parser {
   ExprPtr pow_expr() { return binary_level(&Parser::unary_filtered, {"**"}); }
   ExprPtr unary_filtered() { return unary(true); }
 
+  // Nesting depth of expressions and blocks: a hostile template must not exhaust the stack.
+  int depth = 0;
+  static constexpr int kMaxDepth = 200;
+  struct Deeper {
+    Parser& ps;
+    explicit Deeper(Parser& parser) : ps(parser) {
+      if (++ps.depth > kMaxDepth) fail_at(ps.cur().line, "expressions or blocks nest more than 200 deep");
+    }
+    ~Deeper() { --ps.depth; }
+  };
+
   ExprPtr unary(bool with_filter) {
+    Deeper guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = toks[p++];
@@ -363,6 +375,7 @@ struct Parser {
   }
 
   StmtPtr statement() {
+    Deeper guard(*this);
     const Token& t = toks[p];
     auto s = std::make_shared<Stmt>();
     s->line = t.line;

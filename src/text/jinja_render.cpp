@@ -29,6 +29,8 @@ struct Interp {
   std::vector<std::pair<size_t, size_t>> generation;
   int line = 0;
   int loop_depth = 0;
+  int call_depth = 0;
+  static constexpr int kMaxCallDepth = 100;  // jinja2 would hit Python's recursion limit
   std::time_t now = 0;
 
   Value lookup(const FramePtr& f, const std::string& name) {
@@ -287,10 +289,13 @@ struct Interp {
         for (const auto& p : s.params) known = known || p.first == k;
         if (!known) throw RenderError("macro '" + s.name + "' takes no keyword argument '" + k + "'");
       }
+      if (++call_depth > kMaxCallDepth)
+        throw RenderError("macro '" + s.name + "' nests calls more than " + std::to_string(kMaxCallDepth) + " deep");
       const int saved_line = line;
       std::string out;
       exec_block(s.body, fr, out);
       line = saved_line;
+      --call_depth;
       return Value::string(out);
     });
   }
@@ -317,12 +322,11 @@ Value range_fn(CallArgs& a) {
   else start = a.pos[0].i, stop = a.pos[1].i;
   if (a.pos.size() == 3) step = a.pos[2].i;
   if (step == 0) throw RenderError("range() arg 3 must not be zero");
+  const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                             : (start > stop ? (start - stop - step - 1) / -step : 0);
+  if (n > 100000) throw RenderError("range() of more than 100,000 items is unsafe in the sandbox (as jinja2's MAX_RANGE)");
   List out;
-  for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-    if (out.size() >= 1000000) throw RenderError("range() of more than 1,000,000 items (the sandbox's limit is 100,000)");
-    out.push_back(Value::integer(k));
-  }
-  if (out.size() > 100000) throw RenderError("range() of more than 100,000 items is unsafe in the sandbox");
+  for (int64_t k = 0; k < n; ++k) out.push_back(Value::integer(start + k * step));
   return Value::make_list(std::move(out));
 }
 

@@ -59,6 +59,9 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       {"\n\n{{ 'É'.upper() }}", "line 3: upper() of text with non-ASCII characters is not supported"},
       {"{{ [1]|tojson(ensure_ascii=true) }}", "ensure_ascii=True is not supported"},
       {"{{ 'a'.format(1) }}", "the string method 'format' is not supported"},
+      {"{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nest more than 200 deep"},
+      {"{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "nests calls more than 100 deep"},
+      {"{{ range(200000)|length }}", "more than 100,000 items"},
   };
   for (const auto& [source, want] : cases) {
     const std::string e = error_of([&] { render_source(source); });
