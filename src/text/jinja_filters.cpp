@@ -88,10 +88,16 @@ Value indent_filter(const Value& v, CallArgs& a) {
   std::vector<std::string> lines = split_lines(soft_str(v) + "\n");
   std::string rv;
   if (blank) {
-    for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + pad : "") + lines[k];
+    for (size_t k = 0; k < lines.size(); ++k) {
+      if (k) rv += '\n' + pad;
+      rv += lines[k];
+    }
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : pad + lines[k]);
+    for (size_t k = 1; k < lines.size(); ++k) {
+      rv += '\n';
+      if (!lines[k].empty()) rv += pad + lines[k];
+    }
   }
   return Value::string(first ? pad + rv : rv);
 }

@@ -310,14 +310,20 @@ struct Parser {
       const int line = cur().line;
       if (accept_op("|")) {
         std::string name = expect_name();
-        while (accept_op(".")) name += "." + expect_name();
+        while (accept_op(".")) {
+          name += '.';
+          name += expect_name();
+        }
         auto f = node(Ex::Filter, line, {e}, name);
         if (is_op("(")) call_args(f);
         e = f;
       } else if (accept_name("is")) {
         const bool neg = accept_name("not");
         std::string name = expect_name();
-        while (accept_op(".")) name += "." + expect_name();
+        while (accept_op(".")) {
+          name += '.';
+          name += expect_name();
+        }
         auto t = node(Ex::Test, line, {e}, name);
         t->negated = neg;
         if (is_op("(")) {

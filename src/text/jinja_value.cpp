@@ -273,7 +273,9 @@ void json_string(std::string& out, const std::string& s) {
 void json_write(std::string& out, const Value& v, int indent, int depth, bool sort_keys, const std::string& item_sep,
                 const std::string& key_sep) {
   const auto newline = [&](int d) {
-    if (indent >= 0) out += "\n" + std::string(size_t(indent) * size_t(d), ' ');
+    if (indent < 0) return;
+    out += '\n';
+    out.append(size_t(indent) * size_t(d), ' ');
   };
   switch (v.kind) {
     case Kind::None: out += "null"; return;
