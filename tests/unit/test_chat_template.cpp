@@ -9,6 +9,7 @@
 
 #include "chat_reference.h"
 #include "error_of.h"
+#include "text/chat_data.h"
 #include "text/chat_template.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
@@ -217,4 +218,39 @@ TEST(ChatTemplate, TokensAndMaskWithSpecialTokens) {
   EXPECT_EQ(tok->decode(masked, false), "Hello, friend<|im_end|>");
   EXPECT_EQ(masked.back(), im_end);
   EXPECT_EQ(lt::text::stop_ids(*tok, t).front(), im_end);
+}
+
+TEST(ChatTemplate, ChatDataLines) {
+  using lt::text::parse_chat_example;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{nope", "chat data d.jsonl:3: not valid JSON"},
+      {"{\"text\": \"x\"}", "the line has no \"messages\""},
+      {"{\"messages\": []}", "\"messages\" is not a non-empty list"},
+      {"{\"messages\": [3]}", "messages[0]: is not an object"},
+      {"{\"messages\": [{\"content\": \"x\"}]}", "messages[0]: has no string \"role\""},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "\"content\" is neither a string"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "\"tools\" is not a list"},
+  };
+  for (const auto& [line, want] : bad) {
+    const std::string e = error_of([&] { parse_chat_example(line, "d.jsonl:3"); });
+    EXPECT_NE(e.find(want), std::string::npos) << line << " -> " << e;
+  }
+  const auto tok = lt::text::load_tokenizer_json(std::string(LT_TEST_DATA_DIR) + "/tokenizers/qwen2/tokenizer.json");
+  const ChatTemplate t = real("qwen3");
+  const auto ex = parse_chat_example(R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})", "d:1");
+  ChatOptions opt;
+  opt.kwargs = {{"enable_thinking", false}};
+  const auto a = lt::text::chat_training_tokens(*tok, t, ex, lt::text::TrainOn::Assistant, opt, "d:1");
+  const auto all = lt::text::chat_training_tokens(*tok, t, ex, lt::text::TrainOn::All, opt, "d:1");
+  EXPECT_EQ(a.ids, all.ids);
+  EXPECT_EQ(std::count(all.assistant_mask.begin(), all.assistant_mask.end(), 1), int64_t(all.ids.size()));
+  std::vector<int32_t> masked;
+  for (size_t k = 0; k < a.ids.size(); ++k)
+    if (a.assistant_mask[k]) masked.push_back(a.ids[k]);
+  // enable_thinking=false prompts with the empty think block, so the model's output is the rest.
+  EXPECT_EQ(tok->decode(masked, false), "Yo<|im_end|>");
+  const auto no_reply = parse_chat_example(R"({"messages": [{"role": "user", "content": "Hi"}]})", "d:2");
+  EXPECT_NE(error_of([&] { lt::text::chat_training_tokens(*tok, t, no_reply, lt::text::TrainOn::Assistant, opt, "d:2"); })
+                .find("chat data d:2: the conversation has no assistant message"),
+            std::string::npos);
 }
