@@ -30,7 +30,8 @@ Value attr_path(const Value& v, const std::string& path) {
   for (;;) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    const bool digits = !part.empty() && part.size() < 18 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     cur = digits ? get_item(cur, Value::integer(std::stoll(part))) : get_item(cur, Value::string(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;

@@ -306,6 +306,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
         return int_result(over, r);
       }
       if (y == 0) throw RenderError("ZeroDivisionError: integer division or modulo by zero");
+      if (x == INT64_MIN && y == -1) return int_result(true, 0);
       if (op == "//") return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
       if (op == "%") {
         int64_t m = x % y;
@@ -316,7 +317,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (ints && op == "**") {
       const int64_t x = as_int(a), y = as_int(b);
       if (y < 0) return Value::number(std::pow(double(x), double(y)));
-      int64_t acc = 1;
+      if (x == 0 || x == 1) return Value::integer(y == 0 ? 1 : x);
+      if (x == -1) return Value::integer(y % 2 ? -1 : 1);
+      int64_t acc = 1;  // |x| >= 2 overflows within 64 steps
       for (int64_t k = 0; k < y; ++k)
         if (__builtin_mul_overflow(acc, x, &acc)) return int_result(true, 0);
       return Value::integer(acc);

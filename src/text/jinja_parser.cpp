@@ -250,7 +250,12 @@ struct Parser {
       if (accept_op(".")) {
         if (cur().type == Tok::Int) {
           auto key = node(Ex::Literal, line);
-          key->value = Value::integer(std::stoll(toks[p++].text));
+          try {
+            key->value = Value::integer(std::stoll(toks[p].text));
+          } catch (const std::exception&) {
+            fail_at(line, "the index " + toks[p].text + " is out of range");
+          }
+          ++p;
           e = node(Ex::Item, line, {e, key});
         } else {
           e = node(Ex::Attr, line, {e}, expect_name());

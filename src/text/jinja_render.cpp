@@ -322,8 +322,9 @@ Value range_fn(CallArgs& a) {
   else start = a.pos[0].i, stop = a.pos[1].i;
   if (a.pos.size() == 3) step = a.pos[2].i;
   if (step == 0) throw RenderError("range() arg 3 must not be zero");
-  const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                             : (start > stop ? (start - stop - step - 1) / -step : 0);
+  const __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop;
+  const __int128 n128 = span <= 0 ? 0 : (span + (step > 0 ? step : -__int128(step)) - 1) / (step > 0 ? step : -__int128(step));
+  const int64_t n = n128 > 100001 ? 100001 : int64_t(n128);
   if (n > 100000) throw RenderError("range() of more than 100,000 items is unsafe in the sandbox (as jinja2's MAX_RANGE)");
   List out;
   for (int64_t k = 0; k < n; ++k) out.push_back(Value::integer(start + k * step));

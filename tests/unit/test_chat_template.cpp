@@ -63,6 +63,11 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       {"{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nest more than 200 deep"},
       {"{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "nests calls more than 100 deep"},
       {"{{ range(200000)|length }}", "more than 100,000 items"},
+      {"{{ range(-9223372036854775807, 9223372036854775807)|length }}", "more than 100,000 items"},
+      {"{{ l.99999999999999999999 }}", "is out of range"},
+      {"{{ 99999999999999999999 }}", "is out of range"},
+      {"{{ 9223372036854775807 + 1 }}", "beyond 64 bits"},
+      {"{{ (-9223372036854775807 - 1) // -1 }}", "beyond 64 bits"},
   };
   for (const auto& [source, want] : cases) {
     const std::string e = error_of([&] { render_source(source); });
@@ -89,6 +94,7 @@ TEST(ChatTemplate, RuntimeErrorsAsJinja2RaisesThem) {
   }
   // Undefined prints as nothing and is falsy; its length is 0; it iterates as empty.
   EXPECT_EQ(render_source("[{{ x }}]{{ x|length }}{% if not x %}F{% endif %}{% for i in x %}i{% endfor %}"), "[]0F");
+  EXPECT_EQ(render_source("{{ 1 ** 4611686018427387904 }}{{ (-1) ** 3 }}{{ 0 ** 0 }}"), "1-11");
 }
 
 TEST(ChatTemplate, LoadRefusesBadConfigs) {
