@@ -69,7 +69,9 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       {"{{ 9223372036854775807 + 1 }}", "beyond 64 bits"},
       {"{{ (-9223372036854775807 - 1) // -1 }}", "beyond 64 bits"},
   };
-  for (const auto& [source, want] : cases) {
+  for (const auto& c : cases) {
+    const std::string& source = c.first;  // (clang 14 lambdas cannot capture structured bindings)
+    const std::string& want = c.second;
     const std::string e = error_of([&] { render_source(source); });
     EXPECT_NE(e.find("chat template test"), std::string::npos) << source << " -> " << e;
     EXPECT_NE(e.find(want), std::string::npos) << source << " -> " << e;
@@ -237,7 +239,9 @@ TEST(ChatTemplate, ChatDataLines) {
       {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "\"content\" is neither a string"},
       {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "\"tools\" is not a list"},
   };
-  for (const auto& [line, want] : bad) {
+  for (const auto& b : bad) {
+    const std::string& line = b.first;
+    const std::string& want = b.second;
     const std::string e = error_of([&] { parse_chat_example(line, "d.jsonl:3"); });
     EXPECT_NE(e.find(want), std::string::npos) << line << " -> " << e;
   }
