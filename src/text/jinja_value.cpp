@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "text/jinja_error.h"
+#include "text/unicode_icu.h"
 #include "text/utf8.h"
 
 namespace lt::text::jinja {
@@ -99,9 +100,20 @@ std::string float_repr(double x) {
 
 namespace {
 
-// Python's str.isprintable() for one character; the escapes repr() writes otherwise.
+// Python's str.isprintable() for one character (not Cc, Cf, Cs, Co, Cn, Zl, Zp, or Zs other than
+// the space), from ICU's categories when ICU loads, else from the common cases below; repr()
+// escapes the others.
 bool printable_char(char32_t c) {
   if (c < 0x20 || c == 0x7f) return false;
+  if (c < 0x7f) return true;
+  try {
+    const int cat = unicode::category(c);
+    constexpr int kSpaceSeparator = 12, kLineSeparator = 13, kParagraphSeparator = 14;
+    return !(cat == unicode::Unassigned || cat == unicode::Control || cat == unicode::Format ||
+             cat == unicode::PrivateUse || cat == unicode::Surrogate || cat == kSpaceSeparator ||
+             cat == kLineSeparator || cat == kParagraphSeparator);
+  } catch (const std::exception&) {
+  }
   if (c >= 0x80 && c <= 0xa0) return false;
   if (c == 0xad || c == 0x1680 || (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
       (c >= 0x205f && c <= 0x206f) || c == 0x3000 || c == 0xfeff || (c >= 0xd800 && c <= 0xdfff) ||
