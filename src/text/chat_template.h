@@ -68,8 +68,9 @@ class ChatTemplate {
 
   // The whole conversation (add_generation_prompt is ignored: false) and the assistant spans:
   // from the end of the generation prompt before each assistant message to the end of its
-  // end-of-turn token. An lt::Error when the template does not render the conversation's
-  // prefixes as prefixes of the whole (docs/decisions.md).
+  // end-of-turn token, tool calls included. Templates with {% generation %} blocks give theirs.
+  // An lt::Error naming the message where neither the prefix difference nor its fallback for
+  // templates that re-render earlier turns (Qwen3) can place a span (docs/decisions.md).
   ChatText render_for_training(const OrderedJson& messages, const ChatOptions& opt = {},
                                SpanMethod method = SpanMethod::Auto) const;
   // Whether the template marks assistant output with {% generation %} blocks.
