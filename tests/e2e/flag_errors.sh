@@ -8,11 +8,11 @@ expect_error 2 "unknown flag '--lr': flags go after a command" "$LT" --lr 3
 expect_error 2 "unexpected argument 'extra'" "$LT" train extra
 expect_error 2 "--batch abc is not a whole number: --batch takes 1 to [0-9]+ samples" "$LT" train --batch abc
 expect_error 2 "missing value" "$LT" train --batch
-expect_error 2 "unknown optimizer 'adam'.*sgd, adamw, lion, adamw8bit and lion8bit" "$LT" train --optimizer adam
-expect_error 2 "--state-dtype f16.*auto, f32 and bf16" "$LT" train --state-dtype f16
+expect_error 2 "^leantrain: error: --optimizer adam: the choices are sgd, adamw, lion, adamw8bit or lion8bit \(pass one of them\)" "$LT" train --optimizer adam
+expect_error 2 "--state-dtype f16: the choices are auto, f32 or bf16" "$LT" train --state-dtype f16
 expect_error 2 "--memory-history has nowhere to go.*--memory-report" "$LT" train --memory-history
 expect_error 2 "--state-dtype with --optimizer adamw8bit" "$LT" train --optimizer adamw8bit --state-dtype bf16
-expect_error 2 "unknown schedule 'linear'" "$LT" train --schedule linear
+expect_error 2 "--schedule linear: the choices are constant or cosine" "$LT" train --schedule linear
 expect_error 2 "--batch 10 is not divisible by --micro-batch 4.*--micro-batch 2" "$LT" train --batch 10 --micro-batch 4
 expect_error 2 "--lr" "$LT" train --lr -1
 expect_error 2 "--nesterov with --optimizer adamw: .*belong to SGD" "$LT" train --nesterov

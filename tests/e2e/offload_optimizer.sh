@@ -8,7 +8,7 @@ GPT=(--model gpt2-tiny --dim 32 --depth 2 --heads 2 --batch 4 --seq-len 32 --eva
 
 losses() { grep '"loss"' "$1" | sed 's/, "seconds": [0-9.e+-]*//'; }
 
-expect_error 2 "^leantrain: error: --offload disk: not a value it takes \(use --offload none, optimizer or params\)" \
+expect_error 2 "^leantrain: error: --offload disk: the choices are none, optimizer or params \(pass one of them\)" \
   "$LT" train "${GPT[@]}" --device cpu --offload disk
 expect_error 2 "^leantrain: error: --offload optimizer with --stochastic-rounding" \
   "$LT" train "${GPT[@]}" --device cpu --precision bf16-true --offload optimizer --stochastic-rounding

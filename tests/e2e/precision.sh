@@ -53,7 +53,7 @@ losses "$WORK/fused.jsonl" >"$WORK/b"
 if [ "$(wc -l <"$WORK/a")" = 3 ] && diff "$WORK/a" "$WORK/b" >/dev/null; then ok; else
   fail "fused-step losses differ"; paste "$WORK/a" "$WORK/b" >&2; fi
 
-expect_error 2 "unknown precision 'fp16'" "$LT" train --precision fp16
+expect_error 2 "--precision fp16: the choices are 32-true, 16-mixed, bf16-mixed, 16-true or bf16-true" "$LT" train --precision fp16
 expect_error 2 "--master-weights fp32 with --precision 32-true: its parameters are already f32" "$LT" train --master-weights fp32
 expect_error 2 "--stochastic-rounding with --precision 32-true: it rounds updates into 16-bit parameters" "$LT" train --stochastic-rounding
 expect_error 2 "--stochastic-rounding with --precision bf16-mixed" "$LT" train --stochastic-rounding --precision bf16-mixed

@@ -6,7 +6,7 @@ source "$(dirname "$0")/common.bash" "$@"
 TINY=(--model llama-tiny)
 ARGS=(--data synthetic --batch 2 --seq-len 32 --eval-batches 1 --device cpu --precision bf16-true)
 
-expect_error 2 "^leantrain: error: --quantize int4: not a quantisation leantrain has .*\(pass --quantize nf4" \
+expect_error 2 "^leantrain: error: --quantize int4: the choices are none or nf4 \(pass one of them\)" \
   "$LT" train "${TINY[@]}" "${ARGS[@]}" --steps 1 --quantize int4
 expect_error 2 "^leantrain: error: --quantize int4" "$LT" plan "${TINY[@]}" "${ARGS[@]}" --steps 1 --quantize int4
 
