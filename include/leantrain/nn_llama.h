@@ -54,13 +54,18 @@ class RotaryEmbedding : public Module {
 struct DecoderAttentionOptions {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool qkv_bias = false, o_bias = false;  // Llama: attention_bias for both; Qwen2: q, k, v only
+  // Qwen3: q_norm and k_norm, RMSNorms of width head_dim (eps qk_norm_eps) over each query and key
+  // head before RoPE.
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
   Init init = Init::normal(0.02);
   const char* type = "LlamaAttention";
 };
 
 // Grouped-query causal self-attention: q_proj [H D, C], k_proj and v_proj [Hkv D, C], o_proj
 // [C, H D] (torch layout), RoPE on q and k, attention core (child "core", no parameters).
-// Forward: qkv = x [q | k | v]^T (one GEMM), rotated in one op (v passes through), attended, o_proj.
+// Forward: qkv = x [q | k | v]^T (one GEMM), (qk_norm: q and k heads normalised), rotated in one
+// op (v passes through), attended, o_proj.
 class DecoderSelfAttention : public SelfAttention {
  public:
   DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o, std::shared_ptr<RotaryEmbedding> rope);
@@ -70,10 +75,12 @@ class DecoderSelfAttention : public SelfAttention {
 
  private:
   Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
-  int64_t kv_heads_;
+  Tensor norm_heads(const Tensor& qkv);  // q_norm, k_norm over their heads of qkv; v unchanged
+  int64_t kv_heads_, head_dim_;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;
+  Child<UnaryModule> q_norm_, k_norm_;  // qk_norm only
 };
 
 struct GatedMlpOptions {

@@ -1,5 +1,5 @@
-// LlamaConfig: config.json of model_type llama, qwen2 or mistral, read as transformers'
-// LlamaConfig / Qwen2Config / MistralConfig read it (their defaults for missing keys), the presets,
+// LlamaConfig: config.json of model_type llama, qwen2, qwen3 or mistral, read as transformers'
+// LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig read it (their defaults for missing keys), the presets,
 // the checks and the closed-form size.
 #include <cmath>
 
@@ -13,7 +13,9 @@ using namespace detail;
 
 namespace {
 
-constexpr const char* kTypes = "llama, qwen2 or mistral";
+constexpr const char* kTypes = "llama, qwen2, qwen3 or mistral";
+
+bool known_type(const std::string& t) { return t == "llama" || t == "qwen2" || t == "qwen3" || t == "mistral"; }
 
 std::string what(const LlamaConfig& c) { return c.class_prefix() + " config"; }
 
@@ -74,10 +76,13 @@ void check_no_sliding_window(const nlohmann::json& j, const LlamaConfig& c) {
              "leantrain's attention has no sliding window",
              "use a checkpoint with \"sliding_window\": null (full attention)");
   }
-  if (c.model_type == "qwen2") {
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    // transformers' Qwen2/Qwen3: sliding_window applies only when use_sliding_window is true (to
+    // the layers from max_window_layers on, or those layer_types names "sliding_attention").
     bool sliding = false;
     read_bool(j, "use_sliding_window", sliding);
-    LT_CHECK(!sliding, "config.json: qwen2 'use_sliding_window' is true", "leantrain's attention has no sliding window",
+    LT_CHECK(!sliding, "config.json: " + c.model_type + " 'use_sliding_window' is true",
+             "leantrain's attention has no sliding window yet",
              "use a checkpoint with \"use_sliding_window\": false");
   }
 }
@@ -95,6 +100,14 @@ LlamaConfig LlamaConfig::defaults(const std::string& type) {
     c.max_position_embeddings = 32768;
     return c;
   }
+  if (type == "qwen3") {  // Qwen3Config's defaults
+    c.vocab_size = 151936;
+    c.intermediate_size = 22016;
+    c.num_key_value_heads = 32;
+    c.head_dim = 128;
+    c.max_position_embeddings = 32768;
+    return c;
+  }
   if (type == "mistral") {
     c.intermediate_size = 14336;
     c.num_key_value_heads = 8;
@@ -106,7 +119,8 @@ LlamaConfig LlamaConfig::defaults(const std::string& type) {
 }
 
 std::vector<std::string> LlamaConfig::preset_names() {
-  return {"llama-tiny", "smollm2-135m", "tinyllama-1.1b", "llama3.2-1b", "llama3-8b", "qwen2-0.5b"};
+  return {"llama-tiny", "smollm2-135m", "tinyllama-1.1b", "llama3.2-1b", "llama3-8b", "qwen2-0.5b",
+          "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"};
 }
 
 LlamaConfig LlamaConfig::preset(const std::string& name) {
@@ -137,6 +151,25 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
     return tokens(shape(llama, 4096, 14336, 32, 32, 8, 128256, 8192, 500000, 1e-5, false), 128000, 128001);
   if (name == "qwen2-0.5b")
     return tokens(shape(defaults("qwen2"), 896, 4864, 24, 14, 2, 151936, 32768, 1000000, 1e-6, true), 151643, 151643);
+  // Qwen3 (the Qwen/Qwen3-* config.json files): head_dim 128 whatever the width, RoPE base 1e6,
+  // eos <|im_end|>; tied but for 8B.
+  const LlamaConfig qwen3 = defaults("qwen3");
+  auto q3 = [&](int64_t hidden, int64_t inter, int64_t layers, int64_t heads, bool tied) {
+    LlamaConfig c = tokens(shape(qwen3, hidden, inter, layers, heads, 8, 151936, 40960, 1000000, 1e-6, tied), 151643,
+                           151645);
+    c.head_dim = 128;
+    return c;
+  };
+  // CPU-sized: head_dim 12 over width 32 (q is 48 wide), 4 heads on 2 key/value heads.
+  if (name == "qwen3-tiny") {
+    LlamaConfig c = shape(qwen3, 32, 64, 2, 4, 2, 4096, 1024, 1000000, 1e-6, true);
+    c.head_dim = 12;
+    return c;
+  }
+  if (name == "qwen3-0.6b") return q3(1024, 3072, 28, 16, true);
+  if (name == "qwen3-1.7b") return q3(2048, 6144, 28, 16, true);
+  if (name == "qwen3-4b") return q3(2560, 9728, 36, 32, true);
+  if (name == "qwen3-8b") return q3(4096, 12288, 36, 32, false);
   std::string known;
   for (const std::string& p : preset_names()) known += (known.empty() ? "" : ", ") + p;
   fail("unknown LLaMA-family preset '" + name + "'", "known: " + known, "use one of those or a config.json");
@@ -145,7 +178,7 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
 LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   std::string type;
   read_string(j, "model_type", type);
-  LT_CHECK(type == "llama" || type == "qwen2" || type == "mistral", "config.json: model_type '" + type + "'",
+  LT_CHECK(known_type(type), "config.json: model_type '" + type + "'",
            std::string("this parser reads ") + kTypes + " configs",
            "build it through the model registry (models::config_from_json)");
   LlamaConfig c = defaults(type);
@@ -162,10 +195,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   read_double(j, "initializer_range", c.initializer_range);
   read_bool(j, "tie_word_embeddings", c.tie_word_embeddings);
   read_string(j, "hidden_act", c.hidden_act);
-  if (type == "llama") {
-    read_bool(j, "attention_bias", c.attention_bias);
-    read_bool(j, "mlp_bias", c.mlp_bias);
-  }
+  if (c.reads_attention_bias()) read_bool(j, "attention_bias", c.attention_bias);
+  if (type == "llama") read_bool(j, "mlp_bias", c.mlp_bias);
+  if (type == "qwen3") read_int(j, "max_window_layers", c.max_window_layers);
   double attention_dropout = 0;
   read_double(j, "attention_dropout", attention_dropout);
   LT_CHECK(attention_dropout == 0, "config.json: attention_dropout = " + std::to_string(attention_dropout),
@@ -208,18 +240,18 @@ std::string LlamaConfig::to_json() const {
     }
     j["rope_scaling"] = s;
   }
-  if (model_type == "llama") {
-    j["attention_bias"] = attention_bias;
-    j["mlp_bias"] = mlp_bias;
-  }
-  if (model_type == "qwen2") j["use_sliding_window"] = false;
-  if (model_type == "mistral" || model_type == "qwen2") j["sliding_window"] = nullptr;
+  if (reads_attention_bias()) j["attention_bias"] = attention_bias;
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
+  if (model_type == "qwen3") j["max_window_layers"] = max_window_layers;
+  if (model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3") j["sliding_window"] = nullptr;
   for (auto& [k, v] : kept.items()) j[k] = v;
   return j.dump(2);
 }
 
 std::string LlamaConfig::class_prefix() const {
   if (model_type == "qwen2") return "Qwen2";
+  if (model_type == "qwen3") return "Qwen3";
   if (model_type == "mistral") return "Mistral";
   return "Llama";
 }
@@ -233,14 +265,16 @@ double LlamaConfig::num_parameters() const {
   const double V = double(vocab_size), C = double(hidden_size), F = double(intermediate_size);
   const double L = double(num_hidden_layers), H = double(num_attention_heads), K = double(kv_heads());
   const double D = double(head_size());
-  // Per layer: q, k, v, o projections (and biases), gate, up, down (and biases), two RMSNorms.
-  const double attention = 2 * C * H * D + 2 * C * K * D + (qkv_bias() ? H * D + 2 * K * D : 0) + (o_bias() ? C : 0);
+  // Per layer: q, k, v, o projections (and biases), q and k norms (qwen3), gate, up, down (and
+  // biases), two RMSNorms.
+  const double attention = 2 * C * H * D + 2 * C * K * D + (qkv_bias() ? H * D + 2 * K * D : 0) + (o_bias() ? C : 0) +
+                           (qk_norm() ? 2 * D : 0);
   const double mlp = 3 * C * F + (gated_bias() ? 2 * F + C : 0);
   return V * C + L * (attention + mlp + 2 * C) + C + (tie_word_embeddings ? 0 : V * C);
 }
 
 void LlamaConfig::validate() const {
-  LT_CHECK(model_type == "llama" || model_type == "qwen2" || model_type == "mistral",
+  LT_CHECK(known_type(model_type),
            "LLaMA-family config: model_type '" + model_type + "'", std::string("the family reads ") + kTypes,
            "use one of those");
   const std::string m = what(*this);
@@ -270,6 +304,8 @@ void LlamaConfig::validate() const {
            "it must be positive", "use e.g. 1e-5");
   LT_CHECK(rope_theta > 0 && std::isfinite(rope_theta), m + ": rope_theta = " + std::to_string(rope_theta),
            "the RoPE base must be positive", "use e.g. 10000");
+  LT_CHECK(max_window_layers >= 0, m + ": max_window_layers = " + std::to_string(max_window_layers),
+           "it counts layers", "use a count of at least 0");
   LT_CHECK(initializer_range >= 0 && std::isfinite(initializer_range),
            m + ": initializer_range = " + std::to_string(initializer_range), "it is a standard deviation",
            "use e.g. 0.02");

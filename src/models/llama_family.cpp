@@ -1,4 +1,4 @@
-// The LLaMA family in the registry: three model_types (llama, qwen2, mistral) over one config
+// The LLaMA family in the registry: four model_types (llama, qwen2, qwen3, mistral) over one config
 // (LlamaConfig) and one model (Llama). Causal language models; text as bytes until the family
 // reads its checkpoint's tokenizer. --dim / --depth / --heads / --mlp-dim set hidden_size,
 // num_hidden_layers, num_attention_heads and intermediate_size.
@@ -13,11 +13,13 @@ namespace lt::models {
 const ModelFamily& llama_family();
 const ModelFamily& qwen2_family();
 const ModelFamily& mistral_family();
+const ModelFamily& qwen3_family();
 
 namespace {
 
 const ModelFamily& family_for(const std::string& type) {
   if (type == "qwen2") return qwen2_family();
+  if (type == "qwen3") return qwen3_family();
   if (type == "mistral") return mistral_family();
   return llama_family();
 }
@@ -96,6 +98,11 @@ const ModelFamily& llama_family() {
 
 const ModelFamily& qwen2_family() {
   static const LlamaFamily f("qwen2", "Qwen2", {"qwen2-0.5b"});
+  return f;
+}
+
+const ModelFamily& qwen3_family() {
+  static const LlamaFamily f("qwen3", "Qwen3", {"qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"});
   return f;
 }
 

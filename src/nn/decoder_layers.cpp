@@ -72,6 +72,7 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
                                            std::shared_ptr<RotaryEmbedding> rope)
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
+      head_dim_(o.head_dim),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
@@ -93,6 +94,21 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
   core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true));
   o_proj_ = register_child<UnaryModule>(
       "o_proj", std::make_shared<Linear>(pf, q, o.hidden, LinearOptions{.bias = o.o_bias, .weight_init = o.init}));
+  if (o.qk_norm) {  // after o_proj, as transformers' Qwen3Attention registers them
+    q_norm_ = register_child<UnaryModule>("q_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps));
+    k_norm_ = register_child<UnaryModule>("k_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps));
+  }
+}
+
+// transformers' Qwen3Attention: q_norm(q_proj(x).view(..., H, D)), k_norm likewise, before RoPE.
+// The heads are normalised as [B, T, n, D] copies and put back in the q | k | v layout.
+Tensor DecoderSelfAttention::norm_heads(const Tensor& qkv) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = head_dim_, q = heads_ * D, kv = kv_heads_ * D;
+  auto normed = [&](UnaryModule& norm, int64_t start, int64_t n) {
+    Tensor h = reshape(contiguous(slice(qkv, 2, start, start + n * D)), {B, T, n, D});
+    return reshape(norm(h), {B, T, n * D});
+  };
+  return concat({normed(*q_norm_, 0, heads_), normed(*k_norm_, q, kv_heads_), slice(qkv, 2, q + kv, q + 2 * kv)}, 2);
 }
 
 Tensor DecoderSelfAttention::project(const Tensor& x) {
@@ -106,7 +122,9 @@ Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
            "pass a batch of sequences");
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
   // rotated buffer, the only tensor of this layer's forward that the backward reads.
-  Tensor qkv = rotary_embedding_packed(project(x), rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
+  Tensor p = project(x);
+  if (q_norm_.get()) p = norm_heads(p);
+  Tensor qkv = rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
   return (*o_proj_)(attend(qkv, mask));
 }
 
