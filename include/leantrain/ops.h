@@ -60,14 +60,18 @@ enum class GeluApprox { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
 Tensor silu(const Tensor& x);
 Tensor pow_scalar(const Tensor& x, double p);
+// The gate's activation of a gated MLP: silu (SwiGLU, LLaMA) or the tanh GELU (GeGLU, Gemma's
+// gelu_pytorch_tanh).
+enum class GateAct { Silu, GeluTanh };
 // SwiGLU (LLaMA's MLP activation): silu(gate) * up, silu(gate) rounded to the dtype first as
 // transformers' two ops round it. Saves gate and up only. gate, up [..., F] -> [..., F].
-Tensor swiglu(const Tensor& gate, const Tensor& up);
+// act GeluTanh: GeGLU, gelu_tanh(gate) * up, rounded the same way; likewise below.
+Tensor swiglu(const Tensor& gate, const Tensor& up, GateAct act = GateAct::Silu);
 // The same on one fused projection: gate_up [..., 2F] = [gate | up] -> [..., F]; one gradient.
-Tensor swiglu_packed(const Tensor& gate_up);
+Tensor swiglu_packed(const Tensor& gate_up, GateAct act = GateAct::Silu);
 // The LLaMA MLP's down projection over it: swiglu_packed(gate_up) @ w^T + bias, w [out, F]. Keeps
 // gate_up and w only: the activation is recomputed in the backward (linear would keep it).
-Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias);
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias, GateAct act = GateAct::Silu);
 // In place `a += b` (not recorded; for gradient accumulation and optimizers).
 void add_(const Tensor& a, const Tensor& b);
 
@@ -127,7 +131,9 @@ Tensor attention_linear(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6);
+// unit_offset: x * rstd * (1 + w) with 1 + w formed in f32 (Gemma's RMSNorm, weights initialised
+// to zeros); the gradient of w is the same as without the offset.
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6, bool unit_offset = false);
 Tensor softmax(const Tensor& x);  // over the last dim
 // Residual add fused with the norm after it (pre-norm blocks: h = x + f(x); ln_2(h)):
 // sum = x + residual (same shape and dtype) and y = norm(sum), forward in one pass, backward
@@ -137,7 +143,8 @@ struct AddNormResult {
 };
 AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
                              double eps = 1e-5);
-AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6);
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6,
+                           bool unit_offset = false);
 // q [B,H,Tq,D], k/v [B,Hkv,Tk,D] with Hkv dividing H (Hkv < H: grouped-query attention, query
 // head h reads kv head h / (H / Hkv), as Hugging Face's repeat_kv; K/V are never repeated);
 // key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
