@@ -58,6 +58,12 @@ struct DecoderAttentionOptions {
   // head before RoPE.
   bool qk_norm = false;
   double qk_norm_eps = 1e-6;
+  bool unit_offset_norms = false;  // Gemma: q_norm / k_norm scale by (1 + w)
+  double scale = 0.0;              // attention scale; <= 0: 1 / sqrt(head_dim)
+  // Sliding-window attention: each query sees the `window` latest keys, itself included
+  // (transformers' sliding_window); 0: full causal attention. Until the attention ops take a
+  // window, a sequence longer than the window is refused (shorter ones need none).
+  int64_t window = 0;
   Init init = Init::normal(0.02);
   const char* type = "LlamaAttention";
 };
@@ -76,7 +82,7 @@ class DecoderSelfAttention : public SelfAttention {
  private:
   Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
   Tensor norm_heads(const Tensor& qkv);  // q_norm, k_norm over their heads of qkv; v unchanged
-  int64_t kv_heads_, head_dim_;
+  int64_t kv_heads_, head_dim_, window_;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;
@@ -86,6 +92,7 @@ class DecoderSelfAttention : public SelfAttention {
 struct GatedMlpOptions {
   int64_t hidden = 0, intermediate = 0;
   bool bias = false;
+  GateAct act = GateAct::Silu;  // GeluTanh: Gemma's GeGLU (gelu_pytorch_tanh)
   Init init = Init::normal(0.02);
   const char* type = "LlamaMLP";
 };
@@ -101,6 +108,7 @@ class GatedMlp : public UnaryModule {
 
  private:
   const char* type_;
+  GateAct act_;
   Child<UnaryModule> gate_proj_, up_proj_, down_proj_;
 };
 

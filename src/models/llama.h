@@ -64,6 +64,11 @@ struct LlamaConfig {
   std::string class_prefix() const;
 };
 
+// A config.json RoPE object (rope_scaling, or transformers 5's rope_parameters, which may hold
+// rope_theta) read into theta and scaling: default, linear or llama3; `key` names it in errors.
+// null leaves both as they are.
+void read_rope_object(const nlohmann::json& s, const std::string& key, double& theta, RopeScaling& scaling);
+
 // RoPE inverse frequencies [head_dim / 2] as transformers computes them in f32: the default
 // 1 / theta^(2i/D), then the scaling's (linear: / factor; llama3: _compute_llama3_parameters).
 std::vector<float> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);

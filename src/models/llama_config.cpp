@@ -29,43 +29,6 @@ double scaling_number(const nlohmann::json& s, const char* key, const std::strin
   return it->get<double>();
 }
 
-// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
-void read_rope(const nlohmann::json& s, const char* key, LlamaConfig& c) {
-  if (s.is_null()) return;
-  LT_CHECK(s.is_object(), std::string("config.json: '") + key + "' must be an object or null", "found " + s.dump(),
-           "write e.g. {\"rope_type\": \"llama3\", ...} or null");
-  if (auto t = s.find("rope_theta"); t != s.end() && !t->is_null()) {
-    LT_CHECK(t->is_number(), std::string("config.json: ") + key + ".rope_theta must be a number", "found " + t->dump(),
-             "write a number");
-    c.rope_theta = t->get<double>();
-  }
-  std::string type = "default";  // transformers: "rope_type", else the older "type", else default
-  auto it = s.find("rope_type");
-  if (it == s.end() || it->is_null()) it = s.find("type");
-  if (it != s.end() && !it->is_null()) {
-    LT_CHECK(it->is_string(), std::string("config.json: ") + key + "'s rope type must be a string", "found " + it->dump(),
-             "write e.g. \"llama3\"");
-    type = it->get<std::string>();
-  }
-  c.rope_scaling = RopeScaling{};
-  if (type == "default") return;
-  LT_CHECK(type == "linear" || type == "llama3",
-           std::string("config.json: ") + key + " type '" + type + "' is not supported",
-           "leantrain computes the default, linear and llama3 RoPE frequencies",
-           "use a checkpoint whose rope_scaling is null, linear or llama3");
-  c.rope_scaling.type = type;
-  c.rope_scaling.factor = scaling_number(s, "factor", type);
-  if (type == "llama3") {
-    c.rope_scaling.low_freq_factor = scaling_number(s, "low_freq_factor", type);
-    c.rope_scaling.high_freq_factor = scaling_number(s, "high_freq_factor", type);
-    const double orig = scaling_number(s, "original_max_position_embeddings", type);
-    LT_CHECK(orig == std::floor(orig) && orig > 0 && orig < 9.0e15,
-             "config.json: rope_scaling.original_max_position_embeddings = " + s["original_max_position_embeddings"].dump(),
-             "it counts positions: a positive whole number", "fix the config");
-    c.rope_scaling.original_max_position_embeddings = int64_t(orig);
-  }
-}
-
 // Sliding-window attention (Mistral, Qwen2's use_sliding_window) is not implemented: refuse it.
 void check_no_sliding_window(const nlohmann::json& j, const LlamaConfig& c) {
   if (c.model_type == "mistral") {
@@ -88,6 +51,43 @@ void check_no_sliding_window(const nlohmann::json& j, const LlamaConfig& c) {
 }
 
 }  // namespace
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
+void read_rope_object(const nlohmann::json& s, const std::string& key, double& theta, RopeScaling& scaling) {
+  if (s.is_null()) return;
+  LT_CHECK(s.is_object(), "config.json: '" + key + "' must be an object or null", "found " + s.dump(),
+           "write e.g. {\"rope_type\": \"llama3\", ...} or null");
+  if (auto t = s.find("rope_theta"); t != s.end() && !t->is_null()) {
+    LT_CHECK(t->is_number(), "config.json: " + key + ".rope_theta must be a number", "found " + t->dump(),
+             "write a number");
+    theta = t->get<double>();
+  }
+  std::string type = "default";  // transformers: "rope_type", else the older "type", else default
+  auto it = s.find("rope_type");
+  if (it == s.end() || it->is_null()) it = s.find("type");
+  if (it != s.end() && !it->is_null()) {
+    LT_CHECK(it->is_string(), "config.json: " + key + "'s rope type must be a string", "found " + it->dump(),
+             "write e.g. \"llama3\"");
+    type = it->get<std::string>();
+  }
+  scaling = RopeScaling{};
+  if (type == "default") return;
+  LT_CHECK(type == "linear" || type == "llama3",
+           "config.json: " + key + " type '" + type + "' is not supported",
+           "leantrain computes the default, linear and llama3 RoPE frequencies",
+           "use a checkpoint whose rope_scaling is null, linear or llama3");
+  scaling.type = type;
+  scaling.factor = scaling_number(s, "factor", type);
+  if (type == "llama3") {
+    scaling.low_freq_factor = scaling_number(s, "low_freq_factor", type);
+    scaling.high_freq_factor = scaling_number(s, "high_freq_factor", type);
+    const double orig = scaling_number(s, "original_max_position_embeddings", type);
+    LT_CHECK(orig == std::floor(orig) && orig > 0 && orig < 9.0e15,
+             "config.json: rope_scaling.original_max_position_embeddings = " + s["original_max_position_embeddings"].dump(),
+             "it counts positions: a positive whole number", "fix the config");
+    scaling.original_max_position_embeddings = int64_t(orig);
+  }
+}
 
 LlamaConfig LlamaConfig::defaults(const std::string& type) {
   LlamaConfig c;  // LlamaConfig's defaults
@@ -202,8 +202,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   read_double(j, "attention_dropout", attention_dropout);
   LT_CHECK(attention_dropout == 0, "config.json: attention_dropout = " + std::to_string(attention_dropout),
            "leantrain's attention has no probability dropout", "set \"attention_dropout\": 0.0");
-  if (auto it = j.find("rope_scaling"); it != j.end()) read_rope(*it, "rope_scaling", c);
-  if (auto it = j.find("rope_parameters"); it != j.end()) read_rope(*it, "rope_parameters", c);
+  if (auto it = j.find("rope_scaling"); it != j.end()) read_rope_object(*it, "rope_scaling", c.rope_theta, c.rope_scaling);
+  if (auto it = j.find("rope_parameters"); it != j.end())
+    read_rope_object(*it, "rope_parameters", c.rope_theta, c.rope_scaling);
   check_no_sliding_window(j, c);
   check_special_ids(j, c.vocab_size);
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})

@@ -23,7 +23,7 @@ Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
   // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
   // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
   // Grouped queries read their K/V head in place (no repeated K/V); dK/dV summed per group.
-  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask);
+  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask, scale_);
 }
 
 double AttentionCore::forward_flops(const Shape& qkv) const {

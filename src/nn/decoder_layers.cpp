@@ -73,6 +73,7 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
       head_dim_(o.head_dim),
+      window_(o.window),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
@@ -91,12 +92,14 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
   q_proj_ = register_child<UnaryModule>("q_proj", std::make_shared<Linear>(qw, qb));
   k_proj_ = register_child<UnaryModule>("k_proj", std::make_shared<Linear>(kw, kb));
   v_proj_ = register_child<UnaryModule>("v_proj", std::make_shared<Linear>(vw, vb));
-  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true));
+  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true, o.scale));
   o_proj_ = register_child<UnaryModule>(
       "o_proj", std::make_shared<Linear>(pf, q, o.hidden, LinearOptions{.bias = o.o_bias, .weight_init = o.init}));
   if (o.qk_norm) {  // after o_proj, as transformers' Qwen3Attention registers them
-    q_norm_ = register_child<UnaryModule>("q_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps));
-    k_norm_ = register_child<UnaryModule>("k_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps));
+    q_norm_ = register_child<UnaryModule>(
+        "q_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps, o.unit_offset_norms));
+    k_norm_ = register_child<UnaryModule>(
+        "k_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps, o.unit_offset_norms));
   }
 }
 
@@ -120,6 +123,12 @@ Tensor DecoderSelfAttention::project(const Tensor& x) {
 Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   LT_CHECK(x.dim() == 3, "attention: input shape " + shape_str(x.shape()), "expected [B, T, hidden]",
            "pass a batch of sequences");
+  // Within the window, sliding attention is causal attention: only a longer sequence needs one.
+  LT_CHECK(window_ <= 0 || x.size(1) + rope_->pos_offset() <= window_,
+           std::string(type_) + ": a sequence of " + std::to_string(x.size(1) + rope_->pos_offset()) +
+               " tokens on a sliding-window layer (sliding_window " + std::to_string(window_) + ")",
+           "leantrain's attention has no sliding window yet, so it computes only sequences that fit in the window",
+           "use --seq-len " + std::to_string(window_) + " or less");
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
   // rotated buffer, the only tensor of this layer's forward that the backward reads.
   Tensor p = project(x);
@@ -128,7 +137,7 @@ Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   return (*o_proj_)(attend(qkv, mask));
 }
 
-GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type) {
+GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type), act_(o.act) {
   const int64_t c = o.hidden, f = o.intermediate;
   Tensor gw = pf.make({f, c}, o.init), uw = pf.make({f, c}, o.init);
   Tensor gb, ub;
@@ -144,8 +153,8 @@ Tensor GatedMlp::forward(const Tensor& x) {
   // down_proj over the activation in one op that recomputes the activation in its backward
   // instead of keeping it: the MLP keeps x and gate | up, nothing F wide besides.
   Linear* down = plain_linear(down_proj_);
-  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()));
-  Tensor h = gate_up.defined() ? swiglu_packed(gate_up) : swiglu((*gate_proj_)(x), (*up_proj_)(x));
+  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()), act_);
+  Tensor h = gate_up.defined() ? swiglu_packed(gate_up, act_) : swiglu((*gate_proj_)(x), (*up_proj_)(x), act_);
   return (*down_proj_)(h);
 }
 

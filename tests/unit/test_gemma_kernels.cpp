@@ -18,7 +18,8 @@ namespace {
 
 // Gemma3RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w), as separate ops.
 Tensor naive_unit_rms(const Tensor& x, const Tensor& w, double eps) {
-  Tensor ms = mean(mul(x, x), {-1}, true);
+  // sum / C, not mean(): mean scales by an f32 1/C, an error of 3e-8 where this wants f64.
+  Tensor ms = div(sum(mul(x, x), {-1}, true), full({1}, double(x.size(-1)), DType::F64));
   return mul(div(x, sqrt(add_scalar(ms, eps))), add_scalar(w, 1.0));
 }
 
