@@ -473,6 +473,24 @@ TEST(LlamaModel, PlanEqualsTheCpuRunsPeak) {
       RunResult r = train(c);
       EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << checkpoint << " " << precision;
     }
+  // Qwen3's head norms (copies and concat) and Gemma 3's sandwich norms, GeGLU, scaled embedding:
+  // the same exactness, checkpointed under autocast (Gemma's sequence within its window of 16).
+  for (const char* model : {"qwen3-tiny", "gemma3-tiny"}) {
+    RunConfig c;
+    c.model = model;
+    c.data = "synthetic";
+    c.batch = 4;
+    c.seq_len = 16;
+    c.steps = 2;
+    c.eval_batches = 1;
+    c.device = "cpu";
+    c.checkpoint = "blocks";
+    c.precision = "bf16-mixed";
+    PlanResult p = plan_run(c, PlanOptions{"cpu"});
+    const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
+    RunResult r = train(c);
+    EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << model;
+  }
 }
 
 }  // namespace
