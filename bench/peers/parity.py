@@ -462,6 +462,11 @@ def main():
     cases += [
         ("qwen3-small", "llama", qwen3_small, 50),
         ("qwen3-small-bias-untied", "llama", dict(qwen3_small, attention_bias=True, tie_word_embeddings=False), 50),
+        # use_sliding_window: layer 1 (from max_window_layers 1 on) attends to 16 keys at T 77.
+        ("qwen3-small-window", "llama", dict(qwen3_small, use_sliding_window=True, sliding_window=16,
+                                             max_window_layers=1), 50),
+        # Mistral's sliding_window on every layer, shorter than T.
+        ("mistral-small-window", "llama", dict(llama_small, model_type="mistral", sliding_window=16), 50),
     ]
     # Gemma 3 text (issue 44): (1 + w) norms in f32, four norms a layer, GeGLU (gelu_pytorch_tanh), the
     # embedding scaled by sqrt(hidden), query_pre_attn_scalar, q/k norms, layer_types sliding/full with a

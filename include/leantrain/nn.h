@@ -496,8 +496,9 @@ class AttentionCore : public Module {
  public:
   AttentionCore(int64_t dim, int64_t heads, bool causal)
       : AttentionCore(heads, heads, heads > 0 ? dim / heads : 0, causal) {}
-  AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal, double scale = 0.0)
-      : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal), scale_(scale) {}
+  // window > 0 (causal only): each query sees the `window` latest keys, itself included.
+  AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal, double scale = 0.0, int64_t window = 0)
+      : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal), scale_(scale), window_(window) {}
   const char* type_name() const override { return "ScaledDotProductAttention"; }
   Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
     return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
@@ -511,6 +512,7 @@ class AttentionCore : public Module {
   int64_t heads_, kv_heads_, head_dim_;
   bool causal_;
   double scale_ = 0.0;  // <= 0: 1 / sqrt(head_dim); Gemma: query_pre_attn_scalar^-0.5
+  int64_t window_ = 0;  // sliding window (0: none)
 };
 
 // Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention.

@@ -61,8 +61,7 @@ struct DecoderAttentionOptions {
   bool unit_offset_norms = false;  // Gemma: q_norm / k_norm scale by (1 + w)
   double scale = 0.0;              // attention scale; <= 0: 1 / sqrt(head_dim)
   // Sliding-window attention: each query sees the `window` latest keys, itself included
-  // (transformers' sliding_window); 0: full causal attention. Until the attention ops take a
-  // window, a sequence longer than the window is refused (shorter ones need none).
+  // (transformers' sliding_window); 0: full causal attention.
   int64_t window = 0;
   Init init = Init::normal(0.02);
   const char* type = "LlamaAttention";
@@ -82,7 +81,7 @@ class DecoderSelfAttention : public SelfAttention {
  private:
   Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
   Tensor norm_heads(const Tensor& qkv);  // q_norm, k_norm over their heads of qkv; v unchanged
-  int64_t kv_heads_, head_dim_, window_;
+  int64_t kv_heads_, head_dim_;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;

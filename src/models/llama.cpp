@@ -39,6 +39,7 @@ class LlamaBody : public nn::Module {
                                      .o_bias = c.o_bias(),
                                      .qk_norm = c.qk_norm(),
                                      .qk_norm_eps = c.rms_norm_eps,
+                                     .window = c.window_of(i),
                                      .init = init,
                                      .type = attn_type_.c_str()};
       auto attn = std::make_shared<nn::DecoderSelfAttention>(pf, ao, rotary_emb);

@@ -1,6 +1,6 @@
 // LLaMA-family decoders as transformers computes them: LlamaForCausalLM (LLaMA 2/3/3.1/3.2,
 // TinyLlama, SmolLM2), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head RMSNorm on q
-// and k before RoPE) and MistralForCausalLM, each without a sliding window. Pre-RMSNorm blocks, RoPE (rotate-half; default, linear or llama3 frequencies),
+// and k before RoPE) and MistralForCausalLM, with their sliding windows. Pre-RMSNorm blocks, RoPE (rotate-half; default, linear or llama3 frequencies),
 // grouped-query attention, SwiGLU MLP, tied or untied LM head; transformers' parameter names.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -33,9 +33,14 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-6, rope_theta = 10000.0, initializer_range = 0.02;
   RopeScaling rope_scaling;
   bool attention_bias = false, mlp_bias = false;  // llama (both), qwen3 (attention_bias)
-  // qwen3 (read, written back; the layers at index >= max_window_layers would slide when
-  // use_sliding_window is true, which is refused until the attention has a window).
+  // Sliding-window attention (each query sees the sliding_window latest keys, itself included):
+  // mistral's sliding_window on every layer (null: none; absent: transformers' 4096); qwen2 and
+  // qwen3 only when use_sliding_window, on the layers layer_types names "sliding_attention" or
+  // else those from max_window_layers on, as transformers' Qwen2Config / Qwen3Config lay them out.
+  int64_t sliding_window = 0;  // 0: none
+  bool use_sliding_window = false;
   int64_t max_window_layers = 28;
+  std::vector<bool> layer_sliding;  // qwen2 / qwen3 layer_types; empty: from max_window_layers
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
   // Read and written back untouched: bos_token_id, eos_token_id, pad_token_id, torch_dtype.
@@ -52,6 +57,7 @@ struct LlamaConfig {
   // Field checks (one lt::Error line naming the field), then the size limit (check_model_size).
   void validate() const;
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t window_of(int64_t layer) const;  // the layer's sliding window, 0 for full attention
   int64_t head_size() const;  // head_dim, or hidden_size / num_attention_heads
   bool qkv_bias() const { return model_type == "qwen2" || (reads_attention_bias() && attention_bias); }
   bool o_bias() const { return reads_attention_bias() && attention_bias; }

@@ -29,24 +29,31 @@ double scaling_number(const nlohmann::json& s, const char* key, const std::strin
   return it->get<double>();
 }
 
-// Sliding-window attention (Mistral, Qwen2's use_sliding_window) is not implemented: refuse it.
-void check_no_sliding_window(const nlohmann::json& j, const LlamaConfig& c) {
-  if (c.model_type == "mistral") {
-    auto it = j.find("sliding_window");
-    LT_CHECK(it != j.end() && it->is_null(),
-             "config.json: mistral " + (it == j.end() ? std::string("has no 'sliding_window' (transformers reads 4096)")
-                                                      : "'sliding_window' is " + it->dump()),
-             "leantrain's attention has no sliding window",
-             "use a checkpoint with \"sliding_window\": null (full attention)");
+// The sliding window: mistral's sliding_window (a missing key is transformers' 4096, null none);
+// qwen2 / qwen3's sliding_window, use_sliding_window, max_window_layers and layer_types.
+void read_sliding_window(const nlohmann::json& j, LlamaConfig& c) {
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  if (c.model_type != "mistral" && !qwen) return;
+  c.sliding_window = 4096;  // MistralConfig's, Qwen2Config's and Qwen3Config's default
+  if (auto it = j.find("sliding_window"); it != j.end()) {
+    LT_CHECK(it->is_null() || (it->is_number_integer() && it->get<int64_t>() > 0),
+             "config.json: " + c.model_type + " 'sliding_window' is " + it->dump(),
+             "it counts the keys each query sees (a positive whole number), or null for full attention",
+             "fix the config");
+    c.sliding_window = it->is_null() ? 0 : it->get<int64_t>();
   }
-  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
-    // transformers' Qwen2/Qwen3: sliding_window applies only when use_sliding_window is true (to
-    // the layers from max_window_layers on, or those layer_types names "sliding_attention").
-    bool sliding = false;
-    read_bool(j, "use_sliding_window", sliding);
-    LT_CHECK(!sliding, "config.json: " + c.model_type + " 'use_sliding_window' is true",
-             "leantrain's attention has no sliding window yet",
-             "use a checkpoint with \"use_sliding_window\": false");
+  if (!qwen) return;
+  read_bool(j, "use_sliding_window", c.use_sliding_window);
+  read_int(j, "max_window_layers", c.max_window_layers);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    LT_CHECK(it->is_array(), "config.json: 'layer_types' must be a list", "found " + it->dump(),
+             "write e.g. [\"full_attention\", ...]");
+    c.layer_sliding.clear();
+    for (const auto& e : *it) {
+      LT_CHECK(e == "sliding_attention" || e == "full_attention", "config.json: layer_types entry " + e.dump(),
+               c.model_type + " layers are \"sliding_attention\" or \"full_attention\"", "fix layer_types");
+      c.layer_sliding.push_back(e == "sliding_attention");
+    }
   }
 }
 
@@ -197,7 +204,6 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   read_string(j, "hidden_act", c.hidden_act);
   if (c.reads_attention_bias()) read_bool(j, "attention_bias", c.attention_bias);
   if (type == "llama") read_bool(j, "mlp_bias", c.mlp_bias);
-  if (type == "qwen3") read_int(j, "max_window_layers", c.max_window_layers);
   double attention_dropout = 0;
   read_double(j, "attention_dropout", attention_dropout);
   LT_CHECK(attention_dropout == 0, "config.json: attention_dropout = " + std::to_string(attention_dropout),
@@ -205,7 +211,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   if (auto it = j.find("rope_scaling"); it != j.end()) read_rope_object(*it, "rope_scaling", c.rope_theta, c.rope_scaling);
   if (auto it = j.find("rope_parameters"); it != j.end())
     read_rope_object(*it, "rope_parameters", c.rope_theta, c.rope_scaling);
-  check_no_sliding_window(j, c);
+  read_sliding_window(j, c);
   check_special_ids(j, c.vocab_size);
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
     if (auto it = j.find(key); it != j.end()) c.kept[key] = *it;
@@ -243,9 +249,17 @@ std::string LlamaConfig::to_json() const {
   }
   if (reads_attention_bias()) j["attention_bias"] = attention_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "qwen2" || model_type == "qwen3") j["use_sliding_window"] = false;
-  if (model_type == "qwen3") j["max_window_layers"] = max_window_layers;
-  if (model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3") j["sliding_window"] = nullptr;
+  if (model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3")
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    j["use_sliding_window"] = use_sliding_window;
+    j["max_window_layers"] = max_window_layers;
+    if (!layer_sliding.empty()) {
+      nlohmann::json t = nlohmann::json::array();
+      for (bool b : layer_sliding) t.push_back(b ? "sliding_attention" : "full_attention");
+      j["layer_types"] = t;
+    }
+  }
   for (auto& [k, v] : kept.items()) j[k] = v;
   return j.dump(2);
 }
@@ -255,6 +269,15 @@ std::string LlamaConfig::class_prefix() const {
   if (model_type == "qwen3") return "Qwen3";
   if (model_type == "mistral") return "Mistral";
   return "Llama";
+}
+
+int64_t LlamaConfig::window_of(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (model_type == "mistral") return sliding_window;
+  if (model_type != "qwen2" && model_type != "qwen3") return 0;
+  if (!use_sliding_window) return 0;
+  const bool slides = layer_sliding.empty() ? layer >= max_window_layers : bool(layer_sliding[size_t(layer)]);
+  return slides ? sliding_window : 0;
 }
 
 int64_t LlamaConfig::head_size() const {
@@ -307,6 +330,12 @@ void LlamaConfig::validate() const {
            "the RoPE base must be positive", "use e.g. 10000");
   LT_CHECK(max_window_layers >= 0, m + ": max_window_layers = " + std::to_string(max_window_layers),
            "it counts layers", "use a count of at least 0");
+  LT_CHECK(sliding_window >= 0, m + ": sliding_window = " + std::to_string(sliding_window),
+           "it counts keys (0: full attention)", "use a positive window or null");
+  LT_CHECK(layer_sliding.empty() || int64_t(layer_sliding.size()) == num_hidden_layers,
+           m + ": layer_types has " + std::to_string(layer_sliding.size()) + " entries for " +
+               std::to_string(num_hidden_layers) + " layers",
+           "it names each layer's attention", "give one entry per layer");
   LT_CHECK(initializer_range >= 0 && std::isfinite(initializer_range),
            m + ": initializer_range = " + std::to_string(initializer_range), "it is a standard deviation",
            "use e.g. 0.02");

@@ -36,7 +36,10 @@ class LlamaSpec final : public ModelConfig {
     const std::string name = family().display_name();
     LT_CHECK(!o.patch, "--patch " + std::to_string(o.patch), name + " has no patches", "drop --patch");
     if (o.dim) c_.hidden_size = o.dim;
-    if (o.depth) c_.num_hidden_layers = o.depth;
+    if (o.depth) {
+      c_.num_hidden_layers = o.depth;
+      c_.layer_sliding.clear();  // max_window_layers then lays out the new depth
+    }
     if (o.heads) c_.num_attention_heads = o.heads;
     if (o.mlp_dim) c_.intermediate_size = o.mlp_dim;
     LT_CHECK(c_.num_attention_heads > 0 && (c_.head_dim > 0 || c_.hidden_size % c_.num_attention_heads == 0),

@@ -73,7 +73,6 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
       head_dim_(o.head_dim),
-      window_(o.window),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
@@ -92,7 +91,7 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
   q_proj_ = register_child<UnaryModule>("q_proj", std::make_shared<Linear>(qw, qb));
   k_proj_ = register_child<UnaryModule>("k_proj", std::make_shared<Linear>(kw, kb));
   v_proj_ = register_child<UnaryModule>("v_proj", std::make_shared<Linear>(vw, vb));
-  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true, o.scale));
+  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true, o.scale, o.window));
   o_proj_ = register_child<UnaryModule>(
       "o_proj", std::make_shared<Linear>(pf, q, o.hidden, LinearOptions{.bias = o.o_bias, .weight_init = o.init}));
   if (o.qk_norm) {  // after o_proj, as transformers' Qwen3Attention registers them
@@ -123,12 +122,6 @@ Tensor DecoderSelfAttention::project(const Tensor& x) {
 Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   LT_CHECK(x.dim() == 3, "attention: input shape " + shape_str(x.shape()), "expected [B, T, hidden]",
            "pass a batch of sequences");
-  // Within the window, sliding attention is causal attention: only a longer sequence needs one.
-  LT_CHECK(window_ <= 0 || x.size(1) + rope_->pos_offset() <= window_,
-           std::string(type_) + ": a sequence of " + std::to_string(x.size(1) + rope_->pos_offset()) +
-               " tokens on a sliding-window layer (sliding_window " + std::to_string(window_) + ")",
-           "leantrain's attention has no sliding window yet, so it computes only sequences that fit in the window",
-           "use --seq-len " + std::to_string(window_) + " or less");
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
   // rotated buffer, the only tensor of this layer's forward that the backward reads.
   Tensor p = project(x);

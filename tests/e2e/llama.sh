@@ -89,17 +89,27 @@ if grep -q "lm_head\|q_proj.bias" "$WORK/names"; then fail "qwen3: a tied head o
 expect_grep '"Qwen3ForCausalLM"' "$WORK/qwen3/config.json" "qwen3 config.json"
 expect_ok "${T[@]}" "$LT" train --resume "$WORK/qwen3" --steps 4 --device cpu
 expect_grep "step 4/4" "$WORK/out" "qwen3 resumed run"
-echo '{"model_type": "qwen3", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 300, "use_sliding_window": true, "sliding_window": 64}' >"$WORK/qwen3_sw.json"
-expect_error 1 "qwen3 'use_sliding_window' is true" "${T[@]}" "$LT" plan --config "$WORK/qwen3_sw.json" --data synthetic --batch 2
+# Sliding windows (the attention's window): a Mistral window of 8 on every layer, a Qwen3 one on
+# the layers from max_window_layers on; trained on the CPU at T 32, longer than the windows.
+echo '{"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2, "vocab_size": 4096, "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}' >"$WORK/qwen3_sw.json"
+echo '{"model_type": "mistral", "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 4096, "sliding_window": 8}' >"$WORK/mistral_sw.json"
+for m in qwen3_sw mistral_sw; do
+  expect_ok "${T[@]}" "$LT" train --config "$WORK/$m.json" --tokenizer "$TOK/llama3" --data fortunes --steps 2 --batch 2 \
+    --seq-len 32 --eval-batches 1 --device cpu --save "$WORK/$m" || continue
+  python3 - "$WORK/$m/config.json" <<'PY' || fail "$m config.json keeps the window"
+import json, sys
+assert json.load(open(sys.argv[1]))["sliding_window"] == 8
+PY
+done
 
 # Refusals: one line each, exit 1.
 cfg() { echo "$2" >"$WORK/$1.json"; }
 cfg yarn '{"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 300, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}'
-cfg mistral '{"model_type": "mistral", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 300, "sliding_window": 4096}'
+cfg mistral '{"model_type": "mistral", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 300, "sliding_window": -1}'
 cfg kv '{"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 3, "num_hidden_layers": 1, "vocab_size": 300}'
 for cmd in train plan; do
   expect_error 1 "rope_scaling type 'yarn' is not supported" "${T[@]}" "$LT" $cmd --config "$WORK/yarn.json" --data synthetic --steps 1 --batch 2
-  expect_error 1 "'sliding_window' is 4096: leantrain's attention has no sliding window" "${T[@]}" "$LT" $cmd --config "$WORK/mistral.json" --data synthetic --steps 1 --batch 2
+  expect_error 1 "mistral 'sliding_window' is -1: it counts the keys each query sees" "${T[@]}" "$LT" $cmd --config "$WORK/mistral.json" --data synthetic --steps 1 --batch 2
   expect_error 1 "num_attention_heads 4 is not divisible by num_key_value_heads 3" "${T[@]}" "$LT" $cmd --config "$WORK/kv.json" --data synthetic --steps 1 --batch 2
 done
 expect_error 2 "does not divide|not divisible" "${T[@]}" "$LT" plan --model llama-tiny --heads 3 --data synthetic --steps 1 --batch 2

@@ -169,7 +169,9 @@ Tensor reference_logits(const Gemma3& m, const Tensor& ids, const Tensor& mask) 
     Tensor q = rope(norm(heads(linear(h, p[a + "q_proj.weight"], Tensor()), H), a + "q_norm.weight"));
     Tensor k = rope(norm(heads(linear(h, p[a + "k_proj.weight"], Tensor()), K), a + "k_norm.weight"));
     Tensor v = heads(linear(h, p[a + "v_proj.weight"], Tensor()), K);
-    Tensor o = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), true, mask, 1.0 / std::sqrt(c.query_pre_attn_scalar));
+    // Sliding layers: the attention's window rule (checked against a naive one in test_attention_window).
+    const AttentionMask am{true, mask, c.is_sliding(l) ? c.sliding_window : 0, Tensor()};
+    Tensor o = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), am, 1.0 / std::sqrt(c.query_pre_attn_scalar));
     o = linear(reshape(contiguous(permute(o, {0, 2, 1, 3})), {B, T, H * D}), p[a + "o_proj.weight"], Tensor());
     x = add(x, norm(o, f + "post_attention_layernorm.weight"));
     h = norm(x, f + "pre_feedforward_layernorm.weight");
@@ -237,13 +239,19 @@ TEST(Gemma3Model, Gradcheck) {
   EXPECT_TRUE(test::gradcheck([&](const std::vector<Tensor>&) { return m.forward(ids); }, m.parameters()));
 }
 
-TEST(Gemma3Model, LongerThanTheWindowIsRefusedUntilTheAttentionHasOne) {
-  Gemma3Config c = small(2, true);
-  c.sliding_window = 4;
-  Gemma3 m(c, {.seed = 1});
-  EXPECT_NO_THROW(m.forward(ids_of(1, 4, 37, 5)));
-  const std::string e = error_of([&] { m.forward(ids_of(1, 5, 37, 5)); });
-  EXPECT_NE(e.find("a sequence of 5 tokens on a sliding-window layer (sliding_window 4)"), std::string::npos) << e;
+TEST(Gemma3Model, SlidingLayersSeeTheirWindow) {
+  // Window 3 < T 8 on the sliding layers (0 and 2), full attention on layer 1.
+  Gemma3Config c = small(3, true);
+  c.sliding_window = 3;
+  Gemma3 m(c, kF64);
+  randomize(m, 5);
+  expect_matches_reference(m, ids_of(2, 8, 37, 5), Tensor());
+  // The window changes the logits (else this test could not fail).
+  c.sliding_window = 16;
+  Gemma3 wide(c, kF64);
+  randomize(wide, 5);
+  NoGradGuard ng;
+  EXPECT_NE(wide.forward(ids_of(2, 8, 37, 5)).to_double_vector(), m.forward(ids_of(2, 8, 37, 5)).to_double_vector());
 }
 
 TEST(Gemma3Model, Presets) {

@@ -157,12 +157,39 @@ TEST(LlamaConfig, Qwen3ReadsTheRealConfigAndDefaults) {
   EXPECT_TRUE(d.qkv_bias() && d.o_bias() && !d.gated_bias());
   EXPECT_EQ(d.max_window_layers, 3);
   // A layer_types list naming sliding layers is full attention while use_sliding_window is false.
-  EXPECT_NO_THROW(parse(R"({"model_type": "qwen3", "layer_types": ["sliding_attention"], "sliding_window": 128})"));
-  expect_refused(R"({"model_type": "qwen3", "use_sliding_window": true, "sliding_window": 4096})",
-                 "qwen3 'use_sliding_window' is true");
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "num_hidden_layers": 1, "layer_types": ["sliding_attention"],
+                      "sliding_window": 128})").window_of(0), 0);
+  expect_refused(R"({"model_type": "qwen3", "num_hidden_layers": 2, "layer_types": ["sliding_attention"]})",
+                 "layer_types has 1 entries for 2 layers");
+  expect_refused(R"({"model_type": "qwen3", "layer_types": "sliding"})", "'layer_types' must be a list");
   expect_refused(R"({"model_type": "qwen3", "max_window_layers": -1})", "max_window_layers = -1");
   expect_refused(R"({"model_type": "qwen3", "head_dim": 7})", "head dim 7");
   expect_refused(R"({"model_type": "qwen3", "hidden_act": "gelu"})", "hidden_act 'gelu'");
+}
+
+// Where each family's window applies, as transformers lays it out.
+TEST(LlamaConfig, SlidingWindows) {
+  LlamaConfig m = parse(R"({"model_type": "mistral", "num_hidden_layers": 3})");  // MistralConfig: 4096
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(m.window_of(i), 4096);
+  EXPECT_EQ(nlohmann::json::parse(m.to_json())["sliding_window"], 4096);
+  EXPECT_EQ(parse(R"({"model_type": "mistral", "sliding_window": null})").window_of(0), 0);
+  // Qwen2 / Qwen3: only with use_sliding_window, on the layers from max_window_layers on ...
+  LlamaConfig q = parse(R"({"model_type": "qwen2", "num_hidden_layers": 4, "use_sliding_window": true,
+                           "sliding_window": 64, "max_window_layers": 2})");
+  EXPECT_EQ(q.window_of(0), 0);
+  EXPECT_EQ(q.window_of(1), 0);
+  EXPECT_EQ(q.window_of(2), 64);
+  EXPECT_EQ(q.window_of(3), 64);
+  EXPECT_EQ(parse(q.to_json()).to_json(), q.to_json());
+  EXPECT_EQ(parse(R"({"model_type": "qwen2", "sliding_window": 64, "max_window_layers": 0})").window_of(5), 0);
+  // ... or those layer_types names.
+  LlamaConfig t = parse(R"({"model_type": "qwen3", "num_hidden_layers": 3, "use_sliding_window": true,
+                           "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention",
+                           "sliding_attention"]})");
+  EXPECT_EQ(t.window_of(0), 16);
+  EXPECT_EQ(t.window_of(1), 0);
+  EXPECT_EQ(t.window_of(2), 16);
+  EXPECT_EQ(parse(t.to_json()).to_json(), t.to_json());
 }
 
 TEST(LlamaConfig, RopeScalingForms) {
@@ -204,9 +231,8 @@ TEST(LlamaConfig, RefusalsAreOneLine) {
   expect_refused(R"({"model_type": "llama", "hidden_size": 4611686018427387904, "num_attention_heads": 1,
                    "head_dim": 2})",
                  "parameters");
-  expect_refused(R"({"model_type": "mistral"})", "transformers reads 4096");
-  expect_refused(R"({"model_type": "mistral", "sliding_window": 4096})", "'sliding_window' is 4096");
-  expect_refused(R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window");
+  expect_refused(R"({"model_type": "mistral", "sliding_window": 0})", "mistral 'sliding_window' is 0");
+  expect_refused(R"({"model_type": "qwen2", "sliding_window": "4k"})", "qwen2 'sliding_window' is \"4k\"");
   // 0 key/value heads read as absent (one per head), as transformers' None.
   EXPECT_EQ(error_of([] { models::config_from_json(R"({"model_type": "llama", "num_key_value_heads": 0})"); }), "");
 }

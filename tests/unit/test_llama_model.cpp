@@ -96,7 +96,10 @@ Tensor reference_logits(const Llama& m, const Tensor& ids, const Tensor& mask) {
     Tensor q = rope(head_norm(heads(linear(h, p[a + "q_proj.weight"], bias(a + "q_proj.bias")), H), a + "q_norm.weight"));
     Tensor k = rope(head_norm(heads(linear(h, p[a + "k_proj.weight"], bias(a + "k_proj.bias")), K), a + "k_norm.weight"));
     Tensor v = heads(linear(h, p[a + "v_proj.weight"], bias(a + "v_proj.bias")), K);
-    Tensor o = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), true, mask);
+    // A sliding layer: the attention's window rule (tested against a naive one in test_attention_window).
+    const int64_t w = c.window_of(l);
+    Tensor o = w > 0 ? scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), AttentionMask{true, mask, w, Tensor()})
+                     : scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), true, mask);
     o = reshape(contiguous(permute(o, {0, 2, 1, 3})), {B, T, H * D});
     x = add(x, linear(o, p[a + "o_proj.weight"], bias(a + "o_proj.bias")));
     h = rms_norm(x, p[f + "post_attention_layernorm.weight"], c.rms_norm_eps);
@@ -195,6 +198,32 @@ TEST(LlamaModel, Qwen3HeadNormsHeadDimUntiedMaskMatchReference) {
   EXPECT_EQ(tied.find_module("model.layers.0.self_attn.q_proj")->named_parameters().size(), 1u);
   randomize(tied, 6);
   expect_matches_reference(tied, ids_of(3, 5, 30, 6), Tensor(), 1e-6);
+}
+
+TEST(LlamaModel, SlidingWindowsMatchReference) {
+  // Mistral: a window of 3 on every layer, T 7; Qwen3: use_sliding_window on layer 1 only.
+  LlamaConfig c = small("mistral", 30, 8, 10, 2, 2, 1);
+  c.sliding_window = 3;
+  Llama m(c, kF64);
+  randomize(m, 8);
+  expect_matches_reference(m, ids_of(2, 7, 30, 8), Tensor(), 1e-6);
+  // The window changes the logits (else this test could not fail).
+  c.sliding_window = 0;
+  Llama full(c, kF64);
+  randomize(full, 8);
+  NoGradGuard ng;
+  EXPECT_NE(full.forward(ids_of(2, 7, 30, 8)).to_double_vector(), m.forward(ids_of(2, 7, 30, 8)).to_double_vector());
+}
+
+TEST(LlamaModel, Qwen3SlidingLayersMatchReference) {
+  LlamaConfig c = small("qwen3", 30, 8, 10, 2, 2, 1);
+  c.head_dim = 6;
+  c.sliding_window = 2, c.use_sliding_window = true, c.max_window_layers = 1;
+  EXPECT_EQ(c.window_of(0), 0);
+  EXPECT_EQ(c.window_of(1), 2);
+  Llama m(c, kF64);
+  randomize(m, 9);
+  expect_matches_reference(m, ids_of(2, 6, 30, 9), Tensor(), 1e-6);
 }
 
 TEST(LlamaModel, Qwen3Gradcheck) {
