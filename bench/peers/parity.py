@@ -481,7 +481,7 @@ def main():
                         attn_logit_softcapping=None, tie_word_embeddings=True, batch=3, seq=77,
                         **gemma3_rope_keys(1e6, 1e4, dict(rope_type="linear", factor=8.0)))
     cases += [
-        # The window covers T: every other part of Gemma 3 (runs before leantrain's attention has a window).
+        # The window covers T: every other part of Gemma 3 apart from the window.
         ("gemma3-small-window-covers-t", "llama", dict(gemma3_small, sliding_window=128), 50),
         ("gemma3-small", "llama", gemma3_small, 50),
         ("gemma3-small-softcap", "llama", dict(gemma3_small, sliding_window=128, final_logit_softcapping=30.0), 50),
