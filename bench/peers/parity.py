@@ -4,7 +4,8 @@
 LoRA: PEFT's adapter (r 16, alpha 32, all 7 linear names of TinyLlama's shape) against
 leantrain_bench parity --adapter: logits, adapter gradients, 50 adapter-only AdamW steps.
 
-For each model (HF GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM and torchvision
+For each model (HF GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+Gemma3ForCausalLM (text) and torchvision
 VisionTransformer, small ones and full-size ones) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
 as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and writes its logits,
 loss and every parameter gradient, and this script compares them with PyTorch's. Then both run
@@ -61,7 +62,7 @@ def gpt2_model(cfg, dtype):
     return GPT2LMHeadModel(c).to(device="cuda", dtype=dtype)
 
 
-TOKEN_KINDS = ("gpt2", "llama")  # "llama" covers every LLaMA-family model_type (llama, qwen2)
+TOKEN_KINDS = ("gpt2", "llama")  # "llama" covers every decoder model_type (llama, qwen2, qwen3, mistral, gemma3_text)
 
 
 def vit_model(cfg, dtype):
@@ -77,23 +78,29 @@ def vit_model(cfg, dtype):
 
 
 def llama_model(cfg, dtype):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-    qwen = cfg["model_type"] == "qwen2"
+    import transformers as tf
+    # model_type -> (config class, model class): every family leantrain reads as "llama".
+    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+    conf_cls, model_cls = (getattr(tf, n) for n in classes[cfg["model_type"]])
     keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
-    c = (Qwen2Config if qwen else LlamaConfig)(**keys, attention_dropout=0.0)
+    c = conf_cls(**keys, attention_dropout=0.0)
     try:
         c._attn_implementation = "eager"
     except Exception:
         pass
-    m = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(c)
+    m = model_cls(c)
     # Zero-initialised biases and ones-initialised norms get random values, so that their
-    # gradients carry information and a misapplied bias or norm shows.
+    # gradients carry information and a misapplied bias or norm shows. Gemma's norms scale by
+    # (1 + w) and initialise w to zeros: random around 0 there.
+    unit_offset_norms = cfg["model_type"] == "gemma3_text"
     with torch.no_grad():
         for n, p in m.named_parameters():
             if n.endswith(".bias"):
                 p.normal_(0, 0.02)
             elif "norm" in n:
-                p.normal_(1, 0.1)
+                p.normal_(0 if unit_offset_norms else 1, 0.1)
     m = m.to(device="cuda")
     # Parameters only: model.to(dtype) would also round the rotary inv_freq buffer to bf16
     # (transformers' from_pretrained(torch_dtype=...) keeps it f32, as leantrain does).
@@ -277,6 +284,19 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     return res
 
 
+def gemma3_rope_keys(theta, local_theta, full_scaling):
+    """Gemma 3's two RoPE bases as the installed transformers reads them: rope_parameters per layer type
+    (transformers 5) or rope_theta + rope_local_base_freq + rope_scaling (4.5x). leantrain reads both."""
+    import transformers as tf
+    if int(tf.__version__.split(".")[0]) >= 5:
+        full = dict(rope_type="default", rope_theta=theta)
+        if full_scaling:
+            full.update(full_scaling, rope_theta=theta)
+        return dict(rope_parameters={"full_attention": full,
+                                     "sliding_attention": dict(rope_type="default", rope_theta=local_theta)})
+    return dict(rope_theta=theta, rope_local_base_freq=local_theta, rope_scaling=full_scaling)
+
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -433,6 +453,39 @@ def main():
                                                              high_freq_factor=4.0,
                                                              original_max_position_embeddings=256)), 20),
     ]
+    # Qwen3 (issue 44): q_norm / k_norm, head_dim 24 over width 40 (q is 120 wide, not the width), 5 query
+    # heads on 1 key/value head, T 77; tied, then untied with attention_bias on q, k, v and o.
+    qwen3_small = dict(model_type="qwen3", vocab_size=509, hidden_size=40, intermediate_size=88, num_hidden_layers=2,
+                       num_attention_heads=5, num_key_value_heads=1, head_dim=24, max_position_embeddings=256,
+                       rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True, use_sliding_window=False,
+                       batch=3, seq=77)
+    cases += [
+        ("qwen3-small", "llama", qwen3_small, 50),
+        ("qwen3-small-bias-untied", "llama", dict(qwen3_small, attention_bias=True, tie_word_embeddings=False), 50),
+        # use_sliding_window: layer 1 (from max_window_layers 1 on) attends to 16 keys at T 77.
+        ("qwen3-small-window", "llama", dict(qwen3_small, use_sliding_window=True, sliding_window=16,
+                                             max_window_layers=1), 50),
+        # Mistral's sliding_window on every layer, shorter than T.
+        ("mistral-small-window", "llama", dict(llama_small, model_type="mistral", sliding_window=16), 50),
+    ]
+    # Gemma 3 text (issue 44): (1 + w) norms in f32, four norms a layer, GeGLU (gelu_pytorch_tanh), the
+    # embedding scaled by sqrt(hidden), query_pre_attn_scalar, q/k norms, layer_types sliding/full with a
+    # window (9) shorter than T (77) and the sliding layers' own RoPE base, linear rope_scaling on the full
+    # layers, final_logit_softcapping; tied head. rope_theta / rope_local_base_freq (transformers 4.5x); a
+    # transformers 5 build reads them from rope_parameters instead (see gemma3_rope_keys).
+    gemma3_small = dict(model_type="gemma3_text", vocab_size=515, hidden_size=48, intermediate_size=72,
+                        num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1, head_dim=32,
+                        query_pre_attn_scalar=24, max_position_embeddings=256, rms_norm_eps=1e-6,
+                        sliding_window=9, layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                        hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                        attn_logit_softcapping=None, tie_word_embeddings=True, batch=3, seq=77,
+                        **gemma3_rope_keys(1e6, 1e4, dict(rope_type="linear", factor=8.0)))
+    cases += [
+        # The window covers T: every other part of Gemma 3 apart from the window.
+        ("gemma3-small-window-covers-t", "llama", dict(gemma3_small, sliding_window=128), 50),
+        ("gemma3-small", "llama", gemma3_small, 50),
+        ("gemma3-small-softcap", "llama", dict(gemma3_small, sliding_window=128, final_logit_softcapping=30.0), 50),
+    ]
     # BERT family (issue 17): padded batches, every family's head; hidden_act gelu (erf).
     enc_small = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                      max_position_embeddings=96, num_labels=3, batch=4, seq=77)
@@ -473,6 +526,21 @@ def main():
                                              num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5,
                                              rope_theta=10000.0, tie_word_embeddings=False, batch=1, seq=128,
                                              dtypes=("bf16",)), 0),
+            # Real-size bf16 shapes of issue 44 (random init): Qwen3-1.7B and Gemma-3-1B (window 512 < T 1024).
+            ("qwen3-1.7b", "llama", dict(model_type="qwen3", vocab_size=151936, hidden_size=2048,
+                                         intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                                         num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                                         rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True,
+                                         use_sliding_window=False, batch=1, seq=256, dtypes=("bf16",)), 0),
+            ("gemma3-1b", "llama", dict(model_type="gemma3_text", vocab_size=262144, hidden_size=1152,
+                                        intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+                                        num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+                                        max_position_embeddings=32768, rms_norm_eps=1e-6, sliding_window=512,
+                                        layer_types=[("full_attention" if (i + 1) % 6 == 0 else "sliding_attention")
+                                                     for i in range(26)],
+                                        hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                                        attn_logit_softcapping=None, tie_word_embeddings=True, batch=1, seq=1024,
+                                        dtypes=("bf16",), **gemma3_rope_keys(1e6, 1e4, None)), 0),
             ("gpt2-124m", "gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, batch=2, seq=256), 0),
             ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                                      image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),

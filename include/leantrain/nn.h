@@ -383,13 +383,16 @@ DType compute_dtype_of(const Tensor& w);
 
 class RMSNorm : public UnaryModule {
  public:
-  RMSNorm(ParamFactory& pf, int64_t dim, double eps = 1e-6);
+  // unit_offset: Gemma's RMSNorm, x * rstd * (1 + w) with w initialised to zeros.
+  RMSNorm(ParamFactory& pf, int64_t dim, double eps = 1e-6, bool unit_offset = false);
   const char* type_name() const override { return "RMSNorm"; }
   Tensor forward(const Tensor& x) override;
   AddNormResult forward_add(const Tensor& x, const Tensor& residual);  // as LayerNorm's (add_rms_norm)
+  bool unit_offset() const { return unit_offset_; }
 
  private:
   double eps_;
+  bool unit_offset_ = false;
   Tensor* weight_ = nullptr;
 };
 
@@ -493,8 +496,9 @@ class AttentionCore : public Module {
  public:
   AttentionCore(int64_t dim, int64_t heads, bool causal)
       : AttentionCore(heads, heads, heads > 0 ? dim / heads : 0, causal) {}
-  AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal)
-      : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal) {}
+  // window > 0 (causal only): each query sees the `window` latest keys, itself included.
+  AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal, double scale = 0.0, int64_t window = 0)
+      : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal), scale_(scale), window_(window) {}
   const char* type_name() const override { return "ScaledDotProductAttention"; }
   Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
     return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
@@ -507,6 +511,8 @@ class AttentionCore : public Module {
  protected:
   int64_t heads_, kv_heads_, head_dim_;
   bool causal_;
+  double scale_ = 0.0;  // <= 0: 1 / sqrt(head_dim); Gemma: query_pre_attn_scalar^-0.5
+  int64_t window_ = 0;  // sliding window (0: none)
 };
 
 // Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention.
@@ -585,6 +591,12 @@ class PreNormBlock : public Module {
   }
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
 
+  // Gemma's "sandwich" norms: post_attn normalises the attention's output and post_mlp the MLP's
+  // before each residual add (x + post_attn(attn(ln_1(x))), then h + post_mlp(mlp(ln_2(h)))).
+  // Registered as children `post_attn_name` and `post_mlp_name`, after the four.
+  void set_post_norms(std::shared_ptr<UnaryModule> post_attn, std::shared_ptr<UnaryModule> post_mlp,
+                      const std::string& post_attn_name, const std::string& post_mlp_name);
+
   // false: the norms' outputs are kept for the projections after them and ln_2 runs fused with
   // the residual add (faster backward, 2C more kept per token); see set_lean_saves().
   void set_lean_saves(bool on) { lean_saves_ = on; }
@@ -600,8 +612,10 @@ class PreNormBlock : public Module {
   std::pair<Tensor, Tensor> forward_split(const Tensor& h, const Tensor& m, const Tensor& key_padding_mask);
 
  private:
+  Tensor forward_post_norms(const Tensor& x, const Tensor& key_padding_mask);
   const char* type_;
   Child<UnaryModule> ln_1_, ln_2_, mlp_;
+  Child<UnaryModule> post_attn_, post_mlp_;  // set_post_norms only
   Child<SelfAttention> attn_;
   bool lean_saves_ = true;
 };

@@ -54,13 +54,23 @@ class RotaryEmbedding : public Module {
 struct DecoderAttentionOptions {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool qkv_bias = false, o_bias = false;  // Llama: attention_bias for both; Qwen2: q, k, v only
+  // Qwen3: q_norm and k_norm, RMSNorms of width head_dim (eps qk_norm_eps) over each query and key
+  // head before RoPE.
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
+  bool unit_offset_norms = false;  // Gemma: q_norm / k_norm scale by (1 + w)
+  double scale = 0.0;              // attention scale; <= 0: 1 / sqrt(head_dim)
+  // Sliding-window attention: each query sees the `window` latest keys, itself included
+  // (transformers' sliding_window); 0: full causal attention.
+  int64_t window = 0;
   Init init = Init::normal(0.02);
   const char* type = "LlamaAttention";
 };
 
 // Grouped-query causal self-attention: q_proj [H D, C], k_proj and v_proj [Hkv D, C], o_proj
 // [C, H D] (torch layout), RoPE on q and k, attention core (child "core", no parameters).
-// Forward: qkv = x [q | k | v]^T (one GEMM), rotated in one op (v passes through), attended, o_proj.
+// Forward: qkv = x [q | k | v]^T (one GEMM), (qk_norm: q and k heads normalised), rotated in one
+// op (v passes through), attended, o_proj.
 class DecoderSelfAttention : public SelfAttention {
  public:
   DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o, std::shared_ptr<RotaryEmbedding> rope);
@@ -70,15 +80,18 @@ class DecoderSelfAttention : public SelfAttention {
 
  private:
   Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
-  int64_t kv_heads_;
+  Tensor norm_heads(const Tensor& qkv);  // q_norm, k_norm over their heads of qkv; v unchanged
+  int64_t kv_heads_, head_dim_;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;
+  Child<UnaryModule> q_norm_, k_norm_;  // qk_norm only
 };
 
 struct GatedMlpOptions {
   int64_t hidden = 0, intermediate = 0;
   bool bias = false;
+  GateAct act = GateAct::Silu;  // GeluTanh: Gemma's GeGLU (gelu_pytorch_tanh)
   Init init = Init::normal(0.02);
   const char* type = "LlamaMLP";
 };
@@ -94,6 +107,7 @@ class GatedMlp : public UnaryModule {
 
  private:
   const char* type_;
+  GateAct act_;
   Child<UnaryModule> gate_proj_, up_proj_, down_proj_;
 };
 

@@ -60,14 +60,18 @@ enum class GeluApprox { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
 Tensor silu(const Tensor& x);
 Tensor pow_scalar(const Tensor& x, double p);
+// The gate's activation of a gated MLP: silu (SwiGLU, LLaMA) or the tanh GELU (GeGLU, Gemma's
+// gelu_pytorch_tanh).
+enum class GateAct { Silu, GeluTanh };
 // SwiGLU (LLaMA's MLP activation): silu(gate) * up, silu(gate) rounded to the dtype first as
 // transformers' two ops round it. Saves gate and up only. gate, up [..., F] -> [..., F].
-Tensor swiglu(const Tensor& gate, const Tensor& up);
+// act GeluTanh: GeGLU, gelu_tanh(gate) * up, rounded the same way; likewise below.
+Tensor swiglu(const Tensor& gate, const Tensor& up, GateAct act = GateAct::Silu);
 // The same on one fused projection: gate_up [..., 2F] = [gate | up] -> [..., F]; one gradient.
-Tensor swiglu_packed(const Tensor& gate_up);
+Tensor swiglu_packed(const Tensor& gate_up, GateAct act = GateAct::Silu);
 // The LLaMA MLP's down projection over it: swiglu_packed(gate_up) @ w^T + bias, w [out, F]. Keeps
 // gate_up and w only: the activation is recomputed in the backward (linear would keep it).
-Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias);
+Tensor swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& bias, GateAct act = GateAct::Silu);
 // In place `a += b` (not recorded; for gradient accumulation and optimizers).
 void add_(const Tensor& a, const Tensor& b);
 
@@ -124,10 +128,16 @@ LinearGelu layer_norm_linear_gelu(const Tensor& x, const Tensor& ln_w, const Ten
 // token less per block, for one attention forward more (cheap when T is small against C).
 Tensor attention_linear(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask,
                         const Tensor& w, const Tensor& bias, bool weight_in_out = false);
+struct AttentionMask;
+// The same with every mask kind (AttentionMask, below).
+Tensor attention_linear(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionMask& mask, const Tensor& w,
+                        const Tensor& bias, bool weight_in_out = false);
 
 // ---- normalisation, softmax, attention ----
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);  // over the last dim
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6);
+// unit_offset: x * rstd * (1 + w) with 1 + w formed in f32 (Gemma's RMSNorm, weights initialised
+// to zeros); the gradient of w is the same as without the offset.
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6, bool unit_offset = false);
 Tensor softmax(const Tensor& x);  // over the last dim
 // Residual add fused with the norm after it (pre-norm blocks: h = x + f(x); ln_2(h)):
 // sum = x + residual (same shape and dtype) and y = norm(sum), forward in one pass, backward
@@ -137,13 +147,34 @@ struct AddNormResult {
 };
 AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
                              double eps = 1e-5);
-AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6);
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps = 1e-6,
+                           bool unit_offset = false);
+// Which keys a query sees. Query i, key j (aligned: a = i + Tk - Tq when causal) is visible when
+// every given rule holds:
+//   causal       j <= a
+//   key_padding  u8 [B, Tk], key_padding[b, j] != 0 (1 = attend)
+//   window > 0   a - j < window (a sliding window of `window` keys ending at the query's own;
+//                transformers' sliding_window_overlay; needs causal)
+//   doc_pos      i32 [B, T], the position of each token inside its document, 0 at each document
+//                start (documents packed one after another in a row): j >= i - doc_pos[b, i],
+//                block-diagonal causal as FlashAttention's varlen (needs causal self-attention,
+//                Tq == Tk). The same tensor gives rotary_embedding's positions.
+// Work is proportional to the visible keys: the kernels skip key tiles outside the window or
+// document; nothing T x T is stored or saved.
+struct AttentionMask {
+  bool causal = false;
+  Tensor key_padding;
+  int64_t window = 0;
+  Tensor doc_pos;
+};
 // q [B,H,Tq,D], k/v [B,Hkv,Tk,D] with Hkv dividing H (Hkv < H: grouped-query attention, query
 // head h reads kv head h / (H / Hkv), as Hugging Face's repeat_kv; K/V are never repeated);
 // key_padding_mask u8 [B,Tk] (1 = attend) or undefined.
 // scale <= 0 means 1/sqrt(D). Never materialises the Tq×Tk matrix on the GPU.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                                    double scale = 0.0);
 // Self-attention on the fused projection, with no copies: qkv [B, T, 3*H*D] holds q | k | v
 // along the last dim (heads inside each, as GPT-2's c_attn and torch's in_proj produce it);
 // returns out [B, T, H*D] contiguous (heads merged). The kernels read q, k, v as strided views
@@ -155,6 +186,9 @@ Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, cons
 // [B, T, H*D]; dqkv has qkv's shape. kv_heads == heads is the call above.
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal,
                              const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
+// Both layouts with every mask kind (kv_heads == heads: [B, T, 3C]).
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, const AttentionMask& mask,
+                             double scale = 0.0);
 // (qkv, heads, kv_heads) with causal left out would bind kv_heads to the first overload's causal.
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int kv_heads) = delete;
 // Block-sparse self-attention (BigBird's): the sequence is n blocks of `block` rows; query block i
@@ -188,6 +222,12 @@ Tensor rotary_embedding(const Tensor& x, double base = 10000.0, int64_t pos_offs
 // Saves nothing for its backward (the inverse rotation).
 Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
                                int64_t pos_offset = 0);
+// The same two with per-token positions: positions i32 [B, T] (e.g. AttentionMask::doc_pos of
+// packed documents, restarting at 0 per document) on x's device, each >= 0; token t of row b
+// turns by inv_freq[i] * positions[b, t]. x [B, H, T, D] or [B, T, N*D] as above.
+Tensor rotary_embedding(const Tensor& x, double base, const Tensor& positions);
+Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
+                               const Tensor& positions);
 // The largest head dim the rotary ops take.
 inline constexpr int64_t kRopeMaxHeadDim = 512;
 // transformers' default inverse frequencies 1 / base^(2i/D), i < D/2, in f32 as it computes them.

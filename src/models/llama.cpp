@@ -37,6 +37,9 @@ class LlamaBody : public nn::Module {
                                      .head_dim = c.head_size(),
                                      .qkv_bias = c.qkv_bias(),
                                      .o_bias = c.o_bias(),
+                                     .qk_norm = c.qk_norm(),
+                                     .qk_norm_eps = c.rms_norm_eps,
+                                     .window = c.window_of(i),
                                      .init = init,
                                      .type = attn_type_.c_str()};
       auto attn = std::make_shared<nn::DecoderSelfAttention>(pf, ao, rotary_emb);

@@ -1,6 +1,6 @@
 // LLaMA-family decoders as transformers computes them: LlamaForCausalLM (LLaMA 2/3/3.1/3.2,
-// TinyLlama, SmolLM2), Qwen2ForCausalLM (q/k/v biases) and MistralForCausalLM without a sliding
-// window. Pre-RMSNorm blocks, RoPE (rotate-half; default, linear or llama3 frequencies),
+// TinyLlama, SmolLM2), Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head RMSNorm on q
+// and k before RoPE) and MistralForCausalLM, with their sliding windows. Pre-RMSNorm blocks, RoPE (rotate-half; default, linear or llama3 frequencies),
 // grouped-query attention, SwiGLU MLP, tied or untied LM head; transformers' parameter names.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -21,8 +21,9 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // "llama", "qwen2" or "mistral": the family, its defaults (transformers' for that type) and its
-  // biases (llama: attention_bias, mlp_bias; qwen2: q, k, v always; mistral: none).
+  // "llama", "qwen2", "qwen3" or "mistral": the family, its defaults (transformers' for that type)
+  // and its biases (llama: attention_bias, mlp_bias; qwen2: q, k, v always; qwen3: attention_bias
+  // on q, k, v and o; mistral: none).
   std::string model_type = "llama";
   int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008, num_hidden_layers = 32,
           num_attention_heads = 32;
@@ -31,38 +32,55 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6, rope_theta = 10000.0, initializer_range = 0.02;
   RopeScaling rope_scaling;
-  bool attention_bias = false, mlp_bias = false;  // llama only
+  bool attention_bias = false, mlp_bias = false;  // llama (both), qwen3 (attention_bias)
+  // Sliding-window attention (each query sees the sliding_window latest keys, itself included):
+  // mistral's sliding_window on every layer (null: none; absent: transformers' 4096); qwen2 and
+  // qwen3 only when use_sliding_window, on the layers layer_types names "sliding_attention" or
+  // else those from max_window_layers on, as transformers' Qwen2Config / Qwen3Config lay them out.
+  int64_t sliding_window = 0;  // 0: none
+  bool use_sliding_window = false;
+  int64_t max_window_layers = 28;
+  std::vector<bool> layer_sliding;  // qwen2 / qwen3 layer_types; empty: from max_window_layers
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
   // Read and written back untouched: bos_token_id, eos_token_id, pad_token_id, torch_dtype.
   nlohmann::json kept = nlohmann::json::object();
 
-  // transformers' defaults of LlamaConfig, Qwen2Config or MistralConfig; lt::Error for another type.
+  // transformers' defaults of LlamaConfig, Qwen2Config, Qwen3Config or MistralConfig; lt::Error for another type.
   static LlamaConfig defaults(const std::string& model_type);
   static std::vector<std::string> preset_names();
   static LlamaConfig preset(const std::string& name);
-  // A parsed config.json of model_type llama, qwen2 or mistral (missing keys keep that type's
+  // A parsed config.json of model_type llama, qwen2, qwen3 or mistral (missing keys keep that type's
   // defaults), validated.
   static LlamaConfig from_json(const nlohmann::json& j);
   std::string to_json() const;  // loads in transformers as the matching *ForCausalLM
   // Field checks (one lt::Error line naming the field), then the size limit (check_model_size).
   void validate() const;
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t window_of(int64_t layer) const;  // the layer's sliding window, 0 for full attention
   int64_t head_size() const;  // head_dim, or hidden_size / num_attention_heads
-  bool qkv_bias() const { return model_type == "qwen2" || (model_type == "llama" && attention_bias); }
-  bool o_bias() const { return model_type == "llama" && attention_bias; }
+  bool qkv_bias() const { return model_type == "qwen2" || (reads_attention_bias() && attention_bias); }
+  bool o_bias() const { return reads_attention_bias() && attention_bias; }
+  bool reads_attention_bias() const { return model_type == "llama" || model_type == "qwen3"; }
+  // Qwen3: q_norm and k_norm, RMSNorms [head_dim] over each head of q and k before RoPE.
+  bool qk_norm() const { return model_type == "qwen3"; }
   bool gated_bias() const { return model_type == "llama" && mlp_bias; }
   double num_parameters() const;  // closed form, from the fields alone (no overflow for any values)
-  // transformers' class names for this type: "Llama", "Qwen2", "Mistral" (+ "DecoderLayer", ...).
+  // transformers' class names for this type: "Llama", "Qwen2", "Qwen3", "Mistral" (+ "DecoderLayer", ...).
   std::string class_prefix() const;
 };
+
+// A config.json RoPE object (rope_scaling, or transformers 5's rope_parameters, which may hold
+// rope_theta) read into theta and scaling: default, linear or llama3; `key` names it in errors.
+// null leaves both as they are.
+void read_rope_object(const nlohmann::json& s, const std::string& key, double& theta, RopeScaling& scaling);
 
 // RoPE inverse frequencies [head_dim / 2] as transformers computes them in f32: the default
 // 1 / theta^(2i/D), then the scaling's (linear: / factor; llama3: _compute_llama3_parameters).
 std::vector<float> rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);
 
 // transformers' *ForCausalLM: model.{embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
-// post_attention_layernorm, mlp.{gate,up,down}_proj}, norm, rotary_emb}, lm_head (absent when tied).
+// (qwen3: self_attn.{q,k}_norm), post_attention_layernorm, mlp.{gate,up,down}_proj}, norm, rotary_emb}, lm_head (absent when tied).
 class Llama : public CausalLM {
  public:
   Llama(const LlamaConfig& cfg, const nn::InitOptions& init);

@@ -1,4 +1,4 @@
-// The LLaMA family in the registry: three model_types (llama, qwen2, mistral) over one config
+// The LLaMA family in the registry: four model_types (llama, qwen2, qwen3, mistral) over one config
 // (LlamaConfig) and one model (Llama). Causal language models; text as bytes until the family
 // reads its checkpoint's tokenizer. --dim / --depth / --heads / --mlp-dim set hidden_size,
 // num_hidden_layers, num_attention_heads and intermediate_size.
@@ -13,11 +13,13 @@ namespace lt::models {
 const ModelFamily& llama_family();
 const ModelFamily& qwen2_family();
 const ModelFamily& mistral_family();
+const ModelFamily& qwen3_family();
 
 namespace {
 
 const ModelFamily& family_for(const std::string& type) {
   if (type == "qwen2") return qwen2_family();
+  if (type == "qwen3") return qwen3_family();
   if (type == "mistral") return mistral_family();
   return llama_family();
 }
@@ -34,7 +36,10 @@ class LlamaSpec final : public ModelConfig {
     const std::string name = family().display_name();
     LT_CHECK(!o.patch, "--patch " + std::to_string(o.patch), name + " has no patches", "drop --patch");
     if (o.dim) c_.hidden_size = o.dim;
-    if (o.depth) c_.num_hidden_layers = o.depth;
+    if (o.depth) {
+      c_.num_hidden_layers = o.depth;
+      c_.layer_sliding.clear();  // max_window_layers then lays out the new depth
+    }
     if (o.heads) c_.num_attention_heads = o.heads;
     if (o.mlp_dim) c_.intermediate_size = o.mlp_dim;
     LT_CHECK(c_.num_attention_heads > 0 && (c_.head_dim > 0 || c_.hidden_size % c_.num_attention_heads == 0),
@@ -96,6 +101,11 @@ const ModelFamily& llama_family() {
 
 const ModelFamily& qwen2_family() {
   static const LlamaFamily f("qwen2", "Qwen2", {"qwen2-0.5b"});
+  return f;
+}
+
+const ModelFamily& qwen3_family() {
+  static const LlamaFamily f("qwen3", "Qwen3", {"qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"});
   return f;
 }
 

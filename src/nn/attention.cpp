@@ -23,12 +23,17 @@ Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
   // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
   // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
   // Grouped queries read their K/V head in place (no repeated K/V); dK/dV summed per group.
-  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask);
+  if (window_ > 0) return self_attention_packed(qkv, heads_, kv_heads_, AttentionMask{causal_, mask, window_, Tensor()}, scale_);
+  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask, scale_);
 }
 
 double AttentionCore::forward_flops(const Shape& qkv) const {
   if (qkv.size() != 3) return 0;
   const double b = double(qkv[0]), t = double(qkv[1]), c = double(heads_ * head_dim_);
+  if (window_ > 0 && window_ < qkv[1]) {  // query i sees min(i + 1, window) keys
+    const double w = double(window_), keys = w * (w + 1) / 2 + (t - w) * w;
+    return 4 * b * keys * c;
+  }
   return 4 * b * t * t * c * (causal_ ? 0.5 : 1.0);
 }
 

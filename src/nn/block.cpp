@@ -20,6 +20,7 @@ PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, 
 // residual add and ln_2 run as one fused op (add_layer_norm: one pass each way, the same tensors
 // saved) unless ln_2 has a forward wrapper (a checkpointed ln_2 must run through it).
 Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
+  if (post_attn_) return forward_post_norms(x, mask);
   Tensor a;
   if (LayerNorm* ln = plain_layer_norm(ln_1_.get()); lean_saves_ && ln && !attn_->forward_wrapper())
     a = attn_->forward_normed(x, *ln, mask);
@@ -45,9 +46,28 @@ Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
   return add(h, (*mlp_)((*ln_2_)(h)));
 }
 
+void PreNormBlock::set_post_norms(std::shared_ptr<UnaryModule> post_attn, std::shared_ptr<UnaryModule> post_mlp,
+                                  const std::string& post_attn_name, const std::string& post_mlp_name) {
+  LT_CHECK(post_attn && post_mlp && !post_attn_, std::string(type_) + ": set_post_norms",
+           "it takes two norms, once", "pass both norms when building the block");
+  post_attn_ = register_child(post_attn_name, std::move(post_attn));
+  post_mlp_ = register_child(post_mlp_name, std::move(post_mlp));
+}
+
+// The residual add and ln_2 still run as one op (add_rms_norm) when ln_2 is a plain RMSNorm.
+Tensor PreNormBlock::forward_post_norms(const Tensor& x, const Tensor& mask) {
+  Tensor a = (*post_attn_)((*attn_)((*ln_1_)(x), mask));
+  if (auto* ln = dynamic_cast<RMSNorm*>(ln_2_.get()); ln && !ln_2_->forward_wrapper()) {
+    auto [h, y] = ln->forward_add(a, x);
+    return add(h, (*post_mlp_)((*mlp_)(y)));
+  }
+  Tensor h = add(x, a);
+  return add(h, (*post_mlp_)((*mlp_)((*ln_2_)(h))));
+}
+
 bool PreNormBlock::splits_residual() const {
   auto plain_ln = [](UnaryModule* m) { return m && typeid(*m) == typeid(LayerNorm) && !m->forward_wrapper(); };
-  return !lean_saves_ && !forward_wrapper() && plain_ln(ln_1_.get()) && plain_ln(ln_2_.get());
+  return !post_attn_ && !lean_saves_ && !forward_wrapper() && plain_ln(ln_1_.get()) && plain_ln(ln_2_.get());
 }
 
 std::pair<Tensor, Tensor> PreNormBlock::forward_split(const Tensor& h_in, const Tensor& m_in, const Tensor& mask) {

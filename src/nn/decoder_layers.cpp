@@ -72,6 +72,7 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
                                            std::shared_ptr<RotaryEmbedding> rope)
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
+      head_dim_(o.head_dim),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
@@ -90,9 +91,26 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
   q_proj_ = register_child<UnaryModule>("q_proj", std::make_shared<Linear>(qw, qb));
   k_proj_ = register_child<UnaryModule>("k_proj", std::make_shared<Linear>(kw, kb));
   v_proj_ = register_child<UnaryModule>("v_proj", std::make_shared<Linear>(vw, vb));
-  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true));
+  core_ = register_child("core", std::make_shared<AttentionCore>(o.heads, o.kv_heads, o.head_dim, true, o.scale, o.window));
   o_proj_ = register_child<UnaryModule>(
       "o_proj", std::make_shared<Linear>(pf, q, o.hidden, LinearOptions{.bias = o.o_bias, .weight_init = o.init}));
+  if (o.qk_norm) {  // after o_proj, as transformers' Qwen3Attention registers them
+    q_norm_ = register_child<UnaryModule>(
+        "q_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps, o.unit_offset_norms));
+    k_norm_ = register_child<UnaryModule>(
+        "k_norm", std::make_shared<RMSNorm>(pf, o.head_dim, o.qk_norm_eps, o.unit_offset_norms));
+  }
+}
+
+// transformers' Qwen3Attention: q_norm(q_proj(x).view(..., H, D)), k_norm likewise, before RoPE.
+// The heads are normalised as [B, T, n, D] copies and put back in the q | k | v layout.
+Tensor DecoderSelfAttention::norm_heads(const Tensor& qkv) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = head_dim_, q = heads_ * D, kv = kv_heads_ * D;
+  auto normed = [&](UnaryModule& norm, int64_t start, int64_t n) {
+    Tensor h = reshape(contiguous(slice(qkv, 2, start, start + n * D)), {B, T, n, D});
+    return reshape(norm(h), {B, T, n * D});
+  };
+  return concat({normed(*q_norm_, 0, heads_), normed(*k_norm_, q, kv_heads_), slice(qkv, 2, q + kv, q + 2 * kv)}, 2);
 }
 
 Tensor DecoderSelfAttention::project(const Tensor& x) {
@@ -106,11 +124,13 @@ Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
            "pass a batch of sequences");
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
   // rotated buffer, the only tensor of this layer's forward that the backward reads.
-  Tensor qkv = rotary_embedding_packed(project(x), rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
+  Tensor p = project(x);
+  if (q_norm_.get()) p = norm_heads(p);
+  Tensor qkv = rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
   return (*o_proj_)(attend(qkv, mask));
 }
 
-GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type) {
+GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type), act_(o.act) {
   const int64_t c = o.hidden, f = o.intermediate;
   Tensor gw = pf.make({f, c}, o.init), uw = pf.make({f, c}, o.init);
   Tensor gb, ub;
@@ -126,8 +146,8 @@ Tensor GatedMlp::forward(const Tensor& x) {
   // down_proj over the activation in one op that recomputes the activation in its backward
   // instead of keeping it: the MLP keeps x and gate | up, nothing F wide besides.
   Linear* down = plain_linear(down_proj_);
-  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()));
-  Tensor h = gate_up.defined() ? swiglu_packed(gate_up) : swiglu((*gate_proj_)(x), (*up_proj_)(x));
+  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()), act_);
+  Tensor h = gate_up.defined() ? swiglu_packed(gate_up, act_) : swiglu((*gate_proj_)(x), (*up_proj_)(x), act_);
   return (*down_proj_)(h);
 }
 

@@ -35,14 +35,14 @@ LayerNorm* plain_layer_norm(UnaryModule* m) {
   return m && typeid(*m) == typeid(LayerNorm) && m->recomputed_or_unwrapped() ? static_cast<LayerNorm*>(m) : nullptr;
 }
 
-RMSNorm::RMSNorm(ParamFactory& pf, int64_t dim, double eps) : eps_(eps) {
-  weight_ = &register_parameter("weight", pf.make({dim}, Init::ones()));
+RMSNorm::RMSNorm(ParamFactory& pf, int64_t dim, double eps, bool unit_offset) : eps_(eps), unit_offset_(unit_offset) {
+  weight_ = &register_parameter("weight", pf.make({dim}, unit_offset ? Init::zeros() : Init::ones()));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, autocast_like(*weight_, x), eps_); }
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, autocast_like(*weight_, x), eps_, unit_offset_); }
 
 AddNormResult RMSNorm::forward_add(const Tensor& x, const Tensor& residual) {
-  return add_rms_norm(x, residual, autocast_like(*weight_, x), eps_);
+  return add_rms_norm(x, residual, autocast_like(*weight_, x), eps_, unit_offset_);
 }
 
 }  // namespace lt::nn

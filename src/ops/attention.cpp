@@ -12,9 +12,20 @@ using namespace detail;
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
                                     const Tensor& mask_in, double scale) {
+  AttentionMask m;
+  m.causal = causal;
+  m.key_padding = mask_in;
+  return scaled_dot_product_attention(q_in, k_in, v_in, m, scale);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const AttentionMask& am, double scale) {
   const char* name = "scaled_dot_product_attention";
   OpNameScope op("attention");
-  Device dev = common_device(name, {q_in, k_in, v_in, mask_in});
+  const Tensor& mask_in = am.key_padding;
+  const bool causal = am.causal;
+  const int64_t window = am.window < k_in.size(2) ? am.window : 0;  // a window of >= Tk keys is plain causal
+  Device dev = common_device(name, {q_in, k_in, v_in, mask_in, am.doc_pos});
   check_floating(name, q_in);
   check_same_dtype(name, q_in, k_in);
   check_same_dtype(name, q_in, v_in);
@@ -36,6 +47,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   LT_CHECK(D > 0 && Tq > 0 && Tk > 0, std::string(name) + ": empty head dim or sequence", shapes,
            "pass at least one query, one key and D > 0");
   check_key_padding_mask(name, mask_in, B, Tk);
+  const Tensor doc = check_mask_kinds(name, am, B, Tq, Tk);
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
@@ -43,26 +55,64 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor out = kept.empty() ? Tensor::empty(q.shape(), q.dtype(), dev) : kept[0];
   Tensor lse = kept.empty() ? Tensor::empty({B, H, Tq}, aux_dtype(q.dtype()), dev) : kept[1];
   if (kept.empty()) {
-    backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, sc);
+    backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, window, doc, sc);
     keep_outputs("attention", {out, lse});
   }
   if (!needs_grad({q, k, v})) return out;
   // Every gradient needs the probabilities (q, k, lse) and v or out; save them all.
   const bool need_q = q.requires_grad(), need_k = k.requires_grad(), need_v = v.requires_grad();
   SavedTensor saved_q(q), saved_k(k), saved_v(v), saved_out(out.detach()), saved_lse(lse), saved_mask(mask);
+  SavedTensor saved_doc(doc);  // the caller's i32 [B, T]: no new bytes
   record(out, "attention", {q, k, v}, [=](const Tensor& g) {
     Tensor sq = saved_q.unpack(), sk = saved_k.unpack(), sv = saved_v.unpack();
     Tensor so = saved_out.unpack(), slse = saved_lse.unpack(), smask = saved_mask.unpack();
     Tensor dq = Tensor::empty(sq.shape(), g.dtype(), g.device());
     Tensor dk = Tensor::empty(sk.shape(), g.dtype(), g.device());
     Tensor dv = Tensor::empty(sv.shape(), g.dtype(), g.device());
-    backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, smask, causal, sc);
+    backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, smask, causal, window,
+                                saved_doc.unpack(), sc);
     return std::vector<Tensor>{need_q ? dq : Tensor(), need_k ? dk : Tensor(), need_v ? dv : Tensor()};
   });
   return out;
 }
 
 namespace detail {
+
+Tensor check_mask_kinds(const char* name, const AttentionMask& m, int64_t B, int64_t Tq, int64_t Tk) {
+  const std::string op(name);
+  LT_CHECK(m.window >= 0, op + ": window " + std::to_string(m.window) + " is negative",
+           "window is the number of keys a query sees, ending at its own (0 = no window)", "pass window >= 0");
+  LT_CHECK(m.window == 0 || m.causal, op + ": window " + std::to_string(m.window) + " without causal",
+           "a sliding window is defined on causal attention only (keys j with i - window < j <= i)",
+           "set causal = true or window = 0");
+  if (!m.doc_pos.defined()) return Tensor();
+  const Tensor& d = m.doc_pos;
+  LT_CHECK(m.causal, op + ": doc_pos without causal",
+           "packed documents are causal self-attention (a block-diagonal causal mask)", "set causal = true");
+  LT_CHECK(Tq == Tk, op + ": doc_pos with " + std::to_string(Tq) + " queries and " + std::to_string(Tk) + " keys",
+           "packed documents are self-attention: queries and keys are the same tokens", "use Tq == Tk");
+  LT_CHECK(d.dtype() == DType::I32 && d.shape() == Shape({B, Tq}),
+           op + ": doc_pos is " + dtype_name(d.dtype()) + " " + shape_str(d.shape()),
+           "it must be i32 [B, T] = [" + std::to_string(B) + ", " + std::to_string(Tq) +
+               "]: each token's position inside its document",
+           "build it as int32 with the batch's shape");
+  Tensor dc = contiguous_data(d);
+  // On the CPU the restart sequence is cheap to check (one pass); on a GPU it would cost a copy
+  // and a synchronisation per layer, so it is the caller's duty there (docs/decisions.md).
+  if (dc.device().is_cpu()) {
+    const int32_t* p = dc.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < Tq; ++t) {
+        const int32_t x = p[b * Tq + t], want = t == 0 ? 0 : p[b * Tq + t - 1] + 1;
+        LT_CHECK(x == 0 || x == want,
+                 op + ": doc_pos[" + std::to_string(b) + ", " + std::to_string(t) + "] = " + std::to_string(x) +
+                     " is neither 0 (a document start) nor " + std::to_string(want) + " (the token before + 1)",
+                 "each document's positions run 0, 1, 2, ... and a row starts with a document (0)",
+                 "restart at 0 at each document start and count up by one");
+      }
+  }
+  return dc;
+}
 
 // [B, H, T, D] view of the heads of a [B, T, W] row-major tensor whose heads start `col`
 // elements into each row: (b, h, t, d) -> b*T*W + t*W + col + h*D + d. Not recorded.
@@ -72,8 +122,9 @@ Tensor PackedAttention::heads_view(const Tensor& x, int64_t heads, int64_t col) 
 }
 
 PackedAttention prepare_packed_attention(const char* name, const Tensor& qkv_in, int64_t heads, int64_t kv_heads,
-                                         bool causal, const Tensor& mask_in, double scale) {
-  Device dev = common_device(name, {qkv_in, mask_in});
+                                         const AttentionMask& am, double scale) {
+  const Tensor& mask_in = am.key_padding;
+  Device dev = common_device(name, {qkv_in, mask_in, am.doc_pos});
   check_floating(name, qkv_in);
   check_rank(name, qkv_in, 3, "qkv [B, T, (H + 2 Hkv) D]");
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), W = qkv_in.size(2);
@@ -104,6 +155,8 @@ PackedAttention prepare_packed_attention(const char* name, const Tensor& qkv_in,
            "attention needs at least one token", "pass T >= 1");
   check_key_padding_mask(name, mask_in, B, T);
   PackedAttention a;
+  a.doc_pos = check_mask_kinds(name, am, B, T, T);
+  a.window = am.window < T ? am.window : 0;  // a window of >= T keys is plain causal
   a.dev = dev;
   a.B = B;
   a.T = T;
@@ -111,24 +164,25 @@ PackedAttention prepare_packed_attention(const char* name, const Tensor& qkv_in,
   a.Hkv = kv_heads;
   a.D = W / (heads + 2 * kv_heads);
   a.C = a.H * a.D;
-  a.causal = causal;
+  a.causal = am.causal;
   a.scale = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(a.D)));
   a.qkv = contiguous(qkv_in);  // a no-op for a Linear's output
   a.mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
   return a;
 }
 
-void PackedAttention::forward(const Tensor& out, const Tensor& lse, const Tensor& qkv_now, const Tensor& mask_now) const {
+void PackedAttention::forward(const Tensor& out, const Tensor& lse, const Tensor& qkv_now, const Tensor& mask_now,
+                              const Tensor& doc_now) const {
   backend_for(dev).attention_fwd(heads_view(out, H, 0), lse, q_of(qkv_now), k_of(qkv_now), v_of(qkv_now), mask_now,
-                                 causal, scale);
+                                 causal, window, doc_now, scale);
 }
 
 Tensor PackedAttention::backward(const Tensor& g, const Tensor& qkv_now, const Tensor& out, const Tensor& lse,
-                                 const Tensor& mask_now) const {
+                                 const Tensor& mask_now, const Tensor& doc_now) const {
   Tensor dqkv = Tensor::empty(qkv_now.shape(), g.dtype(), g.device());
   Tensor gc = contiguous_data(g);
   backend_of(g).attention_bwd(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, 0), q_of(qkv_now), k_of(qkv_now),
-                              v_of(qkv_now), heads_view(out, H, 0), lse, mask_now, causal, scale);
+                              v_of(qkv_now), heads_view(out, H, 0), lse, mask_now, causal, window, doc_now, scale);
   return dqkv;
 }
 
@@ -141,11 +195,10 @@ Tensor PackedAttention::backward(const Tensor& g, const Tensor& qkv_now, const T
 // straight into one dqkv buffer of qkv's shape. With kv_heads < heads (grouped-query attention)
 // qkv is [q (H*D) | k (Hkv*D) | v (Hkv*D)] and the kernels read each kv head for its H / Hkv
 // query heads: K and V are neither repeated nor saved at H heads.
-Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
+Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, const AttentionMask& am,
                              double scale) {
   OpNameScope op("attention");
-  const PackedAttention a =
-      prepare_packed_attention("self_attention_packed", qkv_in, heads, kv_heads, causal, mask_in, scale);
+  const PackedAttention a = prepare_packed_attention("self_attention_packed", qkv_in, heads, kv_heads, am, scale);
   // Selective checkpointing's recomputation takes the forward's output and log-sum-exp instead
   // (kept_outputs.h): attention is not run a second time before its backward.
   std::vector<Tensor> kept =
@@ -153,18 +206,26 @@ Tensor self_attention_packed(const Tensor& qkv_in, int64_t heads, int64_t kv_hea
   Tensor out = kept.empty() ? Tensor::empty({a.B, a.T, a.C}, a.qkv.dtype(), a.dev) : kept[0];
   Tensor lse = kept.empty() ? Tensor::empty({a.B, a.H, a.T}, aux_dtype(a.qkv.dtype()), a.dev) : kept[1];
   if (kept.empty()) {
-    a.forward(out, lse, a.qkv, a.mask);
+    a.forward(out, lse, a.qkv, a.mask, a.doc_pos);
     keep_outputs("attention", {out, lse});
   }
   if (!needs_grad({a.qkv})) return out;
-  SavedTensor saved_qkv(a.qkv), saved_out(out.detach()), saved_lse(lse), saved_mask(a.mask);
+  SavedTensor saved_qkv(a.qkv), saved_out(out.detach()), saved_lse(lse), saved_mask(a.mask), saved_doc(a.doc_pos);
   PackedAttention shape_only = a;  // the backward reads the saved tensors, not these
-  shape_only.qkv = shape_only.mask = Tensor();
+  shape_only.qkv = shape_only.mask = shape_only.doc_pos = Tensor();
   record(out, "attention", {a.qkv}, [=](const Tensor& g) {
     return std::vector<Tensor>{shape_only.backward(g, saved_qkv.unpack(), saved_out.unpack(), saved_lse.unpack(),
-                                                   saved_mask.unpack())};
+                                                   saved_mask.unpack(), saved_doc.unpack())};
   });
   return out;
+}
+
+Tensor self_attention_packed(const Tensor& qkv, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask,
+                             double scale) {
+  AttentionMask m;
+  m.causal = causal;
+  m.key_padding = mask;
+  return self_attention_packed(qkv, heads, kv_heads, m, scale);
 }
 
 Tensor self_attention_packed(const Tensor& qkv, int64_t heads, bool causal, const Tensor& mask, double scale) {

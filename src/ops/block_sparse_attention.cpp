@@ -127,11 +127,11 @@ Tensor block_sparse_attention_packed(const Tensor& qkv_in, int64_t heads, int64_
     Backend& be = backend_for(dev);
     {
       Tensor kv = gather(columns(qkv, C, 2 * C), mid, block);
-      be.attention_fwd(mid_o(out), lse_mid, mid_q(qkv), mid_k(kv), mid_v(kv), gathered_mask(mask), false, sc);
+      be.attention_fwd(mid_o(out), lse_mid, mid_q(qkv), mid_k(kv), mid_v(kv), gathered_mask(mask), false, 0, Tensor(), sc);
     }
     Tensor qg = gather(columns(qkv, 0, C), glob, block);  // [B, 1, 2, block, C]
     Tensor og = Tensor::empty(qg.shape(), qkv.dtype(), dev);
-    be.attention_fwd(glob_q(og), lse_glob, glob_q(qg), all_k(qkv), all_v(qkv), mask, false, sc);
+    be.attention_fwd(glob_q(og), lse_glob, glob_q(qg), all_k(qkv), all_v(qkv), mask, false, 0, Tensor(), sc);
     scatter_add(out, og, glob, block);  // into the middle pass's zero rows: exact
     keep_outputs("attention", {out, lse_mid, lse_glob});
   }
@@ -147,7 +147,7 @@ Tensor block_sparse_attention_packed(const Tensor& qkv_in, int64_t heads, int64_
     {
       Tensor qg = gather(columns(sqkv, 0, C), glob, block), og = gather(so, glob, block), dog = gather(gc, glob, block);
       be.attention_bwd(glob_q(dqg), all_k(dqkv), all_v(dqkv), glob_q(dog), glob_q(qg), all_k(sqkv), all_v(sqkv),
-                       glob_q(og), saved_lse_glob.unpack(), smask, false, sc);
+                       glob_q(og), saved_lse_glob.unpack(), smask, false, 0, Tensor(), sc);
     }
     // The middle pass writes dQ of every row (zeros for the global blocks') and the gathered
     // blocks' dK, dV, which are added back to the blocks they came from.
@@ -155,7 +155,7 @@ Tensor block_sparse_attention_packed(const Tensor& qkv_in, int64_t heads, int64_
       Tensor kv = gather(columns(sqkv, C, 2 * C), mid, block);
       Tensor dkv = Tensor::empty(kv.shape(), g.dtype(), g.device());
       be.attention_bwd(mid_q(dqkv), mid_k(dkv), mid_v(dkv), mid_o(gc), mid_q(sqkv), mid_k(kv), mid_v(kv), mid_o(so),
-                       saved_lse_mid.unpack(), gathered_mask(smask), false, sc);
+                       saved_lse_mid.unpack(), gathered_mask(smask), false, 0, Tensor(), sc);
       scatter_add(columns(dqkv, C, 2 * C), dkv, mid, block);
     }
     scatter_add(columns(dqkv, 0, C), dqg, glob, block);

@@ -97,22 +97,45 @@ static_assert(2 * kRopeMaxHalf == kRopeMaxHeadDim, "the rope kernels and the fro
 
 namespace {
 
-// The rope op on x viewed as [R, T, N, D]; its backward is the inverse rotation and saves nothing.
+// The rope op on x viewed as [R, T, N, D]; its backward is the inverse rotation and saves nothing
+// (positions, the caller's i32 [P, T] or undefined, is referenced, not copied).
 Tensor rope_op(const Tensor& x, const Shape& view, const std::vector<float>& inv_freq, int64_t pos_offset,
-               int64_t rot_heads) {
+               int64_t rot_heads, const Tensor& positions = Tensor()) {
   Tensor xc = contiguous(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const Shape st = contiguous_strides(view);
   backend_of(x).rope(make_view(out, view, st, 0), make_view(xc, view, st, xc.offset()), inv_freq, pos_offset,
-                     rot_heads, false);
+                     positions, rot_heads, false);
   record(out, "rotary_embedding", {xc}, [=](const Tensor& g) {
     Tensor gc = contiguous_data(g);
     Tensor dx = Tensor::empty(g.shape(), g.dtype(), g.device());
     backend_of(g).rope(make_view(dx, view, st, 0), make_view(gc, view, st, gc.offset()), inv_freq, pos_offset,
-                       rot_heads, true);
+                       positions, rot_heads, true);
     return std::vector<Tensor>{dx};
   });
   return out;
+}
+
+// positions i32 [B, T] on x's device; on the CPU each is also checked >= 0 (a GPU copy would
+// cost a synchronisation). Returns it contiguous.
+Tensor check_positions(const char* name, const Tensor& x, const Tensor& positions, int64_t B, int64_t T) {
+  LT_CHECK(positions.defined(), std::string(name) + ": positions is undefined",
+           "this overload takes per-token positions", "pass i32 [B, T] positions or use the pos_offset overload");
+  (void)common_device(name, {x, positions});
+  LT_CHECK(positions.dtype() == DType::I32 && positions.shape() == Shape({B, T}),
+           std::string(name) + ": positions is " + dtype_name(positions.dtype()) + " " + shape_str(positions.shape()),
+           "it must be i32 [B, T] = [" + std::to_string(B) + ", " + std::to_string(T) + "]: one position per token",
+           "build it as int32 with the batch's shape");
+  Tensor p = contiguous_data(positions);
+  if (p.device().is_cpu()) {
+    const int32_t* v = p.data<int32_t>();
+    for (int64_t i = 0; i < p.numel(); ++i)
+      LT_CHECK(v[i] >= 0,
+               std::string(name) + ": positions[" + std::to_string(i / T) + ", " + std::to_string(i % T) +
+                   "] = " + std::to_string(v[i]),
+               "positions start at 0", "pass positions >= 0");
+  }
+  return p;
 }
 
 void check_rope_args(const char* name, const Tensor& x, int64_t head_dim, int64_t pos_offset) {
@@ -162,6 +185,33 @@ Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_fr
            "the last dim holds whole heads of D = 2 * (number of frequencies), the rotated ones first",
            "pass a packed projection of heads * head_dim and at most that many rotated heads");
   return rope_op(x, {B, T, W / D, D}, inv_freq, pos_offset, rotary_heads);
+}
+
+Tensor rotary_embedding(const Tensor& x, double base, const Tensor& positions) {
+  OpNameScope op("rotary_embedding");
+  check_rank("rotary_embedding", x, 4, "x [B, H, T, D]");
+  check_rope_args("rotary_embedding", x, x.size(3), 0);
+  LT_CHECK(base > 0, "rotary_embedding: base " + std::to_string(base), "the base must be > 0", "fix the arguments");
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+  const Tensor p = check_positions("rotary_embedding", x, positions, B, T);
+  return rope_op(x, {B * H, T, 1, D}, rope_inv_freq(D, base), 0, 1, p);
+}
+
+Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
+                               const Tensor& positions) {
+  OpNameScope op("rotary_embedding");
+  const char* name = "rotary_embedding_packed";
+  check_rank(name, x, 3, "x [B, T, heads * D]");
+  const int64_t D = 2 * int64_t(inv_freq.size());
+  check_rope_args(name, x, D, 0);
+  const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
+  LT_CHECK(W % D == 0 && rotary_heads >= 0 && rotary_heads <= W / D,
+           std::string(name) + ": x " + shape_str(x.shape()) + " with head dim " + std::to_string(D) + " and " +
+               std::to_string(rotary_heads) + " rotated heads",
+           "the last dim holds whole heads of D = 2 * (number of frequencies), the rotated ones first",
+           "pass a packed projection of heads * head_dim and at most that many rotated heads");
+  const Tensor p = check_positions(name, x, positions, B, T);
+  return rope_op(x, {B, T, W / D, D}, inv_freq, 0, rotary_heads, p);
 }
 
 }  // namespace lt

@@ -67,7 +67,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& w_in, const Tensor& b_in, doubl
   return y;
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps, bool unit_offset) {
+  const float w_offset = unit_offset ? 1.0f : 0.0f;
   OpNameScope op("rms_norm");
   Device dev = common_device("rms_norm", {x, w_in});
   check_norm_input("rms_norm", x);
@@ -77,7 +78,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
   const int64_t C = x.size(-1), N = x.numel() / C;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
   Tensor rstd = Tensor::empty({N}, aux_dtype(x.dtype()), dev);
-  backend_for(dev).rmsnorm_fwd(rows_view(y), rstd, rows_view(xc), w, float(eps));
+  backend_for(dev).rmsnorm_fwd(rows_view(y), rstd, rows_view(xc), w, float(eps), w_offset);
   if (!needs_grad({xc, w})) return y;
   const bool need_x = xc.requires_grad(), need_w = w.requires_grad();
   SavedTensor saved_x(xc), saved_w(w), saved_rstd(rstd);
@@ -88,7 +89,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w_in, double eps) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack(), srstd = saved_rstd.unpack();
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
     Tensor dw = need_w ? Tensor::empty({C}, param_dt, g.device()) : Tensor();
-    backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(sx), sw, srstd);
+    backend_of(g).rmsnorm_bwd(rows_view(dx), dw, rows_view(contiguous_data(g)), rows_view(sx), sw, srstd, w_offset);
     return std::vector<Tensor>{need_x ? dx : Tensor(), dw};
   });
   return y;
@@ -105,7 +106,7 @@ struct ParkedGrad {
 };
 
 AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& r, const Tensor& w_in,
-                       const Tensor& b_in, double eps) {
+                       const Tensor& b_in, double eps, float w_offset = 0.0f) {
   OpNameScope name(op);
   Device dev = common_device(op, {x, r, w_in, b_in});
   check_norm_input(op, x);
@@ -126,7 +127,7 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
   AddNormResult out{Tensor::empty(x.shape(), x.dtype(), dev), Tensor::empty(x.shape(), x.dtype(), dev)};
   Tensor mu = rms ? Tensor() : Tensor::empty({N}, aux, dev);
   Tensor rstd = Tensor::empty({N}, aux, dev);
-  if (rms) backend_for(dev).add_rmsnorm_fwd(rows_view(out.sum), rows_view(out.y), rstd, rows_view(xc), rows_view(rc), w, float(eps));
+  if (rms) backend_for(dev).add_rmsnorm_fwd(rows_view(out.sum), rows_view(out.y), rstd, rows_view(xc), rows_view(rc), w, float(eps), w_offset);
   else backend_for(dev).add_layernorm_fwd(rows_view(out.sum), rows_view(out.y), mu, rstd, rows_view(xc), rows_view(rc), w, b, float(eps));
 
   std::vector<Tensor> inputs{x, r, w};
@@ -160,7 +161,7 @@ AddNormResult add_norm(const char* op, bool rms, const Tensor& x, const Tensor& 
       Tensor dw = need_w ? Tensor::empty({C}, param_dt, dy.device()) : Tensor();
       Tensor db = need_b ? Tensor::empty({C}, param_dt, dy.device()) : Tensor();
       Tensor ds2 = ds.defined() ? rows_view(contiguous_data(ds)) : Tensor();
-      if (rms) backend_of(dy).add_rmsnorm_bwd(rows_view(dsum), dw, dy2, ds2, rows_view(ssum), sw, srstd);
+      if (rms) backend_of(dy).add_rmsnorm_bwd(rows_view(dsum), dw, dy2, ds2, rows_view(ssum), sw, srstd, w_offset);
       else backend_of(dy).add_layernorm_bwd(rows_view(dsum), dw, db, dy2, ds2, rows_view(ssum), sw, smu, srstd);
       grads[0] = need_x ? dsum : Tensor();
       grads[1] = need_r ? dsum : Tensor();
@@ -187,8 +188,8 @@ AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tens
   return add_norm("add_layer_norm", false, x, residual, w, b, eps);
 }
 
-AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps) {
-  return add_norm("add_rms_norm", true, x, residual, w, Tensor(), eps);
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps, bool unit_offset) {
+  return add_norm("add_rms_norm", true, x, residual, w, Tensor(), eps, unit_offset ? 1.0f : 0.0f);
 }
 
 Tensor softmax(const Tensor& x) {

@@ -226,11 +226,19 @@ LinearGelu layer_norm_linear_gelu(const Tensor& x, const Tensor& ln_w, const Ten
 
 Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, bool causal, const Tensor& mask_in,
                         const Tensor& w, const Tensor& bias, bool weight_in_out) {
+  AttentionMask m;
+  m.causal = causal;
+  m.key_padding = mask_in;
+  return attention_linear(qkv_in, heads, kv_heads, m, w, bias, weight_in_out);
+}
+
+Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, const AttentionMask& mask_in,
+                        const Tensor& w, const Tensor& bias, bool weight_in_out) {
   const char* name = "attention_linear";
   LT_CHECK(active_kept_outputs() == nullptr, std::string(name) + " inside a selective checkpoint",
            "selective checkpointing keeps the attention output, which this op exists not to keep",
            "use self_attention_packed and linear there");
-  const PackedAttention at = prepare_packed_attention(name, qkv_in, heads, kv_heads, causal, mask_in, 0.0);
+  const PackedAttention at = prepare_packed_attention(name, qkv_in, heads, kv_heads, mask_in, 0.0);
   const DType aux = aux_dtype(at.qkv.dtype());
   Tensor lse = Tensor::empty({at.B, at.H, at.T}, aux, at.dev);
   Tensor out;
@@ -240,7 +248,7 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
     {
       OpNameScope op_name("attention");
       o = Tensor::empty({at.B, at.T, at.C}, at.qkv.dtype(), at.dev);
-      at.forward(o, lse, at.qkv, at.mask);
+      at.forward(o, lse, at.qkv, at.mask, at.doc_pos);
     }
     a = prepare_linear(o, w, bias, weight_in_out);
     out = linear_forward(a, o, bias, weight_in_out);
@@ -249,23 +257,24 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
   if (!needs_grad({at.qkv, a.wc, bias})) return out;
   const bool need_qkv = at.qkv.requires_grad(), need_w = a.wc.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  SavedTensor saved_qkv((need_qkv || need_w) ? at.qkv : Tensor()), saved_mask(at.mask);
+  SavedTensor saved_qkv((need_qkv || need_w) ? at.qkv : Tensor()), saved_mask(at.mask), saved_doc(at.doc_pos);
   SavedTensor saved_lse(need_qkv ? lse : Tensor()), saved_w(need_qkv ? a.wc : Tensor());
   lse = Tensor();
   PackedAttention shape_only = at;  // the backward reads the saved tensors, not these
-  shape_only.qkv = shape_only.mask = Tensor();
+  shape_only.qkv = shape_only.mask = shape_only.doc_pos = Tensor();
   const int64_t rows = a.rows, in = a.in, outf = a.outf;
   const ParamGradTargets targets = param_grad_targets(a.wc, bias);
   const DType grad_dt = targets.dtype;
   record(out, name, {at.qkv, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor sqkv = saved_qkv.unpack(), smask = saved_mask.unpack(), slse = saved_lse.unpack(), sw = saved_w.unpack();
+    Tensor sdoc = saved_doc.unpack();
     Tensor g2 = reshape(g, {rows, outf});
     Tensor o;
     if (need_w || need_qkv) {  // the forward's kernel on the same inputs: the same bits as the forward's output
       OpNameScope op_name("attention_linear");
       o = Tensor::empty({shape_only.B, shape_only.T, shape_only.C}, sqkv.dtype(), sqkv.device());
       Tensor tmp_lse = Tensor::empty({shape_only.B, shape_only.H, shape_only.T}, aux, sqkv.device());
-      shape_only.forward(o, tmp_lse, sqkv, smask);
+      shape_only.forward(o, tmp_lse, sqkv, smask, sdoc);
     }
     Tensor gqkv, gw, gb;
     {
@@ -274,7 +283,7 @@ Tensor attention_linear(const Tensor& qkv_in, int64_t heads, int64_t kv_heads, b
     }
     if (need_qkv) {
       Tensor go = reshape(matmul(g2, sw, false, weight_in_out), {shape_only.B, shape_only.T, shape_only.C});
-      gqkv = shape_only.backward(go, sqkv, o, slse, smask);
+      gqkv = shape_only.backward(go, sqkv, o, slse, smask, sdoc);
     }
     return std::vector<Tensor>{gqkv, gw, gb};
   });

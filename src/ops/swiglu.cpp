@@ -26,7 +26,8 @@ Shape with_last(Shape s, int64_t last) {
 
 }  // namespace
 
-Tensor swiglu_packed(const Tensor& gate_up_in) {
+Tensor swiglu_packed(const Tensor& gate_up_in, GateAct act) {
+  const bool gelu = act == GateAct::GeluTanh;
   const char* name = "swiglu_packed";
   OpNameScope op("swiglu");
   check_floating(name, gate_up_in);
@@ -36,20 +37,21 @@ Tensor swiglu_packed(const Tensor& gate_up_in) {
   const int64_t F = gate_up_in.size(-1) / 2;
   Tensor x = contiguous(gate_up_in);
   Tensor out = Tensor::empty(with_last(x.shape(), F), x.dtype(), x.device());
-  backend_of(x).swiglu_fwd(columns(out, F, 0), columns(x, F, 0), columns(x, F, F));
+  backend_of(x).swiglu_fwd(columns(out, F, 0), columns(x, F, 0), columns(x, F, F), gelu);
   if (!needs_grad({x})) return out;
   SavedTensor saved(x);
   record(out, "swiglu", {x}, [=](const Tensor& g) {
     Tensor sx = saved.unpack(), gc = contiguous_data(g);
     Tensor dx = Tensor::empty(sx.shape(), g.dtype(), g.device());
     backend_of(g).swiglu_bwd(columns(dx, F, 0), columns(dx, F, F), columns(gc, F, 0), columns(sx, F, 0),
-                             columns(sx, F, F));
+                             columns(sx, F, F), gelu);
     return std::vector<Tensor>{dx};
   });
   return out;
 }
 
-Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
+Tensor swiglu(const Tensor& gate_in, const Tensor& up_in, GateAct act) {
+  const bool gelu = act == GateAct::GeluTanh;
   const char* name = "swiglu";
   OpNameScope op("swiglu");
   common_device(name, {gate_in, up_in});
@@ -61,7 +63,7 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
   const int64_t F = gate_in.size(-1);
   Tensor gate = contiguous(gate_in), up = contiguous(up_in);
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  backend_of(gate).swiglu_fwd(columns(out, F, 0), columns(gate, F, 0), columns(up, F, 0));
+  backend_of(gate).swiglu_fwd(columns(out, F, 0), columns(gate, F, 0), columns(up, F, 0), gelu);
   if (!needs_grad({gate, up})) return out;
   SavedTensor saved_gate(gate), saved_up(up);
   record(out, "swiglu", {gate, up}, [=](const Tensor& g) {
@@ -69,13 +71,14 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in) {
     Tensor dgate = Tensor::empty(sg.shape(), g.dtype(), g.device());
     Tensor dup = Tensor::empty(su.shape(), g.dtype(), g.device());
     backend_of(g).swiglu_bwd(columns(dgate, F, 0), columns(dup, F, 0), columns(gc, F, 0), columns(sg, F, 0),
-                             columns(su, F, 0));
+                             columns(su, F, 0), gelu);
     return std::vector<Tensor>{dgate, dup};
   });
   return out;
 }
 
-Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor& bias) {
+Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor& bias, GateAct act) {
+  const bool gelu = act == GateAct::GeluTanh;
   const char* name = "swiglu_linear";
   OpNameScope op_name("swiglu_linear");
   Device dev = common_device(name, {gate_up_in, w_in, bias});
@@ -98,10 +101,10 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
   out_shape.back() = outf;
   // The activation is a temporary of the forward; the GEMM's result may be selective
   // checkpointing's kept one (kept_outputs.h), as linear's is.
-  auto activation = [F, rows](const Tensor& gu) {
-    Tensor act = Tensor::empty({rows, F}, gu.dtype(), gu.device());
-    backend_of(gu).swiglu_fwd(act, columns(gu, F, 0), columns(gu, F, F));
-    return act;
+  auto activation = [F, rows, gelu](const Tensor& gu) {
+    Tensor a = Tensor::empty({rows, F}, gu.dtype(), gu.device());
+    backend_of(gu).swiglu_fwd(a, columns(gu, F, 0), columns(gu, F, F), gelu);
+    return a;
   };
   GemmDesc d;
   d.m = rows;
@@ -131,7 +134,7 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
     if (need_x) {
       Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
       gx = Tensor::empty(sx.shape(), g.dtype(), g.device());
-      backend_of(g).swiglu_bwd(columns(gx, F, 0), columns(gx, F, F), dact, columns(sx, F, 0), columns(sx, F, F));
+      backend_of(g).swiglu_bwd(columns(gx, F, 0), columns(gx, F, F), dact, columns(sx, F, 0), columns(sx, F, F), gelu);
     }
     return std::vector<Tensor>{gx, gw, gb};
   });

@@ -350,8 +350,8 @@ void timings() {
       Tensor out = empty({B, H, T, D}, DType::F32, kGpu), lse = empty({B, H, T}, DType::F32, kGpu);
       Tensor dq = empty({B, H, T, D}, DType::F32, kGpu), dk = empty({B, H, T, D}, DType::F32, kGpu),
              dv = empty({B, H, T, D}, DType::F32, kGpu);
-      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), false, sc); }, 5);
-      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), false, sc); }, 5);
+      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), false, 0, Tensor(), sc); }, 5);
+      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), false, 0, Tensor(), sc); }, 5);
       std::printf("time attention f32 %s B64 H16 T197 D64: fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s), "
                   "fwd+bwd %.1f TFLOP/s\n",
                   old ? "old SIMT path " : "register-tiled", f, fl_f / (f * 1e9), b, fl_b / (b * 1e9),
@@ -379,8 +379,8 @@ void timings() {
              dv = empty(v.shape(), DType::BF16, kGpu);
       Backend& gpu = backend_for(kGpu);
       const float sc = 1.0f / std::sqrt(float(s.D));
-      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), true, sc); }, 10);
-      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), true, sc); }, 10);
+      const double f = time_ms([&] { gpu.attention_fwd(out, lse, q, k, v, Tensor(), true, 0, Tensor(), sc); }, 10);
+      const double b = time_ms([&] { gpu.attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), true, 0, Tensor(), sc); }, 10);
       const double fl_f = 2.0 * double(s.B * s.H) * double(s.T) * double(s.T) * double(s.D), fl_b = 2.5 * fl_f;
       std::printf("time attention bf16 causal B%lld H%lld Hkv%lld T%lld D%lld: fwd %.3f ms (%.1f TFLOP/s), "
                   "bwd %.3f ms (%.1f TFLOP/s)\n",

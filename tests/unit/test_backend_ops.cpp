@@ -123,7 +123,7 @@ TEST(BackendOps, MissingOpFailsWithOneLineNamingBackendAndOp) {
   BareBackend bare;
   Backend& b = bare;
   try {
-    b.rope(Tensor(), Tensor(), {}, 0, 1, false);
+    b.rope(Tensor(), Tensor(), {}, 0, Tensor(), 1, false);
     FAIL() << "rope on a backend without it did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.what_part(), "backend 'bare' has no op 'rope'");

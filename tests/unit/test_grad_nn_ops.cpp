@@ -29,6 +29,10 @@ TEST(Gradcheck, LayerNormPartialGrads) {
 
 TEST(Gradcheck, RmsNorm) {
   EXPECT_TRUE(gradcheck([](const V& x) { return rms_norm(x[0], x[1]); }, {rand64({2, 3, 8}, 13), rand64({8}, 14)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return rms_norm(x[0], x[1], 1e-6, true); },
+                        {rand64({2, 3, 8}, 15), rand64({8}, 16)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return add_rms_norm(x[0], x[1], x[2], 1e-6, true).y; },
+                        {rand64({3, 8}, 17), rand64({3, 8}, 18), rand64({8}, 19)}));
 }
 
 TEST(Gradcheck, Softmax) {
@@ -113,6 +117,14 @@ TEST(Gradcheck, Swiglu) {
                         {rand64({2, 3, 2 * 5}, 36), rand64({4, 5}, 37), rand64({4}, 38)}));
   EXPECT_TRUE(gradcheck([](const V& x) { return swiglu_linear(x[0], x[1], Tensor()); },
                         {rand64({3, 2 * 6}, 39), rand64({2, 6}, 40)}));
+}
+
+TEST(Gradcheck, Geglu) {
+  const GateAct g = GateAct::GeluTanh;
+  EXPECT_TRUE(gradcheck([g](const V& x) { return swiglu_packed(x[0], g); }, {rand64({2, 3, 2 * 5}, 41)}));
+  EXPECT_TRUE(gradcheck([g](const V& x) { return swiglu(x[0], x[1], g); }, {rand64({3, 4}, 42), rand64({3, 4}, 43)}));
+  EXPECT_TRUE(gradcheck([g](const V& x) { return swiglu_linear(x[0], x[1], x[2], g); },
+                        {rand64({2, 3, 2 * 5}, 44), rand64({4, 5}, 45), rand64({4}, 46)}));
 }
 
 TEST(Gradcheck, CrossEntropy) {

@@ -121,6 +121,77 @@ TEST(LlamaConfig, DefaultsAreTransformersPerType) {
   EXPECT_EQ(&models::config_from_json(m.to_json())->family(), &models::family_of_type("mistral"));
 }
 
+// Qwen/Qwen3-0.6B's config.json as published (transformers 4.51).
+TEST(LlamaConfig, Qwen3ReadsTheRealConfigAndDefaults) {
+  LlamaConfig c = parse(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+    "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_EQ(c.head_size(), 128);  // 16 heads of 128 over a width of 1024
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.qkv_bias() || c.o_bias() || c.gated_bias());
+  EXPECT_EQ(c.num_parameters(), 596'049'920.0);
+  const LlamaConfig p = LlamaConfig::preset("qwen3-0.6b");
+  EXPECT_EQ(p.to_json(), c.to_json());  // the preset is this file
+  const nlohmann::json j = nlohmann::json::parse(c.to_json());
+  EXPECT_EQ(j["architectures"], nlohmann::json({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_TRUE(j["sliding_window"].is_null());
+  EXPECT_EQ(j["max_window_layers"], 28);
+  EXPECT_EQ(j["eos_token_id"], 151645);
+  EXPECT_EQ(parse(c.to_json()).to_json(), c.to_json());
+  EXPECT_EQ(&models::config_from_json(c.to_json())->family(), &models::family_of_type("qwen3"));
+  // Qwen3Config(): head_dim 128 of its own, attention_bias on all four projections when set.
+  LlamaConfig d = parse(R"({"model_type": "qwen3", "attention_bias": true, "max_window_layers": 3})");
+  EXPECT_EQ(d.vocab_size, 151936);
+  EXPECT_EQ(d.intermediate_size, 22016);
+  EXPECT_EQ(d.kv_heads(), 32);
+  EXPECT_EQ(d.head_size(), 128);
+  EXPECT_EQ(d.max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(d.rope_theta, 10000.0);
+  EXPECT_FALSE(d.tie_word_embeddings);
+  EXPECT_TRUE(d.qkv_bias() && d.o_bias() && !d.gated_bias());
+  EXPECT_EQ(d.max_window_layers, 3);
+  // A layer_types list naming sliding layers is full attention while use_sliding_window is false.
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "num_hidden_layers": 1, "layer_types": ["sliding_attention"],
+                      "sliding_window": 128})").window_of(0), 0);
+  expect_refused(R"({"model_type": "qwen3", "num_hidden_layers": 2, "layer_types": ["sliding_attention"]})",
+                 "layer_types has 1 entries for 2 layers");
+  expect_refused(R"({"model_type": "qwen3", "layer_types": "sliding"})", "'layer_types' must be a list");
+  expect_refused(R"({"model_type": "qwen3", "max_window_layers": -1})", "max_window_layers = -1");
+  expect_refused(R"({"model_type": "qwen3", "head_dim": 7})", "head dim 7");
+  expect_refused(R"({"model_type": "qwen3", "hidden_act": "gelu"})", "hidden_act 'gelu'");
+}
+
+// Where each family's window applies, as transformers lays it out.
+TEST(LlamaConfig, SlidingWindows) {
+  LlamaConfig m = parse(R"({"model_type": "mistral", "num_hidden_layers": 3})");  // MistralConfig: 4096
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(m.window_of(i), 4096);
+  EXPECT_EQ(nlohmann::json::parse(m.to_json())["sliding_window"], 4096);
+  EXPECT_EQ(parse(R"({"model_type": "mistral", "sliding_window": null})").window_of(0), 0);
+  // Qwen2 / Qwen3: only with use_sliding_window, on the layers from max_window_layers on ...
+  LlamaConfig q = parse(R"({"model_type": "qwen2", "num_hidden_layers": 4, "use_sliding_window": true,
+                           "sliding_window": 64, "max_window_layers": 2})");
+  EXPECT_EQ(q.window_of(0), 0);
+  EXPECT_EQ(q.window_of(1), 0);
+  EXPECT_EQ(q.window_of(2), 64);
+  EXPECT_EQ(q.window_of(3), 64);
+  EXPECT_EQ(parse(q.to_json()).to_json(), q.to_json());
+  EXPECT_EQ(parse(R"({"model_type": "qwen2", "sliding_window": 64, "max_window_layers": 0})").window_of(5), 0);
+  // ... or those layer_types names.
+  LlamaConfig t = parse(R"({"model_type": "qwen3", "num_hidden_layers": 3, "use_sliding_window": true,
+                           "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention",
+                           "sliding_attention"]})");
+  EXPECT_EQ(t.window_of(0), 16);
+  EXPECT_EQ(t.window_of(1), 0);
+  EXPECT_EQ(t.window_of(2), 16);
+  EXPECT_EQ(parse(t.to_json()).to_json(), t.to_json());
+}
+
 TEST(LlamaConfig, RopeScalingForms) {
   // The older "type" key, "default" (no scaling), transformers 5's rope_parameters with the theta.
   EXPECT_EQ(parse(R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 2.0}})").rope_scaling.type,
@@ -160,9 +231,8 @@ TEST(LlamaConfig, RefusalsAreOneLine) {
   expect_refused(R"({"model_type": "llama", "hidden_size": 4611686018427387904, "num_attention_heads": 1,
                    "head_dim": 2})",
                  "parameters");
-  expect_refused(R"({"model_type": "mistral"})", "transformers reads 4096");
-  expect_refused(R"({"model_type": "mistral", "sliding_window": 4096})", "'sliding_window' is 4096");
-  expect_refused(R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window");
+  expect_refused(R"({"model_type": "mistral", "sliding_window": 0})", "mistral 'sliding_window' is 0");
+  expect_refused(R"({"model_type": "qwen2", "sliding_window": "4k"})", "qwen2 'sliding_window' is \"4k\"");
   // 0 key/value heads read as absent (one per head), as transformers' None.
   EXPECT_EQ(error_of([] { models::config_from_json(R"({"model_type": "llama", "num_key_value_heads": 0})"); }), "");
 }

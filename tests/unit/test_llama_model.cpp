@@ -92,11 +92,16 @@ Tensor reference_logits(const Llama& m, const Tensor& ids, const Tensor& mask) {
   Tensor x = embedding(ids, p["model.embed_tokens.weight"]);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string a = "model.layers." + std::to_string(l) + ".self_attn.", f = "model.layers." + std::to_string(l) + ".";
+    // Qwen3's q_norm / k_norm: an RMSNorm over each head's D channels, before RoPE.
+    auto head_norm = [&](const Tensor& t, const std::string& n) { return p.count(n) ? rms_norm(t, p[n], c.rms_norm_eps) : t; };
     Tensor h = rms_norm(x, p[f + "input_layernorm.weight"], c.rms_norm_eps);
-    Tensor q = rope(heads(linear(h, p[a + "q_proj.weight"], bias(a + "q_proj.bias")), H));
-    Tensor k = rope(heads(linear(h, p[a + "k_proj.weight"], bias(a + "k_proj.bias")), K));
+    Tensor q = rope(head_norm(heads(linear(h, p[a + "q_proj.weight"], bias(a + "q_proj.bias")), H), a + "q_norm.weight"));
+    Tensor k = rope(head_norm(heads(linear(h, p[a + "k_proj.weight"], bias(a + "k_proj.bias")), K), a + "k_norm.weight"));
     Tensor v = heads(linear(h, p[a + "v_proj.weight"], bias(a + "v_proj.bias")), K);
-    Tensor o = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), true, mask);
+    // A sliding layer: the attention's window rule (tested against a naive one in test_attention_window).
+    const int64_t w = c.window_of(l);
+    Tensor o = w > 0 ? scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), AttentionMask{true, mask, w, Tensor()})
+                     : scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), true, mask);
     o = reshape(contiguous(permute(o, {0, 2, 1, 3})), {B, T, H * D});
     x = add(x, linear(o, p[a + "o_proj.weight"], bias(a + "o_proj.bias")));
     h = rms_norm(x, p[f + "post_attention_layernorm.weight"], c.rms_norm_eps);
@@ -175,6 +180,63 @@ TEST(LlamaModel, HeadDimBiasesLlama3RopeMatchReference) {
   expect_matches_reference(m, ids_of(3, 9, 30, 3), Tensor(), 1e-6);
 }
 
+TEST(LlamaModel, Qwen3HeadNormsHeadDimUntiedMaskMatchReference) {
+  // head_dim 6 over width 8 (q 18 wide, not the width), q_norm / k_norm, attention_bias on q, k, v, o.
+  LlamaConfig c = small("qwen3", 30, 8, 10, 2, 3, 1);
+  c.head_dim = 6;
+  c.rope_theta = 1e6;
+  c.attention_bias = true;
+  Llama m(c, kF64);
+  EXPECT_EQ(m.parameter("model.layers.1.self_attn.q_norm.weight").shape(), Shape({6}));
+  EXPECT_EQ(m.parameter("model.layers.1.self_attn.k_norm.weight").shape(), Shape({6}));
+  EXPECT_EQ(m.find_module("model.layers.0.self_attn.o_proj")->named_parameters().size(), 2u);
+  EXPECT_EQ(double(m.num_parameters()), c.num_parameters());
+  randomize(m, 5);
+  const Tensor mask = from_ints({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 7}, DType::U8);
+  expect_matches_reference(m, ids_of(2, 7, 30, 5), mask, 1e-6);
+  c.attention_bias = false;
+  c.tie_word_embeddings = true;
+  Llama tied(c, kF64);
+  EXPECT_EQ(tied.find_module("model.layers.0.self_attn.q_proj")->named_parameters().size(), 1u);
+  randomize(tied, 6);
+  expect_matches_reference(tied, ids_of(3, 5, 30, 6), Tensor(), 1e-6);
+}
+
+TEST(LlamaModel, SlidingWindowsMatchReference) {
+  // Mistral: a window of 3 on every layer, T 7; Qwen3: use_sliding_window on layer 1 only.
+  LlamaConfig c = small("mistral", 30, 8, 10, 2, 2, 1);
+  c.sliding_window = 3;
+  Llama m(c, kF64);
+  randomize(m, 8);
+  expect_matches_reference(m, ids_of(2, 7, 30, 8), Tensor(), 1e-6);
+  // The window changes the logits (else this test could not fail).
+  c.sliding_window = 0;
+  Llama full(c, kF64);
+  randomize(full, 8);
+  NoGradGuard ng;
+  EXPECT_NE(full.forward(ids_of(2, 7, 30, 8)).to_double_vector(), m.forward(ids_of(2, 7, 30, 8)).to_double_vector());
+}
+
+TEST(LlamaModel, Qwen3SlidingLayersMatchReference) {
+  LlamaConfig c = small("qwen3", 30, 8, 10, 2, 2, 1);
+  c.head_dim = 6;
+  c.sliding_window = 2, c.use_sliding_window = true, c.max_window_layers = 1;
+  EXPECT_EQ(c.window_of(0), 0);
+  EXPECT_EQ(c.window_of(1), 2);
+  Llama m(c, kF64);
+  randomize(m, 9);
+  expect_matches_reference(m, ids_of(2, 6, 30, 9), Tensor(), 1e-6);
+}
+
+TEST(LlamaModel, Qwen3Gradcheck) {
+  LlamaConfig c = small("qwen3", 11, 8, 6, 1, 2, 1);
+  c.head_dim = 4;
+  Llama m(c, kF64);
+  randomize(m, 7);
+  const Tensor ids = ids_of(2, 4, 11, 7);
+  EXPECT_TRUE(test::gradcheck([&](const std::vector<Tensor>&) { return m.forward(ids); }, m.parameters()));
+}
+
 TEST(LlamaModel, Gradcheck) {
   LlamaConfig c = small("llama", 11, 8, 6, 1, 2, 1);
   c.attention_bias = c.mlp_bias = true;
@@ -190,7 +252,7 @@ TEST(LlamaModel, Gradcheck) {
 using Spec = std::map<std::string, Shape>;
 
 Spec transformers_spec(int64_t V, int64_t C, int64_t F, int64_t L, int64_t H, int64_t K, int64_t D, bool tied,
-                       bool qkv_bias) {
+                       bool qkv_bias, bool qk_norm = false) {
   Spec s{{"model.embed_tokens.weight", {V, C}}, {"model.norm.weight", {C}}};
   for (int64_t i = 0; i < L; ++i) {
     const std::string l = "model.layers." + std::to_string(i) + ".";
@@ -203,6 +265,7 @@ Spec transformers_spec(int64_t V, int64_t C, int64_t F, int64_t L, int64_t H, in
       s[l + "self_attn.k_proj.bias"] = {K * D};
       s[l + "self_attn.v_proj.bias"] = {K * D};
     }
+    if (qk_norm) s[l + "self_attn.q_norm.weight"] = s[l + "self_attn.k_norm.weight"] = {D};
     s[l + "mlp.gate_proj.weight"] = {F, C};
     s[l + "mlp.up_proj.weight"] = {F, C};
     s[l + "mlp.down_proj.weight"] = {C, F};
@@ -230,6 +293,16 @@ TEST(LlamaModel, PresetsMatchTransformers) {
       {"llama3-8b", transformers_spec(128256, 4096, 14336, 32, 32, 8, 128, false, false), 8'030'261'248,
        "LlamaForCausalLM"},
       {"qwen2-0.5b", transformers_spec(151936, 896, 4864, 24, 14, 2, 64, true, true), 494'032'768, "Qwen2ForCausalLM"},
+      // Qwen3: head_dim 128 at every width (0.6B's q is 2048 wide over a width of 1024).
+      {"qwen3-tiny", transformers_spec(4096, 32, 64, 2, 4, 2, 12, true, false, true), 0, "Qwen3ForCausalLM"},
+      {"qwen3-0.6b", transformers_spec(151936, 1024, 3072, 28, 16, 8, 128, true, false, true), 596'049'920,
+       "Qwen3ForCausalLM"},
+      {"qwen3-1.7b", transformers_spec(151936, 2048, 6144, 28, 16, 8, 128, true, false, true), 1'720'574'976,
+       "Qwen3ForCausalLM"},
+      {"qwen3-4b", transformers_spec(151936, 2560, 9728, 36, 32, 8, 128, true, false, true), 4'022'468'096,
+       "Qwen3ForCausalLM"},
+      {"qwen3-8b", transformers_spec(151936, 4096, 12288, 36, 32, 8, 128, false, false, true), 8'190'735'360,
+       "Qwen3ForCausalLM"},
   };
   for (const Want& w : wants) {
     auto m = models::create_model(w.preset, {.device = Device::meta()});
@@ -246,6 +319,9 @@ TEST(LlamaModel, PresetsMatchTransformers) {
   EXPECT_STREQ(q->find_module("model.layers.3.input_layernorm")->type_name(), "RMSNorm");
   EXPECT_STREQ(q->find_module("model.rotary_emb")->type_name(), "Qwen2RotaryEmbedding");
   EXPECT_STREQ(q->find_module("model")->type_name(), "Qwen2Model");
+  auto q3 = models::create_model("qwen3-0.6b", {.device = Device::meta()});
+  EXPECT_STREQ(q3->find_module("model.layers.3.self_attn")->type_name(), "Qwen3Attention");
+  EXPECT_EQ(q3->find_module("model.layers.3.self_attn.q_norm")->named_parameters().size(), 1u);
   // llama3.2-1b's RoPE is Llama 3's: the lowest frequency divided by the factor 32.
   auto l = models::create_model("llama3.2-1b", {.device = Device::meta()});
   auto* rotary = dynamic_cast<nn::RotaryEmbedding*>(l->find_module("model.rotary_emb"));
@@ -428,6 +504,24 @@ TEST(LlamaModel, PlanEqualsTheCpuRunsPeak) {
       RunResult r = train(c);
       EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << checkpoint << " " << precision;
     }
+  // Qwen3's head norms (copies and concat) and Gemma 3's sandwich norms, GeGLU, scaled embedding:
+  // the same exactness, checkpointed under autocast (Gemma's sequence within its window of 16).
+  for (const char* model : {"qwen3-tiny", "gemma3-tiny"}) {
+    RunConfig c;
+    c.model = model;
+    c.data = "synthetic";
+    c.batch = 4;
+    c.seq_len = 16;
+    c.steps = 2;
+    c.eval_batches = 1;
+    c.device = "cpu";
+    c.checkpoint = "blocks";
+    c.precision = "bf16-mixed";
+    PlanResult p = plan_run(c, PlanOptions{"cpu"});
+    const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
+    RunResult r = train(c);
+    EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << model;
+  }
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ TEST(ModelRegistry, FamiliesAndPresets) {
   EXPECT_EQ(models::family_of_type("gpt2").tokenizer(), "bytes");
   EXPECT_FALSE(models::family_of_type("vit").causal());
   EXPECT_EQ(models::family_of_type("vit").input(), models::InputKind::Images);
-  EXPECT_NE(message_of([] { models::family_of_type("t5"); }).find("gpt2, vit, llama, qwen2, mistral, resnet, bert, roberta, distilbert"), std::string::npos);
+  EXPECT_NE(message_of([] { models::family_of_type("t5"); }).find("gpt2, vit, llama, qwen2, qwen3, mistral, resnet, bert, roberta, distilbert"), std::string::npos);
   EXPECT_EQ(models::family_of_preset("vit-l-16"), &models::family_of_type("vit"));
   EXPECT_EQ(models::family_of_preset("nope"), nullptr);
   EXPECT_NE(message_of([] { models::config_from_preset("gpt3"); }).find("unknown model 'gpt3'"), std::string::npos);

@@ -207,6 +207,11 @@ const std::vector<OpCase>& op_cases() {
       {"add_rms_norm", {F({4, 6, 32}), F({4, 6, 32}), F({32})},
        [](const V& x) { AddNormResult r = add_rms_norm(x[0], x[1], x[2]); return concat({r.sum, r.y}, 0); }},
       {"add_rms_norm_y", {F({7, 13}), F({7, 13}), F({13})}, [](const V& x) { return add_rms_norm(x[0], x[1], x[2]).y; }},
+      // Gemma's x * (1 + w): the plain, packed-row, fused-add and fused-backward paths
+      {"rms_norm_unit_offset", {F({4, 6, 32}), F({32})}, [](const V& x) { return rms_norm(x[0], x[1], 1e-6, true); }},
+      {"rms_norm_unit_offset_odd", {F({301, 13}), F({13})}, [](const V& x) { return rms_norm(x[0], x[1], 1e-6, true); }},
+      {"add_rms_norm_unit_offset", {F({4, 6, 32}), F({4, 6, 32}), F({32})},
+       [](const V& x) { AddNormResult r = add_rms_norm(x[0], x[1], x[2], 1e-6, true); return concat({r.sum, r.y}, 0); }},
       {"softmax", {F({3, 5, 17})}, [](const V& x) { return softmax(x[0]); }},
       // images (ResNet): convolutions (stride, padding, the 7x7 stem, a 1x1 shortcut, odd channels),
       // batch norm in both modes (running statistics made here: zeros and ones), max pooling
@@ -349,6 +354,11 @@ const std::vector<OpCase>& op_cases() {
       {"swiglu", {F({4, 7, 10}), F({4, 7, 10})}, [](const V& x) { return swiglu(x[0], x[1]); }},
       {"swiglu_linear", {F({3, 5, 2 * 24}), F({16, 24}), F({16})},
        [](const V& x) { return swiglu_linear(x[0], x[1], x[2]); }},
+      // GeGLU (Gemma): packed rows of 16-byte packs and odd widths (the per-element kernels)
+      {"geglu_packed", {F({3, 5, 2 * 24})}, [](const V& x) { return swiglu_packed(x[0], GateAct::GeluTanh); }},
+      {"geglu", {F({4, 7, 10}), F({4, 7, 10})}, [](const V& x) { return swiglu(x[0], x[1], GateAct::GeluTanh); }},
+      {"geglu_linear", {F({3, 5, 2 * 24}), F({16, 24}), F({16})},
+       [](const V& x) { return swiglu_linear(x[0], x[1], x[2], GateAct::GeluTanh); }},
       // loss and regularisation
       {"cross_entropy_mean", {F({9, 13}), Tgt({9}, 13)}, [](const V& x) { return cross_entropy(x[0], x[1]); }},
       {"cross_entropy_sum", {F({9, 13}), Tgt({9}, 13)},

@@ -60,13 +60,19 @@ void CpuBackend::padding_mask(const Tensor& out, const Tensor& ids, int64_t pad_
 // cos and sin rounded to f32 as torch's f32 cos/sin return them; the rotation itself runs in the
 // accumulation type and is rounded once. The other heads are copied.
 void CpuBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
-                      int64_t rot_heads, bool inverse) {
+                      const Tensor& positions, int64_t rot_heads, bool inverse) {
   const int64_t rows = x.size(0), t_len = x.size(1), heads = x.size(2), d = x.size(3), half = d / 2;
   LT_ASSERT(int64_t(inv_freq.size()) == half && rot_heads >= 0 && rot_heads <= heads);
-  std::vector<float> cs(size_t(t_len * half)), sn(size_t(t_len * half));
-  for (int64_t t = 0; t < t_len; ++t)
+  // P position rows (1 without per-token positions); row r of x takes position row r / per.
+  const int64_t P = positions.defined() ? positions.size(0) : 1, per = P > 0 ? rows / P : 1;
+  LT_ASSERT(!positions.defined() || (positions.dtype() == DType::I32 && positions.is_contiguous() &&
+                                     positions.numel() == P * t_len && P * per == rows));
+  const int32_t* pos = positions.defined() ? positions.data<int32_t>() : nullptr;
+  std::vector<float> cs(size_t(P * t_len * half)), sn(size_t(P * t_len * half));
+  for (int64_t t = 0; t < P * t_len; ++t)
     for (int64_t j = 0; j < half; ++j) {
-      const float angle = inv_freq[size_t(j)] * float(pos_offset + t);
+      const int64_t at = pos ? int64_t(pos[t]) : pos_offset + t;
+      const float angle = inv_freq[size_t(j)] * float(at);
       cs[size_t(t * half + j)] = float(std::cos(double(angle)));
       sn[size_t(t * half + j)] = inverse ? -float(std::sin(double(angle))) : float(std::sin(double(angle)));
     }
@@ -76,7 +82,7 @@ void CpuBackend::rope(const Tensor& out, const Tensor& x, std::span<const float>
     const T* px = x.data<T>();
     T* po = out.data<T>();
     for (int64_t r = 0; r < rows * t_len; ++r) {
-      const int64_t t = r % t_len;
+      const int64_t t = (r / t_len / per) * t_len + r % t_len;  // row of the cos/sin tables
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t row = (r * heads + h) * d;
         if (h >= rot_heads) {

@@ -108,12 +108,20 @@ void CpuBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor&
   });
 }
 
-void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+// The weight as the kernels use it: w + w_offset in the accumulation type.
+template <class T> std::vector<acc_t<T>> rms_weight(const Tensor& w, int64_t c, float w_offset) {
+  std::vector<acc_t<T>> wv = widen_vec<T>(w, c, acc_t<T>(1));
+  for (auto& v : wv) v += acc_t<T>(w_offset);
+  return wv;
+}
+
+void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps,
+                             float w_offset) {
   const Rows r(x);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1));
+    const std::vector<A> wv = rms_weight<T>(w, r.c, w_offset);
     std::vector<A> row(size_t(r.c));
     for (int64_t i = 0; i < r.n; ++i) {
       widen_row(row, x.data<T>() + i * r.c, r.c);
@@ -129,12 +137,12 @@ void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& 
 
 // xhat = x * rstd, g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows dy * xhat.
 void CpuBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             const Tensor& rstd) {
+                             const Tensor& rstd, float w_offset) {
   const Rows r(x);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const std::vector<A> wv = widen_vec<T>(w, r.c, A(1));
+    const std::vector<A> wv = rms_weight<T>(w, r.c, w_offset);
     std::vector<A> xh(size_t(r.c)), g(size_t(r.c)), dwv(size_t(r.c), A(0));
     const A* pr = aux_data<A>(rstd);
     for (int64_t i = 0; i < r.n; ++i) {
@@ -175,14 +183,14 @@ void CpuBackend::add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const T
 }
 
 void CpuBackend::add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x,
-                                 const Tensor& r, const Tensor& w, float eps) {
+                                 const Tensor& r, const Tensor& w, float eps, float w_offset) {
   binary(BinaryOp::Add, sum, x, r);
-  rmsnorm_fwd(y, rstd, sum, w, eps);
+  rmsnorm_fwd(y, rstd, sum, w, eps, w_offset);
 }
 
 void CpuBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds,
-                                 const Tensor& sum, const Tensor& w, const Tensor& rstd) {
-  rmsnorm_bwd(dsum, dw, dy, sum, w, rstd);
+                                 const Tensor& sum, const Tensor& w, const Tensor& rstd, float w_offset) {
+  rmsnorm_bwd(dsum, dw, dy, sum, w, rstd, w_offset);
   if (ds.defined()) binary(BinaryOp::Add, dsum, dsum, ds);  // out may alias a
 }
 

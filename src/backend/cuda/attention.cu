@@ -18,6 +18,10 @@
 // causal, j <= i + Tk - Tq. Masked scores are -inf; a row with no visible key gets O = 0 and
 // lse = +inf (as the CPU reference), so exp(s - lse) = 0 and it contributes no gradient (never NaN).
 // The backward treats either infinity in lse as such an empty row.
+// A sliding window and packed documents (Band) add a lower bound first(i) on the keys of query i;
+// first() never decreases with i, so a query tile starts its key loop at first(its first row)
+// and a key tile ends its query loop where first() passes the tile: the work is proportional to
+// the visible keys (whole tiles outside the band are never loaded).
 //
 // Operands are [B, H, T, D] views with unit stride on D and any batch/head/time strides (Rows):
 // the heads of a packed qkv [B, T, 3C] are read in place, and out, dq, dk, dv are written
@@ -37,6 +41,7 @@
 // 32 partners at a time from a transposed shared-memory chunk, f32 FMA throughout) with the
 // same O(T) memory, the same three backward steps and the same semantics.
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <type_traits>
 #include <initializer_list>
@@ -86,6 +91,41 @@ struct Rows {
   __device__ __forceinline__ int64_t kv_head(int64_t bh, int H, int G) const {
     const int64_t b = bh / H;
     return b * sb + int64_t(unsigned(bh - b * H) / unsigned(G)) * sh;
+  }
+};
+
+// The sliding window and packed documents: query i sees keys j >= first(i) (on top of the causal
+// j <= i + off). doc holds this batch's doc_pos row (Tq == Tk there), window 0 means none. The
+// front-end guarantees that first() never decreases with i (doc_pos restarts at 0 and counts up).
+struct Band {
+  const int32_t* doc;
+  int window, off;
+  __device__ __forceinline__ bool on() const { return doc != nullptr || window > 0; }
+  __device__ __forceinline__ int first(int i) const {
+    int lo = 0;
+    if (window > 0) lo = max(lo, i + off - window + 1);
+    if (doc) lo = max(lo, i - doc[i]);
+    return lo;
+  }
+  // The first query in [qbeg, Tq) whose keys all lie at or after kend (binary search), or Tq:
+  // queries from there on see nothing of keys < kend.
+  __device__ int query_end(int kend, int qbeg, int Tq) const {
+    if (!on()) return Tq;
+    int lo = qbeg, hi = Tq;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (first(mid) >= kend) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+};
+// The kernels' argument: doc_pos [B, Tq] (or nullptr) and the window.
+struct BandArgs {
+  const int32_t* doc;
+  int window;
+  __device__ __forceinline__ Band of(int b, int Tq, int off) const {
+    return {doc ? doc + int64_t(b) * Tq : nullptr, window, off};
   }
 };
 
@@ -163,7 +203,7 @@ template <class T, int D, int MT>
 __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
     attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
                  const T* __restrict__ v, const uint8_t* __restrict__ mask, Rows so, Rows sq, Rows sk, Rows sv, int H,
-                 int G, int Tq, int Tk, bool causal, float sl2) {
+                 int G, int Tq, int Tk, bool causal, float sl2, BandArgs ba) {
   constexpr int LD = row_stride<D>(), BQ = kBQ * MT;
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [BQ][LD]; later the output staging area
@@ -183,9 +223,20 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
   float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
-  // Keys [0, kend) can be visible to some query of this block.
+  // Keys [kbeg, kend) can be visible to some query of this block (kbeg a tile start).
+  const Band band = ba.of(b, Tq, off);
+  const int kbeg = band.on() ? band.first(q0) / kBK * kBK : 0;
   const int kend = causal ? min(Tk, q0 + BQ + off) : Tk;
-  const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
+  const int ntiles = kend > kbeg ? (kend - kbeg + kBK - 1) / kBK : 0;
+  // The band's tightest bound in the block (tiles below it need the per-element check) and this
+  // thread's rows' bounds.
+  const int band_max = band.on() ? band.first(min(q0 + BQ, Tq) - 1) : 0;
+  int lo_r[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      lo_r[mt][h] = band.on() ? band.first(min(q0 + warp * 16 * MT + 16 * mt + g + 8 * h, Tq - 1)) : 0;
   if (ntiles == 0) {  // no query of the block sees any key
     zero_rows(og, so.st, q0, BQ, Tq, D);
     for (int i = tid; i < BQ; i += kThreads)
@@ -201,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
     }
   };
   tile_load_async<T, D, BQ>(Qs, qg, sq.st, q0, Tq);
-  load_kv(0, 0);
+  load_kv(0, kbeg);
   cp_async_commit();
 
   const int w0 = warp * 16 * MT;  // the warp's first row in the block; m-tile mt starts at w0 + 16 mt
@@ -218,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
   }
 
   for (int j = 0; j < ntiles; ++j) {
-    const int buf = j & 1, k0 = j * kBK;
+    const int buf = j & 1, k0 = kbeg + j * kBK;
     if (j + 1 < ntiles) load_kv(buf ^ 1, k0 + kBK);  // buffer buf^1 was released by the last barrier
     cp_async_commit();
     cp_async_wait<1>();  // everything but the group just committed has landed
@@ -251,8 +302,9 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
       }
     }
 
-    // Scale into log2 units and mask (only tiles that touch the diagonal, the end or padding).
-    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off);
+    // Scale into log2 units and mask (only tiles that touch the diagonal, the band's edge, the end
+    // or padding).
+    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off) || k0 < band_max;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -263,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
           if (need_mask) {
             const int kc = nt * 8 + 2 * t4 + (e & 1);
             const int row = q0 + w0 + 16 * mt + g + (e >> 1) * 8;
-            if (!ok_s[buf][kc] || (causal && k0 + kc > row + off)) x = -INFINITY;
+            if (!ok_s[buf][kc] || (causal && k0 + kc > row + off) || k0 + kc < lo_r[mt][e >> 1]) x = -INFINITY;
           }
           s[mt][nt][e] = x;
         }
@@ -383,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
                       const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
                       Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
-                      float sl2, int S, const float* __restrict__ dlt_in) {
+                      float sl2, int S, const float* __restrict__ dlt_in, BandArgs ba) {
   constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
@@ -392,6 +444,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   T* dOs = Qs + 2 * BQ * LD;           // [2][BQ][LD]
   __shared__ float lse_s[2][BQ];       // lse * log2(e), +inf for rows that contribute nothing
   __shared__ float dlt_s[2][BQ];
+  __shared__ int lo_s[2][BQ];  // each query's first visible key (the band; 0 without)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t bkv = blockIdx.x / S;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
@@ -406,9 +459,11 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   T* dvg = dv + sdv.head(bkv, Hkv);
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
-  // Queries before qbeg cannot see any key of this tile (causal).
+  // Queries before qbeg cannot see any key of this tile (causal), nor queries from qend on (the band).
+  const Band band = ba.of(b, Tq, off);
   const int qbeg = causal ? max(0, k0 - off) / BQ * BQ : 0;
-  const int ntq = qbeg < Tq ? (Tq - qbeg + BQ - 1) / BQ : 0;
+  const int qend = band.query_end(min(k0 + kBK, Tk), qbeg, Tq);
+  const int ntq = qbeg < qend ? (qend - qbeg + BQ - 1) / BQ : 0;
   if (ntq == 0) {  // the same for every block of a cluster: none of them reaches its syncs
     if (part == 0) {
       zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
@@ -434,6 +489,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       }
       lse_s[buf][i] = l2;
       dlt_s[buf][i] = dl;
+      lo_s[buf][i] = !band.on() ? 0 : row < Tq ? band.first(row) : INT_MAX;  // past Tq: P = 0 anyway
     }
   };
   tile_load_async<T, D, kBK>(Ks, kg, sk.st, k0, Tk);
@@ -478,6 +534,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     }
     // P^T = exp2(S^T * scale * log2e - lse * log2e), zero where masked.
     const bool causal_tile = causal && k0 + kBK - 1 > qi0 + off;
+    const bool band_tile = band.on() && k0 < lo_s[buf][BQ - 1];  // the tile's largest bound
 #pragma unroll
     for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -485,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
         const int qc = nt * 8 + 2 * t4 + (e & 1);
         const int key = kr + (e >> 1) * 8;
         float p = exp2f(st[nt][e] * sl2 - lse_s[buf][qc]);
-        if (!kok[e >> 1] || (causal_tile && key > qi0 + qc + off)) p = 0.0f;
+        if (!kok[e >> 1] || (causal_tile && key > qi0 + qc + off) || (band_tile && key < lo_s[buf][qc])) p = 0.0f;
         st[nt][e] = p;
       }
     // dV += P^T dO
@@ -584,7 +641,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
     attn_bwd_dq_mma(T* __restrict__ dq, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const uint8_t* __restrict__ mask,
                     Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo, int H, int Tq, int Tk, bool causal,
-                    float scale, float sl2, int G, const T* __restrict__ out, Rows so, float* __restrict__ dlt_out) {
+                    float scale, float sl2, int G, const T* __restrict__ out, Rows so, float* __restrict__ dlt_out,
+                    BandArgs ba) {
   constexpr int LD = row_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);  // [kBQ][LD]; later the dQ staging area
@@ -625,12 +683,16 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
     dlt[0] = __shfl_sync(0xffffffffu, sum, 2 * g);
     dlt[1] = __shfl_sync(0xffffffffu, sum, 2 * (g + 8));
   }
+  const Band band = ba.of(b, Tq, off);
+  const int kbeg = band.on() ? band.first(q0) / kBK * kBK : 0;
   const int kend = causal ? min(Tk, q0 + kBQ + off) : Tk;
-  const int ntiles = kend > 0 ? (kend + kBK - 1) / kBK : 0;
+  const int ntiles = kend > kbeg ? (kend - kbeg + kBK - 1) / kBK : 0;
   if (ntiles == 0) {
     zero_rows(dqg, sdq.st, q0, kBQ, Tq, D);
     return;
   }
+  const int band_max = band.on() ? band.first(min(q0 + kBQ, Tq) - 1) : 0;
+  const int lo_r[2] = {band.on() ? band.first(min(r_lo, Tq - 1)) : 0, band.on() ? band.first(min(r_lo + 8, Tq - 1)) : 0};
   // Row statistics (lse2 = +inf: the row contributes nothing); without dlt_out delta is read from
   // this warp's own dq rows before anything overwrites them.
 #pragma unroll
@@ -654,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
   };
   tile_load_async<T, D, kBQ>(Qs, qg, sq.st, q0, Tq);
   tile_load_async<T, D, kBQ>(dOs, dog, sdo.st, q0, Tq);
-  load_kv(0, 0);
+  load_kv(0, kbeg);
   cp_async_commit();
 
   float dqacc[D / 8][4];
@@ -662,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
   for (int i = 0; i < D / 8; ++i) dqacc[i][0] = dqacc[i][1] = dqacc[i][2] = dqacc[i][3] = 0.0f;
 
   for (int j = 0; j < ntiles; ++j) {
-    const int buf = j & 1, k0 = j * kBK;
+    const int buf = j & 1, k0 = kbeg + j * kBK;
     if (j + 1 < ntiles) load_kv(buf ^ 1, k0 + kBK);
     cp_async_commit();
     cp_async_wait<1>();
@@ -693,7 +755,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
       }
     }
     // dS = P * (dP - delta), P = exp2(S * scale * log2e - lse * log2e), zero where masked.
-    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off);
+    const bool need_mask = mrow || k0 + kBK > Tk || (causal && k0 + kBK - 1 > q0 + off) || k0 < band_max;
 #pragma unroll
     for (int nt = 0; nt < kBK / 8; ++nt)
 #pragma unroll
@@ -702,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 4 : 1)
         float p = exp2f(s[nt][e] * sl2 - lse2[h]);
         if (need_mask) {
           const int kc = nt * 8 + 2 * t4 + (e & 1);
-          if (!ok_s[buf][kc] || (causal && k0 + kc > r_lo + 8 * h + off)) p = 0.0f;
+          if (!ok_s[buf][kc] || (causal && k0 + kc > r_lo + 8 * h + off) || k0 + kc < lo_r[h]) p = 0.0f;
         }
         s[nt][e] = p * (dp[nt][e] - dlt[h]);
       }
@@ -788,7 +850,7 @@ template <class T>
 __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                               const T* __restrict__ k, const T* __restrict__ v, const uint8_t* __restrict__ mask,
                               Rows so, Rows sq, Rows sk, Rows sv, int64_t nwarps, int groups, int H, int G, int Tq,
-                              int Tk, int D, bool causal, float scale) {
+                              int Tk, int D, bool causal, float scale, BandArgs ba) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;  // no block barriers in this kernel
@@ -805,10 +867,14 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
   for (int i = lane; i < kRpw * D; i += 32) os[i] = 0.0f;
   const int last = min(w.r0 + kRpw, Tq) - 1;  // the warp's last real row
   const int kend = causal ? min(Tk, last + off + 1) : Tk;
+  const Band band = ba.of(b, Tq, off);
+  int lo[kRpw];  // each row's first visible key (the band)
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) lo[r] = band.on() ? band.first(min(w.r0 + r, Tq - 1)) : 0;
   float m[kRpw], l[kRpw];
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) { m[r] = -INFINITY; l[r] = 0.0f; }
-  for (int j0 = 0; j0 < kend; j0 += 32) {
+  for (int j0 = lo[0] / 32 * 32; j0 < kend; j0 += 32) {
     __syncwarp();  // the previous chunk is no longer read
     stage_t(kt, kg, sk.st, j0, Tk, D, lane);
     __syncwarp();
@@ -824,7 +890,7 @@ __global__ void attn_fwd_simt(T* __restrict__ out, float* __restrict__ lse, cons
 #pragma unroll
     for (int r = 0; r < kRpw; ++r) {
       const int row = w.r0 + r;
-      const bool ok = key_ok && row < Tq && (!causal || j <= row + off);
+      const bool ok = key_ok && row < Tq && (!causal || j <= row + off) && j >= lo[r];
       const float x = ok ? s[r] : -INFINITY;
       const float m_new = fmaxf(m[r], warp_max(x));
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -882,7 +948,7 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
                                  const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse,
                                  const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk, Rows sv, Rows sdo,
                                  int64_t nwarps, int groups, int H, int G, int Tq, int Tk, int D, bool causal,
-                                 float scale) {
+                                 float scale, BandArgs ba) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -911,7 +977,11 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
   for (int i = lane; i < kRpw * D; i += 32) dqs[i] = 0.0f;
   const int last = min(w.r0 + kRpw, Tq) - 1;
   const int kend = causal ? min(Tk, last + off + 1) : Tk;
-  for (int j0 = 0; j0 < kend; j0 += 32) {
+  const Band band = ba.of(b, Tq, off);
+  int lo[kRpw];
+#pragma unroll
+  for (int r = 0; r < kRpw; ++r) lo[r] = band.on() ? band.first(min(w.r0 + r, Tq - 1)) : 0;
+  for (int j0 = lo[0] / 32 * 32; j0 < kend; j0 += 32) {
     __syncwarp();
     stage_t(kt, kg, sk.st, j0, Tk, D, lane);
     stage_t(vt, vg, sv.st, j0, Tk, D, lane);
@@ -930,7 +1000,7 @@ __global__ void attn_bwd_dq_simt(T* __restrict__ dq, const T* __restrict__ q, co
 #pragma unroll
     for (int r = 0; r < kRpw; ++r) {
       const int row = w.r0 + r;
-      const bool ok = key_ok && row < Tq && !isinf(L[r]) && (!causal || j <= row + off);
+      const bool ok = key_ok && row < Tq && !isinf(L[r]) && (!causal || j <= row + off) && j >= lo[r];
       ps[r * 32 + lane] = ok ? expf(s[r] * scale - L[r]) * (dp[r] - delta[r]) : 0.0f;
     }
     __syncwarp();
@@ -965,7 +1035,7 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
                                    const float* __restrict__ lse, const T* __restrict__ dq_delta,
                                    const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq, Rows sk, Rows sv,
                                    Rows sdo, Rows sdq, int64_t nwarps, int groups, int H, int G, int Tq, int Tk,
-                                   int D, bool causal, float scale) {
+                                   int D, bool causal, float scale, BandArgs ba) {
   extern __shared__ float fsm[];
   WarpRows w;
   if (!warp_rows(nwarps, groups, w)) return;
@@ -988,22 +1058,26 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
 #pragma unroll
   for (int r = 0; r < kRpw; ++r) kok[r] = w.r0 + r < Tk && (!mrow || mrow[w.r0 + r] != 0);
   const int ibeg = causal ? max(0, w.r0 - off) / 32 * 32 : 0;  // queries before it see none of these keys
+  const Band band = ba.of(b, Tq, off);
+  const int iend = band.query_end(min(w.r0 + kRpw, Tk), ibeg, Tq);  // nor queries from iend on
   for (int gi = 0; gi < G; ++gi) {
     const int64_t bh = w.bh * G + gi;
     const T* qg = q + sq.head(bh, H);
     const T* dog = dout + sdo.head(bh, H);
     const T* dlg = dq_delta + sdq.head(bh, H);
     const float* lg = lse + bh * Tq;
-    for (int i0 = ibeg; i0 < Tq; i0 += 32) {
+    for (int i0 = ibeg; i0 < iend; i0 += 32) {
       __syncwarp();
       stage_t(qt, qg, sq.st, i0, Tq, D, lane);
       stage_t(dot, dog, sdo.st, i0, Tq, D, lane);
       __syncwarp();
       const int i = i0 + lane;
       float L = INFINITY, dl = 0.0f;
+      int lo_i = 0;
       if (i < Tq) {
         L = lg[i];
         dl = get_delta(dlg + int64_t(i) * sdq.st);
+        if (band.on()) lo_i = band.first(i);
       }
       float s[kRpw] = {}, dp[kRpw] = {};
       for (int d = 0; d < D; ++d) {
@@ -1016,7 +1090,7 @@ __global__ void attn_bwd_dkdv_simt(T* __restrict__ dk, T* __restrict__ dv, const
       }
 #pragma unroll
       for (int r = 0; r < kRpw; ++r) {
-        const bool ok = kok[r] && i < Tq && !isinf(L) && (!causal || w.r0 + r <= i + off);
+        const bool ok = kok[r] && i < Tq && !isinf(L) && (!causal || w.r0 + r <= i + off) && w.r0 + r >= lo_i;
         const float p = ok ? expf(s[r] * scale - L) : 0.0f;
         ps[r * 32 + lane] = p;
         dss[r * 32 + lane] = p * (dp[r] - dl);
@@ -1189,7 +1263,7 @@ __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, flo
                                                     const float* __restrict__ q, const float* __restrict__ k,
                                                     const float* __restrict__ v, const uint8_t* __restrict__ mask,
                                                     Rows so, Rows sq, Rows sk, Rows sv, int H, int G, int Tq,
-                                                    int Tk, bool causal, float scale) {
+                                                    int Tk, bool causal, float scale, BandArgs ba) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Qs = fsm;              // [64][LD]
@@ -1209,8 +1283,13 @@ __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, flo
   float* lg = lse + bh * Tq;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
-  const int kend = causal ? min(Tk, q0 + kFB + off) : Tk;  // keys [0, kend) can be visible to the block
-  if (kend <= 0) {
+  const int kend = causal ? min(Tk, q0 + kFB + off) : Tk;  // keys [kbeg, kend) can be visible to the block
+  const Band band = ba.of(b, Tq, off);
+  const int kbeg = band.on() ? band.first(q0) / kFB * kFB : 0;
+  int lo[4];  // this thread's rows' first visible keys
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = band.on() ? band.first(min(q0 + ty + 16 * i, Tq - 1)) : 0;
+  if (kend <= kbeg) {
     zero_rows(og, so.st, q0, kFB, Tq, D);
     if (tid < kFB && q0 + tid < Tq) lg[q0 + tid] = INFINITY;
     return;
@@ -1225,7 +1304,7 @@ __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, flo
 #pragma unroll
     for (int c = 0; c < CPT; ++c) o[i][c] = 0.0f;
   }
-  for (int k0 = 0; k0 < kend; k0 += kFB) {
+  for (int k0 = kbeg; k0 < kend; k0 += kFB) {
     __syncthreads();  // the previous tile's K, V, P are no longer read
     f_load<D>(Ks, kg, sk.st, k0, Tk);
     f_load<D>(Vs, vg, sv.st, k0, Tk);
@@ -1240,7 +1319,7 @@ __global__ void __launch_bounds__(kFT) attn_fwd_f32(float* __restrict__ out, flo
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int kc = tx + 16 * j;
-        const bool ok = ok_s[kc] && (!causal || k0 + kc <= row + off);
+        const bool ok = ok_s[kc] && (!causal || k0 + kc <= row + off) && k0 + kc >= lo[i];
         s[i][j] = ok ? s[i][j] * scale : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
@@ -1283,7 +1362,7 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
                                                        const float* __restrict__ dout, const float* __restrict__ lse,
                                                        const uint8_t* __restrict__ mask, Rows sdq, Rows sq, Rows sk,
                                                        Rows sv, Rows sdo, int H, int G, int Tq, int Tk,
-                                                       bool causal, float scale) {
+                                                       bool causal, float scale, BandArgs ba) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Qs = fsm;
@@ -1324,7 +1403,11 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
 #pragma unroll
     for (int c = 0; c < CPT; ++c) acc[i][c] = 0.0f;
   const int kend = causal ? min(Tk, q0 + kFB + off) : Tk;
-  for (int k0 = 0; k0 < kend; k0 += kFB) {
+  const Band band = ba.of(b, Tq, off);
+  int lo[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lo[i] = band.on() ? band.first(min(q0 + ty + 16 * i, Tq - 1)) : 0;
+  for (int k0 = band.on() ? band.first(q0) / kFB * kFB : 0; k0 < kend; k0 += kFB) {
     __syncthreads();
     f_load<D>(Ks, kg, sk.st, k0, Tk);
     f_load<D>(Vs, vg, sv.st, k0, Tk);
@@ -1339,7 +1422,7 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dq_f32(float* __restrict__ dq, c
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int kc = tx + 16 * j;
-        const bool ok = ok_s[kc] && !isinf(L[i]) && (!causal || k0 + kc <= row + off);
+        const bool ok = ok_s[kc] && !isinf(L[i]) && (!causal || k0 + kc <= row + off) && k0 + kc >= lo[i];
         dSs[(ty + 16 * i) * kFP + kc] = ok ? expf(s[i][j] * scale - L[i]) * (dp[i][j] - dl[i]) : 0.0f;
       }
     }
@@ -1360,7 +1443,7 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
                                                          const float* __restrict__ dq_delta,
                                                          const uint8_t* __restrict__ mask, Rows sdk, Rows sdv,
                                                          Rows sq, Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G,
-                                                         int Tq, int Tk, bool causal, float scale) {
+                                                         int Tq, int Tk, bool causal, float scale, BandArgs ba) {
   constexpr int LD = f_ld<D>(), CPT = f_cpt<D>();
   extern __shared__ __align__(16) float fsm[];
   float* Ks = fsm;
@@ -1370,6 +1453,7 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
   float* PT = dOs + kFB * LD;   // [64 keys][kFP]
   float* dST = PT + kFB * kFP;  // [64 keys][kFP]
   __shared__ float L_s[kFB], dl_s[kFB];
+  __shared__ int lo_s[kFB];  // each query's first visible key (the band)
 
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int64_t bkv = blockIdx.x;  // (batch, kv head); its query heads are bkv * G .. bkv * G + G - 1
@@ -1393,13 +1477,15 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
     for (int c = 0; c < CPT; ++c) ak[i][c] = av[i][c] = 0.0f;
   // Queries before k0 - off see none of these keys (causal); whole query tiles are skipped.
   const int ibeg = causal ? max(0, k0 - off) / kFB * kFB : 0;
+  const Band band = ba.of(b, Tq, off);
+  const int iend = band.query_end(min(k0 + kFB, Tk), ibeg, Tq);  // queries from iend on see none either
   for (int gi = 0; gi < G; ++gi) {
     const int64_t bh = bkv * G + gi;
     const float* qg = q + sq.head(bh, H);
     const float* dog = dout + sdo.head(bh, H);
     const float* dlg = dq_delta + sdq.head(bh, H);
     const float* lg = lse + bh * Tq;
-    for (int i0 = ibeg; i0 < Tq; i0 += kFB) {
+    for (int i0 = ibeg; i0 < iend; i0 += kFB) {
       __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
       f_load<D>(Qs, qg, sq.st, i0, Tq);
       f_load<D>(dOs, dog, sdo.st, i0, Tq);
@@ -1407,6 +1493,7 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
         const int qi = i0 + tid;
         L_s[tid] = qi < Tq ? lg[qi] : INFINITY;
         dl_s[tid] = qi < Tq ? get_delta(dlg + int64_t(qi) * sdq.st) : 0.0f;
+        lo_s[tid] = band.on() && qi < Tq ? band.first(qi) : 0;
       }
       __syncthreads();
       float s[4][4], dp[4][4];
@@ -1416,10 +1503,11 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
       for (int j = 0; j < 4; ++j) {
         const int qc = tx + 16 * j, qi = i0 + qc;
         const float Lq = L_s[qc], dlq = dl_s[qc];
+        const int loq = lo_s[qc];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = k0 + ty + 16 * i;
-          const bool ok = kok[i] && qi < Tq && !isinf(Lq) && (!causal || key <= qi + off);
+          const bool ok = kok[i] && qi < Tq && !isinf(Lq) && (!causal || key <= qi + off) && key >= loq;
           const float p = ok ? expf(s[i][j] * scale - Lq) : 0.0f;
           PT[(ty + 16 * i) * kFP + qc] = p;
           dST[(ty + 16 * i) * kFP + qc] = p * (dp[i][j] - dlq);
@@ -1440,8 +1528,21 @@ __global__ void __launch_bounds__(kFT) attn_bwd_dkdv_f32(float* __restrict__ dk,
 
 struct AttnDims {
   int64_t B, H, Hkv, Tq, Tk, D;
+  BandArgs band{nullptr, 0};  // the window and doc_pos, every kernel's last argument
   int G() const { return int(H / Hkv); }  // query heads per kv head
 };
+
+// window and doc_pos as the op's contract has them (the front-end checks the values).
+BandArgs check_band(const char* op, const AttnDims& a, bool causal, int64_t window, const Tensor& doc, Device dev) {
+  LT_CHECK(window >= 0 && window < (int64_t(1) << 31) && (window == 0 || causal),
+           std::string(op) + ": window " + std::to_string(window), "a sliding window is causal, in [0, 2^31)", "");
+  if (!doc.defined()) return {nullptr, int(window)};
+  LT_CHECK(causal && a.Tq == a.Tk && doc.dtype() == DType::I32 && doc.is_contiguous() && doc.numel() == a.B * a.Tq &&
+               doc.device() == dev,
+           std::string(op) + ": doc_pos must be a contiguous i32 [B, T] on the device, for causal self-attention",
+           "each token's position inside its document", "");
+  return {doc.data<int32_t>(), int(window)};
+}
 
 // Rows of an operand (shape checked by the caller); unit stride on D is required.
 Rows rows_of(const Tensor& t) { return {t.strides()[0], t.strides()[1], t.strides()[2]}; }
@@ -1526,7 +1627,7 @@ void fwd_mma_tiles(const AttnDims& a, const FwdRows& r, T* out, float* lse, cons
   const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + BQ - 1) / BQ));
   attn_fwd_mma<T, D, MT><<<grid, kThreads, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v,
                                                                       int(a.H), a.G(), int(a.Tq), int(a.Tk), causal,
-                                                                      scale * kLog2e);
+                                                                      scale * kLog2e, a.band);
   LT_CUDA_LAUNCH_CHECK("attn_fwd_mma");
 }
 
@@ -1586,7 +1687,7 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
     attn_bwd_dq_mma<T, D><<<grid, kThreads, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k,
                                                                       r.v, r.dout, int(a.H), int(a.Tq), int(a.Tk),
                                                                       causal, scale, scale * kLog2e, a.G(), out, r.o,
-                                                                      delta);
+                                                                      delta, a.band);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_mma");
   };
   if (delta) run_dq();  // 1. dQ, writing delta
@@ -1605,7 +1706,7 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
                     current_stream(), S);
     LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
                                      mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq), int(a.Tk),
-                                     causal, scale, scale * kLog2e, S, static_cast<const float*>(delta)));
+                                     causal, scale, scale * kLog2e, S, static_cast<const float*>(delta), a.band));
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_mma");
   }
   if (qrows > 0 && !delta) run_dq();  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
@@ -1663,7 +1764,7 @@ void fwd_f32(const AttnDims& a, const FwdRows& r, float* out, float* lse, const 
   allow_smem(attn_fwd_f32<D>, smem);
   const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
   attn_fwd_f32<D><<<grid, kFT, smem, current_stream()>>>(out, lse, q, k, v, mask, r.o, r.q, r.k, r.v, int(a.H),
-                                                         a.G(), int(a.Tq), int(a.Tk), causal, scale);
+                                                         a.G(), int(a.Tq), int(a.Tk), causal, scale, a.band);
   LT_CUDA_LAUNCH_CHECK("attn_fwd_f32");
 }
 
@@ -1683,7 +1784,7 @@ void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* d
     const dim3 grid(unsigned(a.B * a.Hkv), unsigned((a.Tk + kFB - 1) / kFB));
     attn_bwd_dkdv_f32<D><<<grid, kFT, smem, current_stream()>>>(dk, dv, q, k, v, dout, lse, dq, mask, r.dk, r.dv,
                                                                 r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(),
-                                                                int(a.Tq), int(a.Tk), causal, scale);
+                                                                int(a.Tq), int(a.Tk), causal, scale, a.band);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_f32");
   }
   if (qrows > 0) {  // 3. dQ (overwrites the deltas; with Tk = 0 it writes zeros)
@@ -1692,7 +1793,7 @@ void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* d
     const dim3 grid(unsigned(a.B * a.H), unsigned((a.Tq + kFB - 1) / kFB));
     attn_bwd_dq_f32<D><<<grid, kFT, smem, current_stream()>>>(dq, q, k, v, dout, lse, mask, r.dq, r.q, r.k, r.v,
                                                               r.dout, int(a.H), a.G(), int(a.Tq), int(a.Tk), causal,
-                                                              scale);
+                                                              scale, a.band);
     LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_f32");
   }
 }
@@ -1700,9 +1801,11 @@ void bwd_f32(const AttnDims& a, const BwdRows& r, float* dq, float* dk, float* d
 }  // namespace
 
 void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& mask, bool causal, float scale) {
+                                const Tensor& v, const Tensor& mask, bool causal, int64_t window,
+                                const Tensor& doc_pos, float scale) {
   const char* op = "attention_fwd";
-  const AttnDims a = check_attention(op, q, k, v, lse, mask);
+  AttnDims a = check_attention(op, q, k, v, lse, mask);
+  a.band = check_band(op, a, causal, window, doc_pos, q.device());
   check_like(op, out, q, "out");
   if (a.B * a.H * a.Tq == 0) return;
   const FwdRows r{rows_of(out), rows_of(q), rows_of(k), rows_of(v)};
@@ -1730,16 +1833,18 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
     const SimtLaunch L = simt_launch(attn_fwd_simt<T>, a.B * a.H, a.Tq, simt_fwd_floats(a.D));
     attn_fwd_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
         po, lse.data<float>(), pq, pk, pv, pm, r.o, r.q, r.k, r.v, L.nwarps, L.groups, int(a.H), a.G(), int(a.Tq),
-        int(a.Tk), int(a.D), causal, scale);
+        int(a.Tk), int(a.D), causal, scale, a.band);
     LT_CUDA_LAUNCH_CHECK("attn_fwd_simt");
   });
 }
 
 void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                const Tensor& lse, const Tensor& mask, bool causal, float scale) {
+                                const Tensor& lse, const Tensor& mask, bool causal, int64_t window,
+                                const Tensor& doc_pos, float scale) {
   const char* op = "attention_bwd";
-  const AttnDims a = check_attention(op, q, k, v, lse, mask);
+  AttnDims a = check_attention(op, q, k, v, lse, mask);
+  a.band = check_band(op, a, causal, window, doc_pos, q.device());
   check_like(op, dq, q, "dq");
   check_like(op, dk, k, "dk");
   check_like(op, dv, v, "dv");
@@ -1782,14 +1887,14 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
       const SimtLaunch L = simt_launch(attn_bwd_dkdv_simt<T>, a.B * a.Hkv, a.Tk, simt_dkdv_floats(a.D));
       attn_bwd_dkdv_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
           pdk, pdv, pq, pk, pv, pdo, pl, pdq, pm, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, L.nwarps, L.groups, int(a.H),
-          a.G(), int(a.Tq), int(a.Tk), int(a.D), causal, scale);
+          a.G(), int(a.Tq), int(a.Tk), int(a.D), causal, scale, a.band);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dkdv_simt");
     }
     if (qrows > 0) {
       const SimtLaunch L = simt_launch(attn_bwd_dq_simt<T>, a.B * a.H, a.Tq, simt_dq_floats(a.D));
       attn_bwd_dq_simt<T><<<L.blocks(), L.wpb * 32, L.smem, current_stream()>>>(
           pdq, pq, pk, pv, pdo, pl, pm, r.dq, r.q, r.k, r.v, r.dout, L.nwarps, L.groups, int(a.H), a.G(), int(a.Tq),
-          int(a.Tk), int(a.D), causal, scale);
+          int(a.Tk), int(a.D), causal, scale, a.band);
       LT_CUDA_LAUNCH_CHECK("attn_bwd_dq_simt");
     }
   });

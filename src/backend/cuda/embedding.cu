@@ -205,14 +205,19 @@ struct RopeTable {
 // f32) into shared memory once, then every pair of the R x N rows at that position rotated by the
 // block's threads (consecutive threads, consecutive pairs of a row). The sincos runs T * D/2 times,
 // not once per element.
+// With per-token positions (pos, i32 [P, T]) a block takes one (position row p, t) at a time and
+// rotates the R / P rows of that group; without, P = 1 and the angle is pos_offset + t.
 template <class T>
 __global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int D, RopeTable table,
-                            int64_t pos_offset, int rot_heads, bool inverse) {
+                            int64_t pos_offset, const int32_t* pos, int P, int rot_heads, bool inverse) {
   __shared__ float cs_s[kRopeMaxHalf], sn_s[kRopeMaxHalf];
-  const int half = D / 2, work = R * N * half;
-  for (int64_t t = blockIdx.x; t < T_len; t += gridDim.x) {
+  const int half = D / 2, per = R / P, work = per * N * half;
+  for (int64_t pt = blockIdx.x; pt < int64_t(P) * T_len; pt += gridDim.x) {
+    const int p = int(pt / T_len);
+    const int64_t t = pt - int64_t(p) * T_len;
+    const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
     for (int k = threadIdx.x; k < half; k += blockDim.x) {
-      const float angle = __fmul_rn(table.inv_freq[k], float(pos_offset + t));
+      const float angle = __fmul_rn(table.inv_freq[k], float(at));
       double s, cth;
       sincos(double(angle), &s, &cth);
       cs_s[k] = float(cth);
@@ -220,7 +225,7 @@ __global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int
     }
     __syncthreads();
     for (int i = threadIdx.x; i < work; i += blockDim.x) {
-      const int rn = i / half, k = i - rn * half, b = rn / N, n = rn - b * N;
+      const int rn = i / half, k = i - rn * half, b = p * per + rn / N, n = rn - (rn / N) * N;
       const int64_t row = ((int64_t(b) * T_len + t) * N + n) * D;
       const T* xr = x + row;
       T* orow = out + row;
@@ -330,7 +335,7 @@ void CudaBackend::padding_mask(const Tensor& out, const Tensor& ids, int64_t pad
 }
 
 void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
-                       int64_t rot_heads, bool inverse) {
+                       const Tensor& positions, int64_t rot_heads, bool inverse) {
   LT_CHECK(x.dim() == 4 && x.is_contiguous(), "rope: x must be a contiguous [R, T, N, D] tensor",
            "the kernel rotates the last dim of each row", "");
   LT_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype() && out.is_contiguous(),
@@ -346,10 +351,17 @@ void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float
   const int64_t R = rows / (T_len * N);
   LT_CHECK(R * N * (D / 2) < (int64_t(1) << 31), "rope: " + std::to_string(R) + " sequences of " + std::to_string(N) +
            " heads of " + std::to_string(D), "the kernel counts one position's pairs in 32 bits", "use a smaller batch");
+  const int64_t P = positions.defined() ? positions.size(0) : 1;
+  LT_CHECK(!positions.defined() || (positions.dtype() == DType::I32 && positions.is_contiguous() &&
+                                    positions.device() == x.device() && positions.numel() == P * T_len &&
+                                    P > 0 && R % P == 0),
+           "rope: positions must be a contiguous i32 [P, T] on x's device with P dividing " + std::to_string(R),
+           "row r of x takes the positions of row r / (R / P)", "");
+  const int32_t* pos = positions.defined() ? positions.data<int32_t>() : nullptr;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<unsigned(std::min<int64_t>(T_len, 65535)), 256, 0, current_stream()>>>(
-        out.data<T>(), x.data<T>(), int(R), T_len, int(N), int(D), table, pos_offset,
+    rope_kernel<T><<<unsigned(std::min<int64_t>(P * T_len, 65535)), 256, 0, current_stream()>>>(
+        out.data<T>(), x.data<T>(), int(R), T_len, int(N), int(D), table, pos_offset, pos, int(P),
         int(std::min<int64_t>(rot_heads, N)), inverse);
     LT_CUDA_LAUNCH_CHECK("rope_kernel");
   });

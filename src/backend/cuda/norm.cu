@@ -60,12 +60,13 @@ __device__ __forceinline__ void load_input(const T* __restrict__ x, const T* __r
 }
 
 // RMS = true: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); mean is not written.
+// w_off: added to each weight in f32 (1 for Gemma's x * (1 + w); 0 otherwise).
 // ADD = true: the normalised input is sum = x + r, written by the first pass (sum is not
 // __restrict__: the later passes read it back, so its loads must not take the read-only path).
 template <class T, int P, bool RMS, bool ADD>
 __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
                                 const T* __restrict__ x, const T* __restrict__ r, T* sum, const T* __restrict__ w,
-                                const T* __restrict__ b, int64_t N, int C, float eps) {
+                                const T* __restrict__ b, int64_t N, int C, float eps, float w_off) {
   const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
   if (row >= N) return;  // the whole warp leaves; there is no block barrier below
   const int lane = threadIdx.x;
@@ -103,7 +104,7 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
       for (int k = 0; k < P; ++k) bv[k] = 0.0f;
     }
 #pragma unroll
-    for (int k = 0; k < P; ++k) v[k] = (v[k] - mu) * rs * wv[k] + bv[k];
+    for (int k = 0; k < P; ++k) v[k] = (v[k] - mu) * rs * (wv[k] + w_off) + bv[k];
     store_f32<T, P>(yr + c, v);
   }
   if (lane == 0) {
@@ -123,15 +124,15 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
 // Pass 1 over the P columns at c: sg += g, sgx += g * xhat.
 template <class T, int P>
 __device__ __forceinline__ void dx_sums_pack(const T* __restrict__ xr, const T* __restrict__ dyr,
-                                             const T* __restrict__ w, int c, float mu, float rs, float& sg,
-                                             float& sgx) {
+                                             const T* __restrict__ w, float w_off, int c, float mu, float rs,
+                                             float& sg, float& sgx) {
   float xv[P], gv[P], wv[P];
   load_f32<T, P>(xr + c, xv);
   load_f32<T, P>(dyr + c, gv);
   load_f32<T, P>(w + c, wv);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    const float g = gv[k] * wv[k];
+    const float g = gv[k] * (wv[k] + w_off);
     sg += g;
     sgx += g * (xv[k] - mu) * rs;
   }
@@ -142,8 +143,8 @@ __device__ __forceinline__ void dx_sums_pack(const T* __restrict__ xr, const T* 
 template <class T, int P, bool ADD>
 __device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __restrict__ xr,
                                               const T* __restrict__ dyr, const T* __restrict__ dsr,
-                                              const T* __restrict__ w, int c, float mu, float rs, float mg, float mgx,
-                                              float (&xv)[P], float (&gv)[P]) {
+                                              const T* __restrict__ w, float w_off, int c, float mu, float rs,
+                                              float mg, float mgx, float (&xv)[P], float (&gv)[P]) {
   float wv[P], sv[P], o[P];
   load_f32<T, P>(xr + c, xv);
   load_f32<T, P>(dyr + c, gv);
@@ -151,7 +152,7 @@ __device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __re
   if (ADD) load_f32<T, P>(dsr + c, sv);
 #pragma unroll
   for (int k = 0; k < P; ++k) {
-    o[k] = rs * (gv[k] * wv[k] - mg - (xv[k] - mu) * rs * mgx);
+    o[k] = rs * (gv[k] * (wv[k] + w_off) - mg - (xv[k] - mu) * rs * mgx);
     if (ADD) o[k] += sv[k];
   }
   store_f32<T, P>(dxr + c, o);
@@ -160,7 +161,7 @@ __device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __re
 template <class T, int P, bool RMS, bool ADD>
 __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ ds,
                                    const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ mean,
-                                   const float* __restrict__ rstd, int64_t N, int C) {
+                                   const float* __restrict__ rstd, int64_t N, int C, float w_off) {
   const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.y;
   if (row >= N) return;
   const int lane = threadIdx.x;
@@ -168,12 +169,13 @@ __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
   const T* dyr = dy + row * C;
   const float mu = RMS ? 0.0f : mean[row], rs = rstd[row];
   float sg = 0.0f, sgx = 0.0f;
-  for (int c = lane * P; c < C; c += 32 * P) dx_sums_pack<T, P>(xr, dyr, w, c, mu, rs, sg, sgx);
+  for (int c = lane * P; c < C; c += 32 * P) dx_sums_pack<T, P>(xr, dyr, w, w_off, c, mu, rs, sg, sgx);
   const float mg = RMS ? 0.0f : warp_sum(sg) / float(C);
   const float mgx = warp_sum(sgx) / float(C);
   for (int c = lane * P; c < C; c += 32 * P) {
     float xv[P], gv[P];
-    dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, c, mu, rs, mg, mgx, xv, gv);
+    dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, w_off, c, mu, rs, mg, mgx, xv,
+                             gv);
   }
 }
 
@@ -189,7 +191,8 @@ template <class T, int P, int K, bool RMS, bool ADD>
 __global__ void __launch_bounds__(32 * kRowWarps)
     norm_bwd_fused_kernel(T* __restrict__ dx, float* __restrict__ part, const T* __restrict__ dy,
                           const T* __restrict__ ds, const T* __restrict__ x, const T* __restrict__ w,
-                          const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C) {
+                          const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
+                          float w_off) {
   extern __shared__ float fused_red[];  // [kRowWarps][2C]: each warp's sums
   const int lane = threadIdx.x, warp = threadIdx.y;
   float aw[K][P], ab[K][P];
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k)
-      if ((k * 32 + lane) * P < C) dx_sums_pack<T, P>(xr, dyr, w, (k * 32 + lane) * P, mu, rs, sg, sgx);
+      if ((k * 32 + lane) * P < C) dx_sums_pack<T, P>(xr, dyr, w, w_off, (k * 32 + lane) * P, mu, rs, sg, sgx);
     const float mg = RMS ? 0.0f : warp_sum(sg) / float(C);
     const float mgx = warp_sum(sgx) / float(C);
 #pragma unroll
@@ -213,7 +216,8 @@ __global__ void __launch_bounds__(32 * kRowWarps)
       const int c = (k * 32 + lane) * P;
       if (c < C) {
         float xv[P], gv[P];
-        dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, c, mu, rs, mg, mgx, xv, gv);
+        dx_store_pack<T, P, ADD>(dx + row * C, xr, dyr, ADD ? ds + row * C : nullptr, w, w_off, c, mu, rs, mg, mgx,
+                                 xv, gv);
 #pragma unroll
         for (int j = 0; j < P; ++j) {
           aw[k][j] += gv[j] * (xv[j] - mu) * rs;
@@ -562,7 +566,7 @@ template <class T, class F> void with_pack_and_flag(bool vec, bool flag, F&& go)
 // r and sum undefined: the plain norm of x; defined: the fused add (sum = x + r is normalised).
 template <class T, bool RMS>
 void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& r,
-                     const Tensor& sum, const Tensor& w, const Tensor& b, float eps) {
+                     const Tensor& sum, const Tensor& w, const Tensor& b, float eps, float w_off = 0.0f) {
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (N == 0) return;
   T* py = y.data<T>();
@@ -577,7 +581,7 @@ void launch_norm_fwd(const Tensor& y, const Tensor& mean, const Tensor& rstd, co
     constexpr int P = decltype(vtag)::value;
     constexpr bool ADD = decltype(atag)::value;
     norm_fwd_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(py, pm, pr, px, pr_in, ps, pw, pb, N,
-                                                                                int(C), eps);
+                                                                                int(C), eps, w_off);
   };
   with_pack_and_flag<T>(vec, ps != nullptr, go);
   LT_CUDA_LAUNCH_CHECK("norm_fwd_kernel");
@@ -659,7 +663,7 @@ bool fused_norm_bwd_allowed() {
 // of at least one block per SM. False: nothing was launched.
 template <class T, class O, bool RMS>
 bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
-                           const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                           const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, float w_off) {
   constexpr int P = kVec<T>, kPacksPerStep = P == 4 ? 2 : 1;  // f32 rows: 2 packs of 4 per step
   const int64_t C = last_dim(x), N = x.numel() / C;
   T* pdx = dx.data<T>();
@@ -692,7 +696,7 @@ bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db,
     const int64_t blocks = (N + rows_per_warp * kRowWarps - 1) / (rows_per_warp * kRowWarps);
     kernel<<<unsigned(blocks), dim3(32, kRowWarps), smem, current_stream()>>>(
         pdx, static_cast<float*>(ws), pdy, pds, px, pw, RMS ? nullptr : mean.data<float>(), rstd.data<float>(), N,
-        int(C));
+        int(C), w_off);
     LT_CUDA_LAUNCH_CHECK("norm_bwd_fused_kernel");
     O* pdw = dw.defined() ? dw.data<O>() : nullptr;
     O* pdb = db.defined() ? db.data<O>() : nullptr;
@@ -717,7 +721,7 @@ bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db,
 // ds defined: dx = ds + the norm's dx (the fused add's backward).
 template <class T, bool RMS>
 void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
-                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+                     const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, float w_off = 0.0f) {
   const int64_t C = last_dim(x), N = x.numel() / C;
   const T *pdy = dy.data<T>(), *px = x.data<T>(), *pw = w.data<T>();
   const T* pds = ds.defined() ? ds.data<T>() : nullptr;
@@ -727,9 +731,9 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
   const DType out = dw.defined() ? dw.dtype() : db.defined() ? db.dtype() : x.dtype();
   if (dx.defined() && (dw.defined() || db.defined())) {
     if constexpr (sizeof(T) == 2) {
-      if (out == DType::F32 && launch_norm_bwd_fused<T, float, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd)) return;
+      if (out == DType::F32 && launch_norm_bwd_fused<T, float, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd, w_off)) return;
     }
-    if (out == x.dtype() && launch_norm_bwd_fused<T, T, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd)) return;
+    if (out == x.dtype() && launch_norm_bwd_fused<T, T, RMS>(dx, dw, db, dy, ds, x, w, mean, rstd, w_off)) return;
   }
   if (dx.defined() && N > 0) {
     T* pdx = dx.data<T>();
@@ -739,7 +743,7 @@ void launch_norm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const
       constexpr int P = decltype(vtag)::value;
       constexpr bool ADD = decltype(atag)::value;
       norm_bwd_dx_kernel<T, P, RMS, ADD><<<row_grid(N), block, 0, current_stream()>>>(pdx, pdy, pds, px, pw, pm, pr,
-                                                                                     N, int(C));
+                                                                                     N, int(C), w_off);
     };
     with_pack_and_flag<T>(vec, pds != nullptr, go);
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dx_kernel");
@@ -829,17 +833,18 @@ void CudaBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor
   });
 }
 
-void CudaBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
+void CudaBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps,
+                              float w_offset) {
   check_norm("rmsnorm_fwd", y, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
   if (rstd.defined()) check_vec("rmsnorm_fwd", rstd, N, DType::F32, "rstd");
   dispatch_float(x.dtype(), [&](auto tag) {
-    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, Tensor(), Tensor(), w, Tensor(), eps);
+    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, Tensor(), Tensor(), w, Tensor(), eps, w_offset);
   });
 }
 
 void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                              const Tensor& rstd) {
+                              const Tensor& rstd, float w_offset) {
   const char* op = "rmsnorm_bwd";
   check_norm(op, dy, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
@@ -848,7 +853,7 @@ void CudaBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& 
   LT_CHECK(!dx.defined() || dx.dtype() == x.dtype(), "rmsnorm_bwd: dx dtype", "dx must have x's dtype", "");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(x.dtype(), [&](auto tag) {
-    launch_norm_bwd<decltype(tag), true>(dx, dw, Tensor(), dy, Tensor(), x, w, Tensor(), rstd);
+    launch_norm_bwd<decltype(tag), true>(dx, dw, Tensor(), dy, Tensor(), x, w, Tensor(), rstd, w_offset);
   });
 }
 
@@ -884,7 +889,7 @@ void CudaBackend::add_layernorm_bwd(const Tensor& dsum, const Tensor& dw, const 
 }
 
 void CudaBackend::add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tensor& rstd, const Tensor& x,
-                                  const Tensor& r, const Tensor& w, float eps) {
+                                  const Tensor& r, const Tensor& w, float eps, float w_offset) {
   const char* op = "add_rmsnorm_fwd";
   check_norm(op, y, x, w, Tensor());
   const int64_t C = last_dim(x), N = x.numel() / C;
@@ -893,12 +898,12 @@ void CudaBackend::add_rmsnorm_fwd(const Tensor& sum, const Tensor& y, const Tens
   check_same_dtypes(op, x, {r, sum});
   if (rstd.defined()) check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(x.dtype(), [&](auto tag) {
-    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, r, sum, w, Tensor(), eps);
+    launch_norm_fwd<decltype(tag), true>(y, Tensor(), rstd, x, r, sum, w, Tensor(), eps, w_offset);
   });
 }
 
 void CudaBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Tensor& dy, const Tensor& ds,
-                                  const Tensor& sum, const Tensor& w, const Tensor& rstd) {
+                                  const Tensor& sum, const Tensor& w, const Tensor& rstd, float w_offset) {
   const char* op = "add_rmsnorm_bwd";
   check_norm(op, dy, sum, w, Tensor());
   const int64_t C = last_dim(sum), N = sum.numel() / C;
@@ -908,7 +913,7 @@ void CudaBackend::add_rmsnorm_bwd(const Tensor& dsum, const Tensor& dw, const Te
   if (dw.defined()) check_param_grad(op, dw, C, sum.dtype(), Tensor(), "dw");
   check_vec(op, rstd, N, DType::F32, "rstd");
   dispatch_float(sum.dtype(), [&](auto tag) {
-    launch_norm_bwd<decltype(tag), true>(dsum, dw, Tensor(), dy, ds, sum, w, Tensor(), rstd);
+    launch_norm_bwd<decltype(tag), true>(dsum, dw, Tensor(), dy, ds, sum, w, Tensor(), rstd, w_offset);
   });
 }
 

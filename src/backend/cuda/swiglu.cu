@@ -1,7 +1,9 @@
-// SwiGLU (out = silu(gate) * up) and its backward, with the CPU's rounding (cpu_swiglu.cpp):
+// SwiGLU (out = silu(gate) * up; GeGLU with gelu_tanh for silu) and its backward, with the CPU's rounding (cpu_swiglu.cpp):
 // silu(gate) and the backward's d(silu) are rounded to the storage type, as transformers' two
 // torch ops round them. Gate and up are row-strided views. 16 bytes a thread (8 bf16 values) when
 // the width, the row strides and the pointers allow it, else one thread per element; grid-stride.
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/row_kernels.cuh"
@@ -19,27 +21,41 @@ template <class T> __device__ __forceinline__ float rounded(float v) {
   return load_t(&t, 0);
 }
 
-template <class T>
+// The gate's activation and its derivative: silu, or (GELU) gelu_pytorch_tanh with the accurate
+// tanhf (the CPU reference's arithmetic in f32).
+template <bool GELU> __device__ __forceinline__ float gate_act(float x) {
+  if (GELU) return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return x / (1.f + expf(-x));
+}
+template <bool GELU> __device__ __forceinline__ float gate_act_grad(float x) {
+  if (GELU) {
+    const float k = 0.7978845608028654f, t = tanhf(k * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
+  }
+  const float sg = 1.f / (1.f + expf(-x));
+  return sg * (1.f + x * (1.f - sg));
+}
+
+template <class T, bool GELU>
 __global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n, int64_t f, int64_t gs, int64_t us) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / f, j = i - r * f;
     const float x = load_t(gate, r * gs + j);
-    const float s = rounded<T>(x / (1.f + expf(-x)));
+    const float s = rounded<T>(gate_act<GELU>(x));
     store_t(out, i, s * load_t(up, r * us + j));
   }
 }
 
-template <class T>
+template <class T, bool GELU>
 __global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n, int64_t f,
                                   int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / f, j = i - r * f;
     const float x = load_t(gate, r * gs + j), d = load_t(dout, i);
-    const float sg = 1.f / (1.f + expf(-x));
-    const float s = rounded<T>(x / (1.f + expf(-x)));
+    const float s = rounded<T>(gate_act<GELU>(x));
     const float ds = rounded<T>(d * load_t(up, r * us + j));
     store_t(dup, r * dus + j, d * s);
-    store_t(dgate, r * dgs + j, ds * (sg * (1.f + x * (1.f - sg))));
+    store_t(dgate, r * dgs + j, ds * gate_act_grad<GELU>(x));
   }
 }
 
@@ -52,7 +68,7 @@ template <class T, int P> __device__ __forceinline__ void store_rounded(T* p, co
   *reinterpret_cast<rk::Pack<T, P>*>(p) = pk;
 }
 
-template <class T>
+template <class T, bool GELU>
 __global__ void swiglu_fwd_vec_kernel(T* out, const T* gate, const T* up, int64_t n, int64_t f, int64_t gs,
                                       int64_t us) {
   constexpr int P = rk::kVec<T>;
@@ -63,12 +79,12 @@ __global__ void swiglu_fwd_vec_kernel(T* out, const T* gate, const T* up, int64_
     rk::load_f32<T, P>(gate + r * gs + j, g);
     rk::load_f32<T, P>(up + r * us + j, u);
 #pragma unroll
-    for (int e = 0; e < P; ++e) g[e] = rounded<T>(g[e] / (1.f + expf(-g[e]))) * u[e];
+    for (int e = 0; e < P; ++e) g[e] = rounded<T>(gate_act<GELU>(g[e])) * u[e];
     store_rounded<T, P>(out + r * f + j, g);
   }
 }
 
-template <class T>
+template <class T, bool GELU>
 __global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
                                       int64_t f, int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
   constexpr int P = rk::kVec<T>;
@@ -81,11 +97,10 @@ __global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* 
     rk::load_f32<T, P>(dout + r * f + j, d);
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const float sg = 1.f / (1.f + expf(-x[e]));
-      const float s = rounded<T>(x[e] / (1.f + expf(-x[e])));
+      const float s = rounded<T>(gate_act<GELU>(x[e]));
       const float ds = rounded<T>(d[e] * u[e]);
       du[e] = d[e] * s;
-      x[e] = ds * (sg * (1.f + x[e] * (1.f - sg)));
+      x[e] = ds * gate_act_grad<GELU>(x[e]);
     }
     store_rounded<T, P>(dup + r * dus + j, du);
     store_rounded<T, P>(dgate + r * dgs + j, x);
@@ -111,48 +126,58 @@ void check_rows(const Tensor& t, const Tensor& out, int dev, const char* op, con
 
 }  // namespace
 
-void CudaBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up) {
+void CudaBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor& up, bool gelu) {
   LT_CHECK(out.dim() == 2 && out.is_contiguous(), "swiglu_fwd: out must be a contiguous [N, F] tensor",
            "the kernel writes it densely", "");
   check_rows(gate, out, device_index_, "swiglu_fwd", "gate");
   check_rows(up, out, device_index_, "swiglu_fwd", "up");
   const int64_t n = out.size(0), f = out.size(1);
   if (n * f == 0) return;
-  dispatch_float(out.dtype(), [&](auto tag) {
+  auto go = [&](auto tag, auto gtag) {
     using T = decltype(tag);
+    constexpr bool G = decltype(gtag)::value;
     if (packable<T>(f, {&out, &gate, &up})) {
-      swiglu_fwd_vec_kernel<T><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
+      swiglu_fwd_vec_kernel<T, G><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
           out.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0], up.strides()[0]);
       LT_CUDA_LAUNCH_CHECK("swiglu_fwd_vec_kernel");
       return;
     }
-    swiglu_fwd_kernel<T><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
+    swiglu_fwd_kernel<T, G><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
         out.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0], up.strides()[0]);
     LT_CUDA_LAUNCH_CHECK("swiglu_fwd_kernel");
+  };
+  dispatch_float(out.dtype(), [&](auto tag) {
+    if (gelu) go(tag, std::true_type{});
+    else go(tag, std::false_type{});
   });
 }
 
 void CudaBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                             const Tensor& up) {
+                             const Tensor& up, bool gelu) {
   LT_CHECK(dout.dim() == 2 && dout.is_contiguous(), "swiglu_bwd: dout must be a contiguous [N, F] tensor",
            "the kernel reads it densely", "");
   for (auto [t, name] : {std::pair{&dgate, "dgate"}, {&dup, "dup"}, {&gate, "gate"}, {&up, "up"}})
     check_rows(*t, dout, device_index_, "swiglu_bwd", name);
   const int64_t n = dout.size(0), f = dout.size(1);
   if (n * f == 0) return;
-  dispatch_float(dout.dtype(), [&](auto tag) {
+  auto go = [&](auto tag, auto gtag) {
     using T = decltype(tag);
+    constexpr bool G = decltype(gtag)::value;
     if (packable<T>(f, {&dgate, &dup, &dout, &gate, &up})) {
-      swiglu_bwd_vec_kernel<T><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
+      swiglu_bwd_vec_kernel<T, G><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
           dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0],
           up.strides()[0], dgate.strides()[0], dup.strides()[0]);
       LT_CUDA_LAUNCH_CHECK("swiglu_bwd_vec_kernel");
       return;
     }
-    swiglu_bwd_kernel<T><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
+    swiglu_bwd_kernel<T, G><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
         dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0],
         up.strides()[0], dgate.strides()[0], dup.strides()[0]);
     LT_CUDA_LAUNCH_CHECK("swiglu_bwd_kernel");
+  };
+  dispatch_float(dout.dtype(), [&](auto tag) {
+    if (gelu) go(tag, std::true_type{});
+    else go(tag, std::false_type{});
   });
 }
 

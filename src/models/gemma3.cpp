@@ -1,0 +1,184 @@
+// The Gemma 3 text decoder (models/gemma3.h): transformers' Gemma3TextModel under "model", blocks of
+// sandwich-normed attention and GeGLU MLP, the final norm, a head tied to embed_tokens unless
+// tie_word_embeddings is false. Init as transformers' _init_weights: normal(initializer_range) for
+// Linear and Embedding weights, zeros for the (1 + w) norms.
+#include <cmath>
+
+#include "leantrain/autocast.h"
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "models/gemma3.h"
+
+namespace lt::models {
+
+namespace {
+
+class Gemma3Body : public nn::Module {
+ public:
+  Gemma3Body(const Gemma3Config& c, nn::ParamFactory& pf) {
+    const nn::Init init = nn::Init::normal(c.initializer_range);
+    const int64_t C = c.hidden_size;
+    auto norm = [&](int64_t dim) { return std::make_shared<nn::RMSNorm>(pf, dim, c.rms_norm_eps, true); };
+    embed_tokens = register_module("embed_tokens", std::make_shared<nn::Embedding>(pf, c.vocab_size, C, init));
+    layers = register_module("layers", std::make_shared<nn::ModuleList>());
+    // Full layers turn by rope_theta (scaled), sliding ones by rope_local_base_freq (transformers'
+    // rotary_emb and rotary_emb_local; one module per layer type in transformers 5).
+    rotary_emb = register_module("rotary_emb", std::make_shared<nn::RotaryEmbedding>(
+                                                   rope_frequencies(c.head_dim, c.rope_theta, c.rope_scaling),
+                                                   "Gemma3RotaryEmbedding"));
+    rotary_emb_local = register_module(
+        "rotary_emb_local", std::make_shared<nn::RotaryEmbedding>(
+                                rope_frequencies(c.head_dim, c.rope_local_base_freq, RopeScaling{}), "Gemma3RotaryEmbedding"));
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const bool sliding = c.is_sliding(i);
+      nn::DecoderAttentionOptions ao{.hidden = C,
+                                     .heads = c.num_attention_heads,
+                                     .kv_heads = c.num_key_value_heads,
+                                     .head_dim = c.head_dim,
+                                     .qk_norm = true,
+                                     .qk_norm_eps = c.rms_norm_eps,
+                                     .unit_offset_norms = true,
+                                     .scale = 1.0 / std::sqrt(c.query_pre_attn_scalar),
+                                     .window = sliding ? c.sliding_window : 0,
+                                     .init = init,
+                                     .type = "Gemma3Attention"};
+      auto attn = std::make_shared<nn::DecoderSelfAttention>(pf, ao, sliding ? rotary_emb_local : rotary_emb);
+      nn::GatedMlpOptions mo{.hidden = C, .intermediate = c.intermediate_size, .act = GateAct::GeluTanh,
+                             .init = init, .type = "Gemma3MLP"};
+      auto ln_1 = norm(C), ln_2 = norm(C);
+      auto mlp = std::make_shared<nn::GatedMlp>(pf, mo);
+      // transformers' names: the norm after the attention is post_attention_layernorm, the one
+      // before the MLP pre_feedforward_layernorm.
+      auto block = std::make_shared<nn::PreNormBlock>(
+          "Gemma3DecoderLayer", ln_1, attn, ln_2, mlp,
+          nn::BlockNames{"input_layernorm", "self_attn", "pre_feedforward_layernorm", "mlp"});
+      block->set_post_norms(norm(C), norm(C), "post_attention_layernorm", "post_feedforward_layernorm");
+      layers->append(block);
+    }
+    norm_ = register_module("norm", norm(C));
+  }
+  const char* type_name() const override { return "Gemma3TextModel"; }
+
+  std::shared_ptr<nn::Embedding> embed_tokens;
+  std::shared_ptr<nn::ModuleList> layers;
+  std::shared_ptr<nn::RMSNorm> norm_;
+  std::shared_ptr<nn::RotaryEmbedding> rotary_emb, rotary_emb_local;
+};
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+// sqrt(hidden) rounded to the embedding's dtype, as Gemma3TextScaledWordEmbedding's
+// embed_scale.to(weight.dtype).
+double embed_scale(int64_t hidden, DType dt) {
+  const float s = float(std::sqrt(double(hidden)));
+  if (dt == DType::BF16) return bf16_to_float(float_to_bf16(s));
+  if (dt == DType::F16) return half_to_float(float_to_half(s));
+  return dt == DType::F64 ? std::sqrt(double(hidden)) : double(s);
+}
+
+class PositionOffsets {
+ public:
+  PositionOffsets(nn::RotaryEmbedding& a, nn::RotaryEmbedding& b, int64_t p) : a_(a), b_(b) {
+    a_.set_pos_offset(p), b_.set_pos_offset(p);
+  }
+  ~PositionOffsets() { a_.set_pos_offset(0), b_.set_pos_offset(0); }
+  PositionOffsets(const PositionOffsets&) = delete;
+  PositionOffsets& operator=(const PositionOffsets&) = delete;
+
+ private:
+  nn::RotaryEmbedding &a_, &b_;
+};
+
+}  // namespace
+
+Gemma3::Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+  cfg_.validate();
+  nn::ParamFactory pf(init);
+  auto body = register_module("model", std::make_shared<Gemma3Body>(cfg_, pf));
+  embed_tokens_ = body->embed_tokens;
+  layers_ = body->layers;
+  norm_ = body->norm_;
+  rotary_ = body->rotary_emb;
+  rotary_local_ = body->rotary_emb_local;
+  if (!cfg_.tie_word_embeddings)
+    lm_head_ = register_module(
+        "lm_head", std::make_shared<nn::Linear>(pf, cfg_.hidden_size, cfg_.vocab_size,
+                                                nn::LinearOptions{.bias = false,
+                                                                  .weight_init = nn::Init::normal(cfg_.initializer_range)}));
+  pf.materialize();
+}
+
+Tensor Gemma3::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           "Gemma3 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
+           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  const int64_t B = ids.size(0), T = ids.size(1);
+  LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.max_position_embeddings,
+           "Gemma3 input: sequence of " + std::to_string(pos_offset + T) + " tokens",
+           "the model has max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings),
+           "use a shorter sequence");
+  LT_CHECK(pos_offset == 0 || !grad_enabled(), "Gemma3 input: position offset " + std::to_string(pos_offset),
+           "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
+  Tensor mask = mask_in;
+  if (mask.defined()) {
+    LT_CHECK(mask.shape() == Shape({B, T}), "Gemma3 attention mask has shape " + shape_str(mask.shape()),
+             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
+    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
+  }
+  PositionOffsets positions(*rotary_, *rotary_local_, pos_offset);
+  Tensor x = (*embed_tokens_)(ids);
+  x = scale(x, embed_scale(cfg_.hidden_size, x.dtype()));
+  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
+  return (*norm_)(x);
+}
+
+Tensor Gemma3::head(const Tensor& hidden) {
+  Tensor logits = lm_head_ ? (*lm_head_)(hidden)
+                           : linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
+  const double cap = cfg_.final_logit_softcapping;
+  if (cap > 0) logits = scale(tanh(scale(logits, 1.0 / cap)), cap);  // logits / cap, tanh, * cap
+  return logits;
+}
+
+Tensor Gemma3::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+
+// The fused GEMM + cross-entropy reads the head's weight directly; a soft cap sits between them,
+// so a capped model takes the unfused path (forward, then cross_entropy on the capped logits).
+Model::HeadInputs Gemma3::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+  if (cfg_.final_logit_softcapping > 0) return {};
+  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
+  nn::Linear* l = nn::plain_linear(lm_head_.get());
+  if (!l || l->bias().defined() || l->weight_in_out()) return {};
+  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+}
+
+Tensor Gemma3::next_token_logits(const Tensor& ids) {
+  Tensor h = hidden_states(ids);
+  return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.hidden_size}));
+}
+
+std::vector<nn::Module*> Gemma3::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
+Tensor Gemma3::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
+
+double Gemma3::root_forward_flops(const Shape& input) const {
+  if (lm_head_) return 0;
+  double rows = 1;
+  for (int64_t d : input) rows *= double(d);
+  return 2 * rows * double(cfg_.vocab_size) * double(cfg_.hidden_size);
+}
+
+std::string Gemma3::checkpoint_key_to_name(const std::string& key) const {
+  if (key.size() >= 8 && key.compare(key.size() - 8, 8, "inv_freq") == 0) return "";  // rotary buffers
+  std::string k = key;
+  // A gemma3 checkpoint: the text tower's keys, the rest (vision tower, projector) skipped.
+  for (const char* p : {"model.language_model.", "language_model.model."})
+    if (starts_with(k, p)) k = "model." + k.substr(std::string(p).size());
+  if (k == "language_model.lm_head.weight") k = "lm_head.weight";
+  for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
+    if (starts_with(k, p)) return "";
+  if (k == "lm_head.weight") return lm_head_ ? k : "";  // else tied to model.embed_tokens.weight
+  if (starts_with(k, "model.")) return k;
+  return "model." + k;  // a bare Gemma3TextModel
+}
+
+}  // namespace lt::models
