@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, masks, parity_models, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -395,6 +395,21 @@ PY
       # effective batch; sized for under 5 minutes on an H200, not yet timed there):
       # $OUT/accuracy_ladder.{jsonl,md}, logs in $OUT/acc/.
       BUILD=$BUILD OUT=$OUT DEVICE=${DEVICE:-cuda} timeout 570 bash bench/accuracy_ladder.sh 2>&1 | tail -25
+      ;;
+    masks)
+      # Issue 44 / 48 kernels: attention with a sliding window or packed documents, rotary with
+      # per-token positions, Gemma 3's unit-offset RMSNorm and GeGLU, the Qwen3 / Gemma 3 models,
+      # each CUDA case against the CPU reference; then the masked attention's time against causal.
+      timeout 300 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_brief=1 \
+        --gtest_filter='AttentionWindow.*:RopePositions.*:AttentionGqa.*:AttentionPacked.*:BlockSparseAttention.*:LlamaRope.*:*OpsBackends*geglu*:*OpsBackends*unit_offset*:GemmaKernels.*:Gemma3*:LlamaModel.*:LlamaConfig.*:-AttentionWindow.CudaTimeWindowVsCausalT8192' 2>&1 | grep -v "Skipped\|no CUDA" | tail -30
+      timeout 120 "./$BUILD/leantrain_tests" --gtest_color=no --gtest_filter=AttentionWindow.CudaTimeWindowVsCausalT8192 2>&1 | grep -E "time attention|OK|FAILED|Failure" | head -12
+      ;;
+    parity_models)
+      # Issue 44: qwen3, gemma3_text (a window shorter than T), mistral with a window, small and real-size.
+      # Every small case (the existing ones too, --quick), then the new families at real size.
+      timeout 330 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --commit "$commit" --quick 2>&1 | tail -40
+      timeout 240 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/real" --commit "$commit" \
+        --only qwen3-1.7b,gemma3-1b --dtypes bf16 2>&1 | tail -20
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25

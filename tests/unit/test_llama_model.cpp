@@ -515,8 +515,8 @@ TEST(LlamaModel, PlanEqualsTheCpuRunsPeak) {
     c.steps = 2;
     c.eval_batches = 1;
     c.device = "cpu";
-    c.checkpoint = "blocks";
-    c.precision = "bf16-mixed";
+    c.checkpoint = nn::CheckpointSpec::blocks();
+    c.precision = Precision::MixedBf16;
     PlanResult p = plan_run(c, PlanOptions{"cpu"});
     const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
     RunResult r = train(c);
