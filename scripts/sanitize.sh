@@ -11,8 +11,11 @@ command -v clang++ >/dev/null || { echo "leantrain: error: the sanitizer build n
 # Without MPI: OpenMPI keeps allocations past MPI_Finalize that LeakSanitizer reports as leaks
 # (tests/e2e/strategies_mpi.sh then skips visibly, LT_E2E_NO_MPI; the normal build runs it).
 export LT_E2E_NO_MPI=1
+# lld links the large instrumented binaries faster than ld.bfd (scripts/deps.sh --sanitize).
+LINKER=
+command -v ld.lld >/dev/null && LINKER=lld
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DLEANTRAIN_CUDA=OFF \
-  -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON -DLEANTRAIN_MPI=OFF >/dev/null
+  -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON -DLEANTRAIN_MPI=OFF -DLEANTRAIN_LINKER="$LINKER" >/dev/null
 ninja -C "$BUILD" leantrain leantrain_tests memory_report_demo
 export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:allocator_may_return_null=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=86:print_stacktrace=1:halt_on_error=1}
