@@ -18,9 +18,18 @@ if(LEANTRAIN_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
 endif()
 
 set(LT_SANITIZERS -fsanitize=address,undefined)
-# -O1 comes after the build type's -O3 and wins: sanitized code is for finding bugs, and it
-# compiles about twice as fast. Frame pointers and -g make the reports' stacks readable.
-set(LT_SANITIZE_COMPILE ${LT_SANITIZERS} -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1)
+# Frame pointers and line tables make the reports' stacks readable (file:line is all a report
+# prints; full -g would add variable and type info that only a debugger reads, and make every
+# object larger and every link slower: clang's -gline-tables-only, GCC's -g1).
+set(LT_SANITIZE_COMPILE ${LT_SANITIZERS} -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+    $<IF:$<CXX_COMPILER_ID:Clang>,-gline-tables-only,-g1>)
+# -O1 instead of the build type's -O3: sanitized code is for finding bugs, and it compiles about
+# twice as fast. Set for the whole directory (every target: CLI, tools, harnesses), so that a
+# target may choose its own level after it: the unit tests' own code takes LEANTRAIN_TEST_OPT
+# (CMakeLists.txt; scripts/sanitize.sh passes it), which -O1 passed down from the library would
+# otherwise override.
+set(CMAKE_CXX_FLAGS_RELEASE "-O1 -DNDEBUG")
+target_compile_options(leantrain_core PRIVATE -O1)
 if(LEANTRAIN_FUZZ)
   list(APPEND LT_SANITIZE_COMPILE -fsanitize=fuzzer-no-link)
 endif()

@@ -3,7 +3,7 @@
 # root, or through sudo for another user. Sourced or run by demo.sh and test.sh.
 # `deps.sh --tests` adds what only the tests need: headless Chromium renders the HTML memory report,
 # pgrep (procps) finds the rank a test kills, python3-jinja2 renders the chat-template references
-# (tests/chat/render_reference.py).
+# (tests/chat/render_reference.py), lld links the test binaries faster (build.sh uses it when present).
 # `deps.sh --sanitize` adds clang and its sanitizer/libFuzzer runtimes (scripts/sanitize.sh, fuzz.sh).
 set -euo pipefail
 PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev libpcre2-dev liburing-dev
@@ -12,8 +12,8 @@ PKGS=(cmake ninja-build g++ libopenblas-dev nlohmann-json3-dev libcli11-dev libg
   dataset-fashion-mnist fortunes)
 for arg in "$@"; do
   case "$arg" in
-    --tests) PKGS+=(chromium procps python3-jinja2) ;;
-    --sanitize) PKGS+=(clang libclang-rt-14-dev) ;;
+    --tests) PKGS+=(chromium procps python3-jinja2 lld) ;;
+    --sanitize) PKGS+=(clang libclang-rt-14-dev lld) ;;
     *) echo "leantrain: error: deps.sh: unknown option '$arg' (use --tests and/or --sanitize)" >&2; exit 2 ;;
   esac
 done

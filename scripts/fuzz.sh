@@ -22,8 +22,10 @@ JOBS=${FUZZ_JOBS:-$(nproc)}
 RUNS=${FUZZ_RUNS:-}
 
 command -v clang++ >/dev/null || { echo "leantrain: error: fuzzing needs clang++: not found (run scripts/deps.sh --sanitize)" >&2; exit 1; }
+LINKER=
+command -v ld.lld >/dev/null && LINKER=lld
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DLEANTRAIN_CUDA=OFF \
-  -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON >/dev/null
+  -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON -DLEANTRAIN_LINKER="$LINKER" >/dev/null
 ninja -C "$BUILD" fuzzers
 
 mapfile -t LINES < <(grep -E '^[a-z]' tests/fuzz/harnesses.txt)
