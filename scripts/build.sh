@@ -11,5 +11,5 @@ cd "$(dirname "$0")/.."
 LINKER=
 command -v ld.lld >/dev/null && LINKER=lld
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEANTRAIN_CUDA="${LEANTRAIN_CUDA:-AUTO}" \
-  -DLEANTRAIN_MPI=ON -DLEANTRAIN_LINKER="$LINKER" >/dev/null
+  -DLEANTRAIN_MPI=ON -DLEANTRAIN_LINKER="$LINKER" -DLEANTRAIN_UNITY="${LEANTRAIN_UNITY:-OFF}" >/dev/null
 ninja -C build "$@"

@@ -19,7 +19,7 @@ command -v ld.lld >/dev/null && LINKER=lld
 # the heavy work stay -O1 (LT_TEST_HOT_SOURCES in CMakeLists.txt; docs/testing.md, "CI time").
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DLEANTRAIN_CUDA=OFF \
   -DLEANTRAIN_SANITIZE=ON -DLEANTRAIN_FUZZ=ON -DLEANTRAIN_MPI=OFF -DLEANTRAIN_LINKER="$LINKER" \
-  -DLEANTRAIN_TEST_OPT=-O0 >/dev/null
+  -DLEANTRAIN_TEST_OPT=-O0 -DLEANTRAIN_UNITY="${LEANTRAIN_UNITY:-OFF}" >/dev/null
 # In CI the fuzz harnesses (scripts/fuzz.sh, next) are built here too: their compiles fill the
 # cores while the large test binary links.
 extra=()

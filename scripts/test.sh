@@ -18,6 +18,8 @@ stage() {  # stage NAME CMD...: runs CMD, then prints NAME and its wall time
   echo "== $name: $((SECONDS - start)) s"
 }
 if [ $full = 1 ]; then stage deps bash scripts/deps.sh --tests --sanitize; else bash scripts/deps.sh --tests; fi
+# A clean CI build compiles the library in unity batches (CMakeLists.txt, LEANTRAIN_UNITY).
+[ $full = 1 ] && export LEANTRAIN_UNITY=${LEANTRAIN_UNITY:-ON}
 stage "layer check (src/layers.txt)" python3 scripts/check_layers.py
 stage build bash scripts/build.sh
 # ctest says "100% passed" even when GoogleTest skipped cases inside a shard (the CUDA ones on a

@@ -11,4 +11,10 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// Throws UsageError(what, why, fix): the one helper the run's checks share (a file-local copy of
+// it in each would clash in CI's unity build).
+[[noreturn]] inline void usage(std::string what, std::string why, std::string fix) {
+  throw UsageError(std::move(what), std::move(why), std::move(fix));
+}
+
 }  // namespace lt

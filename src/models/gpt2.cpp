@@ -56,10 +56,6 @@ bool stack_splits(const nn::ModuleList& h, const nn::LayerNorm& ln_f) {
   return true;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 GPT2::GPT2(const GPT2Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
@@ -154,7 +150,7 @@ double GPT2::root_forward_flops(const Shape& input) const {
 }
 
 std::string GPT2::checkpoint_key_to_name(const std::string& key) const {
-  if (ends_with(key, ".attn.bias") || ends_with(key, ".attn.masked_bias")) return "";  // causal-mask buffers
+  if (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias")) return "";  // causal-mask buffers
   if (key == "lm_head.weight") return lm_head_ ? key : "";  // else tied to transformer.wte.weight
   if (key.rfind("transformer.", 0) == 0) return key;
   return "transformer." + key;  // saved from GPT2Model

@@ -65,10 +65,6 @@ class LlamaBody : public nn::Module {
   std::string type_, block_type_, attn_type_, mlp_type_, rope_type_;
 };
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Sets the rotary position offset for one forward and puts 0 back after it.
 class PositionOffsetScope {
  public:
@@ -159,7 +155,7 @@ double Llama::root_forward_flops(const Shape& input) const {
 }
 
 std::string Llama::checkpoint_key_to_name(const std::string& key) const {
-  if (ends_with(key, "rotary_emb.inv_freq")) return "";  // a buffer older checkpoints saved
+  if (key.ends_with("rotary_emb.inv_freq")) return "";  // a buffer older checkpoints saved
   if (key == "lm_head.weight") return lm_head_ ? key : "";  // else tied to model.embed_tokens.weight
   if (key.rfind("model.", 0) == 0) return key;
   return "model." + key;  // saved from a bare *Model

@@ -13,7 +13,7 @@
 namespace lt::offload {
 
 namespace {
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+int64_t disk_align64(int64_t b) { return (b + 63) / 64 * 64; }
 }  // namespace
 
 void OffloadOptimizer::plan_disk_tier() {
@@ -40,7 +40,7 @@ void OffloadOptimizer::plan_disk_tier() {
   so.chunk_elems = std::min(opt_.disk_chunk_elems, largest);
   so.windows = opt_.disk_windows;
   // What make_state pins for a parameter on the host, as the account rounds it.
-  auto host_bytes = [&](const Tensor& p) { return round_allocation(int64_t(so.parts) * align64(p.numel() * 4)); };
+  auto host_bytes = [&](const Tensor& p) { return round_allocation(int64_t(so.parts) * disk_align64(p.numel() * 4)); };
   int64_t total = 0;
   for (const Tensor& p : params) total += host_bytes(p);
   const int64_t limit = opt_.host_limit;

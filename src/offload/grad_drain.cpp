@@ -28,7 +28,7 @@ namespace lt::offload {
 
 namespace {
 
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+int64_t drain_align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -252,7 +252,7 @@ struct OffloadOptimizer::Drain {
     ++drained;
     if (early) {
       filling.push_back(name);
-      filling_bytes += align64(param.nbytes());
+      filling_bytes += drain_align64(param.nbytes());
       if (filling_bytes >= bucket_bytes) close_bucket(d);
     }
   }
@@ -267,7 +267,7 @@ void OffloadOptimizer::drain_during_backward() {
   std::weak_ptr<Drain> weak = drain_;
   for (auto& [name, p] : named_params()) {
     drain_->offset[name] = drain_->bytes;
-    drain_->bytes += align64(p.nbytes());
+    drain_->bytes += drain_align64(p.nbytes());
     // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
     p.register_post_accumulate_grad_hook([weak, name = name](Tensor& param) {
       std::shared_ptr<Drain> d = weak.lock();
@@ -362,8 +362,8 @@ void OffloadOptimizer::update_drained(const std::vector<Slot*>& slots, float gra
   while (i < slots.size()) {
     size_t j = i;
     int64_t bytes = 0;
-    while (j < slots.size() && (j == i || bytes + align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
-      bytes += align64(slots[j++]->param.nbytes());
+    while (j < slots.size() && (j == i || bytes + drain_align64(slots[j]->param.nbytes()) <= opt_.bucket_bytes))
+      bytes += drain_align64(slots[j++]->param.nbytes());
     const double t0 = trace_on() ? trace_now_ms() : 0;
     // (A dry step, Note [Dry compute], steps nothing; its copies back go to the meta backend.)
     if (!d.is_meta() && !DryCompute::active())

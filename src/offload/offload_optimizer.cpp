@@ -22,7 +22,7 @@ namespace lt::offload {
 
 namespace {
 
-int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
+int64_t state_align64(int64_t b) { return (b + 63) / 64 * 64; }
 
 // A CPU tensor over pinned host memory at `byte_offset` (a multiple of the dtype size).
 Tensor host_view(const std::shared_ptr<Storage>& st, int64_t byte_offset, const Shape& shape, DType dt) {
@@ -153,7 +153,7 @@ std::vector<Tensor> OffloadOptimizer::make_state(const Tensor& p, Device) const 
   int64_t bytes = 0;
   for (auto& [shape, dt] : parts) {
     at.push_back(bytes);
-    bytes += align64(numel(shape) * int64_t(dtype_size(dt)));
+    bytes += state_align64(numel(shape) * int64_t(dtype_size(dt)));
   }
   std::shared_ptr<Storage> st = pin(bytes, opt_.device.value_or(p.device()), "optimizer state");
   std::vector<Tensor> out;
@@ -188,7 +188,7 @@ void OffloadOptimizer::update(const std::vector<Slot*>& slots, float grad_scale)
   std::vector<Slot*> bucket;
   int64_t bytes = 0;
   for (Slot* s : rest) {
-    const int64_t b = align64(s->param.nbytes());
+    const int64_t b = state_align64(s->param.nbytes());
     if (!bucket.empty() && bytes + b > opt_.bucket_bytes) {
       update_bucket(bucket, grad_scale);
       bucket.clear();
@@ -286,7 +286,7 @@ void OffloadOptimizer::update_bucket(const std::vector<Slot*>& bucket, float gra
     LT_CHECK(bucket[k]->param.device() == d, "--offload optimizer: parameters on two devices in one bucket",
              d.str() + " and " + bucket[k]->param.device().str(), "keep the model on one device");
     off[k] = total;
-    total += align64(bucket[k]->param.nbytes());
+    total += state_align64(bucket[k]->param.nbytes());
   }
   grown(grad_bucket_, total, opt_.device.value_or(d), Category::Gradient);
   grown(staging_, total, opt_.device.value_or(d), Category::Workspace);

@@ -14,11 +14,7 @@ namespace {
 constexpr const char* kSmall[] = {".quant_map", ".nested_quant_map", ".quant_state.bitsandbytes__nf4",
                                   ".quant_state.bitsandbytes__fp4"};
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-const char* dtype_word(DType t) {
+const char* checkpoint_dtype_word(DType t) {
   switch (t) {
     case DType::BF16: return "bfloat16";
     case DType::F16: return "float16";
@@ -72,7 +68,7 @@ std::map<std::string, std::string> nf4_prepare_load(const io::WeightFiles& files
     suffix.clear();
     for (const char* s : {".absmax", ".nested_absmax", ".quant_map", ".nested_quant_map",
                           ".quant_state.bitsandbytes__nf4", ".quant_state.bitsandbytes__fp4"})
-      if (ends_with(key, std::string(".weight") + s)) {
+      if (key.ends_with(std::string(".weight") + s)) {
         suffix = s;
         return key_to_name(key.substr(0, key.size() - suffix.size()));
       }
@@ -165,7 +161,7 @@ nlohmann::json bnb_quantization_config(DType compute) {
   // BitsAndBytesConfig.to_dict(), keys sorted as config.json is written (json.dumps(sort_keys=True)).
   return nlohmann::json{{"_load_in_4bit", true},
                         {"_load_in_8bit", false},
-                        {"bnb_4bit_compute_dtype", dtype_word(compute)},
+                        {"bnb_4bit_compute_dtype", checkpoint_dtype_word(compute)},
                         {"bnb_4bit_quant_storage", "uint8"},
                         {"bnb_4bit_quant_type", "nf4"},
                         {"bnb_4bit_use_double_quant", true},

@@ -9,7 +9,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "decoders ByteLevel, Metaspace, WordPiece, Replace, ByteFallback, Fuse, Strip, Sequence";
+constexpr const char* kSupportedDecoders = "decoders ByteLevel, Metaspace, WordPiece, Replace, ByteFallback, Fuse, Strip, Sequence";
 
 class SequenceDecoder : public Decoder {
  public:
@@ -209,7 +209,7 @@ std::unique_ptr<Decoder> read_decoder(const Json& j, const std::string& where, c
     d->m = read_metaspace(j, where, r);
     return d;
   }
-  r.unsupported(where, type, kSupported);
+  r.unsupported(where, type, kSupportedDecoders);
 }
 
 }  // namespace lt::text

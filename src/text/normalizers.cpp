@@ -10,7 +10,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, BertNormalizer, Lowercase, StripAccents";
+constexpr const char* kSupportedNormalizers = "normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD, BertNormalizer, Lowercase, StripAccents";
 
 class SequenceNormalizer : public Normalizer {
  public:
@@ -168,7 +168,7 @@ std::unique_ptr<Normalizer> read_normalizer(const Json& j, const std::string& wh
             : type == "NFKC" ? unicode::Form::NFKC : unicode::Form::NFKD;
     return n;
   }
-  r.unsupported(where, type, kSupported);
+  r.unsupported(where, type, kSupportedNormalizers);
 }
 
 }  // namespace lt::text

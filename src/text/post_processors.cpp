@@ -6,7 +6,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "post-processors TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence";
+constexpr const char* kSupportedPostProcessors = "post-processors TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence";
 
 class TemplateProcessor : public PostProcessor {
  public:
@@ -109,7 +109,7 @@ std::unique_ptr<PostProcessor> read_post_processor(const Json& j, const std::str
     for (size_t i = 0; i < parts.size(); ++i) p->parts.push_back(read_post_processor(parts[i], item(w, i), r));
     return p;
   }
-  r.unsupported(where, type, kSupported);
+  r.unsupported(where, type, kSupportedPostProcessors);
 }
 
 std::unique_ptr<PostProcessor> bos_eos_template(std::optional<int32_t> bos, std::optional<int32_t> eos) {

@@ -12,7 +12,7 @@ namespace lt::text {
 
 namespace {
 
-constexpr const char* kSupported = "pre-tokenizers ByteLevel, Split, Digits, Metaspace, BertPreTokenizer, Sequence";
+constexpr const char* kSupportedPreTokenizers = "pre-tokenizers ByteLevel, Split, Digits, Metaspace, BertPreTokenizer, Sequence";
 
 // GPT-2's pre-tokenizer regex, as tokenizers' ByteLevel has it built in.
 constexpr const char* kGpt2Pattern =
@@ -212,7 +212,7 @@ std::unique_ptr<PreTokenizer> read_pre_tokenizer(const Json& j, const std::strin
     p->split = m.split;
     return p;
   }
-  r.unsupported(where, type, kSupported);
+  r.unsupported(where, type, kSupportedPreTokenizers);
 }
 
 }  // namespace lt::text

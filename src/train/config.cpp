@@ -20,10 +20,6 @@ namespace lt {
 
 namespace {
 
-[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
-  throw UsageError(std::move(what), std::move(why), std::move(fix));
-}
-
 void check_finite(double v, const char* flag) {
   if (!std::isfinite(v)) usage(std::string(flag) + " " + short_number(v), "it must be a finite number", std::string("pass a finite ") + flag);
 }

@@ -4,9 +4,6 @@ namespace lt {
 
 namespace {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
-bool ends_with(const std::string& s, std::string_view end) {
-  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 }  // namespace
 
 DecodeStream::DecodeStream(const text::Tokenizer& tok, std::vector<int32_t> prompt)
@@ -16,7 +13,7 @@ std::string DecodeStream::next(bool final) {
   const std::span<const int32_t> all(ids_);
   const std::string before = tok_.decode(all.first(read_), true);
   std::string text = tok_.decode(all, true);
-  if (!final && ends_with(text, kReplacement)) return "";
+  if (!final && text.ends_with(kReplacement)) return "";
   // Decoders extend their text as ids are added; should one rewrite earlier text, what was
   // handed out stays and only the text beyond its length follows.
   if (text.size() <= before.size()) return "";

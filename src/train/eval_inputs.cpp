@@ -16,10 +16,6 @@ namespace lt {
 
 namespace {
 
-[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
-  throw UsageError(std::move(what), std::move(why), std::move(fix));
-}
-
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::F32;
   if (s == "bf16") return DType::BF16;

@@ -10,10 +10,6 @@ namespace lt {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The tensor's values on the host, one at a time; `visit` returns false to stop.
 template <class F>
 void for_each_value(const Tensor& t, F&& visit) {
@@ -57,7 +53,7 @@ std::string nonfinite_weight(const models::Model& m, const std::map<const Tensor
 
 std::string bad_optimizer_state(const std::map<std::string, Tensor>& state) {
   for (const auto& [name, t] : state) {
-    const bool non_negative = ends_with(name, ".exp_avg_sq") || ends_with(name, "_absmax");
+    const bool non_negative = name.ends_with(".exp_avg_sq") || name.ends_with("_absmax");
     std::string found;
     for_each_value(t, [&](double v, size_t i) {
       if (std::isfinite(v) && !(non_negative && v < 0)) return true;

@@ -16,9 +16,6 @@
 namespace lt {
 
 namespace {
-[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
-  throw UsageError(std::move(what), std::move(why), std::move(fix));
-}
 }  // namespace
 
 std::string generate_text(const GenerateConfig& cfg, const std::function<void(const std::string&)>& on_text) {

@@ -17,10 +17,6 @@ namespace lt {
 
 namespace {
 
-[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
-  throw UsageError(std::move(what), std::move(why), std::move(fix));
-}
-
 bool under(const std::string& path, const std::string& prefix) {
   return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 && path[prefix.size()] == '.';
 }

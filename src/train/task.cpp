@@ -23,10 +23,6 @@ namespace lt {
 
 namespace {
 
-[[noreturn]] void usage(std::string what, std::string why, std::string fix) {
-  throw UsageError(std::move(what), std::move(why), std::move(fix));
-}
-
 struct ModelSpec {
   std::string name;  // preset name or config path
   std::unique_ptr<models::ModelConfig> cfg;

@@ -150,9 +150,9 @@ template <class A> A softmax_row(A* s, int64_t i, int64_t kb, int64_t n, const V
 
 // h query heads share hkv kv heads in groups of g = h / hkv: query (b, h) index bh reads kv
 // (b, h / g) index bh / g, and kv index j serves query indices j * g .. j * g + g - 1.
-struct Dims {
+struct AttnDims {
   int64_t b, h, hkv, g, tq, tk, d;
-  explicit Dims(const Tensor& q, const Tensor& k)
+  explicit AttnDims(const Tensor& q, const Tensor& k)
       : b(q.size(0)), h(q.size(1)), hkv(k.size(1)), g(hkv > 0 ? h / hkv : 1), tq(q.size(2)), tk(k.size(2)),
         d(q.size(3)) {}
   Visibility vis(const Tensor& mask, const Tensor& doc, int64_t window, int64_t bh, bool causal) const {
@@ -163,7 +163,7 @@ struct Dims {
 };
 
 // window and doc_pos as the backend op's contract has them (the front-end checks the details).
-void check_mask_kinds(const char* op, const Dims& n, bool causal, int64_t window, const Tensor& doc) {
+void check_mask_kinds(const char* op, const AttnDims& n, bool causal, int64_t window, const Tensor& doc) {
   LT_CHECK(window >= 0 && (window == 0 || causal), std::string(op) + ": window " + std::to_string(window),
            "a sliding window is >= 0 and causal only", "pass causal with window >= 0");
   LT_CHECK(!doc.defined() || (causal && n.tq == n.tk && doc.dtype() == DType::I32 && doc.is_contiguous() &&
@@ -196,7 +196,7 @@ void CpuBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tenso
                                float scale) {
   check_rows("attention_fwd", {&out, &q, &k, &v});
   check_kv_heads("attention_fwd", q, k, v);
-  const Dims n(q, k);
+  const AttnDims n(q, k);
   check_mask_kinds("attention_fwd", n, causal, window, doc_pos);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -236,7 +236,7 @@ void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
                                const Tensor& doc_pos, float scale) {
   check_rows("attention_bwd", {&dq, &dk, &dv, &dout, &q, &k, &v, &out});
   check_kv_heads("attention_bwd", q, k, v);
-  const Dims n(q, k);
+  const AttnDims n(q, k);
   check_mask_kinds("attention_bwd", n, causal, window, doc_pos);
   dispatch_float(q.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -30,12 +30,12 @@ void write_vec(const Tensor& t, const std::vector<double>& v) {
   });
 }
 
-struct Dims {
+struct BnDims {
   int64_t N, C, HW;
   int64_t at(int64_t n, int64_t c, int64_t i) const { return (n * C + c) * HW + i; }
 };
 
-Dims dims_of(const Tensor& x) { return {x.size(0), x.size(1), x.size(2) * x.size(3)}; }
+BnDims dims_of(const Tensor& x) { return {x.size(0), x.size(1), x.size(2) * x.size(3)}; }
 
 }  // namespace
 
@@ -43,7 +43,7 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
                                const Tensor& w, const Tensor& b, const Tensor& running_mean,
                                const Tensor& running_var, const Tensor& num_batches_tracked,
                                const BatchNormArgs& args) {
-  const Dims s = dims_of(x);
+  const BnDims s = dims_of(x);
   const std::vector<double> wv = read_vec(w, s.C, 1.0), bv = read_vec(b, s.C, 0.0);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -95,7 +95,7 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
 void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
                                const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
                                bool training) {
-  const Dims s = dims_of(x);
+  const BnDims s = dims_of(x);
   const std::vector<double> wv = read_vec(w, s.C, 1.0);
   std::vector<double> dwv(size_t(s.C)), dbv(size_t(s.C));
   dispatch_float(x.dtype(), [&](auto tag) {
