@@ -160,7 +160,10 @@ Tensor reference_logits(const Gemma3& m, const Tensor& ids, const Tensor& mask) 
   Tensor x = scale(embedding(ids, p["model.embed_tokens.weight"]), std::sqrt(double(c.hidden_size)));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string f = "model.layers." + std::to_string(l) + ".", a = f + "self_attn.";
-    const auto& [cos, sin] = c.is_sliding(l) ? local : global;
+    // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
+    const auto& tables = c.is_sliding(l) ? local : global;
+    const Tensor& cos = tables.first;
+    const Tensor& sin = tables.second;
     auto rope = [&](const Tensor& y) {
       Tensor rot = concat({neg(slice(y, 3, D / 2, D)), slice(y, 3, 0, D / 2)}, 3);
       return add(mul(y, cos), mul(rot, sin));
