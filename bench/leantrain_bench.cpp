@@ -168,6 +168,9 @@ int parity(const std::map<std::string, std::string>& f) {
     o.weight_decay = 0.0;
     AdamW opt(model->named_trainable_parameters(), o);
     std::vector<float> curve;
+    // --dump-step K: the parameters after K steps, and the gradients of step K-1, for finding
+    // where a curve leaves PyTorch's (parity.py --dump-step).
+    const int64_t dump_step = std::stoll(get(f, "dump-step", "0"));
     for (int64_t i = 0; i < steps; ++i) {
       Tensor loss;
       {
@@ -176,9 +179,15 @@ int parity(const std::map<std::string, std::string>& f) {
         loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(batch_at(ys, i), {-1}));
         loss.backward();
       }
+      if (i + 1 == dump_step)
+        for (auto& [name, p] : model->named_trainable_parameters())
+          out.push_back({"stepgrad." + name, cast(p.grad(), DType::F32)});
       opt.step();
       opt.zero_grad(true);
       curve.push_back(float(loss.item()));
+      if (i + 1 == dump_step)
+        for (auto& [name, p] : model->named_trainable_parameters())
+          out.push_back({"param." + name, cast(p.detach(), DType::F32)});
     }
     out.push_back({"losses", from_vector(curve, {steps})});
   }

@@ -82,7 +82,7 @@ std::vector<RecipeField> make_fields() {
        &flag_range::epochs});
   add({"workers", "--workers", K::Int, &C::workers, g,
        "Threads building batches (default: min(8, hardware threads - 1)); batches are the same for any count", false,
-       Echo::Never, &flag_range::workers});
+       Echo::Never, &flag_range::workers, nullptr, nullptr, nullptr, /*zero_is_unset=*/true});
 
   g = "Optimizer";
   add({"optimizer", "--optimizer", K::Choice, choice<&C::optimizer>(), g,

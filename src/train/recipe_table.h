@@ -55,6 +55,9 @@ struct RecipeField {
   const char* negation = nullptr;  // Switch: the flag that turns it off
   // Echoed only when this holds for the run (e.g. --strategy only with 2+ devices); null: always.
   bool (*echo_if)(const RunConfig&) = nullptr;
+  // The member's 0 means "not given, choose for me" (--workers), a value the flag itself refuses:
+  // validate() then skips the range check for 0.
+  bool zero_is_unset = false;
 };
 
 const std::vector<RecipeField>& recipe_fields();
