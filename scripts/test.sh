@@ -18,6 +18,10 @@ stage() {  # stage NAME CMD...: runs CMD, then prints NAME and its wall time
   "$@"
   echo "== $name: $((SECONDS - start)) s"
 }
+# ctest runs one test per core (-j nproc); OpenBLAS's own threads on top of that spin-wait for
+# cores they do not get: tests/e2e/profile.sh took 121.6 s beside a busy core, 17.4 s with one
+# BLAS thread (7-8 CPU seconds either way). Each test then runs its BLAS calls on one thread.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 if [ $full = 1 ]; then stage deps bash scripts/deps.sh --tests --sanitize; else bash scripts/deps.sh --tests; fi
 # A clean CI build compiles the library in unity batches (CMakeLists.txt, LEANTRAIN_UNITY).
 [ $full = 1 ] && export LEANTRAIN_UNITY=${LEANTRAIN_UNITY:-ON}
