@@ -55,6 +55,10 @@ struct RecipeField {
   const char* negation = nullptr;  // Switch: the flag that turns it off
   // Echoed only when this holds for the run (e.g. --strategy only with 2+ devices); null: always.
   bool (*echo_if)(const RunConfig&) = nullptr;
+  // A saved field added after checkpoints without it were written: such a config read back takes
+  // the default, which is what those runs did (--objective: they were all sft). Other saved
+  // fields are required (a missing one is a damaged file).
+  bool older_saves_lack = false;
 };
 
 const std::vector<RecipeField>& recipe_fields();
