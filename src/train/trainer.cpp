@@ -108,8 +108,13 @@ double Trainer::epochs_done() const {
 void Trainer::start() {
   for (auto& h : hooks_) h->on_start(*this);
   // After the hooks: the pass sees the model the first step sees (its dtypes, fsdp's gathers).
-  if (task_.objective && task_.objective->needs_reference_pass())
-    task_.objective->compute_reference(model(), task_.device, micro_batch_, task_.loader_workers, cfg_.precision);
+  // Every rank of a job runs the whole pass (fsdp's gathers need them all in step), at its share
+  // of the micro-batch, so the pass holds no more rows at a time than a training micro-batch.
+  if (task_.objective && task_.objective->needs_reference_pass()) {
+    const int64_t w = dist::world().size();
+    const int64_t rows = micro_batch_ % w == 0 ? micro_batch_ / w : micro_batch_;
+    task_.objective->compute_reference(model(), task_.device, rows, task_.loader_workers, cfg_.precision);
+  }
 }
 
 StepOutcome Trainer::step() {
