@@ -95,6 +95,10 @@ expect_ok "$LT" train "${F[@]}" --lora-rank 4 --steps 2 --label-smoothing 0.2 --
 expect_ok "$LT" train "${F[@]}" --lora-rank 4 --steps 2 --loss-chunk 16 --checkpoint blocks
 expect_ok "$LT" train "${F[@]}" --lora-rank 4 --steps 2 --fused-step --micro-batch 2 --checkpoint blocks --clip 1
 expect_ok "$LT" train "${F[@]}" --steps 2 --precision bf16-mixed --offload optimizer
+# QLoRA: the NF4 base with the adapters off is the reference; GPT-2 reads pairs with its byte tokenizer.
+expect_ok "$LT" train "${F[@]}" --steps 2 --quantize nf4 --lora-rank 4 --precision bf16-true
+expect_ok "$LT" train --model gpt2-tiny --data "$WORK/pairs.jsonl" --objective dpo --seq-len 48 --batch 4 --steps 2 --device cpu &&
+  expect_grep 'tokenizer bytes .*27 train / 3 validation preference pairs' "$WORK/out"
 # Synthetic pairs need no tokenizer (memory and speed measurements).
 expect_ok "$LT" train --model llama-tiny --data synthetic --objective dpo --seq-len 16 --batch 2 --steps 2 --device cpu
 
