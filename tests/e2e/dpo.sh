@@ -115,6 +115,12 @@ assert json.load(open(sys.argv[1]))["peak_allocated_bytes"] <= int(sys.argv[2])
 PY
 }
 
+# The GPU scripts' torch-free parts: TRL's formulas and leantrain's row layout as the parity script
+# writes them (bench/peers/dpo_torch.py), and the memory script's commands.
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+expect_ok python3 "$ROOT/bench/peers/dpo_torch.py" --self-test
+expect_ok python3 "$ROOT/bench/dpo_memory.py" --dry-run --leantrain "$LT" && expect_grep 'train --model tinyllama-1.1b .*--objective dpo --batch 4 ' "$WORK/out"
+
 # ---- every bad input: one line, non-zero exit ----
 printf '{"prompt": "a", "chosen": " b", "rejected": " c"}\n{"prompt": "a", "chosen": " b"}\n' >"$WORK/missing.jsonl"
 expect_error 1 'missing\.jsonl:2: it has no "rejected" field' "$LT" train "${G[@]}" --data "$WORK/missing.jsonl" --steps 1
