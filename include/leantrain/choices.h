@@ -25,6 +25,12 @@ enum class QuantizeKind { None, Nf4 };
 enum class StrategyKind { Ddp, Zero1, Zero2, Fsdp };
 // fsdp's all-gathers: in the compute dtype (bf16 under bf16-mixed), or f32 (for measuring).
 enum class FsdpGather { Compute, F32 };
+// What a language model's step minimises: next-token cross-entropy (sft), or a preference loss
+// over chosen/rejected pairs (dpo; docs/user-guide.md, "Preference tuning").
+enum class Objective { Sft, Dpo };
+// The preference loss of --objective dpo, by TRL's loss_type names: sigmoid (DPO), ipo (IPO, on
+// log-probabilities averaged over the completion's tokens), simpo (SimPO: averaged, no reference).
+enum class DpoLoss { Sigmoid, Ipo, Simpo };
 
 // ChoiceNames<E>::names[i] is the name of the enum value i; flag is the option that takes it.
 template <class E>
@@ -74,6 +80,17 @@ template <>
 struct ChoiceNames<FsdpGather> {
   static constexpr const char* flag = "--fsdp-gather";
   static constexpr std::array<std::string_view, 2> names{"compute", "f32"};
+};
+
+template <>
+struct ChoiceNames<Objective> {
+  static constexpr const char* flag = "--objective";
+  static constexpr std::array<std::string_view, 2> names{"sft", "dpo"};
+};
+template <>
+struct ChoiceNames<DpoLoss> {
+  static constexpr const char* flag = "--dpo-loss";
+  static constexpr std::array<std::string_view, 3> names{"sigmoid", "ipo", "simpo"};
 };
 
 template <class E>

@@ -75,9 +75,11 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
   uint8_t* mem = buffers_[size_t(buffer)].mem;
   h.inputs = mem;
   h.targets = mem ? reinterpret_cast<int64_t*>(mem + targets_offset_) : nullptr;  // meta's have no memory
+  h.aux = mem && ds_->aux_size() > 0 ? reinterpret_cast<float*>(mem + aux_offset_) : nullptr;
 }
 
-// A full batch's inputs, then its targets at a 64-byte boundary, in each buffer. Pinned memory
+// A full batch's inputs, then its targets at a 64-byte boundary, then its aux values (if any) at
+// the next, in each buffer. Pinned memory
 // is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
 void DataLoader::ensure_buffers() {
   if (!buffers_.empty()) return;
@@ -87,10 +89,15 @@ void DataLoader::ensure_buffers() {
   const int64_t in_bytes = checked_product(
       Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(dtype_size(ds_->input_dtype()))}, what, fix);
   targets_offset_ = checked_add<int64_t>(in_bytes, 63, what, fix) / 64 * 64;
-  buffer_bytes_ = checked_add(targets_offset_,
-                              checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))},
-                                              what, fix),
-                              what, fix);
+  const int64_t targets_end =
+      checked_add(targets_offset_,
+                  checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))}, what, fix),
+                  what, fix);
+  aux_offset_ = checked_add<int64_t>(targets_end, 63, what, fix) / 64 * 64;
+  buffer_bytes_ = ds_->aux_size() > 0 ? checked_add(aux_offset_,
+                                                    checked_product(Shape{opt_.batch_size, ds_->aux_size(), 4}, what, fix),
+                                                    what, fix)
+                                      : targets_end;
   const int n = opt_.prefetch + 2;
   try {
     bool staged = opt_.pin_memory;
@@ -175,8 +182,11 @@ void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int6
   const int64_t begin = h.index * opt_.batch_size;
   const int64_t in_bytes = numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
   const int64_t tgt_elems = numel(ds_->target_shape());
-  for (int64_t r = r0; r < r1; ++r)
+  const int64_t aux_n = ds_->aux_size();
+  for (int64_t r = r0; r < r1; ++r) {
     ds_->get(order[size_t(begin + r)], h.inputs + r * in_bytes, h.targets + r * tgt_elems);
+    if (aux_n > 0) ds_->get_aux(order[size_t(begin + r)], h.aux + r * aux_n);
+  }
 }
 
 void DataLoader::open_slot() {
@@ -281,6 +291,8 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   MemoryCategoryScope scope(Category::Input);
   out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
   out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
+  const int64_t aux_n = ds_->aux_size();
+  if (aux_n > 0) out.aux = Tensor::empty({h.size, aux_n}, DType::F32, opt_.device);
   Backend& be = backend_for(opt_.device);
   // Integer inputs (token ids) and the targets keep their bytes on the host too: the embedding's
   // and the loss's checks read them there instead of waiting for the device mid-step.
@@ -296,10 +308,12 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   if (buf.pinned) {
     be.copy_from_host_async(out.inputs, h.inputs);
     be.copy_from_host_async(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host_async(out.aux, h.aux);
     buf.event->record();
   } else {
     be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
     be.copy_from_host(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host(out.aux, h.aux);
   }
 }
 

@@ -143,6 +143,20 @@ void check_lora(const RunConfig& c) {
     usage("--lora-dropout " + short_number(c.lora_dropout), "it must be in [0, 1)", "pass e.g. --lora-dropout 0.05");
 }
 
+// --objective dpo and its parameters (ranges come from the recipe table); what the data hold is
+// checked as they are read (train/dpo_data.h).
+void check_objective(const RunConfig& c) {
+  if (c.objective != Objective::Dpo) return;
+  const std::string p = c.prompt_field, ch = c.chosen_field, r = c.rejected_field;
+  if (p.empty() || ch.empty() || r.empty() || p == ch || p == r || ch == r)
+    usage("--prompt-field '" + p + "' --chosen-field '" + ch + "' --rejected-field '" + r + "'",
+          "they name three different .jsonl fields of a preference pair", "pass three different, non-empty field names");
+  if (c.dpo_loss == DpoLoss::Ipo && c.label_smoothing != 0)
+    usage("--label-smoothing " + short_number(c.label_smoothing) + " with --dpo-loss ipo",
+          "IPO's squared loss has no label smoothing (TRL applies it to sigmoid-shaped losses only)",
+          "drop --label-smoothing, or use --dpo-loss sigmoid");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
@@ -216,6 +230,7 @@ void validate(const RunConfig& c) {
   if (c.prompt_field.empty() || c.response_field.empty() || c.prompt_field == c.response_field)
     usage("--prompt-field '" + c.prompt_field + "' --response-field '" + c.response_field + "'",
           "they name two different .jsonl fields", "pass two different, non-empty field names");
+  check_objective(c);
   if (c.save_shard_bytes <= 0)
     usage("--save-shard-size " + std::to_string(c.save_shard_bytes) + " bytes", "a shard must hold at least one byte",
           "pass e.g. --save-shard-size 5GB (transformers' default) or 2GiB");
@@ -309,6 +324,7 @@ RunConfig config_from_json(const std::string& text) {
   // deleted "seed" became seed 0). Each save writes them all.
   for (const RecipeField& f : recipe_fields()) {
     if (!f.saved) continue;
+    if (!j.contains(f.key) && f.older_saves_lack) continue;  // saved before the field existed: its default
     if (!j.contains(f.key))
       fail("run config is damaged", std::string("\"") + f.key + "\" is missing, and a resumed run would silently take a default",
            "the checkpoint is damaged; save it again");

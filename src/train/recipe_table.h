@@ -58,6 +58,10 @@ struct RecipeField {
   // The member's 0 means "not given, choose for me" (--workers), a value the flag itself refuses:
   // validate() then skips the range check for 0.
   bool zero_is_unset = false;
+  // A saved field added after checkpoints without it were written: such a config read back takes
+  // the default, which is what those runs did (--objective: they were all sft). Other saved
+  // fields are required (a missing one is a damaged file).
+  bool older_saves_lack = false;
 };
 
 const std::vector<RecipeField>& recipe_fields();
