@@ -189,13 +189,13 @@ int parity(const std::map<std::string, std::string>& f) {
       }
       if (i + 1 == dump_step)
         for (auto& [name, p] : model->named_trainable_parameters())
-          out.push_back({"stepgrad." + name, cast(p.grad(), DType::F32)});
+          out.push_back({"stepgrad." + name, cast(p.grad(), DType::F32).clone()});  // cast may alias
       opt.step();
       opt.zero_grad(true);
       curve.push_back(float(loss.item()));
       if (i + 1 == dump_step)
         for (auto& [name, p] : model->named_trainable_parameters())
-          out.push_back({"param." + name, cast(p.detach(), DType::F32)});
+          out.push_back({"param." + name, cast(p.detach(), DType::F32).clone()});  // not the live tensor
     }
     out.push_back({"losses", from_vector(curve, {steps})});
   }
