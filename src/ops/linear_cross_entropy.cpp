@@ -91,18 +91,9 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                            ignore_index);
     }
   }
-  // An all-ignored batch gives loss 0 and zero gradients (not 0/0).
-  const double inv = reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
-  const Shape row_shape(targets_in.shape());
-  Tensor out;
-  if (reduction == Reduction::None) {  // the rows themselves, shaped as the targets (0 where ignored)
-    out = make_view(rows, row_shape, contiguous_strides(row_shape), 0);
-  } else {
-    Tensor total = Tensor::empty({1}, aux, dev);
-    be.reduce_sum(total, rows);
-    out = Tensor::empty({}, aux, dev);
-    be.unary(UnaryOp::Scale, out, total, float(inv));
-  }
+  const double inv = loss_scale(reduction, count);
+  // None: the rows themselves, shaped as the targets (0 where ignored).
+  Tensor out = reduce_loss_rows(rows, targets_in.shape(), reduction, inv);
   if (!needs_grad({hidden, weight})) return out;
   const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
   const Shape hs = hidden_in.shape();
