@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus_builder.h"
+#include "data/jsonl_lines.h"
 #include "io/unique_keys.h"
 #include "leantrain/error.h"
 
@@ -62,34 +63,30 @@ Document document_of(const nlohmann::json& j, const TextOptions& opt, const Line
 
 }  // namespace
 
+nlohmann::json parse_jsonl_line(std::string_view line, const std::function<void(const std::string&)>& bad) {
+  nlohmann::json j;
+  const io::UniqueKeys keys;
+  try {
+    j = nlohmann::json::parse(line, keys.callback());
+  } catch (const nlohmann::json::parse_error& e) {
+    bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
+  } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
+    bad("it holds a number too large for a double (" + std::string(e.what()).substr(std::string(e.what()).find(' ') + 1) + ")");
+  } catch (const nlohmann::json::exception& e) {
+    bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
+  }
+  if (!keys.duplicate().empty())
+    bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
+  return j;
+}
+
 void parse_jsonl(const std::string& text, const std::string& path, const TextOptions& opt, size_t batch_bytes,
                  const std::function<void(std::vector<Document>)>& sink) {
   std::vector<Document> batch;
   size_t batch_size = 0;
-  int64_t line_no = 0;
-  size_t pos = 0;
-  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) pos = 3;  // a UTF-8 byte order mark
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  for_each_jsonl_line(text, [&](std::string_view line, int64_t line_no) {
     const LineError bad(path, line_no);
-    nlohmann::json j;
-    const io::UniqueKeys keys;
-    try {
-      j = nlohmann::json::parse(line, keys.callback());
-    } catch (const nlohmann::json::parse_error& e) {
-      bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
-    } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
-      bad("it holds a number too large for a double (" + std::string(e.what()).substr(std::string(e.what()).find(' ') + 1) + ")");
-    } catch (const nlohmann::json::exception& e) {
-      bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
-    }
-    if (!keys.duplicate().empty())
-      bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
+    const nlohmann::json j = parse_jsonl_line(line, bad);
     Document d = document_of(j, opt, bad);
     batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
     batch.push_back(std::move(d));
@@ -98,7 +95,7 @@ void parse_jsonl(const std::string& text, const std::string& path, const TextOpt
       batch.clear();
       batch_size = 0;
     }
-  }
+  });
   if (!batch.empty()) sink(std::move(batch));
 }
 

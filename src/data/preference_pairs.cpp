@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "data/jsonl_lines.h"
 #include "io/input_file.h"
-#include "io/unique_keys.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "text/chat_template.h"
@@ -114,16 +114,7 @@ void render_chat_pair(const OrderedJson& line, const PairOptions& o, RawPair& p,
 // The fields of one line, or an error naming file:line.
 RawPair pair_of(std::string_view line, const std::string& where, const PairOptions& o) {
   auto bad = [&](const std::string& why, const char* fix = kFix) { fail(where, why, fix); };
-  nlohmann::json j;
-  const io::UniqueKeys keys;
-  try {
-    j = nlohmann::json::parse(line, keys.callback());
-  } catch (const nlohmann::json::parse_error& e) {
-    bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line)");
-  } catch (const nlohmann::json::exception& e) {
-    bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
-  }
-  if (!keys.duplicate().empty()) bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
+  const nlohmann::json j = data::parse_jsonl_line(line, [&](const std::string& why) { bad(why); });
   if (!j.is_object()) bad(std::string("it is a JSON ") + j.type_name() + ", not an object");
   const bool has_c = j.contains(o.chosen_field), has_r = j.contains(o.rejected_field);
   if (!has_c && !has_r) {
@@ -161,17 +152,9 @@ RawPair pair_of(std::string_view line, const std::string& where, const PairOptio
 }
 
 void parse_pairs(const std::string& text, const std::string& path, const PairOptions& o, std::vector<RawPair>& out) {
-  int64_t line_no = 0;
-  size_t pos = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a UTF-8 byte order mark
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  data::for_each_jsonl_line(text, [&](std::string_view line, int64_t line_no) {
     out.push_back(pair_of(line, path + ":" + std::to_string(line_no), o));
-  }
+  });
 }
 
 struct Encoded {
