@@ -207,6 +207,18 @@ int loader_workers(const RunConfig& c) {
   return c.workers > 0 ? int(std::min<int64_t>(c.workers, 1024)) : default_loader_workers();
 }
 
+// The training batches' loader: micro-batches of the run, shuffled by its seed, the last partial
+// one dropped, on the run's device.
+LoaderOptions training_loader(const RunConfig& c, Device device) {
+  LoaderOptions lo;
+  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
+  lo.seed = c.seed;
+  lo.drop_last = true;
+  lo.device = device;
+  lo.workers = loader_workers(c);
+  return lo;
+}
+
 std::string millions(int64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
@@ -224,12 +236,7 @@ void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::In
   t.classifier = true;
   t.unit = "img/s";
   t.held_out = std::make_shared<SyntheticImages>(2 * mb, in.channels, in.size, in.classes, c.seed + 1);
-  LoaderOptions lo;
-  lo.batch_size = mb;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   auto train = std::make_shared<SyntheticImages>(8 * c.batch, in.channels, in.size, in.classes, c.seed);
   t.train = std::make_unique<DataLoader>(train, lo);
   t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
@@ -260,12 +267,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   t.classifier = true;
   t.unit = "img/s";
   t.held_out = std::make_shared<ImageDataset>(test);
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   t.train = std::make_unique<DataLoader>(std::make_shared<ImageDataset>(train), lo);
   t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
                   millions(t.model->num_parameters()) + " parameters (" + std::to_string(in.size) + "x" +
@@ -363,12 +365,7 @@ void make_pair_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   t.masked_targets = true;
   t.held_out = val;
   t.objective = std::make_shared<PreferenceObjective>(c, train, val);
-  LoaderOptions lo;
-  lo.batch_size = mb;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   t.train = std::make_unique<DataLoader>(train, lo);
   const char* ref = t.objective->reference() == PreferenceObjective::Reference::AdaptersOff ? "the base with the adapters off"
                     : t.objective->reference() == PreferenceObjective::Reference::Precomputed
@@ -407,12 +404,7 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     build_model(t, s, c, init);
     const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
     t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, in.vocab_size, c.seed + 1);
-    LoaderOptions lo;
-    lo.batch_size = mb;
-    lo.seed = c.seed;
-    lo.drop_last = true;
-    lo.device = init.device;
-    lo.workers = loader_workers(c);
+    const LoaderOptions lo = training_loader(c, init.device);
     t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, in.vocab_size, c.seed), lo);
     t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) +
                     " parameters (context " + std::to_string(seq) + ")" + tokenizer_line + "; data synthetic";
@@ -430,12 +422,7 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   auto train_tokens = std::make_shared<const TokenStream>(std::move(corpus.train));
   auto val_tokens = std::make_shared<const TokenStream>(std::move(corpus.val));
   t.held_out = std::make_shared<TokenWindows>(val_tokens, seq);
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   auto windows = std::make_shared<TokenWindows>(train_tokens, seq);
   t.train = std::make_unique<DataLoader>(windows, lo);
   t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
@@ -469,12 +456,7 @@ void make_sequence_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptio
     t.tokenizer = tok->kind();
     tokenizer_line = "; " + t.text_tokenizer.describe();
   }
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   if (synthetic) {  // whole rows of random ids, random labels; a loaded model keeps its classes
     if (s.weights_dir.empty() && c.resume.empty()) {
       std::vector<std::string> names;
