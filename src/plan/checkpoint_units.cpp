@@ -213,7 +213,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
       AutocastGuard g(precision_policy(cfg.precision).compute_dtype);
       MemoryCategoryScope act(Category::Activation);
       const int64_t before = al.stats().allocated_bytes.current;
-      Tensor loss = model.loss(batch.inputs, batch.targets);
+      Tensor loss = model.loss(batch.inputs, batch.targets, nn::TokenMask::documents(batch.doc_pos));
       kept = al.stats().allocated_bytes.current - before;
     }
     for (size_t i = 0; i < wrapped.size(); ++i) wrapped[i]->set_forward_wrapper(saved[i]);

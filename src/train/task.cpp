@@ -481,9 +481,10 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const s
     // A causal LM with --loss-chunk evaluates as it trains, a chunk of logits at a time (the
     // whole [T, V] logits of a long context would be the run's peak); a classifier needs them.
     Tensor flat, batch_loss;
-    if (!t.classifier) batch_loss = t.model->chunked_loss_sum(b.inputs, b.targets);
+    const nn::TokenMask mask = nn::TokenMask::documents(b.doc_pos);
+    if (!t.classifier) batch_loss = t.model->chunked_loss_sum(b.inputs, b.targets, mask);
     if (!batch_loss.defined()) {
-      Tensor logits = t.model->forward(b.inputs);
+      Tensor logits = t.model->forward(b.inputs, mask);
       flat = reshape(logits, {-1, logits.size(logits.dim() - 1)});
       batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
     }

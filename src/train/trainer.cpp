@@ -193,7 +193,8 @@ StepOutcome Trainer::step() {
       InterleavedSequence lanes(k);
       for (int64_t i = 0; i < k; ++i) {
         lanes.begin_lane(i);
-        Tensor loss = model().loss(batches[size_t(i)].inputs, batches[size_t(i)].targets);
+        const Batch& mb = batches[size_t(i)];
+        Tensor loss = model().loss(mb.inputs, mb.targets, nn::TokenMask::documents(mb.doc_pos));
         if (keep_losses) {
           if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
           kept.push_back(loss.detach());
@@ -231,14 +232,14 @@ StepOutcome Trainer::step() {
       const std::vector<uint64_t> offsets = generator_offsets(gens);
       fused->begin_norm_pass();
       {
-        Tensor l = model().loss(b.inputs, b.targets);
+        Tensor l = model().loss(b.inputs, b.targets, nn::TokenMask::documents(b.doc_pos));
         for (auto& h : hooks_) l = h->scale_loss(l);
         l.backward();
       }
       finish_norm_pass();
       set_generator_offsets(gens, offsets);
     }
-    Tensor loss = model().loss(b.inputs, b.targets);
+    Tensor loss = model().loss(b.inputs, b.targets, nn::TokenMask::documents(b.doc_pos));
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     if (read_after) losses.push_back(loss.detach());
     else take_loss(loss, i);
