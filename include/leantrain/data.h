@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -102,11 +103,19 @@ struct TokenCorpus {
   explicit TokenCorpus(int64_t vocab_size = 256) : train(vocab_size), val(vocab_size) {}
 };
 
+namespace text { class ChatTemplate; }  // src/text/chat_template.h
+
 struct TextOptions {
   double val_fraction = 0.1;
   // .jsonl lines: a "text" field, or these two (the prompt's tokens are masked from the loss).
   std::string prompt_field = "prompt", response_field = "response";
   int workers = 1;  // threads that tokenize (the result is the same for any count)
+  // Conversations ({"messages": [...]} lines) are rendered by the template this returns (asked
+  // once, at the first conversation, on the caller's thread; it throws the one-line error of a
+  // run without one; empty: conversations are refused), their loss on `train_on`'s tokens.
+  // train_on All also makes a prompt/response pair's prompt a target.
+  std::function<std::shared_ptr<const text::ChatTemplate>()> chat_template;
+  TrainOn train_on = TrainOn::Assistant;
 };
 
 // The entries of a fortune file: text between lines that contain only "%" (empty entries dropped).
