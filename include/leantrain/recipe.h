@@ -22,6 +22,14 @@ struct RunConfig {
   std::string tokenizer;
   // .jsonl fields of a prompt/response pair (the prompt's tokens are masked from the loss).
   std::string prompt_field = "prompt", response_field = "response";
+  // A chat template replacing the tokenizer's (a .jinja file, or a tokenizer_config.json holding
+  // one); saved with checkpoints as chat_template.jinja, so not kept in the run config.
+  std::string chat_template;
+  // Which tokens carry the loss: the assistant's turns (a pair's response), or all.
+  TrainOn train_on = TrainOn::Assistant;
+  // How documents fill the rows of seq_len tokens (docs/user-guide.md, "Packing"): docs (several
+  // whole documents a row, each attending to itself), none (one a row, padded), concat.
+  Packing packing = Packing::Docs;
   // Overrides of the preset's sizes (0: keep the preset's): the demo's small ViT uses these.
   int64_t dim = 0, depth = 0, heads = 0, patch = 0, mlp_dim = 0;
 

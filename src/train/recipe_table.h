@@ -55,6 +55,9 @@ struct RecipeField {
   const char* negation = nullptr;  // Switch: the flag that turns it off
   // Echoed only when this holds for the run (e.g. --strategy only with 2+ devices); null: always.
   bool (*echo_if)(const RunConfig&) = nullptr;
+  // A saved field added after checkpoints existed: the value a saved config without it means
+  // (what every run did before the field), as its flag would write it. Null: the key is required.
+  const char* if_missing = nullptr;
 };
 
 const std::vector<RecipeField>& recipe_fields();
