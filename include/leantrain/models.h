@@ -91,12 +91,13 @@ class CausalLM : public Model {
   // Autoregressive sampling under InferenceModeGuard (no activations kept), in eval mode.
   // Returns prompt + new tokens. temperature <= 0: greedy; top_k <= 0: full vocabulary.
   // The context is cropped to the last context_length() tokens. on_token sees each new token.
-  // Sampling stops after stop_token (-1: none, e.g. the tokenizer's EOS) and draws only ids below
-  // sample_below (0: the whole vocabulary; a tokenizer smaller than the embedding table).
+  // Sampling stops after any of stop_tokens (e.g. the tokenizer's EOS, a chat template's
+  // end-of-turn tokens) and draws only ids below sample_below (0: the whole vocabulary; a
+  // tokenizer smaller than the embedding table).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
                                 int64_t top_k = 0, uint64_t seed = 0,
-                                const std::function<void(int64_t)>& on_token = nullptr, int64_t stop_token = -1,
-                                int64_t sample_below = 0);
+                                const std::function<void(int64_t)>& on_token = nullptr,
+                                const std::vector<int64_t>& stop_tokens = {}, int64_t sample_below = 0);
 };
 
 // ---------------------------------------------------------------- GPT-2
