@@ -8,6 +8,8 @@
 #   BUILD=g OUT=$OUT ROUNDS=2 bash bench/packing.sh
 #   MODEL=gpt2-124m SEQ=1024 BATCH=16 bash bench/packing.sh      (the defaults)
 #   MODEL=tinyllama-1.1b SEQ=2048 BATCH=4 PRECISION=bf16-mixed EXTRA="--checkpoint blocks" bash bench/packing.sh
+# DEVICE=cpu runs it on the CPU (a check of the script; its timings mean nothing):
+#   BUILD=build-cpu MODEL=llama-tiny SEQ=128 BATCH=8 STEPS=4 DOCS=400 MEDIAN=30 PRECISION=32-true DEVICE=cpu ROUNDS=1 bash bench/packing.sh
 # The documents: DOCS of them (default 20000), lengths drawn from a log-normal with median
 # MEDIAN words (default 60) and a long tail (sigma 1.2, cut at 4 x SEQ words), the byte-level
 # GPT-2 test tokenizer's ids for GPT-2 (or TOKENIZER=DIR). Documents longer than a row are cut
@@ -15,7 +17,7 @@
 set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/packing}; ROUNDS=${ROUNDS:-2}
 MODEL=${MODEL:-gpt2-124m}; SEQ=${SEQ:-1024}; BATCH=${BATCH:-16}; STEPS=${STEPS:-30}
-PRECISION=${PRECISION:-bf16-mixed}; DOCS=${DOCS:-20000}; MEDIAN=${MEDIAN:-60}
+PRECISION=${PRECISION:-bf16-mixed}; DOCS=${DOCS:-20000}; MEDIAN=${MEDIAN:-60}; DEVICE=${DEVICE:-cuda}
 TOKENIZER=${TOKENIZER:-tests/data/tokenizers/gpt2}
 mkdir -p "$OUT"
 echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
@@ -36,7 +38,7 @@ lens.sort()
 print(json.dumps({"documents": n, "words_median": lens[n // 2], "words_p90": lens[9 * n // 10], "words_max": lens[-1]}))
 PY
 F=(--model "$MODEL" --data "$OUT/skewed.jsonl" --tokenizer "$TOKENIZER" --seq-len "$SEQ" --batch "$BATCH"
-  --precision "$PRECISION" --steps "$STEPS" --eval-batches 1 --log-every 10 --device cuda ${EXTRA:-})
+  --precision "$PRECISION" --steps "$STEPS" --eval-batches 1 --log-every 10 --device "$DEVICE" ${EXTRA:-})
 for round in $(seq 1 "$ROUNDS"); do
   for packing in none docs concat; do
     log="$OUT/$packing-$round.log"
