@@ -86,6 +86,11 @@ expect_error 2 "--chat without a message: --prompt is the user's message, and it
   "$LT" generate --checkpoint "$WORK/chat" --chat
 echo '{"messages": [{"role": "user"}], "x": 1' >"$WORK/badconv.json"
 expect_error 1 "badconv.json: not valid JSON" "$LT" generate --checkpoint "$WORK/chat" --messages "$WORK/badconv.json"
+# A checkpoint whose tokenizer has no chat template: --chat is refused before any weight is read.
+for i in $(seq 1 200); do echo "{\"text\": \"plain text number $i\"}"; done >"$WORK/text.jsonl"
+expect_ok "${BASE[@]}" --steps 1 --tokenizer "$DATA/tokenizers/qwen2" --data "$WORK/text.jsonl" --save "$WORK/plain"
+expect_error 1 "cannot generate from .*plain: chat template: .*there is no chat_template" \
+  "$LT" generate --checkpoint "$WORK/plain" --chat --prompt "hi"
 
 # Resume reads the checkpoint's template; another one is refused.
 expect_ok "$LT" train --resume "$WORK/chat" --steps 62
