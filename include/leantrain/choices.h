@@ -33,6 +33,12 @@ enum class Packing { None, Docs, Concat };
 // Which tokens carry the loss: the assistant's (a conversation's assistant turns, a pair's
 // response; TRL's assistant-only / completion-only loss), or all of them.
 enum class TrainOn { Assistant, All };
+// What a language model's step minimises: next-token cross-entropy (sft), or a preference loss
+// over chosen/rejected pairs (dpo; docs/user-guide.md, "Preference tuning").
+enum class Objective { Sft, Dpo };
+// The preference loss of --objective dpo, by TRL's loss_type names: sigmoid (DPO), ipo (IPO, on
+// log-probabilities averaged over the completion's tokens), simpo (SimPO: averaged, no reference).
+enum class DpoLoss { Sigmoid, Ipo, Simpo };
 
 // ChoiceNames<E>::names[i] is the name of the enum value i; flag is the option that takes it.
 template <class E>
@@ -93,6 +99,16 @@ template <>
 struct ChoiceNames<TrainOn> {
   static constexpr const char* flag = "--train-on";
   static constexpr std::array<std::string_view, 2> names{"assistant", "all"};
+};
+template <>
+struct ChoiceNames<Objective> {
+  static constexpr const char* flag = "--objective";
+  static constexpr std::array<std::string_view, 2> names{"sft", "dpo"};
+};
+template <>
+struct ChoiceNames<DpoLoss> {
+  static constexpr const char* flag = "--dpo-loss";
+  static constexpr std::array<std::string_view, 3> names{"sigmoid", "ipo", "simpo"};
 };
 
 template <class E>

@@ -38,6 +38,10 @@ class Model : public nn::Module {
   // set_loss_chunk(n > 0): no [N, V] logits); undefined when the chunked head does not apply.
   Tensor chunked_loss_sum(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask = {});
   int64_t loss_chunk() const { return loss_chunk_; }
+  // The cross-entropy of each target, shaped as `targets` (0 where ignored): the negated
+  // log-probability of each target token, which a preference loss sums per sequence. Goes
+  // through the chunked head as loss() does (set_loss_chunk), so no [N, V] logits then.
+  Tensor token_losses(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask = {});
   virtual std::string model_type() const = 0;  // "gpt2", "vit"
   virtual std::string config_json() const = 0;  // Hugging Face-style config.json text
   // Where the parameters live and their dtype.

@@ -75,6 +75,7 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
   uint8_t* mem = buffers_[size_t(buffer)].mem;
   h.inputs = mem;
   h.targets = mem ? reinterpret_cast<int64_t*>(mem + targets_offset_) : nullptr;  // meta's have no memory
+  h.aux = mem && ds_->aux_size() > 0 ? reinterpret_cast<float*>(mem + aux_offset_) : nullptr;
   h.doc_pos = mem && ds_->has_doc_pos() ? reinterpret_cast<int32_t*>(mem + doc_pos_offset_) : nullptr;
   h.row_tokens.clear();
 }
@@ -93,8 +94,8 @@ void DataLoader::count_tokens(HostBatch& h, const std::vector<int64_t>& order) c
   }
 }
 
-// A full batch's inputs, then its targets at a 64-byte boundary (then its document positions, for
-// packed documents, at the next one), in each buffer. Pinned memory
+// A full batch's inputs, then its targets at a 64-byte boundary, then its aux values (if any) and
+// its document positions (packed documents) each at the next one, in each buffer. Pinned memory
 // is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
 void DataLoader::ensure_buffers() {
   if (!buffers_.empty()) return;
@@ -104,10 +105,15 @@ void DataLoader::ensure_buffers() {
   const int64_t in_bytes = checked_product(
       Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(dtype_size(ds_->input_dtype()))}, what, fix);
   targets_offset_ = checked_add<int64_t>(in_bytes, 63, what, fix) / 64 * 64;
-  buffer_bytes_ = checked_add(targets_offset_,
-                              checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))},
-                                              what, fix),
-                              what, fix);
+  const int64_t targets_end =
+      checked_add(targets_offset_,
+                  checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))}, what, fix),
+                  what, fix);
+  aux_offset_ = checked_add<int64_t>(targets_end, 63, what, fix) / 64 * 64;
+  buffer_bytes_ = ds_->aux_size() > 0 ? checked_add(aux_offset_,
+                                                    checked_product(Shape{opt_.batch_size, ds_->aux_size(), 4}, what, fix),
+                                                    what, fix)
+                                      : targets_end;
   if (ds_->has_doc_pos()) {
     doc_pos_offset_ = checked_add<int64_t>(buffer_bytes_, 63, what, fix) / 64 * 64;
     buffer_bytes_ = checked_add(doc_pos_offset_,
@@ -199,8 +205,10 @@ void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int6
   const int64_t begin = h.index * opt_.batch_size;
   const int64_t in_bytes = numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
   const int64_t tgt_elems = numel(ds_->target_shape()), pos_elems = numel(ds_->input_shape());
+  const int64_t aux_n = ds_->aux_size();
   for (int64_t r = r0; r < r1; ++r) {
     ds_->get(order[size_t(begin + r)], h.inputs + r * in_bytes, h.targets + r * tgt_elems);
+    if (aux_n > 0) ds_->get_aux(order[size_t(begin + r)], h.aux + r * aux_n);
     if (h.doc_pos) ds_->get_doc_pos(order[size_t(begin + r)], h.doc_pos + r * pos_elems);
   }
 }
@@ -299,7 +307,8 @@ void DataLoader::seek(int64_t epoch, int64_t index) {
   index_ = index;
 }
 
-// Allocates the batch's device tensors (inputs, then targets, then document positions, category
+// Allocates the batch's device tensors (inputs, targets, then aux values and document positions when the
+// dataset has them; category
 // Input) and copies h into them: enqueued from pinned buffers, synchronous from pageable ones.
 void DataLoader::to_device(const HostBatch& h, Batch& out) {
   Shape in_shape{h.size}, tgt_shape{h.size};
@@ -308,6 +317,8 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   MemoryCategoryScope scope(Category::Input);
   out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
   out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
+  const int64_t aux_n = ds_->aux_size();
+  if (aux_n > 0) out.aux = Tensor::empty({h.size, aux_n}, DType::F32, opt_.device);
   if (ds_->has_doc_pos()) out.doc_pos = Tensor::empty(in_shape, DType::I32, opt_.device);
   out.row_tokens = h.row_tokens;
   Backend& be = backend_for(opt_.device);
@@ -326,11 +337,13 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   if (buf.pinned) {
     be.copy_from_host_async(out.inputs, h.inputs);
     be.copy_from_host_async(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host_async(out.aux, h.aux);
     if (out.doc_pos.defined()) be.copy_from_host_async(out.doc_pos, h.doc_pos);
     buf.event->record();
   } else {
     be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
     be.copy_from_host(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host(out.aux, h.aux);
     if (out.doc_pos.defined()) be.copy_from_host(out.doc_pos, h.doc_pos);
   }
 }

@@ -23,6 +23,27 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const nn::TokenMa
   return cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1}));
 }
 
+Tensor Model::token_losses(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
+  if (loss_chunk_ > 0) {
+    HeadInputs h = loss_head_inputs(input, mask);
+    if (h.weight.defined()) {
+      LT_CHECK(targets.numel() * h.hidden.size(-1) == h.hidden.numel(), "token_losses: targets have shape " + shape_str(targets.shape()),
+               "hidden states are " + shape_str(h.hidden.shape()) + " (one target per row expected)",
+               "pass one class index per prediction");
+      Tensor rows = linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::None, loss_chunk_);
+      return reshape(rows, targets.shape());
+    }
+  }
+  Tensor logits = forward(input, mask);
+  const int64_t V = logits.size(-1);
+  LT_CHECK(targets.numel() * V == logits.numel(), "token_losses: targets have shape " + shape_str(targets.shape()),
+           "logits are " + shape_str(logits.shape()) + " (one target per row expected)",
+           "pass one class index per prediction");
+  // The caller holds no logits, so the backward writes dlogits over them (cross_entropy's in-place case).
+  Tensor rows = cross_entropy(reshape(logits, {-1, V}), reshape(targets, {-1}), -100, Reduction::None);
+  return reshape(rows, targets.shape());
+}
+
 Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
   if (loss_chunk_ <= 0) return Tensor();
   HeadInputs h = loss_head_inputs(input, mask);

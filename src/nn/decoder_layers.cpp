@@ -62,7 +62,7 @@ Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*
   if (!bs.empty() && bs.size() != ws.size()) return Tensor();
   if (!loras.empty() && loras.size() != children.size()) return Tensor();
   Tensor y = linear(autocast(x), autocast_stacked(ws), bs.empty() ? Tensor() : autocast_stacked(bs));
-  if (loras.empty()) return y;
+  if (loras.empty() || adapters_off()) return y;
   std::vector<Tensor> updates;
   for (LoraLinear* a : loras) updates.push_back(a->update(x));
   return add(y, concat(updates, -1));

@@ -14,6 +14,9 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "text/chat_template.h"
+#include "train/dpo.h"
+#include "io/text_format.h"
 #include "train/lora_setup.h"
 #include "io/input_file.h"
 #include "train/quantize_setup.h"
@@ -213,9 +216,10 @@ std::string millions(int64_t n) {
 
 // --chat-template, --train-on and --packing shape a language model's text; elsewhere they are a mistake.
 // (A resumed run is let be: a checkpoint saved before --packing existed reads it as concat.)
-void refuse_text_flags(const RunConfig& c, const std::string& what, const std::string& why) {
+void refuse_text_flags(const RunConfig& c, const std::string& what, const std::string& why,
+                       std::initializer_list<const char*> flags = {"--chat-template", "--train-on", "--packing"}) {
   if (!c.resume.empty()) return;
-  for (const char* flag : {"--chat-template", "--train-on", "--packing"}) {
+  for (const char* flag : flags) {
     const RecipeField* f = recipe_field(flag);
     if (!field_is_default(*f, c))
       usage(std::string(flag) + " " + field_text(*f, c) + " with " + what, why, std::string("drop ") + flag);
@@ -326,6 +330,82 @@ void use_chat_template(RunTokenizer& rt, const RunConfig& c) {
           "drop --chat-template: a resumed run reads the checkpoint's");
 }
 
+// Random preference pairs over the whole vocabulary (--data synthetic with --objective dpo):
+// every row full, a prompt of a quarter of the context; 8 steps' worth of training pairs and 2
+// micro-batches of held-out ones. For memory and speed measurements.
+PreferencePairs synthetic_pairs(int64_t train, int64_t val, int64_t seq, int64_t vocab, uint64_t seed) {
+  PreferencePairs p;
+  Generator gen(seed);
+  const int64_t np = std::max<int64_t>(1, seq / 4), nc = seq + 1 - np;
+  for (int64_t i = 0; i < train + val; ++i) {
+    std::vector<float> r = rand_uniform({np + 2 * nc}, gen, 0.f, float(vocab)).to_float_vector();
+    std::vector<int32_t> ids;
+    for (float x : r) ids.push_back(std::min<int32_t>(int32_t(x), int32_t(vocab - 1)));
+    const std::span<const int32_t> all(ids);
+    (i < train ? p.train : p.val).add(all.first(size_t(np)), all.subspan(size_t(np), size_t(nc)), all.last(size_t(nc)));
+  }
+  return p;
+}
+
+// --objective dpo: preference pairs, two rows of --seq-len each per sample (data.h, PairDataset).
+void make_pair_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init, int64_t seq,
+                    const std::string& tokenizer_line) {
+  const std::string family = s.cfg->family().display_name();
+  if (!s.cfg->family().causal())
+    usage("--objective dpo with " + s.name, "a " + family + " does not predict the next token",
+          "train a causal language model (GPT-2 or LLaMA family) with --objective dpo");
+  const bool synthetic = c.data == kSyntheticData;
+  if (c.data.empty() || c.data == "fortunes")
+    usage("--objective dpo with --data " + (c.data.empty() ? std::string("fortunes (the default)") : c.data),
+          "a preference loss needs pairs of completions, and fortunes are plain text",
+          "pass --data pairs.jsonl with {\"prompt\", \"chosen\", \"rejected\"} lines");
+  const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+  auto pairs = std::make_shared<PreferencePairs>();
+  if (synthetic) {
+    *pairs = synthetic_pairs(8 * c.batch, 2 * mb, seq, s.cfg->tokens().vocab_size, c.seed);
+  } else {
+    PairOptions po;
+    po.prompt_field = c.prompt_field;
+    po.chosen_field = c.chosen_field;
+    po.rejected_field = c.rejected_field;
+    po.seq_len = seq;
+    po.workers = loader_workers(c);
+    // Conversational pairs: the run's chat template (--chat-template, else the tokenizer files'
+    // chat_template.jinja, else their tokenizer_config.json's, as for conversations in SFT data),
+    // read at the first such line (a string-only file never needs one).
+    std::optional<text::ChatTemplate> chat;
+    const RunTokenizer& rt = t.text_tokenizer;
+    po.chat_template = [&chat, &rt]() -> const text::ChatTemplate& {
+      if (!chat) chat.emplace(run_chat_template(rt));
+      return *chat;
+    };
+    *pairs = load_preference_pairs(c.data, *t.text_tokenizer.tokenizer, po);
+  }
+  build_model(t, s, c, init);
+  auto train = std::make_shared<PairDataset>(pairs, /*validation=*/false, seq);
+  auto val = std::make_shared<PairDataset>(pairs, /*validation=*/true, seq);
+  t.masked_targets = true;
+  t.held_out = val;
+  t.objective = std::make_shared<PreferenceObjective>(c, train, val);
+  LoaderOptions lo;
+  lo.batch_size = mb;
+  lo.seed = c.seed;
+  lo.drop_last = true;
+  lo.device = init.device;
+  lo.workers = loader_workers(c);
+  t.train = std::make_unique<DataLoader>(train, lo);
+  const char* ref = t.objective->reference() == PreferenceObjective::Reference::AdaptersOff ? "the base with the adapters off"
+                    : t.objective->reference() == PreferenceObjective::Reference::Precomputed
+                        ? "the starting weights, computed in a first pass"
+                        : "none (SimPO)";
+  t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
+                  s.cfg->size_summary() + ", context " + std::to_string(seq) + ")" + tokenizer_line + "; data " +
+                  (synthetic ? std::string("synthetic") : c.data) + ": " + std::to_string(train->size()) + " train / " +
+                  std::to_string(val->size()) + " validation preference pairs" +
+                  (pairs->truncated ? " (" + std::to_string(pairs->truncated) + " cut to the context)" : "") +
+                  "; " + name_of(c.dpo_loss) + " loss, beta " + short_number(c.beta) + ", reference: " + ref;
+}
+
 void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   if (c.data == "fashion-mnist")
     usage("--data fashion-mnist is images", s.name + " is a language model", "pass --data fortunes or a text file");
@@ -346,8 +426,14 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     t.tokenizer = tok->kind();
     tokenizer_line = "; " + t.text_tokenizer.describe();
   }
+  if (synthetic) refuse_text_flags(c, "--data synthetic", "random ids have no documents");
+  else if (!c.chat_template.empty()) use_chat_template(t.text_tokenizer, c);
+  if (c.objective == Objective::Dpo) {
+    refuse_text_flags(c, "--objective dpo", "a preference pair is two padded rows, its loss on the completions",
+                      {"--train-on", "--packing"});
+    return make_pair_task(t, s, c, init, seq, tokenizer_line);
+  }
   if (synthetic) {  // random ids over the model's whole vocabulary
-    refuse_text_flags(c, "--data synthetic", "random ids have no documents");
     build_model(t, s, c, init);
     const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
     t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, in.vocab_size, c.seed + 1);
@@ -362,7 +448,6 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
                     " parameters (context " + std::to_string(seq) + ")" + tokenizer_line + "; data synthetic";
     return;
   }
-  if (!c.chat_template.empty()) use_chat_template(t.text_tokenizer, c);
   const text::Tokenizer& tok = *t.text_tokenizer.tokenizer;
   std::string source = c.data.empty() || c.data == "fortunes" ? kFortunesDir : c.data;
   TextOptions topt;
@@ -506,6 +591,9 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
     usage("--loss-chunk " + std::to_string(c.loss_chunk), "model " + s.name + " is a classifier; its logits are one row per " +
           std::string(kind == models::InputKind::Images ? "image" : "text"),
           "drop --loss-chunk (it is for causal language models' vocabulary-wide logits)");
+  if (c.objective == Objective::Dpo && !text)
+    usage("--objective dpo with " + s.name, "a preference loss compares log-probabilities of completions, and " + s.name +
+          " is a classifier", "train a causal language model (GPT-2 or LLaMA family) with --objective dpo");
   if (text) make_text_task(*t, s, c, init);
   else if (kind == models::InputKind::Sequences) make_sequence_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
@@ -518,8 +606,14 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   return t;
 }
 
+Tensor micro_batch_loss(Task& t, models::Model& m, const Batch& b) {
+  if (t.objective) return t.objective->loss(m, b);
+  return m.loss(b.inputs, b.targets, nn::TokenMask::documents(b.doc_pos));
+}
+
 EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const std::function<bool(Batch&)>& prepare,
                        const std::function<void(EvalSums&)>& combine) {
+  if (t.objective) return t.objective->evaluate(t, batch_size, max_batches, prepare, combine);
   LoaderOptions lo;
   lo.batch_size = batch_size;
   lo.shuffle = false;

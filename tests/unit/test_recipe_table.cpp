@@ -27,6 +27,10 @@ RunConfig changed_everywhere() {
   c.chat_template = "chat ml.jinja";
   c.train_on = TrainOn::All;
   c.packing = Packing::None;
+  c.objective = Objective::Dpo;
+  c.dpo_loss = DpoLoss::Simpo;
+  c.beta = 0.2, c.label_smoothing = 0.1, c.simpo_gamma = 0.7;
+  c.chosen_field = "better", c.rejected_field = "worse";
   c.dim = 64, c.depth = 3, c.heads = 4, c.patch = 2, c.mlp_dim = 96;
   c.batch = 12, c.micro_batch = 6, c.loss_chunk = 7, c.steps = 9, c.epochs = 0.25, c.workers = 3;
   c.optimizer = OptimizerKind::Lion;
@@ -189,7 +193,7 @@ TEST(RecipeTable, EveryChoiceTakesItsNamesAndRefusesOthers) {
     const std::string e = test::error_of([&] { set_choice(f, c, "nonsense"); });
     EXPECT_EQ(e, std::string(f.flag) + " nonsense: the choices are " + list + " (pass one of them)") << f.flag;
   }
-  EXPECT_EQ(choices, 11);
+  EXPECT_EQ(choices, 13);
 }
 
 TEST(RecipeTable, TheCommandLineRefusesAnUnknownChoice) {
