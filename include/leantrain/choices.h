@@ -25,6 +25,14 @@ enum class QuantizeKind { None, Nf4 };
 enum class StrategyKind { Ddp, Zero1, Zero2, Fsdp };
 // fsdp's all-gathers: in the compute dtype (bf16 under bf16-mixed), or f32 (for measuring).
 enum class FsdpGather { Compute, F32 };
+// How a language model's documents fill the rows of --seq-len (docs/user-guide.md, "Packing"):
+// none: one document per row, the rest padding; docs: several whole documents per row, each
+// attending only to itself with positions from 0 (padding-free packing); concat: the documents
+// back to back, cut every seq_len tokens, attending across their boundaries.
+enum class Packing { None, Docs, Concat };
+// Which tokens carry the loss: the assistant's (a conversation's assistant turns, a pair's
+// response; TRL's assistant-only / completion-only loss), or all of them.
+enum class TrainOn { Assistant, All };
 // What a language model's step minimises: next-token cross-entropy (sft), or a preference loss
 // over chosen/rejected pairs (dpo; docs/user-guide.md, "Preference tuning").
 enum class Objective { Sft, Dpo };
@@ -82,6 +90,16 @@ struct ChoiceNames<FsdpGather> {
   static constexpr std::array<std::string_view, 2> names{"compute", "f32"};
 };
 
+template <>
+struct ChoiceNames<Packing> {
+  static constexpr const char* flag = "--packing";
+  static constexpr std::array<std::string_view, 3> names{"none", "docs", "concat"};
+};
+template <>
+struct ChoiceNames<TrainOn> {
+  static constexpr const char* flag = "--train-on";
+  static constexpr std::array<std::string_view, 2> names{"assistant", "all"};
+};
 template <>
 struct ChoiceNames<Objective> {
   static constexpr const char* flag = "--objective";

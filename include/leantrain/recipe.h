@@ -22,6 +22,14 @@ struct RunConfig {
   std::string tokenizer;
   // .jsonl fields of a prompt/response pair (the prompt's tokens are masked from the loss).
   std::string prompt_field = "prompt", response_field = "response";
+  // A chat template replacing the tokenizer's (a .jinja file, or a tokenizer_config.json holding
+  // one); saved with checkpoints as chat_template.jinja, so not kept in the run config.
+  std::string chat_template;
+  // Which tokens carry the loss: the assistant's turns (a pair's response), or all.
+  TrainOn train_on = TrainOn::Assistant;
+  // How documents fill the rows of seq_len tokens (docs/user-guide.md, "Packing"): docs (several
+  // whole documents a row, each attending to itself), none (one a row, padded), concat.
+  Packing packing = Packing::Docs;
   // What the step minimises (leantrain/choices.h). dpo: the data are {"prompt", "chosen",
   // "rejected"} pairs and the loss compares the policy with a reference that costs no second
   // model (docs/memory-model.md, "What a DPO run holds").

@@ -92,6 +92,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs = {});
 struct GenerateConfig {
   std::string checkpoint;
   std::string prompt;
+  // A conversation rendered by the checkpoint's chat template with its generation prompt; sampling
+  // stops at the template's end-of-turn token(s) or EOS, and only the reply is returned. The
+  // conversation is `messages` (a JSON file: {"messages": [...], "tools": [...]} as a data line,
+  // or the list alone), else one user message, `prompt`. `messages` implies chat.
+  bool chat = false;
+  std::string messages;
   int64_t max_new_tokens = 100;
   double temperature = 1.0;
   int64_t top_k = 0;  // 0: no cut

@@ -1,7 +1,8 @@
 // JSON lines: one document per line, {"text": "..."} or {"prompt": "...", "response": "..."}
-// (the field names are --prompt-field / --response-field). Blank lines are skipped; any other
-// line that is not such an object is an error naming file:line, so a typo in a field name
-// cannot silently train on nothing.
+// (the field names are --prompt-field / --response-field), or a file of conversations
+// {"messages": [...], "tools": [...]} (when its first line has "messages"). Blank lines are
+// skipped; any other line that is not such an object is an error naming file:line, so a typo in
+// a field name cannot silently train on nothing.
 #include <nlohmann/json.hpp>
 
 #include "data/corpus_builder.h"
@@ -53,8 +54,8 @@ Document document_of(const nlohmann::json& j, const TextOptions& opt, const Line
   if (text && (prompt || response))
     bad("it has \"text\" and " + quoted(prompt ? opt.prompt_field : opt.response_field) +
         ": a line is one text or one prompt/response pair");
-  if (text) return {*text, std::nullopt};
-  if (prompt && response) return {*response, *prompt};
+  if (text) return Document(*text);
+  if (prompt && response) return Document(*response, *prompt);
   if (prompt || response)
     bad("it has " + quoted(prompt ? opt.prompt_field : opt.response_field) + " but no " +
         quoted(prompt ? opt.response_field : opt.prompt_field));
@@ -84,11 +85,26 @@ void parse_jsonl(const std::string& text, const std::string& path, const TextOpt
                  const std::function<void(std::vector<Document>)>& sink) {
   std::vector<Document> batch;
   size_t batch_size = 0;
+  std::optional<bool> conversations;  // the file's kind, from its first line
   for_each_jsonl_line(text, [&](std::string_view line, int64_t line_no) {
     const LineError bad(path, line_no);
     const nlohmann::json j = parse_jsonl_line(line, bad);
-    Document d = document_of(j, opt, bad);
-    batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
+    const bool has_messages = j.is_object() && j.contains("messages");
+    if (!conversations) conversations = has_messages;
+    Document d;
+    if (*conversations) {
+      // Parsed again in key order: templates write tool schemas and arguments as given (tojson).
+      const std::string where = path + ":" + std::to_string(line_no);
+      d.chat = text::parse_chat_example(std::string(line), where);
+      d.where = where;
+      batch_size += line.size();
+    } else {
+      if (has_messages)
+        bad("it has \"messages\" (a conversation), and the file's first line is a text: a file holds conversations "
+            "or texts, not both");
+      d = document_of(j, opt, bad);
+      batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
+    }
     batch.push_back(std::move(d));
     if (batch_size >= batch_bytes) {
       sink(std::move(batch));

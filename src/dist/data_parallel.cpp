@@ -99,6 +99,9 @@ class DataParallel final : public StepHook {
     tokens_ = b.inputs.numel();
     b.targets = slice(b.targets, 0, r * rows / w, (r + 1) * rows / w);
     if (b.aux.defined()) b.aux = slice(b.aux, 0, r * rows / w, (r + 1) * rows / w);
+    if (b.doc_pos.defined()) b.doc_pos = slice(b.doc_pos, 0, r * rows / w, (r + 1) * rows / w);
+    if (!b.row_tokens.empty())
+      b.row_tokens = std::vector<int64_t>(b.row_tokens.begin() + r * rows / w, b.row_tokens.begin() + (r + 1) * rows / w);
   }
 
   // The held-out batches split as the training ones: each rank evaluates its rows, and the

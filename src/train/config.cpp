@@ -325,10 +325,10 @@ RunConfig config_from_json(const std::string& text) {
   for (const RecipeField& f : recipe_fields()) {
     if (!f.saved) continue;
     if (!j.contains(f.key) && f.older_saves_lack) continue;  // saved before the field existed: its default
-    if (!j.contains(f.key))
+    if (!j.contains(f.key) && !f.if_missing)
       fail("run config is damaged", std::string("\"") + f.key + "\" is missing, and a resumed run would silently take a default",
            "the checkpoint is damaged; save it again");
-    const nlohmann::json& v = j.at(f.key);
+    const nlohmann::json v = j.contains(f.key) ? j.at(f.key) : nlohmann::json(f.if_missing);
     std::visit(
         [&](const auto& m) {
           using M = std::decay_t<decltype(m)>;

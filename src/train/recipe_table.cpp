@@ -58,6 +58,19 @@ std::vector<RecipeField> make_fields() {
   add({"prompt_field", "--prompt-field", K::Text, &C::prompt_field, g,
        ".jsonl field of the prompt (its tokens are masked from the loss)"});
   add({"response_field", "--response-field", K::Text, &C::response_field, g, ".jsonl field of the response"});
+  add({"chat_template", "--chat-template", K::Path, &C::chat_template, g,
+       "A chat template for .jsonl conversations ({\"messages\": [...]}) instead of the tokenizer's: a .jinja file, or "
+       "a tokenizer_config.json holding one (saved with checkpoints as chat_template.jinja)",
+       false});
+  add({"train_on", "--train-on", K::Choice, choice<&C::train_on>(), g,
+       "Which tokens carry the loss: assistant (a conversation's assistant turns, a prompt/response pair's response) "
+       "or all"})
+      .older_saves_lack = true;  // saved before the flag: a pair's prompt was masked, the default
+  add({"packing", "--packing", K::Choice, choice<&C::packing>(), g,
+       "How documents fill the rows of --seq-len tokens: docs (several whole documents a row, each attending only to "
+       "itself, positions from 0: padding-free), none (one a row, padded), concat (back to back, attending across "
+       "documents)"})
+      .if_missing = "concat";  // saved before the flag: every run concatenated
   add({"dim", "--dim", K::Int, &C::dim, g, "Override the preset's width (0: keep)", true, Echo::IfChanged, &flag_range::dim});
   add({"depth", "--depth", K::Int, &C::depth, g, "Override the preset's number of blocks (0: keep)", true, Echo::IfChanged,
        &flag_range::depth});

@@ -62,6 +62,10 @@ struct RecipeField {
   // the default, which is what those runs did (--objective: they were all sft). Other saved
   // fields are required (a missing one is a damaged file).
   bool older_saves_lack = false;
+  // The same for a field whose old behaviour is not its default: the value a saved config without
+  // it means, as its flag writes it (--packing: older runs concatenated, "concat"; the default is
+  // docs). Null: older_saves_lack decides.
+  const char* if_missing = nullptr;
 };
 
 const std::vector<RecipeField>& recipe_fields();

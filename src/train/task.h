@@ -33,8 +33,14 @@ struct Task {
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
 
-  // Images or tokens in a batch (for throughput).
-  int64_t items(const Batch& b) const { return classifier ? b.inputs.size(0) : b.inputs.numel(); }
+  // Images or tokens in a batch (for throughput): of rows with padding, the text tokens only.
+  int64_t items(const Batch& b) const {
+    if (classifier) return b.inputs.size(0);
+    if (b.row_tokens.empty()) return b.inputs.numel();
+    int64_t n = 0;
+    for (int64_t r : b.row_tokens) n += r;
+    return n;
+  }
 };
 
 // The loss of one training micro-batch: the model's (next-token or class cross-entropy), or the
