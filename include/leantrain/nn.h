@@ -399,13 +399,17 @@ class RMSNorm : public UnaryModule {
 // ids (i32/i64) [...] -> [..., dim].
 class Embedding : public UnaryModule {
  public:
-  Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& init = Init::normal(0.02));
+  // padding_idx: as torch's nn.Embedding(padding_idx), lookups of that id add nothing to the
+  // table's gradient (-1: none). The row's initial value is the Init's (with_zero_row zeroes it).
+  Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& init = Init::normal(0.02), int64_t padding_idx = -1);
   const char* type_name() const override { return "Embedding"; }
   Tensor forward(const Tensor& ids) override;
   const Tensor& weight() const { return *weight_; }
+  int64_t padding_idx() const { return padding_idx_; }
 
  private:
   Tensor* weight_ = nullptr;
+  int64_t padding_idx_ = -1;
 };
 
 // Identity in eval mode or when p == 0. Each Dropout owns its generator, so a wrapper that

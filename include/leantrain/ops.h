@@ -204,7 +204,9 @@ Tensor block_sparse_attention_packed(const Tensor& qkv, int64_t heads, int64_t b
                                      const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
 
 // ---- embeddings ----
-Tensor embedding(const Tensor& ids, const Tensor& weight);  // ids [...] -> [..., C]; ids checked in range
+// ids [...] -> [..., C]; ids checked in range. As torch's nn.Embedding(padding_idx): the lookups of
+// id padding_idx add nothing to the table's gradient (-1: every lookup does).
+Tensor embedding(const Tensor& ids, const Tensor& weight, int64_t padding_idx = -1);
 // u8 [...] with 1 where ids != pad_id (a real token) and 0 at padding: an encoder's
 // key_padding_mask from a right-padded batch, made on the ids' device (no host copy). Not recorded.
 Tensor padding_mask(const Tensor& ids, int64_t pad_id);
@@ -213,7 +215,8 @@ Tensor padding_mask(const Tensor& ids, int64_t pad_id);
 // a tied table's dense part (the LM head's) early and its sparse rows apart
 // (src/dist/data_parallel.cpp). The lookup still records a backward, on an anchor leaf of its
 // own. An empty sink removes the table's entry; an entry ends with its table.
-using TableGradSink = std::function<void(const Tensor& ids, const Tensor& rows)>;
+// skip_id is the lookup's padding_idx (-1: none), for the sink's embedding_bwd.
+using TableGradSink = std::function<void(const Tensor& ids, const Tensor& rows, int64_t skip_id)>;
 void set_table_grad_sink(const Tensor& table, TableGradSink sink);
 // Rotary position embedding in transformers' rotate-half convention (apply_rotary_pos_emb):
 // pairs (i, i + D/2) turn by angle f32(inv_freq[i] * (pos_offset + t)), computed in f32 as

@@ -87,7 +87,9 @@ class DataParallel final : public StepHook {
         if (units_) units_->grad_ready(i);
       });
     if (table_ >= 0)
-      set_table_grad_sink(tied, [this](const Tensor& ids, const Tensor& rows) { table_rows(ids, rows); });
+      set_table_grad_sink(tied, [this](const Tensor& ids, const Tensor& rows, int64_t skip_id) {
+        table_rows(ids, rows, skip_id);
+      });
   }
 
   void on_batch(Batch& b) override {
@@ -259,7 +261,7 @@ class DataParallel final : public StepHook {
   // (GPT-2, 16 x 1024 tokens per rank: 50 MB instead of 154 MB) and needs no dense [V, C] lookup
   // gradient. Otherwise (an earlier micro-batch, more rows than the table has) the rows are
   // added locally, as the lookup's backward would have, and the table counted ready after them.
-  void table_rows(const Tensor& ids, const Tensor& rows) {
+  void table_rows(const Tensor& ids, const Tensor& rows, int64_t skip_id) {
     const size_t i = size_t(table_);
     Tensor& p = params_[i];
     const bool head_first = fired_[i] == micro_serial_;
@@ -273,7 +275,7 @@ class DataParallel final : public StepHook {
     const Bucket& b = buckets_[size_t(bucket_of_[i])];
     const int64_t n = ids.numel(), w = comm_.size();
     if (micro_ < k_ || !counted || !b.reduced) {  // once the head's part is reduced, rows must be gathered
-      backend_for(device_).embedding_bwd(p.grad(), rows, ids);
+      backend_for(device_).embedding_bwd(p.grad(), rows, ids, skip_id);
       fired_[i] = micro_serial_;
       if (!counted) ready(int(i));
       return;
@@ -293,7 +295,7 @@ class DataParallel final : public StepHook {
         comm_.all_gather(rows.raw_data(), all_rows.raw_data(), rows.numel(), rows.dtype(), stream);
       }
       backend_for(device_).unary(UnaryOp::Scale, all_rows, all_rows, float(1.0 / double(w)));
-      backend_for(device_).embedding_bwd(p.grad(), all_rows, all_ids);
+      backend_for(device_).embedding_bwd(p.grad(), all_rows, all_ids, skip_id);
       record_stream(ids, kCommStream);  // the engine frees them when this returns
       record_stream(rows, kCommStream);
       added->record();

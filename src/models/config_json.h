@@ -85,4 +85,22 @@ inline void check_special_ids(const nlohmann::json& j, int64_t vocab_size) {
   }
 }
 
+// The embedding's padding index from pad_token_id (`fallback` when the key is absent: the
+// config class's default), as torch's nn.Embedding resolves it: a negative id counts from the
+// end; null means none (-1). An id outside [-vocab_size, vocab_size) is refused, as torch does.
+inline int64_t padding_index(const nlohmann::json& j, int64_t vocab_size, int64_t fallback) {
+  auto it = j.find("pad_token_id");
+  if (it == j.end()) return fallback;
+  if (it->is_null()) return -1;
+  LT_CHECK(it->is_number_integer(), "config.json: 'pad_token_id' = " + it->dump(), "a token id is a whole number",
+           "fix the config");
+  const bool inside = it->is_number_unsigned() ? it->get<uint64_t>() < uint64_t(vocab_size)
+                                               : it->get<int64_t>() >= -vocab_size && it->get<int64_t>() < vocab_size;
+  LT_CHECK(inside, "config.json: 'pad_token_id' = " + it->dump(),
+           "the embedding has no such row (vocab_size " + std::to_string(vocab_size) + ")",
+           "fix the id, or vocab_size (or set it to null)");
+  const int64_t id = it->get<int64_t>();
+  return id < 0 ? vocab_size + id : id;
+}
+
 }  // namespace lt::models::detail

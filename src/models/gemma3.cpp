@@ -19,7 +19,10 @@ class Gemma3Body : public nn::Module {
     const nn::Init init = nn::Init::normal(c.initializer_range);
     const int64_t C = c.hidden_size;
     auto norm = [&](int64_t dim) { return std::make_shared<nn::RMSNorm>(pf, dim, c.rms_norm_eps, true); };
-    embed_tokens = register_module("embed_tokens", std::make_shared<nn::Embedding>(pf, c.vocab_size, C, init));
+    // transformers zeroes the padding row at init, and its lookups add no gradient there.
+    const int64_t pad = c.padding_idx();
+    embed_tokens = register_module("embed_tokens",
+                                   std::make_shared<nn::Embedding>(pf, c.vocab_size, C, init.with_zero_row(pad), pad));
     layers = register_module("layers", std::make_shared<nn::ModuleList>());
     // Full layers turn by rope_theta (scaled), sliding ones by rope_local_base_freq (transformers'
     // rotary_emb and rotary_emb_local; one module per layer type in transformers 5).

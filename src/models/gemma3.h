@@ -37,6 +37,8 @@ struct Gemma3Config {
   std::string to_json() const;  // gemma3_text: loads in transformers as Gemma3ForCausalLM
   void validate() const;
   bool is_sliding(int64_t layer) const;
+  // embed_tokens' padding_idx (transformers builds it with pad_token_id, default 0): -1 for none.
+  int64_t padding_idx() const;
   double num_parameters() const;  // closed form
 };
 

@@ -246,6 +246,10 @@ void Gemma3Config::validate() const {
              "use a positive factor");
   check_model_size("Gemma3", {num_parameters(), num_hidden_layers}, "num_hidden_layers",
                    "hidden_size, intermediate_size, num_hidden_layers, head_dim or vocab_size");
+  (void)padding_idx();
 }
+
+// Gemma3TextConfig defaults pad_token_id to 0.
+int64_t Gemma3Config::padding_idx() const { return padding_index(kept, vocab_size, 0); }
 
 }  // namespace lt::models

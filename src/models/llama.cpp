@@ -23,7 +23,10 @@ class LlamaBody : public nn::Module {
     attn_type_ = prefix + "Attention";
     mlp_type_ = prefix + "MLP";
     rope_type_ = prefix + "RotaryEmbedding";
-    embed_tokens = register_module("embed_tokens", std::make_shared<nn::Embedding>(pf, c.vocab_size, C, init));
+    // transformers zeroes the padding row at init, and its lookups add no gradient there.
+    const int64_t pad = c.padding_idx();
+    embed_tokens = register_module("embed_tokens",
+                                   std::make_shared<nn::Embedding>(pf, c.vocab_size, C, init.with_zero_row(pad), pad));
     layers = register_module("layers", std::make_shared<nn::ModuleList>());
     // Shared by every attention layer, as transformers' model.rotary_emb computes cos and sin once.
     rotary_emb = register_module("rotary_emb", std::make_shared<nn::RotaryEmbedding>(

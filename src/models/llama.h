@@ -59,6 +59,8 @@ struct LlamaConfig {
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   int64_t window_of(int64_t layer) const;  // the layer's sliding window, 0 for full attention
   int64_t head_size() const;  // head_dim, or hidden_size / num_attention_heads
+  // embed_tokens' padding_idx (transformers builds it with pad_token_id): -1 for none.
+  int64_t padding_idx() const;
   bool qkv_bias() const { return model_type == "qwen2" || (reads_attention_bias() && attention_bias); }
   bool o_bias() const { return reads_attention_bias() && attention_bias; }
   bool reads_attention_bias() const { return model_type == "llama" || model_type == "qwen3"; }

@@ -297,6 +297,9 @@ double LlamaConfig::num_parameters() const {
   return V * C + L * (attention + mlp + 2 * C) + C + (tie_word_embeddings ? 0 : V * C);
 }
 
+// LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig default pad_token_id to None.
+int64_t LlamaConfig::padding_idx() const { return padding_index(kept, vocab_size, -1); }
+
 void LlamaConfig::validate() const {
   LT_CHECK(known_type(model_type),
            "LLaMA-family config: model_type '" + model_type + "'", std::string("the family reads ") + kTypes,
@@ -357,6 +360,7 @@ void LlamaConfig::validate() const {
              "fix rope_scaling");
   check_model_size(class_prefix(), {num_parameters(), num_hidden_layers}, "num_hidden_layers",
                    "hidden_size, intermediate_size, num_hidden_layers, head_dim or vocab_size");
+  (void)padding_idx();
   // Fits, given the size check (each is at most the parameters of one projection); checked all the same.
   (void)checked_mul(checked_add(num_attention_heads, 2 * kv_heads(), m + " q, k, v heads"), d,
                     m + " q | k | v projection width");

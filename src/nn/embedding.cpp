@@ -6,12 +6,15 @@
 
 namespace lt::nn {
 
-Embedding::Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& init) {
+Embedding::Embedding(ParamFactory& pf, int64_t num, int64_t dim, const Init& init, int64_t padding_idx)
+    : padding_idx_(padding_idx) {
+  LT_CHECK(padding_idx >= -1 && padding_idx < num, "embedding: padding_idx " + std::to_string(padding_idx),
+           "the table has " + std::to_string(num) + " rows", "pass a row index, or -1 for none");
   weight_ = &register_parameter("weight", pf.make({num, dim}, init));
 }
 
 // Under autocast the output is cast, not the table: the residual stream starts in 16-bit.
-Tensor Embedding::forward(const Tensor& ids) { return autocast(embedding(ids, *weight_)); }
+Tensor Embedding::forward(const Tensor& ids) { return autocast(embedding(ids, *weight_, padding_idx_)); }
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training() && p_ > 0.0, gen_); }
 

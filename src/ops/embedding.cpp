@@ -37,7 +37,7 @@ void set_table_grad_sink(const Tensor& table, TableGradSink sink) {
   sinks.push_back({table.impl_ptr(), std::move(sink), anchor});
 }
 
-Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
+Tensor embedding(const Tensor& ids_in, const Tensor& weight_in, int64_t padding_idx) {
   OpNameScope op("embedding");
   Device dev = common_device("embedding", {ids_in, weight_in});
   LT_CHECK(ids_in.dtype() == DType::I64 || ids_in.dtype() == DType::I32,
@@ -46,6 +46,8 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   check_floating("embedding", weight_in);
   check_rank("embedding", weight_in, 2, "weight [V, C]");
   const int64_t V = weight_in.size(0), C = weight_in.size(1);
+  LT_CHECK(padding_idx >= -1 && padding_idx < V, "embedding: padding_idx " + std::to_string(padding_idx),
+           "the table has " + std::to_string(V) + " rows", "pass a row index, or -1 for none");
   Tensor ids = contiguous_data(ids_in);
   for (int64_t id : read_indices(ids))
     LT_CHECK(id >= 0 && id < V, "embedding: token id " + std::to_string(id) + " is out of range",
@@ -62,7 +64,7 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
   if (const TableSink* s = sink_of(weight_in)) {
     TableGradSink sink = s->sink;
     record(out, "embedding", {s->anchor}, [=](const Tensor& g) {
-      sink(saved_ids.unpack(), rows_view(contiguous_data(g)));
+      sink(saved_ids.unpack(), rows_view(contiguous_data(g)), padding_idx);
       return std::vector<Tensor>{};
     });
     return out;
@@ -72,7 +74,7 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight_in) {
     Tensor sids = saved_ids.unpack();
     Tensor dw = Tensor::empty({V, C}, dt, g.device());
     backend_of(g).fill(dw, 0.0);
-    backend_of(g).embedding_bwd(dw, rows_view(contiguous_data(g)), sids);
+    backend_of(g).embedding_bwd(dw, rows_view(contiguous_data(g)), sids, padding_idx);
     return std::vector<Tensor>{dw};
   });
   return out;

@@ -157,7 +157,8 @@ Tensor reference_logits(const Gemma3& m, const Tensor& ids, const Tensor& mask) 
   auto repeat_kv = [&](const Tensor& kv) {
     return reshape(contiguous(expand(reshape(contiguous(kv), {B, K, 1, T, D}), {B, K, H / K, T, D})), {B, H, T, D});
   };
-  Tensor x = scale(embedding(ids, p["model.embed_tokens.weight"]), std::sqrt(double(c.hidden_size)));
+  // transformers' nn.Embedding(padding_idx=pad_token_id): pad lookups add no gradient.
+  Tensor x = scale(embedding(ids, p["model.embed_tokens.weight"], c.padding_idx()), std::sqrt(double(c.hidden_size)));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string f = "model.layers." + std::to_string(l) + ".", a = f + "self_attn.";
     // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
@@ -221,6 +222,8 @@ TEST(Gemma3Model, MatchesTheReferenceTiedAndUntied) {
   EXPECT_EQ(m.parameter("model.layers.0.self_attn.q_proj.weight").shape(), Shape({18, 12}));
   for (auto& [n, p] : m.named_parameters())  // (1 + w) norms start at w = 0
     if (n.find("norm") != std::string::npos) EXPECT_EQ(p.to_double_vector()[0], 0.0) << n;
+  EXPECT_EQ(c.padding_idx(), 0);  // Gemma3TextConfig's default pad_token_id
+  EXPECT_EQ(m.parameter("model.embed_tokens.weight").to_double_vector()[0], 0.0);  // zeroed at init, as transformers
   randomize(m, 1);
   const Tensor mask = from_ints({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, {2, 7}, DType::U8);
   expect_matches_reference(m, ids_of(2, 7, 37, 1), mask);
@@ -229,6 +232,9 @@ TEST(Gemma3Model, MatchesTheReferenceTiedAndUntied) {
   Gemma3 u(c, kF64);
   randomize(u, 2);
   expect_matches_reference(u, ids_of(3, 5, 37, 2), Tensor());
+  // Pad lookups (id 0) add no gradient to the untied table's row 0, as in transformers.
+  expect_matches_reference(u, from_ints({0, 4, 0, 9, 0, 2}, {2, 3}), Tensor());
+  EXPECT_EQ(u.parameter("model.embed_tokens.weight").grad().to_double_vector()[0], 0.0);
   EXPECT_GT(u.loss(ids_of(3, 5, 37, 2), ids_of(3, 5, 37, 3)).item(), 0.0);  // the unfused (capped) loss path
 }
 
@@ -236,6 +242,7 @@ TEST(Gemma3Model, Gradcheck) {
   Gemma3Config c = small(2, true);
   c.vocab_size = 9, c.hidden_size = 8, c.intermediate_size = 6, c.num_attention_heads = 2, c.head_dim = 4;
   c.final_logit_softcapping = 3.0;
+  c.kept["pad_token_id"] = nullptr;  // a padding index's lookups have no gradient, by design
   Gemma3 m(c, kF64);
   randomize(m, 4);
   const Tensor ids = ids_of(2, 4, 9, 4);

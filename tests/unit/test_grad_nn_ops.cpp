@@ -1,5 +1,6 @@
 // Float64 gradchecks of norms, softmax, attention, embeddings, cross-entropy and dropout.
 #include "backend/backend.h"
+#include "leantrain/error.h"
 #include "unit/gradcheck.h"
 
 using namespace lt;
@@ -81,23 +82,44 @@ TEST(Gradcheck, EmbeddingTableGradSink) {
   Tensor table = rand64({5, 4}, 29).set_requires_grad(true);
   Tensor upstream = rand64({2, 3, 4}, 31);
   Tensor got_ids, got_rows;
-  set_table_grad_sink(table, [&](const Tensor& i, const Tensor& r) { got_ids = i.clone(), got_rows = r.clone(); });
+  int64_t got_skip = -2;
+  set_table_grad_sink(table, [&](const Tensor& i, const Tensor& r, int64_t skip) {
+    got_ids = i.clone(), got_rows = r.clone(), got_skip = skip;
+  });
   sum_all(mul(embedding(ids, table), upstream)).backward();
   EXPECT_FALSE(table.grad().defined());
   ASSERT_TRUE(got_rows.defined());
   EXPECT_EQ(got_rows.shape(), (Shape{6, 4}));
   EXPECT_EQ(got_ids.numel(), 6);
   EXPECT_EQ(got_rows.to_double_vector(), upstream.to_double_vector());
+  EXPECT_EQ(got_skip, -1);
   Tensor summed = zeros({5, 4}, DType::F64);
-  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids);
+  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids, -1);
   set_table_grad_sink(table, {});
   sum_all(mul(embedding(ids, table), upstream)).backward();
   ASSERT_TRUE(table.grad().defined());
   EXPECT_EQ(table.grad().to_double_vector(), summed.to_double_vector());
   // embedding_bwd adds into what the gradient holds already.
-  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids);
+  backend_for(Device::cpu()).embedding_bwd(summed, got_rows, got_ids, -1);
   const std::vector<double> twice = summed.to_double_vector(), once = table.grad().to_double_vector();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_EQ(twice[i], 2 * once[i]);
+}
+
+// padding_idx as torch's nn.Embedding: the lookups of that id add nothing to the gradient, the
+// other rows get the plain lookup's gradient, and the forward is unchanged.
+TEST(Gradcheck, EmbeddingPaddingIdx) {
+  Tensor ids = from_ints({3, 0, 3, 4, 1, 3}, {2, 3});
+  Tensor upstream = rand64({2, 3, 4}, 31);
+  Tensor plain = rand64({5, 4}, 29).set_requires_grad(true);
+  Tensor padded = rand64({5, 4}, 29).set_requires_grad(true);
+  sum_all(mul(embedding(ids, plain), upstream)).backward();
+  Tensor out = embedding(ids, padded, 3);
+  EXPECT_EQ(out.to_double_vector(), embedding(ids, plain.detach()).to_double_vector());
+  sum_all(mul(out, upstream)).backward();
+  const std::vector<double> a = plain.grad().to_double_vector(), b = padded.grad().to_double_vector();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i], i / 4 == 3 ? 0.0 : a[i]) << i;
+  EXPECT_THROW(embedding(ids, padded, 5), Error);
+  EXPECT_THROW(embedding(ids, padded, -2), Error);
 }
 
 TEST(Gradcheck, Rotary) {

@@ -36,6 +36,14 @@ TEST(LlamaConfig, SpecialTokenIdsLieInTheVocabulary) {
   expect_refused(head + R"("eos_token_id": -1})", "'eos_token_id' = -1: it is outside the vocabulary");
   expect_refused(head + R"("bos_token_id": "1"})", "'bos_token_id' = \"1\": a token id is a whole number");
   EXPECT_NO_THROW(parse(head + R"("bos_token_id": 0, "eos_token_id": [1, 299], "pad_token_id": -1})"));
+  // pad_token_id is embed_tokens' padding_idx, resolved as torch's nn.Embedding resolves it.
+  EXPECT_EQ(parse(head + R"("pad_token_id": -1})").padding_idx(), 299);
+  EXPECT_EQ(parse(head + R"("pad_token_id": 7})").padding_idx(), 7);
+  EXPECT_EQ(parse(head + R"("pad_token_id": null})").padding_idx(), -1);
+  EXPECT_EQ(parse(head + "\"rms_norm_eps\": 1e-6}").padding_idx(), -1);  // LlamaConfig's default: None
+  expect_refused(head + R"("pad_token_id": 300})", "'pad_token_id' = 300: the embedding has no such row");
+  expect_refused(head + R"("pad_token_id": -301})", "'pad_token_id' = -301: the embedding has no such row");
+  expect_refused(head + R"("pad_token_id": 1.5})", "'pad_token_id' = 1.5: a token id is a whole number");
 }
 
 TEST(LlamaConfig, ReadsEveryField) {

@@ -153,6 +153,25 @@ TEST(LlamaModel, GroupedQueriesTiedMatchReference) {
   expect_matches_reference(m, ids_of(2, 7, 40, 1), Tensor(), 1e-6);
 }
 
+// pad_token_id makes embed_tokens' padding_idx, as transformers builds it: the pad row starts at
+// zero and its lookups add no gradient; the head (untied) still trains every row.
+TEST(LlamaModel, PadTokenLookupsAddNoGradient) {
+  for (const char* type : {"llama", "qwen3"}) {
+    LlamaConfig c = small(type, 40, 16, 24, 1, 4, 2);
+    c.kept["pad_token_id"] = 5;
+    Llama m(c, kF64);
+    const Tensor& table = m.parameter("model.embed_tokens.weight");
+    for (int64_t j = 0; j < 16; ++j) EXPECT_EQ(table.to_double_vector()[size_t(5 * 16 + j)], 0.0) << type;
+    randomize(m, 7);
+    sum_all(m.forward(from_ints({5, 3, 5, 9, 5, 1}, {2, 3}))).backward();
+    const std::vector<double> g = table.grad().to_double_vector();
+    for (int64_t j = 0; j < 16; ++j) {
+      EXPECT_EQ(g[size_t(5 * 16 + j)], 0.0) << type << " pad row, column " << j;
+      EXPECT_NE(g[size_t(3 * 16 + j)], 0.0) << type << " row 3, column " << j;
+    }
+  }
+}
+
 TEST(LlamaModel, Qwen2BiasesUntiedLinearRopeMaskMatchReference) {
   LlamaConfig c = small("qwen2", 40, 12, 20, 2, 3, 1);
   c.rope_theta = 1e6;

@@ -347,6 +347,7 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return attention_linear(x[0], 4, 2, true, Tensor(), x[1], x[2]); }},
       // embeddings
       {"embedding", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1]); }},
+      {"embedding_padding_idx", {Ids({3, 7}, 11), F({11, 8})}, [](const V& x) { return embedding(x[0], x[1], 4); }},
       {"rotary", {F({2, 3, 6, 8})}, [](const V& x) { return rotary_embedding(x[0], 10000.0, 3); }},
       // a packed q | k | v of 4 + 2 + 2 heads of 8, llama3-like uneven frequencies, q and k rotated
       {"rotary_packed", {F({2, 5, 8 * 8})},

@@ -27,7 +27,7 @@ void CpuBackend::embedding_fwd(const Tensor& out, const Tensor& ids, const Tenso
   }
 }
 
-void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids) {
+void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t skip_id) {
   const int64_t n = ids.numel(), c = dweight.size(1);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -42,6 +42,10 @@ void CpuBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const 
     for (size_t s = 0; s < order.size();) {
       const int64_t id = load_index(ids, order[s]);
       LT_ASSERT(id >= 0 && id < dweight.size(0));
+      if (id == skip_id) {
+        while (s < order.size() && load_index(ids, order[s]) == id) ++s;
+        continue;
+      }
       std::fill(acc.begin(), acc.end(), A(0));
       for (; s < order.size() && load_index(ids, order[s]) == id; ++s)
         for (int64_t j = 0; j < c; ++j) acc[size_t(j)] += ld(g, order[s] * c + j);

@@ -85,7 +85,7 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* tot, int& total)
 template <class T, int P, class I>
 __global__ void __launch_bounds__(kEmbThreads)
     embedding_bwd_kernel(T* __restrict__ dw, const T* __restrict__ dout, const I* __restrict__ ids, int64_t N,
-                         int64_t V, int C, int VB) {
+                         int64_t V, int C, int VB, int64_t skip_id) {
   __shared__ int list_n[kEmbCap];       // hit positions, in increasing n
   __shared__ uint8_t list_v[kEmbCap];   // their row within the block's range
   __shared__ int sorted_n[kEmbCap];     // positions grouped by row, increasing n within a row
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(kEmbThreads)
       const int64_t n = base + int64_t(tid) * kEmbIdsPerThread + k;
       hit[k] = -1;
       if (n < N) {
-        const int64_t d = int64_t(ids[n]) - v0;
-        if (d >= 0 && d < vb) {
+        const int64_t id = int64_t(ids[n]), d = id - v0;
+        if (d >= 0 && d < vb && id != skip_id) {
           hit[k] = int(d);
           ++mine;
         }
@@ -284,7 +284,7 @@ void CudaBackend::embedding_fwd(const Tensor& out, const Tensor& ids, const Tens
   });
 }
 
-void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids) {
+void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const Tensor& ids, int64_t skip_id) {
   check_embedding("embedding_bwd", dout, ids, dweight);
   const int64_t V = dweight.size(0), C = dweight.size(1), N = ids.numel();
   if (N == 0 || C == 0 || V == 0) return;
@@ -306,10 +306,10 @@ void CudaBackend::embedding_bwd(const Tensor& dweight, const Tensor& dout, const
       const dim3 grid(unsigned((V + vb - 1) / vb), unsigned(ychunks));
       if (vec)
         embedding_bwd_kernel<T, kVec<T>, I><<<grid, kEmbThreads, 0, current_stream()>>>(pdw, pdo, ids.data<I>(), N, V,
-                                                                                        int(C), vb);
+                                                                                        int(C), vb, skip_id);
       else
         embedding_bwd_kernel<T, 1, I><<<grid, kEmbThreads, 0, current_stream()>>>(pdw, pdo, ids.data<I>(), N, V,
-                                                                                  int(C), vb);
+                                                                                  int(C), vb, skip_id);
       LT_CUDA_LAUNCH_CHECK("embedding_bwd_kernel");
     });
   });
