@@ -24,7 +24,8 @@ Cases (each f32 and bf16 unless --dtypes says otherwise), on a small random Llam
                 loss and rewards of the same pairs (tokenized by leantrain's rule, data.h)
 Loss, rewards (per pair, or the means the CLI reports) and every trainable gradient are compared:
 f32 within 1e-5 relative (the issue's bar; gradients by the norm of the difference over the
-norm, as bench/peers/parity.py measures them), bf16 within parity.py's table (3e-2 loss and
+norm, as bench/peers/parity.py measures them; the rewards, differences of two nearly equal
+log-probabilities, against beta times the log-probabilities' norm, which are compared too), bf16 within parity.py's table (3e-2 loss and
 rewards, 6e-2 gradients).
 
 Usage: python3 bench/peers/dpo_torch.py --bench build-cuda/leantrain_bench --leantrain build-cuda/leantrain
@@ -279,8 +280,16 @@ def bench_case(args, name, dtype_name, lora, loss_type="sigmoid", ls=0.0, beta=0
     res = {"case": name, "dtype": dtype_name, "loss_type": loss_type, "beta": beta, "label_smoothing": ls,
            "loss_torch": float(loss), "loss_leantrain": float(ours["loss"][0])}
     res["loss_rel_err"] = abs(res["loss_leantrain"] - res["loss_torch"]) / max(abs(res["loss_torch"]), 1e-30)
-    res["rewards_rel_err"] = max(rel_err(ours["rewards_chosen"].cuda(), rewards[:, 0]),
-                                 rel_err(ours["rewards_rejected"].cuda(), rewards[:, 1]))
+    # A reward is beta (policy - reference): a difference of two sequence log-probabilities that
+    # are each hundreds of nats and nearly equal, so its own relative error is theirs amplified by
+    # |logp| / |difference|. It is judged against beta |logp| (the error that reaches it from
+    # log-probabilities good to the loss's tolerance), and its plain relative error is printed too.
+    import torch
+    ours_rewards = torch.stack([ours["rewards_chosen"].cuda(), ours["rewards_rejected"].cuda()], 1).double()
+    want_rewards = rewards.detach().double().reshape(ours_rewards.shape)
+    res["rewards_plain_rel_err"] = rel_err(ours_rewards, want_rewards)
+    res["rewards_rel_err"] = float((ours_rewards - want_rewards).norm() /
+                                   max(float(want_rewards.norm()), beta * float(pol.detach().double().norm()), 1e-30))
     res["policy_logps_rel_err"] = rel_err(ours["policy_logps"].cuda(), pol)
     worst, worst_name, missing = 0.0, None, []
     for n, p in trained.items():
@@ -293,7 +302,8 @@ def bench_case(args, name, dtype_name, lora, loss_type="sigmoid", ls=0.0, beta=0
     res.update(grad_worst_rel_err=worst, grad_worst_param=worst_name, grads_missing=missing, num_trained=len(trained))
     tol = TOLERANCE[dtype_name]
     res["tolerances"] = {"loss_and_rewards": tol[0], "grads": tol[1]}
-    res["ok"] = (res["loss_rel_err"] <= tol[0] and res["rewards_rel_err"] <= tol[0] and worst <= tol[1] and not missing)
+    res["ok"] = (res["loss_rel_err"] <= tol[0] and res["rewards_rel_err"] <= tol[0] and res["policy_logps_rel_err"] <= tol[0]
+                 and worst <= tol[1] and not missing)
     return res
 
 
