@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, masks, parity_models, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, masks, parity_models, dpo, packing, padding_idx, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -410,6 +410,30 @@ PY
       timeout 330 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --commit "$commit" --quick 2>&1 | tail -40
       timeout 240 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/real" --commit "$commit" \
         --only qwen3-1.7b,gemma3-1b --dtypes bf16 2>&1 | tail -20
+      ;;
+    dpo)
+      # Issue 48: DPO against a PyTorch implementation of TRL's losses on transformers models (loss,
+      # rewards, gradients; f32 and bf16; LoRA and full fine-tunes; the CLI end to end).
+      timeout 450 python3 bench/peers/dpo_torch.py --bench "$BUILD/leantrain_bench" --leantrain "$BUILD/leantrain" \
+        --out "$OUT" --commit "$commit" 2>&1 | grep -v Warning | tail -20
+      ;;
+    packing)
+      # Issue 48: text tokens/s of --packing none, docs and concat on a length-skewed set (GPT-2 124M).
+      BUILD=$BUILD OUT=$OUT/packing ROUNDS=${PACKING_ROUNDS:-2} COMMIT=$commit timeout 450 bash bench/packing.sh 2>&1 | tail -12
+      ;;
+    padding_idx)
+      # What transformers builds as each decoder's embed_tokens.padding_idx (leantrain follows it).
+      timeout 120 python3 -c "
+import transformers as tf
+for name, cfg in [('llama', tf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)),
+                  ('llama pad 5', tf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, pad_token_id=5)),
+                  ('qwen3', tf.Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8)),
+                  ('mistral', tf.MistralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)),
+                  ('gemma3_text', tf.Gemma3TextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8))]:
+    m = tf.AutoModelForCausalLM.from_config(cfg)
+    e = m.get_input_embeddings()
+    print(name, 'pad_token_id', cfg.pad_token_id, 'padding_idx', e.padding_idx, 'row zero', bool((e.weight[e.padding_idx] == 0).all()) if e.padding_idx is not None else None)
+" 2>&1 | grep -v Warning | tail -8
       ;;
     gemma_diag)
       # Issue 44: where Gemma 3's f32 curve leaves PyTorch's (steps 0 and 1 agree, step 2 does not):
