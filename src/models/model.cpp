@@ -1,5 +1,7 @@
 // The model-independent parts of every model (the factory is in registry.cpp).
+#include "autograd/forward_context.h"
 #include "leantrain/error.h"
+#include "leantrain/ops_moe.h"
 #include "leantrain/models.h"
 
 namespace lt::models {
@@ -11,7 +13,9 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mas
       LT_CHECK(targets.numel() * h.hidden.size(-1) == h.hidden.numel(), "loss: targets have shape " + shape_str(targets.shape()),
                "hidden states are " + shape_str(h.hidden.shape()) + " (one target per row expected)",
                "pass one class index per prediction");
-      return linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Mean, loss_chunk_);
+      return moe_add_aux_loss(
+          linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Mean, loss_chunk_),
+          take_pending_moe_aux(this));
     }
   }
   Tensor logits = forward(input, mask);
@@ -20,7 +24,9 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mas
            "logits are " + shape_str(logits.shape()) + " (one target per row expected)",
            "pass one class index per prediction");
   // Nothing reads the logits after the loss: their buffer takes the gradient in the same pass.
-  return cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1}));
+  // A mixture-of-experts model's load-balancing loss, when its forward made one (output_router_logits).
+  return moe_add_aux_loss(cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1})),
+                          take_pending_moe_aux(this));
 }
 
 Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask) {

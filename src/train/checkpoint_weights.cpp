@@ -10,9 +10,16 @@ namespace lt {
 
 namespace {
 
-// The part of parameter `t` that checkpoint tensor `c` holds: all of it, or rows along dim 0.
+// The part of parameter `t` that checkpoint tensor `c` holds: all of it, or rows along dim 0; for
+// a parameter of 3 or more dims, rows of it seen as 2-D [numel / last, last] (one expert's gate
+// rows of a stacked [E, 2I, C] MoE weight, Llama::checkpoint_tensors).
 Tensor rows_of(const Tensor& t, const models::CheckpointTensor& c) {
   if (c.rows < 0) return t;
+  if (t.dim() >= 3) {
+    const int64_t last = t.size(-1), all = last == 0 ? 0 : t.numel() / last;
+    LT_ASSERT(c.row >= 0 && c.row + c.rows <= all && t.is_contiguous());
+    return make_view(t, {c.rows, last}, {last, 1}, t.offset() + c.row * last);
+  }
   LT_ASSERT(t.dim() >= 1 && c.row >= 0 && c.row + c.rows <= t.size(0) && t.is_contiguous());
   Shape s = t.shape();
   s[0] = c.rows;
