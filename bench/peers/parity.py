@@ -102,6 +102,10 @@ def llama_model(cfg, dtype):
                 p.normal_(0, 0.02)
             elif "norm" in n:
                 p.normal_(0 if unit_offset_norms else 1, 0.1)
+            elif n.endswith(".mlp.gate.weight"):
+                # MoE routers: logits spread wide, so that no token's top-k is a near-tie that the
+                # two sides' GEMM rounding could break differently (in bf16 above all).
+                p.normal_(0, 0.5)
     m = m.to(device="cuda")
     # Parameters only: model.to(dtype) would also round the rotary inv_freq buffer to bf16
     # (transformers' from_pretrained(torch_dtype=...) keeps it f32, as leantrain does).

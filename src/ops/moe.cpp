@@ -93,8 +93,10 @@ Tensor moe_add_aux_loss(const Tensor& loss, const std::shared_ptr<MoeAuxLoss>& a
   {
     NoGradGuard no_grad;
     // coef * E * sum_e (counts_e / T) (psum_e / T)
+    // (c as a tensor of the sums' dtype: scale() takes an f32 factor, which f64 gradchecks would see)
     Tensor t2 = mul(aux->tokens, aux->tokens);
-    Tensor value = scale(div(reshape(sum_all(mul(aux->counts, aux->psum)), {1}), t2), c);
+    Tensor value = mul(div(reshape(sum_all(mul(aux->counts, aux->psum)), {1}), t2),
+                       full({1}, c, aux->counts.dtype(), aux->counts.device()));
     out = add(loss, reshape(cast(value, loss.dtype()), loss.shape()));
   }
   if (!needs_grad({loss})) return out;
@@ -102,7 +104,8 @@ Tensor moe_add_aux_loss(const Tensor& loss, const std::shared_ptr<MoeAuxLoss>& a
     NoGradGuard no_grad;
     // d(total)/d(p[n, e]) = g * coef * E * counts_e / T^2, the same for every (counted) token.
     Tensor gs = reshape(cast(g, aux->counts.dtype()), {1});
-    aux->aux_grad = scale(div(mul(aux->counts, gs), mul(aux->tokens, aux->tokens)), c);
+    aux->aux_grad = mul(div(mul(aux->counts, gs), mul(aux->tokens, aux->tokens)),
+                        full({1}, c, aux->counts.dtype(), aux->counts.device()));
     return std::vector<Tensor>{g};
   });
   return out;
