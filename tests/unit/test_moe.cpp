@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "io/peft_adapter.h"
@@ -16,6 +17,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn_moe.h"
+#include "leantrain/choices.h"
 #include "leantrain/plan.h"
 #include "leantrain/train.h"
 #include "models/llama.h"
@@ -308,6 +310,38 @@ TEST(MoeModel, OutputRouterLogitsAddsTheAuxLoss) {
   // Two MoE layers, 2 of 4 experts: the aux loss lies in [k, E] = [2, 4] (coef 0.02 times that).
   EXPECT_GT(b - a, 0.02 * 1.9);
   EXPECT_LT(b - a, 0.02 * 4.0);
+}
+
+// Breadth-first micro-batches (--fused-step with --micro-batch) over checkpointed layers: each
+// micro-batch's load-balancing loss reaches its own routers, recomputed after every forward ran
+// (checkpoint() restores the forward's context), so the run equals plain accumulation bit for bit.
+TEST(MoeModel, BreadthFirstMicroBatchesWithTheAuxLossMatchAccumulation) {
+  namespace fs = std::filesystem;
+  const fs::path cfg = fs::temp_directory_path() / "lt_moe_breadth_first.json";
+  {
+    LlamaConfig c = tiny("qwen3-moe-tiny", true);
+    c.vocab_size = 64;
+    std::ofstream(cfg) << c.to_json();
+  }
+  RunConfig c;
+  c.model_config = cfg.string();
+  c.data = "synthetic";
+  c.batch = 4;
+  c.micro_batch = 2;
+  c.seq_len = 8;
+  c.steps = 3;
+  c.eval_batches = 0;
+  c.device = "cpu";
+  c.warmup = 0;
+  c.optimizer = *choice_named<OptimizerKind>("sgd");
+  c.lr = 0.1;
+  c.checkpoint = nn::CheckpointSpec::blocks();
+  RunResult plain = train(c);
+  c.fused_step = true;
+  RunResult fused = train(c);
+  ASSERT_EQ(fused.losses.size(), 3u);
+  EXPECT_EQ(fused.losses, plain.losses);
+  fs::remove(cfg);
 }
 
 // The dry run on meta predicts a CPU run's peak to the byte: the routing buffers are sized by the
