@@ -132,13 +132,19 @@ Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int
   const nn::TokenMask mask = decoder_mask(name, mask_in, B, T, pos_offset);
   PositionOffsetScope positions(*rotary_, pos_offset);
   // output_router_logits: the routers add their sums to this forward's load-balancing loss,
-  // which loss() adds (add_auxiliary_losses); padding tokens left out, as transformers does.
+  // which loss() adds (moe_add_aux_loss). transformers' load_balancing_loss_func takes the
+  // tokens whose attention_mask is 1, so padding is left out: key padding, and a row's tail
+  // (mask.text). Padding is still routed (as there): no capacity, so no real token sees it.
   std::shared_ptr<MoeAuxLoss> aux;
-  if (cfg_.moe() && cfg_.output_router_logits && cfg_.router_aux_loss_coef > 0) {
+  if (aux_loss()) {
     aux = std::make_shared<MoeAuxLoss>();
     aux->coef = cfg_.router_aux_loss_coef;
     aux->experts = cfg_.num_experts;
-    if (mask.key_padding.defined()) aux->token_mask = reshape(contiguous(mask.key_padding), {-1});
+    Tensor text = mask.text;
+    if (mask.key_padding.defined())
+      text = text.defined() ? cast(mul(cast(text, DType::F32), cast(mask.key_padding, DType::F32)), DType::U8)
+                            : mask.key_padding;
+    if (text.defined()) aux->token_mask = reshape(contiguous(text), {-1});
   }
   set_pending_moe_aux(this, aux);
   ForwardContextScope context(ForwardContext{aux});

@@ -108,6 +108,7 @@ class Llama : public CausalLM {
   Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return cfg_.model_type; }
   std::string config_json() const override { return cfg_.to_json(); }
+  bool reads_text_mask() const override { return aux_loss(); }
   double root_forward_flops(const Shape& input) const override;
   // Accepts *ForCausalLM and bare *Model files ("model." added), skips a tied lm_head.weight and
   // the rotary_emb.inv_freq buffers older checkpoints hold.
@@ -126,6 +127,8 @@ class Llama : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
+  // The forward makes a load-balancing loss (a mixture of experts with output_router_logits).
+  bool aux_loss() const { return cfg_.moe() && cfg_.output_router_logits && cfg_.router_aux_loss_coef > 0; }
   HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   LlamaConfig cfg_;
   std::string type_;

@@ -73,6 +73,10 @@ nn::TokenMask Model::decoder_mask(const std::string& name, const nn::TokenMask& 
     LT_CHECK(pos_offset == 0, name + " input: document positions with position offset " + std::to_string(pos_offset),
              "packed documents start at position 0 of their row", "pass one or the other");
   }
+  if (m.text.defined())
+    LT_CHECK(m.text.dtype() == DType::U8 && m.text.shape() == Shape({B, T}),
+             name + " text mask is " + dtype_name(m.text.dtype()) + " " + shape_str(m.text.shape()),
+             "expected u8 " + shape_str({B, T}) + " like the ids: 1 for text, 0 for padding", "pass one u8 per token");
   return m;
 }
 

@@ -312,6 +312,40 @@ TEST(MoeModel, OutputRouterLogitsAddsTheAuxLoss) {
   EXPECT_LT(b - a, 0.02 * 4.0);
 }
 
+// Padding after a row's text (--packing none|docs) is left out of the load-balancing loss, as
+// transformers leaves out attention_mask's zeros: a padded row with its text mask has the loss and
+// router gradients of the unpadded row. Without the mask the padding would count.
+TEST(MoeModel, RowPaddingIsLeftOutOfTheAuxLoss) {
+  for (const char* preset : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    const int64_t n = 7, T = 12;
+    const Tensor seq = ids_of(1, n + 1, 4096, 31);
+    const Tensor x = contiguous(slice(seq, 1, 0, n)), y = contiguous(slice(seq, 1, 1, n + 1));
+    std::vector<int64_t> xp(T, 0), yp(T, -100);
+    const std::vector<int64_t> xv = ints(x), yv = ints(y);
+    std::vector<int64_t> text(T, 0);
+    for (int64_t t = 0; t < n; ++t) xp[size_t(t)] = xv[size_t(t)], yp[size_t(t)] = yv[size_t(t)], text[size_t(t)] = 1;
+    auto run = [&](const Tensor& ids, const Tensor& targets, const nn::TokenMask& mask, std::vector<float>* grad) {
+      Llama m(tiny(preset, true), {.seed = 8});
+      Tensor l = m.loss(ids, targets, mask);
+      l.backward();
+      for (auto& [name, p] : m.named_parameters())
+        if (name.find(".gate.weight") != std::string::npos)
+          for (float v : p.grad().to_float_vector()) grad->push_back(v);
+      return l.item();
+    };
+    std::vector<float> g0, g1, g2;
+    nn::TokenMask mask;
+    mask.text = from_ints(text, {1, T}, DType::U8);
+    const double plain = run(x, y, {}, &g0);
+    const double masked = run(from_ints(xp, {1, T}), from_ints(yp, {1, T}), mask, &g1);
+    const double counted = run(from_ints(xp, {1, T}), from_ints(yp, {1, T}), {}, &g2);
+    EXPECT_NEAR(masked, plain, 1e-6) << preset;
+    ASSERT_EQ(g0.size(), g1.size());
+    for (size_t i = 0; i < g0.size(); ++i) ASSERT_NEAR(g1[i], g0[i], 1e-6) << preset << " router grad [" << i << "]";
+    EXPECT_GT(std::abs(counted - plain), 1e-6) << preset;  // the padding's routing would count
+  }
+}
+
 // Breadth-first micro-batches (--fused-step with --micro-batch) over checkpointed layers: each
 // micro-batch's load-balancing loss reaches its own routers, recomputed after every forward ran
 // (checkpoint() restores the forward's context), so the run equals plain accumulation bit for bit.

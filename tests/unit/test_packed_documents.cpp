@@ -368,6 +368,28 @@ TEST(PackedDocuments, LoaderBatchesCarryDocumentPositionsAndTextTokens) {
     seen.push_back(b.targets.to_double_vector());
   }
   EXPECT_EQ(seen[0], seen[1]);
+  // With text_mask (an MoE's load-balancing loss): each row's first real_tokens inputs are 1.
+  {
+    const int64_t n = rows->size();
+    LoaderOptions lo;
+    lo.batch_size = n;
+    lo.shuffle = false;
+    lo.text_mask = true;
+    DataLoader loader(rows, lo);
+    Batch b = loader.next();
+    ASSERT_TRUE(b.text_mask.defined());
+    EXPECT_EQ(b.text_mask.dtype(), DType::U8);
+    EXPECT_EQ(b.text_mask.shape(), Shape({n, kT}));
+    std::vector<double> want;
+    int64_t padding = 0;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t t = 0; t < kT; ++t) {
+        want.push_back(t < rows->real_tokens(r) ? 1 : 0);
+        padding += t >= rows->real_tokens(r);
+      }
+    EXPECT_EQ(b.text_mask.to_double_vector(), want);
+    EXPECT_GT(padding, 0);  // some padding to leave out
+  }
   // Windows count every position, and no document positions.
   LoaderOptions lo;
   lo.batch_size = 2;
