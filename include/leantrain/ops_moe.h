@@ -9,6 +9,8 @@
 
 namespace lt {
 
+struct Nf4Stack;  // quant/nf4.h
+
 // N tokens routed to k of E experts each: R = N * k rows, grouped by expert.
 // The load-balancing loss of one forward (transformers' load_balancing_loss_func with
 // output_router_logits): coef * E * sum_e F[e] * P[e], F[e] the share of the routed slots that
@@ -52,6 +54,18 @@ Tensor grouped_linear(const Tensor& xs, const Tensor& w, const MoeDispatch& d, b
 // grouped_linear(swiglu_packed(gate_up), w) keeping gate_up only (the activation is recomputed in
 // the backward): an expert MLP keeps its gate | up rows, nothing I wide besides.
 Tensor grouped_swiglu_linear(const Tensor& gate_up, const Tensor& w, const MoeDispatch& d, GateAct act = GateAct::Silu);
+// NF4 expert weights (quant/nf4.h, Nf4Stack [E, out, in]): grouped_linear and
+// grouped_swiglu_linear with w dequantised, to the rows' dtype, nf4_expert_group experts at a
+// time into one Workspace buffer that lives only inside the op (the backward dequantises again).
+// Only the rows get a gradient: the weights are frozen. The products are those of grouped_linear
+// on nf4_stack_dequantize(w) (same kernels, same rows per expert).
+Tensor grouped_linear_nf4(const Tensor& xs, const Nf4Stack& w, const MoeDispatch& d);
+Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up, const Nf4Stack& w, const MoeDispatch& d,
+                                 GateAct act = GateAct::Silu);
+// Experts per dequantised group: as many as fit kNf4ExpertBufferBytes in `dtype` (at least one,
+// at most all), or LEANTRAIN_NF4_EXPERT_GROUP when set.
+inline constexpr int64_t kNf4ExpertBufferBytes = int64_t(64) << 20;
+int64_t nf4_expert_group(const Nf4Stack& w, DType dtype);
 // ys [R, C] -> [N, C]: each token's rows weighted by its router weights [N, k] and summed in
 // expert order, rounded as transformers' index_add_ rounds (backend/moe_ops.def, moe_combine).
 Tensor moe_combine(const Tensor& ys, const Tensor& weights, const Tensor& idx, const MoeDispatch& d);

@@ -3,6 +3,7 @@
 // compute]). cpu: cpu/cpu_moe.cpp, cuda: cuda/moe.cu, meta: no-ops generated from the list.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "leantrain/device.h"
 #include "leantrain/tensor.h"

@@ -7,7 +7,9 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/ops_moe.h"
 #include "backend/moe_kernels.h"
+#include "core/knobs.h"
 #include "ops/op_common.h"
+#include "quant/nf4.h"
 
 namespace lt {
 using namespace detail;
@@ -238,6 +240,97 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
       backend_of(g).swiglu_bwd(columns(gx, f, 0), columns(gx, f, f), dact, columns(sx, f, 0), columns(sx, f, f), gelu);
     }
     return std::vector<Tensor>{gx, gw};
+  });
+  return y;
+}
+
+int64_t nf4_expert_group(const Nf4Stack& w, DType dtype) {
+  const int64_t e = w.experts();
+  if (const int64_t g = knob_int("LEANTRAIN_NF4_EXPERT_GROUP"); g > 0) return std::min(g, std::max<int64_t>(e, 1));
+  const int64_t bytes = std::max<int64_t>(1, w.shape[1] * w.shape[2] * int64_t(dtype_size(dtype)));
+  return std::clamp<int64_t>(kNf4ExpertBufferBytes / bytes, 1, std::max<int64_t>(e, 1));
+}
+
+namespace {
+
+// c = a W_e^T (trans) or a W_e over each expert's rows, W dequantised nf4_expert_group experts at
+// a time into one Workspace buffer: each group is a grouped GEMM over its experts' offsets
+// (absolute rows, so the rows of the other experts stay as they are).
+void nf4_grouped_gemm(const Tensor& c, const Tensor& a, const Nf4Stack& w, bool trans, const Tensor& offsets) {
+  const Device dev = a.device();
+  const int64_t e = w.experts(), g = nf4_expert_group(w, a.dtype()), d1 = w.shape[1], d2 = w.shape[2];
+  Tensor buf;
+  {
+    MemoryCategoryScope ws(Category::Workspace);
+    buf = Tensor::empty({g, d1, d2}, a.dtype(), dev);
+  }
+  MoeKernels& k = moe_kernels_for(dev);
+  for (int64_t e0 = 0; e0 < e; e0 += g) {
+    const int64_t n = std::min(g, e - e0);
+    const Tensor wg = make_view(buf, {n, d1, d2}, {d1 * d2, d2, 1}, buf.offset());
+    nf4_stack_dequantize_into(w, e0, n, wg);
+    k.grouped_gemm(c, a, wg, trans, make_view(offsets, {n + 1}, {1}, offsets.offset() + e0));
+  }
+}
+
+void check_nf4_stack(const char* name, const Tensor& rows, const Nf4Stack& w, const MoeDispatch& d, int64_t in) {
+  check_floating(name, rows);
+  check_dispatch(name, rows, d);
+  LT_CHECK(w.shape.size() == 3 && w.experts() == d.experts && rows.size(1) == in && w.codes.device() == rows.device(),
+           std::string(name) + ": rows " + shape_str(rows.shape()) + ", NF4 weight " + shape_str(w.shape),
+           "one weight per expert (" + std::to_string(d.experts) + ") on the rows' device, its input features the rows' width",
+           "pass the experts' NF4 stack");
+  LT_CHECK(rows.dtype() != DType::F64, std::string(name) + ": f64 rows", "NF4 weights dequantise to f32, f16 or bf16",
+           "use f32 rows");
+}
+
+}  // namespace
+
+Tensor grouped_linear_nf4(const Tensor& xs_in, const Nf4Stack& w, const MoeDispatch& d) {
+  const char* name = "grouped_linear_nf4";
+  OpNameScope op(name);
+  const int64_t in = w.shape.size() == 3 ? w.shape[2] : -1, outf = w.shape.size() == 3 ? w.shape[1] : -1;
+  check_nf4_stack(name, xs_in, w, d, in);
+  Tensor xs = contiguous(xs_in);
+  const int64_t rows = xs.size(0);
+  Tensor y = Tensor::empty({rows, outf}, xs.dtype(), xs.device());
+  nf4_grouped_gemm(y, xs, w, true, d.offsets);
+  if (!needs_grad({xs})) return y;
+  const Tensor offsets = d.offsets;
+  record(y, name, {xs}, [=](const Tensor& g) {
+    Tensor gc = contiguous_data(g);
+    Tensor gx = Tensor::empty({rows, in}, g.dtype(), g.device());
+    nf4_grouped_gemm(gx, gc, w, false, offsets);
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up_in, const Nf4Stack& w, const MoeDispatch& d, GateAct act) {
+  const bool gelu = act == GateAct::GeluTanh;
+  const char* name = "grouped_swiglu_linear_nf4";
+  OpNameScope op(name);
+  const int64_t f = w.shape.size() == 3 ? w.shape[2] : -1, outf = w.shape.size() == 3 ? w.shape[1] : -1;
+  check_nf4_stack(name, gate_up_in, w, d, 2 * f);
+  Tensor x = contiguous(gate_up_in);
+  const int64_t rows = x.size(0);
+  auto activation = [f, rows, gelu](const Tensor& gu) {
+    Tensor a = Tensor::empty({rows, f}, gu.dtype(), gu.device());
+    backend_of(gu).swiglu_fwd(a, columns(gu, f, 0), columns(gu, f, f), gelu);
+    return a;
+  };
+  Tensor y = Tensor::empty({rows, outf}, x.dtype(), x.device());
+  nf4_grouped_gemm(y, activation(x), w, true, d.offsets);
+  if (!needs_grad({x})) return y;
+  SavedTensor saved_x(x);
+  const Tensor offsets = d.offsets;
+  record(y, name, {x}, [=](const Tensor& g) {
+    Tensor gc = contiguous_data(g), sx = saved_x.unpack();
+    Tensor dact = Tensor::empty({rows, f}, g.dtype(), g.device());
+    nf4_grouped_gemm(dact, gc, w, false, offsets);
+    Tensor gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
+    backend_of(g).swiglu_bwd(columns(gx, f, 0), columns(gx, f, f), dact, columns(sx, f, 0), columns(sx, f, f), gelu);
+    return std::vector<Tensor>{gx};
   });
   return y;
 }

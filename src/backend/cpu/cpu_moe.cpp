@@ -278,4 +278,23 @@ void CpuMoeKernels::moe_combine_bwd(const Tensor& dys, const Tensor& dw, const T
   });
 }
 
+// Each piece through the backend's own nf4_dequantize_nested: the same bits by construction.
+void CpuMoeKernels::nf4_dequantize_pieces(const Tensor& out, const Tensor& codes, const Tensor& absmax_codes,
+                                          const Tensor& nested_absmax, std::span<const float> offsets,
+                                          std::span<const float> map) {
+  const int64_t p = out.size(0);
+  LT_CHECK(out.dim() == 2 && out.is_contiguous() && codes.size(0) == p && absmax_codes.size(0) == p &&
+               nested_absmax.size(0) == p && int64_t(offsets.size()) == p,
+           "nf4_dequantize_pieces: out " + shape_str(out.shape()) + ", codes " + shape_str(codes.shape()) + ", " +
+               std::to_string(offsets.size()) + " offsets",
+           "one row of codes, absmax codes, nested absmax and one offset per piece", "pass an Nf4Stack's rows");
+  auto row = [](const Tensor& t, int64_t i) {  // row i of a [P, m] tensor with contiguous rows
+    return make_view(t, {t.size(1)}, {1}, t.offset() + i * t.strides()[0]);
+  };
+  Backend& be = backend_for(Device::cpu());
+  for (int64_t i = 0; i < p; ++i)
+    be.nf4_dequantize_nested(row(out, i), row(codes, i), row(absmax_codes, i), row(nested_absmax, i),
+                             offsets[size_t(i)], map);
+}
+
 }  // namespace lt

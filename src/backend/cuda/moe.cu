@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/moe_kernels.h"
+#include "backend/nf4.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/mma.cuh"
@@ -692,6 +693,106 @@ void CudaMoeKernels::moe_combine_bwd(const Tensor& dys, const Tensor& dw, const 
     });
   });
   LT_CUDA_LAUNCH_CHECK("moe_combine_bwd");
+}
+
+namespace {
+
+// nf4_dequantize_pieces: quant.cu's nf4_dequantize_nested_kernel with blockIdx.y the piece (its
+// offset from the launch's list): one thread per 4 code bytes, 8 values each, the block's absmax
+// decoded in the thread, the maps in shared memory. Up to kNf4PieceLaunch pieces a launch (the
+// offsets travel in the kernel's parameters, beside the 256-entry map).
+constexpr int kNf4PieceLaunch = 256;
+constexpr int kNf4Threads = 256;
+
+struct Nf4PieceArgs {
+  float map[256];
+  float offsets[kNf4PieceLaunch];
+};
+
+template <class T>
+struct alignas(8 * sizeof(T)) Nf4Pack8 {
+  T v[8];
+};
+
+template <class T>
+__global__ void nf4_pieces_kernel(T* out, const uint8_t* codes, const uint8_t* absmax_codes, const float* nested_absmax,
+                                  int64_t n, int64_t code_stride, int64_t absmax_stride, int64_t nested_stride,
+                                  bool vector, Nf4PieceArgs args) {
+  __shared__ float smap[256];
+  __shared__ float lut[16];
+  smap[threadIdx.x] = args.map[threadIdx.x];
+  if (threadIdx.x < 16) lut[threadIdx.x] = nf4_value(int(threadIdx.x));
+  __syncthreads();
+  const int p = int(blockIdx.y);
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i0 = 8 * g;  // 8 values, inside one 64-block
+  if (i0 >= n) return;
+  out += int64_t(p) * n;
+  codes += int64_t(p) * code_stride;
+  absmax_codes += int64_t(p) * absmax_stride;
+  nested_absmax += int64_t(p) * nested_stride;
+  const int64_t block = i0 / kNf4Block;
+  const float a =
+      __fadd_rn(__fmul_rn(smap[absmax_codes[block]], nested_absmax[block / kNf4NestedBlock]), args.offsets[p]);
+  if (vector && i0 + 8 <= n) {
+    const uint32_t c = reinterpret_cast<const uint32_t*>(codes)[g];
+    Nf4Pack8<T> o;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t byte = (c >> (8 * b)) & 0xffu;  // little-endian: byte b holds values 2b, 2b + 1
+      o.v[2 * b] = from_f32<T>(__fmul_rn(lut[byte >> 4], a));
+      o.v[2 * b + 1] = from_f32<T>(__fmul_rn(lut[byte & 15u], a));
+    }
+    reinterpret_cast<Nf4Pack8<T>*>(out)[g] = o;
+    return;
+  }
+  for (int64_t i = i0; i < n && i < i0 + 8; ++i) {
+    const uint8_t byte = codes[i / 2];
+    out[i] = from_f32<T>(__fmul_rn(lut[(i % 2 == 0) ? byte >> 4 : byte & 15], a));
+  }
+}
+
+}  // namespace
+
+void CudaMoeKernels::nf4_dequantize_pieces(const Tensor& out, const Tensor& codes, const Tensor& absmax_codes,
+                                           const Tensor& nested_absmax, std::span<const float> offsets,
+                                           std::span<const float> map) {
+  DeviceGuard guard(device_);
+  const int64_t p = out.size(0), n = out.size(1);
+  const int64_t blocks = nf4_blocks(n);
+  LT_CHECK(out.dim() == 2 && out.is_contiguous() && int64_t(offsets.size()) == p && map.size() == 256,
+           "nf4_dequantize_pieces: out " + shape_str(out.shape()) + ", " + std::to_string(offsets.size()) + " offsets, a map of " +
+               std::to_string(map.size()),
+           "a contiguous [pieces, n] output, one offset per piece and 256 map entries", "pass an Nf4Stack's rows");
+  for (const Tensor* t : {&codes, &absmax_codes, &nested_absmax})
+    LT_CHECK(t->dim() == 2 && t->size(0) == p && t->strides()[1] == 1,
+             "nf4_dequantize_pieces: a state tensor " + shape_str(t->shape()), "one contiguous row per piece",
+             "pass an Nf4Stack's rows");
+  LT_CHECK(codes.size(1) == nf4_bytes(n) && absmax_codes.size(1) == blocks && nested_absmax.size(1) == nf4_nested_blocks(blocks) &&
+               codes.dtype() == DType::U8 && absmax_codes.dtype() == DType::U8 && nested_absmax.dtype() == DType::F32,
+           "nf4_dequantize_pieces: codes " + shape_str(codes.shape()) + " for pieces of " + std::to_string(n) + " values",
+           "the state must be sized for the pieces", "allocate it with nf4_bytes / nf4_blocks");
+  if (p == 0 || n == 0) return;
+  Nf4PieceArgs args;
+  std::copy(map.begin(), map.end(), args.map);
+  dispatch_float(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t p0 = 0; p0 < p; p0 += kNf4PieceLaunch) {
+      const int64_t np = std::min<int64_t>(kNf4PieceLaunch, p - p0);
+      std::copy(offsets.begin() + p0, offsets.begin() + p0 + np, args.offsets);
+      T* o = out.data<T>() + p0 * n;
+      const uint8_t* c = codes.data<uint8_t>() + p0 * codes.strides()[0];
+      // Vector stores and loads when every piece's row starts aligned.
+      const bool vector = reinterpret_cast<uintptr_t>(o) % sizeof(Nf4Pack8<T>) == 0 && n % 8 == 0 &&
+                          reinterpret_cast<uintptr_t>(c) % 4 == 0 && codes.strides()[0] % 4 == 0;
+      const dim3 grid(unsigned((n + 7) / 8 + kNf4Threads - 1) / kNf4Threads, unsigned(np));
+      nf4_pieces_kernel<T><<<grid, kNf4Threads, 0, current_stream()>>>(
+          o, c, absmax_codes.data<uint8_t>() + p0 * absmax_codes.strides()[0],
+          nested_absmax.data<float>() + p0 * nested_absmax.strides()[0], n, codes.strides()[0], absmax_codes.strides()[0],
+          nested_absmax.strides()[0], vector, args);
+      LT_CUDA_LAUNCH_CHECK("nf4_dequantize_pieces");
+    }
+  });
 }
 
 }  // namespace lt
