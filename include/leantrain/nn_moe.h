@@ -11,11 +11,19 @@
 // lora_A of [E r, out] and a lora_B applied first; gate_up_proj's adapter sits under
 // "base_layer" (PEFT wraps it first), down_proj's on the experts module itself. B A is never
 // formed: each adapter is two more grouped GEMMs of rank r around the base's.
+//
+// NF4 experts (--quantize nf4, QLoRA): the stacked weights as NF4 stacks (quant/nf4.h, Nf4Stack:
+// each expert's gate_proj, up_proj and down_proj a bitsandbytes state of its own), frozen, their
+// state tensors buffers named after the weights (gate_up_proj, gate_up_proj_absmax,
+// gate_up_proj_nested_absmax; down_proj likewise). The grouped GEMMs dequantise a group of
+// experts at a time into a transient buffer (grouped_linear_nf4); adapters go around them as on
+// 16-bit experts.
 #pragma once
 #include <memory>
 
 #include "leantrain/nn.h"
 #include "leantrain/ops_moe.h"
+#include "quant/nf4.h"
 
 namespace lt::nn {
 
@@ -66,17 +74,29 @@ class MoeLoraAdapter : public Module {
 class MoeExperts : public Module {
  public:
   MoeExperts(ParamFactory& pf, const MoeOptions& o);
+  // NF4 experts of type `type` from two stacks: gate_up [E, 2I, C] in 2 parts (gate_proj,
+  // up_proj), down [E, C, I] in 1; their tensors become the module's buffers (views of a store,
+  // or tensors of their own).
+  MoeExperts(const char* type, Nf4Stack gate_up, Nf4Stack down);
   const char* type_name() const override { return type_; }
-  Tensor& gate_up_proj() const { return *gate_up_; }
-  Tensor& down_proj() const { return *down_; }
-  int64_t num_experts() const { return gate_up_->size(0); }
-  int64_t intermediate() const { return down_->size(2); }
+  bool quantized() const { return gate_up_nf4_.codes != nullptr; }
+  // The 16-bit stacked weights (not on NF4 experts).
+  Tensor& gate_up_proj() const;
+  Tensor& down_proj() const;
+  // NF4 experts: the stacks with the module's current buffers (after a load or a slot swap).
+  Nf4Stack gate_up_nf4() const { return gate_up_nf4_.stack(); }
+  Nf4Stack down_nf4() const { return down_nf4_.stack(); }
+  // Sets what a stack keeps outside the buffers (a load, a quantisation): offsets, nested map, dtype.
+  void set_nf4_host_state(bool gate_up, std::vector<float> offsets, std::vector<float> nested_map, DType dtype);
+  int64_t num_experts() const { return gate_up_shape()[0]; }
+  int64_t intermediate() const { return down_shape()[2]; }
+  int64_t hidden() const { return gate_up_shape()[2]; }
   // Adds adapters on gate_up_proj and down_proj (PEFT's names: "base_layer.lora_{A,B}.weight" and
   // "lora_{A,B}.weight"), freezing the expert weights. pf makes them (materialize it after).
   void add_lora(ParamFactory& pf, int64_t rank, double alpha);
   // Folds the adapters into the expert weights (W_e + s A_e^T B_e, in f32, rounded once to the
   // weights' dtype); the forward stops applying them (their parameters stay listed, unused, and
-  // are left out of the model's checkpoint).
+  // are left out of the model's checkpoint). Refused on NF4 experts (rounding would lose them).
   void merge_lora();
   MoeLoraAdapter* gate_up_lora() const { return gate_up_lora_.get(); }
   MoeLoraAdapter* down_lora() const { return down_lora_.get(); }
@@ -84,8 +104,19 @@ class MoeExperts : public Module {
   Tensor run(const Tensor& xs, const MoeDispatch& d);
 
  private:
+  // An NF4 stack's buffers (slots of this module) and its host state.
+  struct Nf4Slots {
+    Tensor *codes = nullptr, *absmax = nullptr, *nested = nullptr;
+    Nf4Stack host;  // shape, parts, dtype, offsets, nested map (its tensors unset)
+    Nf4Stack stack() const;
+  };
+  Nf4Slots register_nf4(const std::string& name, Nf4Stack s);
+  Shape gate_up_shape() const { return gate_up_ ? gate_up_->shape() : gate_up_nf4_.host.shape; }
+  Shape down_shape() const { return down_ ? down_->shape() : down_nf4_.host.shape; }
+
   const char* type_;
   Tensor *gate_up_ = nullptr, *down_ = nullptr;
+  Nf4Slots gate_up_nf4_, down_nf4_;
   std::shared_ptr<MoeLoraAdapter> gate_up_lora_, down_lora_;
 };
 
@@ -101,7 +132,7 @@ class SparseMoeBlock : public UnaryModule {
  private:
   MoeOptions opts_;
   std::shared_ptr<MoeRouter> gate_;
-  std::shared_ptr<MoeExperts> experts_;
+  Child<MoeExperts> experts_;  // replace_module swaps in NF4 experts (train/quantize_setup.cpp)
 };
 
 }  // namespace lt::nn

@@ -202,18 +202,26 @@ std::vector<CheckpointTensor> Llama::checkpoint_tensors() const {
     auto ends = [&](const std::string& suffix) { return t.param.ends_with(suffix); };
     const std::string layer = t.param.substr(0, t.param.rfind(".mlp."));
     const std::string block = layer + (mixtral ? ".block_sparse_moe" : ".mlp");
+    // NF4 experts (buffers, nn_moe.h): the codes hold one row per piece (an expert's projection),
+    // and a piece is one bitsandbytes state under the hub's name; the absmax buffers go with the
+    // codes (quant/nf4_checkpoint.h writes and reads the six tensors of each piece).
+    const bool nf4 = t.buffer;
     if (ends(router)) {
       hub.push_back({block + ".gate.weight", t.param});
     } else if (ends(gate_up)) {
       for (int64_t e = 0; e < E; ++e) {
         const std::string ex = block + ".experts." + std::to_string(e);
-        hub.push_back({ex + (mixtral ? ".w1.weight" : ".gate_proj.weight"), t.param, e * 2 * F, F});
-        hub.push_back({ex + (mixtral ? ".w3.weight" : ".up_proj.weight"), t.param, e * 2 * F + F, F});
+        hub.push_back({ex + (mixtral ? ".w1.weight" : ".gate_proj.weight"), t.param, nf4 ? 2 * e : e * 2 * F, nf4 ? 1 : F, nf4});
+        hub.push_back({ex + (mixtral ? ".w3.weight" : ".up_proj.weight"), t.param, nf4 ? 2 * e + 1 : e * 2 * F + F,
+                       nf4 ? 1 : F, nf4});
       }
     } else if (ends(down)) {
       for (int64_t e = 0; e < E; ++e)
         hub.push_back({block + ".experts." + std::to_string(e) + (mixtral ? ".w2.weight" : ".down_proj.weight"),
-                       t.param, e * C, C});
+                       t.param, nf4 ? e : e * C, nf4 ? 1 : C, nf4});
+    } else if (ends(gate_up + "_absmax") || ends(gate_up + "_nested_absmax") || ends(down + "_absmax") ||
+               ends(down + "_nested_absmax")) {
+      continue;
     } else {
       hub.push_back(t);
     }

@@ -65,11 +65,70 @@ MoeExperts::MoeExperts(ParamFactory& pf, const MoeOptions& o) : type_(o.experts_
   down_ = &register_parameter("down_proj", pf.make({o.experts, o.hidden, o.intermediate}, o.init));
 }
 
+MoeExperts::MoeExperts(const char* type, Nf4Stack gate_up, Nf4Stack down) : type_(type) {
+  LT_CHECK(gate_up.shape.size() == 3 && down.shape.size() == 3 && gate_up.parts == 2 && down.parts == 1 &&
+               gate_up.shape[0] == down.shape[0] && gate_up.shape[1] == 2 * down.shape[2] &&
+               gate_up.shape[2] == down.shape[1],
+           "NF4 experts: gate_up " + shape_str(gate_up.shape) + " in " + std::to_string(gate_up.parts) + " parts, down " +
+               shape_str(down.shape) + " in " + std::to_string(down.parts),
+           "expected [E, 2I, C] in 2 parts (gate, up) and [E, C, I] in 1", "quantise the experts' own stacks");
+  gate_up_nf4_ = register_nf4("gate_up_proj", std::move(gate_up));
+  down_nf4_ = register_nf4("down_proj", std::move(down));
+}
+
+MoeExperts::Nf4Slots MoeExperts::register_nf4(const std::string& name, Nf4Stack s) {
+  const Nf4StackShapes sh = nf4_stack_shapes(s.shape, s.parts);
+  LT_CHECK(s.codes.shape() == sh.codes && s.absmax_codes.shape() == sh.absmax_codes &&
+               s.nested_absmax.shape() == sh.nested_absmax,
+           "NF4 experts: " + name + "'s state " + shape_str(s.codes.shape()) + ", " + shape_str(s.absmax_codes.shape()) +
+               ", " + shape_str(s.nested_absmax.shape()),
+           "expected " + shape_str(sh.codes) + ", " + shape_str(sh.absmax_codes) + ", " + shape_str(sh.nested_absmax),
+           "size it with nf4_stack_shapes");
+  Nf4Slots slots;
+  slots.codes = &register_buffer(name, s.codes);
+  slots.absmax = &register_buffer(name + "_absmax", s.absmax_codes);
+  slots.nested = &register_buffer(name + "_nested_absmax", s.nested_absmax);
+  s.codes = s.absmax_codes = s.nested_absmax = Tensor();
+  slots.host = std::move(s);
+  return slots;
+}
+
+Nf4Stack MoeExperts::Nf4Slots::stack() const {
+  LT_CHECK(codes != nullptr, "NF4 state of 16-bit experts", "these experts are not quantised", "quantise them first");
+  Nf4Stack s = host;
+  s.codes = *codes;
+  s.absmax_codes = *absmax;
+  s.nested_absmax = *nested;
+  return s;
+}
+
+void MoeExperts::set_nf4_host_state(bool gate_up, std::vector<float> offsets, std::vector<float> nested_map, DType dtype) {
+  Nf4Slots& s = gate_up ? gate_up_nf4_ : down_nf4_;
+  LT_CHECK(s.codes != nullptr && int64_t(offsets.size()) == s.host.pieces() && nested_map.size() == 256,
+           "NF4 experts: " + std::to_string(offsets.size()) + " offsets and a map of " + std::to_string(nested_map.size()),
+           "quantised experts take one offset per piece (" + std::to_string(s.host.pieces()) + ") and 256 map entries",
+           "set the state of NF4 experts");
+  s.host.offsets = std::move(offsets);
+  s.host.nested_map = std::move(nested_map);
+  s.host.dtype = dtype;
+}
+
+Tensor& MoeExperts::gate_up_proj() const {
+  LT_CHECK(gate_up_ != nullptr, "gate_up_proj of NF4 experts", "their weights are 4-bit state, not a tensor",
+           "read gate_up_nf4()");
+  return *gate_up_;
+}
+
+Tensor& MoeExperts::down_proj() const {
+  LT_CHECK(down_ != nullptr, "down_proj of NF4 experts", "their weights are 4-bit state, not a tensor", "read down_nf4()");
+  return *down_;
+}
+
 void MoeExperts::add_lora(ParamFactory& pf, int64_t rank, double alpha) {
   LT_CHECK(!gate_up_lora_, "LoRA on experts twice", "the experts already have adapters", "add them once");
-  gate_up_->set_requires_grad(false);
-  down_->set_requires_grad(false);
-  const int64_t e = num_experts(), c = gate_up_->size(2), f = intermediate();
+  if (gate_up_) gate_up_->set_requires_grad(false);
+  if (down_) down_->set_requires_grad(false);
+  const int64_t e = num_experts(), c = hidden(), f = intermediate();
   // PEFT wraps gate_up_proj first: its wrapper becomes the inner "base_layer".
   auto inner = register_module("base_layer", std::make_shared<Holder>());
   gate_up_lora_ = std::make_shared<MoeLoraAdapter>(pf, e, 2 * f, c, rank, alpha);
@@ -79,6 +138,9 @@ void MoeExperts::add_lora(ParamFactory& pf, int64_t rank, double alpha) {
 }
 
 void MoeExperts::merge_lora() {
+  LT_CHECK(!quantized() || !gate_up_lora_, "merging LoRA into NF4 experts",
+           "W + s A^T B folded into 4-bit weights would lose the adapter in rounding",
+           "merge into the 16-bit experts the NF4 ones were quantised from");
   NoGradGuard no_grad;
   for (auto [w, a] : {std::pair{gate_up_, gate_up_lora_.get()}, std::pair{down_, down_lora_.get()}})
     if (a) copy_(*w, cast(add(cast(*w, DType::F32), a->delta()), w->dtype()));
@@ -87,6 +149,15 @@ void MoeExperts::merge_lora() {
 }
 
 Tensor MoeExperts::run(const Tensor& xs, const MoeDispatch& d) {
+  if (quantized()) {
+    // The rows' dtype (the compute dtype under autocast) is what the weights dequantise to.
+    const Nf4Stack gu = gate_up_nf4(), dn = down_nf4();
+    Tensor gate_up = grouped_linear_nf4(xs, gu, d);
+    if (gate_up_lora_) gate_up = add(gate_up, gate_up_lora_->update(xs, d));
+    if (!down_lora_) return grouped_swiglu_linear_nf4(gate_up, dn, d);
+    Tensor act = swiglu_packed(gate_up);
+    return add(grouped_linear_nf4(act, dn, d), down_lora_->update(act, d));
+  }
   Tensor gate_up = grouped_linear(xs, autocast(*gate_up_), d);
   if (gate_up_lora_) gate_up = add(gate_up, gate_up_lora_->update(xs, d));
   if (!down_lora_) return grouped_swiglu_linear(gate_up, autocast(*down_), d);
@@ -100,7 +171,7 @@ SparseMoeBlock::SparseMoeBlock(ParamFactory& pf, const MoeOptions& o) : opts_(o)
            "MoE: " + std::to_string(o.top_k) + " experts per token of " + std::to_string(o.experts),
            "a token is routed to between 1 and all experts", "fix num_experts_per_tok");
   gate_ = register_module("gate", std::make_shared<MoeRouter>(pf, o));
-  experts_ = register_module("experts", std::make_shared<MoeExperts>(pf, o));
+  experts_ = register_child("experts", std::make_shared<MoeExperts>(pf, o));
 }
 
 Tensor SparseMoeBlock::forward(const Tensor& x) {

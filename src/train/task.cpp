@@ -162,7 +162,9 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
       return build_nf4_model(*s.cfg, init, load ? s.weights_dir : "");
     });
     t.model = q.model;
-    t.weights_note = "; " + std::to_string(q.layers) + " linear layers in NF4" +
+    t.weights_note = "; " + std::to_string(q.layers) + " linear layers" +
+                     (q.expert_layers ? " and " + std::to_string(q.expert_layers) + " layers' experts" : std::string()) +
+                     " in NF4" +
                      (q.prequantized ? " as saved by bitsandbytes" : "");
     if (load)
       t.weights_note += "; weights loaded from " + s.weights_dir + " (" + std::to_string(q.weights.tensors) + " tensors" +
