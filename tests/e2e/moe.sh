@@ -2,7 +2,8 @@
 # Qwen3-MoE and Mixtral trained on the CPU with the load-balancing loss on; plan == the CPU run's
 # peak (checkpointed, bf16 autocast); --save writes the hub's per-expert tensors and a config.json
 # that reads back; LoRA on the experts in PEFT's layout, eval with the adapter equal to the merged
-# model's logits.
+# model's logits; QLoRA on NF4 experts (loss, plan == measured, merge) and a whole NF4 model's
+# bitsandbytes save read back.
 source "$(dirname "$0")/common.bash" "$@"
 T=(timeout 300)
 TOOL="$(dirname "$0")/safetensors_tool.py"
@@ -91,4 +92,69 @@ assert max(abs(a - b) for a, b in zip(lora, base)) > 1e-4  # the adapter changed
 PY
 python3 "$TOOL" digest "$WORK/merged" > "$WORK/names"
 if grep -q "lora" "$WORK/names"; then fail "the merged model holds adapter tensors"; else ok; fi
+
+# QLoRA on NF4 experts (--quantize nf4 with --lora-rank): the loss falls; plan == the CPU run's peak
+# (one and several dequantised groups of experts a GEMM); a base quantised at load from the 16-bit
+# directory trains an adapter that merges into that directory as any adapter does.
+Q=(--quantize nf4 --lora-rank 4 --lora-alpha 8 --device cpu)
+expect_ok "${T[@]}" "$LT" train --config "$WORK/moe.json" --tokenizer "$TOK/sentencepiece" --data fortunes "${Q[@]}" \
+  --steps 16 --batch 4 --seq-len 32 --lr 3e-2 --eval-batches 1 || { finish; exit 1; }
+expect_grep "15 linear layers and 2 layers' experts in NF4" "$WORK/out" "the QLoRA run's model line"
+python3 - "$WORK/out" <<'PY' || fail "QLoRA on NF4 experts: the loss does not fall"
+import re, sys
+losses = [float(m) for m in re.findall(r"\| loss ([0-9.]+) \|", open(sys.argv[1]).read())]
+assert len(losses) == 16 and losses[-1] < losses[0] - 0.2, losses
+PY
+for group in 0 2; do
+  F=(--config "$WORK/moe.json" --data synthetic --steps 2 --batch 2 --seq-len 16 --precision bf16-true --checkpoint blocks "${Q[@]}")
+  LEANTRAIN_NF4_EXPERT_GROUP=$group expect_ok "${T[@]}" "$LT" plan "${F[@]}" --device-type cpu --json
+  cp "$WORK/out" "$WORK/plan.json"
+  LEANTRAIN_NF4_EXPERT_GROUP=$group expect_ok "${T[@]}" "$LT" train "${F[@]}" --eval-batches 0 --metrics-json "$WORK/run.json"
+  if python3 - "$WORK/plan.json" "$WORK/run.json" <<'PY'; then ok; else fail "QLoRA on NF4 experts (group $group): plan != measured"; fi
+import json, sys
+plan, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert plan["peak_allocated_bytes"] == run["peak_allocated_bytes"], (plan["peak_allocated_bytes"], run["peak_allocated_bytes"])
+PY
+done
+expect_ok "${T[@]}" "$LT" train --model "$WORK/moe" --data synthetic --steps 3 --batch 4 --seq-len 16 --lr 1e-2 \
+  --eval-batches 0 "${Q[@]}" --save "$WORK/qck" || { finish; exit 1; }
+expect_grep "layers' experts in NF4; weights loaded from" "$WORK/out" "quantised at load from the 16-bit directory"
+expect_ok "${T[@]}" "$LT" merge --model "$WORK/moe" --adapter "$WORK/qck" --out "$WORK/qmerged"
+expect_ok "${T[@]}" "$LT" eval --model "$WORK/moe" --adapter "$WORK/qck" --inputs "$WORK/ids.safetensors" --out "$WORK/qlora.safetensors"
+expect_ok "${T[@]}" "$LT" eval --model "$WORK/qmerged" --inputs "$WORK/ids.safetensors" --out "$WORK/qmerged.safetensors"
+if python3 - "$TOOL" "$WORK" <<'PY'; then ok; else fail "the QLoRA adapter merged differs from it applied"; fi
+import os, struct, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import safetensors_tool as st
+def logits(name):
+    e = st.read(f"{sys.argv[2]}/{name}.safetensors")[0]["logits"]
+    return struct.unpack(f"<{len(e['data']) // 4}f", e["data"])
+lora, merged, base = logits("qlora"), logits("qmerged"), logits("base")
+assert max(abs(a - b) for a, b in zip(lora, merged)) < 1e-4
+assert max(abs(a - b) for a, b in zip(lora, base)) > 1e-4
+PY
+
+# A whole NF4 model: each expert's projection saved as bitsandbytes' six tensors under the hub's
+# name; read back as it is (the same bytes after an lr-0 step); eval reads it.
+expect_ok "${T[@]}" "$LT" train --model "$WORK/moe" --data synthetic --steps 1 --batch 2 --seq-len 16 --eval-batches 0 \
+  --device cpu --quantize nf4 --save "$WORK/nf4" || { finish; exit 1; }
+python3 "$TOOL" digest "$WORK/nf4" > "$WORK/names" || fail "nf4 save"
+expect_grep "^model.layers.2.mlp.experts.5.down_proj.weight U8 \[384, 1\] " "$WORK/names" "an NF4 expert's codes"
+expect_grep "^model.layers.2.mlp.experts.5.gate_proj.weight.quant_state.bitsandbytes__nf4 U8 " "$WORK/names" "an NF4 expert's state"
+if grep -q "gate_up_proj\|_absmax " "$WORK/names"; then fail "store names in the NF4 save"; else ok; fi
+expect_ok "${T[@]}" "$LT" train --model "$WORK/nf4" --data synthetic --steps 1 --batch 2 --seq-len 16 --eval-batches 0 \
+  --device cpu --lr 0 --save "$WORK/nf4b"
+expect_grep "layers' experts in NF4 as saved by bitsandbytes" "$WORK/out" "the NF4 reload's model line"
+if python3 - "$WORK/nf4/model.safetensors" "$WORK/nf4b/model.safetensors" <<'PY'; then ok; else fail "reload changed the NF4 experts"; fi
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys()
+assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]][:3]
+PY
+expect_ok "${T[@]}" "$LT" eval --model "$WORK/nf4" --inputs "$WORK/ids.safetensors" --out "$WORK/nf4.safetensors"
 finish

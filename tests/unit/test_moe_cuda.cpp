@@ -3,7 +3,9 @@
 // permutations), and the whole expert MLP (route, gather, grouped GEMMs, combine) forward and every
 // gradient, in f32 and bf16, at aligned shapes (vector loads, several 128-row tiles per expert)
 // and odd ones (element loads); the weight gradient in f32 from bf16 rows; the load-balancing
-// loss's gradient; and the same bits on a second run.
+// loss's gradient; and the same bits on a second run. NF4 experts: the pieces' dequantisation
+// bit for bit (aligned and odd piece sizes, more pieces than one launch takes), and the grouped
+// NF4 GEMMs forward and backward against the CPU for several group sizes.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -12,6 +14,7 @@
 #include "backend/moe_kernels.h"
 #include "leantrain/autograd.h"
 #include "leantrain/ops_moe.h"
+#include "quant/nf4.h"
 #include "unit/rel_error.h"
 
 using namespace lt;
@@ -166,6 +169,71 @@ TEST(MoeCuda, LoraShapedGroupedLinearMatchesTheCpu) {
   const std::vector<double> ref = run(Device::cpu(), DType::F32);
   EXPECT_LT(test::rel_error(run(Device::cuda(), DType::F32), ref), 2e-5);
   EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), ref), 3e-2);
+}
+
+// A stack quantised on `dev` from host values: every piece through nf4_stack_quantize_piece.
+Nf4Stack nf4_stack_on(const Tensor& host, int64_t parts, Device dev) {
+  Nf4Stack s;
+  s.shape = host.shape();
+  s.parts = parts;
+  const Nf4StackShapes sh = nf4_stack_shapes(s.shape, parts);
+  s.codes = empty(sh.codes, DType::U8, dev);
+  s.absmax_codes = empty(sh.absmax_codes, DType::U8, dev);
+  s.nested_absmax = empty(sh.nested_absmax, DType::F32, dev);
+  const Tensor rows = to_device(reshape(host, {s.pieces(), s.piece_numel()}), dev);
+  for (int64_t p = 0; p < s.pieces(); ++p)
+    nf4_stack_quantize_piece(contiguous(reshape(select(rows, 0, p), s.piece_shape())), s, p);
+  return s;
+}
+
+TEST(MoeCuda, Nf4PiecesDequantiseToTheCpusBits) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // Pieces of 64 x 48 (vector stores), 7 x 9 (odd: element path), and 300 pieces (two launches).
+  for (const Shape& shape : {Shape{5, 128, 48}, Shape{3, 14, 9}, Shape{150, 8, 64}}) {
+    const Tensor w = randn_cpu(shape, 21, 0.05f);
+    const Nf4Stack c = nf4_stack_on(w, 2, Device::cpu()), g = nf4_stack_on(w, 2, Device::cuda());
+    EXPECT_EQ(to_device(g.codes, Device::cpu()).to_double_vector(), c.codes.to_double_vector()) << shape_str(shape);
+    EXPECT_EQ(g.offsets, c.offsets) << shape_str(shape);
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      const Tensor want = nf4_stack_dequantize(c, dt);
+      const Tensor got = to_device(nf4_stack_dequantize(g, dt), Device::cpu());
+      EXPECT_EQ(cast(got, DType::F32).to_double_vector(), cast(want, DType::F32).to_double_vector())
+          << shape_str(shape) << " " << dtype_name(dt);
+      // A run of experts from the middle.
+      const Tensor mid = empty({2, shape[1], shape[2]}, dt, Device::cuda());
+      nf4_stack_dequantize_into(g, 1, 2, mid);
+      EXPECT_EQ(cast(to_device(mid, Device::cpu()), DType::F32).to_double_vector(),
+                cast(slice(want, 0, 1, 3), DType::F32).to_double_vector())
+          << shape_str(shape) << " " << dtype_name(dt);
+    }
+  }
+}
+
+TEST(MoeCuda, Nf4GroupedGemmsMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 160, k = 2, e = 8, c = 64, f = 48;
+  std::vector<int64_t> ex(size_t(n * k));
+  for (size_t i = 0; i < ex.size(); ++i) ex[i] = int64_t((i * 5 + i / 3) % size_t(e - 1));  // expert 7 has no rows
+  const Tensor gu_host = randn_cpu({e, 2 * f, c}, 22, 0.1f), dn_host = randn_cpu({e, c, f}, 23, 0.1f);
+  auto run = [&](Device dev, DType dt) {
+    const Nf4Stack gu = nf4_stack_on(gu_host, 2, dev), dn = nf4_stack_on(dn_host, 1, dev);
+    MoeDispatch d = moe_dispatch(to_device(from_ints(ex, {n, k}, DType::I32), dev), e);
+    Tensor x = to_device(cast(randn_cpu({n * k, c}, 24), dt), dev).detach();
+    x.set_requires_grad(true);
+    Tensor y = grouped_swiglu_linear_nf4(grouped_linear_nf4(x, gu, d), dn, d);
+    sum_all(mul(cast(y, DType::F32), to_device(randn_cpu(y.shape(), 25), dev))).backward();
+    std::vector<double> all;
+    for (const Tensor& t : {y, x.grad()})
+      for (double v : to_device(cast(t, DType::F32), Device::cpu()).to_double_vector()) all.push_back(v);
+    return all;
+  };
+  const std::vector<double> ref = run(Device::cpu(), DType::F32);
+  for (const char* group : {"1", "3", "0"}) {
+    ::setenv("LEANTRAIN_NF4_EXPERT_GROUP", group, 1);
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::F32), ref), 2e-5) << group;
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), ref), 3e-2) << group;
+  }
+  ::unsetenv("LEANTRAIN_NF4_EXPERT_GROUP");
 }
 
 }  // namespace
