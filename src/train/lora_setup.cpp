@@ -347,8 +347,11 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
   char line[200];
   std::snprintf(line, sizeof line, "LoRA r %lld, alpha %s (scaling %s) on %zu linear layers (", (long long)c.lora_rank,
                 short_number(c.lora_alpha).c_str(), short_number(c.lora_alpha / double(c.lora_rank)).c_str(), paths.size());
-  std::string s = line + module_list_summary(paths) +
-                  (experts.empty() ? "" : "; " + std::to_string(experts.size()) + " MoE experts' gate_up_proj, down_proj") +
+  const std::string layers = module_list_summary(paths);
+  std::string s = line + layers +
+                  (experts.empty() ? ""
+                                   : (layers.empty() ? "" : "; ") + std::to_string(experts.size()) +
+                                         " MoE experts' gate_up_proj, down_proj") +
                   "): " + std::to_string(trainable) + " trainable of " +
                   std::to_string(m.num_parameters()) + " parameters (" + std::to_string(before) + " frozen base)";
   if (!c.lora_init.empty()) s += "; adapters from " + c.lora_init;

@@ -96,14 +96,18 @@ if grep -q "lora" "$WORK/names"; then fail "the merged model holds adapter tenso
 # QLoRA on NF4 experts (--quantize nf4 with --lora-rank): the loss falls; plan == the CPU run's peak
 # (one and several dequantised groups of experts a GEMM); a base quantised at load from the 16-bit
 # directory trains an adapter that merges into that directory as any adapter does.
+# (The loss: adapters on the experts alone, over a random base, on a text it can learn.)
 Q=(--quantize nf4 --lora-rank 4 --lora-alpha 8 --device cpu)
-expect_ok "${T[@]}" "$LT" train --config "$WORK/moe.json" --tokenizer "$TOK/sentencepiece" --data fortunes "${Q[@]}" \
-  --steps 16 --batch 4 --seq-len 32 --lr 3e-2 --eval-batches 1 || { finish; exit 1; }
+python3 -c "print('the quick brown fox jumps over the lazy dog. ' * 400)" > "$WORK/fox.txt"
+expect_ok "${T[@]}" "$LT" train --config "$WORK/moe.json" --tokenizer "$TOK/sentencepiece" --data "$WORK/fox.txt" "${Q[@]}" \
+  --lora-targets '.*\.experts' --steps 16 --batch 4 --seq-len 32 --lr 3e-2 --eval-batches 1 || { finish; exit 1; }
 expect_grep "15 linear layers and 2 layers' experts in NF4" "$WORK/out" "the QLoRA run's model line"
+expect_grep "^LoRA r 4, alpha 8 \(scaling 2\) on 0 linear layers \(2 MoE experts' gate_up_proj, down_proj\)" "$WORK/out" \
+  "the QLoRA run's LoRA line"
 python3 - "$WORK/out" <<'PY' || fail "QLoRA on NF4 experts: the loss does not fall"
 import re, sys
 losses = [float(m) for m in re.findall(r"\| loss ([0-9.]+) \|", open(sys.argv[1]).read())]
-assert len(losses) == 16 and losses[-1] < losses[0] - 0.2, losses
+assert len(losses) == 16 and losses[-1] < losses[0] - 0.3, losses
 PY
 for group in 0 2; do
   F=(--config "$WORK/moe.json" --data synthetic --steps 2 --batch 2 --seq-len 16 --precision bf16-true --checkpoint blocks "${Q[@]}")
@@ -141,7 +145,7 @@ expect_ok "${T[@]}" "$LT" train --model "$WORK/moe" --data synthetic --steps 1 -
 python3 "$TOOL" digest "$WORK/nf4" > "$WORK/names" || fail "nf4 save"
 expect_grep "^model.layers.2.mlp.experts.5.down_proj.weight U8 \[384, 1\] " "$WORK/names" "an NF4 expert's codes"
 expect_grep "^model.layers.2.mlp.experts.5.gate_proj.weight.quant_state.bitsandbytes__nf4 U8 " "$WORK/names" "an NF4 expert's state"
-if grep -q "gate_up_proj\|_absmax " "$WORK/names"; then fail "store names in the NF4 save"; else ok; fi
+if grep -qE "gate_up_proj|proj_absmax|proj_nested_absmax|weight_absmax" "$WORK/names"; then fail "store names in the NF4 save"; else ok; fi
 expect_ok "${T[@]}" "$LT" train --model "$WORK/nf4" --data synthetic --steps 1 --batch 2 --seq-len 16 --eval-batches 0 \
   --device cpu --lr 0 --save "$WORK/nf4b"
 expect_grep "layers' experts in NF4 as saved by bitsandbytes" "$WORK/out" "the NF4 reload's model line"
