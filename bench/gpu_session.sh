@@ -446,10 +446,12 @@ gpt2-124m|--batch 8 --seq-len 1024" timeout 300 bash bench/checkpoint_modes.sh 2
     moe)
       # Issue 45: the MoE parity cases (Qwen3-MoE, Mixtral, aux loss on), then the side by side with
       # transformers + PEFT (Qwen3-30B-A3B shape, 4 layers, LoRA r16 incl. experts) and the QLoRA plan.
-      # (two device calls: "moe" alone is too long for one; MOE_PART=parity or bench runs half of it)
+      # (three device calls: "moe" alone is too long for one; MOE_PART=parity, bench or qlora runs a
+      # third of it: qlora is Qwen3-30B-A3B with NF4 experts, 50 steps, plan vs measured)
       [ "${MOE_PART:-bench}" = parity ] && timeout 560 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" \
         --out "$OUT" --commit "$commit" --only qwen3-moe-small,qwen3-moe-small-plain,mixtral-small 2>&1 | tail -8
       [ "${MOE_PART:-bench}" = bench ] && BUILD=$BUILD OUT=$OUT/moe-lora ROUNDS=1 timeout 560 bash bench/moe_lora.sh 2>&1 | tail -12
+      [ "${MOE_PART:-bench}" = qlora ] && BUILD=$BUILD OUT=$OUT/moe-qlora ROUNDS=0 QLORA=1 timeout 590 bash bench/moe_lora.sh 2>&1 | tail -50
       ;;
   esac
 done
