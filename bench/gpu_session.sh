@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, masks, parity_models, dpo, packing, padding_idx, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, masks, parity_models, dpo, packing, padding_idx, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx, moe (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -466,6 +466,16 @@ for name, cfg in [('llama', tf.LlamaConfig(vocab_size=64, hidden_size=16, interm
       BUILD=$BUILD DEVICE=cuda PRECISION=bf16-mixed STEPS=12 MODES="none selective blocks" \
         CASES="vit-l-16|--batch 32
 gpt2-124m|--batch 8 --seq-len 1024" timeout 300 bash bench/checkpoint_modes.sh 2>&1 | tee "$OUT/checkpoint_modes.md" | tail -12
+      ;;
+    moe)
+      # Issue 45: the MoE parity cases (Qwen3-MoE, Mixtral, aux loss on), then the side by side with
+      # transformers + PEFT (Qwen3-30B-A3B shape, 4 layers, LoRA r16 incl. experts) and the QLoRA plan.
+      # (three device calls: "moe" alone is too long for one; MOE_PART=parity, bench or qlora runs a
+      # third of it: qlora is Qwen3-30B-A3B with NF4 experts, 50 steps, plan vs measured)
+      [ "${MOE_PART:-bench}" = parity ] && timeout 560 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" \
+        --out "$OUT" --commit "$commit" --only qwen3-moe-small,qwen3-moe-small-plain,mixtral-small 2>&1 | tail -8
+      [ "${MOE_PART:-bench}" = bench ] && BUILD=$BUILD OUT=$OUT/moe-lora ROUNDS=1 timeout 560 bash bench/moe_lora.sh 2>&1 | tail -12
+      [ "${MOE_PART:-bench}" = qlora ] && BUILD=$BUILD OUT=$OUT/moe-qlora ROUNDS=0 QLORA=1 timeout 590 bash bench/moe_lora.sh 2>&1 | tail -50
       ;;
   esac
 done

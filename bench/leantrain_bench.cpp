@@ -64,6 +64,8 @@
 #include "leantrain/models.h"
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
+#include "autograd/forward_context.h"
+#include "leantrain/ops_moe.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 #include "text/tokenizer.h"
@@ -155,6 +157,8 @@ int parity(const std::map<std::string, std::string>& f) {
     Tensor x = batch_at(xs, 0), y = batch_at(ys, 0);
     Tensor logits = model->forward(x);
     Tensor loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(y, {-1}));
+    // An MoE model with output_router_logits: + router_aux_loss_coef * the load-balancing loss.
+    loss = moe_add_aux_loss(loss, take_pending_moe_aux(model.get()));
     loss.backward();
     out.push_back({"logits", cast(logits.detach(), DType::F32)});
     out.push_back({"loss", reshape(cast(loss.detach(), DType::F32), {1})});
@@ -185,6 +189,7 @@ int parity(const std::map<std::string, std::string>& f) {
         MemoryCategoryScope s(Category::Activation);
         Tensor logits = model->forward(batch_at(xs, i));
         loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(batch_at(ys, i), {-1}));
+        loss = moe_add_aux_loss(loss, take_pending_moe_aux(model.get()));
         loss.backward();
       }
       if (i + 1 == dump_step)

@@ -82,7 +82,8 @@ def llama_model(cfg, dtype):
     # model_type -> (config class, model class): every family leantrain reads as "llama".
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
-               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+               "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM")}
     conf_cls, model_cls = (getattr(tf, n) for n in classes[cfg["model_type"]])
     keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
     c = conf_cls(**keys, attention_dropout=0.0)
@@ -101,6 +102,10 @@ def llama_model(cfg, dtype):
                 p.normal_(0, 0.02)
             elif "norm" in n:
                 p.normal_(0 if unit_offset_norms else 1, 0.1)
+            elif n.endswith(".mlp.gate.weight"):
+                # MoE routers: logits spread wide, so that no token's top-k is a near-tie that the
+                # two sides' GEMM rounding could break differently (in bf16 above all).
+                p.normal_(0, 0.5)
     m = m.to(device="cuda")
     # Parameters only: model.to(dtype) would also round the rotary inv_freq buffer to bf16
     # (transformers' from_pretrained(torch_dtype=...) keeps it f32, as leantrain does).
@@ -172,9 +177,18 @@ def torch_loss(kind, model, batch, i, dtype):
         logits = model(input_ids=ids, attention_mask=(ids != model.config.pad_token_id).long()).logits
         return logits, torch.nn.functional.cross_entropy(logits.float(), batch["labels"][i].cuda())
     if kind in TOKEN_KINDS:
-        logits = model(input_ids=batch["input_ids"][i].cuda()).logits
+        # MoE models with output_router_logits: the load-balancing loss as transformers adds it to a
+        # loss with labels (router_aux_loss_coef * aux_loss); labels here are already shifted, so the
+        # cross-entropy is ours and the aux loss transformers' own.
+        cfg = getattr(model, "config", None)
+        aux = bool(getattr(cfg, "output_router_logits", False))
+        out = model(input_ids=batch["input_ids"][i].cuda(), output_router_logits=True) if aux else \
+            model(input_ids=batch["input_ids"][i].cuda())
+        logits = out.logits
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                  batch["labels"][i].cuda().reshape(-1))
+        if aux:
+            loss = loss + cfg.router_aux_loss_coef * out.aux_loss.float()
     else:
         logits = model(batch["images"][i].cuda().to(dtype))
         loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"][i].cuda())
@@ -506,6 +520,27 @@ def main():
         ("gemma3-small-window-covers-t", "llama", dict(gemma3_small, sliding_window=128), 50),
         ("gemma3-small", "llama", gemma3_small, 50),
         ("gemma3-small-softcap", "llama", dict(gemma3_small, sliding_window=128, final_logit_softcapping=30.0), 50),
+    ]
+    # Mixture of experts (issue 45), with the load-balancing loss on: Qwen3-MoE (q/k norms, head_dim 24
+    # over width 40, 7 experts of 20, top 3 renormalised, layer 1 dense (mlp_only_layers), untied) and
+    # Mixtral (5 experts of 36, top 2, grouped queries); odd sizes throughout, T 77.
+    qwen3_moe_small = dict(model_type="qwen3_moe", vocab_size=509, hidden_size=40, intermediate_size=88,
+                           moe_intermediate_size=20, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
+                           head_dim=24, num_experts=7, num_experts_per_tok=3, norm_topk_prob=True, mlp_only_layers=[1],
+                           decoder_sparse_step=1, output_router_logits=True, router_aux_loss_coef=0.01,
+                           max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
+                           use_sliding_window=False, batch=3, seq=77)
+    mixtral_small = dict(model_type="mixtral", vocab_size=511, hidden_size=48, intermediate_size=36, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=5, num_experts_per_tok=2,
+                         output_router_logits=True, router_aux_loss_coef=0.02, router_jitter_noise=0.0,
+                         max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None,
+                         tie_word_embeddings=False, batch=3, seq=77)
+    cases += [
+        ("qwen3-moe-small", "llama", qwen3_moe_small, 50),
+        # norm_topk_prob off (the weights are the raw top-k probabilities) and no aux loss.
+        ("qwen3-moe-small-plain", "llama", dict(qwen3_moe_small, norm_topk_prob=False, output_router_logits=False,
+                                                mlp_only_layers=[]), 50),
+        ("mixtral-small", "llama", mixtral_small, 50),
     ]
     # BERT family (issue 17): padded batches, every family's head; hidden_act gelu (erf).
     enc_small = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,

@@ -157,6 +157,9 @@ class Dataset {
   virtual void get_doc_pos(int64_t i, int32_t* out) const { (void)i, (void)out; }
   // Input tokens of sample i that are text, not padding (for tokens per second); -1: all of them.
   virtual int64_t real_tokens(int64_t i) const { (void)i; return -1; }
+  // One u8 per input token of sample i: 1 for text, 0 for padding (LoaderOptions::text_mask). The
+  // default: the first real_tokens(i) inputs (all when it is -1); thread-safe like get().
+  virtual void get_text_mask(int64_t i, uint8_t* out) const;
 };
 
 // Images [1, R, C] as f32 (x/255 - mean)/std, target the class label.
@@ -332,6 +335,7 @@ class PairDataset : public Dataset {
   void get(int64_t i, void* input, int64_t* target) const override;
   int64_t aux_size() const override { return 4; }
   void get_aux(int64_t i, float* aux) const override;
+  void get_text_mask(int64_t i, uint8_t* out) const override;  // each row's prompt and completion
   // Pair i's reference log-probabilities at [2i] (chosen) and [2i + 1] (rejected). Set before a
   // loader reads the dataset (its workers read it without a lock).
   void set_reference(std::vector<float> logps);
@@ -358,6 +362,9 @@ struct LoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;  // true: every batch has batch_size samples
+  // Batch::text_mask too (Dataset::get_text_mask): a mixture-of-experts model's load-balancing
+  // loss leaves the padding out, as transformers' does with the attention mask.
+  bool text_mask = false;
   int prefetch = 2;        // host batches prepared ahead by the worker threads; 0: on the caller's thread
   int workers = 1;         // threads building them; each batch is split among them (same batches for any count)
   Device device = Device::cpu();
@@ -372,6 +379,7 @@ struct Batch {
   Tensor targets;  // [B, ...target_shape], i64
   Tensor aux;      // [B, aux_size] f32 when the dataset has aux values (Dataset::aux_size), else undefined
   Tensor doc_pos;  // i32 [B, ...input_shape] when the dataset packs documents (has_doc_pos), else undefined
+  Tensor text_mask;  // u8 [B, ...input_shape], 1 = text, 0 = padding, with LoaderOptions::text_mask, else undefined
   // Per row, the input tokens that are text (Dataset::real_tokens); empty when every input counts.
   std::vector<int64_t> row_tokens;
   int64_t epoch = 0, index = 0;  // index: batch number within the epoch
@@ -412,6 +420,7 @@ class DataLoader {
     int64_t* targets = nullptr;
     float* aux = nullptr;        // Dataset::aux_size() values per row, when it has any
     int32_t* doc_pos = nullptr;  // has_doc_pos() datasets only
+    uint8_t* text_mask = nullptr;  // LoaderOptions::text_mask only
     int buffer = -1;             // index in buffers_
     int64_t size = 0, epoch = 0, index = 0;
     std::vector<int64_t> row_tokens;  // Dataset::real_tokens of each row (when the dataset counts them)
@@ -463,7 +472,7 @@ class DataLoader {
   std::shared_ptr<const std::vector<int64_t>> order_cache_;  // the newest epoch's order
   int64_t order_cache_epoch_ = -1;
   std::vector<Buffer> buffers_;   // prefetch + 2 of them, reused (no page faults or pinning per batch)
-  int64_t buffer_bytes_ = 0, targets_offset_ = 0, aux_offset_ = 0, doc_pos_offset_ = 0;
+  int64_t buffer_bytes_ = 0, targets_offset_ = 0, aux_offset_ = 0, doc_pos_offset_ = 0, text_mask_offset_ = 0;
   std::vector<int> spare_;        // free buffers (under mu_)
   std::deque<int> inflight_;      // copied from, oldest first (caller's thread only)
   bool pinned_ = false;

@@ -62,6 +62,9 @@ class Model : public nn::Module {
   // The embedding table that the LM head reads too (tied weights): its gradient is the head's
   // dense part plus the lookup's rows. Undefined (the default) when there is none.
   virtual Tensor tied_table() const { return Tensor(); }
+  // Whether loss() reads mask.text (a mixture-of-experts model's load-balancing loss leaves the
+  // padding out): the training loader then stages a text mask with each batch. Default: no.
+  virtual bool reads_text_mask() const { return false; }
 
  protected:
   // What linear_cross_entropy needs of a model whose head is one bias-free linear: the hidden
@@ -73,7 +76,8 @@ class Model : public nn::Module {
   };
   virtual HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) { return {}; }
   // A decoder's mask checked against ids [B, T]: key_padding [B, T] cast to u8, doc_pos i32 [B, T]
-  // (not with a position offset: packed rows start their documents at 0). `name` is the model's.
+  // (not with a position offset: packed rows start their documents at 0), text u8 [B, T]. `name`
+  // is the model's.
   static nn::TokenMask decoder_mask(const std::string& name, const nn::TokenMask& mask, int64_t B, int64_t T,
                                     int64_t pos_offset);
   // standalone_modules() of a causal LM: none when the head is tied to the table (`head` null),

@@ -498,9 +498,14 @@ class Mlp : public UnaryModule {
 //                documents (0 at each document start): attention is block-diagonal causal
 //                (AttentionMask::doc_pos) and the rotary or learned positions are these, not
 //                0..T-1. Undefined: one sequence per row.
+//   text         u8 [B, T], 1 = text, 0 = padding that attention already keeps away from the text
+//                (a row's tail: after its text in a causal row, or a document of its own). Not
+//                read by attention: only by statistics over the batch's tokens (the MoE
+//                load-balancing loss, which transformers takes over attention_mask's tokens).
+//                Undefined: every token that key_padding keeps.
 // Converts from a Tensor (a key-padding mask), as the signatures took before packing.
 struct TokenMask {
-  Tensor key_padding, doc_pos;
+  Tensor key_padding, doc_pos, text;
   TokenMask() = default;
   TokenMask(Tensor key_padding_mask) : key_padding(std::move(key_padding_mask)) {}  // NOLINT: implicit on purpose
   TokenMask(Tensor key_padding_mask, Tensor document_positions)

@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "autograd/forward_context.h"
 #include "autograd/kept_outputs.h"
 #include "autograd/routed_params.h"
 
@@ -79,8 +80,10 @@ class ParamCapture {
 std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector<SavedTensor>& saved,
                                        const std::vector<bool>& need, const std::vector<Generator*>& gens,
                                        const std::vector<uint64_t>& forward_offsets, const std::vector<Tensor>* routed,
-                                       size_t n_params, detail::KeptOutputs* kept, const Tensor& grad_out) {
+                                       size_t n_params, detail::KeptOutputs* kept, const ForwardContext& context,
+                                       const Tensor& grad_out) {
   MemoryCategoryScope act(Category::Activation);  // recomputed tensors are activations
+  ForwardContextScope forward_state(context);     // the forward's (its MoE loss sums), not the caller's
   std::vector<std::shared_ptr<CaptureNode>> caps(saved.size());
   std::optional<ParamCapture> param_caps;
   if (routed) param_caps.emplace(*routed);
@@ -184,13 +187,15 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   out = out.detach();
   std::vector<Generator*> gens = opts.generators;
   std::vector<Tensor> captured = opts.captured;
+  ForwardContext context = forward_context();
   const size_t n_params = opts.params.size();
   // Routed: the region's node returns its parameters' gradients like an input's, so the outer
   // engine sums them over every use (every micro-batch) before their AccumulateGrad runs once.
   std::shared_ptr<const std::vector<Tensor>> routed;
   if (t_route_param_grads > 0) routed = std::make_shared<const std::vector<Tensor>>(opts.params);
-  record(out, opts.name, edges, [fn, saved, need, gens, offsets, routed, n_params, captured, kept](const Tensor& g) {
-    return recompute_backward(fn, saved, need, gens, offsets, routed.get(), n_params, kept.get(), g);
+  record(out, opts.name, edges,
+         [fn, saved, need, gens, offsets, routed, n_params, captured, kept, context](const Tensor& g) {
+           return recompute_backward(fn, saved, need, gens, offsets, routed.get(), n_params, kept.get(), context, g);
   });
   return out;
 }

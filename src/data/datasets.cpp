@@ -9,6 +9,11 @@
 
 namespace lt {
 
+void Dataset::get_text_mask(int64_t i, uint8_t* out) const {
+  const int64_t n = numel(input_shape()), text = real_tokens(i);
+  for (int64_t t = 0; t < n; ++t) out[t] = text < 0 || t < text;
+}
+
 ImageDataset::ImageDataset(std::shared_ptr<const ImageSet> set, float mean, float std)
     : set_(std::move(set)), mean_(mean), std_(std) {
   LT_CHECK(std > 0, "image std " + std::to_string(std) + " is not positive", "images are divided by it",

@@ -77,6 +77,7 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
   h.targets = mem ? reinterpret_cast<int64_t*>(mem + targets_offset_) : nullptr;  // meta's have no memory
   h.aux = mem && ds_->aux_size() > 0 ? reinterpret_cast<float*>(mem + aux_offset_) : nullptr;
   h.doc_pos = mem && ds_->has_doc_pos() ? reinterpret_cast<int32_t*>(mem + doc_pos_offset_) : nullptr;
+  h.text_mask = mem && opt_.text_mask ? mem + text_mask_offset_ : nullptr;
   h.row_tokens.clear();
 }
 
@@ -94,8 +95,9 @@ void DataLoader::count_tokens(HostBatch& h, const std::vector<int64_t>& order) c
   }
 }
 
-// A full batch's inputs, then its targets at a 64-byte boundary, then its aux values (if any) and
-// its document positions (packed documents) each at the next one, in each buffer. Pinned memory
+// A full batch's inputs, then its targets at a 64-byte boundary, then its aux values (if any), its
+// document positions (packed documents) and its text mask (LoaderOptions::text_mask) each at the
+// next one, in each buffer. Pinned memory
 // is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
 void DataLoader::ensure_buffers() {
   if (!buffers_.empty()) return;
@@ -119,6 +121,11 @@ void DataLoader::ensure_buffers() {
     buffer_bytes_ = checked_add(doc_pos_offset_,
                                 checked_product(Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(sizeof(int32_t))},
                                                 what, fix),
+                                what, fix);
+  }
+  if (opt_.text_mask) {
+    text_mask_offset_ = checked_add<int64_t>(buffer_bytes_, 63, what, fix) / 64 * 64;
+    buffer_bytes_ = checked_add(text_mask_offset_, checked_product(Shape{opt_.batch_size, numel(ds_->input_shape())}, what, fix),
                                 what, fix);
   }
   const int n = opt_.prefetch + 2;
@@ -210,6 +217,7 @@ void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int6
     ds_->get(order[size_t(begin + r)], h.inputs + r * in_bytes, h.targets + r * tgt_elems);
     if (aux_n > 0) ds_->get_aux(order[size_t(begin + r)], h.aux + r * aux_n);
     if (h.doc_pos) ds_->get_doc_pos(order[size_t(begin + r)], h.doc_pos + r * pos_elems);
+    if (h.text_mask) ds_->get_text_mask(order[size_t(begin + r)], h.text_mask + r * pos_elems);
   }
 }
 
@@ -308,7 +316,7 @@ void DataLoader::seek(int64_t epoch, int64_t index) {
 }
 
 // Allocates the batch's device tensors (inputs, targets, then aux values and document positions when the
-// dataset has them; category
+// dataset has them, the text mask when asked for; category
 // Input) and copies h into them: enqueued from pinned buffers, synchronous from pageable ones.
 void DataLoader::to_device(const HostBatch& h, Batch& out) {
   Shape in_shape{h.size}, tgt_shape{h.size};
@@ -320,6 +328,7 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   const int64_t aux_n = ds_->aux_size();
   if (aux_n > 0) out.aux = Tensor::empty({h.size, aux_n}, DType::F32, opt_.device);
   if (ds_->has_doc_pos()) out.doc_pos = Tensor::empty(in_shape, DType::I32, opt_.device);
+  if (opt_.text_mask) out.text_mask = Tensor::empty(in_shape, DType::U8, opt_.device);
   out.row_tokens = h.row_tokens;
   Backend& be = backend_for(opt_.device);
   // Integer inputs (token ids) and the targets keep their bytes on the host too: the embedding's
@@ -339,12 +348,14 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
     be.copy_from_host_async(out.targets, h.targets);
     if (aux_n > 0) be.copy_from_host_async(out.aux, h.aux);
     if (out.doc_pos.defined()) be.copy_from_host_async(out.doc_pos, h.doc_pos);
+    if (out.text_mask.defined()) be.copy_from_host_async(out.text_mask, h.text_mask);
     buf.event->record();
   } else {
     be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
     be.copy_from_host(out.targets, h.targets);
     if (aux_n > 0) be.copy_from_host(out.aux, h.aux);
     if (out.doc_pos.defined()) be.copy_from_host(out.doc_pos, h.doc_pos);
+    if (out.text_mask.defined()) be.copy_from_host(out.text_mask, h.text_mask);
   }
 }
 

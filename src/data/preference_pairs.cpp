@@ -306,6 +306,14 @@ void PairDataset::get(int64_t i, void* input, int64_t* target) const {
   }
 }
 
+void PairDataset::get_text_mask(int64_t i, uint8_t* out) const {
+  const int64_t* o = split().offsets.data() + 3 * i;
+  for (int k = 0; k < 2; ++k) {
+    const int64_t n = (o[1] - o[0]) + (o[2 + k] - o[1 + k]);  // prompt + completion (get()'s rows)
+    for (int64_t t = 0; t < seq_len_; ++t) out[k * seq_len_ + t] = t < n;
+  }
+}
+
 int64_t PairDataset::targets_of(int64_t i, int k) const {
   const int64_t* o = split().offsets.data() + 3 * i;
   const int64_t np = o[1] - o[0], nc = o[2 + k] - o[1 + k];

@@ -102,6 +102,7 @@ class DataParallel final : public StepHook {
     b.targets = slice(b.targets, 0, r * rows / w, (r + 1) * rows / w);
     if (b.aux.defined()) b.aux = slice(b.aux, 0, r * rows / w, (r + 1) * rows / w);
     if (b.doc_pos.defined()) b.doc_pos = slice(b.doc_pos, 0, r * rows / w, (r + 1) * rows / w);
+    if (b.text_mask.defined()) b.text_mask = slice(b.text_mask, 0, r * rows / w, (r + 1) * rows / w);
     if (!b.row_tokens.empty())
       b.row_tokens = std::vector<int64_t>(b.row_tokens.begin() + r * rows / w, b.row_tokens.begin() + (r + 1) * rows / w);
   }

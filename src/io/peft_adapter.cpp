@@ -29,6 +29,7 @@ std::string peft_adapter_config_json(const PeftAdapterConfig& c) {
   j["inference_mode"] = true;
   j["init_lora_weights"] = true;
   j["modules_to_save"] = c.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_save);
+  j["target_parameters"] = c.target_parameters.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.target_parameters);
   j["use_rslora"] = false;
   j["use_dora"] = false;
   j["revision"] = nullptr;
@@ -87,9 +88,14 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
       if (!e.is_string()) bad(file, "\"target_modules\" holds a non-string", fix);
       c.target_modules.push_back(e.get<std::string>());
     }
-  } else {
-    bad(file, "\"target_modules\" is missing or empty", "name the adapted modules in it");
   }
+  if (j.contains("target_parameters") && j["target_parameters"].is_array())
+    for (const auto& e : j["target_parameters"]) {
+      if (!e.is_string()) bad(file, "\"target_parameters\" holds a non-string", fix);
+      c.target_parameters.push_back(e.get<std::string>());
+    }
+  if (!c.target_regex && c.target_modules.empty() && c.target_parameters.empty())
+    bad(file, "\"target_modules\" is missing or empty", "name the adapted modules in it");
   if (j.contains("modules_to_save") && j["modules_to_save"].is_array())
     for (const auto& e : j["modules_to_save"])
       if (e.is_string()) c.modules_to_save.push_back(e.get<std::string>());
@@ -107,6 +113,21 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
   if (j.contains("bias") && j["bias"].is_string() && j["bias"] != "none")
     bad(file, "\"bias\" is " + j["bias"].dump() + ", not \"none\"", "leantrain adapters train no biases");
   return c;
+}
+
+namespace {
+
+bool suffix_match(const std::string& path, const std::string& t) {
+  return path == t || (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
+                       path[path.size() - t.size() - 1] == '.');
+}
+
+}  // namespace
+
+bool peft_targets_parameter(const PeftAdapterConfig& c, const std::string& path) {
+  for (const std::string& t : c.target_parameters)
+    if (suffix_match(path, t)) return true;
+  return false;
 }
 
 bool peft_targets(const PeftAdapterConfig& c, const std::string& path) {

@@ -21,7 +21,7 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // "llama", "qwen2", "qwen3" or "mistral": the family, its defaults (transformers' for that type)
+  // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe" or "mixtral": the family, its defaults (transformers' for that type)
   // and its biases (llama: attention_bias, mlp_bias; qwen2: q, k, v always; qwen3: attention_bias
   // on q, k, v and o; mistral: none).
   std::string model_type = "llama";
@@ -43,6 +43,17 @@ struct LlamaConfig {
   std::vector<bool> layer_sliding;  // qwen2 / qwen3 layer_types; empty: from max_window_layers
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
+  // Mixture of experts (qwen3_moe, mixtral): the sparse layers' MLP is a router over
+  // num_experts SwiGLU experts (num_local_experts in Mixtral's and transformers 5's files) of
+  // width moe_intermediate_size (Mixtral: intermediate_size), num_experts_per_tok of them a token.
+  // qwen3_moe: layer i is sparse when not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0,
+  // else a dense MLP of intermediate_size; norm_topk_prob renormalises the top-k weights (Mixtral
+  // always). output_router_logits adds router_aux_loss_coef times the load-balancing loss to the
+  // training loss, as transformers' *ForCausalLM does.
+  int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0, decoder_sparse_step = 1;
+  bool norm_topk_prob = false, output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
+  std::vector<int64_t> mlp_only_layers;
   // Read and written back untouched: bos_token_id, eos_token_id, pad_token_id, torch_dtype.
   nlohmann::json kept = nlohmann::json::object();
 
@@ -63,9 +74,15 @@ struct LlamaConfig {
   int64_t padding_idx() const;
   bool qkv_bias() const { return model_type == "qwen2" || (reads_attention_bias() && attention_bias); }
   bool o_bias() const { return reads_attention_bias() && attention_bias; }
-  bool reads_attention_bias() const { return model_type == "llama" || model_type == "qwen3"; }
-  // Qwen3: q_norm and k_norm, RMSNorms [head_dim] over each head of q and k before RoPE.
-  bool qk_norm() const { return model_type == "qwen3"; }
+  bool reads_attention_bias() const {
+    return model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe";
+  }
+  // Qwen3 (and Qwen3-MoE): q_norm and k_norm, RMSNorms [head_dim] over each head of q and k before RoPE.
+  bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
+  bool moe() const { return model_type == "qwen3_moe" || model_type == "mixtral"; }
+  bool sparse_layer(int64_t layer) const;  // an MoE layer (moe() only)
+  int64_t expert_intermediate() const { return model_type == "mixtral" ? intermediate_size : moe_intermediate_size; }
+  bool renorm_topk() const { return model_type == "mixtral" || norm_topk_prob; }
   bool gated_bias() const { return model_type == "llama" && mlp_bias; }
   double num_parameters() const;  // closed form, from the fields alone (no overflow for any values)
   // transformers' class names for this type: "Llama", "Qwen2", "Qwen3", "Mistral" (+ "DecoderLayer", ...).
@@ -93,10 +110,15 @@ class Llama : public CausalLM {
   Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return cfg_.model_type; }
   std::string config_json() const override { return cfg_.to_json(); }
+  bool reads_text_mask() const override { return aux_loss(); }
   double root_forward_flops(const Shape& input) const override;
   // Accepts *ForCausalLM and bare *Model files ("model." added), skips a tied lm_head.weight and
   // the rotary_emb.inv_freq buffers older checkpoints hold.
   std::string checkpoint_key_to_name(const std::string& key) const override;
+  // MoE models: the hub's per-expert tensors (Qwen3-MoE: mlp.experts.N.{gate,up,down}_proj;
+  // Mixtral: block_sparse_moe.experts.N.w{1,3,2} and block_sparse_moe.gate); transformers 5's
+  // fused tensors load too (checkpoint_key_to_name).
+  std::vector<CheckpointTensor> checkpoint_tensors() const override;
   const LlamaConfig& config() const { return cfg_; }
 
   int64_t vocab_size() const override { return cfg_.vocab_size; }
@@ -107,6 +129,8 @@ class Llama : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
+  // The forward makes a load-balancing loss (a mixture of experts with output_router_logits).
+  bool aux_loss() const { return cfg_.moe() && cfg_.output_router_logits && cfg_.router_aux_loss_coef > 0; }
   HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   LlamaConfig cfg_;
   std::string type_;

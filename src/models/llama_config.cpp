@@ -13,9 +13,11 @@ using namespace detail;
 
 namespace {
 
-constexpr const char* kTypes = "llama, qwen2, qwen3 or mistral";
+constexpr const char* kTypes = "llama, qwen2, qwen3, mistral, qwen3_moe or mixtral";
 
-bool known_type(const std::string& t) { return t == "llama" || t == "qwen2" || t == "qwen3" || t == "mistral"; }
+bool known_type(const std::string& t) {
+  return t == "llama" || t == "qwen2" || t == "qwen3" || t == "mistral" || t == "qwen3_moe" || t == "mixtral";
+}
 
 std::string what(const LlamaConfig& c) { return c.class_prefix() + " config"; }
 
@@ -32,9 +34,10 @@ double scaling_number(const nlohmann::json& s, const char* key, const std::strin
 // The sliding window: mistral's sliding_window (a missing key is transformers' 4096, null none);
 // qwen2 / qwen3's sliding_window, use_sliding_window, max_window_layers and layer_types.
 void read_sliding_window(const nlohmann::json& j, LlamaConfig& c) {
-  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
-  if (c.model_type != "mistral" && !qwen) return;
-  c.sliding_window = 4096;  // MistralConfig's, Qwen2Config's and Qwen3Config's default
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (c.model_type != "mistral" && c.model_type != "mixtral" && !qwen) return;
+  // MistralConfig's, Qwen2Config's, Qwen3Config's and Qwen3MoeConfig's default; MixtralConfig's is None.
+  c.sliding_window = c.model_type == "mixtral" ? 0 : 4096;
   if (auto it = j.find("sliding_window"); it != j.end()) {
     LT_CHECK(it->is_null() || (it->is_number_integer() && it->get<int64_t>() > 0),
              "config.json: " + c.model_type + " 'sliding_window' is " + it->dump(),
@@ -44,6 +47,7 @@ void read_sliding_window(const nlohmann::json& j, LlamaConfig& c) {
   }
   if (!qwen) return;
   read_bool(j, "use_sliding_window", c.use_sliding_window);
+  if (c.model_type == "qwen3_moe") return;  // every layer when use_sliding_window (no layer_types)
   read_int(j, "max_window_layers", c.max_window_layers);
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
     LT_CHECK(it->is_array(), "config.json: 'layer_types' must be a list", "found " + it->dump(),
@@ -53,6 +57,38 @@ void read_sliding_window(const nlohmann::json& j, LlamaConfig& c) {
       LT_CHECK(e == "sliding_attention" || e == "full_attention", "config.json: layer_types entry " + e.dump(),
                c.model_type + " layers are \"sliding_attention\" or \"full_attention\"", "fix layer_types");
       c.layer_sliding.push_back(e == "sliding_attention");
+    }
+  }
+}
+
+// The mixture-of-experts keys of qwen3_moe and mixtral.
+void read_moe(const nlohmann::json& j, LlamaConfig& c) {
+  if (!c.moe()) return;
+  // transformers 5 maps num_experts to num_local_experts for both; files use either name.
+  read_int(j, "num_local_experts", c.num_experts);
+  read_int(j, "num_experts", c.num_experts);
+  read_int(j, "num_experts_per_tok", c.num_experts_per_tok);
+  read_bool(j, "output_router_logits", c.output_router_logits);
+  read_double(j, "router_aux_loss_coef", c.router_aux_loss_coef);
+  if (c.model_type == "mixtral") {
+    double jitter = 0;
+    read_double(j, "router_jitter_noise", jitter);
+    LT_CHECK(jitter == 0, "config.json: router_jitter_noise = " + std::to_string(jitter),
+             "leantrain's router has no jitter (transformers multiplies the input by random noise in training)",
+             "set \"router_jitter_noise\": 0.0");
+    return;
+  }
+  read_int(j, "moe_intermediate_size", c.moe_intermediate_size);
+  read_int(j, "decoder_sparse_step", c.decoder_sparse_step);
+  read_bool(j, "norm_topk_prob", c.norm_topk_prob);
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    LT_CHECK(it->is_array(), "config.json: 'mlp_only_layers' must be a list of layer indices", "found " + it->dump(),
+             "write e.g. [0, 47] or []");
+    c.mlp_only_layers.clear();
+    for (const auto& e : *it) {
+      LT_CHECK(e.is_number_integer(), "config.json: mlp_only_layers entry " + e.dump(), "entries are layer indices",
+               "fix mlp_only_layers");
+      c.mlp_only_layers.push_back(e.get<int64_t>());
     }
   }
 }
@@ -121,13 +157,36 @@ LlamaConfig LlamaConfig::defaults(const std::string& type) {
     c.max_position_embeddings = 4096 * 32;
     return c;
   }
+  if (type == "qwen3_moe") {  // Qwen3MoeConfig's defaults
+    c.vocab_size = 151936;
+    c.hidden_size = 2048;
+    c.intermediate_size = 6144;
+    c.num_hidden_layers = 24;
+    c.num_key_value_heads = 4;
+    c.max_position_embeddings = 32768;
+    c.num_experts = 128;
+    c.num_experts_per_tok = 8;
+    c.moe_intermediate_size = 768;
+    return c;
+  }
+  if (type == "mixtral") {  // MixtralConfig's defaults
+    c.intermediate_size = 14336;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 4096 * 32;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 1e6;
+    c.num_experts = 8;
+    c.num_experts_per_tok = 2;
+    return c;
+  }
   fail("model_type '" + type + "' is not a LLaMA-family type", std::string("this parser reads ") + kTypes + " configs",
        "build it through the model registry (models::config_from_json)");
 }
 
 std::vector<std::string> LlamaConfig::preset_names() {
   return {"llama-tiny", "smollm2-135m", "tinyllama-1.1b", "llama3.2-1b", "llama3-8b", "qwen2-0.5b",
-          "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"};
+          "qwen3-tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
+          "qwen3-moe-tiny", "qwen3-30b-a3b", "mixtral-tiny", "mixtral-8x7b"};
 }
 
 LlamaConfig LlamaConfig::preset(const std::string& name) {
@@ -177,6 +236,32 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
   if (name == "qwen3-1.7b") return q3(2048, 6144, 28, 16, true);
   if (name == "qwen3-4b") return q3(2560, 9728, 36, 32, true);
   if (name == "qwen3-8b") return q3(4096, 12288, 36, 32, false);
+  // Qwen3-MoE: the Qwen/Qwen3-30B-A3B config.json (48 layers, 128 experts of 768, 8 a token,
+  // renormalised, untied); the tiny one trains on the CPU in the tests (8 experts of 24, 2 a
+  // token, layer 1 dense, q/k norms, head_dim 12 over width 32).
+  if (name == "qwen3-30b-a3b") {
+    LlamaConfig c = tokens(shape(defaults("qwen3_moe"), 2048, 6144, 48, 32, 4, 151936, 40960, 1000000, 1e-6, false),
+                           151643, 151645);
+    c.head_dim = 128;
+    c.num_experts = 128, c.num_experts_per_tok = 8, c.moe_intermediate_size = 768, c.norm_topk_prob = true;
+    return c;
+  }
+  if (name == "qwen3-moe-tiny") {
+    LlamaConfig c = shape(defaults("qwen3_moe"), 32, 48, 3, 4, 2, 4096, 1024, 1000000, 1e-6, false);
+    c.head_dim = 12;
+    c.num_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 24, c.norm_topk_prob = true;
+    c.mlp_only_layers = {1};
+    return c;
+  }
+  // Mixtral: the mistralai/Mixtral-8x7B-v0.1 config.json; the tiny one for the CPU (4 experts of
+  // 40, 2 a token, grouped queries).
+  if (name == "mixtral-8x7b")
+    return tokens(shape(defaults("mixtral"), 4096, 14336, 32, 32, 8, 32000, 32768, 1000000, 1e-5, false), 1, 2);
+  if (name == "mixtral-tiny") {
+    LlamaConfig c = shape(defaults("mixtral"), 32, 40, 2, 4, 2, 4096, 1024, 1000000, 1e-5, false);
+    c.num_experts = 4, c.num_experts_per_tok = 2;
+    return c;
+  }
   std::string known;
   for (const std::string& p : preset_names()) known += (known.empty() ? "" : ", ") + p;
   fail("unknown LLaMA-family preset '" + name + "'", "known: " + known, "use one of those or a config.json");
@@ -212,6 +297,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   if (auto it = j.find("rope_parameters"); it != j.end())
     read_rope_object(*it, "rope_parameters", c.rope_theta, c.rope_scaling);
   read_sliding_window(j, c);
+  read_moe(j, c);
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
     if (auto it = j.find(key); it != j.end()) c.kept[key] = *it;
   check_special_ids(nlohmann::json(c.kept), c.vocab_size);  // what to_json writes, defaults included
@@ -249,8 +335,22 @@ std::string LlamaConfig::to_json() const {
   }
   if (reads_attention_bias()) j["attention_bias"] = attention_bias;
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3")
+  if (model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" || moe())
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json(nullptr);
+  if (model_type == "qwen3_moe") j["use_sliding_window"] = use_sliding_window;
+  if (moe()) {
+    j[model_type == "mixtral" ? "num_local_experts" : "num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["output_router_logits"] = output_router_logits;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
+    if (model_type == "mixtral") j["router_jitter_noise"] = 0.0;
+  }
+  if (model_type == "qwen3_moe") {
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["mlp_only_layers"] = mlp_only_layers;
+  }
   if (model_type == "qwen2" || model_type == "qwen3") {
     j["use_sliding_window"] = use_sliding_window;
     j["max_window_layers"] = max_window_layers;
@@ -268,16 +368,27 @@ std::string LlamaConfig::class_prefix() const {
   if (model_type == "qwen2") return "Qwen2";
   if (model_type == "qwen3") return "Qwen3";
   if (model_type == "mistral") return "Mistral";
+  if (model_type == "qwen3_moe") return "Qwen3Moe";
+  if (model_type == "mixtral") return "Mixtral";
   return "Llama";
 }
 
 int64_t LlamaConfig::window_of(int64_t layer) const {
   if (sliding_window <= 0) return 0;
-  if (model_type == "mistral") return sliding_window;
+  if (model_type == "mistral" || model_type == "mixtral") return sliding_window;
+  if (model_type == "qwen3_moe") return use_sliding_window ? sliding_window : 0;
   if (model_type != "qwen2" && model_type != "qwen3") return 0;
   if (!use_sliding_window) return 0;
   const bool slides = layer_sliding.empty() ? layer >= max_window_layers : bool(layer_sliding[size_t(layer)]);
   return slides ? sliding_window : 0;
+}
+
+bool LlamaConfig::sparse_layer(int64_t layer) const {
+  if (!moe()) return false;
+  if (model_type == "mixtral") return true;
+  for (int64_t l : mlp_only_layers)
+    if (l == layer) return false;
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
 int64_t LlamaConfig::head_size() const {
@@ -294,7 +405,13 @@ double LlamaConfig::num_parameters() const {
   const double attention = 2 * C * H * D + 2 * C * K * D + (qkv_bias() ? H * D + 2 * K * D : 0) + (o_bias() ? C : 0) +
                            (qk_norm() ? 2 * D : 0);
   const double mlp = 3 * C * F + (gated_bias() ? 2 * F + C : 0);
-  return V * C + L * (attention + mlp + 2 * C) + C + (tie_word_embeddings ? 0 : V * C);
+  double sparse = 0;  // MoE layers: the router [E, C] and E experts of 3 C I
+  if (moe())
+    for (int64_t i = 0; i < num_hidden_layers && i < int64_t(1) << 20; ++i)
+      if (sparse_layer(i)) sparse += 1;
+  if (moe() && num_hidden_layers >= int64_t(1) << 20) sparse = L;  // (size checks refuse such depths anyway)
+  const double moe_mlp = double(num_experts) * (C + 3 * C * double(expert_intermediate()));
+  return V * C + L * (attention + 2 * C) + (L - sparse) * mlp + sparse * moe_mlp + C + (tie_word_embeddings ? 0 : V * C);
 }
 
 // LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig default pad_token_id to None.
@@ -358,6 +475,20 @@ void LlamaConfig::validate() const {
                  std::to_string(s.original_max_position_embeddings),
              "llama3 scaling needs 0 < low_freq_factor < high_freq_factor and a positive original length",
              "fix rope_scaling");
+  if (moe()) {
+    LT_CHECK(num_experts > 0 && num_experts_per_tok > 0 && num_experts_per_tok <= num_experts,
+             m + ": " + std::to_string(num_experts_per_tok) + " experts per token of " + std::to_string(num_experts),
+             "a token is routed to between 1 and num_experts experts", "fix num_experts / num_experts_per_tok");
+    LT_CHECK(num_experts <= 4096, m + ": " + std::to_string(num_experts) + " experts",
+             "the routing kernels take at most 4096 experts", "use fewer experts");
+    check_positive(m.c_str(), model_type == "mixtral" ? "intermediate_size" : "moe_intermediate_size",
+                   expert_intermediate());
+    LT_CHECK(decoder_sparse_step > 0, m + ": decoder_sparse_step = " + std::to_string(decoder_sparse_step),
+             "layer i is sparse when (i + 1) % decoder_sparse_step == 0", "use a positive step");
+    LT_CHECK(router_aux_loss_coef >= 0 && std::isfinite(router_aux_loss_coef),
+             m + ": router_aux_loss_coef = " + std::to_string(router_aux_loss_coef), "it scales a loss",
+             "use e.g. 0.001");
+  }
   check_model_size(class_prefix(), {num_parameters(), num_hidden_layers}, "num_hidden_layers",
                    "hidden_size, intermediate_size, num_hidden_layers, head_dim or vocab_size");
   (void)padding_idx();

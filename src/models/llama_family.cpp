@@ -14,6 +14,8 @@ const ModelFamily& llama_family();
 const ModelFamily& qwen2_family();
 const ModelFamily& mistral_family();
 const ModelFamily& qwen3_family();
+const ModelFamily& qwen3_moe_family();
+const ModelFamily& mixtral_family();
 
 namespace {
 
@@ -21,6 +23,8 @@ const ModelFamily& family_for(const std::string& type) {
   if (type == "qwen2") return qwen2_family();
   if (type == "qwen3") return qwen3_family();
   if (type == "mistral") return mistral_family();
+  if (type == "qwen3_moe") return qwen3_moe_family();
+  if (type == "mixtral") return mixtral_family();
   return llama_family();
 }
 
@@ -57,6 +61,9 @@ class LlamaSpec final : public ModelConfig {
     std::string s = "dim " + std::to_string(c_.hidden_size) + ", depth " + std::to_string(c_.num_hidden_layers) +
                     ", heads " + std::to_string(c_.num_attention_heads);
     if (c_.kv_heads() != c_.num_attention_heads) s += " (" + std::to_string(c_.kv_heads()) + " kv)";
+    if (c_.moe())
+      return s + ", " + std::to_string(c_.num_experts) + " experts of " + std::to_string(c_.expert_intermediate()) +
+             " (" + std::to_string(c_.num_experts_per_tok) + " a token)";
     return s + ", mlp " + std::to_string(c_.intermediate_size);
   }
 
@@ -111,6 +118,16 @@ const ModelFamily& qwen3_family() {
 
 const ModelFamily& mistral_family() {
   static const LlamaFamily f("mistral", "Mistral", {});
+  return f;
+}
+
+const ModelFamily& qwen3_moe_family() {
+  static const LlamaFamily f("qwen3_moe", "Qwen3-MoE", {"qwen3-moe-tiny", "qwen3-30b-a3b"});
+  return f;
+}
+
+const ModelFamily& mixtral_family() {
+  static const LlamaFamily f("mixtral", "Mixtral", {"mixtral-tiny", "mixtral-8x7b"});
   return f;
 }
 

@@ -1,5 +1,7 @@
 // The model-independent parts of every model (the factory is in registry.cpp).
+#include "autograd/forward_context.h"
 #include "leantrain/error.h"
+#include "leantrain/ops_moe.h"
 #include "leantrain/models.h"
 
 namespace lt::models {
@@ -11,7 +13,9 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const nn::TokenMa
       LT_CHECK(targets.numel() * h.hidden.size(-1) == h.hidden.numel(), "loss: targets have shape " + shape_str(targets.shape()),
                "hidden states are " + shape_str(h.hidden.shape()) + " (one target per row expected)",
                "pass one class index per prediction");
-      return linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Mean, loss_chunk_);
+      return moe_add_aux_loss(
+          linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Mean, loss_chunk_),
+          take_pending_moe_aux(this));
     }
   }
   Tensor logits = forward(input, mask);
@@ -20,7 +24,9 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const nn::TokenMa
            "logits are " + shape_str(logits.shape()) + " (one target per row expected)",
            "pass one class index per prediction");
   // Nothing reads the logits after the loss: their buffer takes the gradient in the same pass.
-  return cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1}));
+  // A mixture-of-experts model's load-balancing loss, when its forward made one (output_router_logits).
+  return moe_add_aux_loss(cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1})),
+                          take_pending_moe_aux(this));
 }
 
 Tensor Model::token_losses(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
@@ -67,6 +73,10 @@ nn::TokenMask Model::decoder_mask(const std::string& name, const nn::TokenMask& 
     LT_CHECK(pos_offset == 0, name + " input: document positions with position offset " + std::to_string(pos_offset),
              "packed documents start at position 0 of their row", "pass one or the other");
   }
+  if (m.text.defined())
+    LT_CHECK(m.text.dtype() == DType::U8 && m.text.shape() == Shape({B, T}),
+             name + " text mask is " + dtype_name(m.text.dtype()) + " " + shape_str(m.text.shape()),
+             "expected u8 " + shape_str({B, T}) + " like the ids: 1 for text, 0 for padding", "pass one u8 per token");
   return m;
 }
 

@@ -30,7 +30,8 @@ std::string known_types() {
 const ModelFamily& gpt2_family();
 const ModelFamily& vit_family();
 const ModelFamily& resnet_family();
-const ModelFamily& llama_family(), &qwen2_family(), &qwen3_family(), &mistral_family();  // llama_family.cpp
+const ModelFamily& llama_family(), &qwen2_family(), &qwen3_family(), &mistral_family(), &qwen3_moe_family(),
+    &mixtral_family();  // llama_family.cpp
 const ModelFamily& bert_family(), &roberta_family(), &distilbert_family(), &big_bird_family();  // encoder_family.cpp
 const ModelFamily& gemma3_text_family(), &gemma3_family();  // gemma3_family.cpp
 
@@ -38,7 +39,8 @@ const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all{&gpt2_family(), &vit_family(), &llama_family(), &qwen2_family(),
                                                    &qwen3_family(), &mistral_family(), &resnet_family(), &bert_family(),
                                                    &roberta_family(), &distilbert_family(), &big_bird_family(),
-                                                   &gemma3_text_family(), &gemma3_family()};
+                                                   &gemma3_text_family(), &gemma3_family(), &qwen3_moe_family(),
+                                                   &mixtral_family()};
   return all;
 }
 

@@ -3,6 +3,7 @@
 #include "quant/nf4.h"
 
 #include "backend/backend.h"
+#include "backend/moe_kernels.h"
 #include "backend/nf4.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -90,6 +91,74 @@ Tensor nf4_dequantize(const Nf4Weight& q, DType dtype) {
                              reshape(q.absmax_codes, {q.absmax_codes.numel()}),
                              reshape(q.nested_absmax, {q.nested_absmax.numel()}), q.offset, q.nested_map);
   return out;
+}
+
+namespace {
+
+// Row p of a [pieces, m] state tensor, as a flat [m] view.
+Tensor state_row(const Tensor& t, int64_t p) { return make_view(t, {t.size(1)}, {1}, t.offset() + p * t.strides()[0]); }
+
+}  // namespace
+
+Nf4StackShapes nf4_stack_shapes(const Shape& shape, int64_t parts) {
+  LT_CHECK(shape.size() == 3 && parts >= 1 && shape[1] % parts == 0,
+           "NF4 experts: a stacked weight of shape " + shape_str(shape) + " in " + std::to_string(parts) + " parts",
+           "a stack is [experts, d1, d2] with d1 a multiple of the parts", "quantise the experts' stacked weights");
+  const int64_t pieces = shape[0] * parts, n = shape[1] / parts * shape[2], blocks = nf4_blocks(n);
+  return {{pieces, nf4_bytes(n)}, {pieces, blocks}, {pieces, nf4_nested_blocks(blocks)}};
+}
+
+Nf4Weight Nf4Stack::piece(int64_t p) const {
+  LT_ASSERT(p >= 0 && p < pieces() && int64_t(offsets.size()) == pieces());
+  Nf4Weight q;
+  q.shape = piece_shape();
+  q.dtype = dtype;
+  q.codes = state_row(codes, p);
+  q.absmax_codes = state_row(absmax_codes, p);
+  q.nested_absmax = state_row(nested_absmax, p);
+  q.offset = offsets[size_t(p)];
+  q.nested_map = nested_map;
+  return q;
+}
+
+void nf4_stack_dequantize_into(const Nf4Stack& w, int64_t e0, int64_t count, const Tensor& out) {
+  LT_CHECK(e0 >= 0 && count >= 0 && e0 + count <= w.experts() && out.is_contiguous() &&
+               out.shape() == Shape({count, w.shape[1], w.shape[2]}),
+           "NF4 experts: experts [" + std::to_string(e0) + ", " + std::to_string(e0 + count) + ") into " + shape_str(out.shape()),
+           "the stack has " + std::to_string(w.experts()) + " of " + shape_str({w.shape[1], w.shape[2]}),
+           "pass a contiguous [count, d1, d2] output");
+  LT_CHECK(w.nested_map.size() == 256 && int64_t(w.offsets.size()) == w.pieces(),
+           "NF4 experts: a nested map of " + std::to_string(w.nested_map.size()) + " and " + std::to_string(w.offsets.size()) +
+               " offsets",
+           "a stack has 256 map entries and one offset per piece", "quantise or load the stack first");
+  if (count == 0) return;
+  const int64_t p0 = e0 * w.parts, np = count * w.parts;
+  auto rows = [&](const Tensor& t) {
+    return make_view(t, {np, t.size(1)}, {t.strides()[0], 1}, t.offset() + p0 * t.strides()[0]);
+  };
+  moe_kernels_for(out.device())
+      .nf4_dequantize_pieces(make_view(out, {np, w.piece_numel()}, {w.piece_numel(), 1}, out.offset()), rows(w.codes),
+                             rows(w.absmax_codes), rows(w.nested_absmax),
+                             std::span<const float>(w.offsets).subspan(size_t(p0), size_t(np)), w.nested_map);
+}
+
+Tensor nf4_stack_dequantize(const Nf4Stack& w, DType dtype) {
+  const Tensor out = empty(w.shape, dtype, w.codes.device());
+  nf4_stack_dequantize_into(w, 0, w.experts(), out);
+  return out;
+}
+
+void nf4_stack_quantize_piece(const Tensor& w_piece, Nf4Stack& w, int64_t p) {
+  LT_CHECK(p >= 0 && p < w.pieces() && w_piece.shape() == w.piece_shape(),
+           "NF4 experts: piece " + std::to_string(p) + " of shape " + shape_str(w_piece.shape()),
+           "the stack has " + std::to_string(w.pieces()) + " pieces of " + shape_str(w.piece_shape()),
+           "quantise each expert's projection apart");
+  if (int64_t(w.offsets.size()) != w.pieces()) w.offsets.assign(size_t(w.pieces()), 0.0f);
+  Nf4Weight q = w.piece(p);
+  nf4_quantize_into(w_piece, q, w.nested_map);
+  w.offsets[size_t(p)] = q.offset;
+  w.nested_map = q.nested_map;
+  w.dtype = q.dtype;
 }
 
 }  // namespace lt

@@ -41,4 +41,43 @@ Tensor nf4_block_absmax(const Nf4Weight& q);
 // The dequantised weight, q.shape, in `dtype` (f32, f16 or bf16).
 Tensor nf4_dequantize(const Nf4Weight& q, DType dtype);
 
+// A stacked mixture-of-experts weight [E, d1, d2] in NF4 (transformers 5's experts.gate_up_proj
+// [E, 2I, C], experts.down_proj [E, C, I]): each expert's [d1, d2] cut along d1 into `parts`
+// pieces of [d1 / parts, d2], each quantised apart as a bitsandbytes state of its own (its own
+// block statistics and offset), piece p = e * parts + j. These are the hub's per-expert tensors
+// (gate_proj and up_proj, down_proj) and what bitsandbytes keeps per expert Linear4bit, so a
+// piece reads and writes as one of them. The pieces share one nested map.
+struct Nf4Stack {
+  Shape shape;                    // [E, d1, d2]
+  int64_t parts = 1;
+  DType dtype = DType::BF16;      // of the original weights
+  Tensor codes;                   // u8 [E parts, (n + 1) / 2], n = d1 / parts * d2
+  Tensor absmax_codes;            // u8 [E parts, ceil(n / 64)]
+  Tensor nested_absmax;           // f32 [E parts, ceil(blocks / 256)]
+  std::vector<float> offsets;     // E parts, host
+  std::vector<float> nested_map;  // 256 values, host
+
+  int64_t experts() const { return shape[0]; }
+  int64_t pieces() const { return shape[0] * parts; }
+  Shape piece_shape() const { return {shape[1] / parts, shape[2]}; }
+  int64_t piece_numel() const { return shape[1] / parts * shape[2]; }
+  // Piece p as one NF4 weight (views of the stack's rows, the piece's offset).
+  Nf4Weight piece(int64_t p) const;
+};
+
+// The shapes of the state of `shape` cut into `parts` ([pieces, bytes], [pieces, blocks],
+// [pieces, nested blocks]); checks that parts divides d1.
+struct Nf4StackShapes {
+  Shape codes, absmax_codes, nested_absmax;
+};
+Nf4StackShapes nf4_stack_shapes(const Shape& shape, int64_t parts);
+
+// Experts [e0, e0 + count) dequantised into out [count, d1, d2] (contiguous; f32, f16 or bf16):
+// one launch (backend/moe_ops.def, nf4_dequantize_pieces).
+void nf4_stack_dequantize_into(const Nf4Stack& w, int64_t e0, int64_t count, const Tensor& out);
+// The whole stack dequantised, w.shape in `dtype`.
+Tensor nf4_stack_dequantize(const Nf4Stack& w, DType dtype);
+// Quantises piece p of the stack from w_piece (the piece's shape): its rows of the state and its offset.
+void nf4_stack_quantize_piece(const Tensor& w_piece, Nf4Stack& w, int64_t p);
+
 }  // namespace lt

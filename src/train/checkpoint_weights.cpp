@@ -4,15 +4,23 @@
 #include "io/weight_load.h"
 #include "io/weight_save.h"
 #include "leantrain/error.h"
+#include "quant/nf4_bnb_format.h"
 #include "quant/nf4_checkpoint.h"
 
 namespace lt {
 
 namespace {
 
-// The part of parameter `t` that checkpoint tensor `c` holds: all of it, or rows along dim 0.
+// The part of parameter `t` that checkpoint tensor `c` holds: all of it, or rows along dim 0; for
+// a parameter of 3 or more dims, rows of it seen as 2-D [numel / last, last] (one expert's gate
+// rows of a stacked [E, 2I, C] MoE weight, Llama::checkpoint_tensors).
 Tensor rows_of(const Tensor& t, const models::CheckpointTensor& c) {
   if (c.rows < 0) return t;
+  if (t.dim() >= 3) {
+    const int64_t last = t.size(-1), all = last == 0 ? 0 : t.numel() / last;
+    LT_ASSERT(c.row >= 0 && c.row + c.rows <= all && t.is_contiguous());
+    return make_view(t, {c.rows, last}, {last, 1}, t.offset() + c.row * last);
+  }
   LT_ASSERT(t.dim() >= 1 && c.row >= 0 && c.row + c.rows <= t.size(0) && t.is_contiguous());
   Shape s = t.shape();
   s[0] = c.rows;
@@ -58,11 +66,12 @@ LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, c
                                      std::map<std::string, std::string>& float_keys, bool leantrain_checkpoint) {
   io::WeightFiles files(dir);
   // A quantised model's checkpoint holds bitsandbytes' u8 and f32 state beside its 16-bit weights.
-  const bool quantized = !nf4_layers(m).empty();
+  const bool quantized = has_nf4(m);
   if (leantrain_checkpoint && !quantized) check_single_dtype(files);
   io::WeightLoadSpec spec;
   spec.params = tensors_by_name(m);
-  for (const models::CheckpointTensor& c : m.checkpoint_tensors()) {
+  const std::vector<models::CheckpointTensor> layout = m.checkpoint_tensors();
+  for (const models::CheckpointTensor& c : layout) {
     auto p = spec.params.find(c.param);
     LT_ASSERT(p != spec.params.end());  // a layout names the model's own parameters
     spec.targets.push_back({c.name, c.param, rows_of(p->second, c), !c.buffer});
@@ -70,7 +79,7 @@ LoadedWeights load_model_weights_nf4(const std::string& dir, models::Model& m, c
   spec.rename = [&m](const std::string& key) { return m.checkpoint_key_to_name(key); };
   if (quantized)
     float_keys = nf4_prepare_load(files, m, spec, [&m](const std::string& key) { return m.checkpoint_key_to_name(key); },
-                                  quantize_from);
+                                  quantize_from, layout);
   const io::WeightLoadResult r = io::load_weights(files, spec);
   return {r.tensors, r.bytes, int64_t(files.files().size()), r.staging_bytes};
 }
@@ -81,7 +90,15 @@ void save_model_weights(const std::string& dir, const models::Model& m, int64_t 
   for (auto& [name, t] : all)
     if (auto it = stand_ins.find(t.impl()); it != stand_ins.end()) t = it->second;
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const models::CheckpointTensor& c : m.checkpoint_tensors()) tensors.emplace_back(c.name, rows_of(all.at(c.param), c));
+  // NF4 experts: each piece (an expert's projection) as the six tensors bitsandbytes saves for it.
+  const std::map<std::string, Nf4Stack> stacks = nf4_expert_stacks(const_cast<models::Model&>(m));
+  for (const models::CheckpointTensor& c : m.checkpoint_tensors()) {
+    if (auto it = stacks.find(c.param); it != stacks.end()) {
+      for (auto& e : nf4_to_bnb(it->second.piece(c.row), c.name)) tensors.push_back(std::move(e));
+      continue;
+    }
+    tensors.emplace_back(c.name, rows_of(all.at(c.param), c));
+  }
   // NF4 layers as bitsandbytes saves them (quant/nf4_checkpoint.h).
   tensors = nf4_save_layout(const_cast<models::Model&>(m), std::move(tensors));
   io::save_weight_files(dir, tensors, shard_bytes);

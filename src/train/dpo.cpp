@@ -5,9 +5,11 @@
 #include <cmath>
 #include <filesystem>
 
+#include "autograd/forward_context.h"
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/nn_lora.h"
+#include "leantrain/ops_moe.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 #include "memory/caching_policy.h"
@@ -49,10 +51,12 @@ Tensor preference_losses(const Tensor& policy, const Tensor& reference, const Pr
   return losses;
 }
 
-Tensor sequence_logps(models::Model& m, const Tensor& inputs, const Tensor& targets) {
+Tensor sequence_logps(models::Model& m, const Tensor& inputs, const Tensor& targets, const Tensor& text) {
   LT_CHECK(inputs.dim() == 2 && targets.shape() == inputs.shape(), "sequence_logps: inputs " + shape_str(inputs.shape()),
            "inputs and targets are [rows, T]", "pass one row per sequence");
-  return neg(sum(m.token_losses(inputs, targets), {1}));
+  nn::TokenMask mask;
+  mask.text = text;
+  return neg(sum(m.token_losses(inputs, targets, mask), {1}));
 }
 
 PreferenceMetrics preference_metrics(const std::vector<double>& policy, const std::vector<double>& reference,
@@ -94,7 +98,8 @@ Tensor rows_of(const Tensor& t) {
 
 // The model's log-probabilities [B, 2] of a batch of pairs.
 Tensor pair_logps(models::Model& m, const Batch& b) {
-  return reshape(sequence_logps(m, rows_of(b.inputs), rows_of(b.targets)), {b.inputs.size(0), 2});
+  const Tensor text = b.text_mask.defined() ? rows_of(b.text_mask) : Tensor();
+  return reshape(sequence_logps(m, rows_of(b.inputs), rows_of(b.targets), text), {b.inputs.size(0), 2});
 }
 
 // Eval mode (no dropout) for as long as it lives; the mode before is back after.
@@ -163,7 +168,8 @@ Tensor PreferenceObjective::loss(models::Model& m, const Batch& b) {
   if (ref.defined()) ref = per_token(cast(ref, pol.dtype()), b);
   kept_policy_.push_back(pol.detach());
   kept_reference_.push_back(ref);
-  return mean_all(preference_losses(pol, ref, opt_));
+  // The policy's forward was the model's last (the reference's ran before it).
+  return moe_add_aux_loss(mean_all(preference_losses(pol, ref, opt_)), take_pending_moe_aux(&m));
 }
 
 PreferenceMetrics PreferenceObjective::take_metrics() {

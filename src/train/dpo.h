@@ -39,7 +39,8 @@ Tensor preference_losses(const Tensor& policy, const Tensor& reference, const Pr
 
 // The log-probability of each row's completion, summed over its target tokens: inputs and
 // targets [R, T] (targets -100 outside the completion) -> [R] in the loss's dtype (f32 for a 16-bit model).
-Tensor sequence_logps(models::Model& m, const Tensor& inputs, const Tensor& targets);
+// text: u8 [R, T] (1 = prompt or completion, 0 = padding) or undefined (nn::TokenMask::text).
+Tensor sequence_logps(models::Model& m, const Tensor& inputs, const Tensor& targets, const Tensor& text = Tensor());
 
 // TRL's metrics of a set of pairs, as means over them.
 struct PreferenceMetrics {
@@ -53,8 +54,10 @@ class PreferenceObjective {
  public:
   PreferenceObjective(const RunConfig& c, std::shared_ptr<PairDataset> train, std::shared_ptr<PairDataset> validation);
 
-  // The mean loss of one micro-batch (inputs and targets [B, 2, T], aux [B, 4]). Keeps the
-  // pairs' log-probabilities (detached) for take_metrics.
+  // The mean loss of one micro-batch (inputs and targets [B, 2, T], aux [B, 4]), plus a mixture of
+  // experts' load-balancing loss of the policy's forward when the model makes one (TRL adds
+  // router_aux_loss_coef times the policy's aux_loss, its padding left out). Keeps the pairs'
+  // log-probabilities (detached) for take_metrics.
   Tensor loss(models::Model& m, const Batch& b);
   // The metrics of the micro-batches since the last call (their mean), and forgets them. Reads
   // the device: call after the step's backward. Zeros on meta.

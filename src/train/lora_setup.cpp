@@ -9,6 +9,7 @@
 #include "io/peft_adapter.h"
 #include "io/text_format.h"
 #include "leantrain/autograd.h"
+#include "leantrain/nn_moe.h"
 #include "leantrain/precision.h"
 #include "leantrain/safetensors.h"
 #include "train/atomic_dir.h"
@@ -167,6 +168,17 @@ std::string module_list_summary(const std::vector<std::string>& paths) {
   return s;
 }
 
+// Our expert lora_B [E, r, d2] as PEFT's [d2, r E] (column j E + e holds expert e's row j), and back.
+Tensor peft_expert_b(const Tensor& b) {
+  NoGradGuard no_grad;
+  return reshape(contiguous(permute(b, {2, 1, 0})), {b.size(2), b.size(1) * b.size(0)});
+}
+Tensor ours_expert_b(const Tensor& peft, int64_t experts) {
+  NoGradGuard no_grad;
+  const int64_t d2 = peft.size(0), r = peft.size(1) / experts;
+  return contiguous(permute(reshape(peft, {d2, r, experts}), {2, 1, 0}));
+}
+
 // The tensors of an adapter file, under PEFT's keys: every adapter's A and B, then the
 // parameters of modules_to_save, whole.
 std::vector<std::pair<std::string, Tensor>> adapter_tensors(models::Model& m, const HfNames& hf) {
@@ -174,6 +186,13 @@ std::vector<std::pair<std::string, Tensor>> adapter_tensors(models::Model& m, co
   for (auto& [path, l] : lora_modules(m)) {
     out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + ".lora_A.weight", l->lora_A());
     out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + ".lora_B.weight", l->lora_B());
+  }
+  for (auto& [path, ex] : lora_experts(m)) {
+    // PEFT's ParamWrapper: gate_up_proj's wrapper is the inner one (base_layer), down_proj's the outer.
+    for (auto [where, a] : {std::pair{std::string(".base_layer"), ex->gate_up_lora()}, std::pair{std::string(), ex->down_lora()}}) {
+      out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + where + ".lora_A.weight", a->lora_A());
+      out.emplace_back(io::kPeftKeyPrefix + hf.module(path) + where + ".lora_B.weight", peft_expert_b(a->lora_B()));
+    }
   }
   for (const std::string& path : lora_modules_to_save(m))
     for (auto& [name, t] : m.find_module(path)->named_parameters())
@@ -221,8 +240,22 @@ std::vector<std::pair<std::string, nn::LoraLinear*>> lora_modules(nn::Module& m)
   return out;
 }
 
+std::vector<std::pair<std::string, nn::MoeExperts*>> moe_experts(nn::Module& m) {
+  std::vector<std::pair<std::string, nn::MoeExperts*>> out;
+  for (auto& [path, mod] : m.named_modules())
+    if (auto* e = dynamic_cast<nn::MoeExperts*>(mod)) out.emplace_back(path, e);
+  return out;
+}
+
+std::vector<std::pair<std::string, nn::MoeExperts*>> lora_experts(nn::Module& m) {
+  std::vector<std::pair<std::string, nn::MoeExperts*>> out;
+  for (auto& [path, e] : moe_experts(m))
+    if (e->gate_up_lora()) out.emplace_back(path, e);
+  return out;
+}
+
 void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed,
-                  DType dtype) {
+                  DType dtype, const std::vector<std::string>& expert_paths) {
   m.set_trainable(".*", false);  // PEFT's default: only the adapters (and modules_to_save) train
   {
     MemoryCategoryScope p(Category::Parameter);
@@ -244,6 +277,16 @@ void install_lora(models::Model& m, const std::vector<std::string>& paths, const
         fail("LoRA on " + path, e.why(), "leave it out of --lora-targets");
       }
     }
+    for (const std::string& path : expert_paths) {
+      auto* ex = dynamic_cast<nn::MoeExperts*>(m.find_module(path));
+      LT_CHECK(ex != nullptr, "LoRA on the experts at " + path, "no MoE experts module is there",
+               "target the experts of an MoE model");
+      if (o.dropout > 0)
+        usage("--lora-dropout " + short_number(o.dropout) + " with adapters on MoE experts",
+              "dropout cannot be factored out of B A around the experts' weights (PEFT refuses it too)",
+              "pass --lora-dropout 0, or leave the experts out of --lora-targets");
+      ex->add_lora(pf, o.rank, o.alpha);
+    }
     pf.materialize();
   }
   for (const std::string& path : lora_modules_to_save(m)) m.set_trainable(regex_escape(path) + "\\..*", true);
@@ -251,9 +294,10 @@ void install_lora(models::Model& m, const std::vector<std::string>& paths, const
 
 std::string apply_lora(models::Model& m, const RunConfig& c) {
   if (c.lora_rank == 0) return "";
-  std::vector<std::string> paths;
+  std::vector<std::string> paths, experts;
   if (c.lora_targets.empty()) {
     paths = default_lora_targets(m);
+    for (auto& [path, e] : moe_experts(m)) experts.push_back(path);  // all-linear, the experts included
     if (paths.empty())
       usage("--lora-rank with this " + m.model_type() + " model", "it has no linear layers inside its blocks",
             "name the layers with --lora-targets");
@@ -268,13 +312,17 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
     for (const std::string& path : base_module_paths(m)) {
       if (!std::regex_match(path, re)) continue;
       nn::Module* mod = m.find_module(path);
+      if (dynamic_cast<nn::MoeExperts*>(mod)) {
+        experts.push_back(path);
+        continue;
+      }
       if (!nn::linear_shape(*mod))
         usage("--lora-targets '" + c.lora_targets + "' matches " + path + " (a " + mod->type_name() + ")",
               "LoRA adapts linear layers only, and the regex must match whole module paths",
               "narrow it to linear layers, e.g. '.*\\.(q_proj|v_proj)' or '.*\\.c_attn'");
       paths.push_back(path);
     }
-    if (paths.empty()) {
+    if (paths.empty() && experts.empty()) {
       const std::vector<std::string> d = default_lora_targets(m);
       const std::string example = d.empty() ? std::string("q_proj") : d.front().substr(d.front().rfind('.') + 1);
       usage("--lora-targets '" + c.lora_targets + "' matches no module",
@@ -285,7 +333,7 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
   const int64_t before = m.num_parameters();
   // The run's parameter dtype (not the first parameter's: a quantised base keeps u8 weights).
   install_lora(m, paths, nn::LoraOptions{c.lora_rank, c.lora_alpha, c.lora_dropout}, c.seed ^ 0x4c6f5241ull,
-               precision_policy(c.precision).param_dtype);
+               precision_policy(c.precision).param_dtype, experts);
   if (!c.lora_init.empty() && !m.device().is_meta()) {
     const io::PeftAdapterConfig a = io::read_peft_adapter_config(c.lora_init);
     if (a.r != c.lora_rank || a.lora_alpha != c.lora_alpha)
@@ -299,7 +347,12 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
   char line[200];
   std::snprintf(line, sizeof line, "LoRA r %lld, alpha %s (scaling %s) on %zu linear layers (", (long long)c.lora_rank,
                 short_number(c.lora_alpha).c_str(), short_number(c.lora_alpha / double(c.lora_rank)).c_str(), paths.size());
-  std::string s = line + module_list_summary(paths) + "): " + std::to_string(trainable) + " trainable of " +
+  const std::string layers = module_list_summary(paths);
+  std::string s = line + layers +
+                  (experts.empty() ? ""
+                                   : (layers.empty() ? "" : "; ") + std::to_string(experts.size()) +
+                                         " MoE experts' gate_up_proj, down_proj") +
+                  "): " + std::to_string(trainable) + " trainable of " +
                   std::to_string(m.num_parameters()) + " parameters (" + std::to_string(before) + " frozen base)";
   if (!c.lora_init.empty()) s += "; adapters from " + c.lora_init;
   return s;
@@ -307,19 +360,28 @@ std::string apply_lora(models::Model& m, const RunConfig& c) {
 
 void write_lora_adapter(const std::string& dir, models::Model& m, const std::string& base_model) {
   const auto mods = lora_modules(m);
-  LT_CHECK(!mods.empty(), "writing a LoRA adapter", "the model has no adapters", "train with --lora-rank");
+  const auto experts = lora_experts(m);
+  LT_CHECK(!mods.empty() || !experts.empty(), "writing a LoRA adapter", "the model has no adapters",
+           "train with --lora-rank");
   io::PeftAdapterConfig c;
-  const nn::LoraOptions& o = mods.front().second->options();
-  c.r = o.rank;
-  c.lora_alpha = o.alpha;
-  c.lora_dropout = o.dropout;
+  if (!mods.empty()) {
+    const nn::LoraOptions& o = mods.front().second->options();
+    c.r = o.rank;
+    c.lora_alpha = o.alpha;
+    c.lora_dropout = o.dropout;
+  } else {
+    c.r = experts.front().second->gate_up_lora()->rank();
+    c.lora_alpha = experts.front().second->gate_up_lora()->scaling() * double(c.r);
+  }
+  // PEFT wraps the listed parameters in order: gate_up_proj first (the inner "base_layer").
+  if (!experts.empty()) c.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
   std::vector<std::string> paths;
   for (auto& [path, l] : mods) {
     paths.push_back(path);
     c.fan_in_fan_out = c.fan_in_fan_out || l->shape().layout == nn::WeightLayout::InOut;
   }
   const HfNames hf = hf_names(m);
-  c.target_modules = peft_target_names(hf, paths);
+  if (!paths.empty()) c.target_modules = peft_target_names(hf, paths);
   for (const std::string& p : lora_modules_to_save(m)) c.modules_to_save.push_back(hf.module(p));
   c.task_type = dynamic_cast<models::CausalLM*>(&m) ? "CAUSAL_LM" : "";
   c.base_model_name_or_path = base_model;
@@ -341,11 +403,19 @@ void load_lora_adapter(const std::string& dir, models::Model& m) {
   std::set<std::string> want;
   for (auto& [param, key] : file_key)
     if (saved_modules || param.find(".lora_") != std::string::npos) want.insert(param);
+  // Expert lora_B tensors are stored [d2, r E] (PEFT) and kept [E, r, d2] here: read and turned.
+  std::map<std::string, nn::MoeLoraAdapter*> expert_b;  // file key -> adapter
+  for (auto& [path, ex] : lora_experts(m)) {
+    const std::string k = io::kPeftKeyPrefix + hf.module(path);
+    expert_b[k + ".base_layer.lora_B.weight"] = ex->gate_up_lora();
+    expert_b[k + ".lora_B.weight"] = ex->down_lora();
+  }
   io::LoadOptions lo;
   lo.allow_missing = true;  // the base's parameters are not in an adapter file
   lo.allow_cast = true;     // adapters saved in another precision
-  lo.rename = [&hf](const std::string& key) {
+  lo.rename = [&hf, &expert_b](const std::string& key) {
     const std::string prefix = io::kPeftKeyPrefix;
+    if (expert_b.count(key)) return std::string();
     return key.compare(0, prefix.size(), prefix) == 0 ? adapter_key_to_param(hf, key.substr(prefix.size())) : key;
   };
   io::LoadResult r;
@@ -359,6 +429,22 @@ void load_lora_adapter(const std::string& dir, models::Model& m) {
     }
   }
   for (const std::string& name : r.loaded) want.erase(name);
+  if (!expert_b.empty()) {
+    io::SafetensorsReader reader(file);
+    MemoryCategoryScope other(Category::Other);
+    NoGradGuard no_grad;
+    for (auto& [key, a] : expert_b) {
+      const io::TensorEntry* e = reader.find(key);
+      if (!e) continue;  // reported below as missing
+      const Tensor& dst = a->lora_B();
+      const int64_t experts = dst.size(0), r = dst.size(1), d2 = dst.size(2);
+      LT_CHECK(e->shape == Shape({d2, r * experts}), "adapter " + file + ": " + key + " has shape " + shape_str(e->shape),
+               "the experts' lora_B is [" + std::to_string(d2) + ", " + std::to_string(r * experts) + "] (PEFT's layout)",
+               "pass the adapter trained with the same rank on this model");
+      copy_(dst, ours_expert_b(reader.read(key), experts));
+      want.erase(adapter_key_to_param(hf, key.substr(std::string(io::kPeftKeyPrefix).size())));
+    }
+  }
   if (!want.empty())
     fail("adapter " + file + " lacks " + file_key[*want.begin()],
          std::to_string(want.size()) + " of the model's adapter tensors are not in it",
@@ -383,10 +469,21 @@ void attach_peft_adapter(models::Model& m, const std::string& dir) {
              "LoRA adapts linear layers only", "pass the adapter trained for this model");
       paths.push_back(path);
     }
-  if (paths.empty())
+  std::vector<std::string> experts;
+  for (auto& [path, ex] : moe_experts(m)) {
+    const std::string p = hf.module(path);
+    const bool gu = io::peft_targets_parameter(c, p + ".gate_up_proj"), down = io::peft_targets_parameter(c, p + ".down_proj");
+    if (gu != down)
+      fail("adapter " + dir + ": target_parameters adapts " + std::string(gu ? "gate_up_proj" : "down_proj") + " of " + p +
+               " but not " + (gu ? "down_proj" : "gate_up_proj"),
+           "leantrain adapts an MoE layer's experts as a pair, gate_up_proj wrapped first",
+           "train the adapter with target_parameters [\"experts.gate_up_proj\", \"experts.down_proj\"]");
+    if (gu) experts.push_back(path);
+  }
+  if (paths.empty() && experts.empty())
     fail("adapter " + dir + ": target_modules selects no module of this " + m.model_type() + " model",
          "the adapter was trained for another model", "pass the base model the adapter was trained on");
-  install_lora(m, paths, nn::LoraOptions{c.r, c.lora_alpha, 0.0}, 0, m.dtype());
+  install_lora(m, paths, nn::LoraOptions{c.r, c.lora_alpha, 0.0}, 0, m.dtype(), experts);
   load_lora_adapter(dir, m);
 }
 
@@ -399,6 +496,7 @@ void merge_lora(models::Model& m) {
     copy_(base->weight(), nn::lora_merged_weight(*l));
     m.replace_module(path, l->base_ptr());
   }
+  for (auto& [path, ex] : lora_experts(m)) ex->merge_lora();
 }
 
 }  // namespace lt

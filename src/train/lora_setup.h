@@ -9,6 +9,7 @@
 #include "io/peft_adapter.h"
 #include "leantrain/models.h"
 #include "leantrain/nn_lora.h"
+#include "leantrain/nn_moe.h"
 #include "leantrain/train.h"
 
 namespace lt {
@@ -24,8 +25,10 @@ std::vector<std::string> lora_modules_to_save(models::Model& m);
 // Wraps the modules at `paths` in LoraLinear (adapters on the model's device, in `dtype`, drawn
 // from `seed`) and freezes every other parameter but those of modules_to_save.
 // lt::Error naming the module when one is not a replaceable linear layer or too narrow for the rank.
+// expert_paths: MoE experts modules (nn::MoeExperts) that get adapters on gate_up_proj and
+// down_proj (PEFT's target_parameters), made by the same factory.
 void install_lora(models::Model& m, const std::vector<std::string>& paths, const nn::LoraOptions& o, uint64_t seed,
-                  DType dtype);
+                  DType dtype, const std::vector<std::string>& expert_paths = {});
 
 // The run's --lora-* flags on its model (nothing when --lora-rank is 0). UsageError when
 // --lora-targets is not a regex, matches nothing or matches a module that is not a linear layer.
@@ -34,6 +37,9 @@ std::string apply_lora(models::Model& m, const RunConfig& c);
 
 // Installed adapters, by module path.
 std::vector<std::pair<std::string, nn::LoraLinear*>> lora_modules(nn::Module& m);
+// The MoE experts modules of m, and those that carry adapters.
+std::vector<std::pair<std::string, nn::MoeExperts*>> moe_experts(nn::Module& m);
+std::vector<std::pair<std::string, nn::MoeExperts*>> lora_experts(nn::Module& m);
 
 // The adapter directory's files for m's adapters: adapter_config.json and adapter_model.safetensors.
 void write_lora_adapter(const std::string& dir, models::Model& m, const std::string& base_model);

@@ -1,5 +1,6 @@
 // --quantize nf4: a model whose block linear layers are frozen NF4 (nn::Nf4Linear, bitsandbytes'
-// Linear4bit), built without ever holding the whole model in 16-bit: the model is laid out with
+// Linear4bit), and whose MoE experts are NF4 stacks (nn::MoeExperts, quantised), built without
+// ever holding the whole model in 16-bit: the model is laid out with
 // its parameters deferred (nn::InitOptions::deferred), everything but those layers' weights gets
 // its store, then each layer's 16-bit weight is made in a temporary (drawn with the values a
 // plain build gives it, or read from the model directory), quantised into the NF4 store and
@@ -27,10 +28,15 @@ std::optional<BnbQuantConfig> model_dir_quantization(const std::string& dir);
 // norms and ViT's fused in_proj stay as they are. A module named in `skip` (bitsandbytes'
 // llm_int8_skip_modules: a path, or a name it ends with) is left out.
 std::vector<std::string> nf4_target_paths(nn::Module& m, const std::vector<std::string>& skip = {});
+// The mixture-of-experts experts modules (nn::MoeExperts) --quantize nf4 turns into NF4 experts
+// (their stacked weights as NF4 stacks, each expert's projection a state of its own), less those
+// named in `skip` as above.
+std::vector<std::string> nf4_expert_target_paths(nn::Module& m, const std::vector<std::string>& skip = {});
 
 struct QuantizedModel {
   std::shared_ptr<models::Model> model;
   int64_t layers = 0;        // NF4 layers
+  int64_t expert_layers = 0;  // NF4 experts modules (one per sparse layer)
   bool prequantized = false;  // read from a bitsandbytes 4-bit checkpoint
   LoadedWeights weights;      // when weights_dir was given
 };

@@ -162,7 +162,9 @@ void build_model(Task& t, const ModelSpec& s, const RunConfig& c, nn::InitOption
       return build_nf4_model(*s.cfg, init, load ? s.weights_dir : "");
     });
     t.model = q.model;
-    t.weights_note = "; " + std::to_string(q.layers) + " linear layers in NF4" +
+    t.weights_note = "; " + std::to_string(q.layers) + " linear layers" +
+                     (q.expert_layers ? " and " + std::to_string(q.expert_layers) + " layers' experts" : std::string()) +
+                     " in NF4" +
                      (q.prequantized ? " as saved by bitsandbytes" : "");
     if (load)
       t.weights_note += "; weights loaded from " + s.weights_dir + " (" + std::to_string(q.weights.tensors) + " tensors" +
@@ -389,7 +391,8 @@ void make_pair_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   t.masked_targets = true;
   t.held_out = val;
   t.objective = std::make_shared<PreferenceObjective>(c, train, val);
-  const LoaderOptions lo = training_loader(c, init.device);
+  LoaderOptions lo = training_loader(c, init.device);
+  lo.text_mask = t.model->reads_text_mask();  // each row padded after its completion
   t.train = std::make_unique<DataLoader>(train, lo);
   const char* ref = t.objective->reference() == PreferenceObjective::Reference::AdaptersOff ? "the base with the adapters off"
                     : t.objective->reference() == PreferenceObjective::Reference::Precomputed
@@ -474,7 +477,9 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     rows_line = std::to_string(train->documents()) + " training documents in " + std::to_string(train->size()) + " rows (" +
                 (c.packing == Packing::Docs ? "packed, each attending to itself" : "one a row") + "; text fills " + fill + ")";
     t.held_out = val;
-    t.train = std::make_unique<DataLoader>(train, lo);
+    LoaderOptions rows_lo = lo;
+    rows_lo.text_mask = t.model->reads_text_mask();  // rows padded after their text
+    t.train = std::make_unique<DataLoader>(train, rows_lo);
   }
   if (train_tokens->any_masked()) {  // prompts, or a conversation's other turns
     int64_t targets = 0;
@@ -590,7 +595,9 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
 
 Tensor micro_batch_loss(Task& t, models::Model& m, const Batch& b) {
   if (t.objective) return t.objective->loss(m, b);
-  return m.loss(b.inputs, b.targets, nn::TokenMask::documents(b.doc_pos));
+  nn::TokenMask mask = nn::TokenMask::documents(b.doc_pos);
+  mask.text = b.text_mask;  // staged when the model reads it (Model::reads_text_mask) and rows have padding
+  return m.loss(b.inputs, b.targets, mask);
 }
 
 EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const std::function<bool(Batch&)>& prepare,

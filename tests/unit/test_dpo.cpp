@@ -397,6 +397,41 @@ TEST(DpoReference, AccumulatedMicroBatchesEqualOneBatch) {
   EXPECT_NEAR(ra.final_metrics[3].value, rb.final_metrics[3].value, 1e-6);
 }
 
+// A mixture of experts with the load-balancing loss on: the step's loss is the DPO loss plus the
+// policy forward's aux loss (TRL's router_aux_loss_coef * aux_loss), its rows' padding left out
+// (the loader stages the pairs' text masks); with adapters at B = 0 the DPO part is ln 2.
+TEST(DpoMoe, ThePolicysLoadBalancingLossIsAdded) {
+  test::TempDir dir;
+  double loss[2];
+  for (int aux : {0, 1}) {
+    nlohmann::json j = nlohmann::json::parse(models::create_model("qwen3-moe-tiny", {.device = Device::meta()})->config_json());
+    j["output_router_logits"] = aux == 1;
+    j["router_aux_loss_coef"] = 0.02;
+    std::ofstream(dir.path / "moe.json") << j.dump();
+    RunConfig c = dpo_run(dir.path);
+    c.model = RunConfig().model;  // the default: --config names the model
+    c.model_config = (dir.path / "moe.json").string();
+    c.lora_rank = 4;
+    test::TrainerRun run(c);
+    Batch b = run.task->train->next();
+    EXPECT_EQ(b.text_mask.defined(), aux == 1);
+    if (aux == 1) {
+      const std::vector<double> m = b.text_mask.to_double_vector(), t = b.targets.to_double_vector();
+      double zeros = 0;
+      for (size_t i = 0; i < m.size(); ++i) {
+        zeros += m[i] == 0;
+        if (t[i] != -100) EXPECT_EQ(m[i], 1) << i;  // every target is text
+      }
+      EXPECT_GT(zeros, 0);  // and some rows end in padding
+    }
+    loss[aux] = run->step().loss;
+  }
+  EXPECT_NEAR(loss[0], std::log(2.0), 1e-6);
+  // Two MoE layers, 2 of 8 experts a token: the aux loss lies in [k, E] (coef 0.02 times that).
+  EXPECT_GT(loss[1] - loss[0], 0.02 * 1.9);
+  EXPECT_LT(loss[1] - loss[0], 0.02 * 8.0);
+}
+
 // ---- the plan ----
 
 TEST(DpoPlan, PlanEqualsTheCpuRunsPeak) {

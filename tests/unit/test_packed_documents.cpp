@@ -308,6 +308,27 @@ TEST(PackedDocuments, ChunkedLossAndCheckpointingKeepTheDocumentsApart) {
   }
 }
 
+// The mixtures of experts (issue 45's Qwen3-MoE and Mixtral) attend as the LLaMA family does:
+// packed documents, chunked or checkpointed, give each document's loss and gradients alone
+// (routing is per token; the load-balancing loss, off here, pools the batch by design).
+TEST(PackedDocuments, MixturesOfExpertsKeepTheDocumentsApart) {
+  const std::string moe = R"(, "moe_intermediate_size": 8, "num_experts": 4, "num_experts_per_tok": 2,
+                              "norm_topk_prob": true, "decoder_sparse_step": 1)";
+  const std::vector<Family> fams{{"qwen3_moe", llama_json("qwen3_moe", moe)},
+                                 {"mixtral", llama_json("mixtral", R"(, "num_local_experts": 4, "num_experts_per_tok": 2)")}};
+  const auto docs = documents(15, kLens);
+  auto s = stream_of(docs, 2);
+  const Rows rows = batch_of(DocumentRows(s, kT, Packing::Docs));
+  for (const Family& f : fams) {
+    SCOPED_TRACE(f.name);
+    const Grads alone = one_by_one(f.json, DType::F64, *s, Loss::Sum);
+    expect_same(packed(f.json, DType::F64, rows, Loss::Sum), alone, 1e-10);
+    expect_same(packed(f.json, DType::F64, rows, Loss::Sum, /*chunk=*/7), alone, 1e-10);
+    expect_same(packed(f.json, DType::F64, rows, Loss::Sum, 0, "blocks"), alone, 1e-10);
+    expect_same(packed(f.json, DType::F64, rows, Loss::Mean), one_by_one(f.json, DType::F64, *s, Loss::Mean), 1e-6);
+  }
+}
+
 TEST(PackedDocuments, WithoutDocumentPositionsTheDocumentsSeeEachOther) {
   // The same rows attended across their documents (concat's semantics) give another loss: the
   // test above would catch a mask that does not reach the kernels.
@@ -368,6 +389,28 @@ TEST(PackedDocuments, LoaderBatchesCarryDocumentPositionsAndTextTokens) {
     seen.push_back(b.targets.to_double_vector());
   }
   EXPECT_EQ(seen[0], seen[1]);
+  // With text_mask (an MoE's load-balancing loss): each row's first real_tokens inputs are 1.
+  {
+    const int64_t n = rows->size();
+    LoaderOptions lo;
+    lo.batch_size = n;
+    lo.shuffle = false;
+    lo.text_mask = true;
+    DataLoader loader(rows, lo);
+    Batch b = loader.next();
+    ASSERT_TRUE(b.text_mask.defined());
+    EXPECT_EQ(b.text_mask.dtype(), DType::U8);
+    EXPECT_EQ(b.text_mask.shape(), Shape({n, kT}));
+    std::vector<double> want;
+    int64_t padding = 0;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t t = 0; t < kT; ++t) {
+        want.push_back(t < rows->real_tokens(r) ? 1 : 0);
+        padding += t >= rows->real_tokens(r);
+      }
+    EXPECT_EQ(b.text_mask.to_double_vector(), want);
+    EXPECT_GT(padding, 0);  // some padding to leave out
+  }
   // Windows count every position, and no document positions.
   LoaderOptions lo;
   lo.batch_size = 2;

@@ -1,5 +1,6 @@
 // Stand-ins used when leantrain is built without the CUDA backend.
 #include "backend/backend.h"
+#include "backend/moe_kernels.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 
@@ -13,6 +14,7 @@ namespace lt {
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 Backend& cuda_backend(int) { no_cuda(); }
+MoeKernels& cuda_moe_kernels(int) { no_cuda(); }
 std::unique_ptr<Allocator> make_cuda_allocator(int) { no_cuda(); }
 std::unique_ptr<Allocator> make_cuda_pinned_allocator(int) { no_cuda(); }
 CudaMemoryInfo cuda_memory_info(int) { no_cuda(); }
