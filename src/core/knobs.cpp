@@ -46,7 +46,7 @@ constexpr Knob kKnobs[] = {
     {"LEANTRAIN_ATTN_F32_SIMT", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
      "1: f32 attention on the SIMT kernels instead of the register-tiled ones"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
-     "1: print each convolution's chosen cuDNN algorithm on stderr"},
+     "1: print each convolution's chosen cuDNN algorithm, and each cuDNN attention plan built, on stderr"},
     // Several GPUs or processes.
     {"LEANTRAIN_PEER_REDUCE", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "distributed",
      "0: every bucket's all-reduce through NCCL, not the copy engines' peer reduction"},
