@@ -10,7 +10,8 @@
 //              reserved bytes; --precision (e.g. bf16-mixed, the BENCHMARKS.md config) overrides
 //              --dtype, --master-weights fp32 for the -true ones; --checkpoint as train's;
 //              --lean-saves 0 as train's --no-lean-saves; --gemm-workspace BYTES as train's;
-//              --loss-chunk N as train's (the head + loss N token rows at a time; 0, default: off)
+//              --loss-chunk N as train's (the head + loss N token rows at a time; 0, default: off);
+//              --attention-kernel auto|leantrain|cudnn as train's (default leantrain)
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
 //              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
@@ -46,6 +47,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -349,6 +351,14 @@ int throughput(const std::map<std::string, std::string>& f) {
   LT_CHECK(ws >= 0 && ws <= (int64_t(1) << 30), "throughput: --gemm-workspace " + std::to_string(ws),
            "it is 0 to 1 GiB, in bytes", "pass e.g. 33554432");
   set_gemm_workspace_bytes(ws);
+  // --attention-kernel auto|leantrain|cudnn: as train's (default leantrain).
+  {
+    const std::string name = get(f, "attention-kernel", "leantrain");
+    const std::optional<AttentionKernel> k = choice_named<AttentionKernel>(name);
+    LT_CHECK(k.has_value(), "throughput: --attention-kernel " + name, "the choices are " + choice_list<AttentionKernel>(),
+             "pass one of them");
+    set_attention_kernel(*k);
+  }
   // --checkpoint SPEC: as train's (e.g. blocks).
   if (get(f, "checkpoint", "none") != "none") nn::apply_checkpointing(*model, get(f, "checkpoint", "none"));
   const int64_t loss_chunk = std::stoll(get(f, "loss-chunk", "0"));
@@ -418,9 +428,11 @@ int throughput(const std::map<std::string, std::string>& f) {
   std::printf(
       "{\"system\": \"leantrain\", \"precision\": \"%s\", \"dtype\": \"%s\", \"ms_per_step\": %.2f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
       "\"peak_allocated\": %lld, \"peak_reserved\": %lld, \"final_loss\": %.4f, \"batch\": %lld, \"seq\": %lld, "
-      "\"steps\": %lld, \"loss_chunk\": %lld, \"host_loss_ms\": %.2f, \"host_backward_ms\": %.2f, \"host_step_ms\": %.2f}\n",
+      "\"steps\": %lld, \"loss_chunk\": %lld, \"attention_kernel\": \"%s\", \"host_loss_ms\": %.2f, \"host_backward_ms\": %.2f, "
+      "\"host_step_ms\": %.2f}\n",
       has_policy ? policy.name.c_str() : "", dtype_name(dtype), med, tok_s, tok_s * flops_per_token / 989e12, (long long)st.allocated_bytes.peak,
-      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps, (long long)loss_chunk, median(host_loss), median(host_back), median(host_all));
+      (long long)st.reserved_bytes.peak, last_loss, (long long)B, (long long)T, (long long)steps, (long long)loss_chunk, name_of(attention_kernel()).c_str(), median(host_loss), median(host_back),
+      median(host_all));
   return 0;
 }
 

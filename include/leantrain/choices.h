@@ -39,6 +39,11 @@ enum class Objective { Sft, Dpo };
 // The preference loss of --objective dpo, by TRL's loss_type names: sigmoid (DPO), ipo (IPO, on
 // log-probabilities averaged over the completion's tokens), simpo (SimPO: averaged, no reference).
 enum class DpoLoss { Sigmoid, Ipo, Simpo };
+// Which kernels run dense attention on CUDA (docs/decisions.md, "cuDNN's fused attention"):
+// leantrain's own flash kernels; cuDNN's fused SDPA for every call (a call cuDNN cannot take is an
+// error); or auto: cuDNN for the calls it can take (16-bit, no padding mask, window or packed
+// documents), leantrain's for the rest.
+enum class AttentionKernel { Auto, Leantrain, Cudnn };
 
 // ChoiceNames<E>::names[i] is the name of the enum value i; flag is the option that takes it.
 template <class E>
@@ -109,6 +114,12 @@ template <>
 struct ChoiceNames<DpoLoss> {
   static constexpr const char* flag = "--dpo-loss";
   static constexpr std::array<std::string_view, 3> names{"sigmoid", "ipo", "simpo"};
+};
+
+template <>
+struct ChoiceNames<AttentionKernel> {
+  static constexpr const char* flag = "--attention-kernel";
+  static constexpr std::array<std::string_view, 3> names{"auto", "leantrain", "cudnn"};
 };
 
 template <class E>

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "leantrain/choices.h"
 #include "leantrain/random.h"
 #include "leantrain/tensor.h"
 
@@ -178,6 +179,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& key_padding_mask = Tensor(), double scale = 0.0);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     double scale = 0.0);
+// Which kernels the dense attention ops above and below run on CUDA (--attention-kernel; the
+// process's setting, leantrain by default). cudnn: cuDNN 9's fused SDPA for every call, and a call
+// it cannot take (f32, a key padding mask, a window, packed documents, a head dim other than a
+// multiple of 8 up to 128, causal with Tq != Tk) is a one-line error; auto: cuDNN for the calls it
+// can take, leantrain's kernels for the rest, and leantrain's too where cuDNN turns out missing or
+// without an engine at run time. Decided per call from the setting, dtype, shapes and masks only,
+// the same on every device, so a plan on meta replays the choice; CPU runs are unaffected (auto
+// and leantrain run the CPU reference; cudnn asks for a CUDA device). Each backward through cuDNN
+// allocates attention_cudnn_workspace_bytes() (category workspace) for its f32 dQ accumulator and
+// row sums; its forward allocates nothing more.
+void set_attention_kernel(AttentionKernel k);
+AttentionKernel attention_kernel();
+// Bytes of that backward workspace: 4 * B * H * Tq * (D + 1) (dQ in f32 and one f32 per query row).
+int64_t attention_cudnn_workspace_bytes(int64_t B, int64_t H, int64_t Tq, int64_t D);
 // Self-attention on the fused projection, with no copies: qkv [B, T, 3*H*D] holds q | k | v
 // along the last dim (heads inside each, as GPT-2's c_attn and torch's in_proj produce it);
 // returns out [B, T, H*D] contiguous (heads merged). The kernels read q, k, v as strided views

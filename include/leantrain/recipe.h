@@ -89,6 +89,10 @@ struct RunConfig {
   // cuBLASLt's workspace on each GPU (bytes, category workspace): 0 leaves it out, and cuBLASLt
   // then picks algorithms that need none (some products slower).
   int64_t gemm_workspace = int64_t(32) << 20;
+  // Dense attention's kernels on CUDA: leantrain's, cuDNN's fused SDPA, or auto (cuDNN where it
+  // can take the call). cudnn and auto add a workspace tensor to each attention backward
+  // (docs/memory-model.md, "What attention saves"); a plan sees it.
+  AttentionKernel attention_kernel = AttentionKernel::Leantrain;
   // none | nf4: the linear layers of the blocks as frozen NF4 weights (bitsandbytes' QLoRA format;
   // docs/user-guide.md, "Quantised base weights"). A bitsandbytes 4-bit --model DIR implies nf4.
   QuantizeKind quantize = QuantizeKind::None;

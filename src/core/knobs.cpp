@@ -48,7 +48,7 @@ constexpr Knob kKnobs[] = {
     {"LEANTRAIN_NF4_EXPERT_GROUP", T::Integer, "0", 0, 1 << 20, "", M::Yes, U::Run, "kernels",
      "experts an NF4 expert GEMM dequantises at a time (0: as many as fit 64 MiB)"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
-     "1: print each convolution's chosen cuDNN algorithm on stderr"},
+     "1: print each convolution's chosen cuDNN algorithm, and each cuDNN attention plan built, on stderr"},
     // Several GPUs or processes.
     {"LEANTRAIN_PEER_REDUCE", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "distributed",
      "0: every bucket's all-reduce through NCCL, not the copy engines' peer reduction"},

@@ -92,6 +92,10 @@ void simulate_gemm_workspace() {
   if (auto* s = dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta()))) s->ensure_gemm_workspace();
 }
 
+bool meta_simulates_cuda() {
+  return dynamic_cast<SimulatedCudaAllocator*>(&allocator_for(Device::meta())) != nullptr;
+}
+
 std::unique_ptr<Allocator> make_simulated_cuda_allocator(int64_t capacity) {
   return std::make_unique<SimulatedCudaAllocator>(capacity);
 }

@@ -93,6 +93,10 @@ class DiskAccountAllocator final : public AddressOnlyAllocator {
 
 // Called by the meta backend at every GEMM: the workspace mirror when meta simulates CUDA.
 void simulate_gemm_workspace();
+// Whether meta currently stands for a CUDA device (a plan for a GPU run: the simulated caching
+// allocator), not for the CPU. A front-end whose choice depends on the device kind (cuDNN
+// attention) asks this on meta.
+bool meta_simulates_cuda();
 
 // For the planner: set_allocator(Device::meta(), make_simulated_cuda_allocator(free_bytes)).
 // The default meta allocator stays the simple MetaAllocator.

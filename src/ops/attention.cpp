@@ -1,14 +1,29 @@
 // Scaled dot-product attention. The forward keeps only out and the per-row log-sum-exp (lse);
 // the backward recomputes the probabilities from q, k and lse, so no Tq x Tk tensor is ever
 // allocated through the allocator (the CUDA kernel tiles; the CPU reference uses host scratch).
+#include <atomic>
 #include <cmath>
 
 #include "autograd/kept_outputs.h"
+#include "leantrain/usage_error.h"
+#include "memory/host_allocators.h"
 #include "ops/op_common.h"
 #include "ops/packed_attention.h"
 
 namespace lt {
 using namespace detail;
+
+namespace {
+std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::Leantrain};
+}  // namespace
+
+void set_attention_kernel(AttentionKernel k) { g_attention_kernel.store(k); }
+AttentionKernel attention_kernel() { return g_attention_kernel.load(); }
+
+// dQ in f32 (B*H*Tq*D) and the row sums delta = rowsum(dO * O) (B*H*Tq f32), in that order.
+int64_t attention_cudnn_workspace_bytes(int64_t B, int64_t H, int64_t Tq, int64_t D) {
+  return 4 * B * H * Tq * (D + 1);
+}
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
                                     const Tensor& mask_in, double scale) {
@@ -51,11 +66,14 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   const float sc = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(D)));
   Tensor q = contiguous(q_in), k = contiguous(k_in), v = contiguous(v_in);
   Tensor mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
+  const AttentionRoute route =
+      route_attention(name, dev, q.dtype(), Tq, Tk, D, causal, mask.defined(), window, doc.defined(), {&q, &k, &v});
   std::vector<Tensor> kept = take_kept_outputs("attention", {q.shape(), {B, H, Tq}}, {q.dtype(), aux_dtype(q.dtype())});
   Tensor out = kept.empty() ? Tensor::empty(q.shape(), q.dtype(), dev) : kept[0];
   Tensor lse = kept.empty() ? Tensor::empty({B, H, Tq}, aux_dtype(q.dtype()), dev) : kept[1];
   if (kept.empty()) {
-    backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, window, doc, sc);
+    if (route.cudnn) backend_for(dev).attention_fwd_cudnn(out, lse, q, k, v, causal, sc, route.strict);
+    else backend_for(dev).attention_fwd(out, lse, q, k, v, mask, causal, window, doc, sc);
     keep_outputs("attention", {out, lse});
   }
   if (!needs_grad({q, k, v})) return out;
@@ -69,14 +87,60 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     Tensor dq = Tensor::empty(sq.shape(), g.dtype(), g.device());
     Tensor dk = Tensor::empty(sk.shape(), g.dtype(), g.device());
     Tensor dv = Tensor::empty(sv.shape(), g.dtype(), g.device());
-    backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, smask, causal, window,
-                                saved_doc.unpack(), sc);
+    if (route.cudnn) {
+      Tensor ws = cudnn_attention_workspace(B, H, Tq, D, g.device());
+      backend_of(g).attention_bwd_cudnn(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, ws, causal, sc,
+                                        route.strict);
+    } else {
+      backend_of(g).attention_bwd(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, smask, causal, window,
+                                  saved_doc.unpack(), sc);
+    }
     return std::vector<Tensor>{need_q ? dq : Tensor(), need_k ? dk : Tensor(), need_v ? dv : Tensor()};
   });
   return out;
 }
 
 namespace detail {
+
+AttentionRoute route_attention(const char* op, Device dev, DType dt, int64_t Tq, int64_t Tk, int64_t D, bool causal,
+                               bool padded, int64_t window, bool docs, std::initializer_list<const Tensor*> operands) {
+  const AttentionKernel choice = attention_kernel();
+  if (choice == AttentionKernel::Leantrain) return {};
+  const bool strict = choice == AttentionKernel::Cudnn;
+  // On the CPU (and a meta standing for it) there is no cuDNN: auto runs the reference.
+  const bool on_cuda = dev.is_cuda() || (dev.is_meta() && meta_simulates_cuda());
+  if (!on_cuda && !strict) return {};
+  // Why cuDNN's fused attention cannot take this call ("" when it can).
+  std::string why;
+  if (!on_cuda) why = "it runs on CUDA devices only (this call is on " + dev.str() + ")";
+  else if (dt != DType::BF16 && dt != DType::F16) why = std::string("it takes bf16 or f16, not ") + dtype_name(dt);
+  else if (padded) why = "it takes no key padding mask here";
+  else if (window > 0) why = "it takes no sliding window here";
+  else if (docs) why = "it takes no packed documents (doc_pos) here";
+  else if (causal && Tq != Tk) why = "causal attention needs Tq == Tk here (" + std::to_string(Tq) + " vs " + std::to_string(Tk) + ")";
+  else if (D % 8 != 0 || D > 128) why = "head dim " + std::to_string(D) + " is not a multiple of 8 up to 128";
+  else
+    for (const Tensor* t : operands) {
+      bool aligned = t->offset() % 8 == 0 && t->strides()[3] == 1;
+      for (int d = 0; d < 3; ++d) aligned = aligned && (t->size(d) == 1 || t->strides()[size_t(d)] % 8 == 0);
+      if (!aligned) {
+        why = "an operand's rows are not 16-byte aligned (offset " + std::to_string(t->offset()) + ", strides " +
+              shape_str(t->strides()) + ")";
+        break;
+      }
+    }
+  if (why.empty()) return {true, strict};
+  if (strict)
+    throw UsageError(std::string(op) + ": --attention-kernel cudnn cannot run this attention",
+                     "cuDNN's fused attention: " + why,
+                     "pass --attention-kernel auto to run leantrain's kernels where cuDNN cannot, or leantrain");
+  return {};
+}
+
+Tensor cudnn_attention_workspace(int64_t B, int64_t H, int64_t Tq, int64_t D, Device dev) {
+  MemoryCategoryScope cat(Category::Workspace);
+  return Tensor::empty({attention_cudnn_workspace_bytes(B, H, Tq, D)}, DType::U8, dev);
+}
 
 Tensor check_mask_kinds(const char* name, const AttentionMask& m, int64_t B, int64_t Tq, int64_t Tk) {
   const std::string op(name);
@@ -168,11 +232,17 @@ PackedAttention prepare_packed_attention(const char* name, const Tensor& qkv_in,
   a.scale = scale > 0 ? float(scale) : float(1.0 / std::sqrt(double(a.D)));
   a.qkv = contiguous(qkv_in);  // a no-op for a Linear's output
   a.mask = mask_in.defined() ? contiguous_data(mask_in) : Tensor();
+  const Tensor q = a.q_of(a.qkv), k = a.k_of(a.qkv), v = a.v_of(a.qkv);
+  a.route = route_attention(name, dev, a.qkv.dtype(), T, T, a.D, a.causal, a.mask.defined(), a.window,
+                            a.doc_pos.defined(), {&q, &k, &v});
   return a;
 }
 
 void PackedAttention::forward(const Tensor& out, const Tensor& lse, const Tensor& qkv_now, const Tensor& mask_now,
                               const Tensor& doc_now) const {
+  if (route.cudnn)
+    return backend_for(dev).attention_fwd_cudnn(heads_view(out, H, 0), lse, q_of(qkv_now), k_of(qkv_now),
+                                                v_of(qkv_now), causal, scale, route.strict);
   backend_for(dev).attention_fwd(heads_view(out, H, 0), lse, q_of(qkv_now), k_of(qkv_now), v_of(qkv_now), mask_now,
                                  causal, window, doc_now, scale);
 }
@@ -181,6 +251,13 @@ Tensor PackedAttention::backward(const Tensor& g, const Tensor& qkv_now, const T
                                  const Tensor& mask_now, const Tensor& doc_now) const {
   Tensor dqkv = Tensor::empty(qkv_now.shape(), g.dtype(), g.device());
   Tensor gc = contiguous_data(g);
+  if (route.cudnn) {
+    Tensor ws = cudnn_attention_workspace(B, H, T, D, g.device());
+    backend_of(g).attention_bwd_cudnn(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, 0), q_of(qkv_now),
+                                      k_of(qkv_now), v_of(qkv_now), heads_view(out, H, 0), lse, ws, causal, scale,
+                                      route.strict);
+    return dqkv;
+  }
   backend_of(g).attention_bwd(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, 0), q_of(qkv_now), k_of(qkv_now),
                               v_of(qkv_now), heads_view(out, H, 0), lse, mask_now, causal, window, doc_now, scale);
   return dqkv;

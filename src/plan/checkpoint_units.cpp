@@ -30,6 +30,7 @@
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn.h"
 #include "leantrain/nn_vision.h"
+#include "leantrain/ops.h"
 #include "leantrain/plan.h"
 #include "leantrain/precision.h"
 #include "models/registry.h"
@@ -148,9 +149,24 @@ CheckpointProfile per_sample(CheckpointProfile prof, int64_t probe) {
   return prof;
 }
 
+// The probe runs leantrain's attention kernels, whatever --attention-kernel says: on the plain meta
+// it runs on, cudnn would refuse every call (no CUDA there), and the route changes no saved byte
+// and no FLOP (only a transient of the backward, which the candidates' own plans include).
+class LeantrainAttention {
+ public:
+  LeantrainAttention() : prev_(attention_kernel()) { set_attention_kernel(AttentionKernel::Leantrain); }
+  ~LeantrainAttention() { set_attention_kernel(prev_); }
+  LeantrainAttention(const LeantrainAttention&) = delete;
+  LeantrainAttention& operator=(const LeantrainAttention&) = delete;
+
+ private:
+  AttentionKernel prev_;
+};
+
 }  // namespace
 
 CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
+  LeantrainAttention attention;
   RunConfig cfg = cfg_in;
   cfg.device = "cpu";
   cfg.batch = 1;

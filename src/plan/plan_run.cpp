@@ -9,6 +9,7 @@
 #include "dist/peer_all_reduce.h"
 #include "leantrain/cuda_info.h"
 #include "leantrain/memory_snapshot.h"
+#include "leantrain/ops.h"
 #include "leantrain/plan.h"
 #include "memory/caching_policy.h"
 #include "memory/host_allocators.h"
@@ -57,6 +58,7 @@ PlanResult plan_run(const RunConfig& cfg_in, const PlanOptions& opt) {
   cfg.metrics.clear();
   validate(cfg);
   set_gemm_workspace_bytes(cfg.gemm_workspace);
+  set_attention_kernel(cfg.attention_kernel);
   const bool cuda = opt.device_type == "cuda";
 
   PlanResult r;

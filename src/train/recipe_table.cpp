@@ -183,6 +183,11 @@ std::vector<RecipeField> make_fields() {
        "cuBLASLt's workspace per GPU (default 32MiB); 0: none, for the leanest runs (cuBLASLt then picks algorithms "
        "that need none, some products slower)",
        false});
+  add({"attention_kernel", "--attention-kernel", K::Choice, choice<&C::attention_kernel>(), g,
+       "Dense attention on CUDA: leantrain (its own flash kernels, deterministic), cudnn (cuDNN 9's fused SDPA, "
+       "bf16/f16, no padding mask, window or packed documents; its backward adds a workspace of 4 B*H*T*(D+1) bytes) "
+       "or auto (cudnn where it applies, leantrain elsewhere)",
+       false});
   add({"quantize", "--quantize", K::Choice, choice<&C::quantize>(), g,
        "none, or nf4: the blocks' linear layers as frozen 4-bit NF4 weights (bitsandbytes' QLoRA format; "
        "embeddings, head and norms stay 16-bit)"});

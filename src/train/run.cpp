@@ -2,6 +2,7 @@
 // steps, reports progress, evaluates and saves on schedule. The step itself is Trainer::step.
 #include "leantrain/cuda_info.h"
 #include "leantrain/memory_snapshot.h"
+#include "leantrain/ops.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -101,6 +102,7 @@ void say(const RunObserver& obs, const std::string& s) {
 RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   validate(cfg);
   set_gemm_workspace_bytes(cfg.gemm_workspace);
+  set_attention_kernel(cfg.attention_kernel);
   Device device = resolve_device(cfg.device);
   allocator_for(device).reset_peak_stats();
   pinned_host_allocator(device).reset_peak_stats();

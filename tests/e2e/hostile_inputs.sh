@@ -64,6 +64,11 @@ expect_error 2 "--budget 99999999999999999999GiB is out of range" "$LT" plan --b
 expect_error 2 "--gemm-workspace 2147483648: cuBLASLt's workspace is 0 to 1 GiB" "$LT" plan --gemm-workspace 2GiB
 expect_error 2 "--gemm-workspace" "$LT" plan --gemm-workspace -5MiB
 expect_error 2 "--gemm-workspace" "$LT" plan --gemm-workspace lots
+expect_error 2 "--attention-kernel flash: the choices are auto, leantrain or cudnn" "$LT" plan --attention-kernel flash
+expect_error 2 "--attention-kernel cudnn cannot run this attention: cuDNN's fused attention: it takes bf16 or f16, not f32" \
+  "$LT" plan --attention-kernel cudnn
+expect_error 2 "--attention-kernel cudnn cannot run this attention: cuDNN's fused attention: it runs on CUDA devices only" \
+  "${T[@]}" "$LT" train "${GPT[@]}" --data synthetic --steps 1 --attention-kernel cudnn
 expect_error 2 "--dim 4294967296 is out of range: --dim takes 0 to [0-9]+ channels" "$LT" plan --model gpt2-tiny --dim 4294967296 --heads 1
 expect_error 2 "--dim 1e9 is out of range" "$LT" plan --model gpt2-tiny --dim 1e9 --heads 1
 expect_error 2 "--depth 100000 is out of range" "${T[@]}" "$LT" plan --model gpt2-tiny --depth 100000

@@ -43,6 +43,7 @@ RunConfig changed_everywhere() {
   c.lean_saves = false;
   c.offload_activations = true;
   c.gemm_workspace = 4 << 20;
+  c.attention_kernel = AttentionKernel::Auto;
   c.quantize = QuantizeKind::Nf4;
   c.lora_rank = 4, c.lora_alpha = 16, c.lora_dropout = 0.05, c.lora_targets = "c_attn|c_proj", c.lora_init = "adapter";
   c.devices = 2;
@@ -193,7 +194,7 @@ TEST(RecipeTable, EveryChoiceTakesItsNamesAndRefusesOthers) {
     const std::string e = test::error_of([&] { set_choice(f, c, "nonsense"); });
     EXPECT_EQ(e, std::string(f.flag) + " nonsense: the choices are " + list + " (pass one of them)") << f.flag;
   }
-  EXPECT_EQ(choices, 13);
+  EXPECT_EQ(choices, 14);
 }
 
 TEST(RecipeTable, TheCommandLineRefusesAnUnknownChoice) {

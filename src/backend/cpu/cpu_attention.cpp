@@ -290,4 +290,18 @@ void CpuBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
   });
 }
 
+// The CPU has no cuDNN: the cuDNN-routed calls are the reference itself (the front-end routes
+// there on CUDA only; these keep the op table whole and serve tests that call them directly).
+void CpuBackend::attention_fwd_cudnn(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, bool causal, float scale, bool /*strict*/) {
+  attention_fwd(out, lse, q, k, v, Tensor(), causal, 0, Tensor(), scale);
+}
+
+void CpuBackend::attention_bwd_cudnn(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& lse, const Tensor& /*workspace*/, bool causal, float scale,
+                                    bool /*strict*/) {
+  attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), causal, 0, Tensor(), scale);
+}
+
 }  // namespace lt

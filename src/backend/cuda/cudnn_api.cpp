@@ -20,7 +20,7 @@ CudnnApi load() {
   if (!lib) {
     const char* why = dlerror();
     fail("cuDNN 9 was not found (libcudnn.so.9)",
-         std::string("convolutions on CUDA run through it: ") + (why ? why : "dlopen failed"),
+         std::string("convolutions and --attention-kernel cudnn on CUDA run through it: ") + (why ? why : "dlopen failed"),
          "install cuDNN 9 (e.g. pip install nvidia-cudnn-cu12 or the cudnn9 package) or add its lib directory to "
          "LD_LIBRARY_PATH");
   }
@@ -48,7 +48,10 @@ const CudnnApi& cudnn() {
 
 void check_cudnn(cudnnStatus_t s, const char* what) {
   if (s == CUDNN_STATUS_SUCCESS) return;
-  fail(std::string("cuDNN call failed: ") + what, cudnn().cudnnGetErrorString(s),
+  char detail[512] = {0};
+  cudnn().cudnnGetLastErrorString(detail, sizeof detail);  // cuDNN's own account, "" when it has none
+  fail(std::string("cuDNN call failed: ") + what,
+       std::string(cudnn().cudnnGetErrorString(s)) + (detail[0] ? std::string(" (") + detail + ")" : ""),
        "report it with the shapes involved (LEANTRAIN_CUDA_SYNC=1 locates an asynchronous fault)");
 }
 

@@ -1,7 +1,8 @@
-// cuDNN 9 (its legacy convolution API), loaded with dlopen("libcudnn.so.9") at the first
-// convolution instead of linked: the binary starts, and runs every other op, on a machine
-// without cuDNN; a convolution there fails with one lt::Error line. The types come from
-// cudnn.h; the calls go through the function pointers below.
+// cuDNN 9 (its legacy convolution API, and its backend graph API for attention's fused SDPA),
+// loaded with dlopen("libcudnn.so.9") at the first convolution or cuDNN attention instead of
+// linked: the binary starts, and runs every other op, on a machine without cuDNN; a convolution
+// there fails with one lt::Error line (attention under --attention-kernel auto runs leantrain's
+// kernels). The types come from cudnn.h; the calls go through the function pointers below.
 #pragma once
 #include <cudnn.h>
 
