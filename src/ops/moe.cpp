@@ -16,12 +16,6 @@ using namespace detail;
 
 namespace {
 
-// [N, f] view of the f columns of a contiguous [N, W] tensor that start `col` into each row.
-Tensor columns(const Tensor& x, int64_t f, int64_t col) {
-  const int64_t w = x.size(-1), n = w == 0 ? 0 : x.numel() / w;
-  return make_view(x, {n, f}, {w, 1}, x.offset() + col);
-}
-
 void check_dispatch(const char* op, const Tensor& rows, const MoeDispatch& d) {
   LT_CHECK(d.offsets.defined() && rows.dim() == 2 && rows.size(0) == d.tokens * d.k,
            std::string(op) + ": " + std::to_string(rows.dim() == 2 ? rows.size(0) : -1) + " rows",
@@ -214,7 +208,7 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
   const int64_t rows = x.size(0);
   auto activation = [f, rows, gelu](const Tensor& gu) {
     Tensor a = Tensor::empty({rows, f}, gu.dtype(), gu.device());
-    backend_of(gu).swiglu_fwd(a, columns(gu, f, 0), columns(gu, f, f), gelu);
+    backend_of(gu).swiglu_fwd(a, column_view(gu, f, 0), column_view(gu, f, f), gelu);
     return a;
   };
   Tensor y = Tensor::empty({rows, outf}, x.dtype(), dev);
@@ -237,7 +231,8 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
       Tensor dact = Tensor::empty({rows, f}, g.dtype(), g.device());
       moe_kernels_for(g.device()).grouped_gemm(dact, gc, sw, false, offsets);
       gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
-      backend_of(g).swiglu_bwd(columns(gx, f, 0), columns(gx, f, f), dact, columns(sx, f, 0), columns(sx, f, f), gelu);
+      backend_of(g).swiglu_bwd(column_view(gx, f, 0), column_view(gx, f, f), dact, column_view(sx, f, 0),
+                               column_view(sx, f, f), gelu);
     }
     return std::vector<Tensor>{gx, gw};
   });
@@ -316,7 +311,7 @@ Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up_in, const Nf4Stack& w, co
   const int64_t rows = x.size(0);
   auto activation = [f, rows, gelu](const Tensor& gu) {
     Tensor a = Tensor::empty({rows, f}, gu.dtype(), gu.device());
-    backend_of(gu).swiglu_fwd(a, columns(gu, f, 0), columns(gu, f, f), gelu);
+    backend_of(gu).swiglu_fwd(a, column_view(gu, f, 0), column_view(gu, f, f), gelu);
     return a;
   };
   Tensor y = Tensor::empty({rows, outf}, x.dtype(), x.device());
@@ -329,7 +324,8 @@ Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up_in, const Nf4Stack& w, co
     Tensor dact = Tensor::empty({rows, f}, g.dtype(), g.device());
     nf4_grouped_gemm(dact, gc, w, false, offsets);
     Tensor gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
-    backend_of(g).swiglu_bwd(columns(gx, f, 0), columns(gx, f, f), dact, columns(sx, f, 0), columns(sx, f, f), gelu);
+    backend_of(g).swiglu_bwd(column_view(gx, f, 0), column_view(gx, f, f), dact, column_view(sx, f, 0),
+                             column_view(sx, f, f), gelu);
     return std::vector<Tensor>{gx};
   });
   return y;

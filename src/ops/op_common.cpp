@@ -75,6 +75,11 @@ Tensor contiguous_data(const Tensor& x) {
   return out;
 }
 
+Tensor column_view(const Tensor& x, int64_t f, int64_t col) {
+  const int64_t w = x.size(-1), n = w == 0 ? 0 : x.numel() / w;
+  return make_view(x, {n, f}, {w, 1}, x.offset() + col);
+}
+
 Tensor rows_view(const Tensor& x) {
   LT_ASSERT(x.is_contiguous() && x.dim() >= 1);
   const int64_t last = x.size(-1);

@@ -30,6 +30,8 @@ inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 inline DType aux_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 // A contiguous view of x as [numel / last, last] (row-wise kernels take 2-D operands).
 Tensor rows_view(const Tensor& x);
+// [N, f] view of the f columns of a contiguous [..., W] tensor that start `col` into each row.
+Tensor column_view(const Tensor& x, int64_t f, int64_t col);
 
 // Records out = op(xc) (xc contiguous) for autograd: its backward is dy * op'(x), saving xc
 // (unless op is linear). The unary ops' front-ends and linear_gelu's GELU node share it.

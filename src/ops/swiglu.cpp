@@ -13,12 +13,6 @@ using namespace detail;
 
 namespace {
 
-// [N, F] view of the F columns of a contiguous [..., W] tensor that start `col` into each row.
-Tensor columns(const Tensor& x, int64_t f, int64_t col) {
-  const int64_t w = x.size(-1), n = w == 0 ? 0 : x.numel() / w;
-  return make_view(x, {n, f}, {w, 1}, x.offset() + col);
-}
-
 Shape with_last(Shape s, int64_t last) {
   s.back() = last;
   return s;
@@ -37,14 +31,14 @@ Tensor swiglu_packed(const Tensor& gate_up_in, GateAct act) {
   const int64_t F = gate_up_in.size(-1) / 2;
   Tensor x = contiguous(gate_up_in);
   Tensor out = Tensor::empty(with_last(x.shape(), F), x.dtype(), x.device());
-  backend_of(x).swiglu_fwd(columns(out, F, 0), columns(x, F, 0), columns(x, F, F), gelu);
+  backend_of(x).swiglu_fwd(column_view(out, F, 0), column_view(x, F, 0), column_view(x, F, F), gelu);
   if (!needs_grad({x})) return out;
   SavedTensor saved(x);
   record(out, "swiglu", {x}, [=](const Tensor& g) {
     Tensor sx = saved.unpack(), gc = contiguous_data(g);
     Tensor dx = Tensor::empty(sx.shape(), g.dtype(), g.device());
-    backend_of(g).swiglu_bwd(columns(dx, F, 0), columns(dx, F, F), columns(gc, F, 0), columns(sx, F, 0),
-                             columns(sx, F, F), gelu);
+    backend_of(g).swiglu_bwd(column_view(dx, F, 0), column_view(dx, F, F), column_view(gc, F, 0), column_view(sx, F, 0),
+                             column_view(sx, F, F), gelu);
     return std::vector<Tensor>{dx};
   });
   return out;
@@ -63,15 +57,15 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in, GateAct act) {
   const int64_t F = gate_in.size(-1);
   Tensor gate = contiguous(gate_in), up = contiguous(up_in);
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  backend_of(gate).swiglu_fwd(columns(out, F, 0), columns(gate, F, 0), columns(up, F, 0), gelu);
+  backend_of(gate).swiglu_fwd(column_view(out, F, 0), column_view(gate, F, 0), column_view(up, F, 0), gelu);
   if (!needs_grad({gate, up})) return out;
   SavedTensor saved_gate(gate), saved_up(up);
   record(out, "swiglu", {gate, up}, [=](const Tensor& g) {
     Tensor sg = saved_gate.unpack(), su = saved_up.unpack(), gc = contiguous_data(g);
     Tensor dgate = Tensor::empty(sg.shape(), g.dtype(), g.device());
     Tensor dup = Tensor::empty(su.shape(), g.dtype(), g.device());
-    backend_of(g).swiglu_bwd(columns(dgate, F, 0), columns(dup, F, 0), columns(gc, F, 0), columns(sg, F, 0),
-                             columns(su, F, 0), gelu);
+    backend_of(g).swiglu_bwd(column_view(dgate, F, 0), column_view(dup, F, 0), column_view(gc, F, 0), column_view(sg, F, 0),
+                             column_view(su, F, 0), gelu);
     return std::vector<Tensor>{dgate, dup};
   });
   return out;
@@ -103,7 +97,7 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
   // checkpointing's kept one (kept_outputs.h), as linear's is.
   auto activation = [F, rows, gelu](const Tensor& gu) {
     Tensor a = Tensor::empty({rows, F}, gu.dtype(), gu.device());
-    backend_of(gu).swiglu_fwd(a, columns(gu, F, 0), columns(gu, F, F), gelu);
+    backend_of(gu).swiglu_fwd(a, column_view(gu, F, 0), column_view(gu, F, F), gelu);
     return a;
   };
   GemmDesc d;
@@ -134,7 +128,7 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
     if (need_x) {
       Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
       gx = Tensor::empty(sx.shape(), g.dtype(), g.device());
-      backend_of(g).swiglu_bwd(columns(gx, F, 0), columns(gx, F, F), dact, columns(sx, F, 0), columns(sx, F, F), gelu);
+      backend_of(g).swiglu_bwd(column_view(gx, F, 0), column_view(gx, F, F), dact, column_view(sx, F, 0), column_view(sx, F, F), gelu);
     }
     return std::vector<Tensor>{gx, gw, gb};
   });
