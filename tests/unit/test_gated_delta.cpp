@@ -1,0 +1,272 @@
+// Gated DeltaNet's ops on the CPU against naive references written with plain ops in f64: the
+// chunked gated delta rule against the token-by-token recurrence (transformers'
+// torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel), values and every gradient, with
+// T not a multiple of the chunk, grouped value heads and several chunk sizes; float64
+// finite-difference gradchecks; the decay, the causal depthwise convolution with its SiLU, the
+// gated RMSNorm and partial rotary; bf16 against the f64 result; and what the delta rule keeps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "leantrain/autograd.h"
+#include "leantrain/error.h"
+#include "leantrain/memory.h"
+#include "leantrain/ops.h"
+#include "unit/delta_reference.h"
+#include "unit/gradcheck.h"
+#include "unit/rel_error.h"
+
+using namespace lt;
+using test::rand64;
+using namespace test::delta_ref;
+
+namespace {
+
+using V = std::vector<Tensor>;
+using Fn = std::function<Tensor(const V&)>;
+
+// Values and gradients of sum(f(inputs) * r) for the op and the reference.
+void expect_same(const Fn& op, const Fn& ref, V in, double tol) {
+  auto run = [&](const Fn& f) {
+    for (Tensor& t : in) t.impl()->grad.reset();
+    Tensor y = f(in);
+    Generator gen(7);
+    sum_all(mul(y, randn(y.shape(), gen, 1.0f, DType::F64))).backward();
+    std::vector<std::vector<double>> out{y.to_double_vector()};
+    for (Tensor& t : in) out.push_back(t.requires_grad() ? t.grad().to_double_vector() : std::vector<double>{});
+    return out;
+  };
+  auto got = run(op), want = run(ref);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << "output/grad " << k;
+    for (size_t i = 0; i < got[k].size(); ++i)
+      ASSERT_NEAR(got[k][i], want[k][i], tol) << "output/grad " << k << " [" << i << "]";
+  }
+}
+
+// Inputs of the delta rule in their ranges: g in (-1, 0) (a decay), beta in (0, 1).
+V delta_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Dk, int64_t Hv, int64_t Dv, uint64_t seed) {
+  return {rand64({B, T, Hk, Dk}, seed), rand64({B, T, Hk, Dk}, seed + 1), rand64({B, T, Hv, Dv}, seed + 2),
+          rand64({B, T, Hv}, seed + 3, -1.0, 0.0), rand64({B, T, Hv}, seed + 4, 0.0, 1.0)};
+}
+
+}  // namespace
+
+TEST(GatedDelta, ChunkedEqualsTheRecurrenceWithEveryGradient) {
+  // T 11 with chunks of 4 (three chunks, the last one 3 long), 4 value heads on 2 key heads.
+  for (int64_t chunk : {4, 3, 1, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    expect_same([chunk](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], chunk); },
+                [](const V& x) { return naive_delta_rule(x[0], x[1], x[2], x[3], x[4]); },
+                delta_inputs(2, 11, 2, 5, 4, 3, 11), 1e-10);
+  }
+  // T a multiple of the chunk; one head; key dim larger than the value dim and the other way.
+  expect_same([](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 4); },
+              [](const V& x) { return naive_delta_rule(x[0], x[1], x[2], x[3], x[4]); },
+              delta_inputs(1, 8, 1, 7, 1, 2, 21), 1e-10);
+  expect_same([](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 5); },
+              [](const V& x) { return naive_delta_rule(x[0], x[1], x[2], x[3], x[4]); },
+              delta_inputs(2, 13, 1, 3, 3, 9, 31), 1e-10);
+}
+
+TEST(GatedDelta, StrongDecaysAndSaturatedBetasStayFinite) {
+  // g down to -30 a step (exp underflows within a chunk) and beta at 0 and 1.
+  V x = delta_inputs(1, 9, 1, 4, 2, 3, 41);
+  {
+    NoGradGuard ng;
+    std::vector<double> gv = x[3].to_double_vector(), bv = x[4].to_double_vector();
+    for (size_t i = 0; i < gv.size(); ++i) gv[i] = i % 3 == 0 ? -30.0 : gv[i];
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = i % 4 == 0 ? 0.0 : (i % 4 == 1 ? 1.0 : bv[i]);
+    x[3] = from_vector(gv, x[3].shape(), DType::F64);
+    x[4] = from_vector(bv, x[4].shape(), DType::F64);
+    x[3].set_requires_grad(true);
+    x[4].set_requires_grad(true);
+  }
+  expect_same([](const V& v) { return gated_delta_rule(v[0], v[1], v[2], v[3], v[4], 4); },
+              [](const V& v) { return naive_delta_rule(v[0], v[1], v[2], v[3], v[4]); }, x, 1e-9);
+}
+
+TEST(GatedDelta, Gradcheck) {
+  V x = delta_inputs(1, 7, 1, 3, 2, 2, 51);
+  EXPECT_TRUE(test::gradcheck([](const V& v) { return gated_delta_rule(v[0], v[1], v[2], v[3], v[4], 3); }, x));
+}
+
+TEST(GatedDelta, PackedReadsTheConvolutionOutputInPlace) {
+  // qkv [B, T, 2 Hk Dk + Hv Dv] against the three tensors: the same values and one gradient.
+  const int64_t B = 2, T = 6, Hk = 1, Dk = 4, Hv = 2, Dv = 3;
+  Tensor qkv = rand64({B, T, 2 * Hk * Dk + Hv * Dv}, 61);
+  V gb = {rand64({B, T, Hv}, 62, -1.0, 0.0), rand64({B, T, Hv}, 63, 0.0, 1.0)};
+  expect_same(
+      [&](const V& x) { return gated_delta_rule_packed(x[0], Hk, Dk, Hv, Dv, x[1], x[2], 4); },
+      [&](const V& x) {
+        Tensor q = reshape(slice(x[0], 2, 0, Hk * Dk), {B, T, Hk, Dk});
+        Tensor k = reshape(slice(x[0], 2, Hk * Dk, 2 * Hk * Dk), {B, T, Hk, Dk});
+        Tensor v = reshape(slice(x[0], 2, 2 * Hk * Dk, 2 * Hk * Dk + Hv * Dv), {B, T, Hv, Dv});
+        return reshape(naive_delta_rule(q, k, v, x[1], x[2]), {B, T, Hv * Dv});
+      },
+      {qkv, gb[0], gb[1]}, 1e-10);
+}
+
+TEST(GatedDelta, Bf16MatchesTheF64Result) {
+  // bf16 q, k, v, beta (f32 g): the f32 chunk arithmetic, rounded once at the output.
+  V x = delta_inputs(2, 70, 2, 16, 4, 8, 71);  // T 70: a full chunk of 64 and one of 6
+  Tensor ref, got;
+  {
+    NoGradGuard ng;
+    V r;
+    for (size_t i = 0; i < x.size(); ++i) r.push_back(i == 3 ? cast(x[i], DType::F32) : cast(x[i], DType::BF16));
+    got = gated_delta_rule(r[0], r[1], r[2], r[3], r[4]);
+    ref = naive_delta_rule(cast(r[0], DType::F64), cast(r[1], DType::F64), cast(r[2], DType::F64),
+                           cast(r[3], DType::F64), cast(r[4], DType::F64));
+  }
+  EXPECT_EQ(got.dtype(), DType::BF16);
+  EXPECT_LT(test::rel_error(got.to_double_vector(), ref.to_double_vector()), 6e-3);
+}
+
+TEST(GatedDelta, KeepsItsInputsAndOneStateAChunk) {
+  // What the op holds after its forward beyond its inputs: the output and the f32 states
+  // [B Hv, ceil(T / C), Dk, Dv] (512-byte rounded), nothing T^2.
+  const int64_t B = 1, T = 130, Hk = 2, Dk = 32, Hv = 2, Dv = 32, C = 64;
+  Generator gen(5);
+  Tensor qkv = randn({B, T, 2 * Hk * Dk + Hv * Dv}, gen), g = lt::scale(rand_uniform({B, T, Hv}, gen, 0, 1), -1.0);
+  Tensor beta = rand_uniform({B, T, Hv}, gen, 0, 1);
+  qkv.set_requires_grad(true);
+  Allocator& a = allocator_for(Device::cpu());
+  const int64_t before = a.stats().allocated_bytes.current;
+  Tensor out = gated_delta_rule_packed(qkv, Hk, Dk, Hv, Dv, g, beta, C);
+  const int64_t held = a.stats().allocated_bytes.current - before;
+  auto rounded = [](int64_t bytes) { return (bytes + 511) / 512 * 512; };
+  const int64_t states = rounded(B * Hv * ((T + C - 1) / C) * Dk * Dv * 4), o = rounded(B * T * Hv * Dv * 4);
+  EXPECT_EQ(held, states + o);
+  out.backward(ones(out.shape()));
+  EXPECT_TRUE(qkv.grad().defined());
+}
+
+TEST(GatedDelta, RefusesWhatItCannotCompute) {
+  V x = delta_inputs(1, 5, 1, 4, 2, 3, 81);
+  EXPECT_THROW(gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 65), Error);             // chunk > 64
+  EXPECT_THROW(gated_delta_rule(x[0], x[1], x[2], cast(x[3], DType::F32), x[4]), Error);  // g not the accumulation type
+  V y = delta_inputs(1, 5, 2, 4, 3, 3, 82);  // 3 value heads on 2 key heads
+  EXPECT_THROW(gated_delta_rule(y[0], y[1], y[2], y[3], y[4]), Error);
+}
+
+// ---------------------------------------------------------------- the decay
+
+
+TEST(GatedDeltaDecay, MatchesSoftplusAndItsGradients) {
+  expect_same([](const V& v) { return gated_delta_decay(v[0], v[1], v[2]); },
+              [](const V& v) { return naive_decay(v[0], v[1], v[2]); },
+              {rand64({3, 4, 5}, 91), rand64({5}, 92), rand64({5}, 93)}, 1e-12);
+  // A column slice of a wider projection, read in place.
+  Tensor ba = rand64({2, 3, 10}, 94);
+  expect_same([](const V& v) { return gated_delta_decay(slice(v[0], 2, 5, 10), v[1], v[2]); },
+              [](const V& v) { return naive_decay(slice(v[0], 2, 5, 10), v[1], v[2]); },
+              {ba, rand64({5}, 95), rand64({5}, 96)}, 1e-12);
+  // Above torch's threshold softplus(x) is x: g = -exp(a_log) x.
+  NoGradGuard ng;
+  Tensor g = gated_delta_decay(full({1, 1}, 25.0, DType::F64), zeros({1}, DType::F64), zeros({1}, DType::F64));
+  EXPECT_DOUBLE_EQ(g.to_double_vector()[0], -25.0);
+  EXPECT_EQ(gated_delta_decay(zeros({2, 3}, DType::BF16), zeros({3}, DType::F32), zeros({3}, DType::BF16)).dtype(),
+            DType::F32);
+}
+
+TEST(GatedDeltaDecay, Gradcheck) {
+  EXPECT_TRUE(test::gradcheck([](const V& v) { return gated_delta_decay(v[0], v[1], v[2]); },
+                              {rand64({4, 3}, 97), rand64({3}, 98), rand64({3}, 99)}));
+}
+
+// ---------------------------------------------------------------- the convolution
+
+
+TEST(CausalConv1d, MatchesTheNaiveConvolutionWithEveryGradient) {
+  for (bool s : {true, false})
+    expect_same([s](const V& v) { return causal_conv1d(v[0], v[1], s); },
+                [s](const V& v) { return naive_conv(v[0], v[1], s); }, {rand64({2, 7, 5}, 101), rand64({5, 4}, 102)},
+                1e-12);
+  // K longer than T; x a column slice of a projection (read in place).
+  expect_same([](const V& v) { return causal_conv1d(slice(v[0], 2, 2, 8), v[1]); },
+              [](const V& v) { return naive_conv(slice(v[0], 2, 2, 8), v[1], true); },
+              {rand64({2, 3, 9}, 103), rand64({6, 5}, 104)}, 1e-12);
+}
+
+TEST(CausalConv1d, Gradcheck) {
+  EXPECT_TRUE(test::gradcheck([](const V& v) { return causal_conv1d(v[0], v[1]); },
+                              {rand64({2, 6, 3}, 105), rand64({3, 4}, 106)}));
+}
+
+TEST(CausalConv1d, Bf16RoundsTheConvolutionThenTheSilu) {
+  Tensor x = rand64({2, 9, 6}, 107), w = rand64({6, 4}, 108);
+  NoGradGuard ng;
+  Tensor xb = cast(x, DType::BF16), wb = cast(w, DType::BF16);
+  Tensor got = causal_conv1d(xb, wb);
+  // torch: conv1d's bf16 output, then silu of it, rounded again.
+  Tensor pre = cast(cast(naive_conv(cast(xb, DType::F64), cast(wb, DType::F64), false), DType::BF16), DType::F64);
+  Tensor want = cast(silu(pre), DType::BF16);
+  EXPECT_EQ(got.to_double_vector(), want.to_double_vector());
+}
+
+// ---------------------------------------------------------------- the gated norm
+
+
+TEST(RmsNormGated, MatchesTheNaiveNormWithEveryGradient) {
+  expect_same([](const V& v) { return rms_norm_gated(v[0], v[1], v[2], 1e-6); },
+              [](const V& v) { return naive_gated_norm(v[0], v[1], v[2], 1e-6); },
+              {rand64({2, 3, 12}, 111), rand64({2, 3, 12}, 112), rand64({4}, 113)}, 1e-12);
+  // z a column slice of a wider projection; more rows than one weight part (256 rows a part).
+  expect_same([](const V& v) { return rms_norm_gated(v[0], slice(v[1], 2, 3, 9), v[2], 1e-5); },
+              [](const V& v) { return naive_gated_norm(v[0], slice(v[1], 2, 3, 9), v[2], 1e-5); },
+              {rand64({3, 300, 6}, 114), rand64({3, 300, 11}, 115), rand64({3}, 116)}, 1e-11);
+}
+
+TEST(RmsNormGated, Gradcheck) {
+  EXPECT_TRUE(test::gradcheck([](const V& v) { return rms_norm_gated(v[0], v[1], v[2]); },
+                              {rand64({3, 8}, 117), rand64({3, 8}, 118), rand64({4}, 119)}));
+}
+
+TEST(RmsNormGated, Bf16RoundsAsTransformers) {
+  // Qwen3_5RMSNormGated in bf16: n = x rstd rounded, w n rounded, times silu(z) in f32, rounded.
+  Tensor x = rand64({5, 16}, 121), z = rand64({5, 16}, 122), w = rand64({8}, 123);
+  NoGradGuard ng;
+  Tensor xb = cast(x, DType::BF16), zb = cast(z, DType::BF16), wb = cast(w, DType::BF16);
+  Tensor got = rms_norm_gated(xb, zb, wb, 1e-6);
+  Tensor xf = reshape(cast(xb, DType::F64), {5, 2, 8});
+  Tensor ms = div(sum(mul(xf, xf), {-1}, true), full({1}, 8.0, DType::F64));
+  Tensor n = cast(cast(cast(div(xf, sqrt(add_scalar(ms, 1e-6))), DType::F32), DType::BF16), DType::F64);
+  Tensor p = cast(cast(mul(n, cast(wb, DType::F64)), DType::BF16), DType::F64);
+  Tensor want = cast(mul(p, silu(reshape(cast(zb, DType::F64), {5, 2, 8}))), DType::BF16);
+  EXPECT_LT(test::rel_error(got.to_double_vector(), reshape(want, {5, 16}).to_double_vector()), 1e-2);
+}
+
+// ---------------------------------------------------------------- partial rotary
+
+TEST(PartialRotary, RotatesTheFirstDimsOfEachHeadOnly) {
+  // heads of 10, the first 4 dims rotated (2 frequencies) on the first 2 of 3 heads
+  const std::vector<float> inv = {1.0f, 0.1f};
+  Tensor x = rand64({2, 5, 30}, 131);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = rotary_embedding_packed(x, inv, 2, 3, 10);
+  }
+  const std::vector<double> xv = x.to_double_vector(), yv = y.to_double_vector();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t d = 0; d < 10; ++d) {
+          const size_t i = size_t(((b * 5 + t) * 3 + h) * 10 + d);
+          if (h >= 2 || d >= 4) {
+            EXPECT_EQ(yv[i], xv[i]);
+            continue;
+          }
+          const int64_t j = d % 2, pair = d < 2 ? d + 2 : d - 2;
+          const float ang = inv[size_t(j)] * float(3 + t);
+          const double c = double(float(std::cos(double(ang)))), s = double(float(std::sin(double(ang))));
+          const size_t ip = i - size_t(d) + size_t(pair);
+          const double want = d < 2 ? xv[i] * c - xv[ip] * s : xv[i] * c + xv[ip] * s;
+          EXPECT_NEAR(yv[i], want, 1e-12) << b << " " << t << " " << h << " " << d;
+        }
+  EXPECT_TRUE(test::gradcheck([&](const V& v) { return rotary_embedding_packed(v[0], inv, 2, 3, 10); }, {x}));
+  EXPECT_THROW(rotary_embedding_packed(x, inv, 2, 0, 3), Error);  // a head narrower than the rotated dims
+}
