@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, masks, parity_models, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
+# built there). Sections: tests, parity, masks, parity_models, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -410,6 +410,12 @@ PY
       timeout 330 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT" --commit "$commit" --quick 2>&1 | tail -40
       timeout 240 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/real" --commit "$commit" \
         --only qwen3-1.7b,gemma3-1b --dtypes bf16 2>&1 | tail -20
+      ;;
+    gemma_diag)
+      # Issue 44: where Gemma 3's f32 curve leaves PyTorch's (steps 0 and 1 agree, step 2 does not):
+      # the gradients of step 2 and the parameters after it, the five worst of each, relative.
+      timeout 200 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/diag" --commit "$commit" \
+        --only gemma3-small,llama-small --dtypes f32 --dump-step 2 2>&1 | tail -4
       ;;
     plan)
       LT=$BUILD/leantrain OUT=$OUT timeout 560 bash bench/plan_vs_measured.sh 2>&1 | tail -25

@@ -25,6 +25,13 @@
 //              a --out (bf16|f16|none) copy, on --threads (default: all cores) with --path
 //              (best|avx512|avx2|scalar); median of --steps steps; one JSON line of ms/step and
 //              GB/s (bytes each element reads and writes), and the single-threaded reference's ms
+//   dpo        --objective dpo's loss on one batch of pairs written by bench/peers/dpo_torch.py
+//              (--batch: input_ids and labels i64 [B, 2, T], labels -100 outside the completions):
+//              with --adapter DIR (PEFT) the reference is the base with the adapters off, else the
+//              model of --ref-weights (its log-probabilities computed first, then freed, as a full
+//              fine-tune's first pass keeps them); writes loss, policy and reference log-probabilities
+//              [B, 2], rewards [B] (chosen, rejected) and every trainable parameter's gradient;
+//              --loss sigmoid|ipo|simpo, --beta, --label-smoothing, --simpo-gamma as train's
 //   nf4        the QLoRA base layer (quant/nf4_linear.h) on --device (default cuda when there is
 //              one): per --shapes OUTxIN (default 4096x4096,14336x4096,4096x14336), the dequantise
 //              pass (ms, GB/s over the 0.5 + 1/64 + 2 bytes per weight it moves) and, for
@@ -64,6 +71,7 @@
 #include "models/registry.h"
 #include "quant/nf4.h"
 #include "quant/nf4_linear.h"
+#include "train/dpo.h"
 #include "train/lora_setup.h"
 
 using namespace lt;
@@ -168,6 +176,9 @@ int parity(const std::map<std::string, std::string>& f) {
     o.weight_decay = 0.0;
     AdamW opt(model->named_trainable_parameters(), o);
     std::vector<float> curve;
+    // --dump-step K: the parameters after K steps, and the gradients of step K-1, for finding
+    // where a curve leaves PyTorch's (parity.py --dump-step).
+    const int64_t dump_step = std::stoll(get(f, "dump-step", "0"));
     for (int64_t i = 0; i < steps; ++i) {
       Tensor loss;
       {
@@ -176,14 +187,118 @@ int parity(const std::map<std::string, std::string>& f) {
         loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(batch_at(ys, i), {-1}));
         loss.backward();
       }
+      if (i + 1 == dump_step)
+        for (auto& [name, p] : model->named_trainable_parameters())
+          out.push_back({"stepgrad." + name, cast(p.grad(), DType::F32).clone()});  // cast may alias
       opt.step();
       opt.zero_grad(true);
       curve.push_back(float(loss.item()));
+      if (i + 1 == dump_step)
+        for (auto& [name, p] : model->named_trainable_parameters())
+          out.push_back({"param." + name, cast(p.detach(), DType::F32).clone()});  // not the live tensor
     }
     out.push_back({"losses", from_vector(curve, {steps})});
   }
   io::save_safetensors(need(f, "out"), out);
   std::printf("parity: wrote %zu tensors to %s\n", out.size(), need(f, "out").c_str());
+  return 0;
+}
+
+int dpo(const std::map<std::string, std::string>& f) {
+  const Device dev = Device::parse(get(f, "device", "cuda"));
+  const DType dtype = parse_dtype(get(f, "dtype", "f32"));
+  const std::string cfg = read_text(need(f, "config"));
+  nn::InitOptions init{dev, dtype, 0};
+  auto build = [&](const std::string& weights) {
+    std::shared_ptr<models::Model> m;
+    {
+      MemoryCategoryScope s(Category::Parameter);
+      m = models::create_model_from_json(cfg, init);
+    }
+    m->train(false);  // dropout off, as the PyTorch side
+    io::load_module(*m, weights);
+    return m;
+  };
+  RunConfig rc;
+  rc.objective = Objective::Dpo;
+  rc.dpo_loss = *choice_named<DpoLoss>(get(f, "loss", "sigmoid"));
+  rc.beta = std::stod(get(f, "beta", "0.1"));
+  rc.label_smoothing = std::stod(get(f, "label-smoothing", "0"));
+  rc.simpo_gamma = std::stod(get(f, "simpo-gamma", "0.5"));
+  const std::string adapter = get(f, "adapter", "");
+  rc.lora_rank = adapter.empty() ? 0 : 1;  // which reference (PreferenceObjective): adapters off, or precomputed
+  std::map<std::string, Tensor> data;
+  {
+    MemoryCategoryScope s(Category::Input);
+    data = io::load_safetensors(need(f, "batch"), dev);
+  }
+  Batch b;
+  b.inputs = data.at("input_ids");
+  b.targets = data.at("labels");
+  const int64_t B = b.inputs.size(0), T = b.inputs.size(2);
+  // aux [B, 4]: reference log-probabilities (a full fine-tune's, from --ref-weights), target counts.
+  std::vector<int64_t> labels = b.targets.to(Device::cpu()).to_int_vector();
+  std::vector<float> aux(size_t(4 * B), 0.f);
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t t = 0; t < T; ++t) aux[size_t(4 * i + 2 + k)] += labels[size_t((2 * i + k) * T + t)] != -100;
+  const bool simpo = rc.dpo_loss == DpoLoss::Simpo;
+  if (adapter.empty() && !simpo) {
+    auto ref = build(need(f, "ref-weights"));
+    InferenceModeGuard inference;
+    MemoryCategoryScope s(Category::Activation);
+    std::vector<double> r =
+        sequence_logps(*ref, reshape(b.inputs, {2 * B, T}), reshape(b.targets, {2 * B, T})).to_double_vector();
+    for (int64_t i = 0; i < 2 * B; ++i) aux[size_t(4 * (i / 2) + i % 2)] = float(r[size_t(i)]);
+  }
+  b.aux = from_vector(aux, {B, 4}, DType::F32, dev);
+  auto model = build(need(f, "weights"));
+  if (!adapter.empty()) attach_peft_adapter(*model, adapter);  // the base frozen, the adapters trainable
+  else
+    for (auto& p : model->parameters()) p.set_requires_grad(true);
+  PreferenceObjective objective(rc, nullptr, nullptr);
+  std::vector<std::pair<std::string, Tensor>> out;
+  {
+    MemoryCategoryScope s(Category::Activation);
+    Tensor loss = objective.loss(*model, b);
+    loss.backward();
+    out.push_back({"loss", reshape(cast(loss.detach(), DType::F32), {1})});
+  }
+  objective.take_metrics();
+  // The log-probabilities again (no step was taken), to write them and the rewards per pair.
+  Tensor pol, refl;
+  {
+    InferenceModeGuard inference;
+    pol = reshape(sequence_logps(*model, reshape(b.inputs, {2 * B, T}), reshape(b.targets, {2 * B, T})), {B, 2});
+    if (!adapter.empty() && !simpo) {
+      nn::AdaptersOffScope off;
+      refl = reshape(sequence_logps(*model, reshape(b.inputs, {2 * B, T}), reshape(b.targets, {2 * B, T})), {B, 2});
+    } else if (!simpo) {
+      refl = slice(b.aux, 1, 0, 2);
+    }
+    if (rc.dpo_loss != DpoLoss::Sigmoid) {
+      Tensor counts = slice(b.aux, 1, 2, 4);
+      pol = div(cast(pol, DType::F32), counts);
+      if (refl.defined()) refl = div(cast(refl, DType::F32), counts);
+    }
+  }
+  const std::vector<double> p = pol.to(Device::cpu()).to_double_vector();
+  const std::vector<double> r = refl.defined() ? refl.to(Device::cpu()).to_double_vector() : std::vector<double>(p.size(), 0.0);
+  std::vector<float> chosen, rejected;
+  for (int64_t i = 0; i < B; ++i) {
+    chosen.push_back(float(rc.beta * (p[size_t(2 * i)] - r[size_t(2 * i)])));
+    rejected.push_back(float(rc.beta * (p[size_t(2 * i + 1)] - r[size_t(2 * i + 1)])));
+  }
+  out.push_back({"policy_logps", cast(pol, DType::F32)});
+  if (refl.defined()) out.push_back({"reference_logps", cast(contiguous(refl), DType::F32)});
+  out.push_back({"rewards_chosen", from_vector(chosen, {B})});
+  out.push_back({"rewards_rejected", from_vector(rejected, {B})});
+  for (auto& [name, prm] : model->named_trainable_parameters()) {
+    LT_CHECK(prm.grad().defined(), "no gradient for " + name, "backward did not reach it", "check the model");
+    out.push_back({"grad." + name, cast(prm.grad(), DType::F32)});
+  }
+  io::save_safetensors(need(f, "out"), out);
+  std::printf("dpo: loss %.8g, wrote %zu tensors to %s\n", out[0].second.item(), out.size(), need(f, "out").c_str());
   return 0;
 }
 
@@ -555,7 +670,8 @@ int main(int argc, char** argv) {
     if (mode == "tokenize") return tokenize(flags);
     if (mode == "host_step") return host_step(flags);
     if (mode == "nf4") return nf4(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step|nf4 --flag value ...\n");
+    if (mode == "dpo") return dpo(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step|nf4|dpo --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

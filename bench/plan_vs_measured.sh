@@ -39,6 +39,9 @@ CONFIGS=(
   "resnet50 b32 bf16-mixed|--model resnet50 --batch 32 --optimizer sgd --momentum 0.9 --precision bf16-mixed"
   "resnet50 b64 f32 stages 1-2 checkpointed|--model resnet50 --batch 64 --optimizer adamw --checkpoint layer(1|2)"
   "resnet152 b16 bf16-true|--model resnet152 --batch 16 --optimizer sgd --precision bf16-true"
+  "tinyllama-1.1b DPO LoRA 4 pairs x512 bf16-true|--model tinyllama-1.1b --objective dpo --batch 4 --seq-len 512 --precision bf16-true --lora-rank 16 --lora-alpha 32 --optimizer adamw"
+  "llama-small DPO full 4 pairs x77 f32 (reference pass)|--config bench/configs/llama-small.json --objective dpo --batch 4 --micro-batch 2 --seq-len 77 --optimizer adamw"
+  "smollm2-135m DPO full 2 pairs x256 bf16-mixed blocks|--model smollm2-135m --objective dpo --batch 2 --seq-len 256 --optimizer adamw --precision bf16-mixed --checkpoint blocks"
 )
 # ROWS: a regular expression choosing configurations by name (default: all).
 if [ -n "${ROWS:-}" ]; then

@@ -11,6 +11,8 @@ command -v clang++ >/dev/null || { echo "leantrain: error: the sanitizer build n
 # Without MPI: OpenMPI keeps allocations past MPI_Finalize that LeakSanitizer reports as leaks
 # (tests/e2e/strategies_mpi.sh then skips visibly, LT_E2E_NO_MPI; the normal build runs it).
 export LT_E2E_NO_MPI=1
+# One BLAS thread per test: ctest already runs one test per core (scripts/test.sh says why).
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 # lld links the large instrumented binaries faster than ld.bfd (scripts/deps.sh --sanitize).
 LINKER=
 command -v ld.lld >/dev/null && LINKER=lld

@@ -207,6 +207,8 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
            "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
            "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
            "--out", paths["out"] + ".safetensors"]
+    if args.dump_step:
+        cmd += ["--dump-step", str(args.dump_step)]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lt_time = time.time() - t0
@@ -272,8 +274,12 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
             opt.zero_grad(set_to_none=True)
             _, l = torch_loss(kind, model, data, i, dtype)
             l.backward()
+            if i + 1 == args.dump_step:  # step K-1's gradients, then the parameters after K steps
+                res["dump_grad_rel_err"] = worst_rel(model, ours, "stepgrad.", lambda p: p.grad)
             opt.step()
             curve.append(float(l))
+            if i + 1 == args.dump_step:
+                res["dump_param_rel_err"] = worst_rel(model, ours, "param.", lambda p: p.detach())
         ours_curve = [float(x) for x in ours["losses"].reshape(-1)]
         res["curve_torch"] = curve
         res["curve_leantrain"] = ours_curve
@@ -287,6 +293,18 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
     res["ok"] = (close and not missing and
                  (steps == 0 or (res["curve_max_abs_diff"] is not None and res["curve_max_abs_diff"] <= tol[2])))
     return res
+
+
+def worst_rel(model, ours, prefix, get):
+    """The five parameters whose tensors (get(p)) differ most from leantrain's (prefix + name), relative."""
+    errs = []
+    for k, p in model.named_parameters():
+        t = get(p)
+        if t is None or prefix + k not in ours:
+            continue
+        o = ours[prefix + k].float().reshape(p.shape).cuda()
+        errs.append((rel_err(o, t.float()), k))
+    return sorted(errs, reverse=True)[:5]
 
 
 def gemma3_rope_keys(theta, local_theta, full_scaling):
@@ -427,6 +445,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small models only")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--dump-step", type=int, default=0,
+                    help="K > 0: also compare every parameter after K AdamW steps and the gradients of step K "
+                         "(the five worst, relative), to find where a curve leaves PyTorch's")
     ap.add_argument("--commit", default="",
                     help="the binaries' commit, for the output's name and its 'commit' field (default: this "
                          "checkout's HEAD, which on the GPU machine may not be the commit the carried binaries "
@@ -598,7 +619,8 @@ def main():
                 results.append(r)
                 brief = {k: r.get(k) for k in ("case", "dtype", "ok", "logits_rel_err", "grad_worst_rel_err",
                                                "grad_worst_param", "curve_max_abs_diff", "f32_ref_logits_rel_err",
-                                               "f32_ref_grad_worst_rel_err", "error")}
+                                               "f32_ref_grad_worst_rel_err", "dump_grad_rel_err",
+                                               "dump_param_rel_err", "error") if k in r or k == "ok"}
                 print(json.dumps(brief), flush=True)
         for name, cfg, steps in lora_cases:
             for dt in args.dtypes.split(","):

@@ -25,6 +25,20 @@ enum class QuantizeKind { None, Nf4 };
 enum class StrategyKind { Ddp, Zero1, Zero2, Fsdp };
 // fsdp's all-gathers: in the compute dtype (bf16 under bf16-mixed), or f32 (for measuring).
 enum class FsdpGather { Compute, F32 };
+// How a language model's documents fill the rows of --seq-len (docs/user-guide.md, "Packing"):
+// none: one document per row, the rest padding; docs: several whole documents per row, each
+// attending only to itself with positions from 0 (padding-free packing); concat: the documents
+// back to back, cut every seq_len tokens, attending across their boundaries.
+enum class Packing { None, Docs, Concat };
+// Which tokens carry the loss: the assistant's (a conversation's assistant turns, a pair's
+// response; TRL's assistant-only / completion-only loss), or all of them.
+enum class TrainOn { Assistant, All };
+// What a language model's step minimises: next-token cross-entropy (sft), or a preference loss
+// over chosen/rejected pairs (dpo; docs/user-guide.md, "Preference tuning").
+enum class Objective { Sft, Dpo };
+// The preference loss of --objective dpo, by TRL's loss_type names: sigmoid (DPO), ipo (IPO, on
+// log-probabilities averaged over the completion's tokens), simpo (SimPO: averaged, no reference).
+enum class DpoLoss { Sigmoid, Ipo, Simpo };
 
 // ChoiceNames<E>::names[i] is the name of the enum value i; flag is the option that takes it.
 template <class E>
@@ -74,6 +88,27 @@ template <>
 struct ChoiceNames<FsdpGather> {
   static constexpr const char* flag = "--fsdp-gather";
   static constexpr std::array<std::string_view, 2> names{"compute", "f32"};
+};
+
+template <>
+struct ChoiceNames<Packing> {
+  static constexpr const char* flag = "--packing";
+  static constexpr std::array<std::string_view, 3> names{"none", "docs", "concat"};
+};
+template <>
+struct ChoiceNames<TrainOn> {
+  static constexpr const char* flag = "--train-on";
+  static constexpr std::array<std::string_view, 2> names{"assistant", "all"};
+};
+template <>
+struct ChoiceNames<Objective> {
+  static constexpr const char* flag = "--objective";
+  static constexpr std::array<std::string_view, 2> names{"sft", "dpo"};
+};
+template <>
+struct ChoiceNames<DpoLoss> {
+  static constexpr const char* flag = "--dpo-loss";
+  static constexpr std::array<std::string_view, 3> names{"sigmoid", "ipo", "simpo"};
 };
 
 template <class E>

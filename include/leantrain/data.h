@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "leantrain/choices.h"
 #include "leantrain/tensor.h"
 
 namespace lt {
@@ -59,10 +61,17 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";  // Deb
 // the byte tokenizer's 256 ids, so byte-level corpora take the memory they always took; 2 below
 // 65,536 ids; else 4), with a flag per token saying whether it is a target of the loss (the
 // prompt of a prompt/response document is not). The flags take memory only once one is off.
+// Where each document starts is kept too (one int64 per document), for packing.
 class TokenStream {
  public:
   explicit TokenStream(int64_t vocab_size = 256);
+  // The next token appended starts a document. A stream with no marks is one document.
+  void start_document();
+  // The first token of each document, ascending (0 first when any document was marked).
+  std::vector<int64_t> document_starts() const;
   void append(std::span<const int32_t> ids, bool target = true);
+  // ids with one flag each (1: a target of the loss), e.g. a conversation's assistant mask.
+  void append(std::span<const int32_t> ids, std::span<const uint8_t> targets);
   void append_bytes(std::string_view bytes, bool target = true);  // byte values as ids (width 1)
   // Tokens [begin, end) of `other` (which has this stream's width).
   void append(const TokenStream& other, int64_t begin, int64_t end);
@@ -82,6 +91,7 @@ class TokenStream {
   int64_t vocab_ = 256, size_ = 0;
   std::vector<uint8_t> data_;        // size_ * width_ bytes, little-endian ids
   std::vector<uint8_t> not_target_;  // empty, or one flag per token
+  std::vector<int64_t> starts_;      // document starts marked by start_document()
 };
 
 // Training and validation tokens of a text corpus. Every document is encoded on its own with the
@@ -93,11 +103,19 @@ struct TokenCorpus {
   explicit TokenCorpus(int64_t vocab_size = 256) : train(vocab_size), val(vocab_size) {}
 };
 
+namespace text { class ChatTemplate; }  // src/text/chat_template.h
+
 struct TextOptions {
   double val_fraction = 0.1;
   // .jsonl lines: a "text" field, or these two (the prompt's tokens are masked from the loss).
   std::string prompt_field = "prompt", response_field = "response";
   int workers = 1;  // threads that tokenize (the result is the same for any count)
+  // Conversations ({"messages": [...]} lines) are rendered by the template this returns (asked
+  // once, at the first conversation, on the caller's thread; it throws the one-line error of a
+  // run without one; empty: conversations are refused), their loss on `train_on`'s tokens.
+  // train_on All also makes a prompt/response pair's prompt a target.
+  std::function<std::shared_ptr<const text::ChatTemplate>()> chat_template;
+  TrainOn train_on = TrainOn::Assistant;
 };
 
 // The entries of a fortune file: text between lines that contain only "%" (empty entries dropped).
@@ -128,6 +146,17 @@ class Dataset {
   virtual Shape target_shape() const = 0;  // {} for a class label; targets are i64
   // Writes sample i: numel(input_shape) values of input_dtype at `input`, numel(target_shape) at `target`.
   virtual void get(int64_t i, void* input, int64_t* target) const = 0;
+  // f32 values per sample that ride with the batch (Batch::aux [B, aux_size()]), staged and copied
+  // like the targets: a preference pair's reference log-probabilities. 0 (the default): none.
+  virtual int64_t aux_size() const { return 0; }
+  virtual void get_aux(int64_t i, float* aux) const {}
+  // Rows of packed documents (Packing::Docs): each sample also has one i32 per input token, its
+  // position inside its document (0 at each document start), which the model's attention and
+  // positions take (nn::TokenMask::doc_pos). get_doc_pos writes them; thread-safe like get().
+  virtual bool has_doc_pos() const { return false; }
+  virtual void get_doc_pos(int64_t i, int32_t* out) const { (void)i, (void)out; }
+  // Input tokens of sample i that are text, not padding (for tokens per second); -1: all of them.
+  virtual int64_t real_tokens(int64_t i) const { (void)i; return -1; }
 };
 
 // Images [1, R, C] as f32 (x/255 - mean)/std, target the class label.
@@ -164,6 +193,43 @@ class TokenWindows : public Dataset {
  private:
   std::shared_ptr<const TokenStream> tokens_;
   int64_t seq_len_, stride_, count_;
+};
+
+// Rows of whole documents (Packing::None and Packing::Docs), from a stream's document starts. A
+// document of n tokens takes n - 1 input positions (its last token is only a target) and its
+// targets are its own next tokens, so its loss in a row is its loss run alone. A document longer
+// than a row is cut into pieces of seq_len inputs (each piece's targets run one token past it, as
+// TokenWindows' do; positions restart at 0 in each piece); what is left of it is placed like a
+// short document. None: one document (or piece) per row. Docs: rows filled best-fit decreasing
+// (the longest first, each into the fullest row it fits), each token's position inside its
+// document in get_doc_pos, so attention stays inside the document. The rest of a row is padding:
+// id `pad_id`, target -100, its own "document" (it attends to nothing before it).
+class DocumentRows : public Dataset {
+ public:
+  DocumentRows(std::shared_ptr<const TokenStream> tokens, int64_t seq_len, Packing packing, int32_t pad_id = 0);
+  int64_t size() const override { return int64_t(row_begin_.size()) - 1; }
+  Shape input_shape() const override { return {seq_len_}; }
+  DType input_dtype() const override { return DType::I64; }
+  Shape target_shape() const override { return {seq_len_}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+  bool has_doc_pos() const override { return packing_ == Packing::Docs; }
+  void get_doc_pos(int64_t i, int32_t* out) const override;
+  int64_t real_tokens(int64_t i) const override;
+  int64_t documents() const { return documents_; }  // with at least one target
+  int64_t text_tokens() const { return text_tokens_; }  // input positions holding text, all rows
+
+ private:
+  struct Segment {
+    int64_t begin;  // its first input token in the stream; its targets are tokens begin + 1 ...
+    int32_t len;    // input positions (targets too)
+  };
+  std::shared_ptr<const TokenStream> tokens_;
+  int64_t seq_len_;
+  Packing packing_;
+  int32_t pad_id_;
+  std::vector<Segment> segments_;   // row r is segments_[row_begin_[r], row_begin_[r + 1])
+  std::vector<int64_t> row_begin_;
+  int64_t documents_ = 0, text_tokens_ = 0;
 };
 
 // ---- labelled text (sequence classification) ----
@@ -211,6 +277,76 @@ class SequenceDataset : public Dataset {
   int64_t seq_len_, pad_id_;
 };
 
+// ---- preference pairs (--objective dpo) ----
+
+// A prompt and two completions of it, the first preferred, tokenized: the prompt as a document's
+// start (with the tokenizer's special tokens, BOS when it adds one), each completion without them
+// and followed by EOS (by "\n" for a tokenizer without one, as a .jsonl document is).
+struct PreferencePairs {
+  struct Split {
+    std::vector<int32_t> ids;         // every pair's prompt, chosen and rejected ids, back to back
+    std::vector<int64_t> offsets{0};  // pair i: prompt ids[o[3i], o[3i+1]), chosen to o[3i+2], rejected to o[3i+3]
+    int64_t size() const { return int64_t(offsets.size() - 1) / 3; }
+    void add(std::span<const int32_t> prompt, std::span<const int32_t> chosen, std::span<const int32_t> rejected);
+  };
+  Split train, val;
+  int64_t truncated = 0;  // completions cut to fit the context
+};
+
+namespace text { class ChatTemplate; }  // src/text/chat_template.h
+
+struct PairOptions {
+  std::string prompt_field = "prompt", chosen_field = "chosen", rejected_field = "rejected";
+  // Conversational pairs (fields that are lists of messages) are rendered by this template; it is
+  // asked for at the first such line, so string-only data never needs one. Empty: refused.
+  std::function<const text::ChatTemplate&()> chat_template;
+  int64_t seq_len = 128;      // a prompt and its completion share seq_len + 1 tokens (the last is only a target)
+  double val_fraction = 0.1;  // every round(1 / val_fraction)-th pair validates
+  int workers = 1;            // threads that tokenize (the result is the same for any count)
+};
+
+// A .jsonl file, or every .jsonl file of a directory (name order), one pair per line with string
+// prompt, chosen and rejected fields (blank lines skipped), or conversational ones as TRL reads
+// them: chosen and rejected lists of messages, with the prompt a list of messages too or left out
+// (then the messages the two share at their start); rendered by the chat template (the prompt
+// with the generation prompt, each completion as the rest of prompt + completion's rendering),
+// tokenized without special tokens and with no EOS added (the template ends the turn). A completion longer than the context
+// leaves is cut at its end (TRL's keep_start); a prompt that leaves no room for one completion
+// token, an empty completion, a missing or non-string field and a line of SFT data are each an
+// lt::Error naming file:line.
+PreferencePairs load_preference_pairs(const std::string& path, const text::Tokenizer& tok, const PairOptions& opt);
+
+// One split's pairs: sample i is inputs i64 [2, T] (row 0 the prompt and chosen completion, row 1
+// the prompt and rejected one, right-padded with pad_id), targets i64 [2, T] (the next token
+// where it is a completion token, else -100: prompt and padding are out of the log-probability),
+// and aux f32 [4]: the reference log-probabilities of chosen and rejected (0 until
+// set_reference) and the two completions' target counts. Right padding changes nothing the
+// causal model computes for the real tokens.
+class PairDataset : public Dataset {
+ public:
+  PairDataset(std::shared_ptr<const PreferencePairs> data, bool validation, int64_t seq_len, int64_t pad_id = 0);
+  int64_t size() const override { return split().size(); }
+  Shape input_shape() const override { return {2, seq_len_}; }
+  DType input_dtype() const override { return DType::I64; }
+  Shape target_shape() const override { return {2, seq_len_}; }
+  void get(int64_t i, void* input, int64_t* target) const override;
+  int64_t aux_size() const override { return 4; }
+  void get_aux(int64_t i, float* aux) const override;
+  // Pair i's reference log-probabilities at [2i] (chosen) and [2i + 1] (rejected). Set before a
+  // loader reads the dataset (its workers read it without a lock).
+  void set_reference(std::vector<float> logps);
+  const std::vector<float>& reference() const { return reference_; }
+  // The number of targets of pair i's chosen (k = 0) or rejected (k = 1) row.
+  int64_t targets_of(int64_t i, int k) const;
+
+ private:
+  const PreferencePairs::Split& split() const { return validation_ ? data_->val : data_->train; }
+  std::shared_ptr<const PreferencePairs> data_;
+  bool validation_;
+  int64_t seq_len_, pad_id_;
+  std::vector<float> reference_;
+};
+
 // ---- loader ----
 
 // The default number of loader threads: min(8, hardware threads - 1), at least 1 (one core is
@@ -234,6 +370,10 @@ struct LoaderOptions {
 struct Batch {
   Tensor inputs;   // [B, ...input_shape]
   Tensor targets;  // [B, ...target_shape], i64
+  Tensor aux;      // [B, aux_size] f32 when the dataset has aux values (Dataset::aux_size), else undefined
+  Tensor doc_pos;  // i32 [B, ...input_shape] when the dataset packs documents (has_doc_pos), else undefined
+  // Per row, the input tokens that are text (Dataset::real_tokens); empty when every input counts.
+  std::vector<int64_t> row_tokens;
   int64_t epoch = 0, index = 0;  // index: batch number within the epoch
 };
 
@@ -270,8 +410,11 @@ class DataLoader {
   struct HostBatch {
     uint8_t* inputs = nullptr;   // raw values of input_dtype
     int64_t* targets = nullptr;
+    float* aux = nullptr;        // Dataset::aux_size() values per row, when it has any
+    int32_t* doc_pos = nullptr;  // has_doc_pos() datasets only
     int buffer = -1;             // index in buffers_
     int64_t size = 0, epoch = 0, index = 0;
+    std::vector<int64_t> row_tokens;  // Dataset::real_tokens of each row (when the dataset counts them)
   };
 
  private:
@@ -291,6 +434,7 @@ class DataLoader {
     int64_t chunk_rows = 0, chunks = 0, claimed = 0, done = 0;
   };
   void fill_rows(HostBatch& h, const std::vector<int64_t>& order, int64_t r0, int64_t r1) const;
+  void count_tokens(HostBatch& h, const std::vector<int64_t>& order) const;
   void shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64_t index) const;
   void ensure_buffers();                 // caller's thread
   void free_buffers() noexcept;          // no worker running
@@ -319,7 +463,7 @@ class DataLoader {
   std::shared_ptr<const std::vector<int64_t>> order_cache_;  // the newest epoch's order
   int64_t order_cache_epoch_ = -1;
   std::vector<Buffer> buffers_;   // prefetch + 2 of them, reused (no page faults or pinning per batch)
-  int64_t buffer_bytes_ = 0, targets_offset_ = 0;
+  int64_t buffer_bytes_ = 0, targets_offset_ = 0, aux_offset_ = 0, doc_pos_offset_ = 0;
   std::vector<int> spare_;        // free buffers (under mu_)
   std::deque<int> inflight_;      // copied from, oldest first (caller's thread only)
   bool pinned_ = false;

@@ -23,19 +23,25 @@ struct CheckpointTensor {
 // What the training loop and the CLI see of any model.
 class Model : public nn::Module {
  public:
-  // GPT-2: token ids i32/i64 [B, T] -> logits [B, T, V]; mask u8/i64 [B, T] (1 = real token).
+  // GPT-2: token ids i32/i64 [B, T] -> logits [B, T, V]; mask.key_padding u8/i64 [B, T] (1 = real
+  // token); mask.doc_pos i32 [B, T] for rows of packed documents (nn::TokenMask: the causal LMs
+  // attend within each document, positions restarting at 0). A Tensor converts to a key-padding mask.
   // ViT: images [B, C, H, W] (any floating dtype; cast to the parameters') -> logits [B, classes].
-  virtual Tensor forward(const Tensor& input, const Tensor& mask = Tensor()) = 0;
+  virtual Tensor forward(const Tensor& input, const nn::TokenMask& mask = {}) = 0;
   // Mean cross-entropy of forward(input) against targets (i64, -100 = ignored). For GPT-2 the
   // targets are already shifted ([B, T], target t is the token after input t).
   // With set_loss_chunk(n > 0) and a head that is one bias-free linear (the causal LMs), the head
   // and the loss run n rows at a time (linear_cross_entropy): the [N, V] logits never exist.
-  Tensor loss(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
+  Tensor loss(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask = {});
   void set_loss_chunk(int64_t rows) { loss_chunk_ = rows; }
   // The summed cross-entropy through linear_cross_entropy (evaluation of a causal LM with
   // set_loss_chunk(n > 0): no [N, V] logits); undefined when the chunked head does not apply.
-  Tensor chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask = Tensor());
+  Tensor chunked_loss_sum(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask = {});
   int64_t loss_chunk() const { return loss_chunk_; }
+  // The cross-entropy of each target, shaped as `targets` (0 where ignored): the negated
+  // log-probability of each target token, which a preference loss sums per sequence. Goes
+  // through the chunked head as loss() does (set_loss_chunk), so no [N, V] logits then.
+  Tensor token_losses(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask = {});
   virtual std::string model_type() const = 0;  // "gpt2", "vit"
   virtual std::string config_json() const = 0;  // Hugging Face-style config.json text
   // Where the parameters live and their dtype.
@@ -65,7 +71,11 @@ class Model : public nn::Module {
   struct HeadInputs {
     Tensor hidden, weight;
   };
-  virtual HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) { return {}; }
+  virtual HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) { return {}; }
+  // A decoder's mask checked against ids [B, T]: key_padding [B, T] cast to u8, doc_pos i32 [B, T]
+  // (not with a position offset: packed rows start their documents at 0). `name` is the model's.
+  static nn::TokenMask decoder_mask(const std::string& name, const nn::TokenMask& mask, int64_t B, int64_t T,
+                                    int64_t pos_offset);
   // standalone_modules() of a causal LM: none when the head is tied to the table (`head` null),
   // else the table, and the head unless a chunked loss reads its weight directly.
   std::vector<nn::Module*> untied_table_and_head(nn::Module* table, nn::Module* head) const;
@@ -85,12 +95,13 @@ class CausalLM : public Model {
   // Autoregressive sampling under InferenceModeGuard (no activations kept), in eval mode.
   // Returns prompt + new tokens. temperature <= 0: greedy; top_k <= 0: full vocabulary.
   // The context is cropped to the last context_length() tokens. on_token sees each new token.
-  // Sampling stops after stop_token (-1: none, e.g. the tokenizer's EOS) and draws only ids below
-  // sample_below (0: the whole vocabulary; a tokenizer smaller than the embedding table).
+  // Sampling stops after any of stop_tokens (e.g. the tokenizer's EOS, a chat template's
+  // end-of-turn tokens) and draws only ids below sample_below (0: the whole vocabulary; a
+  // tokenizer smaller than the embedding table).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature = 1.0,
                                 int64_t top_k = 0, uint64_t seed = 0,
-                                const std::function<void(int64_t)>& on_token = nullptr, int64_t stop_token = -1,
-                                int64_t sample_below = 0);
+                                const std::function<void(int64_t)>& on_token = nullptr,
+                                const std::vector<int64_t>& stop_tokens = {}, int64_t sample_below = 0);
 };
 
 // ---------------------------------------------------------------- GPT-2
@@ -124,9 +135,10 @@ class GPT2 : public CausalLM {
  public:
   GPT2(const GPT2Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "GPT2LMHeadModel"; }
-  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
-  // Final hidden states [B, T, C] (after ln_f). pos_offset: position of ids[:, 0] (for a KV cache).
-  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
+  // Final hidden states [B, T, C] (after ln_f). pos_offset: position of ids[:, 0] (for a KV cache);
+  // with mask.doc_pos the learned positions are the documents' own.
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return "gpt2"; }
   std::string config_json() const override { return cfg_.to_json(); }
   double root_forward_flops(const Shape& input) const override;
@@ -143,7 +155,7 @@ class GPT2 : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
-  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
+  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   GPT2Config cfg_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;
@@ -181,7 +193,7 @@ class ViT : public Model {
  public:
   ViT(const ViTConfig& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "VisionTransformer"; }
-  Tensor forward(const Tensor& images, const Tensor& mask = Tensor()) override;
+  Tensor forward(const Tensor& images, const nn::TokenMask& mask = {}) override;
   std::string model_type() const override { return "vit"; }
   std::string config_json() const override { return cfg_.to_json(); }
   // transformers' ViTForImageClassification names (vit.embeddings..., vit.encoder.layer.N...,

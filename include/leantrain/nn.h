@@ -487,9 +487,26 @@ class Mlp : public UnaryModule {
   bool lean_saves_ = true;
 };
 
+// What a batch says about its tokens that attention must obey, handed from the model through
+// the blocks to every attention core:
+//   key_padding  u8 [B, T], 1 = a real token (a right-padded encoder batch), or undefined;
+//   doc_pos      i32 [B, T], each token's position inside its document for rows that pack several
+//                documents (0 at each document start): attention is block-diagonal causal
+//                (AttentionMask::doc_pos) and the rotary or learned positions are these, not
+//                0..T-1. Undefined: one sequence per row.
+// Converts from a Tensor (a key-padding mask), as the signatures took before packing.
+struct TokenMask {
+  Tensor key_padding, doc_pos;
+  TokenMask() = default;
+  TokenMask(Tensor key_padding_mask) : key_padding(std::move(key_padding_mask)) {}  // NOLINT: implicit on purpose
+  TokenMask(Tensor key_padding_mask, Tensor document_positions)
+      : key_padding(std::move(key_padding_mask)), doc_pos(std::move(document_positions)) {}
+  static TokenMask documents(Tensor document_positions) { return TokenMask(Tensor(), std::move(document_positions)); }
+};
+
 // The attention core, without parameters: fused projection qkv [B, T, 3C] (q | k | v) ->
 // lt::self_attention_packed (heads read and merged in place, no copies) -> [B, T, C]. A module of its
-// own so that selective checkpointing can recompute it. key_padding_mask: u8 [B, T] or undefined.
+// own so that selective checkpointing can recompute it; the mask's key padding and documents apply.
 // Grouped-query form: qkv [B, T, (heads + 2 kv_heads) * head_dim], kv_heads dividing heads ->
 // [B, T, heads * head_dim] (query head h reads kv head h / (heads / kv_heads), in place).
 class AttentionCore : public Module {
@@ -500,11 +517,11 @@ class AttentionCore : public Module {
   AttentionCore(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal, double scale = 0.0, int64_t window = 0)
       : heads_(heads), kv_heads_(kv_heads), head_dim_(head_dim), causal_(causal), scale_(scale), window_(window) {}
   const char* type_name() const override { return "ScaledDotProductAttention"; }
-  Tensor operator()(const Tensor& qkv, const Tensor& key_padding_mask = Tensor()) {
-    return call_forward(qkv, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  Tensor operator()(const Tensor& qkv, const TokenMask& mask = {}) {
+    return call_forward(qkv, [this, mask](const Tensor& in) { return forward(in, mask); });
   }
   // Virtual: BigBird's block-sparse core (nn_encoder.h) attends to fewer keys.
-  virtual Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const;
+  virtual Tensor forward(const Tensor& qkv, const TokenMask& mask) const;
   // Forward FLOPs for qkv of shape [B, T, W]: q k^T and p v, 2 B T^2 heads head_dim each (halved when causal).
   virtual double forward_flops(const Shape& qkv) const;
 
@@ -515,33 +532,33 @@ class AttentionCore : public Module {
   int64_t window_ = 0;  // sliding window (0: none)
 };
 
-// Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention.
-// key_padding_mask: u8 [B, T], 1 = attend, or undefined.
+// Multi-head self-attention over x [B, T, C] through lt::scaled_dot_product_attention, under the
+// batch's TokenMask (key padding, packed documents).
 class SelfAttention : public Module {
  public:
   SelfAttention(int64_t dim, int64_t heads, bool causal);
-  Tensor operator()(const Tensor& x, const Tensor& key_padding_mask = Tensor()) {
-    return call_forward(x, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  Tensor operator()(const Tensor& x, const TokenMask& mask = {}) {
+    return call_forward(x, [this, mask](const Tensor& in) { return forward(in, mask); });
   }
-  virtual Tensor forward(const Tensor& x, const Tensor& key_padding_mask) = 0;
+  virtual Tensor forward(const Tensor& x, const TokenMask& mask) = 0;
   int64_t heads() const { return heads_; }
   // forward(ln(x)) with ln folded into the input projection (layer_norm_linear) where the
   // projection allows it; undefined when it cannot (call forward(ln(x)) then). Bypasses the
   // forward wrappers of this module and its projection's: callers check there are none.
-  virtual Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) {
-    (void)x, (void)ln, (void)key_padding_mask;
+  virtual Tensor forward_normed(const Tensor& x, LayerNorm& ln, const TokenMask& mask) {
+    (void)x, (void)ln, (void)mask;
     return Tensor();
   }
 
  protected:
   // Fused projection [B, T, 3C] (q | k | v) -> attended values [B, T, C], before the output projection.
-  Tensor attend(const Tensor& qkv, const Tensor& key_padding_mask) const { return (*core_)(qkv, key_padding_mask); }
+  Tensor attend(const Tensor& qkv, const TokenMask& mask) const { return (*core_)(qkv, mask); }
   // proj(attend(qkv)) for forward_normed (lean saves): one attention_linear op, which recomputes
   // the attention output in its backward instead of keeping it (C per token less per block), when
   // the core and the projection are plain modules without wrappers, no selective region is
   // recording, and the sequence is no longer than the width (T <= C: attention's forward is then
   // at most a sixth of the block's matmul work). Else the two calls.
-  Tensor attend_project(const Tensor& qkv, const Tensor& key_padding_mask, UnaryModule& proj) const;
+  Tensor attend_project(const Tensor& qkv, const TokenMask& mask, UnaryModule& proj) const;
   // Subclasses register the core (child "core") after their input projection.
   void register_core() { core_ = register_child("core", std::make_shared<AttentionCore>(dim_, heads_, causal_)); }
   int64_t dim_, heads_;
@@ -554,8 +571,8 @@ class CausalSelfAttention : public SelfAttention {
  public:
   CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, double resid_dropout, const Init& proj_init);
   const char* type_name() const override { return "GPT2Attention"; }
-  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
-  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) override;
+  Tensor forward(const Tensor& x, const TokenMask& mask) override;
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const TokenMask& mask) override;
 
  private:
   Child<UnaryModule> c_attn_, c_proj_, drop_;
@@ -566,8 +583,8 @@ class MultiheadSelfAttention : public SelfAttention {
  public:
   MultiheadSelfAttention(ParamFactory& pf, int64_t dim, int64_t heads, bool causal = false);
   const char* type_name() const override { return "MultiheadAttention"; }
-  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
-  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& key_padding_mask) override;
+  Tensor forward(const Tensor& x, const TokenMask& mask) override;
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln, const TokenMask& mask) override;
 
  private:
   Tensor* in_proj_weight_ = nullptr;
@@ -586,10 +603,10 @@ class PreNormBlock : public Module {
   PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, std::shared_ptr<SelfAttention> attn,
                std::shared_ptr<UnaryModule> ln_2, std::shared_ptr<UnaryModule> mlp, const BlockNames& names = {});
   const char* type_name() const override { return type_; }
-  Tensor operator()(const Tensor& x, const Tensor& key_padding_mask = Tensor()) {
-    return call_forward(x, [this, key_padding_mask](const Tensor& in) { return forward(in, key_padding_mask); });
+  Tensor operator()(const Tensor& x, const TokenMask& mask = {}) {
+    return call_forward(x, [this, mask](const Tensor& in) { return forward(in, mask); });
   }
-  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  Tensor forward(const Tensor& x, const TokenMask& mask);
 
   // Gemma's "sandwich" norms: post_attn normalises the attention's output and post_mlp the MLP's
   // before each residual add (x + post_attn(attn(ln_1(x))), then h + post_mlp(mlp(ln_2(h)))).
@@ -609,10 +626,10 @@ class PreNormBlock : public Module {
   // lean saves off (the path whose ln_2 is fused already). The values are forward()'s: the
   // fused add rounds the same sum once, as the add did.
   bool splits_residual() const;
-  std::pair<Tensor, Tensor> forward_split(const Tensor& h, const Tensor& m, const Tensor& key_padding_mask);
+  std::pair<Tensor, Tensor> forward_split(const Tensor& h, const Tensor& m, const TokenMask& mask);
 
  private:
-  Tensor forward_post_norms(const Tensor& x, const Tensor& key_padding_mask);
+  Tensor forward_post_norms(const Tensor& x, const TokenMask& mask);
   const char* type_;
   Child<UnaryModule> ln_1_, ln_2_, mlp_;
   Child<UnaryModule> post_attn_, post_mlp_;  // set_post_norms only

@@ -57,7 +57,7 @@ class GatedDeltaNet : public SelfAttention {
  public:
   GatedDeltaNet(ParamFactory& pf, const GatedDeltaNetOptions& o);
   const char* type_name() const override { return type_; }
-  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+  Tensor forward(const Tensor& x, const TokenMask& mask) override;
   const GatedDeltaNetOptions& options() const { return o_; }
 
  private:

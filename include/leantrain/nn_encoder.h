@@ -60,7 +60,7 @@ class BlockSparseAttentionCore : public AttentionCore, public RandomSource {
  public:
   BlockSparseAttentionCore(int64_t dim, int64_t heads, const BlockSparseOptions& o, uint64_t seed);
   const char* type_name() const override { return "BlockSparseAttention"; }
-  Tensor forward(const Tensor& qkv, const Tensor& key_padding_mask) const override;
+  Tensor forward(const Tensor& qkv, const TokenMask& mask) const override;
   double forward_flops(const Shape& qkv) const override;
   Generator& generator() override { return gen_; }
   // Whether a sequence of T positions (a multiple of block_size) is attended block-sparsely.

@@ -80,7 +80,7 @@ class DecoderSelfAttention : public SelfAttention {
  public:
   DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o, std::shared_ptr<RotaryEmbedding> rope);
   const char* type_name() const override { return type_; }
-  Tensor forward(const Tensor& x, const Tensor& key_padding_mask) override;
+  Tensor forward(const Tensor& x, const TokenMask& mask) override;
   int64_t kv_heads() const { return kv_heads_; }
 
  private:

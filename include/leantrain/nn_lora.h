@@ -60,6 +60,21 @@ class LoraLinear : public UnaryModule {
   std::shared_ptr<Dropout> dropout_;  // null when p == 0 (PEFT's nn.Identity)
 };
 
+// While one lives, every LoRA adapter computes its base alone, on this thread (PEFT's
+// `with model.disable_adapter():`): the model is the frozen base it started from. A DPO run's
+// reference forward is this, under inference mode, so the reference costs no second model.
+class AdaptersOffScope {
+ public:
+  AdaptersOffScope();
+  ~AdaptersOffScope();
+  AdaptersOffScope(const AdaptersOffScope&) = delete;
+  AdaptersOffScope& operator=(const AdaptersOffScope&) = delete;
+
+ private:
+  bool prev_;
+};
+bool adapters_off();
+
 // The merged weight W + (alpha / r) B A of `m`'s base, in the base weight's layout and dtype
 // (computed in f32). The base must be an nn::Linear.
 Tensor lora_merged_weight(const LoraLinear& m);

@@ -55,6 +55,9 @@ Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// log(sigmoid(x)) (torch.nn.functional.logsigmoid), computed as min(x, 0) - log1p(exp(-|x|)): no
+// underflow to -inf for very negative x, no rounding to 0 of the small values of large x.
+Tensor log_sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { Tanh, Erf };
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::Tanh);
@@ -310,7 +313,8 @@ Tensor cross_entropy_in_place(const Tensor& logits, const Tensor& targets, int64
 // cross_entropy(linear(hidden, weight), targets) without the [N, V] logits: hidden [..., C],
 // weight [V, C] (a bias-free head, torch layout), targets [N] (N = hidden's rows). Rows go through
 // the head `chunk` at a time (0: as many as fit 256 MiB of f32 logits); the backward recomputes
-// each chunk's logits. Sum or Mean only.
+// each chunk's logits. Reduction::None gives the per-row losses (shaped as targets, 0 where
+// ignored), as cross_entropy does.
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& weight, const Tensor& targets,
                             int64_t ignore_index = -100, Reduction reduction = Reduction::Mean, int64_t chunk = 0);
 // Identity when !training or p == 0. The mask is regenerated in backward from (seed, offset).

@@ -22,6 +22,23 @@ struct RunConfig {
   std::string tokenizer;
   // .jsonl fields of a prompt/response pair (the prompt's tokens are masked from the loss).
   std::string prompt_field = "prompt", response_field = "response";
+  // A chat template replacing the tokenizer's (a .jinja file, or a tokenizer_config.json holding
+  // one); saved with checkpoints as chat_template.jinja, so not kept in the run config.
+  std::string chat_template;
+  // Which tokens carry the loss: the assistant's turns (a pair's response), or all.
+  TrainOn train_on = TrainOn::Assistant;
+  // How documents fill the rows of seq_len tokens (docs/user-guide.md, "Packing"): docs (several
+  // whole documents a row, each attending to itself), none (one a row, padded), concat.
+  Packing packing = Packing::Docs;
+  // What the step minimises (leantrain/choices.h). dpo: the data are {"prompt", "chosen",
+  // "rejected"} pairs and the loss compares the policy with a reference that costs no second
+  // model (docs/memory-model.md, "What a DPO run holds").
+  Objective objective = Objective::Sft;
+  DpoLoss dpo_loss = DpoLoss::Sigmoid;
+  double beta = 0.1;             // DPO's beta: how far the policy may move from the reference
+  double label_smoothing = 0;    // conservative DPO: the share of pairs assumed mislabelled, in [0, 0.5)
+  double simpo_gamma = 0.5;      // SimPO's target reward margin
+  std::string chosen_field = "chosen", rejected_field = "rejected";  // .jsonl fields of a preference pair
   // Overrides of the preset's sizes (0: keep the preset's): the demo's small ViT uses these.
   int64_t dim = 0, depth = 0, heads = 0, patch = 0, mlp_dim = 0;
 

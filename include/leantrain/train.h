@@ -25,6 +25,13 @@ Device resolve_device(const std::string& spec);
 std::string config_to_json(const RunConfig& cfg);
 RunConfig config_from_json(const std::string& json);
 
+// A number a step or an evaluation reports beside its loss: a DPO run's rewards/chosen,
+// rewards/rejected, rewards/accuracies and rewards/margins (TRL's names).
+struct Metric {
+  std::string name;
+  double value = 0;
+};
+
 // What the loop reports as it goes.
 struct ProgressInfo {
   int64_t step = 0, total_steps = 0;
@@ -36,21 +43,26 @@ struct ProgressInfo {
   const char* unit = "img/s";
   double elapsed_s = 0, eta_s = 0;
   int64_t mem_current = 0, mem_peak = 0;  // allocated bytes on the run's device
+  std::vector<Metric> metrics;            // the step's other numbers (--objective dpo)
 };
 struct EvalInfo {
   int64_t step = 0;
   double loss = 0;
   std::optional<double> accuracy;  // classifiers only
+  std::vector<Metric> metrics;     // --objective dpo: the held-out pairs' rewards
 };
-// An evaluation's sums over the tokens (or images) it saw: what the ranks of a job add up.
+// An evaluation's sums over the tokens (or images, or preference pairs) it saw: what the ranks of
+// a job add up. Pairs: correct counts chosen rewards above rejected ones, chosen and rejected sum
+// the rewards.
 struct EvalSums {
-  double loss = 0, count = 0, correct = 0;
+  double loss = 0, count = 0, correct = 0, chosen = 0, rejected = 0;
 };
 struct RunResult {
   // Several ranks: each rank's peak allocated / reserved bytes, in rank order (empty on one).
   std::vector<int64_t> rank_peak_allocated, rank_peak_reserved;
   int64_t steps = 0;       // the last step trained (counting resumed ones)
   double final_loss = 0;   // last training loss
+  std::vector<Metric> final_metrics;  // the last step's other numbers (--objective dpo)
   std::optional<EvalInfo> eval;  // the last evaluation
   double seconds = 0;      // wall time of this process's part of the run
   std::vector<double> losses;    // training loss of each step this process ran
@@ -80,6 +92,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs = {});
 struct GenerateConfig {
   std::string checkpoint;
   std::string prompt;
+  // A conversation rendered by the checkpoint's chat template with its generation prompt; sampling
+  // stops at the template's end-of-turn token(s) or EOS, and only the reply is returned. The
+  // conversation is `messages` (a JSON file: {"messages": [...], "tools": [...]} as a data line,
+  // or the list alone), else one user message, `prompt`. `messages` implies chat.
+  bool chat = false;
+  std::string messages;
   int64_t max_new_tokens = 100;
   double temperature = 1.0;
   int64_t top_k = 0;  // 0: no cut

@@ -21,6 +21,7 @@ enum class UnaryOp : uint8_t {
   GeluErf,    // 0.5x(1+erf(x/sqrt2))
   Silu,       // x*sigmoid(x)
   PowScalar,  // x^alpha
+  LogSigmoid, // log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), exact for large |x|
 };
 
 enum class RandomKind : uint8_t { Normal, Uniform };

@@ -77,6 +77,8 @@ constexpr Knob kKnobs[] = {
      "scripts/build.sh: OFF skips the CUDA backend (a machine without a GPU), ON requires it"},
     {"LEANTRAIN_UNITY", T::Choice, "OFF", 0, 0, "OFF|ON", M::No, U::Script, "build",
      "scripts/build.sh and sanitize.sh: ON compiles the library in unity batches (CI's clean builds)"},
+    {"LEANTRAIN_CUDA_ARCH", T::Choice, "90", 0, 0, "90|90-virtual", M::No, U::Script, "build",
+     "scripts/build.sh: 90-virtual compiles the kernels to PTX only, a quicker check (CI, no GPU)"},
     {"LEANTRAIN_STORE_FD", T::Integer, "0", 0, 1 << 30, "", M::No, U::Internal, "internal",
      "the rendezvous socket `train --devices N` hands to rank 0 (set by leantrain itself)"},
     {"LEANTRAIN_SUPERVISE_RANK", T::Switch, "0", 0, 0, "", M::No, U::Internal, "internal",

@@ -31,11 +31,20 @@ CorpusBuilder::CorpusBuilder(const text::Tokenizer& tok, const TextOptions& opt)
 
 CorpusBuilder::Encoded CorpusBuilder::encode(const Document& d, const std::string& separator) const {
   Encoded e;
+  if (d.chat) {
+    // The template writes BOS and the end of each turn itself; nothing is added (TRL's
+    // apply_chat_template tokenization).
+    LT_ASSERT(chat_);  // add() asked for it
+    text::ChatTokens t = text::chat_training_tokens(tok_, *chat_, *d.chat, opt_.train_on, text::ChatOptions{}, d.where);
+    e.ids = std::move(t.ids);
+    e.targets = std::move(t.assistant_mask);
+    return e;
+  }
   const bool sep = !eos_ && !separator.empty();
   if (d.prompt) {
     e.ids = tok_.encode(*d.prompt, true);
     if (post_adds_eos_ && !e.ids.empty() && e.ids.back() == *eos_) e.ids.pop_back();  // EOS ends the response
-    e.masked = e.ids.size();
+    e.masked = opt_.train_on == TrainOn::All ? 0 : e.ids.size();
     const std::vector<int32_t> r = tok_.encode(sep ? d.text + separator : d.text, false);
     e.ids.insert(e.ids.end(), r.begin(), r.end());
   } else {
@@ -55,33 +64,50 @@ void CorpusBuilder::place(const Encoded& e, Placement placement) {
   const std::span<const int32_t> ids(e.ids);
   if (placement == Placement::Whole) {
     TokenStream& dst = next_whole();
+    dst.start_document();
+    if (!e.targets.empty()) {
+      dst.append(ids, e.targets);
+      return;
+    }
     dst.append(ids.first(e.masked), false);
     dst.append(ids.subspan(e.masked), true);
     return;
   }
-  LT_ASSERT(e.masked == 0);
+  LT_ASSERT(e.masked == 0 && e.targets.empty());
   const size_t n = ids.size(), cut = n - size_t(std::floor(double(n) * opt_.val_fraction));
+  corpus_.train.start_document();
   corpus_.train.append(ids.first(cut));
+  corpus_.val.start_document();
   corpus_.val.append(ids.subspan(cut));
 }
 
 void CorpusBuilder::place_bytes(const Document& d, const std::string& separator, Placement placement) {
   if (placement == Placement::Whole) {
     TokenStream& dst = next_whole();
-    if (d.prompt) dst.append_bytes(*d.prompt, false);
+    dst.start_document();
+    if (d.prompt) dst.append_bytes(*d.prompt, opt_.train_on == TrainOn::All);
     dst.append_bytes(d.text);
     dst.append_bytes(separator);
     return;
   }
   LT_ASSERT(!d.prompt && separator.empty());
   const size_t n = d.text.size(), cut = n - size_t(std::floor(double(n) * opt_.val_fraction));
+  corpus_.train.start_document();
   corpus_.train.append_bytes(std::string_view(d.text).substr(0, cut));
+  corpus_.val.start_document();
   corpus_.val.append_bytes(std::string_view(d.text).substr(cut));
 }
 
 void CorpusBuilder::add(std::vector<Document> docs, Placement placement, const std::string& separator) {
   corpus_.documents += int64_t(docs.size());
-  if (bytes_) {
+  const bool chat = std::any_of(docs.begin(), docs.end(), [](const Document& d) { return d.chat.has_value(); });
+  if (chat && !chat_) {
+    const auto first = std::find_if(docs.begin(), docs.end(), [](const Document& d) { return d.chat.has_value(); });
+    LT_CHECK(bool(opt_.chat_template), "chat data " + first->where, "the line is a conversation, and this run reads no chat template",
+             "pass --chat-template FILE, or a tokenizer directory whose tokenizer_config.json has a chat_template");
+    chat_ = opt_.chat_template();
+  }
+  if (bytes_ && !chat) {  // conversations go through the template and the tokenizer's encode
     for (const Document& d : docs) place_bytes(d, separator, placement);
     return;
   }

@@ -8,12 +8,18 @@
 #include <vector>
 
 #include "leantrain/data.h"
+#include "text/chat_data.h"
 
 namespace lt::data {
 
 struct Document {
+  Document() = default;
+  explicit Document(std::string t, std::optional<std::string> p = std::nullopt) : text(std::move(t)), prompt(std::move(p)) {}
   std::string text;                   // the whole document, or the response of a pair
   std::optional<std::string> prompt;  // a prompt/response pair: its tokens are not targets
+  // A conversation, rendered by TextOptions::chat_template; `where` ("file:line") names it in errors.
+  std::optional<text::ChatExample> chat;
+  std::string where;
 };
 
 // Whole: every round(1/val_fraction)-th document of the corpus goes to validation.
@@ -31,7 +37,8 @@ class CorpusBuilder {
  private:
   struct Encoded {
     std::vector<int32_t> ids;
-    size_t masked = 0;  // the first `masked` ids are the prompt's
+    size_t masked = 0;             // the first `masked` ids are the prompt's
+    std::vector<uint8_t> targets;  // a conversation: 1 where an id is a target (else empty)
   };
   Encoded encode(const Document& d, const std::string& separator) const;
   void place(const Encoded& e, Placement placement);
@@ -44,11 +51,14 @@ class CorpusBuilder {
   bool bytes_ = false;          // the byte tokenizer: ids are the text's bytes, no encode needed
   bool post_adds_eos_ = false;  // encode(text, add_special) ends with EOS
   int64_t period_ = 0, whole_ = 0;
+  std::shared_ptr<const text::ChatTemplate> chat_;  // asked of opt_.chat_template at the first conversation
   TokenCorpus corpus_;
 };
 
 // Parses JSON lines (`text` is the file's contents, `path` names it in errors) into documents,
-// handing them to `sink` in batches of about `batch_bytes` of text.
+// handing them to `sink` in batches of about `batch_bytes` of text. A file whose first line holds
+// "messages" is conversations (text::parse_chat_example checks each line), else every line is a
+// text or a prompt/response pair; a line of the other kind is an error naming file:line.
 void parse_jsonl(const std::string& text, const std::string& path, const TextOptions& opt, size_t batch_bytes,
                  const std::function<void(std::vector<Document>)>& sink);
 

@@ -1,10 +1,12 @@
 // JSON lines: one document per line, {"text": "..."} or {"prompt": "...", "response": "..."}
-// (the field names are --prompt-field / --response-field). Blank lines are skipped; any other
-// line that is not such an object is an error naming file:line, so a typo in a field name
-// cannot silently train on nothing.
+// (the field names are --prompt-field / --response-field), or a file of conversations
+// {"messages": [...], "tools": [...]} (when its first line has "messages"). Blank lines are
+// skipped; any other line that is not such an object is an error naming file:line, so a typo in
+// a field name cannot silently train on nothing.
 #include <nlohmann/json.hpp>
 
 #include "data/corpus_builder.h"
+#include "data/jsonl_lines.h"
 #include "io/unique_keys.h"
 #include "leantrain/error.h"
 
@@ -52,8 +54,8 @@ Document document_of(const nlohmann::json& j, const TextOptions& opt, const Line
   if (text && (prompt || response))
     bad("it has \"text\" and " + quoted(prompt ? opt.prompt_field : opt.response_field) +
         ": a line is one text or one prompt/response pair");
-  if (text) return {*text, std::nullopt};
-  if (prompt && response) return {*response, *prompt};
+  if (text) return Document(*text);
+  if (prompt && response) return Document(*response, *prompt);
   if (prompt || response)
     bad("it has " + quoted(prompt ? opt.prompt_field : opt.response_field) + " but no " +
         quoted(prompt ? opt.response_field : opt.prompt_field));
@@ -62,43 +64,54 @@ Document document_of(const nlohmann::json& j, const TextOptions& opt, const Line
 
 }  // namespace
 
+nlohmann::json parse_jsonl_line(std::string_view line, const std::function<void(const std::string&)>& bad) {
+  nlohmann::json j;
+  const io::UniqueKeys keys;
+  try {
+    j = nlohmann::json::parse(line, keys.callback());
+  } catch (const nlohmann::json::parse_error& e) {
+    bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
+  } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
+    bad("it holds a number too large for a double (" + std::string(e.what()).substr(std::string(e.what()).find(' ') + 1) + ")");
+  } catch (const nlohmann::json::exception& e) {
+    bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
+  }
+  if (!keys.duplicate().empty())
+    bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
+  return j;
+}
+
 void parse_jsonl(const std::string& text, const std::string& path, const TextOptions& opt, size_t batch_bytes,
                  const std::function<void(std::vector<Document>)>& sink) {
   std::vector<Document> batch;
   size_t batch_size = 0;
-  int64_t line_no = 0;
-  size_t pos = 0;
-  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) pos = 3;  // a UTF-8 byte order mark
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+  std::optional<bool> conversations;  // the file's kind, from its first line
+  for_each_jsonl_line(text, [&](std::string_view line, int64_t line_no) {
     const LineError bad(path, line_no);
-    nlohmann::json j;
-    const io::UniqueKeys keys;
-    try {
-      j = nlohmann::json::parse(line, keys.callback());
-    } catch (const nlohmann::json::parse_error& e) {
-      bad("it is not JSON (byte " + std::to_string(e.byte) + " of the line: " + parse_problem(e.what()) + ")");
-    } catch (const nlohmann::json::out_of_range& e) {  // e.g. 2E400: valid JSON, but no double holds it
-      bad("it holds a number too large for a double (" + std::string(e.what()).substr(std::string(e.what()).find(' ') + 1) + ")");
-    } catch (const nlohmann::json::exception& e) {
-      bad("it is not JSON leantrain reads (" + std::string(e.what()) + ")");
+    const nlohmann::json j = parse_jsonl_line(line, bad);
+    const bool has_messages = j.is_object() && j.contains("messages");
+    if (!conversations) conversations = has_messages;
+    Document d;
+    if (*conversations) {
+      // Parsed again in key order: templates write tool schemas and arguments as given (tojson).
+      const std::string where = path + ":" + std::to_string(line_no);
+      d.chat = text::parse_chat_example(std::string(line), where);
+      d.where = where;
+      batch_size += line.size();
+    } else {
+      if (has_messages)
+        bad("it has \"messages\" (a conversation), and the file's first line is a text: a file holds conversations "
+            "or texts, not both");
+      d = document_of(j, opt, bad);
+      batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
     }
-    if (!keys.duplicate().empty())
-      bad("it has the key \"" + keys.duplicate() + "\" twice, and which of the two is meant is a guess");
-    Document d = document_of(j, opt, bad);
-    batch_size += d.text.size() + (d.prompt ? d.prompt->size() : 0);
     batch.push_back(std::move(d));
     if (batch_size >= batch_bytes) {
       sink(std::move(batch));
       batch.clear();
       batch_size = 0;
     }
-  }
+  });
   if (!batch.empty()) sink(std::move(batch));
 }
 

@@ -75,9 +75,27 @@ void DataLoader::shape_host_batch(HostBatch& h, int buffer, int64_t epoch, int64
   uint8_t* mem = buffers_[size_t(buffer)].mem;
   h.inputs = mem;
   h.targets = mem ? reinterpret_cast<int64_t*>(mem + targets_offset_) : nullptr;  // meta's have no memory
+  h.aux = mem && ds_->aux_size() > 0 ? reinterpret_cast<float*>(mem + aux_offset_) : nullptr;
+  h.doc_pos = mem && ds_->has_doc_pos() ? reinterpret_cast<int32_t*>(mem + doc_pos_offset_) : nullptr;
+  h.row_tokens.clear();
 }
 
-// A full batch's inputs, then its targets at a 64-byte boundary, in each buffer. Pinned memory
+// Each row's text tokens, when the dataset counts them (rows with padding).
+void DataLoader::count_tokens(HostBatch& h, const std::vector<int64_t>& order) const {
+  const int64_t begin = h.index * opt_.batch_size;
+  h.row_tokens.clear();
+  for (int64_t r = 0; r < h.size; ++r) {
+    const int64_t n = ds_->real_tokens(order[size_t(begin + r)]);
+    if (n < 0) {
+      h.row_tokens.clear();
+      return;
+    }
+    h.row_tokens.push_back(n);
+  }
+}
+
+// A full batch's inputs, then its targets at a 64-byte boundary, then its aux values (if any) and
+// its document positions (packed documents) each at the next one, in each buffer. Pinned memory
 // is limited: if any buffer is refused, all of them are pageable (copies are then synchronous).
 void DataLoader::ensure_buffers() {
   if (!buffers_.empty()) return;
@@ -87,10 +105,22 @@ void DataLoader::ensure_buffers() {
   const int64_t in_bytes = checked_product(
       Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(dtype_size(ds_->input_dtype()))}, what, fix);
   targets_offset_ = checked_add<int64_t>(in_bytes, 63, what, fix) / 64 * 64;
-  buffer_bytes_ = checked_add(targets_offset_,
-                              checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))},
-                                              what, fix),
-                              what, fix);
+  const int64_t targets_end =
+      checked_add(targets_offset_,
+                  checked_product(Shape{opt_.batch_size, numel(ds_->target_shape()), int64_t(sizeof(int64_t))}, what, fix),
+                  what, fix);
+  aux_offset_ = checked_add<int64_t>(targets_end, 63, what, fix) / 64 * 64;
+  buffer_bytes_ = ds_->aux_size() > 0 ? checked_add(aux_offset_,
+                                                    checked_product(Shape{opt_.batch_size, ds_->aux_size(), 4}, what, fix),
+                                                    what, fix)
+                                      : targets_end;
+  if (ds_->has_doc_pos()) {
+    doc_pos_offset_ = checked_add<int64_t>(buffer_bytes_, 63, what, fix) / 64 * 64;
+    buffer_bytes_ = checked_add(doc_pos_offset_,
+                                checked_product(Shape{opt_.batch_size, numel(ds_->input_shape()), int64_t(sizeof(int32_t))},
+                                                what, fix),
+                                what, fix);
+  }
   const int n = opt_.prefetch + 2;
   try {
     bool staged = opt_.pin_memory;
@@ -174,9 +204,13 @@ void DataLoader::reclaim(size_t keep) {
 void DataLoader::fill_rows(HostBatch& h, const std::vector<int64_t>& order, int64_t r0, int64_t r1) const {
   const int64_t begin = h.index * opt_.batch_size;
   const int64_t in_bytes = numel(ds_->input_shape()) * int64_t(dtype_size(ds_->input_dtype()));
-  const int64_t tgt_elems = numel(ds_->target_shape());
-  for (int64_t r = r0; r < r1; ++r)
+  const int64_t tgt_elems = numel(ds_->target_shape()), pos_elems = numel(ds_->input_shape());
+  const int64_t aux_n = ds_->aux_size();
+  for (int64_t r = r0; r < r1; ++r) {
     ds_->get(order[size_t(begin + r)], h.inputs + r * in_bytes, h.targets + r * tgt_elems);
+    if (aux_n > 0) ds_->get_aux(order[size_t(begin + r)], h.aux + r * aux_n);
+    if (h.doc_pos) ds_->get_doc_pos(order[size_t(begin + r)], h.doc_pos + r * pos_elems);
+  }
 }
 
 void DataLoader::open_slot() {
@@ -189,6 +223,7 @@ void DataLoader::open_slot() {
   shape_host_batch(s->h, spare_.back(), next_epoch_, next_index_);
   spare_.pop_back();
   s->order = order_cache_;
+  count_tokens(s->h, *s->order);
   s->chunk_rows = (s->h.size + opt_.workers - 1) / opt_.workers;
   s->chunks = (s->h.size + s->chunk_rows - 1) / s->chunk_rows;
   slots_.push_back(std::move(s));
@@ -272,8 +307,9 @@ void DataLoader::seek(int64_t epoch, int64_t index) {
   index_ = index;
 }
 
-// Allocates the batch's device tensors (inputs, then targets, category Input) and copies h into
-// them: enqueued from pinned buffers, synchronous from pageable ones.
+// Allocates the batch's device tensors (inputs, targets, then aux values and document positions when the
+// dataset has them; category
+// Input) and copies h into them: enqueued from pinned buffers, synchronous from pageable ones.
 void DataLoader::to_device(const HostBatch& h, Batch& out) {
   Shape in_shape{h.size}, tgt_shape{h.size};
   for (int64_t d : ds_->input_shape()) in_shape.push_back(d);
@@ -281,6 +317,10 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   MemoryCategoryScope scope(Category::Input);
   out.inputs = Tensor::empty(in_shape, ds_->input_dtype(), opt_.device);
   out.targets = Tensor::empty(tgt_shape, DType::I64, opt_.device);
+  const int64_t aux_n = ds_->aux_size();
+  if (aux_n > 0) out.aux = Tensor::empty({h.size, aux_n}, DType::F32, opt_.device);
+  if (ds_->has_doc_pos()) out.doc_pos = Tensor::empty(in_shape, DType::I32, opt_.device);
+  out.row_tokens = h.row_tokens;
   Backend& be = backend_for(opt_.device);
   // Integer inputs (token ids) and the targets keep their bytes on the host too: the embedding's
   // and the loss's checks read them there instead of waiting for the device mid-step.
@@ -291,15 +331,20 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
     };
     if (ds_->input_dtype() == DType::I64 || ds_->input_dtype() == DType::I32) keep(out.inputs, h.inputs);
     keep(out.targets, h.targets);
+    if (out.doc_pos.defined()) keep(out.doc_pos, h.doc_pos);  // GPT-2's position lookup reads them
   }
   const Buffer& buf = buffers_[size_t(h.buffer)];
   if (buf.pinned) {
     be.copy_from_host_async(out.inputs, h.inputs);
     be.copy_from_host_async(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host_async(out.aux, h.aux);
+    if (out.doc_pos.defined()) be.copy_from_host_async(out.doc_pos, h.doc_pos);
     buf.event->record();
   } else {
     be.copy_from_host(out.inputs, h.inputs);  // synchronous: the buffer is free afterwards
     be.copy_from_host(out.targets, h.targets);
+    if (aux_n > 0) be.copy_from_host(out.aux, h.aux);
+    if (out.doc_pos.defined()) be.copy_from_host(out.doc_pos, h.doc_pos);
   }
 }
 
@@ -321,6 +366,7 @@ Batch DataLoader::next() {
     LT_ASSERT(!spare_.empty());
     shape_host_batch(h, spare_.back(), epoch_, index_);
     spare_.pop_back();
+    count_tokens(h, order_);
     try {
       fill_rows(h, order_, 0, h.size);
     } catch (...) {

@@ -95,7 +95,7 @@ TokenCorpus load_fortunes(const text::Tokenizer& tok, const TextOptions& opt, co
   CorpusReader reader(dir);
   for (const auto& f : files) {
     std::vector<data::Document> docs;
-    for (std::string& e : parse_fortunes(reader.read(f))) docs.push_back({std::move(e), std::nullopt});
+    for (std::string& e : parse_fortunes(reader.read(f))) docs.emplace_back(std::move(e));
     builder.add(std::move(docs), data::Placement::Whole, "%\n");
   }
   TokenCorpus c = builder.finish();
@@ -119,7 +119,7 @@ TokenCorpus load_text(const std::string& path, const text::Tokenizer& tok, const
       continue;
     }
     std::vector<data::Document> one;
-    one.push_back({std::move(s), std::nullopt});
+    one.emplace_back(std::move(s));
     builder.add(std::move(one), data::Placement::Tail, "");
   }
   TokenCorpus c = builder.finish();

@@ -16,6 +16,19 @@ int width_for(int64_t vocab_size) {
 
 TokenStream::TokenStream(int64_t vocab_size) : width_(width_for(vocab_size)), vocab_(vocab_size) {}
 
+void TokenStream::start_document() {
+  if (!starts_.empty() && starts_.back() == size_) return;  // an empty document: nothing to start
+  starts_.push_back(size_);
+}
+
+std::vector<int64_t> TokenStream::document_starts() const {
+  std::vector<int64_t> out;
+  if (starts_.empty() || starts_.front() != 0) out.push_back(0);
+  for (int64_t s : starts_)
+    if (s < size_) out.push_back(s);  // a start marked after the last token begins nothing
+  return out;
+}
+
 void TokenStream::mark(int64_t n, bool target) {
   if (target && not_target_.empty()) return;  // every token so far is a target: no flags kept
   if (not_target_.empty()) not_target_.assign(size_t(size_ - n), 0);
@@ -36,6 +49,17 @@ void TokenStream::append(std::span<const int32_t> ids, bool target) {
   }
   size_ += int64_t(ids.size());
   mark(int64_t(ids.size()), target);
+}
+
+void TokenStream::append(std::span<const int32_t> ids, std::span<const uint8_t> targets) {
+  LT_ASSERT(ids.size() == targets.size());
+  size_t i = 0;
+  while (i < ids.size()) {  // runs of one flag
+    size_t j = i + 1;
+    while (j < ids.size() && (targets[j] != 0) == (targets[i] != 0)) ++j;
+    append(ids.subspan(i, j - i), targets[i] != 0);
+    i = j;
+  }
 }
 
 void TokenStream::append_bytes(std::string_view bytes, bool target) {

@@ -98,6 +98,10 @@ class DataParallel final : public StepHook {
     b.inputs = slice(b.inputs, 0, r * rows / w, (r + 1) * rows / w);
     tokens_ = b.inputs.numel();
     b.targets = slice(b.targets, 0, r * rows / w, (r + 1) * rows / w);
+    if (b.aux.defined()) b.aux = slice(b.aux, 0, r * rows / w, (r + 1) * rows / w);
+    if (b.doc_pos.defined()) b.doc_pos = slice(b.doc_pos, 0, r * rows / w, (r + 1) * rows / w);
+    if (!b.row_tokens.empty())
+      b.row_tokens = std::vector<int64_t>(b.row_tokens.begin() + r * rows / w, b.row_tokens.begin() + (r + 1) * rows / w);
   }
 
   // The held-out batches split as the training ones: each rank evaluates its rows, and the
@@ -110,12 +114,15 @@ class DataParallel final : public StepHook {
     return true;
   }
   void reduce_eval(EvalSums& s) override {
-    const double mine[3] = {s.loss, s.count, s.correct};
-    std::vector<double> all(size_t(3 * comm_.size()));
-    comm_.all_gather(mine, all.data(), 3, DType::F64);
+    constexpr int n = 5;
+    const double mine[n] = {s.loss, s.count, s.correct, s.chosen, s.rejected};
+    std::vector<double> all(size_t(n * comm_.size()));
+    comm_.all_gather(mine, all.data(), n, DType::F64);
     s = EvalSums{};
-    for (int r = 0; r < comm_.size(); ++r)
-      s.loss += all[size_t(3 * r)], s.count += all[size_t(3 * r + 1)], s.correct += all[size_t(3 * r + 2)];
+    for (int r = 0; r < comm_.size(); ++r) {
+      const double* a = all.data() + n * r;
+      s.loss += a[0], s.count += a[1], s.correct += a[2], s.chosen += a[3], s.rejected += a[4];
+    }
   }
 
   Tensor scale_loss(const Tensor& loss) override {

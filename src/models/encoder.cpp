@@ -113,10 +113,13 @@ Tensor EncoderClassifier::head(const Tensor& first) {
   return (*classifier_)((*head_drop_)(relu((*dense_)(first))));
 }
 
-Tensor EncoderClassifier::forward(const Tensor& ids, const Tensor& mask_in) {
+Tensor EncoderClassifier::forward(const Tensor& ids, const nn::TokenMask& token_mask) {
   LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            type_ + " input: ids are " + std::string(dtype_name(ids.dtype())) + " " + shape_str(ids.shape()),
            "expected i64 (or i32) token ids [B, T]", "pass a batch of token sequences");
+  LT_CHECK(!token_mask.doc_pos.defined(), type_ + " input: packed documents",
+           "an encoder classifies one text per row", "pass one text per row");
+  const Tensor& mask_in = token_mask.key_padding;
   const int64_t T = ids.size(1);
   // Block-sparse BigBird pads the batch to whole blocks with pad tokens (masked), as transformers'
   // _pad_to_block_size; only the first token's output is read, so nothing is cut off again.

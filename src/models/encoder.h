@@ -71,7 +71,7 @@ class EncoderClassifier : public Model {
   const char* type_name() const override { return type_.c_str(); }
   // ids i32/i64 [B, T] right-padded with pad_token_id -> logits [B, num_labels]. mask: u8/i64
   // [B, T] (1 = a real token) overrides the one read from the padding.
-  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
+  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
   std::string model_type() const override { return cfg_.model_type; }
   std::string config_json() const override { return cfg_.to_json(); }
   // Checkpoints of the pretraining heads (cls.*, lm_head.*, vocab_*) are read without them; the

@@ -162,10 +162,11 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
   read_string(j, "problem_type", problem);
   LT_CHECK(problem.empty() || problem == "single_label_classification", "config.json: problem_type '" + problem + "'",
            "leantrain trains single-label classifiers (cross-entropy)", "set \"problem_type\": \"single_label_classification\"");
-  check_special_ids(j, c.vocab_size);
   for (const char* key : {"bos_token_id", "eos_token_id", "sep_token_id", "torch_dtype", "dtype", "architectures"})
     if (auto it = j.find(key); it != j.end()) c.kept[key] = *it;
   c.kept.erase("architectures");  // written from the model this config builds
+  // After the merge: a family default (RoBERTa's eos 2) must fit a vocab_size this file shrank.
+  check_special_ids(nlohmann::json(c.kept), c.vocab_size);
   c.validate();
   return c;
 }

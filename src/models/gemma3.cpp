@@ -108,7 +108,7 @@ Gemma3::Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init) : cfg_(cfg)
   pf.materialize();
 }
 
-Tensor Gemma3::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+Tensor Gemma3::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
   LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            "Gemma3 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
            "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
@@ -119,12 +119,7 @@ Tensor Gemma3::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t p
            "use a shorter sequence");
   LT_CHECK(pos_offset == 0 || !grad_enabled(), "Gemma3 input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
-  Tensor mask = mask_in;
-  if (mask.defined()) {
-    LT_CHECK(mask.shape() == Shape({B, T}), "Gemma3 attention mask has shape " + shape_str(mask.shape()),
-             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
-    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
-  }
+  const nn::TokenMask mask = decoder_mask("Gemma3", mask_in, B, T, pos_offset);
   PositionOffsets positions(*rotary_, *rotary_local_, pos_offset);
   Tensor x = (*embed_tokens_)(ids);
   x = scale(x, embed_scale(cfg_.hidden_size, x.dtype()));
@@ -140,11 +135,11 @@ Tensor Gemma3::head(const Tensor& hidden) {
   return logits;
 }
 
-Tensor Gemma3::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+Tensor Gemma3::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
 
 // The fused GEMM + cross-entropy reads the head's weight directly; a soft cap sits between them,
 // so a capped model takes the unfused path (forward, then cross_entropy on the capped logits).
-Model::HeadInputs Gemma3::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+Model::HeadInputs Gemma3::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   if (cfg_.final_logit_softcapping > 0) return {};
   if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());

@@ -47,8 +47,8 @@ class Gemma3 : public CausalLM {
  public:
   Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "Gemma3ForCausalLM"; }
-  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
-  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return "gemma3_text"; }
   std::string config_json() const override { return cfg_.to_json(); }
   double root_forward_flops(const Shape& input) const override;
@@ -66,7 +66,7 @@ class Gemma3 : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V], soft-capped when configured
-  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
+  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   Gemma3Config cfg_;
   std::shared_ptr<nn::Embedding> embed_tokens_;
   std::shared_ptr<nn::ModuleList> layers_;

@@ -44,7 +44,7 @@ int64_t sample_token(const std::vector<float>& logits, double temperature, int64
 
 std::vector<int64_t> CausalLM::generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
                                         int64_t top_k, uint64_t seed, const std::function<void(int64_t)>& on_token,
-                                        int64_t stop_token, int64_t sample_below) {
+                                        const std::vector<int64_t>& stop_tokens, int64_t sample_below) {
   LT_CHECK(!prompt.empty(), "generate: empty prompt", "sampling needs at least one token to condition on",
            "pass a prompt of one or more tokens");
   LT_CHECK(max_new_tokens >= 0, "generate: max_new_tokens = " + std::to_string(max_new_tokens),
@@ -72,7 +72,7 @@ std::vector<int64_t> CausalLM::generate(const std::vector<int64_t>& prompt, int6
     int64_t tok = sample_token(logits, temperature, top_k, seed, uint64_t(step));
     seq.push_back(tok);
     if (on_token) on_token(tok);
-    if (tok == stop_token) break;
+    if (std::find(stop_tokens.begin(), stop_tokens.end(), tok) != stop_tokens.end()) break;
   }
   return seq;
 }

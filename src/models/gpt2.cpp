@@ -74,7 +74,7 @@ GPT2::GPT2(const GPT2Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
   pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
-Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+Tensor GPT2::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
   LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            "GPT-2 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
            "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
@@ -82,16 +82,16 @@ Tensor GPT2::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos
   LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.n_positions,
            "GPT-2 input: sequence of " + std::to_string(pos_offset + T) + " tokens",
            "the model has n_positions = " + std::to_string(cfg_.n_positions), "use a shorter sequence");
-  Tensor mask = mask_in;
-  if (mask.defined()) {
-    LT_CHECK(mask.shape() == Shape({B, T}), "GPT-2 attention mask has shape " + shape_str(mask.shape()),
-             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
-    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
+  const nn::TokenMask mask = decoder_mask("GPT-2", mask_in, B, T, pos_offset);
+  Tensor pos_ids;
+  if (mask.doc_pos.defined()) {
+    pos_ids = mask.doc_pos;  // packed documents: each token's position inside its document, [B, T]
+  } else {
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    std::iota(pos.begin(), pos.end(), pos_offset);
+    pos_ids = from_ints(pos, {T}, DType::I64, ids.device());
   }
-  std::vector<int64_t> pos(static_cast<size_t>(T));
-  std::iota(pos.begin(), pos.end(), pos_offset);
-  Tensor pos_ids = from_ints(pos, {T}, DType::I64, ids.device());
-  Tensor x = (*drop_)(add((*wte_)(ids), (*wpe_)(pos_ids)));  // [B,T,C] + [T,C]
+  Tensor x = (*drop_)(add((*wte_)(ids), (*wpe_)(pos_ids)));  // [B,T,C] + [T,C] (or [B,T,C] for documents)
   // Plain blocks with lean saves off hand the residual on as two terms (PreNormBlock::
   // forward_split); ln_f then adds the last two in its own kernel.
   if (stack_splits(*h_, *ln_f_)) {
@@ -124,13 +124,13 @@ std::vector<Tensor> precast_params(nn::Module& m, const nn::ModuleList& h, const
 
 }  // namespace
 
-Tensor GPT2::forward(const Tensor& ids, const Tensor& mask) {
+Tensor GPT2::forward(const Tensor& ids, const nn::TokenMask& mask) {
   AutocastPrecast precast(precast_params(*this, *h_, *ln_f_));
   return head(hidden_states(ids, mask));
 }
 
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
-Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+Model::HeadInputs GPT2::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   AutocastPrecast precast(precast_params(*this, *h_, *ln_f_));
   if (!lm_head_) return {hidden_states(ids, mask), autocast_tied(wte_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());

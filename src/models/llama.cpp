@@ -96,7 +96,7 @@ Llama::Llama(const LlamaConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
   pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
-Tensor Llama::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
   const std::string name = cfg_.class_prefix();
   LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            name + " input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
@@ -109,12 +109,7 @@ Tensor Llama::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t po
   // A checkpointed block recomputes its forward during backward, after the offset is reset.
   LT_CHECK(pos_offset == 0 || !grad_enabled(), name + " input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
-  Tensor mask = mask_in;
-  if (mask.defined()) {
-    LT_CHECK(mask.shape() == Shape({B, T}), name + " attention mask has shape " + shape_str(mask.shape()),
-             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
-    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
-  }
+  const nn::TokenMask mask = decoder_mask(name, mask_in, B, T, pos_offset);
   PositionOffsetScope positions(*rotary_, pos_offset);
   Tensor x = (*embed_tokens_)(ids);
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
@@ -127,10 +122,10 @@ Tensor Llama::head(const Tensor& hidden) {
   return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
 }
 
-Tensor Llama::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+Tensor Llama::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
 
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
-Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());
   if (!l || l->bias().defined() || l->weight_in_out()) return {};

@@ -85,10 +85,10 @@ class Llama : public CausalLM {
  public:
   Llama(const LlamaConfig& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return type_.c_str(); }
-  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
+  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
   // Final hidden states [B, T, C] (after the final norm). pos_offset: position of ids[:, 0], for a
   // cached decoding step; only without autograd (a recomputed forward would not see it).
-  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return cfg_.model_type; }
   std::string config_json() const override { return cfg_.to_json(); }
   double root_forward_flops(const Shape& input) const override;
@@ -105,7 +105,7 @@ class Llama : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
-  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
+  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   LlamaConfig cfg_;
   std::string type_;
   std::shared_ptr<nn::Embedding> embed_tokens_;

@@ -212,9 +212,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j) {
   if (auto it = j.find("rope_parameters"); it != j.end())
     read_rope_object(*it, "rope_parameters", c.rope_theta, c.rope_scaling);
   read_sliding_window(j, c);
-  check_special_ids(j, c.vocab_size);
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
     if (auto it = j.find(key); it != j.end()) c.kept[key] = *it;
+  check_special_ids(nlohmann::json(c.kept), c.vocab_size);  // what to_json writes, defaults included
   c.validate();
   return c;
 }

@@ -4,7 +4,7 @@
 
 namespace lt::models {
 
-Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mask) {
+Tensor Model::loss(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
   if (loss_chunk_ > 0) {
     HeadInputs h = loss_head_inputs(input, mask);
     if (h.weight.defined()) {
@@ -23,11 +23,51 @@ Tensor Model::loss(const Tensor& input, const Tensor& targets, const Tensor& mas
   return cross_entropy_in_place(reshape(logits, {-1, V}), reshape(targets, {-1}));
 }
 
-Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const Tensor& mask) {
+Tensor Model::token_losses(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
+  if (loss_chunk_ > 0) {
+    HeadInputs h = loss_head_inputs(input, mask);
+    if (h.weight.defined()) {
+      LT_CHECK(targets.numel() * h.hidden.size(-1) == h.hidden.numel(), "token_losses: targets have shape " + shape_str(targets.shape()),
+               "hidden states are " + shape_str(h.hidden.shape()) + " (one target per row expected)",
+               "pass one class index per prediction");
+      Tensor rows = linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::None, loss_chunk_);
+      return reshape(rows, targets.shape());
+    }
+  }
+  Tensor logits = forward(input, mask);
+  const int64_t V = logits.size(-1);
+  LT_CHECK(targets.numel() * V == logits.numel(), "token_losses: targets have shape " + shape_str(targets.shape()),
+           "logits are " + shape_str(logits.shape()) + " (one target per row expected)",
+           "pass one class index per prediction");
+  // The caller holds no logits, so the backward writes dlogits over them (cross_entropy's in-place case).
+  Tensor rows = cross_entropy(reshape(logits, {-1, V}), reshape(targets, {-1}), -100, Reduction::None);
+  return reshape(rows, targets.shape());
+}
+
+Tensor Model::chunked_loss_sum(const Tensor& input, const Tensor& targets, const nn::TokenMask& mask) {
   if (loss_chunk_ <= 0) return Tensor();
   HeadInputs h = loss_head_inputs(input, mask);
   if (!h.weight.defined()) return Tensor();
   return linear_cross_entropy(h.hidden, h.weight, reshape(targets, {-1}), -100, Reduction::Sum, loss_chunk_);
+}
+
+nn::TokenMask Model::decoder_mask(const std::string& name, const nn::TokenMask& mask, int64_t B, int64_t T,
+                                  int64_t pos_offset) {
+  nn::TokenMask m = mask;
+  if (m.key_padding.defined()) {
+    LT_CHECK(m.key_padding.shape() == Shape({B, T}), name + " attention mask has shape " + shape_str(m.key_padding.shape()),
+             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
+    if (m.key_padding.dtype() != DType::U8) m.key_padding = cast(m.key_padding, DType::U8);
+  }
+  if (m.doc_pos.defined()) {
+    LT_CHECK(m.doc_pos.dtype() == DType::I32 && m.doc_pos.shape() == Shape({B, T}),
+             name + " document positions are " + dtype_name(m.doc_pos.dtype()) + " " + shape_str(m.doc_pos.shape()),
+             "expected i32 " + shape_str({B, T}) + " like the ids: each token's position inside its document",
+             "pass one int32 position per token");
+    LT_CHECK(pos_offset == 0, name + " input: document positions with position offset " + std::to_string(pos_offset),
+             "packed documents start at position 0 of their row", "pass one or the other");
+  }
+  return m;
 }
 
 Device Model::device() const {

@@ -101,7 +101,7 @@ Qwen35::Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init) : cfg_(cfg)
   pf.materialize();
 }
 
-Tensor Qwen35::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t pos_offset) {
+Tensor Qwen35::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
   LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
            "Qwen3.5 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
            "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
@@ -114,12 +114,7 @@ Tensor Qwen35::hidden_states(const Tensor& ids, const Tensor& mask_in, int64_t p
   // decodes by running the whole prefix again (no offset), which these layers compute exactly.
   LT_CHECK(pos_offset == 0, "Qwen3.5 input: position offset " + std::to_string(pos_offset),
            "its Gated DeltaNet layers have no cache of their recurrent state", "run the whole sequence");
-  Tensor mask = mask_in;
-  if (mask.defined()) {
-    LT_CHECK(mask.shape() == Shape({B, T}), "Qwen3.5 attention mask has shape " + shape_str(mask.shape()),
-             "expected " + shape_str({B, T}) + " like the ids", "pass one 0/1 entry per token");
-    if (mask.dtype() != DType::U8) mask = cast(mask, DType::U8);
-  }
+  const nn::TokenMask mask = decoder_mask("Qwen3.5", mask_in, B, T, pos_offset);
   PositionOffset positions(*rotary_, pos_offset);
   Tensor x = (*embed_tokens_)(ids);
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
@@ -131,9 +126,9 @@ Tensor Qwen35::head(const Tensor& hidden) {
   return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
 }
 
-Tensor Qwen35::forward(const Tensor& ids, const Tensor& mask) { return head(hidden_states(ids, mask)); }
+Tensor Qwen35::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
 
-Model::HeadInputs Qwen35::loss_head_inputs(const Tensor& ids, const Tensor& mask) {
+Model::HeadInputs Qwen35::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
   nn::Linear* l = nn::plain_linear(lm_head_.get());
   if (!l || l->bias().defined() || l->weight_in_out()) return {};

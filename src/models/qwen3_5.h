@@ -54,8 +54,8 @@ class Qwen35 : public CausalLM {
  public:
   Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "Qwen3_5ForCausalLM"; }
-  Tensor forward(const Tensor& ids, const Tensor& mask = Tensor()) override;
-  Tensor hidden_states(const Tensor& ids, const Tensor& mask = Tensor(), int64_t pos_offset = 0);
+  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
   std::string model_type() const override { return "qwen3_5_text"; }
   std::string config_json() const override { return cfg_.to_json(); }
   double root_forward_flops(const Shape& input) const override;
@@ -73,7 +73,7 @@ class Qwen35 : public CausalLM {
 
  private:
   Tensor head(const Tensor& hidden);
-  HeadInputs loss_head_inputs(const Tensor& input, const Tensor& mask) override;
+  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   Qwen35Config cfg_;
   std::shared_ptr<nn::Embedding> embed_tokens_;
   std::shared_ptr<nn::ModuleList> layers_;

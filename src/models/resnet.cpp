@@ -109,8 +109,8 @@ ResNet::ResNet(const ResNetConfig& cfg, const nn::InitOptions& init) : cfg_(cfg)
   pf.materialize();
 }
 
-Tensor ResNet::forward(const Tensor& images_in, const Tensor& mask) {
-  LT_CHECK(!mask.defined(), "ResNet forward: a mask was given", "a ResNet reads whole images", "pass no mask");
+Tensor ResNet::forward(const Tensor& images_in, const nn::TokenMask& mask) {
+  LT_CHECK(!mask.key_padding.defined() && !mask.doc_pos.defined(), "ResNet forward: a mask was given", "a ResNet reads whole images", "pass no mask");
   LT_CHECK(images_in.dim() == 4 && images_in.size(1) == cfg_.num_channels,
            "ResNet input: images have shape " + shape_str(images_in.shape()),
            "expected [B, " + std::to_string(cfg_.num_channels) + ", H, W] (num_channels " +

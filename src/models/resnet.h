@@ -34,7 +34,7 @@ class ResNet : public Model {
   ResNet(const ResNetConfig& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "ResNet"; }
   // images [B, num_channels, H, W] (any floating dtype; cast to the compute dtype) -> [B, classes]
-  Tensor forward(const Tensor& images, const Tensor& mask = Tensor()) override;
+  Tensor forward(const Tensor& images, const nn::TokenMask& mask = {}) override;
   std::string model_type() const override { return "resnet"; }
   std::string config_json() const override { return cfg_.to_json(); }
   const ResNetConfig& config() const { return cfg_; }

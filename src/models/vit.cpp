@@ -71,8 +71,8 @@ ViT::ViT(const ViTConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
   pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
-Tensor ViT::forward(const Tensor& images_in, const Tensor& mask) {
-  LT_CHECK(!mask.defined(), "ViT forward: a mask was given", "a ViT attends over all patches", "pass no mask");
+Tensor ViT::forward(const Tensor& images_in, const nn::TokenMask& mask) {
+  LT_CHECK(!mask.key_padding.defined() && !mask.doc_pos.defined(), "ViT forward: a mask was given", "a ViT attends over all patches", "pass no mask");
   const int64_t S = cfg_.image_size;
   LT_CHECK(images_in.dim() == 4 && images_in.size(1) == cfg_.num_channels && images_in.size(2) == S &&
                images_in.size(3) == S,

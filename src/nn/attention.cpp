@@ -16,15 +16,17 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads, bool causal) : dim_(dim
            "is not divisible by " + std::to_string(heads) + " heads", "choose a head count that divides it");
 }
 
-Tensor AttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
+Tensor AttentionCore::forward(const Tensor& qkv, const TokenMask& mask) const {
   const int64_t width = (heads_ + 2 * kv_heads_) * head_dim_;
   LT_CHECK(qkv.dim() == 3 && qkv.size(2) == width, "attention: input must be [B, T, " + std::to_string(width) + "]",
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
   // The kernels read q, k, v straight out of qkv and write the heads merged: no copies, and
   // nothing saved but qkv, the output and the log-sum-exp (docs/memory-model.md).
   // Grouped queries read their K/V head in place (no repeated K/V); dK/dV summed per group.
-  if (window_ > 0) return self_attention_packed(qkv, heads_, kv_heads_, AttentionMask{causal_, mask, window_, Tensor()}, scale_);
-  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask, scale_);
+  if (window_ > 0 || mask.doc_pos.defined())
+    return self_attention_packed(qkv, heads_, kv_heads_, AttentionMask{causal_, mask.key_padding, window_, mask.doc_pos},
+                                 scale_);
+  return self_attention_packed(qkv, heads_, kv_heads_, causal_, mask.key_padding, scale_);
 }
 
 double AttentionCore::forward_flops(const Shape& qkv) const {
@@ -37,13 +39,13 @@ double AttentionCore::forward_flops(const Shape& qkv) const {
   return 4 * b * t * t * c * (causal_ ? 0.5 : 1.0);
 }
 
-Tensor SelfAttention::attend_project(const Tensor& qkv, const Tensor& mask, UnaryModule& proj) const {
+Tensor SelfAttention::attend_project(const Tensor& qkv, const TokenMask& mask, UnaryModule& proj) const {
   Linear* lin = plain_linear(&proj);
   const bool plain_core = core_.get() && typeid(*core_.get()) == typeid(AttentionCore) && !core_->forward_wrapper();
   if (lin && plain_core && detail::active_kept_outputs() == nullptr && qkv.dim() == 3 && qkv.size(1) <= dim_ &&
       compute_dtype_of(lin->weight()) == qkv.dtype())
-    return attention_linear(qkv, heads_, heads_, causal_, mask, autocast(lin->weight()), autocast(lin->bias()),
-                            lin->weight_in_out());
+    return attention_linear(qkv, heads_, heads_, AttentionMask{causal_, mask.key_padding, 0, mask.doc_pos},
+                            autocast(lin->weight()), autocast(lin->bias()), lin->weight_in_out());
   return proj(attend(qkv, mask));
 }
 
@@ -58,11 +60,11 @@ CausalSelfAttention::CausalSelfAttention(ParamFactory& pf, int64_t dim, int64_t 
   drop_ = register_child<UnaryModule>("resid_dropout", std::make_shared<Dropout>(resid_dropout, pf.next_seed()));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+Tensor CausalSelfAttention::forward(const Tensor& x, const TokenMask& mask) {
   return (*drop_)((*c_proj_)(attend((*c_attn_)(x), mask)));
 }
 
-Tensor CausalSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& mask) {
+Tensor CausalSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const TokenMask& mask) {
   Linear* c_attn = plain_linear(c_attn_.get());
   if (!c_attn || compute_dtype_of(c_attn->weight()) != x.dtype()) return Tensor();
   Tensor qkv = ln.forward_linear(x, autocast(c_attn->weight()), autocast(c_attn->bias()), c_attn->weight_in_out());
@@ -79,14 +81,14 @@ MultiheadSelfAttention::MultiheadSelfAttention(ParamFactory& pf, int64_t dim, in
       "out_proj", std::make_shared<Linear>(pf, dim, dim, LinearOptions{.weight_init = Init::uniform(1.0 / std::sqrt(double(dim)))}));
 }
 
-Tensor MultiheadSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+Tensor MultiheadSelfAttention::forward(const Tensor& x, const TokenMask& mask) {
   LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
            "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");
   Tensor qkv = linear(autocast(x), autocast(*in_proj_weight_), autocast(*in_proj_bias_));
   return (*out_proj_)(attend(qkv, mask));
 }
 
-Tensor MultiheadSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const Tensor& mask) {
+Tensor MultiheadSelfAttention::forward_normed(const Tensor& x, LayerNorm& ln, const TokenMask& mask) {
   if (compute_dtype_of(*in_proj_weight_) != x.dtype()) return Tensor();
   LT_CHECK(x.dim() == 3 && x.size(2) == dim_, "attention: input shape " + shape_str(x.shape()),
            "expected [B, T, " + std::to_string(dim_) + "]", "check the hidden size");

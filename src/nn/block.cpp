@@ -19,7 +19,7 @@ PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, 
 // without forward wrappers; the residual add then runs on its own (it saves nothing). Else the
 // residual add and ln_2 run as one fused op (add_layer_norm: one pass each way, the same tensors
 // saved) unless ln_2 has a forward wrapper (a checkpointed ln_2 must run through it).
-Tensor PreNormBlock::forward(const Tensor& x, const Tensor& mask) {
+Tensor PreNormBlock::forward(const Tensor& x, const TokenMask& mask) {
   if (post_attn_) return forward_post_norms(x, mask);
   Tensor a;
   if (LayerNorm* ln = plain_layer_norm(ln_1_.get()); lean_saves_ && ln && !attn_->forward_wrapper())
@@ -55,7 +55,7 @@ void PreNormBlock::set_post_norms(std::shared_ptr<UnaryModule> post_attn, std::s
 }
 
 // The residual add and ln_2 still run as one op (add_rms_norm) when ln_2 is a plain RMSNorm.
-Tensor PreNormBlock::forward_post_norms(const Tensor& x, const Tensor& mask) {
+Tensor PreNormBlock::forward_post_norms(const Tensor& x, const TokenMask& mask) {
   Tensor a = (*post_attn_)((*attn_)((*ln_1_)(x), mask));
   if (auto* ln = dynamic_cast<RMSNorm*>(ln_2_.get()); ln && !ln_2_->forward_wrapper()) {
     auto [h, y] = ln->forward_add(a, x);
@@ -70,7 +70,7 @@ bool PreNormBlock::splits_residual() const {
   return !post_attn_ && !lean_saves_ && !forward_wrapper() && plain_ln(ln_1_.get()) && plain_ln(ln_2_.get());
 }
 
-std::pair<Tensor, Tensor> PreNormBlock::forward_split(const Tensor& h_in, const Tensor& m_in, const Tensor& mask) {
+std::pair<Tensor, Tensor> PreNormBlock::forward_split(const Tensor& h_in, const Tensor& m_in, const TokenMask& mask) {
   LT_CHECK(splits_residual(), std::string(type_) + ": forward_split on a block that does not split its residual",
            "it needs lean saves off, no forward wrappers and LayerNorms", "call the block through operator()");
   auto* ln_1 = static_cast<LayerNorm*>(ln_1_.get());

@@ -52,15 +52,19 @@ std::vector<int32_t> BlockSparseAttentionCore::block_table(int64_t n, bool draw)
   return t;
 }
 
-Tensor BlockSparseAttentionCore::forward(const Tensor& qkv, const Tensor& mask) const {
+Tensor BlockSparseAttentionCore::forward(const Tensor& qkv, const TokenMask& mask) const {
   LT_CHECK(qkv.dim() == 3, "block-sparse attention: input must be [B, T, 3C]",
            "the fused projection has shape " + shape_str(qkv.shape()), "pass a batch of sequences");
+  LT_CHECK(!mask.doc_pos.defined(), "block-sparse attention: packed documents",
+           "BigBird's encoder attends across the whole row; documents are packed for causal language models",
+           "pass one text per row");
   const int64_t T = qkv.size(1);
   if (!sparse_at(T)) return AttentionCore::forward(qkv, mask);
   LT_CHECK(T % o_.block_size == 0,
            "block-sparse attention: " + std::to_string(T) + " positions in blocks of " + std::to_string(o_.block_size),
            "the sequence must be a whole number of blocks", "pad the batch to a multiple of block_size (the model does)");
-  return block_sparse_attention_packed(qkv, heads_, o_.block_size, block_table(T / o_.block_size, is_training()), mask);
+  return block_sparse_attention_packed(qkv, heads_, o_.block_size, block_table(T / o_.block_size, is_training()),
+                                       mask.key_padding);
 }
 
 double BlockSparseAttentionCore::forward_flops(const Shape& qkv) const {

@@ -62,7 +62,7 @@ Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*
   if (!bs.empty() && bs.size() != ws.size()) return Tensor();
   if (!loras.empty() && loras.size() != children.size()) return Tensor();
   Tensor y = linear(autocast(x), autocast_stacked(ws), bs.empty() ? Tensor() : autocast_stacked(bs));
-  if (loras.empty()) return y;
+  if (loras.empty() || adapters_off()) return y;
   std::vector<Tensor> updates;
   for (LoraLinear* a : loras) updates.push_back(a->update(x));
   return add(y, concat(updates, -1));
@@ -121,7 +121,7 @@ Tensor DecoderSelfAttention::project(const Tensor& x) {
   return concat({(*q_proj_)(x), (*k_proj_)(x), (*v_proj_)(x)}, -1);
 }
 
-Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
+Tensor DecoderSelfAttention::forward(const Tensor& x, const TokenMask& mask) {
   LT_CHECK(x.dim() == 3, "attention: input shape " + shape_str(x.shape()), "expected [B, T, hidden]",
            "pass a batch of sequences");
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
@@ -136,7 +136,11 @@ Tensor DecoderSelfAttention::forward(const Tensor& x, const Tensor& mask) {
     p = concat({reshape(contiguous(slice(qg, 3, 0, D)), {B, T, q}), slice(p, 2, 2 * q, p.size(2))}, 2);
   }
   if (q_norm_.get()) p = norm_heads(p);
-  Tensor qkv = rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset(), head_dim_);
+  // Packed documents turn by each token's position inside its document (the same doc_pos that
+  // makes attention block-diagonal), as transformers' position_ids of a flattened batch.
+  Tensor qkv = mask.doc_pos.defined()
+                   ? rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, mask.doc_pos, head_dim_)
+                   : rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset(), head_dim_);
   Tensor a = attend(qkv, mask);
   if (gate.defined()) a = mul(a, sigmoid(gate));  // transformers: attn_output * torch.sigmoid(gate)
   return (*o_proj_)(a);

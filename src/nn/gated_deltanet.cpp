@@ -68,10 +68,14 @@ GatedDeltaNet::GatedDeltaNet(ParamFactory& pf, const GatedDeltaNetOptions& o)
   out_proj_ = register_child<UnaryModule>("out_proj", std::make_shared<Linear>(pf, value, o.hidden, lin));
 }
 
-Tensor GatedDeltaNet::forward(const Tensor& x_in, const Tensor& mask) {
+Tensor GatedDeltaNet::forward(const Tensor& x_in, const TokenMask& token_mask) {
   LT_CHECK(x_in.dim() == 3, "Gated DeltaNet: input shape " + shape_str(x_in.shape()), "expected [B, T, hidden]",
            "pass a batch of sequences");
+  LT_CHECK(!token_mask.doc_pos.defined(), "Gated DeltaNet: packed documents (doc_pos)",
+           "its recurrent state and convolution do not restart at a document's start yet",
+           "train with --packing none or concat");
   const int64_t B = x_in.size(0), T = x_in.size(1), Hv = o_.value_heads;
+  const Tensor& mask = token_mask.key_padding;
   Tensor x = x_in;
   if (mask.defined())  // transformers' apply_mask_to_padding_states: padded positions enter as zeros
     x = mul(x, reshape(cast(mask, x.dtype()), {B, T, 1}));

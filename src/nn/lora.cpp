@@ -54,8 +54,17 @@ LoraLinear::LoraLinear(std::shared_ptr<UnaryModule> base, const LoraOptions& o, 
   if (o.dropout > 0) dropout_ = register_module("lora_dropout", std::make_shared<Dropout>(o.dropout, pf.next_seed()));
 }
 
+namespace {
+thread_local bool g_adapters_off = false;
+}  // namespace
+
+AdaptersOffScope::AdaptersOffScope() : prev_(g_adapters_off) { g_adapters_off = true; }
+AdaptersOffScope::~AdaptersOffScope() { g_adapters_off = prev_; }
+bool adapters_off() { return g_adapters_off; }
+
 Tensor LoraLinear::forward(const Tensor& x) {
   Tensor y = (*base_)(x);
+  if (g_adapters_off) return y;
   return add(y, update(x));
 }
 

@@ -87,6 +87,7 @@ Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, "log", x, 0.f); }
 Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, "sqrt", x, 0.f); }
 Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, "tanh", x, 0.f); }
 Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, "sigmoid", x, 0.f); }
+Tensor log_sigmoid(const Tensor& x) { return unary_op(UnaryOp::LogSigmoid, "log_sigmoid", x, 0.f); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, "relu", x, 0.f); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   return approx == GeluApprox::Tanh ? unary_op(UnaryOp::GeluTanh, "gelu_tanh", x, 0.f)

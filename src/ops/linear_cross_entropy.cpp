@@ -55,8 +55,6 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
            "linear_cross_entropy: hidden " + shape_str(hidden_in.shape()) + " and weight " +
                shape_str(weight_in.shape()),
            "the weight is [V, C] and the hidden rows [..., C]", "pass the head's weight in its [out, in] layout");
-  LT_CHECK(reduction != Reduction::None, "linear_cross_entropy: reduction none",
-           "the op keeps no per-row losses beyond its own sum", "use sum or mean");
   const int64_t N = hidden_in.numel() / C;
   LT_CHECK(targets_in.numel() == N && (targets_in.dtype() == DType::I64 || targets_in.dtype() == DType::I32),
            std::string("linear_cross_entropy: targets are ") + dtype_name(targets_in.dtype()) + " " +
@@ -93,12 +91,9 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
                            ignore_index);
     }
   }
-  // An all-ignored batch gives loss 0 and zero gradients (not 0/0).
-  const double inv = reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
-  Tensor total = Tensor::empty({1}, aux, dev);
-  be.reduce_sum(total, rows);
-  Tensor out = Tensor::empty({}, aux, dev);
-  be.unary(UnaryOp::Scale, out, total, float(inv));
+  const double inv = loss_scale(reduction, count);
+  // None: the rows themselves, shaped as the targets (0 where ignored).
+  Tensor out = reduce_loss_rows(rows, targets_in.shape(), reduction, inv);
   if (!needs_grad({hidden, weight})) return out;
   const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
   const Shape hs = hidden_in.shape();
@@ -108,10 +103,13 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     Backend& b = backend_of(g);
     const Device d = g.device();
     Tensor gc = contiguous_data(g);
-    Tensor gs = Tensor::empty({}, gc.dtype(), d);  // the scalar gradient times 1/count, per row
-    b.unary(UnaryOp::Scale, gs, gc, float(inv));
-    Tensor dloss = Tensor::empty({N}, gc.dtype(), d);
-    b.copy(dloss, expand_view(gs, {N}));
+    Tensor dloss = gc;  // Reduction::None: one gradient per row already
+    if (reduction != Reduction::None) {
+      Tensor gs = Tensor::empty({}, gc.dtype(), d);  // the scalar gradient times 1/count, per row
+      b.unary(UnaryOp::Scale, gs, gc, float(inv));
+      dloss = Tensor::empty({N}, gc.dtype(), d);
+      b.copy(dloss, expand_view(gs, {N}));
+    }
     Tensor dh = need_h ? Tensor::empty(hs, dt, d) : Tensor();
     Tensor dw = need_w ? Tensor::empty({V, C}, dt, d) : Tensor();
     Tensor buf = empty_rows({rows_per, V}, ld, dt, d);

@@ -68,17 +68,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, int64_t 
   Tensor lse = Tensor::empty({N}, aux, dev);
   Backend& be = backend_for(dev);
   be.cross_entropy_fwd(rows, lse, logits2, targets1, ignore_index);
-  Tensor out;
-  // An all-ignored batch gives loss 0 and zero gradients (not 0/0).
-  const double inv = reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
-  if (reduction == Reduction::None) {
-    out = make_view(rows, row_shape, contiguous_strides(row_shape), 0);
-  } else {
-    Tensor total = Tensor::empty({1}, aux, dev);
-    be.reduce_sum(total, rows);
-    out = Tensor::empty({}, aux, dev);
-    be.unary(UnaryOp::Scale, out, total, float(inv));
-  }
+  const double inv = loss_scale(reduction, count);
+  Tensor out = reduce_loss_rows(rows, row_shape, reduction, inv);
   if (!needs_grad({logits})) return out;
   const Shape ls = logits.shape();
   // dlogits come in the padded rows a linear gives this width, so the head's backward GEMMs
@@ -125,14 +116,11 @@ Tensor cross_entropy_in_place(const Tensor& logits_in, const Tensor& targets_in,
   const Shape ls = c.logits.shape();
   Tensor rows = Tensor::empty({N}, DType::F32, c.dev);
   Tensor lse = Tensor::empty({N}, DType::F32, c.dev);
-  const double inv = 1.0 / double(std::max<int64_t>(c.count, 1));  // an all-ignored batch: 0, not 0/0
+  const double inv = loss_scale(Reduction::Mean, c.count);
   Backend& be = backend_for(c.dev);
   // From here the logits' buffer holds d(mean loss)/d(logits).
   be.cross_entropy_fwd_bwd(rows, lse, c.logits2, c.targets1, ignore_index, float(inv));
-  Tensor total = Tensor::empty({1}, DType::F32, c.dev);
-  be.reduce_sum(total, rows);
-  Tensor out = Tensor::empty({}, DType::F32, c.dev);
-  be.unary(UnaryOp::Scale, out, total, float(inv));
+  Tensor out = reduce_loss_rows(rows, {N}, Reduction::Mean, inv);
   SavedTensor saved(c.logits2);
   record(out, "cross_entropy", {c.logits}, [=](const Tensor& g) {
     Tensor d = saved.unpack();

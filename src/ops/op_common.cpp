@@ -199,4 +199,18 @@ Tensor column_sums(const Tensor& g2_in, DType dtype) {
   return out;
 }
 
+double loss_scale(Reduction reduction, int64_t count) {
+  return reduction == Reduction::Mean ? 1.0 / double(std::max<int64_t>(count, 1)) : 1.0;
+}
+
+Tensor reduce_loss_rows(const Tensor& rows, const Shape& row_shape, Reduction reduction, double scale) {
+  if (reduction == Reduction::None) return make_view(rows, row_shape, contiguous_strides(row_shape), 0);
+  Backend& be = backend_of(rows);
+  Tensor total = Tensor::empty({1}, rows.dtype(), rows.device());
+  be.reduce_sum(total, rows);
+  Tensor out = Tensor::empty({}, rows.dtype(), rows.device());
+  be.unary(UnaryOp::Scale, out, total, float(scale));
+  return out;
+}
+
 }  // namespace lt::detail

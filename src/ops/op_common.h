@@ -76,5 +76,11 @@ struct ParamGradTargets {
 ParamGradTargets param_grad_targets(const Tensor& w, const Tensor& bias);
 // The column sums of g2 [rows, n] (a bias gradient) in `dtype`: g2's, or f32 for 16-bit g2.
 Tensor column_sums(const Tensor& g2, DType dtype);
+// A loss's factor on its summed rows: 1/count for Mean (an all-ignored batch, count 0, gives loss
+// 0 and zero gradients, not 0/0), 1 otherwise.
+double loss_scale(Reduction reduction, int64_t count);
+// A loss's per-row values `rows` [N] (f32 or f64) as `reduction` asks: None, the rows themselves
+// viewed as `row_shape`; otherwise a 0-d tensor, their sum times `scale`.
+Tensor reduce_loss_rows(const Tensor& rows, const Shape& row_shape, Reduction reduction, double scale);
 
 }  // namespace lt::detail

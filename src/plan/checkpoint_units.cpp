@@ -213,7 +213,7 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
       AutocastGuard g(precision_policy(cfg.precision).compute_dtype);
       MemoryCategoryScope act(Category::Activation);
       const int64_t before = al.stats().allocated_bytes.current;
-      Tensor loss = model.loss(batch.inputs, batch.targets);
+      Tensor loss = micro_batch_loss(*task, model, batch);  // a DPO run's objective too (train/task.h)
       kept = al.stats().allocated_bytes.current - before;
     }
     for (size_t i = 0; i < wrapped.size(); ++i) wrapped[i]->set_forward_wrapper(saved[i]);
@@ -256,7 +256,9 @@ CheckpointProfile profile_model(const RunConfig& cfg_in, bool measure_units) {
   }
   if (!prof.blocks.empty() && first_input.count(prof.blocks[0])) {
     const Shape& s = first_input[prof.blocks[0]];
-    prof.tokens_per_sample = s.size() >= 2 ? s[s.size() - 2] : 1;
+    // A transformer block's [rows, T, C] input: rows / probe sequences per sample (a preference
+    // pair is two, a DPO run's [2, T] sample).
+    prof.tokens_per_sample = s.size() == 3 ? std::max<int64_t>(1, s[0] / probe) * s[1] : s.size() >= 2 ? s[s.size() - 2] : 1;
   }
   // selective recomputes no matmul (kept_outputs.h), only elementwise work: a share of the blocks'.
   if (cfg_in.checkpoint.mode == nn::CheckpointSpec::Mode::Selective)

@@ -4,6 +4,7 @@
 // versus what the device offers, the plan command that fits).
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/knobs.h"
@@ -50,6 +51,20 @@ void write_run_memory_json(const std::string& path, const RunConfig& cfg, const 
   std::snprintf(buf, sizeof buf, ", \"unit\": \"%s\", \"items_per_s\": %.6g, \"steady_items_per_s\": %.6g", r.unit,
                 r.items_per_s, r.steady_items_per_s);
   j += buf;
+  if (!r.final_metrics.empty()) {  // --objective dpo: the last step's and the last evaluation's numbers (TRL's names)
+    auto num = [](double v) {
+      char b[40];
+      std::snprintf(b, sizeof b, "%.17g", v);
+      return std::isfinite(v) ? std::string(b) : std::string("null");
+    };
+    j += ", \"objective\": {\"loss\": " + num(r.final_loss);
+    for (const Metric& m : r.final_metrics) j += ", \"" + m.name + "\": " + num(m.value);
+    if (r.eval) {
+      j += ", \"eval_loss\": " + num(r.eval->loss);
+      for (const Metric& m : r.eval->metrics) j += ", \"eval_" + m.name + "\": " + num(m.value);
+    }
+    j += "}";
+  }
   j += ", \"knobs\": " + knobs_json();  // the LEANTRAIN_* knobs not at their defaults
   j += ", \"recipe\": " + recipe_json(cfg, false);  // every flag's value (train/recipe_table.h)
   j += "}\n";

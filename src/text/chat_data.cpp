@@ -45,16 +45,24 @@ ChatTokens chat_training_tokens(const Tokenizer& tok, const ChatTemplate& tmpl, 
   ChatOptions o = opt;
   o.add_generation_prompt = false;
   o.tools = ex.tools;
-  if (on == TrainOn::All) {
-    ChatTokens t;
-    t.ids = tok.encode(tmpl.render(ex.messages, o), false);
-    t.assistant_mask.assign(t.ids.size(), 1);
-    return t;
+  ChatText text;
+  ChatTokens t;
+  // The template's and the tokenizer's errors name the template; say which example it was given.
+  try {
+    if (on == TrainOn::All) {
+      t.ids = tok.encode(tmpl.render(ex.messages, o), false);
+      t.assistant_mask.assign(t.ids.size(), 1);
+      return t;
+    }
+    text = tmpl.render_for_training(ex.messages, o);
+    if (!text.assistant.empty()) t = tokenize_chat(tok, text);
+  } catch (const Error& e) {
+    throw Error("chat data " + where + ": " + e.what_part(), e.why(), e.fix());
   }
-  const ChatText text = tmpl.render_for_training(ex.messages, o);
-  LT_CHECK(!text.assistant.empty(), "chat data " + where, "the conversation has no assistant message, so no token would carry loss",
-           "add the assistant's reply, or train on all tokens");
-  return tokenize_chat(tok, text);
+  LT_CHECK(!text.assistant.empty(), "chat data " + where,
+           "the conversation has no assistant message, so no token would carry loss",
+           "add the assistant's reply, or train on all tokens (--train-on all)");
+  return t;
 }
 
 }  // namespace lt::text

@@ -43,34 +43,61 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
-ChatTemplate ChatTemplate::load(const std::string& path) {
+namespace {
+
+// tokenizer_config.json's text as a JSON object ("" reads as {}).
+OrderedJson parse_config(const std::string& text, const std::string& name) {
+  if (text.empty()) return OrderedJson::object();
   OrderedJson cfg;
   try {
-    cfg = OrderedJson::parse(io::read_input_file(path, kMaxTemplateFileBytes, "as tokenizer_config.json", "pass the model's tokenizer_config.json"));
+    cfg = OrderedJson::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("chat template: " + path, std::string("not valid JSON: ") + e.what(), "pass the model's tokenizer_config.json");
+    fail("chat template: " + name, std::string("not valid JSON: ") + e.what(), "pass the model's tokenizer_config.json");
   }
-  LT_CHECK(cfg.is_object(), "chat template: " + path, "the file is not a JSON object", "pass the model's tokenizer_config.json");
+  LT_CHECK(cfg.is_object(), "chat template: " + name, "the file is not a JSON object", "pass the model's tokenizer_config.json");
+  return cfg;
+}
+
+// The "default" and "tool_use" templates of a config's chat_template (a string, or a list of
+// {name, template}); both empty when it has none.
+std::pair<std::string, std::string> config_templates(const OrderedJson& cfg, const std::string& name) {
   std::string source, tool_use;
-  const OrderedJson* ct = cfg.contains("chat_template") ? &cfg["chat_template"] : nullptr;
-  if (ct && ct->is_string()) {
-    source = ct->get<std::string>();
-  } else if (ct && ct->is_array()) {
-    for (const auto& t : *ct) {
-      if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["template"].is_string())
-        fail("chat template: " + path, "chat_template is a list whose items are not {\"name\", \"template\"}", kChatFix);
-      if (t["name"] == "default") source = t["template"].get<std::string>();
-      if (t["name"] == "tool_use") tool_use = t["template"].get<std::string>();
-    }
-    LT_CHECK(!source.empty(), "chat template: " + path, "chat_template lists named templates but none is named 'default'",
-             kChatFix);
-  } else {
-    const auto jinja_file = std::filesystem::path(path).parent_path() / "chat_template.jinja";
-    LT_CHECK(!ct && std::filesystem::exists(jinja_file), "chat template: " + path,
-             ct ? "chat_template is neither a string nor a list" : "there is no chat_template (and no chat_template.jinja beside it)",
-             "use a tokenizer_config.json of a chat (instruct) model");
-    source = io::read_input_file(jinja_file.string(), kMaxTemplateFileBytes, "as chat_template.jinja", kChatFix);
+  if (!cfg.contains("chat_template")) return {};
+  const OrderedJson& ct = cfg["chat_template"];
+  if (ct.is_string()) return {ct.get<std::string>(), ""};
+  LT_CHECK(ct.is_array(), "chat template: " + name, "chat_template is neither a string nor a list", kChatFix);
+  for (const auto& t : ct) {
+    if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["template"].is_string())
+      fail("chat template: " + name, "chat_template is a list whose items are not {\"name\", \"template\"}", kChatFix);
+    if (t["name"] == "default") source = t["template"].get<std::string>();
+    if (t["name"] == "tool_use") tool_use = t["template"].get<std::string>();
   }
+  LT_CHECK(!source.empty(), "chat template: " + name, "chat_template lists named templates but none is named 'default'",
+           kChatFix);
+  return {source, tool_use};
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::load(const std::string& path) {
+  const std::string config = io::read_input_file(path, kMaxTemplateFileBytes, "as tokenizer_config.json",
+                                                 "pass the model's tokenizer_config.json");
+  const auto jinja_file = std::filesystem::path(path).parent_path() / "chat_template.jinja";
+  std::string jinja;
+  if (std::filesystem::exists(jinja_file))
+    jinja = io::read_input_file(jinja_file.string(), kMaxTemplateFileBytes, "as chat_template.jinja", kChatFix);
+  return from_config(config, jinja, path);
+}
+
+ChatTemplate ChatTemplate::from_config(const std::string& config_text, const std::string& template_text,
+                                       const std::string& name) {
+  const OrderedJson cfg = parse_config(config_text, name);
+  auto [source, tool_use] = config_templates(cfg, name);
+  if (!template_text.empty()) {  // chat_template.jinja, or an override: it replaces the default
+    source = template_text;
+  }
+  LT_CHECK(!source.empty(), "chat template: " + name, "there is no chat_template (and no chat_template.jinja beside it)",
+           "use a tokenizer_config.json of a chat (instruct) model, or pass --chat-template FILE");
   OrderedJson special = OrderedJson::object();
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
     if (cfg.contains(key) && !token_text(cfg[key]).empty()) special[key] = token_text(cfg[key]);
@@ -84,7 +111,18 @@ ChatTemplate ChatTemplate::load(const std::string& path) {
   if (cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object())
     for (const auto& [id, t] : cfg["added_tokens_decoder"].items())
       if (t.is_object() && t.value("special", false) && !token_text(t).empty()) texts.push_back(token_text(t));
-  return ChatTemplate(source, special, texts, path, tool_use);
+  return ChatTemplate(source, special, texts, name, tool_use);
+}
+
+std::string ChatTemplate::template_of_file(const std::string& path) {
+  const std::string text = io::read_input_file(path, kMaxTemplateFileBytes, "as a chat template",
+                                               "pass a .jinja file or a tokenizer_config.json holding a chat_template");
+  if (std::filesystem::path(path).extension() != ".json") return text;  // Jinja text
+  const OrderedJson cfg = parse_config(text, path);
+  auto [source, tool_use] = config_templates(cfg, path);
+  LT_CHECK(!source.empty(), "chat template: " + path, "the JSON file has no chat_template",
+           "pass a .jinja file or a tokenizer_config.json holding a chat_template");
+  return source;
 }
 
 const jinja::Template& ChatTemplate::pick(const ChatOptions& opt) const {

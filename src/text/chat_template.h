@@ -50,10 +50,19 @@ enum class SpanMethod { Auto, GenerationBlocks, PrefixDifference };
 class ChatTemplate {
  public:
   // The template of a tokenizer_config.json (a string, or a list of {name, template} where
-  // "default" is taken, or "tool_use" when tools are given), or of chat_template.jinja beside it;
-  // bos_token, eos_token, ... and additional_special_tokens become the template's variables as
-  // transformers' special_tokens_map passes them. Errors name the file.
+  // "default" is taken, or "tool_use" when tools are given); chat_template.jinja beside the file,
+  // when there is one, replaces the default (transformers gives it priority). bos_token,
+  // eos_token, ... and additional_special_tokens become the template's variables as transformers'
+  // special_tokens_map passes them. Errors name the file.
   static ChatTemplate load(const std::string& tokenizer_config_path);
+  // The same from the files' text held in memory: tokenizer_config.json's (`config_text`, "" when
+  // there is none: no special tokens), and `template_text`, when not empty, replacing the config's
+  // default template (chat_template.jinja's text, or a --chat-template override). `name` for errors.
+  static ChatTemplate from_config(const std::string& config_text, const std::string& template_text,
+                                  const std::string& name);
+  // The template a --chat-template FILE names: the default chat_template of a .json file (a
+  // tokenizer_config.json), else the file's text (a .jinja file). Errors name the file.
+  static std::string template_of_file(const std::string& path);
 
   // `special_tokens`: {"bos_token": "<s>", ...} passed to the template as variables;
   // `special_texts`: every special (added) token's text, to recognise end-of-turn tokens.

@@ -15,6 +15,7 @@
 #include "leantrain/safetensors.h"
 #include "quant/nf4_checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "train/dpo.h"
 #include "train/atomic_dir.h"
 #include "train/finite_state.h"
 #include "train/lora_setup.h"
@@ -77,6 +78,8 @@ void write_model_and_trainer_state(StagedDir& stage, Trainer& t, const std::map<
   write_text_file(stage.path("config.json"), t.config().lora_rank > 0 ? t.model().config_json()
                                                                        : nf4_config_json(t.model(), t.model().config_json()));
   write_tokenizer_files(t.task().text_tokenizer, stage);  // tokenizer.json and companions, when the run has one
+  // --objective dpo of a full fine-tune: the starting weights' log-probabilities (the reference).
+  if (t.task().objective) t.task().objective->save(stage.dir());
 
   nlohmann::json j;
   j["format"] = kCheckpointFormat;
@@ -256,6 +259,8 @@ void load_checkpoint(const std::string& dir, Trainer& t) {
     with_context(dir, [&] { return load_model_weights(dir, t.model(), /*leantrain_checkpoint=*/true); });
     check_loaded_weights(dir, t.model());
   }
+
+  if (t.task().objective) t.task().objective->load(dir);  // a full fine-tune's reference, not recomputed
 
   OptimizerStateDict sd;
   {

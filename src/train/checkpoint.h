@@ -8,6 +8,8 @@
 //   trainer_state.json     step, data position, dropout RNG offsets, hook state, the run config
 //   tokenizer.json         (runs with one) the run's tokenizer, with tokenizer_config.json and
 //                          special_tokens_map.json when they were beside it (train/run_tokenizer.h)
+//   dpo_reference.safetensors  (--objective dpo, a full fine-tune) the reference log-probabilities
+//                          of every pair, "train" and "validation" F32 [pairs, 2] (train/dpo.h)
 // It is written into DIR.tmp and then swapped in with renames, so DIR is always either the old
 // complete checkpoint or the new complete one, never a mix (see write_checkpoint).
 #pragma once

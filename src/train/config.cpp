@@ -130,7 +130,6 @@ void check_offload(const RunConfig& c) {
 
 // --lora-*: the values alone; what --lora-targets matches is checked on the model (train/lora_setup.h).
 void check_lora(const RunConfig& c) {
-  check_range(flag_range::lora_rank, c.lora_rank);
   if (c.lora_rank == 0) {
     if (!c.lora_targets.empty() || !c.lora_init.empty() || c.lora_dropout != 0)
       usage(!c.lora_targets.empty() ? "--lora-targets" : !c.lora_init.empty() ? "--lora-init" : "--lora-dropout",
@@ -144,11 +143,35 @@ void check_lora(const RunConfig& c) {
     usage("--lora-dropout " + short_number(c.lora_dropout), "it must be in [0, 1)", "pass e.g. --lora-dropout 0.05");
 }
 
+// --objective dpo and its parameters (ranges come from the recipe table); what the data hold is
+// checked as they are read (train/dpo_data.h).
+void check_objective(const RunConfig& c) {
+  if (c.objective != Objective::Dpo) return;
+  const std::string p = c.prompt_field, ch = c.chosen_field, r = c.rejected_field;
+  if (p.empty() || ch.empty() || r.empty() || p == ch || p == r || ch == r)
+    usage("--prompt-field '" + p + "' --chosen-field '" + ch + "' --rejected-field '" + r + "'",
+          "they name three different .jsonl fields of a preference pair", "pass three different, non-empty field names");
+  if (c.dpo_loss == DpoLoss::Ipo && c.label_smoothing != 0)
+    usage("--label-smoothing " + short_number(c.label_smoothing) + " with --dpo-loss ipo",
+          "IPO's squared loss has no label smoothing (TRL applies it to sigmoid-shaped losses only)",
+          "drop --label-smoothing, or use --dpo-loss sigmoid");
+}
+
 }  // namespace
 
 void validate(const RunConfig& c) {
   if (c.model.empty() && c.model_config.empty())
     usage("no model given", "--model is empty", "pass --model vit-tiny or --config config.json");
+  // Each ranged value first, as the command line checks it while parsing (a config from a
+  // checkpoint or the library API did not pass through the parser); then the combinations below,
+  // which may divide by them.
+  for (const RecipeField& f : recipe_fields()) {
+    if (f.irange) {
+      const int64_t v = c.*std::get<int64_t RunConfig::*>(f.member);
+      if (!(f.zero_is_unset && v == 0)) check_range(*f.irange, v);
+    }
+    if (f.rrange) check_range(*f.rrange, c.*std::get<double RunConfig::*>(f.member));
+  }
   if (c.memory_history && c.memory_snapshot.empty() && c.memory_report.empty())
     usage("--memory-history has nowhere to go", "the history is written by --memory-snapshot or --memory-report",
           "add --memory-report mem.html or --memory-snapshot mem.json");
@@ -166,16 +189,12 @@ void validate(const RunConfig& c) {
   check_offload(c);
   check_lora(c);
   check_strategy(c);
-  check_range(flag_range::batch, c.batch);
-  check_range(flag_range::micro_batch, c.micro_batch);
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   if (c.batch % mb != 0)
     usage("--batch " + std::to_string(c.batch) + " is not divisible by --micro-batch " + std::to_string(mb),
           "a step accumulates a whole number of micro-batches",
           "pick a micro-batch that divides the batch, e.g. --micro-batch " +
               std::to_string(largest_divisor_at_most(c.batch, mb)));
-  check_range(flag_range::steps, c.steps);
-  check_range(flag_range::epochs, c.epochs);
   if (c.steps == 0 && c.epochs == 0)
     usage("--epochs 0", "nothing to train", "pass --epochs 1 (fractions such as 0.5 work), or --steps N");
   check_finite(c.lr, "--lr");
@@ -202,23 +221,16 @@ void validate(const RunConfig& c) {
     if (!(v >= 0 && v < 1)) usage(std::string(flag) + " " + short_number(v), "it must be in [0, 1)", "pass e.g. --beta1 0.9 --beta2 0.999");
   check_finite(c.eps, "--eps");
   if (!(c.eps > 0)) usage("--eps " + short_number(c.eps), "it must be positive", "pass e.g. --eps 1e-8");
-  check_range(flag_range::warmup, c.warmup);
   if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) usage("--min-lr-ratio " + short_number(c.min_lr_ratio), "it must be in [0, 1]", "pass e.g. --min-lr-ratio 0.1");
   check_finite(c.clip, "--clip");
   if (c.clip < 0) usage("--clip " + short_number(c.clip), "it must not be negative", "pass --clip 1.0, or 0 to turn clipping off");
-  // Every ranged field of the recipe table, as the command line checks it while parsing (a config
-  // from a checkpoint or the library API did not pass through the parser). workers' 0 means auto.
-  for (const RecipeField& f : recipe_fields()) {
-    if (f.irange && !(f.member.index() == 0 && c.*std::get<int64_t RunConfig::*>(f.member) == 0 && f.irange->lo > 0))
-      check_range(*f.irange, c.*std::get<int64_t RunConfig::*>(f.member));
-    if (f.rrange) check_range(*f.rrange, c.*std::get<double RunConfig::*>(f.member));
-  }
   if (c.dim && c.heads && c.dim % c.heads)
     usage("--dim " + std::to_string(c.dim) + " is not divisible by --heads " + std::to_string(c.heads),
           "each head gets dim/heads channels", "pick a head count that divides the width");
   if (c.prompt_field.empty() || c.response_field.empty() || c.prompt_field == c.response_field)
     usage("--prompt-field '" + c.prompt_field + "' --response-field '" + c.response_field + "'",
           "they name two different .jsonl fields", "pass two different, non-empty field names");
+  check_objective(c);
   if (c.save_shard_bytes <= 0)
     usage("--save-shard-size " + std::to_string(c.save_shard_bytes) + " bytes", "a shard must hold at least one byte",
           "pass e.g. --save-shard-size 5GB (transformers' default) or 2GiB");
@@ -312,10 +324,11 @@ RunConfig config_from_json(const std::string& text) {
   // deleted "seed" became seed 0). Each save writes them all.
   for (const RecipeField& f : recipe_fields()) {
     if (!f.saved) continue;
-    if (!j.contains(f.key))
+    if (!j.contains(f.key) && f.older_saves_lack) continue;  // saved before the field existed: its default
+    if (!j.contains(f.key) && !f.if_missing)
       fail("run config is damaged", std::string("\"") + f.key + "\" is missing, and a resumed run would silently take a default",
            "the checkpoint is damaged; save it again");
-    const nlohmann::json& v = j.at(f.key);
+    const nlohmann::json v = j.contains(f.key) ? j.at(f.key) : nlohmann::json(f.if_missing);
     std::visit(
         [&](const auto& m) {
           using M = std::decay_t<decltype(m)>;

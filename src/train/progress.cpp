@@ -17,6 +17,20 @@ bool is_terminal(std::FILE* f) {
   return isatty(fileno(f)) == 1;
 }
 
+namespace {
+
+// " | rewards/chosen 0.0123 | rewards/rejected -0.0456 | ..." after a line's own fields.
+std::string with_metrics(std::string line, const std::vector<Metric>& metrics) {
+  for (const Metric& m : metrics) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " | %s %.4f", m.name.c_str(), m.value);
+    line += buf;
+  }
+  return line;
+}
+
+}  // namespace
+
 std::string ProgressPrinter::format(const ProgressInfo& p) {
   char buf[320];
   int width = int(std::to_string(p.total_steps).size());
@@ -26,7 +40,7 @@ std::string ProgressPrinter::format(const ProgressInfo& p) {
                 width, (long long)p.step, (long long)p.total_steps, pct, p.epoch, p.loss, p.lr, p.items_per_s,
                 p.unit, format_duration(p.eta_s).c_str(), format_bytes(p.mem_current).c_str(),
                 format_bytes(p.mem_peak).c_str());
-  return buf;
+  return with_metrics(buf, p.metrics);
 }
 
 std::string ProgressPrinter::format(const EvalInfo& e) {
@@ -36,7 +50,7 @@ std::string ProgressPrinter::format(const EvalInfo& e) {
                   100.0 * *e.accuracy);
   else
     std::snprintf(buf, sizeof buf, "eval step %lld | validation loss %.4f", (long long)e.step, e.loss);
-  return buf;
+  return with_metrics(buf, e.metrics);
 }
 
 void ProgressPrinter::clear_line() {

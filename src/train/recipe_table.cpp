@@ -32,6 +32,7 @@ std::string presets() {
 bool several_devices(const RunConfig& c) { return c.devices > 1; }
 bool fsdp_on_several(const RunConfig& c) { return c.devices > 1 && c.strategy == StrategyKind::Fsdp; }
 bool lora_on(const RunConfig& c) { return c.lora_rank > 0; }
+bool dpo_on(const RunConfig& c) { return c.objective == Objective::Dpo; }
 
 constexpr IntRange kDevices{"--devices", 1, 1024, "processes on this host"};
 
@@ -57,6 +58,19 @@ std::vector<RecipeField> make_fields() {
   add({"prompt_field", "--prompt-field", K::Text, &C::prompt_field, g,
        ".jsonl field of the prompt (its tokens are masked from the loss)"});
   add({"response_field", "--response-field", K::Text, &C::response_field, g, ".jsonl field of the response"});
+  add({"chat_template", "--chat-template", K::Path, &C::chat_template, g,
+       "A chat template for .jsonl conversations ({\"messages\": [...]}) instead of the tokenizer's: a .jinja file, or "
+       "a tokenizer_config.json holding one (saved with checkpoints as chat_template.jinja)",
+       false});
+  add({"train_on", "--train-on", K::Choice, choice<&C::train_on>(), g,
+       "Which tokens carry the loss: assistant (a conversation's assistant turns, a prompt/response pair's response) "
+       "or all"})
+      .older_saves_lack = true;  // saved before the flag: a pair's prompt was masked, the default
+  add({"packing", "--packing", K::Choice, choice<&C::packing>(), g,
+       "How documents fill the rows of --seq-len tokens: docs (several whole documents a row, each attending only to "
+       "itself, positions from 0: padding-free), none (one a row, padded), concat (back to back, attending across "
+       "documents)"})
+      .if_missing = "concat";  // saved before the flag: every run concatenated
   add({"dim", "--dim", K::Int, &C::dim, g, "Override the preset's width (0: keep)", true, Echo::IfChanged, &flag_range::dim});
   add({"depth", "--depth", K::Int, &C::depth, g, "Override the preset's number of blocks (0: keep)", true, Echo::IfChanged,
        &flag_range::depth});
@@ -66,6 +80,30 @@ std::vector<RecipeField> make_fields() {
        &flag_range::patch});
   add({"mlp_dim", "--mlp-dim", K::Int, &C::mlp_dim, g, "Override the MLP width (0: keep)", true, Echo::IfChanged,
        &flag_range::mlp_dim});
+
+  g = "Objective";
+  // Added with issue 48: a checkpoint saved before it has none of these rows (older_saves_lack).
+  auto later = [](RecipeField& r) { r.older_saves_lack = true; };
+  later(add({"objective", "--objective", K::Choice, choice<&C::objective>(), g,
+             "Language models: sft (next-token cross-entropy) or dpo (a preference loss over .jsonl {\"prompt\", "
+             "\"chosen\", \"rejected\"} pairs; the reference is the base with the LoRA adapters off, or the "
+             "starting weights' log-probabilities computed in a first pass)"}));
+  later(add({"dpo_loss", "--dpo-loss", K::Choice, choice<&C::dpo_loss>(), g,
+             "With --objective dpo: sigmoid (DPO), ipo (IPO, on mean token log-probabilities) or simpo (SimPO: mean "
+             "log-probabilities, no reference)",
+             true, Echo::IfChanged, nullptr, nullptr, nullptr, dpo_on}));
+  later(add({"beta", "--beta", K::Real, &C::beta, g, "DPO's beta (TRL's default 0.1)", true, Echo::IfChanged, nullptr,
+             &flag_range::beta, nullptr, dpo_on}));
+  later(add({"label_smoothing", "--label-smoothing", K::Real, &C::label_smoothing, g,
+             "Conservative DPO: the share of pairs taken as mislabelled, in [0, 0.5] (sigmoid and simpo)", true,
+             Echo::IfChanged, nullptr, &flag_range::label_smoothing, nullptr, dpo_on}));
+  later(add({"simpo_gamma", "--simpo-gamma", K::Real, &C::simpo_gamma, g, "SimPO's target reward margin (TRL's 0.5)",
+             true, Echo::IfChanged, nullptr, &flag_range::simpo_gamma, nullptr, dpo_on}));
+  later(add({"chosen_field", "--chosen-field", K::Text, &C::chosen_field, g,
+             ".jsonl field of a pair's preferred completion (a string, or a list of messages rendered by the chat template)", true, Echo::IfChanged,
+             nullptr, nullptr, nullptr, dpo_on}));
+  later(add({"rejected_field", "--rejected-field", K::Text, &C::rejected_field, g,
+             ".jsonl field of a pair's dispreferred completion", true, Echo::IfChanged, nullptr, nullptr, nullptr, dpo_on}));
 
   g = "Batching and length";
   add({"batch", "--batch", K::Int, &C::batch, g, "Samples per optimizer step", true, Echo::IfChanged, &flag_range::batch});
@@ -82,7 +120,7 @@ std::vector<RecipeField> make_fields() {
        &flag_range::epochs});
   add({"workers", "--workers", K::Int, &C::workers, g,
        "Threads building batches (default: min(8, hardware threads - 1)); batches are the same for any count", false,
-       Echo::Never, &flag_range::workers});
+       Echo::Never, &flag_range::workers, nullptr, nullptr, nullptr, /*zero_is_unset=*/true});
 
   g = "Optimizer";
   add({"optimizer", "--optimizer", K::Choice, choice<&C::optimizer>(), g,

@@ -55,6 +55,17 @@ struct RecipeField {
   const char* negation = nullptr;  // Switch: the flag that turns it off
   // Echoed only when this holds for the run (e.g. --strategy only with 2+ devices); null: always.
   bool (*echo_if)(const RunConfig&) = nullptr;
+  // The member's 0 means "not given, choose for me" (--workers), a value the flag itself refuses:
+  // validate() then skips the range check for 0.
+  bool zero_is_unset = false;
+  // A saved field added after checkpoints without it were written: such a config read back takes
+  // the default, which is what those runs did (--objective: they were all sft). Other saved
+  // fields are required (a missing one is a damaged file).
+  bool older_saves_lack = false;
+  // The same for a field whose old behaviour is not its default: the value a saved config without
+  // it means, as its flag writes it (--packing: older runs concatenated, "concat"; the default is
+  // docs). Null: older_saves_lack decides.
+  const char* if_missing = nullptr;
 };
 
 const std::vector<RecipeField>& recipe_fields();

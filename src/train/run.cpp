@@ -13,6 +13,7 @@
 #include "dist/data_parallel.h"
 #include "train/assemble.h"
 #include "train/checkpoint.h"
+#include "train/dpo.h"
 #include "train/precision_hooks.h"
 #include "train/trainer.h"
 #include "core/knobs.h"
@@ -45,6 +46,7 @@ class MetricsFile {
     std::string line = buf;
     // JSON has no inf/NaN: an overflowed (skipped) 16-mixed step writes null.
     line += number_or_null(o.grad_norm);
+    for (const Metric& m : o.metrics) line += ", \"" + m.name + "\": " + number_or_null(m.value);
     std::snprintf(buf, sizeof buf, "%s, \"seconds\": %.6f}\n", o.applied ? "" : ", \"skipped\": true", seconds);
     f_.write(line + buf);
   }
@@ -52,6 +54,7 @@ class MetricsFile {
     if (!f_.is_open()) return;
     std::string line = "{\"step\": " + std::to_string(e.step) + ", \"eval_loss\": " + number_or_null(e.loss);
     if (e.accuracy) line += ", \"eval_accuracy\": " + number_or_null(*e.accuracy, "%.6g");
+    for (const Metric& m : e.metrics) line += ", \"eval_" + m.name + "\": " + number_or_null(m.value);
     f_.write(line + "}\n");
   }
   void close() { f_.close(); }
@@ -121,9 +124,15 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
                      cfg.stop_at > 0 && cfg.stop_at < total ? "--stop-at is " + std::to_string(cfg.stop_at)
                                                              : "--steps is " + std::to_string(total),
                      "pass a larger --steps to continue training");
-  trainer.start();
+  const bool reference_pass = task->objective && task->objective->needs_reference_pass();
+  const auto started = Clock::now();
+  trainer.start();  // --objective dpo of a full fine-tune: the reference pass runs here
   say(obs, task->description);
   if (!task->lora_note.empty()) say(obs, task->lora_note);
+  if (task->objective && task->objective->reference() == PreferenceObjective::Reference::Precomputed)
+    say(obs, reference_pass ? "reference log-probabilities of every pair computed with the starting weights (" +
+                                  format_duration(seconds_since(started)) + ")"
+                            : "reference log-probabilities read from " + cfg.resume);
   char line[200];
   int64_t mb = cfg.micro_batch ? cfg.micro_batch : cfg.batch;
   std::snprintf(line, sizeof line, "training %lld steps on %s: batch %lld (%lld x micro-batch %lld), %s lr %.3g, %s schedule",
@@ -181,6 +190,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       result.losses.push_back(o.loss);
       result.step_seconds.push_back(sec);
       result.final_loss = o.loss;
+      result.final_metrics = o.metrics;
       metrics.step(s, o, sec);
       if (obs.on_step) {
         double el = seconds_since(t0);
@@ -198,6 +208,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
         p.eta_s = el / double(s - first) * double(end - s);  // evaluations included
         p.mem_current = ms.allocated_bytes.current;
         p.mem_peak = ms.allocated_bytes.peak;
+        p.metrics = o.metrics;
         obs.on_step(p);
       }
       if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) evaluate_and_save();

@@ -159,6 +159,42 @@ void check_tokenizer_fits(const text::Tokenizer& tok, int64_t model_vocab, const
                          " ids, or a model whose vocab_size is at least " + std::to_string(tok.vocab_size()));
 }
 
+namespace {
+const std::string* file_of(const RunTokenizer& t, const std::string& name) {
+  for (const auto& [n, bytes] : t.files)
+    if (n == name) return &bytes;
+  return nullptr;
+}
+}  // namespace
+
+text::ChatTemplate run_chat_template(const RunTokenizer& t) {
+  const std::string where = t.json_path.empty() ? std::string("the ") + (t.tokenizer ? t.tokenizer->kind() : "built-in") + " tokenizer"
+                                                : fs::path(t.json_path).parent_path().string();
+  const std::string* config = file_of(t, "tokenizer_config.json");
+  const std::string* jinja = file_of(t, "chat_template.jinja");
+  LT_CHECK(jinja || config, "chat template of " + where, "it has no tokenizer_config.json and no chat_template.jinja",
+           "pass --chat-template FILE, or use the tokenizer directory of a chat (instruct) model");
+  const std::string name = (fs::path(t.json_path).parent_path() / (jinja ? "chat_template.jinja" : "tokenizer_config.json")).string();
+  return text::ChatTemplate::from_config(config ? *config : "", jinja ? *jinja : "", name);
+}
+
+void set_chat_template(RunTokenizer& t, const std::string& path) {
+  if (t.files.empty())
+    throw UsageError("--chat-template " + path,
+                     "the run reads the byte tokenizer, which has no special tokens to mark turns with",
+                     "pass --tokenizer with a tokenizer.json");
+  std::string source = text::ChatTemplate::template_of_file(path);
+  // Checked now, before any data is read: it must parse.
+  const std::string* config = file_of(t, "tokenizer_config.json");
+  (void)text::ChatTemplate::from_config(config ? *config : "", source, path);
+  for (auto it = t.files.begin(); it != t.files.end(); ++it)
+    if (it->first == "chat_template.jinja") {
+      t.files.erase(it);
+      break;
+    }
+  t.files.emplace_back("chat_template.jinja", std::move(source));
+}
+
 void write_tokenizer_files(const RunTokenizer& t, const StagedDir& stage) {
   for (const auto& [name, bytes] : t.files) write_text_file(stage.path(name), bytes);
 }

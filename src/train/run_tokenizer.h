@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace lt {
@@ -15,8 +16,10 @@ namespace lt {
 namespace models { class ModelFamily; }
 class StagedDir;
 
-// The tokenizer.json companions copied with it when present: bos/eos and added-token settings.
-inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+// The tokenizer.json companions copied with it when present: bos/eos and added-token settings,
+// and the chat template (chat_template.jinja replaces tokenizer_config.json's, as in transformers).
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                                  "chat_template.jinja"};
 
 struct RunTokenizer {
   std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -50,6 +53,15 @@ bool same_tokenizer_json(const RunTokenizer& saved, const std::string& json_path
 
 // The model embeds ids below model_vocab: a tokenizer with more ids is a UsageError with both numbers.
 void check_tokenizer_fits(const text::Tokenizer& tok, int64_t model_vocab, const std::string& model_name);
+
+// The run's chat template, from its files (tokenizer_config.json's chat_template, or
+// chat_template.jinja, which wins): conversation data and `generate --chat` render with it. An
+// lt::Error naming the tokenizer when it has none or leantrain cannot read it.
+text::ChatTemplate run_chat_template(const RunTokenizer& t);
+// --chat-template FILE (a .jinja file, or a tokenizer_config.json holding one): its template
+// becomes the run's chat_template.jinja, so checkpoints save it and generate --chat reads it.
+// A UsageError for the byte tokenizer (no files, no special tokens to end a turn with).
+void set_chat_template(RunTokenizer& t, const std::string& path);
 
 // Writes the files into a checkpoint being saved (nothing for a built-in tokenizer).
 void write_tokenizer_files(const RunTokenizer& t, const StagedDir& stage);

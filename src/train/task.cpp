@@ -14,9 +14,13 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_weights.h"
+#include "text/chat_template.h"
+#include "train/dpo.h"
+#include "io/text_format.h"
 #include "train/lora_setup.h"
 #include "io/input_file.h"
 #include "train/quantize_setup.h"
+#include "train/recipe_table.h"
 #include "train/task.h"
 
 namespace lt {
@@ -204,10 +208,34 @@ int loader_workers(const RunConfig& c) {
   return c.workers > 0 ? int(std::min<int64_t>(c.workers, 1024)) : default_loader_workers();
 }
 
+// The training batches' loader: micro-batches of the run, shuffled by its seed, the last partial
+// one dropped, on the run's device.
+LoaderOptions training_loader(const RunConfig& c, Device device) {
+  LoaderOptions lo;
+  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
+  lo.seed = c.seed;
+  lo.drop_last = true;
+  lo.device = device;
+  lo.workers = loader_workers(c);
+  return lo;
+}
+
 std::string millions(int64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
   return buf;
+}
+
+// --chat-template, --train-on and --packing shape a language model's text; elsewhere they are a mistake.
+// (A resumed run is let be: a checkpoint saved before --packing existed reads it as concat.)
+void refuse_text_flags(const RunConfig& c, const std::string& what, const std::string& why,
+                       std::initializer_list<const char*> flags = {"--chat-template", "--train-on", "--packing"}) {
+  if (!c.resume.empty()) return;
+  for (const char* flag : flags) {
+    const RecipeField* f = recipe_field(flag);
+    if (!field_is_default(*f, c))
+      usage(std::string(flag) + " " + field_text(*f, c) + " with " + what, why, std::string("drop ") + flag);
+  }
 }
 
 // --data synthetic: the preset's own image size and channels, 10 classes (the memory ladder's),
@@ -221,12 +249,7 @@ void make_synthetic_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::In
   t.classifier = true;
   t.unit = "img/s";
   t.held_out = std::make_shared<SyntheticImages>(2 * mb, in.channels, in.size, in.classes, c.seed + 1);
-  LoaderOptions lo;
-  lo.batch_size = mb;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   auto train = std::make_shared<SyntheticImages>(8 * c.batch, in.channels, in.size, in.classes, c.seed);
   t.train = std::make_unique<DataLoader>(train, lo);
   t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
@@ -239,6 +262,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
     usage("--data fortunes is text", s.name + " is an image classifier", "pass --data fashion-mnist, or a GPT model");
   if (c.seq_len) usage("--seq-len " + std::to_string(c.seq_len), "it applies to GPT models", "drop --seq-len");
   if (!c.tokenizer.empty()) usage("--tokenizer " + c.tokenizer, "it applies to language models", "drop --tokenizer");
+  refuse_text_flags(c, "model " + s.name, "it is an image classifier; these flags shape a language model's text");
   if (c.data == kSyntheticData) return make_synthetic_image_task(t, s, c, init);
   std::string dir = c.data.empty() || c.data == "fashion-mnist" ? kFashionMnistDir : c.data;
   auto train = std::make_shared<const ImageSet>(load_fashion_mnist(Split::Train, dir));
@@ -257,12 +281,7 @@ void make_image_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions 
   t.classifier = true;
   t.unit = "img/s";
   t.held_out = std::make_shared<ImageDataset>(test);
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   t.train = std::make_unique<DataLoader>(std::make_shared<ImageDataset>(train), lo);
   t.description = "model " + s.name + ": " + s.cfg->family().display_name() + ", " +
                   millions(t.model->num_parameters()) + " parameters (" + std::to_string(in.size) + "x" +
@@ -299,6 +318,91 @@ RunTokenizer choose_tokenizer(const RunConfig& c, const ModelSpec& s, bool requi
   return load_run_tokenizer(json, s.cfg->family(), s.name);
 }
 
+// --chat-template FILE becomes the run's chat_template.jinja. A resumed run has the checkpoint's
+// (saved with its tokenizer files): the flag may only name that same template.
+void use_chat_template(RunTokenizer& rt, const RunConfig& c) {
+  if (c.resume.empty()) return set_chat_template(rt, c.chat_template);
+  std::string saved;
+  for (const auto& [name, bytes] : rt.files)
+    if (name == "chat_template.jinja") saved = bytes;
+  if (saved != text::ChatTemplate::template_of_file(c.chat_template))
+    usage("--chat-template " + c.chat_template + " with --resume " + c.resume,
+          "the checkpoint trained with another template (" +
+              (saved.empty() ? "its tokenizer_config.json's" : c.resume + "/chat_template.jinja") + ")",
+          "drop --chat-template: a resumed run reads the checkpoint's");
+}
+
+// Random preference pairs over the whole vocabulary (--data synthetic with --objective dpo):
+// every row full, a prompt of a quarter of the context; 8 steps' worth of training pairs and 2
+// micro-batches of held-out ones. For memory and speed measurements.
+PreferencePairs synthetic_pairs(int64_t train, int64_t val, int64_t seq, int64_t vocab, uint64_t seed) {
+  PreferencePairs p;
+  Generator gen(seed);
+  const int64_t np = std::max<int64_t>(1, seq / 4), nc = seq + 1 - np;
+  for (int64_t i = 0; i < train + val; ++i) {
+    std::vector<float> r = rand_uniform({np + 2 * nc}, gen, 0.f, float(vocab)).to_float_vector();
+    std::vector<int32_t> ids;
+    for (float x : r) ids.push_back(std::min<int32_t>(int32_t(x), int32_t(vocab - 1)));
+    const std::span<const int32_t> all(ids);
+    (i < train ? p.train : p.val).add(all.first(size_t(np)), all.subspan(size_t(np), size_t(nc)), all.last(size_t(nc)));
+  }
+  return p;
+}
+
+// --objective dpo: preference pairs, two rows of --seq-len each per sample (data.h, PairDataset).
+void make_pair_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init, int64_t seq,
+                    const std::string& tokenizer_line) {
+  const std::string family = s.cfg->family().display_name();
+  if (!s.cfg->family().causal())
+    usage("--objective dpo with " + s.name, "a " + family + " does not predict the next token",
+          "train a causal language model (GPT-2 or LLaMA family) with --objective dpo");
+  const bool synthetic = c.data == kSyntheticData;
+  if (c.data.empty() || c.data == "fortunes")
+    usage("--objective dpo with --data " + (c.data.empty() ? std::string("fortunes (the default)") : c.data),
+          "a preference loss needs pairs of completions, and fortunes are plain text",
+          "pass --data pairs.jsonl with {\"prompt\", \"chosen\", \"rejected\"} lines");
+  const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
+  auto pairs = std::make_shared<PreferencePairs>();
+  if (synthetic) {
+    *pairs = synthetic_pairs(8 * c.batch, 2 * mb, seq, s.cfg->tokens().vocab_size, c.seed);
+  } else {
+    PairOptions po;
+    po.prompt_field = c.prompt_field;
+    po.chosen_field = c.chosen_field;
+    po.rejected_field = c.rejected_field;
+    po.seq_len = seq;
+    po.workers = loader_workers(c);
+    // Conversational pairs: the run's chat template (--chat-template, else the tokenizer files'
+    // chat_template.jinja, else their tokenizer_config.json's, as for conversations in SFT data),
+    // read at the first such line (a string-only file never needs one).
+    std::optional<text::ChatTemplate> chat;
+    const RunTokenizer& rt = t.text_tokenizer;
+    po.chat_template = [&chat, &rt]() -> const text::ChatTemplate& {
+      if (!chat) chat.emplace(run_chat_template(rt));
+      return *chat;
+    };
+    *pairs = load_preference_pairs(c.data, *t.text_tokenizer.tokenizer, po);
+  }
+  build_model(t, s, c, init);
+  auto train = std::make_shared<PairDataset>(pairs, /*validation=*/false, seq);
+  auto val = std::make_shared<PairDataset>(pairs, /*validation=*/true, seq);
+  t.masked_targets = true;
+  t.held_out = val;
+  t.objective = std::make_shared<PreferenceObjective>(c, train, val);
+  const LoaderOptions lo = training_loader(c, init.device);
+  t.train = std::make_unique<DataLoader>(train, lo);
+  const char* ref = t.objective->reference() == PreferenceObjective::Reference::AdaptersOff ? "the base with the adapters off"
+                    : t.objective->reference() == PreferenceObjective::Reference::Precomputed
+                        ? "the starting weights, computed in a first pass"
+                        : "none (SimPO)";
+  t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
+                  s.cfg->size_summary() + ", context " + std::to_string(seq) + ")" + tokenizer_line + "; data " +
+                  (synthetic ? std::string("synthetic") : c.data) + ": " + std::to_string(train->size()) + " train / " +
+                  std::to_string(val->size()) + " validation preference pairs" +
+                  (pairs->truncated ? " (" + std::to_string(pairs->truncated) + " cut to the context)" : "") +
+                  "; " + name_of(c.dpo_loss) + " loss, beta " + short_number(c.beta) + ", reference: " + ref;
+}
+
 void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions init) {
   if (c.data == "fashion-mnist")
     usage("--data fashion-mnist is images", s.name + " is a language model", "pass --data fortunes or a text file");
@@ -319,16 +423,18 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
     t.tokenizer = tok->kind();
     tokenizer_line = "; " + t.text_tokenizer.describe();
   }
+  if (synthetic) refuse_text_flags(c, "--data synthetic", "random ids have no documents");
+  else if (!c.chat_template.empty()) use_chat_template(t.text_tokenizer, c);
+  if (c.objective == Objective::Dpo) {
+    refuse_text_flags(c, "--objective dpo", "a preference pair is two padded rows, its loss on the completions",
+                      {"--train-on", "--packing"});
+    return make_pair_task(t, s, c, init, seq, tokenizer_line);
+  }
   if (synthetic) {  // random ids over the model's whole vocabulary
     build_model(t, s, c, init);
     const int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
     t.held_out = std::make_shared<SyntheticTokens>(2 * mb, seq, in.vocab_size, c.seed + 1);
-    LoaderOptions lo;
-    lo.batch_size = mb;
-    lo.seed = c.seed;
-    lo.drop_last = true;
-    lo.device = init.device;
-    lo.workers = loader_workers(c);
+    const LoaderOptions lo = training_loader(c, init.device);
     t.train = std::make_unique<DataLoader>(std::make_shared<SyntheticTokens>(8 * c.batch, seq, in.vocab_size, c.seed), lo);
     t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) +
                     " parameters (context " + std::to_string(seq) + ")" + tokenizer_line + "; data synthetic";
@@ -340,26 +446,47 @@ void make_text_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptions i
   topt.prompt_field = c.prompt_field;
   topt.response_field = c.response_field;
   topt.workers = loader_workers(c);
+  topt.train_on = c.train_on;
+  const RunTokenizer* rt = &t.text_tokenizer;  // the task outlives the corpus it loads
+  topt.chat_template = [rt] { return std::make_shared<const text::ChatTemplate>(run_chat_template(*rt)); };
   TokenCorpus corpus = source == kFortunesDir ? load_fortunes(tok, topt, source) : load_text(source, tok, topt);
   build_model(t, s, c, init);
-  t.masked_targets = corpus.train.any_masked() || corpus.val.any_masked();
   auto train_tokens = std::make_shared<const TokenStream>(std::move(corpus.train));
   auto val_tokens = std::make_shared<const TokenStream>(std::move(corpus.val));
-  t.held_out = std::make_shared<TokenWindows>(val_tokens, seq);
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
-  auto windows = std::make_shared<TokenWindows>(train_tokens, seq);
-  t.train = std::make_unique<DataLoader>(windows, lo);
+  const LoaderOptions lo = training_loader(c, init.device);
+  std::string rows_line;
+  if (c.packing == Packing::Concat) {
+    t.masked_targets = train_tokens->any_masked() || val_tokens->any_masked();
+    t.held_out = std::make_shared<TokenWindows>(val_tokens, seq);
+    auto windows = std::make_shared<TokenWindows>(train_tokens, seq);
+    rows_line = std::to_string(windows->size()) + " windows (documents concatenated, attending across)";
+    t.train = std::make_unique<DataLoader>(windows, lo);
+  } else {
+    t.masked_targets = true;  // the padding's targets are -100
+    auto train = std::make_shared<DocumentRows>(train_tokens, seq, c.packing);
+    auto val = std::make_shared<DocumentRows>(val_tokens, seq, c.packing);
+    const std::string fix = "use more text, or --packing concat";
+    LT_CHECK(train->size() > 0, "no training document in " + source, "none has two tokens (an input and its target)", fix);
+    LT_CHECK(val->size() > 0, "no validation document in " + source,
+             "the held-out split (every 10th document, or the last 10% of a text file) has none with two tokens", fix);
+    char fill[32];
+    std::snprintf(fill, sizeof fill, "%.1f%%", 100.0 * double(train->text_tokens()) / double(train->size() * seq));
+    rows_line = std::to_string(train->documents()) + " training documents in " + std::to_string(train->size()) + " rows (" +
+                (c.packing == Packing::Docs ? "packed, each attending to itself" : "one a row") + "; text fills " + fill + ")";
+    t.held_out = val;
+    t.train = std::make_unique<DataLoader>(train, lo);
+  }
+  if (train_tokens->any_masked()) {  // prompts, or a conversation's other turns
+    int64_t targets = 0;
+    for (int64_t i = 0; i < train_tokens->size(); ++i) targets += train_tokens->is_target(i);
+    rows_line += "; the loss on " + std::to_string(targets) + " of the " + std::to_string(train_tokens->size()) +
+                 " training tokens (--train-on " + name_of(c.train_on) + ")";
+  }
   t.description = "model " + s.name + ": " + family + ", " + millions(t.model->num_parameters()) + " parameters (" +
                   s.cfg->size_summary() + ", context " + std::to_string(seq) + " of " + std::to_string(in.context) +
                   ")" + tokenizer_line + "; data " + source + ": " + std::to_string(corpus.documents) +
                   (corpus.documents == 1 ? " document, " : " documents, ") + std::to_string(train_tokens->size()) + " train / " +
-                  std::to_string(val_tokens->size()) + " validation tokens, " + std::to_string(windows->size()) +
-                  " windows";
+                  std::to_string(val_tokens->size()) + " validation tokens, " + rows_line;
 }
 
 // A text classifier (BERT family): labelled texts, padded to --seq-len (default min(128,
@@ -373,6 +500,7 @@ void make_sequence_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptio
     usage("--seq-len " + std::to_string(seq), "the model has " + std::to_string(in.context) + " positions",
           "pass --seq-len " + std::to_string(in.context) + " or less");
   const std::string family = s.cfg->family().display_name();
+  refuse_text_flags(c, "model " + s.name, "it is a text classifier (one text a row, its label the target)");
   t.classifier = true;
   t.unit = "seq/s";
   t.tokenizer = s.cfg->family().tokenizer();
@@ -385,12 +513,7 @@ void make_sequence_task(Task& t, ModelSpec& s, const RunConfig& c, nn::InitOptio
     t.tokenizer = tok->kind();
     tokenizer_line = "; " + t.text_tokenizer.describe();
   }
-  LoaderOptions lo;
-  lo.batch_size = c.micro_batch ? c.micro_batch : c.batch;
-  lo.seed = c.seed;
-  lo.drop_last = true;
-  lo.device = init.device;
-  lo.workers = loader_workers(c);
+  const LoaderOptions lo = training_loader(c, init.device);
   if (synthetic) {  // whole rows of random ids, random labels; a loaded model keeps its classes
     if (s.weights_dir.empty() && c.resume.empty()) {
       std::vector<std::string> names;
@@ -450,6 +573,9 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
     usage("--loss-chunk " + std::to_string(c.loss_chunk), "model " + s.name + " is a classifier; its logits are one row per " +
           std::string(kind == models::InputKind::Images ? "image" : "text"),
           "drop --loss-chunk (it is for causal language models' vocabulary-wide logits)");
+  if (c.objective == Objective::Dpo && !text)
+    usage("--objective dpo with " + s.name, "a preference loss compares log-probabilities of completions, and " + s.name +
+          " is a classifier", "train a causal language model (GPT-2 or LLaMA family) with --objective dpo");
   if (text) make_text_task(*t, s, c, init);
   else if (kind == models::InputKind::Sequences) make_sequence_task(*t, s, c, init);
   else make_image_task(*t, s, c, init);
@@ -462,8 +588,14 @@ std::unique_ptr<Task> make_task(const RunConfig& c, Device device) {
   return t;
 }
 
+Tensor micro_batch_loss(Task& t, models::Model& m, const Batch& b) {
+  if (t.objective) return t.objective->loss(m, b);
+  return m.loss(b.inputs, b.targets, nn::TokenMask::documents(b.doc_pos));
+}
+
 EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const std::function<bool(Batch&)>& prepare,
                        const std::function<void(EvalSums&)>& combine) {
+  if (t.objective) return t.objective->evaluate(t, batch_size, max_batches, prepare, combine);
   LoaderOptions lo;
   lo.batch_size = batch_size;
   lo.shuffle = false;
@@ -481,9 +613,10 @@ EvalInfo evaluate_task(Task& t, int64_t batch_size, int64_t max_batches, const s
     // A causal LM with --loss-chunk evaluates as it trains, a chunk of logits at a time (the
     // whole [T, V] logits of a long context would be the run's peak); a classifier needs them.
     Tensor flat, batch_loss;
-    if (!t.classifier) batch_loss = t.model->chunked_loss_sum(b.inputs, b.targets);
+    const nn::TokenMask mask = nn::TokenMask::documents(b.doc_pos);
+    if (!t.classifier) batch_loss = t.model->chunked_loss_sum(b.inputs, b.targets, mask);
     if (!batch_loss.defined()) {
-      Tensor logits = t.model->forward(b.inputs);
+      Tensor logits = t.model->forward(b.inputs, mask);
       flat = reshape(logits, {-1, logits.size(logits.dim() - 1)});
       batch_loss = cross_entropy(flat, targets, kIgnoreTarget, Reduction::Sum);
     }

@@ -14,6 +14,8 @@
 
 namespace lt {
 
+class PreferenceObjective;  // train/dpo.h
+
 struct Task {
   std::shared_ptr<models::Model> model;   // parameters on the run's device
   std::unique_ptr<DataLoader> train;      // batches of the micro-batch size, shuffled, drop_last
@@ -23,15 +25,27 @@ struct Task {
   std::string tokenizer;                  // its kind ("bytes", "bpe-bytelevel", ...); "" for images
   RunTokenizer text_tokenizer;            // text models: the tokenizer and its files (saved with checkpoints)
   bool masked_targets = false;            // some targets are kIgnoreTarget (prompt tokens)
+  // --objective dpo: the loss over preference pairs, its reference and metrics; null for sft.
+  std::shared_ptr<PreferenceObjective> objective;
   std::string description;                // one line for the log
   std::string weights_note;               // "; weights loaded from DIR (...)" with --model DIR
   std::string lora_note;                  // the LoRA adapters installed (--lora-rank), for the log; "" without
   Device device;
   int loader_workers = 1;                 // threads building batches (--workers)
 
-  // Images or tokens in a batch (for throughput).
-  int64_t items(const Batch& b) const { return classifier ? b.inputs.size(0) : b.inputs.numel(); }
+  // Images or tokens in a batch (for throughput): of rows with padding, the text tokens only.
+  int64_t items(const Batch& b) const {
+    if (classifier) return b.inputs.size(0);
+    if (b.row_tokens.empty()) return b.inputs.numel();
+    int64_t n = 0;
+    for (int64_t r : b.row_tokens) n += r;
+    return n;
+  }
 };
+
+// The loss of one training micro-batch: the model's (next-token or class cross-entropy), or the
+// objective's (--objective dpo). The trainer, the plan's probes and the profiler call this.
+Tensor micro_batch_loss(Task& t, models::Model& m, const Batch& b);
 
 // Builds the model (parameters under Category::Parameter, on `device`) and loads the data.
 // The preset's image size, channels and classes follow the data; --dim etc. override sizes.

@@ -15,6 +15,7 @@
 #include "train/offload_hooks.h"
 #include "train/param_offload.h"
 #include "train/precision_hooks.h"
+#include "train/dpo.h"
 
 namespace lt {
 
@@ -106,6 +107,14 @@ double Trainer::epochs_done() const {
 
 void Trainer::start() {
   for (auto& h : hooks_) h->on_start(*this);
+  // After the hooks: the pass sees the model the first step sees (its dtypes, fsdp's gathers).
+  // Every rank of a job runs the whole pass (fsdp's gathers need them all in step), at its share
+  // of the micro-batch, so the pass holds no more rows at a time than a training micro-batch.
+  if (task_.objective && task_.objective->needs_reference_pass()) {
+    const int64_t w = dist::world().size();
+    const int64_t rows = micro_batch_ % w == 0 ? micro_batch_ / w : micro_batch_;
+    task_.objective->compute_reference(model(), task_.device, rows, task_.loader_workers, cfg_.precision);
+  }
 }
 
 StepOutcome Trainer::step() {
@@ -193,7 +202,7 @@ StepOutcome Trainer::step() {
       InterleavedSequence lanes(k);
       for (int64_t i = 0; i < k; ++i) {
         lanes.begin_lane(i);
-        Tensor loss = model().loss(batches[size_t(i)].inputs, batches[size_t(i)].targets);
+        Tensor loss = micro_batch_loss(task_, model(), batches[size_t(i)]);
         if (keep_losses) {
           if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
           kept.push_back(loss.detach());
@@ -231,14 +240,14 @@ StepOutcome Trainer::step() {
       const std::vector<uint64_t> offsets = generator_offsets(gens);
       fused->begin_norm_pass();
       {
-        Tensor l = model().loss(b.inputs, b.targets);
+        Tensor l = micro_batch_loss(task_, model(), b);
         for (auto& h : hooks_) l = h->scale_loss(l);
         l.backward();
       }
       finish_norm_pass();
       set_generator_offsets(gens, offsets);
     }
-    Tensor loss = model().loss(b.inputs, b.targets);
+    Tensor loss = micro_batch_loss(task_, model(), b);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
     if (read_after) losses.push_back(loss.detach());
     else take_loss(loss, i);
@@ -251,6 +260,11 @@ StepOutcome Trainer::step() {
   for (size_t i = 0; i < losses.size(); ++i) take_loss(losses[i], int64_t(i));
   losses.clear();
   out.loss = loss_sum / double(k);
+  if (task_.objective) {  // read with the losses, after backward; means over the ranks as the loss is
+    out.metrics = metric_list(task_.objective->take_metrics());
+    for (Metric& m : out.metrics)
+      for (auto& h : hooks_) m.value = h->reduce_loss(m.value);
+  }
 
   bool apply = true;
   for (auto& h : hooks_) apply = h->after_backward(*this) && apply;

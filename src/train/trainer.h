@@ -19,6 +19,7 @@ struct StepOutcome {
   double lr = 0;
   bool applied = true;   // false when a hook skipped the update
   int64_t items = 0;     // images or tokens consumed
+  std::vector<Metric> metrics;  // --objective dpo: the step's rewards (TRL's names), means over its pairs
 };
 
 class Trainer {
@@ -29,7 +30,8 @@ class Trainer {
   // A hook that must see the step before the others (data parallelism: gradients are reduced
   // before the precision hooks check them).
   void add_hook_first(std::unique_ptr<StepHook> h) { hooks_.insert(hooks_.begin(), std::move(h)); }
-  // Runs on_start of every hook; call once before the first step.
+  // Runs on_start of every hook, then (--objective dpo, a full fine-tune) the reference pass
+  // unless a checkpoint brought its values; call once before the first step.
   void start();
   // One optimizer step. Throws NumericError (naming the step) when the loss is NaN/inf.
   StepOutcome step();

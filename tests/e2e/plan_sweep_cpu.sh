@@ -37,6 +37,25 @@ skipped_steps_match_plan sgd peak_allocated_bytes --optimizer sgd --momentum 0.9
 # found a ResNet-50 --offload params run 188 MB of pinned host under its plan); both steps overflow.
 skipped_steps_match_plan offload peak_allocated_bytes,peak_pinned_host_bytes --optimizer lion \
   --checkpoint 'layer(1|2)' --offload params --steps 2 --batch 6
+# --objective dpo (issue 48): with LoRA the reference is a forward with the adapters off inside each
+# step; a full fine-tune's reference is a first pass over the pairs before the first step. Both
+# planned to the byte, allocated and pinned host (the pass's loader stages its batches there).
+dpo_matches_plan() {
+  local name=$1
+  shift
+  local F=(--model llama-tiny --data synthetic --objective dpo --seq-len 32 --eval-batches 1 --log-every 0 "$@")
+  "$LT" train "${F[@]}" --device cpu --metrics-json "$WORK/$name-run.json" >/dev/null 2>&1 || fail "$name: the run failed"
+  "$LT" plan "${F[@]}" --device-type cpu --json >"$WORK/$name-plan.json" 2>/dev/null || fail "$name: the plan failed"
+  python3 - "$WORK/$name-plan.json" "$WORK/$name-run.json" <<'PY' && ok || fail "$name: a DPO run is off its plan"
+import json, sys
+p, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for k in ("peak_allocated_bytes", "peak_pinned_host_bytes"):
+    assert p[k] == r[k], (k, p[k], r[k])
+PY
+}
+dpo_matches_plan dpo-lora --lora-rank 4 --batch 4 --micro-batch 2 --steps 3 --precision bf16-mixed
+dpo_matches_plan dpo-full --batch 4 --steps 2 --checkpoint blocks
+dpo_matches_plan dpo-full-chunked --batch 2 --steps 2 --loss-chunk 16 --dpo-loss ipo --beta 0.5
 # The comparison is not vacuous: a plan for another step count is off, and the sweep says MISS.
 "$LT" plan --model gpt2-tiny --data synthetic --steps 1 --batch 4 --device-type cpu --json >"$WORK/p1.json" 2>/dev/null
 "$LT" plan --model gpt2-tiny --data synthetic --steps 1 --batch 8 --device-type cpu --json >"$WORK/p2.json" 2>/dev/null

@@ -29,8 +29,11 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPI=(timeout 300 mpirun -np 2 --oversubscribe)
 # Windows of 32 tokens, not the preset's 128: a step costs a quarter, and nothing checked here
-# depends on the length (the tied-table case below picks its own, 16).
-BASE0=(train --device cpu --model gpt2-tiny --data fortunes --lr 1e-3 --eval-batches 1 --workers 1)
+# depends on the length (the tied-table case below picks its own, 16). --packing concat: every
+# position a target, so each rank's mean loss is over as many targets as the others' and their
+# average is one process's mean; padded or masked rows weigh each rank's mean equally instead
+# (docs/user-guide.md, "Packing").
+BASE0=(train --device cpu --model gpt2-tiny --data fortunes --packing concat --lr 1e-3 --eval-batches 1 --workers 1)
 BASE=("${BASE0[@]}" --seq-len 32)
 COMMON=("${BASE[@]}" --steps 5)
 RUN=("${COMMON[@]}" --batch 8)
@@ -156,10 +159,11 @@ PY
 }
 same_eval "$WORK/one.jsonl" "$WORK/ddp.jsonl" "ddp"
 # One fortune file as a text file, not all of them: its last 10%, 2451 tokens, are 19 windows of
-# 128, three batches of 6 and a last of 1 that does not split (every fortune's held-out split was
-# 2052 windows, 47 s of CPU per run for the same check).
+# 128 (--packing concat; docs would add a 20th, partial row), three batches of 6 and a last of 1
+# that does not split (every fortune's held-out split was 2052 windows, 47 s of CPU per run for
+# the same check).
 ALL_EVAL=(train --device cpu --model gpt2-tiny --data /usr/share/games/fortunes/fortunes --lr 1e-3 --eval-batches 0 --workers 1
-          --steps 2 --batch 6)
+          --steps 2 --batch 6 --packing concat)
 expect_ok "$LT" "${ALL_EVAL[@]}" --metrics "$WORK/one_eval_all.jsonl"
 if expect_ok "${MPI[@]}" "$LT" "${ALL_EVAL[@]}" --strategy fsdp --metrics "$WORK/fsdp_eval_all.jsonl"; then
   same_eval "$WORK/one_eval_all.jsonl" "$WORK/fsdp_eval_all.jsonl" "fsdp, every held-out batch"

@@ -47,6 +47,7 @@ TEST(Gradcheck, Transcendental) {
   EXPECT_TRUE(gradcheck([](const V& x) { return sqrt(x[0]); }, {rand64({7}, 18, 0.5, 2.0)}));
   EXPECT_TRUE(gradcheck([](const V& x) { return tanh(x[0]); }, {rand64({7}, 19)}));
   EXPECT_TRUE(gradcheck([](const V& x) { return sigmoid(x[0]); }, {rand64({7}, 20)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return log_sigmoid(x[0]); }, {rand64({7}, 24, -6.0, 6.0)}));
   EXPECT_TRUE(gradcheck([](const V& x) { return pow_scalar(x[0], 1.7); }, {rand64({7}, 21, 0.5, 2.0)}));
 }
 

@@ -174,12 +174,16 @@ TEST(ModelsForward, GenerateStopsAtTheStopTokenAndKeepsBelowTheLimit) {
   const int64_t stop = free_run[10];  // a token the free run samples at step 8
   const auto first = size_t(std::find(free_run.begin() + 3, free_run.end(), stop) - free_run.begin());
   std::vector<int64_t> streamed;
-  const auto stopped = m.generate(prompt, 30, 1.0, 0, 5, [&](int64_t t) { streamed.push_back(t); }, stop);
+  const auto stopped = m.generate(prompt, 30, 1.0, 0, 5, [&](int64_t t) { streamed.push_back(t); }, {stop});
   ASSERT_EQ(stopped.size(), first + 1);
   EXPECT_EQ(stopped, std::vector<int64_t>(free_run.begin(), free_run.begin() + int64_t(first) + 1));
   EXPECT_EQ(streamed.back(), stop);
-  for (int64_t t : m.generate(prompt, 200, 2.0, 0, 3, nullptr, -1, 10)) EXPECT_LT(t, 10);
-  const auto only_zero = m.generate(prompt, 20, 0.0, 0, 3, nullptr, -1, 1);
+  // Several stop tokens (a chat template's end of turn and EOS): the first one sampled ends it.
+  const int64_t other = free_run[5];
+  const auto first_other = size_t(std::find(free_run.begin() + 3, free_run.end(), other) - free_run.begin());
+  EXPECT_EQ(m.generate(prompt, 30, 1.0, 0, 5, nullptr, {stop, other}).size(), std::min(first, first_other) + 1);
+  for (int64_t t : m.generate(prompt, 200, 2.0, 0, 3, nullptr, {}, 10)) EXPECT_LT(t, 10);
+  const auto only_zero = m.generate(prompt, 20, 0.0, 0, 3, nullptr, {}, 1);
   ASSERT_EQ(only_zero.size(), 23u);
   for (size_t i = 3; i < only_zero.size(); ++i) EXPECT_EQ(only_zero[i], 0);
 }

@@ -90,6 +90,7 @@ const std::vector<OpCase>& op_cases() {
       {"sqrt", {Pos({33})}, [](const V& x) { return sqrt(x[0]); }},
       {"tanh", {F({33})}, [](const V& x) { return tanh(x[0]); }},
       {"sigmoid", {F({33})}, [](const V& x) { return sigmoid(x[0]); }},
+      {"log_sigmoid", {F({33})}, [](const V& x) { return log_sigmoid(x[0]); }},
       {"relu", {F({33})}, [](const V& x) { return relu(x[0]); }},
       {"gelu_tanh", {F({33})}, [](const V& x) { return gelu(x[0], GeluApprox::Tanh); }},
       {"gelu_erf", {F({33})}, [](const V& x) { return gelu(x[0], GeluApprox::Erf); }},

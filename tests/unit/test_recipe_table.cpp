@@ -2,6 +2,7 @@
 // config changed in every field survives each of them, and a bad choice is one clear error.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "cli/cli.h"
@@ -23,6 +24,13 @@ RunConfig changed_everywhere() {
   c.tokenizer = "tok dir/tokenizer.json";  // a space: the echoed command must quote it
   c.prompt_field = "question";
   c.response_field = "answer";
+  c.chat_template = "chat ml.jinja";
+  c.train_on = TrainOn::All;
+  c.packing = Packing::None;
+  c.objective = Objective::Dpo;
+  c.dpo_loss = DpoLoss::Simpo;
+  c.beta = 0.2, c.label_smoothing = 0.1, c.simpo_gamma = 0.7;
+  c.chosen_field = "better", c.rejected_field = "worse";
   c.dim = 64, c.depth = 3, c.heads = 4, c.patch = 2, c.mlp_dim = 96;
   c.batch = 12, c.micro_batch = 6, c.loss_chunk = 7, c.steps = 9, c.epochs = 0.25, c.workers = 3;
   c.optimizer = OptimizerKind::Lion;
@@ -137,6 +145,22 @@ TEST(RecipeTable, TheSavedConfigKeepsEverySavedField) {
   EXPECT_EQ(back.checkpoint.mode, nn::CheckpointSpec::Mode::Regex);
 }
 
+// A checkpoint saved before --packing and --train-on existed: it concatenated documents and
+// masked a pair's prompt, which is what the missing keys read as.
+TEST(RecipeTable, FieldsAddedLaterReadAsWhatOlderRunsDid) {
+  RunConfig c;
+  c.packing = Packing::None;
+  c.train_on = TrainOn::All;
+  nlohmann::json j = nlohmann::json::parse(config_to_json(c));
+  j.erase("packing");
+  j.erase("train_on");
+  const RunConfig back = config_from_json(j.dump());
+  EXPECT_EQ(back.packing, Packing::Concat);
+  EXPECT_EQ(back.train_on, TrainOn::Assistant);
+  j.erase("seed");  // a field that was always there is still required
+  EXPECT_NE(test::error_of([&] { config_from_json(j.dump()); }).find("\"seed\" is missing"), std::string::npos);
+}
+
 TEST(RecipeTable, AnUnknownChoiceInASavedConfigIsDamage) {
   std::string json = config_to_json(RunConfig{});
   const std::string from = "\"offload\": \"none\"", to = "\"offload\": \"gpu\"";
@@ -169,7 +193,7 @@ TEST(RecipeTable, EveryChoiceTakesItsNamesAndRefusesOthers) {
     const std::string e = test::error_of([&] { set_choice(f, c, "nonsense"); });
     EXPECT_EQ(e, std::string(f.flag) + " nonsense: the choices are " + list + " (pass one of them)") << f.flag;
   }
-  EXPECT_EQ(choices, 9);
+  EXPECT_EQ(choices, 13);
 }
 
 TEST(RecipeTable, TheCommandLineRefusesAnUnknownChoice) {

@@ -135,9 +135,13 @@ TEST(TaskText, PromptTokensAreLeftOutOfLossAndEvaluation) {
   double sum = 0;
   int64_t counted = 0, masked = 0;
   std::vector<int64_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  ASSERT_TRUE(held.has_doc_pos());  // --packing docs, the default: the pairs packed in rows
   for (int64_t i = 0; i < held.size(); ++i) {
     held.get(i, in.data(), tg.data());
-    Tensor logits = task->model->forward(from_ints(in, {1, T}));
+    held.get_doc_pos(i, pos.data());
+    const nn::TokenMask docs = nn::TokenMask::documents(from_ints(std::vector<int64_t>(pos.begin(), pos.end()), {1, T}, DType::I32));
+    Tensor logits = task->model->forward(from_ints(in, {1, T}), docs);
     std::vector<float> rows =
         cross_entropy(reshape(logits, {T, -1}), from_ints(tg, {T}), kIgnoreTarget, Reduction::None).to_float_vector();
     // Training's loss: the same mean, over the unmasked targets of a batch.
@@ -151,7 +155,7 @@ TEST(TaskText, PromptTokensAreLeftOutOfLossAndEvaluation) {
       one += rows[size_t(j)], ++n;
     }
     sum += one, counted += n;
-    if (n) EXPECT_NEAR(task->model->loss(from_ints(in, {1, T}), from_ints(tg, {1, T})).item(), one / double(n), 1e-5);
+    if (n) EXPECT_NEAR(task->model->loss(from_ints(in, {1, T}), from_ints(tg, {1, T}), docs).item(), one / double(n), 1e-5);
   }
   EXPECT_GT(masked, counted / 4);  // the prompts are about half of the text
   EXPECT_GT(counted, 0);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -38,6 +39,7 @@ template <class A> A apply_unary(UnaryOp op, A x, A alpha) {
     case UnaryOp::GeluErf: return A(0.5) * x * (A(1) + std::erf(x * A(0.7071067811865476)));
     case UnaryOp::Silu: return x / (A(1) + std::exp(-x));
     case UnaryOp::PowScalar: return std::pow(x, alpha);
+    case UnaryOp::LogSigmoid: return std::min(x, A(0)) - std::log1p(std::exp(-std::abs(x)));
   }
   return 0;
 }
@@ -68,6 +70,7 @@ template <class A> A derivative(UnaryOp op, A x, A alpha) {
     }
     case UnaryOp::Silu: { A s = A(1) / (A(1) + std::exp(-x)); return s * (A(1) + x * (A(1) - s)); }
     case UnaryOp::PowScalar: return alpha * std::pow(x, alpha - A(1));
+    case UnaryOp::LogSigmoid: return A(1) / (A(1) + std::exp(x));  // sigmoid(-x)
   }
   return 0;
 }

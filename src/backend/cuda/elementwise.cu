@@ -69,6 +69,7 @@ __device__ __forceinline__ float apply_unary(UnaryOp op, float x, float alpha) {
     case UnaryOp::GeluErf: return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
     case UnaryOp::Silu: return x / (1.f + expf(-x));
     case UnaryOp::PowScalar: return powf(x, alpha);
+    case UnaryOp::LogSigmoid: return fminf(x, 0.f) - log1pf(expf(-fabsf(x)));
   }
   return 0.f;
 }
@@ -99,6 +100,7 @@ __device__ __forceinline__ float derivative(UnaryOp op, float x, float alpha) {
     }
     case UnaryOp::Silu: { const float s = sigmoidf(x); return s * (1.f + x * (1.f - s)); }
     case UnaryOp::PowScalar: return alpha * powf(x, alpha - 1.f);
+    case UnaryOp::LogSigmoid: return sigmoidf(-x);
   }
   return 0.f;
 }
