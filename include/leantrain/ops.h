@@ -247,20 +247,26 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double base);
 // [B, T, Hk, Dk] and v [B, T, Hv, Dv] of one floating dtype, g [B, T, Hv] the log decay in f32
 // (f64 for f64), beta [B, T, Hv] in q's dtype. Returns o [B, T, Hv, Dv] in v's dtype. Saves its
 // inputs and the state at each chunk's start (B Hv ceil(T / chunk) Dk Dv f32).
+// doc_pos: packed documents (AttentionMask::doc_pos: i32 [B, T], 0 at each document's start, on
+// q's device), or undefined. With it S restarts at 0 at each document's start, so each document's
+// outputs and gradients are those of the document alone; the chunks, memory and saved bytes are
+// the same (docs/decisions.md, "Packed documents in the Gated DeltaNet").
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                        int64_t chunk = 64);
+                        int64_t chunk = 64, const Tensor& doc_pos = Tensor());
 // The same on the packed convolution output qkv [B, T, 2 Hk Dk + Hv Dv] (q | k | v), read in place,
 // with one gradient for all three.
 Tensor gated_delta_rule_packed(const Tensor& qkv, int64_t key_heads, int64_t key_dim, int64_t value_heads,
-                               int64_t value_dim, const Tensor& g, const Tensor& beta, int64_t chunk = 64);
+                               int64_t value_dim, const Tensor& g, const Tensor& beta, int64_t chunk = 64,
+                               const Tensor& doc_pos = Tensor());
 // Gated DeltaNet's log decay g = -exp(a_log) softplus(a + dt_bias) (torch's softplus), in f32
 // (f64 for f64 a): a [..., H] (e.g. a column slice of a projection, read in place), a_log and
 // dt_bias [H] of any floating dtype. Returns [..., H].
 Tensor gated_delta_decay(const Tensor& a, const Tensor& a_log, const Tensor& dt_bias);
 // The causal depthwise convolution over time: x [B, T, C], w [C, K] (x's dtype);
 // out[b, t, c] = sum_j w[c, j] x[b, t - K + 1 + j, c] (zeros before the start), rounded, then
-// (silu) its SiLU, as transformers' causal_conv1d_fn. Saves x and w only.
-Tensor causal_conv1d(const Tensor& x, const Tensor& w, bool silu = true);
+// (silu) its SiLU, as transformers' causal_conv1d_fn. Saves x and w only. doc_pos (packed
+// documents, as gated_delta_rule's): zeros before each document's start instead of the row's.
+Tensor causal_conv1d(const Tensor& x, const Tensor& w, bool silu = true, const Tensor& doc_pos = Tensor());
 // The gated RMSNorm (transformers' Qwen3_5RMSNormGated) over each group of D = w.size(0) columns
 // of the last dim: round(round(x rstd) w) * silu(z), rounded; x and z of one shape and dtype, w [D].
 Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, double eps = 1e-6);

@@ -17,6 +17,13 @@
 // the state gradients (gdn_state_bwd), then every other gradient by chunk in parallel. All in
 // the accumulation type (f32, f64 for f64 inputs), rounded to the inputs' dtype at the end.
 // docs/decisions.md ("Gated DeltaNet by chunks") says why this form and C = 64.
+//
+// Packed documents (doc_pos): the chunks stay where they are and the documents are masked inside
+// them (backend/delta_docs.h): gam restarts at each document's start, the decayed products of rows
+// in different documents are 0, and the state carried into a chunk reaches only the rows of the
+// document that began before it; the state passed on is that of the chunk's last document. So
+// every shape, and the memory, is the same with and without documents ("Packed documents in the
+// Gated DeltaNet" in docs/decisions.md).
 #include <cmath>
 
 #include "ops/op_common.h"
@@ -63,7 +70,7 @@ Tensor head_view(const Tensor& base, const Dims& d, int64_t col, int64_t h, int6
 }
 
 Chunks prepare(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g,
-               DType acc, Device dev, float scale) {
+               const Tensor& doc_pos, DType acc, Device dev, float scale) {
   Chunks c;
   c.qn = Tensor::empty({d.BH, d.Tp, d.Dk}, acc, dev);
   c.kn = Tensor::empty({d.BH, d.Tp, d.Dk}, acc, dev);
@@ -71,25 +78,25 @@ Chunks prepare(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v,
   c.bf = Tensor::empty({d.BH, d.Tp}, acc, dev);
   c.gam = Tensor::empty({d.BH, d.Tp}, acc, dev);
   Backend& be = backend_for(dev);
-  be.gdn_prepare(c.qn, c.kn, c.vf, c.bf, c.gam, q, k, v, beta, g, d.C, scale);
+  be.gdn_prepare(c.qn, c.kn, c.vf, c.bf, c.gam, q, k, v, beta, g, doc_pos, d.C, scale);
   c.kk = Tensor::empty({d.N, d.C, d.C}, acc, dev);
   bgemm(c.kk, c.kn, c.kn, d.N, d.C, d.C, d.Dk, false, true);  // K K^T per chunk
   c.tb = Tensor::empty({d.N, d.C, d.C}, acc, dev);
   c.tk = Tensor::empty({d.N, d.C, d.C}, acc, dev);
-  be.gdn_tri_fwd(Tensor(), c.tb, c.tk, c.kk, c.bf, c.gam);
+  be.gdn_tri_fwd(Tensor(), c.tb, c.tk, c.kk, c.bf, c.gam, doc_pos);
   return c;
 }
 
 // The decayed causal Q K^T of each chunk.
-Tensor decayed_qk(const Dims& d, const Chunks& c, DType acc, Device dev) {
+Tensor decayed_qk(const Dims& d, const Chunks& c, const Tensor& doc_pos, DType acc, Device dev) {
   Tensor p = Tensor::empty({d.N, d.C, d.C}, acc, dev);
   bgemm(p, c.qn, c.kn, d.N, d.C, d.C, d.Dk, false, true);
-  backend_for(dev).gdn_decay_mask(p, c.gam);
+  backend_for(dev).gdn_decay_mask(p, c.gam, doc_pos);
   return p;
 }
 
 void check_args(const char* name, const Tensor& qkv, int64_t hk, int64_t dk, int64_t hv, int64_t dv, const Tensor& g,
-                const Tensor& beta, int64_t chunk) {
+                const Tensor& beta, const Tensor& doc_pos, int64_t chunk) {
   check_floating(name, qkv);
   check_rank(name, qkv, 3, "qkv [B, T, 2 Hk Dk + Hv Dv]");
   LT_CHECK(hk > 0 && dk > 0 && hv > 0 && dv > 0 && hv % hk == 0 && qkv.size(2) == 2 * hk * dk + hv * dv,
@@ -116,17 +123,24 @@ void check_args(const char* name, const Tensor& qkv, int64_t hk, int64_t dk, int
                (beta.defined() ? std::string(dtype_name(beta.dtype())) + " " + shape_str(beta.shape()) : "undefined"),
            std::string("beta is ") + dtype_name(qkv.dtype()) + " [B, T, value heads] = " + shape_str({B, T, hv}),
            "pass sigmoid(b) in the projection's dtype");
+  LT_CHECK(!doc_pos.defined() || (doc_pos.dtype() == DType::I32 && doc_pos.shape() == Shape({B, T})),
+           std::string(name) + ": doc_pos is " + std::string(dtype_name(doc_pos.dtype())) + " " +
+               shape_str(doc_pos.shape()),
+           "it must be i32 [B, T] = " + shape_str({B, T}) + ": each token's position inside its document",
+           "pass the batch's document positions (nn::TokenMask::doc_pos)");
 }
 
 }  // namespace
 
 Tensor gated_delta_rule_packed(const Tensor& qkv_in, int64_t hk, int64_t dk, int64_t hv, int64_t dv, const Tensor& g_in,
-                               const Tensor& beta_in, int64_t chunk) {
+                               const Tensor& beta_in, int64_t chunk, const Tensor& doc_pos_in) {
   const char* name = "gated_delta_rule";
   OpNameScope op(name);
-  const Device dev = common_device(name, {qkv_in, g_in, beta_in});
-  check_args(name, qkv_in, hk, dk, hv, dv, g_in, beta_in, chunk);
+  const Device dev = common_device(name, {qkv_in, g_in, beta_in, doc_pos_in});
+  check_args(name, qkv_in, hk, dk, hv, dv, g_in, beta_in, doc_pos_in, chunk);
   const Tensor qkv = contiguous(qkv_in), g = contiguous(g_in), beta = contiguous(beta_in);
+  const Tensor doc_pos = doc_pos_in.defined() ? contiguous_data(doc_pos_in) : Tensor();
+  if (doc_pos.defined()) check_doc_pos_values(name, doc_pos);
   Dims d;
   d.B = qkv.size(0), d.T = qkv.size(1), d.Hk = hk, d.Dk = dk, d.Hv = hv, d.Dv = dv, d.C = std::min(chunk, d.T);
   d.NC = (d.T + d.C - 1) / d.C, d.Tp = d.NC * d.C, d.BH = d.B * hv, d.N = d.BH * d.NC;
@@ -140,45 +154,45 @@ Tensor gated_delta_rule_packed(const Tensor& qkv_in, int64_t hk, int64_t dk, int
   Tensor states = Tensor::empty({d.BH, d.NC, dk, dv}, acc, dev);
   {
     Backend& be = backend_for(dev);
-    Chunks c = prepare(d, q, k, v, beta, g, acc, dev, scale);
+    Chunks c = prepare(d, q, k, v, beta, g, doc_pos, acc, dev, scale);
     c.kk = Tensor();
     Tensor u = Tensor::empty({d.BH, d.Tp, dv}, acc, dev), w = Tensor::empty({d.BH, d.Tp, dk}, acc, dev);
     bgemm(u, c.tb, c.vf, d.N, d.C, dv, d.C, false, false);
     bgemm(w, c.tk, c.kn, d.N, d.C, dk, d.C, false, false);
     c.tb = c.tk = c.vf = Tensor();
     Tensor delta = Tensor::empty({d.BH, d.Tp, dv}, acc, dev);
-    be.gdn_state_fwd(states, delta, u, w, c.kn, c.gam);
+    be.gdn_state_fwd(states, delta, u, w, c.kn, c.gam, doc_pos);
     u = w = Tensor();
-    Tensor p = decayed_qk(d, c, acc, dev);
+    Tensor p = decayed_qk(d, c, doc_pos, acc, dev);
     Tensor o = Tensor::empty({d.BH, d.Tp, dv}, acc, dev);
     bgemm(o, p, delta, d.N, d.C, dv, d.C, false, false);
     p = delta = Tensor();
     Tensor y = Tensor::empty({d.BH, d.Tp, dv}, acc, dev);
     bgemm(y, c.qn, states, d.N, d.C, dv, dk, false, false);  // Q S per chunk (states: one Dk x Dv a chunk)
-    be.gdn_output(out, o, y, c.gam);
+    be.gdn_output(out, o, y, c.gam, doc_pos, d.C);
   }
   if (!needs_grad({qkv, g, beta})) return out;
 
-  SavedTensor saved_qkv(qkv), saved_g(g), saved_beta(beta), saved_states(states);
+  SavedTensor saved_qkv(qkv), saved_g(g), saved_beta(beta), saved_states(states), saved_doc(doc_pos);
   record(out, name, {qkv, g, beta}, [=](const Tensor& gout) {
     const Tensor sqkv = saved_qkv.unpack(), sg = saved_g.unpack(), sbeta = saved_beta.unpack();
-    const Tensor st = saved_states.unpack();
+    const Tensor st = saved_states.unpack(), sdoc = saved_doc.unpack();
     const Device gd = gout.device();
     Backend& be = backend_for(gd);
     const Tensor q = head_view(sqkv, d, 0, hk, dk), k = head_view(sqkv, d, hk * dk, hk, dk);
     const Tensor v = head_view(sqkv, d, 2 * hk * dk, hv, dv);
-    Chunks c = prepare(d, q, k, v, sbeta, sg, acc, gd, scale);
+    Chunks c = prepare(d, q, k, v, sbeta, sg, sdoc, acc, gd, scale);
     // delta = U - W S, for every chunk at once from the saved states.
     Tensor delta = Tensor::empty({d.BH, d.Tp, dv}, acc, gd), w = Tensor::empty({d.BH, d.Tp, dk}, acc, gd);
     bgemm(delta, c.tb, c.vf, d.N, d.C, dv, d.C, false, false);
     bgemm(w, c.tk, c.kn, d.N, d.C, dk, d.C, false, false);
     bgemm(delta, w, st, d.N, d.C, dv, dk, false, false, -1.0f, 1.0f);
-    Tensor p = decayed_qk(d, c, acc, gd);
+    Tensor p = decayed_qk(d, c, sdoc, acc, gd);
     Tensor dout = Tensor::empty({d.BH, d.Tp, dv}, acc, gd);
     be.gdn_pack(dout, contiguous_data(gout));
     // The states' gradients, chunks in reverse; then delta's.
     Tensor dsend = Tensor::empty({d.BH, d.NC, dk, dv}, acc, gd), ddelta = Tensor::empty({d.BH, d.Tp, dv}, acc, gd);
-    be.gdn_state_bwd(dsend, ddelta, dout, p, w, c.qn, c.kn, c.gam);
+    be.gdn_state_bwd(dsend, ddelta, dout, p, w, c.qn, c.kn, c.gam, sdoc);
     Tensor dqg = Tensor::empty({d.BH, d.Tp, dk}, acc, gd), dp = Tensor::empty({d.N, d.C, d.C}, acc, gd);
     bgemm(dqg, dout, st, d.N, d.C, dk, dv, false, true);     // dO S^T
     bgemm(dp, dout, delta, d.N, d.C, d.C, dv, false, true);  // dO delta^T
@@ -198,30 +212,30 @@ Tensor gated_delta_rule_packed(const Tensor& qkv_in, int64_t hk, int64_t dk, int
     // Through T = (I + M)^-1 and M's K K^T, decays and betas.
     Tensor dkk = Tensor::empty({d.N, d.C, d.C}, acc, gd), dbf = Tensor::empty({d.BH, d.Tp}, acc, gd);
     Tensor dgam = Tensor::empty({d.BH, d.Tp}, acc, gd);
-    be.gdn_tri_bwd(dkk, dbf, dgam, dtb, dtk, c.kk, c.bf, c.gam);
+    be.gdn_tri_bwd(dkk, dbf, dgam, dtb, dtk, c.kk, c.bf, c.gam, sdoc);
     dtb = dtk = Tensor();
     bgemm(dkn, dkk, c.kn, d.N, d.C, dk, d.C, false, false, 1.0f, 1.0f);  // (dKK + dKK^T) K
     dkk = Tensor();
     // Through the decayed causal Q K^T.
-    be.gdn_decay_mask_bwd(dp, dgam, p, c.gam);
+    be.gdn_decay_mask_bwd(dp, dgam, p, c.gam, sdoc);
     p = Tensor();
     Tensor dqn = Tensor::empty({d.BH, d.Tp, dk}, acc, gd);
     bgemm(dqn, dp, c.kn, d.N, d.C, dk, d.C, false, false);                 // dQK K
     bgemm(dkn, dp, c.qn, d.N, d.C, dk, d.C, true, false, 1.0f, 1.0f);      // dQK^T Q
     dp = Tensor();
-    be.gdn_rows_bwd(dqn, dkn, dgam, dqg, dkt, c.qn, c.kn, c.gam, st, dsend);
+    be.gdn_rows_bwd(dqn, dkn, dgam, dqg, dkt, c.qn, c.kn, c.gam, st, dsend, sdoc);
     dqg = dkt = dsend = Tensor();
     Tensor dqkv = Tensor::empty(sqkv.shape(), sqkv.dtype(), gd);
     Tensor dg = Tensor::empty(sg.shape(), sg.dtype(), gd), dbeta = Tensor::empty(sbeta.shape(), sbeta.dtype(), gd);
     be.gdn_finish(head_view(dqkv, d, 0, hk, dk), head_view(dqkv, d, hk * dk, hk, dk),
-                  head_view(dqkv, d, 2 * hk * dk, hv, dv), dbeta, dg, dqn, dkn, dvf, dbf, dgam, q, k, d.C, scale);
+                  head_view(dqkv, d, 2 * hk * dk, hv, dv), dbeta, dg, dqn, dkn, dvf, dbf, dgam, q, k, sdoc, d.C, scale);
     return std::vector<Tensor>{dqkv, dg, dbeta};
   });
   return out;
 }
 
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                        int64_t chunk) {
+                        int64_t chunk, const Tensor& doc_pos) {
   const char* name = "gated_delta_rule";
   check_rank(name, q, 4, "q [B, T, Hk, Dk]");
   check_rank(name, k, 4, "k [B, T, Hk, Dk]");
@@ -233,7 +247,7 @@ Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_same_dtype(name, q, v);
   const int64_t B = q.size(0), T = q.size(1);
   Tensor qkv = concat({reshape(q, {B, T, -1}), reshape(k, {B, T, -1}), reshape(v, {B, T, -1})}, 2);
-  return reshape(gated_delta_rule_packed(qkv, q.size(2), q.size(3), v.size(2), v.size(3), g, beta, chunk),
+  return reshape(gated_delta_rule_packed(qkv, q.size(2), q.size(3), v.size(2), v.size(3), g, beta, chunk, doc_pos),
                  {B, T, v.size(2), v.size(3)});
 }
 

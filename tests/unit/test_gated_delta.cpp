@@ -4,6 +4,9 @@
 // T not a multiple of the chunk, grouped value heads and several chunk sizes; float64
 // finite-difference gradchecks; the decay, the causal depthwise convolution with its SiLU, the
 // gated RMSNorm and partial rotary; bf16 against the f64 result; and what the delta rule keeps.
+// Packed documents (doc_pos): the delta rule and the convolution on rows of several documents equal
+// each document run alone, values and every gradient, documents shorter than the kernel and
+// across chunk boundaries included; on a GPU, the same against the CPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,11 +21,13 @@
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "unit/delta_reference.h"
+#include "unit/error_of.h"
 #include "unit/gradcheck.h"
 #include "unit/rel_error.h"
 
 using namespace lt;
 using test::rand64;
+using test::error_of;
 using namespace test::delta_ref;
 
 namespace {
@@ -30,13 +35,13 @@ namespace {
 using V = std::vector<Tensor>;
 using Fn = std::function<Tensor(const V&)>;
 
-// Values and gradients of sum(f(inputs) * r) for the op and the reference.
+// Values and gradients of sum(f(inputs) * r) for the op and the reference (r in the output's dtype).
 void expect_same(const Fn& op, const Fn& ref, V in, double tol) {
   auto run = [&](const Fn& f) {
     for (Tensor& t : in) t.impl()->grad.reset();
     Tensor y = f(in);
     Generator gen(7);
-    sum_all(mul(y, randn(y.shape(), gen, 1.0f, DType::F64))).backward();
+    sum_all(mul(y, randn(y.shape(), gen, 1.0f, y.dtype()))).backward();
     std::vector<std::vector<double>> out{y.to_double_vector()};
     for (Tensor& t : in) out.push_back(t.requires_grad() ? t.grad().to_double_vector() : std::vector<double>{});
     return out;
@@ -56,6 +61,42 @@ V delta_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Dk, int64_t Hv, int64_t
           rand64({B, T, Hv}, seed + 3, -1.0, 0.0), rand64({B, T, Hv}, seed + 4, 0.0, 1.0)};
 }
 
+// Rows of documents: each row's document lengths, in order (they sum to the row's length).
+using Docs = std::vector<std::vector<int64_t>>;
+
+// doc_pos i32 [B, T] of the rows: 0, 1, 2, ... restarting at each document.
+Tensor doc_positions(const Docs& rows, Device dev = Device::cpu()) {
+  std::vector<int64_t> v;
+  for (const auto& row : rows)
+    for (int64_t n : row)
+      for (int64_t i = 0; i < n; ++i) v.push_back(i);
+  const int64_t B = int64_t(rows.size());
+  return from_ints(v, {B, int64_t(v.size()) / B}, DType::I32, dev);
+}
+
+// f run on each document alone: the first `per_token` inputs ([B, T, ...]) cut to the document's
+// [1, n, ...] slice, the others passed whole (weights); the outputs put back in place ([B, T, ...]).
+Tensor each_alone(const Fn& f, const V& x, size_t per_token, const Docs& rows) {
+  std::vector<Tensor> out_rows;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    std::vector<Tensor> docs;
+    int64_t at = 0;
+    for (int64_t n : rows[b]) {
+      V piece;
+      for (size_t i = 0; i < x.size(); ++i)
+        piece.push_back(i < per_token ? slice(slice(x[i], 0, int64_t(b), int64_t(b) + 1), 1, at, at + n) : x[i]);
+      docs.push_back(f(piece));
+      at += n;
+    }
+    out_rows.push_back(concat(docs, 1));
+  }
+  return concat(out_rows, 0);
+}
+
+// Documents shorter than a chunk, one of a single token, documents starting on a chunk's first row
+// and inside one, and documents across several chunks (chunks of 4: rows 0-3, 4-7, ...).
+const Docs kDocRows = {{3, 1, 4, 5, 3}, {9, 7}, {16}};
+
 }  // namespace
 
 TEST(GatedDelta, ChunkedEqualsTheRecurrenceWithEveryGradient) {
@@ -73,6 +114,56 @@ TEST(GatedDelta, ChunkedEqualsTheRecurrenceWithEveryGradient) {
   expect_same([](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 5); },
               [](const V& x) { return naive_delta_rule(x[0], x[1], x[2], x[3], x[4]); },
               delta_inputs(2, 13, 1, 3, 3, 9, 31), 1e-10);
+}
+
+TEST(GatedDelta, PackedDocumentsEqualEachDocumentAlone) {
+  // Three rows of 16: the documents of each row packed one after another (doc_pos) against each
+  // document as a sequence of its own; grouped value heads (4 on 2 key heads); chunk sizes that
+  // put the boundaries anywhere in a chunk.
+  const Tensor dp = doc_positions(kDocRows);
+  for (int64_t chunk : {4, 3, 1, 5, 64}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    expect_same([&](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], chunk, dp); },
+                [&](const V& x) {
+                  return each_alone([&](const V& y) { return gated_delta_rule(y[0], y[1], y[2], y[3], y[4], chunk); }, x,
+                                    5, kDocRows);
+                },
+                delta_inputs(3, 16, 2, 5, 4, 3, 201), 1e-10);
+  }
+  // In f32 (the chunk layout's f32 arithmetic): to its rounding.
+  V x = delta_inputs(3, 16, 2, 5, 4, 3, 202);
+  V x32;
+  for (Tensor& t : x) {
+    NoGradGuard ng;
+    x32.push_back(cast(t, DType::F32));
+    x32.back().set_requires_grad(true);
+  }
+  expect_same([&](const V& y) { return gated_delta_rule(y[0], y[1], y[2], y[3], y[4], 4, dp); },
+              [&](const V& y) {
+                return each_alone([&](const V& z) { return gated_delta_rule(z[0], z[1], z[2], z[3], z[4], 4); }, y, 5,
+                                  kDocRows);
+              },
+              x32, 2e-5);
+}
+
+TEST(GatedDelta, OneDocumentARowIsTheRowItself) {
+  // doc_pos 0..T-1 (one document a row) computes what no doc_pos does.
+  const Tensor dp = doc_positions({{13}, {13}});
+  for (int64_t chunk : {4, 64})
+    expect_same([&](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], chunk, dp); },
+                [&](const V& x) { return gated_delta_rule(x[0], x[1], x[2], x[3], x[4], chunk); },
+                delta_inputs(2, 13, 1, 4, 2, 3, 203), 1e-14);
+}
+
+TEST(GatedDelta, RefusesDocumentPositionsItCannotRead) {
+  V x = delta_inputs(1, 6, 1, 4, 2, 3, 204);
+  auto call = [&](const Tensor& dp) { return error_of([&] { gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 4, dp); }); };
+  EXPECT_NE(call(from_ints({0, 1, 2, 0, 1, 2}, {1, 6}, DType::I64)).find("doc_pos is i64"), std::string::npos);
+  EXPECT_NE(call(from_ints({0, 1, 2}, {1, 3}, DType::I32)).find("i32 [B, T] = [1, 6]"), std::string::npos);
+  const std::string bad = call(from_ints({0, 1, 2, 4, 0, 1}, {1, 6}, DType::I32));
+  EXPECT_NE(bad.find("doc_pos[0, 3] = 4"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find('\n'), std::string::npos);
+  EXPECT_NE(call(from_ints({1, 2, 3, 0, 1, 2}, {1, 6}, DType::I32)).find("doc_pos[0, 0] = 1"), std::string::npos);
 }
 
 TEST(GatedDelta, StrongDecaysAndSaturatedBetasStayFinite) {
@@ -193,6 +284,27 @@ TEST(CausalConv1d, MatchesTheNaiveConvolutionWithEveryGradient) {
   expect_same([](const V& v) { return causal_conv1d(slice(v[0], 2, 2, 8), v[1]); },
               [](const V& v) { return naive_conv(slice(v[0], 2, 2, 8), v[1], true); },
               {rand64({2, 3, 9}, 103), rand64({6, 5}, 104)}, 1e-12);
+}
+
+TEST(CausalConv1d, PackedDocumentsEqualEachDocumentAlone) {
+  // Four taps against documents of 1, 2 and 3 tokens (shorter than the kernel) and longer ones.
+  const Docs rows = {{1, 2, 3, 5, 1}, {12}, {4, 4, 2, 2}};
+  const Tensor dp = doc_positions(rows);
+  for (bool s : {true, false})
+    expect_same([&](const V& v) { return causal_conv1d(v[0], v[1], s, dp); },
+                [&](const V& v) {
+                  return each_alone([&](const V& y) { return causal_conv1d(y[0], y[1], s); }, v, 1, rows);
+                },
+                {rand64({3, 12, 5}, 205), rand64({5, 4}, 206)}, 1e-12);
+  // x a column slice of a projection (read in place), K 6 longer than most documents.
+  expect_same([&](const V& v) { return causal_conv1d(slice(v[0], 2, 2, 8), v[1], true, dp); },
+              [&](const V& v) {
+                return each_alone([&](const V& y) { return causal_conv1d(slice(y[0], 2, 2, 8), y[1]); }, v, 1, rows);
+              },
+              {rand64({3, 12, 9}, 207), rand64({6, 6}, 208)}, 1e-12);
+  EXPECT_NE(error_of([&] { causal_conv1d(rand64({3, 12, 5}, 209), rand64({5, 4}, 210), true, doc_positions({{12}})); })
+                .find("i32 [B, T] = [3, 12]"),
+            std::string::npos);
 }
 
 TEST(CausalConv1d, Gradcheck) {
@@ -329,4 +441,42 @@ TEST(GatedDelta, CudaMatchesTheCpuAtTheTwoBHeadsAndTimesT4096) {
   });
   std::printf("time gated_delta_rule bf16 B1 T4096 Hk16 Hv16 Dk128 Dv128 C64: fwd %.3f ms, fwd+bwd %.3f ms\n", fwd,
               both);
+}
+
+// Packed documents on the GPU (f32): the delta rule at the 2B shape's head dims (128, chunks of
+// 64) and the convolution on rows of documents from 1 token to several chunks, against the CPU
+// (output and every gradient) and against each document run alone on the GPU.
+TEST(GatedDelta, CudaPackedDocumentsMatchTheCpuAndEachDocumentAlone) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const int64_t Hk = 2, Dk = 128, Hv = 4, Dv = 128, W = 2 * Hk * Dk + Hv * Dv, T = 300;
+  const Docs rows = {{1, 63, 64, 2, 130, 3, 37}, {300}, {200, 65, 35}};
+  const int64_t B = int64_t(rows.size());
+  auto run = [&](Device dev, bool alone) {
+    Generator gen(31);
+    Tensor qkv = randn({B, T, W}, gen, 1.0f, DType::F32).to(dev);
+    Tensor graw = randn({B, T, Hv}, gen, 1.0f, DType::F32).to(dev), braw = randn({B, T, Hv}, gen, 1.0f).to(dev);
+    Tensor w = randn({W, 4}, gen, 0.5f, DType::F32).to(dev);
+    Tensor gout = randn({B, T, Hv, Dv}, gen, 1.0f, DType::F32).to(dev);
+    for (Tensor* t : {&qkv, &graw, &braw, &w}) t->set_requires_grad(true);
+    const Fn f = [&](const V& x) {
+      const int64_t n = x[0].size(0), t = x[0].size(1);
+      Tensor conv = causal_conv1d(x[0], x[3], true, x.size() > 4 ? x[4] : Tensor());
+      Tensor g = lt::scale(sigmoid(x[1]), -1.0), beta = sigmoid(x[2]);
+      return reshape(gated_delta_rule_packed(conv, Hk, Dk, Hv, Dv, g, beta, 64, x.size() > 4 ? x[4] : Tensor()),
+                     {n, t, Hv, Dv});
+    };
+    const V in = {qkv, graw, braw, w};
+    Tensor out = alone ? each_alone([&](const V& y) { return f({y[0], y[1], y[2], y[3]}); }, in, 3, rows)
+                       : f({qkv, graw, braw, w, doc_positions(rows, dev)});
+    out.backward(gout);
+    std::vector<std::vector<double>> r{out.to_double_vector()};
+    for (Tensor* t : {&qkv, &graw, &braw, &w}) r.push_back(t->grad().to_double_vector());
+    return r;
+  };
+  const auto cpu = run(Device::cpu(), false), gpu = run(Device::cuda(), false), gpu_alone = run(Device::cuda(), true);
+  for (size_t k = 0; k < cpu.size(); ++k) {
+    const std::string what = k == 0 ? "output" : "gradient " + std::to_string(k - 1);
+    EXPECT_LT(test::rel_error(gpu[k], cpu[k]), 2e-5) << what;
+    EXPECT_LT(test::rel_error(gpu[k], gpu_alone[k]), 2e-5) << what << " (each document alone)";
+  }
 }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/delta_docs.h"
 
 namespace lt {
 using namespace cpu;
@@ -25,14 +26,23 @@ inline int64_t at4(const Tensor& x, int64_t b, int64_t t, int64_t h) {
   return b * x.strides()[0] + t * x.strides()[1] + h * x.strides()[2];
 }
 
-// M (strictly lower: M_ts = bf_t exp(gam_t - gam_s) kk_ts) and T = (I + M)^-1 of one chunk, row
-// by row: T_ts = -sum_{j = s}^{t - 1} M_tj T_js (s < t), T_tt = 1. kk, bf, gam point at the chunk.
+// The document starts (GdnDocs::start) of chunk n's rows.
+void chunk_starts(std::vector<int>& st, const GdnDocs& docs, int64_t n) {
+  st.resize(size_t(docs.C));
+  for (int64_t i = 0; i < docs.C; ++i) st[size_t(i)] = docs.start(n, i);
+}
+
+// M (strictly lower: M_ts = bf_t exp(gam_t - gam_s) kk_ts for s in t's document, else 0) and
+// T = (I + M)^-1 of one chunk, row by row: T_ts = -sum_{j = s}^{t - 1} M_tj T_js (s < t), T_tt = 1.
+// kk, bf, gam, st point at the chunk.
 template <class A>
-void chunk_m_and_t(std::vector<A>& m, std::vector<A>& t, const A* kk, const A* bf, const A* gam, int64_t c) {
+void chunk_m_and_t(std::vector<A>& m, std::vector<A>& t, const A* kk, const A* bf, const A* gam, const int* st,
+                   int64_t c) {
   m.assign(size_t(c * c), A(0));
   t.assign(size_t(c * c), A(0));
   for (int64_t i = 0; i < c; ++i)
-    for (int64_t s = 0; s < i; ++s) m[size_t(i * c + s)] = bf[i] * std::exp(gam[i] - gam[s]) * kk[i * c + s];
+    for (int64_t s = std::max<int64_t>(0, st[i]); s < i; ++s)
+      m[size_t(i * c + s)] = bf[i] * std::exp(gam[i] - gam[s]) * kk[i * c + s];
   for (int64_t i = 0; i < c; ++i) {
     t[size_t(i * c + i)] = A(1);
     for (int64_t s = 0; s < i; ++s) {
@@ -52,9 +62,10 @@ template <class F> void dispatch_acc(DType t, F&& f) {
 
 void CpuBackend::gdn_prepare(const Tensor& qn, const Tensor& kn, const Tensor& vf, const Tensor& bf, const Tensor& gam,
                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g,
-                             int64_t chunk, float scale) {
+                             const Tensor& doc_pos, int64_t chunk, float scale) {
   const int64_t B = q.size(0), T = q.size(1), Hk = q.size(2), Dk = q.size(3), Hv = v.size(2), Dv = v.size(3);
   const int64_t G = Hv / Hk, Tp = qn.size(1);
+  const GdnDocs docs = gdn_docs(doc_pos, B * Hv, Tp, chunk);
   dispatch_float(q.dtype(), [&](auto tag) {
     using S = decltype(tag);
     using A = acc_t<S>;
@@ -76,7 +87,7 @@ void CpuBackend::gdn_prepare(const Tensor& qn, const Tensor& kn, const Tensor& v
         A cum = 0;
         for (int64_t t = 0; t < Tp; ++t) {
           const int64_t row = bh * Tp + t;
-          if (t % chunk == 0) cum = 0;
+          if (t % chunk == 0 || docs.start_of_row(bh, t) == t % chunk) cum = 0;  // a chunk's or document's start
           if (t < T) {
             l2(pq, at4(q, b, t, h / G), oq + row * Dk, A(scale));
             l2(pk, at4(k, b, t, h / G), ok + row * Dk, A(1));
@@ -95,22 +106,25 @@ void CpuBackend::gdn_prepare(const Tensor& qn, const Tensor& kn, const Tensor& v
 }
 
 void CpuBackend::gdn_tri_fwd(const Tensor& t, const Tensor& tb, const Tensor& tk, const Tensor& kk, const Tensor& bf,
-                             const Tensor& gam) {
+                             const Tensor& gam, const Tensor& doc_pos) {
   const int64_t C = kk.size(1), N = kk.size(0);
+  const GdnDocs docs = gdn_docs(doc_pos, bf.size(0), bf.size(1), C);
   dispatch_acc(kk.dtype(), [&](auto tag) {
     using A = decltype(tag);
     std::vector<A> m, tm;
+    std::vector<int> st;
     for (int64_t n = 0; n < N; ++n) {
       const A* b = bf.data<A>() + n * C;
       const A* gm = gam.data<A>() + n * C;
-      chunk_m_and_t(m, tm, kk.data<A>() + n * C * C, b, gm, C);
+      chunk_starts(st, docs, n);
+      chunk_m_and_t(m, tm, kk.data<A>() + n * C * C, b, gm, st.data(), C);
       A* ob = tb.data<A>() + n * C * C;
       A* ok = tk.data<A>() + n * C * C;
       for (int64_t i = 0; i < C; ++i)
         for (int64_t s = 0; s < C; ++s) {
           const A x = tm[size_t(i * C + s)];
           ob[i * C + s] = x * b[s];
-          ok[i * C + s] = x * b[s] * std::exp(gm[s]);
+          ok[i * C + s] = st[size_t(s)] < 0 ? x * b[s] * std::exp(gm[s]) : A(0);  // the carried state reaches s
           if (t.defined()) t.data<A>()[n * C * C + i * C + s] = x;
         }
     }
@@ -118,9 +132,10 @@ void CpuBackend::gdn_tri_fwd(const Tensor& t, const Tensor& tb, const Tensor& tk
 }
 
 void CpuBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const Tensor& u, const Tensor& w,
-                               const Tensor& kn, const Tensor& gam) {
+                               const Tensor& kn, const Tensor& gam, const Tensor& doc_pos) {
   const int64_t BH = states.size(0), NC = states.size(1), Dk = states.size(2), Dv = states.size(3);
   const int64_t Tp = gam.size(1), C = Tp / NC;
+  const GdnDocs docs = gdn_docs(doc_pos, BH, Tp, C);
   dispatch_acc(states.dtype(), [&](auto tag) {
     using A = decltype(tag);
     std::vector<A> S(size_t(Dk * Dv));
@@ -141,11 +156,14 @@ void CpuBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const 
             for (int64_t i = 0; i < Dk; ++i) acc += pw[t * Dk + i] * S[size_t(i * Dv + j)];
             pd[t * Dv + j] = pu[t * Dv + j] - acc;
           }
-        const A gl = pg[C - 1], el = std::exp(gl);
+        // The next state is the last row's document's: its rows only, the carried state only when
+        // that document began before the chunk.
+        const int sl = docs.start(bh * NC + c, C - 1);
+        const A gl = pg[C - 1], el = sl < 0 ? std::exp(gl) : A(0);
         for (int64_t i = 0; i < Dk; ++i)
           for (int64_t j = 0; j < Dv; ++j) {
             A acc = 0;
-            for (int64_t t = 0; t < C; ++t) acc += std::exp(gl - pg[t]) * pk[t * Dk + i] * pd[t * Dv + j];
+            for (int64_t t = std::max(0, sl); t < C; ++t) acc += std::exp(gl - pg[t]) * pk[t * Dk + i] * pd[t * Dv + j];
             S[size_t(i * Dv + j)] = el * S[size_t(i * Dv + j)] + acc;
           }
       }
@@ -153,21 +171,27 @@ void CpuBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const 
   });
 }
 
-void CpuBackend::gdn_decay_mask(const Tensor& p, const Tensor& gam) {
+void CpuBackend::gdn_decay_mask(const Tensor& p, const Tensor& gam, const Tensor& doc_pos) {
   const int64_t N = p.size(0), C = p.size(1);
+  const GdnDocs docs = gdn_docs(doc_pos, gam.size(0), gam.size(1), C);
   dispatch_acc(p.dtype(), [&](auto tag) {
     using A = decltype(tag);
     for (int64_t n = 0; n < N; ++n) {
       A* pp = p.data<A>() + n * C * C;
       const A* pg = gam.data<A>() + n * C;
-      for (int64_t t = 0; t < C; ++t)
-        for (int64_t s = 0; s < C; ++s) pp[t * C + s] = s <= t ? pp[t * C + s] * std::exp(pg[t] - pg[s]) : A(0);
+      for (int64_t t = 0; t < C; ++t) {
+        const int st = docs.start(n, t);
+        for (int64_t s = 0; s < C; ++s)
+          pp[t * C + s] = s <= t && s >= st ? pp[t * C + s] * std::exp(pg[t] - pg[s]) : A(0);
+      }
     }
   });
 }
 
-void CpuBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y, const Tensor& gam) {
+void CpuBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y, const Tensor& gam, const Tensor& doc_pos,
+                            int64_t chunk) {
   const int64_t B = out.size(0), T = out.size(1), Hv = out.size(2), Dv = out.size(3), Tp = gam.size(1);
+  const GdnDocs docs = gdn_docs(doc_pos, B * Hv, Tp, chunk);
   dispatch_float(out.dtype(), [&](auto tag) {
     using S = decltype(tag);
     dispatch_acc(o.dtype(), [&](auto atag) {
@@ -176,7 +200,7 @@ void CpuBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y,
         for (int64_t t = 0; t < T; ++t)
           for (int64_t h = 0; h < Hv; ++h) {
             const int64_t row = (b * Hv + h) * Tp + t;
-            const A e = std::exp(gam.data<A>()[row]);
+            const A e = docs.start_of_row(b * Hv + h, t) < 0 ? std::exp(gam.data<A>()[row]) : A(0);
             for (int64_t j = 0; j < Dv; ++j)
               st(out.data<S>(), ((b * T + t) * Hv + h) * Dv + j,
                  acc_t<S>(o.data<A>()[row * Dv + j] + e * y.data<A>()[row * Dv + j]));
@@ -202,12 +226,15 @@ void CpuBackend::gdn_pack(const Tensor& dst, const Tensor& src) {
 }
 
 void CpuBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const Tensor& dout, const Tensor& p,
-                               const Tensor& w, const Tensor& qn, const Tensor& kn, const Tensor& gam) {
+                               const Tensor& w, const Tensor& qn, const Tensor& kn, const Tensor& gam,
+                               const Tensor& doc_pos) {
   const int64_t BH = dsend.size(0), NC = dsend.size(1), Dk = dsend.size(2), Dv = dsend.size(3);
   const int64_t Tp = gam.size(1), C = Tp / NC;
+  const GdnDocs docs = gdn_docs(doc_pos, BH, Tp, C);
   dispatch_acc(dsend.dtype(), [&](auto tag) {
     using A = decltype(tag);
     std::vector<A> dS(size_t(Dk * Dv));
+    std::vector<int> st;
     for (int64_t bh = 0; bh < BH; ++bh) {
       std::fill(dS.begin(), dS.end(), A(0));
       for (int64_t c = NC - 1; c >= 0; --c) {
@@ -220,9 +247,11 @@ void CpuBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const 
         const A* pk = kn.data<A>() + r0 * Dk;
         const A* pg = gam.data<A>() + r0;
         A* pdd = ddelta.data<A>() + r0 * Dv;
-        const A gl = pg[C - 1], el = std::exp(gl);
+        chunk_starts(st, docs, bh * NC + c);
+        const int sl = st[size_t(C - 1)];
+        const A gl = pg[C - 1], el = sl < 0 ? std::exp(gl) : A(0);
         for (int64_t t = 0; t < C; ++t) {
-          const A ek = std::exp(gl - pg[t]);
+          const A ek = t >= sl ? std::exp(gl - pg[t]) : A(0);
           for (int64_t j = 0; j < Dv; ++j) {
             A a1 = 0, a2 = 0;
             for (int64_t s = 0; s < C; ++s) a1 += pp[s * C + t] * pdo[s * Dv + j];
@@ -234,7 +263,7 @@ void CpuBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const 
           for (int64_t j = 0; j < Dv; ++j) {
             A a1 = 0, a2 = 0;
             for (int64_t t = 0; t < C; ++t) {
-              a1 += std::exp(pg[t]) * pq[t * Dk + i] * pdo[t * Dv + j];
+              a1 += (st[size_t(t)] < 0 ? std::exp(pg[t]) : A(0)) * pq[t * Dk + i] * pdo[t * Dv + j];
               a2 += pw[t * Dk + i] * pdd[t * Dv + j];
             }
             dS[size_t(i * Dv + j)] = el * dS[size_t(i * Dv + j)] + a1 - a2;
@@ -245,11 +274,14 @@ void CpuBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const 
 }
 
 void CpuBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor& dgam, const Tensor& dtb,
-                             const Tensor& dtk, const Tensor& kk, const Tensor& bf, const Tensor& gam) {
+                             const Tensor& dtk, const Tensor& kk, const Tensor& bf, const Tensor& gam,
+                             const Tensor& doc_pos) {
   const int64_t C = kk.size(1), N = kk.size(0);
+  const GdnDocs docs = gdn_docs(doc_pos, bf.size(0), bf.size(1), C);
   dispatch_acc(kk.dtype(), [&](auto tag) {
     using A = decltype(tag);
     std::vector<A> m, tm, gm(size_t(C * C)), z(size_t(C * C)), dm(size_t(C * C));
+    std::vector<int> st;
     for (int64_t n = 0; n < N; ++n) {
       const A* k2 = kk.data<A>() + n * C * C;
       const A* b = bf.data<A>() + n * C;
@@ -259,11 +291,16 @@ void CpuBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor&
       A* obf = dbf.data<A>() + n * C;
       A* ogm = dgam.data<A>() + n * C;
       A* okk = dkk.data<A>() + n * C * C;
-      chunk_m_and_t(m, tm, k2, b, g, C);
+      chunk_starts(st, docs, n);
+      chunk_m_and_t(m, tm, k2, b, g, st.data(), C);
+      // exp(gam_s) where the carried state reaches row s (tk's factor), else 0.
+      auto reach = [&](int64_t s) { return st[size_t(s)] < 0 ? std::exp(g[s]) : A(0); };
+      // exp(gam_t - gam_s) for s < t in t's document, else 0 (M's factor).
+      auto decay = [&](int64_t t, int64_t s) { return s < t && s >= st[size_t(t)] ? std::exp(g[t] - g[s]) : A(0); };
       // Through tb = T diag(bf) and tk = T diag(bf exp(gam)): G (T's gradient below the diagonal),
       // and the columns' bf and gam terms (the diagonal T_ss = 1 included).
       for (int64_t s = 0; s < C; ++s) {
-        const A es = std::exp(g[s]);
+        const A es = reach(s);
         A sb = 0, sg = 0;
         for (int64_t i = s; i < C; ++i) {
           const A x = tm[size_t(i * C + s)];
@@ -275,7 +312,7 @@ void CpuBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor&
       }
       for (int64_t i = 0; i < C; ++i)
         for (int64_t s = 0; s < C; ++s)
-          gm[size_t(i * C + s)] = s < i ? db[i * C + s] * b[s] + dk[i * C + s] * b[s] * std::exp(g[s]) : A(0);
+          gm[size_t(i * C + s)] = s < i ? db[i * C + s] * b[s] + dk[i * C + s] * b[s] * reach(s) : A(0);
       // dM = -(T^T G T^T) below the diagonal: Z = T^T G, dM = -Z T^T.
       for (int64_t i = 0; i < C; ++i)
         for (int64_t j = 0; j < C; ++j) {
@@ -295,7 +332,7 @@ void CpuBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor&
       for (int64_t i = 0; i < C; ++i) {
         A sb = 0, sr = 0;
         for (int64_t s = 0; s < i; ++s) {
-          const A e = std::exp(g[i] - g[s]);
+          const A e = decay(i, s);
           sb += dm[size_t(i * C + s)] * e * k2[i * C + s];
           sr += dm[size_t(i * C + s)] * m[size_t(i * C + s)];
         }
@@ -307,15 +344,17 @@ void CpuBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor&
         for (int64_t i = s + 1; i < C; ++i) sr += dm[size_t(i * C + s)] * m[size_t(i * C + s)];
         ogm[s] -= sr;
       }
-      auto half = [&](int64_t i, int64_t s) { return s < i ? dm[size_t(i * C + s)] * b[i] * std::exp(g[i] - g[s]) : A(0); };
+      auto half = [&](int64_t i, int64_t s) { return s < i ? dm[size_t(i * C + s)] * b[i] * decay(i, s) : A(0); };
       for (int64_t i = 0; i < C; ++i)
         for (int64_t s = 0; s < C; ++s) okk[i * C + s] = half(i, s) + half(s, i);
     }
   });
 }
 
-void CpuBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const Tensor& p, const Tensor& gam) {
+void CpuBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const Tensor& p, const Tensor& gam,
+                                    const Tensor& doc_pos) {
   const int64_t N = p.size(0), C = p.size(1);
+  const GdnDocs docs = gdn_docs(doc_pos, gam.size(0), gam.size(1), C);
   dispatch_acc(p.dtype(), [&](auto tag) {
     using A = decltype(tag);
     std::vector<A> r(size_t(C * C));
@@ -324,11 +363,14 @@ void CpuBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const 
       const A* pp = p.data<A>() + n * C * C;
       const A* g = gam.data<A>() + n * C;
       A* og = dgam.data<A>() + n * C;
-      for (int64_t t = 0; t < C; ++t)
+      for (int64_t t = 0; t < C; ++t) {
+        const int st = docs.start(n, t);
         for (int64_t s = 0; s < C; ++s) {
-          r[size_t(t * C + s)] = s <= t ? d[t * C + s] * pp[t * C + s] : A(0);
-          d[t * C + s] = s <= t ? d[t * C + s] * std::exp(g[t] - g[s]) : A(0);
+          const bool seen = s <= t && s >= st;
+          r[size_t(t * C + s)] = seen ? d[t * C + s] * pp[t * C + s] : A(0);
+          d[t * C + s] = seen ? d[t * C + s] * std::exp(g[t] - g[s]) : A(0);
         }
+      }
       for (int64_t t = 0; t < C; ++t) {
         A rows = 0, cols = 0;
         for (int64_t s = 0; s < C; ++s) rows += r[size_t(t * C + s)];
@@ -341,19 +383,23 @@ void CpuBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const 
 
 void CpuBackend::gdn_rows_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dgam, const Tensor& dqg,
                               const Tensor& dkt, const Tensor& qn, const Tensor& kn, const Tensor& gam,
-                              const Tensor& states, const Tensor& dsend) {
+                              const Tensor& states, const Tensor& dsend, const Tensor& doc_pos) {
   const int64_t BH = states.size(0), NC = states.size(1), Dk = states.size(2), Dv = states.size(3);
   const int64_t Tp = gam.size(1), C = Tp / NC;
+  const GdnDocs docs = gdn_docs(doc_pos, BH, Tp, C);
   dispatch_acc(dq.dtype(), [&](auto tag) {
     using A = decltype(tag);
+    std::vector<int> st;
     for (int64_t n = 0; n < BH * NC; ++n) {
       const int64_t r0 = n * C;  // chunk n's first row: (bh * NC + c) * C = bh * Tp + c * C
       const A* g = gam.data<A>() + r0;
       A* og = dgam.data<A>() + r0;
       const A gl = g[C - 1];
+      chunk_starts(st, docs, n);
+      const int sl = st[size_t(C - 1)];
       A rsum = 0;
       for (int64_t t = 0; t < C; ++t) {
-        const A eq = std::exp(g[t]), ek = std::exp(gl - g[t]);
+        const A eq = st[size_t(t)] < 0 ? std::exp(g[t]) : A(0), ek = t >= sl ? std::exp(gl - g[t]) : A(0);
         A* pdq = dq.data<A>() + (r0 + t) * Dk;
         A* pdk = dk.data<A>() + (r0 + t) * Dk;
         const A* pqg = dqg.data<A>() + (r0 + t) * Dk;
@@ -374,16 +420,18 @@ void CpuBackend::gdn_rows_bwd(const Tensor& dq, const Tensor& dk, const Tensor& 
       const A* ds = dsend.data<A>() + n * Dk * Dv;
       A frob = 0;
       for (int64_t e = 0; e < Dk * Dv; ++e) frob += ds[e] * s[e];
-      og[C - 1] += rsum + std::exp(gl) * frob;
+      og[C - 1] += rsum + (sl < 0 ? std::exp(gl) : A(0)) * frob;
     }
   });
 }
 
 void CpuBackend::gdn_finish(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dbeta, const Tensor& dg,
                             const Tensor& dqn, const Tensor& dkn, const Tensor& dvf, const Tensor& dbf,
-                            const Tensor& dgam, const Tensor& q, const Tensor& k, int64_t chunk, float scale) {
+                            const Tensor& dgam, const Tensor& q, const Tensor& k, const Tensor& doc_pos, int64_t chunk,
+                            float scale) {
   const int64_t B = q.size(0), T = q.size(1), Hk = q.size(2), Dk = q.size(3), Hv = dv.size(2), Dv = dv.size(3);
   const int64_t G = Hv / Hk, Tp = dgam.size(1);
+  const GdnDocs docs = gdn_docs(doc_pos, B * Hv, Tp, chunk);
   dispatch_float(q.dtype(), [&](auto tag) {
     using S = decltype(tag);
     using A = acc_t<S>;
@@ -420,12 +468,14 @@ void CpuBackend::gdn_finish(const Tensor& dq, const Tensor& dk, const Tensor& dv
           for (int64_t j = 0; j < Dv; ++j) st(dv.data<S>(), at4(dv, b, t, h) + j, dvf.data<A>()[row * Dv + j]);
           st(dbeta.data<S>(), (b * T + t) * Hv + h, dbf.data<A>()[row]);
         }
-        // dg_t = sum of dgam over t' >= t in t's chunk (the padding rows included: gam runs through them)
+        // dg_t = sum of dgam over t' >= t in t's chunk and document (the padding rows included: gam
+        // runs through them), as gam sums g from the later of the two starts.
         for (int64_t c0 = 0; c0 < Tp; c0 += chunk) {
           A acc = 0;
           for (int64_t t = c0 + chunk - 1; t >= c0; --t) {
             acc += dgam.data<A>()[bh * Tp + t];
             if (t < T) dg.data<A>()[(b * T + t) * Hv + h] = acc;
+            if (docs.start_of_row(bh, t) == t - c0) acc = 0;
           }
         }
       }

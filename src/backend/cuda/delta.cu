@@ -11,11 +11,14 @@
 //   its Dk x 16 slice of the state (or its gradient) in shared memory for the whole sequence; the
 //   columns of the state never mix in the recurrence, so the slices run independently.
 // Each mirrors its reference in cpu_delta.cpp line by line (the same sums in the same order, in
-// f32), which backend_ops.def ("delta") states.
+// f32), which backend_ops.def ("delta") states. Packed documents (doc_pos) mask inside the chunks
+// through GdnDocs (backend/delta_docs.h), read by each kernel from doc_pos itself: the per-chunk
+// kernels keep their chunk's document starts in shared memory.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
+#include "backend/delta_docs.h"
 
 namespace lt {
 using namespace cuda;
@@ -79,14 +82,17 @@ __global__ void gdn_prepare_kernel(float* qn, float* kn, float* vf, float* bf, c
   }
 }
 
-// One thread a chunk: gam = the cumulative sum of g within it (g = 0 on the padding rows).
-__global__ void gdn_cumsum_kernel(float* gam, const float* g, int64_t chunks, int64_t Tlen, int64_t Tp, int Hv, int C) {
+// One thread a chunk: gam = the cumulative sum of g within it (g = 0 on the padding rows),
+// restarting at each document's start.
+__global__ void gdn_cumsum_kernel(float* gam, const float* g, int64_t chunks, int64_t Tlen, int64_t Tp, int Hv, int C,
+                                  GdnDocs docs) {
   const int64_t nc = Tp / C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / nc, c = i - bh * nc, b = bh / Hv, h = bh - b * Hv;
     float cum = 0.f;
     for (int j = 0; j < C; ++j) {
       const int64_t t = c * C + j;
+      if (docs.start(i, j) == j) cum = 0.f;
       if (t < Tlen) cum += g[(b * Tlen + t) * Hv + h];
       gam[bh * Tp + t] = cum;
     }
@@ -95,12 +101,12 @@ __global__ void gdn_cumsum_kernel(float* gam, const float* g, int64_t chunks, in
 
 // ---------------------------------------------------------------- chunk matrices
 
-// M and T = (I + M)^-1 of chunk n into shared m, tm (C x C each); b, g: the chunk's bf and gam in
-// shared memory. Ends synchronised.
-__device__ void chunk_m_and_t(float* m, float* tm, const float* kk, const float* b, const float* g, int C) {
+// M and T = (I + M)^-1 of chunk n into shared m, tm (C x C each); b, g, st: the chunk's bf, gam and
+// document starts in shared memory. Ends synchronised.
+__device__ void chunk_m_and_t(float* m, float* tm, const float* kk, const float* b, const float* g, const int* st, int C) {
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, s = e - i * C;
-    m[e] = s < i ? b[i] * expf(g[i] - g[s]) * kk[e] : 0.f;
+    m[e] = s < i && s >= st[i] ? b[i] * expf(g[i] - g[s]) * kk[e] : 0.f;
     tm[e] = i == s ? 1.f : 0.f;
   }
   __syncthreads();
@@ -114,43 +120,46 @@ __device__ void chunk_m_and_t(float* m, float* tm, const float* kk, const float*
   }
 }
 
-__device__ void load_chunk_vectors(float* b, float* g, const float* bf, const float* gam, int64_t n, int C) {
+__device__ void load_chunk_vectors(float* b, float* g, int* st, const float* bf, const float* gam, const GdnDocs& docs,
+                                   int64_t n, int C) {
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     b[i] = bf[n * C + i];
     g[i] = gam[n * C + i];
+    st[i] = docs.start(n, i);
   }
   __syncthreads();
 }
 
 __global__ void gdn_tri_fwd_kernel(float* t_out, float* tb, float* tk, const float* kk, const float* bf,
-                                   const float* gam, int C) {
+                                   const float* gam, int C, GdnDocs docs) {
   extern __shared__ float sh[];
   float *m = sh, *tm = m + C * C, *b = tm + C * C, *g = b + C;
+  int* st = reinterpret_cast<int*>(g + C);
   const int64_t n = blockIdx.x;
-  load_chunk_vectors(b, g, bf, gam, n, C);
-  chunk_m_and_t(m, tm, kk + n * C * C, b, g, C);
+  load_chunk_vectors(b, g, st, bf, gam, docs, n, C);
+  chunk_m_and_t(m, tm, kk + n * C * C, b, g, st, C);
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int s = e % C;
     const float x = tm[e];
     tb[n * C * C + e] = x * b[s];
-    tk[n * C * C + e] = x * b[s] * expf(g[s]);
+    tk[n * C * C + e] = st[s] < 0 ? x * b[s] * expf(g[s]) : 0.f;
     if (t_out) t_out[n * C * C + e] = x;
   }
 }
 
-__global__ void gdn_decay_mask_kernel(float* p, const float* gam, int64_t total, int C) {
+__global__ void gdn_decay_mask_kernel(float* p, const float* gam, int64_t total, int C, GdnDocs docs) {
   const int64_t cc = int64_t(C) * C;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = e / cc;
     const int r = int(e - n * cc), t = r / C, s = r - t * C;
-    p[e] = s <= t ? p[e] * expf(gam[n * C + t] - gam[n * C + s]) : 0.f;
+    p[e] = s <= t && s >= docs.start(n, t) ? p[e] * expf(gam[n * C + t] - gam[n * C + s]) : 0.f;
   }
 }
 
 // ---------------------------------------------------------------- sequential passes
 
 __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u, const float* w, const float* kn,
-                                     const float* gam, int NC, int C, int Dk, int Dv) {
+                                     const float* gam, int NC, int C, int Dk, int Dv, GdnDocs docs) {
   extern __shared__ float sh[];
   float *S = sh, *dl = S + Dk * kCols, *ek = dl + C * kCols;
   const int64_t bh = blockIdx.x, Tp = int64_t(NC) * C;
@@ -173,10 +182,13 @@ __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u
       dl[t * kCols + jj] = d;
       delta[(r0 + t) * Dv + j0 + jj] = d;
     }
+    // The next state is the last row's document's (its rows; the carried state only when that
+    // document began before the chunk).
+    const int sl = docs.start(bh * NC + c, C - 1);
     const float gl = gam[r0 + C - 1];
-    for (int t = threadIdx.x; t < C; t += blockDim.x) ek[t] = expf(gl - gam[r0 + t]);
+    for (int t = threadIdx.x; t < C; t += blockDim.x) ek[t] = t >= sl ? expf(gl - gam[r0 + t]) : 0.f;
     __syncthreads();
-    const float el = expf(gl);
+    const float el = sl < 0 ? expf(gl) : 0.f;
     for (int e = threadIdx.x; e < Dk * nc; e += blockDim.x) {
       const int i = e / nc, jj = e - i * nc;
       float acc = 0.f;
@@ -188,7 +200,8 @@ __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u
 }
 
 __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* dout, const float* p, const float* w,
-                                     const float* qn, const float* kn, const float* gam, int NC, int C, int Dk, int Dv) {
+                                     const float* qn, const float* kn, const float* gam, int NC, int C, int Dk, int Dv,
+                                     GdnDocs docs) {
   extern __shared__ float sh[];
   float *dS = sh, *dd = dS + Dk * kCols, *ek = dd + C * kCols, *eq = ek + C;
   const int64_t bh = blockIdx.x, Tp = int64_t(NC) * C;
@@ -203,10 +216,12 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
       const int i = e / nc, jj = e - i * nc;
       ds[int64_t(i) * Dv + j0 + jj] = dS[i * kCols + jj];
     }
+    const int64_t n = bh * NC + c;
+    const int sl = docs.start(n, C - 1);
     const float gl = gam[r0 + C - 1];
     for (int t = threadIdx.x; t < C; t += blockDim.x) {
-      ek[t] = expf(gl - gam[r0 + t]);
-      eq[t] = expf(gam[r0 + t]);
+      ek[t] = t >= sl ? expf(gl - gam[r0 + t]) : 0.f;
+      eq[t] = docs.start(n, t) < 0 ? expf(gam[r0 + t]) : 0.f;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < C * nc; e += blockDim.x) {
@@ -220,7 +235,7 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
       ddelta[(r0 + t) * Dv + j0 + jj] = d;
     }
     __syncthreads();
-    const float el = expf(gl);
+    const float el = sl < 0 ? expf(gl) : 0.f;
     for (int e = threadIdx.x; e < Dk * nc; e += blockDim.x) {
       const int i = e / nc, jj = e - i * nc;
       float a1 = 0.f, a2 = 0.f;
@@ -237,16 +252,21 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
 // ---------------------------------------------------------------- backward by chunk
 
 __global__ void gdn_tri_bwd_kernel(float* dkk, float* dbf, float* dgam, const float* dtb, const float* dtk,
-                                   const float* kk, const float* bf, const float* gam, int C) {
+                                   const float* kk, const float* bf, const float* gam, int C, GdnDocs docs) {
   extern __shared__ float sh[];
   float *m = sh, *tm = m + C * C, *gm = tm + C * C, *z = gm + C * C, *b = z + C * C, *g = b + C, *ab = g + C,
         *ag = ab + C;
+  int* st = reinterpret_cast<int*>(ag + C);
   const int64_t n = blockIdx.x, base = n * C * C;
-  load_chunk_vectors(b, g, bf, gam, n, C);
-  chunk_m_and_t(m, tm, kk + base, b, g, C);
+  load_chunk_vectors(b, g, st, bf, gam, docs, n, C);
+  chunk_m_and_t(m, tm, kk + base, b, g, st, C);
+  // exp(gam_s) where the carried state reaches row s (tk's factor), and exp(gam_t - gam_s) for
+  // s < t in t's document (M's), else 0.
+  auto reach = [&](int s) { return st[s] < 0 ? expf(g[s]) : 0.f; };
+  auto decay = [&](int t, int s) { return s < t && s >= st[t] ? expf(g[t] - g[s]) : 0.f; };
   // Through tb and tk: the columns' terms, and G (T's gradient below the diagonal).
   for (int s = threadIdx.x; s < C; s += blockDim.x) {
-    const float es = expf(g[s]);
+    const float es = reach(s);
     float sb = 0.f, sg = 0.f;
     for (int i = s; i < C; ++i) {
       const float x = tm[i * C + s];
@@ -258,7 +278,7 @@ __global__ void gdn_tri_bwd_kernel(float* dkk, float* dbf, float* dgam, const fl
   }
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, s = e - i * C;
-    gm[e] = s < i ? dtb[base + e] * b[s] + dtk[base + e] * b[s] * expf(g[s]) : 0.f;
+    gm[e] = s < i ? dtb[base + e] * b[s] + dtk[base + e] * b[s] * reach(s) : 0.f;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {  // Z = T^T G
@@ -279,7 +299,7 @@ __global__ void gdn_tri_bwd_kernel(float* dkk, float* dbf, float* dgam, const fl
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     float sb = 0.f, sr = 0.f, cr = 0.f;
     for (int s = 0; s < i; ++s) {
-      const float e = expf(g[i] - g[s]);
+      const float e = decay(i, s);
       sb += gm[i * C + s] * e * kk[base + i * C + s];
       sr += gm[i * C + s] * m[i * C + s];
     }
@@ -289,21 +309,26 @@ __global__ void gdn_tri_bwd_kernel(float* dkk, float* dbf, float* dgam, const fl
   }
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, s = e - i * C;
-    const float h1 = s < i ? gm[i * C + s] * b[i] * expf(g[i] - g[s]) : 0.f;
-    const float h2 = i < s ? gm[s * C + i] * b[s] * expf(g[s] - g[i]) : 0.f;
+    const float h1 = s < i ? gm[i * C + s] * b[i] * decay(i, s) : 0.f;
+    const float h2 = i < s ? gm[s * C + i] * b[s] * decay(s, i) : 0.f;
     dkk[base + e] = h1 + h2;
   }
 }
 
-__global__ void gdn_decay_mask_bwd_kernel(float* dp, float* dgam, const float* p, const float* gam, int C) {
+__global__ void gdn_decay_mask_bwd_kernel(float* dp, float* dgam, const float* p, const float* gam, int C,
+                                          GdnDocs docs) {
   extern __shared__ float r[];
+  int* st = reinterpret_cast<int*>(r + C * C);
   const int64_t n = blockIdx.x, base = n * C * C;
   const float* g = gam + n * C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) st[i] = docs.start(n, i);
+  __syncthreads();
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int t = e / C, s = e - t * C;
     const float d = dp[base + e];
-    r[e] = s <= t ? d * p[base + e] : 0.f;
-    dp[base + e] = s <= t ? d * expf(g[t] - g[s]) : 0.f;
+    const bool seen = s <= t && s >= st[t];
+    r[e] = seen ? d * p[base + e] : 0.f;
+    dp[base + e] = seen ? d * expf(g[t] - g[s]) : 0.f;
   }
   __syncthreads();
   for (int t = threadIdx.x; t < C; t += blockDim.x) {
@@ -316,15 +341,19 @@ __global__ void gdn_decay_mask_bwd_kernel(float* dp, float* dgam, const float* p
 
 __global__ void gdn_rows_bwd_kernel(float* dq, float* dk, float* dgam, const float* dqg, const float* dkt,
                                     const float* qn, const float* kn, const float* gam, const float* states,
-                                    const float* dsend, int C, int Dk, int64_t state_elems) {
+                                    const float* dsend, int C, int Dk, int64_t state_elems, GdnDocs docs) {
   extern __shared__ float sh[];
   float *dotq = sh, *dotk = dotq + C;
   const int64_t n = blockIdx.x, r0 = n * C;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const float gl = gam[r0 + C - 1];
+  const int sl = docs.start(n, C - 1);
+  // exp(gam_t) where the carried state reaches row t; exp(gam_last - gam_t) for t in the last row's document.
+  auto eq_of = [&](int t) { return docs.start(n, t) < 0 ? expf(gam[r0 + t]) : 0.f; };
+  auto ek_of = [&](int t) { return t >= sl ? expf(gl - gam[r0 + t]) : 0.f; };
   for (int t = warp; t < C; t += warps) {
     const int64_t o = (r0 + t) * Dk;
-    const float eq = expf(gam[r0 + t]), ek = expf(gl - gam[r0 + t]);
+    const float eq = eq_of(t), ek = ek_of(t);
     float aq = 0.f, ak = 0.f;
     for (int i = lane; i < Dk; i += 32) {
       aq += dqg[o + i] * qn[o + i];
@@ -342,11 +371,11 @@ __global__ void gdn_rows_bwd_kernel(float* dq, float* dk, float* dgam, const flo
   if (threadIdx.x == 0) {
     float rsum = 0.f;
     for (int t = 0; t < C; ++t) {
-      const float eq = expf(gam[r0 + t]), ek = expf(gl - gam[r0 + t]);
+      const float eq = eq_of(t), ek = ek_of(t);
       dgam[r0 + t] += eq * dotq[t] - ek * dotk[t];
       rsum += ek * dotk[t];
     }
-    dgam[r0 + C - 1] += rsum + expf(gl) * f;
+    dgam[r0 + C - 1] += rsum + (sl < 0 ? expf(gl) : 0.f) * f;
   }
 }
 
@@ -392,7 +421,8 @@ __global__ void gdn_finish_v_kernel(T* dv, T* dbeta, const float* dvf, const flo
   }
 }
 
-__global__ void gdn_finish_g_kernel(float* dg, const float* dgam, int64_t chunks, int64_t Tlen, int64_t Tp, int Hv, int C) {
+__global__ void gdn_finish_g_kernel(float* dg, const float* dgam, int64_t chunks, int64_t Tlen, int64_t Tp, int Hv, int C,
+                                    GdnDocs docs) {
   const int64_t nc = Tp / C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / nc, c = i - bh * nc, b = bh / Hv, h = bh - b * Hv;
@@ -401,6 +431,7 @@ __global__ void gdn_finish_g_kernel(float* dg, const float* dgam, int64_t chunks
       const int64_t t = c * C + j;
       acc += dgam[bh * Tp + t];
       if (t < Tlen) dg[(b * Tlen + t) * Hv + h] = acc;
+      if (docs.start(i, j) == j) acc = 0.f;  // gam restarted here: earlier rows are another document's
     }
   }
 }
@@ -450,11 +481,18 @@ int chunk_of(const Tensor& m, const char* op) {
   return int(m.size(1));
 }
 
+// doc_pos checked for the kernels: undefined, or a contiguous i32 [B, T] on the GPU.
+void check_docs(const Tensor& doc_pos, const char* op) {
+  LT_CHECK(!doc_pos.defined() || (doc_pos.dtype() == DType::I32 && doc_pos.dim() == 2 && doc_pos.is_contiguous()),
+           std::string(op) + ": doc_pos must be a contiguous i32 [B, T] tensor", "the kernels read it densely", "");
+}
+
 }  // namespace
 
 void CudaBackend::gdn_prepare(const Tensor& qn, const Tensor& kn, const Tensor& vf, const Tensor& bf, const Tensor& gam,
                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& g,
-                              int64_t chunk, float scale) {
+                              const Tensor& doc_pos, int64_t chunk, float scale) {
+  check_docs(doc_pos, "gdn_prepare");
   for (auto [t, n] : {std::pair{&qn, "qn"}, {&kn, "kn"}, {&vf, "vf"}, {&bf, "bf"}, {&gam, "gam"}, {&g, "g"}})
     check_acc(*t, "gdn_prepare", n);
   LT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.strides()[3] == 1 && k.strides()[3] == 1 &&
@@ -472,29 +510,30 @@ void CudaBackend::gdn_prepare(const Tensor& qn, const Tensor& kn, const Tensor& 
     LT_CUDA_LAUNCH_CHECK("gdn_prepare_kernel");
   });
   const int64_t chunks = BH * (Tp / chunk);
-  gdn_cumsum_kernel<<<grid_for(chunks, kThreads), kThreads, 0, current_stream()>>>(gam.data<float>(), g.data<float>(),
-                                                                                   chunks, T, Tp, Hv, int(chunk));
+  gdn_cumsum_kernel<<<grid_for(chunks, kThreads), kThreads, 0, current_stream()>>>(
+      gam.data<float>(), g.data<float>(), chunks, T, Tp, Hv, int(chunk), gdn_docs(doc_pos, BH, Tp, chunk));
   LT_CUDA_LAUNCH_CHECK("gdn_cumsum_kernel");
   (void)B;
 }
 
 void CudaBackend::gdn_tri_fwd(const Tensor& t, const Tensor& tb, const Tensor& tk, const Tensor& kk, const Tensor& bf,
-                              const Tensor& gam) {
+                              const Tensor& gam, const Tensor& doc_pos) {
   const int C = chunk_of(kk, "gdn_tri_fwd");
+  check_docs(doc_pos, "gdn_tri_fwd");
   for (auto [x, n] : {std::pair{&tb, "tb"}, {&tk, "tk"}, {&kk, "kk"}, {&bf, "bf"}, {&gam, "gam"}}) check_acc(*x, "gdn_tri_fwd", n);
   const int64_t N = kk.size(0);
   if (N == 0) return;
-  const size_t smem = size_t(2 * C * C + 2 * C) * sizeof(float);
+  const size_t smem = size_t(2 * C * C + 3 * C) * sizeof(float);  // m, tm, b, g and the document starts
   allow_smem(gdn_tri_fwd_kernel, smem);
-  gdn_tri_fwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(t.defined() ? t.data<float>() : nullptr,
-                                                                         tb.data<float>(), tk.data<float>(),
-                                                                         kk.data<float>(), bf.data<float>(),
-                                                                         gam.data<float>(), C);
+  gdn_tri_fwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(
+      t.defined() ? t.data<float>() : nullptr, tb.data<float>(), tk.data<float>(), kk.data<float>(), bf.data<float>(),
+      gam.data<float>(), C, gdn_docs(doc_pos, bf.size(0), bf.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_tri_fwd_kernel");
 }
 
 void CudaBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const Tensor& u, const Tensor& w,
-                                const Tensor& kn, const Tensor& gam) {
+                                const Tensor& kn, const Tensor& gam, const Tensor& doc_pos) {
+  check_docs(doc_pos, "gdn_state_fwd");
   for (auto [x, n] : {std::pair{&states, "states"}, {&delta, "delta"}, {&u, "u"}, {&w, "w"}, {&kn, "kn"}, {&gam, "gam"}})
     check_acc(*x, "gdn_state_fwd", n);
   const int64_t BH = states.size(0);
@@ -506,18 +545,20 @@ void CudaBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const
   const dim3 grid(unsigned(BH), unsigned((Dv + kCols - 1) / kCols));
   gdn_state_fwd_kernel<<<grid, kThreads, smem, current_stream()>>>(states.data<float>(), delta.data<float>(),
                                                                    u.data<float>(), w.data<float>(), kn.data<float>(),
-                                                                   gam.data<float>(), NC, C, Dk, Dv);
+                                                                   gam.data<float>(), NC, C, Dk, Dv,
+                                                                   gdn_docs(doc_pos, BH, gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_state_fwd_kernel");
 }
 
-void CudaBackend::gdn_decay_mask(const Tensor& p, const Tensor& gam) {
+void CudaBackend::gdn_decay_mask(const Tensor& p, const Tensor& gam, const Tensor& doc_pos) {
   const int C = chunk_of(p, "gdn_decay_mask");
+  check_docs(doc_pos, "gdn_decay_mask");
   check_acc(p, "gdn_decay_mask", "p");
   check_acc(gam, "gdn_decay_mask", "gam");
   const int64_t total = p.numel();
   if (total == 0) return;
-  gdn_decay_mask_kernel<<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(p.data<float>(), gam.data<float>(),
-                                                                                      total, C);
+  gdn_decay_mask_kernel<<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
+      p.data<float>(), gam.data<float>(), total, C, gdn_docs(doc_pos, gam.size(0), gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_decay_mask_kernel");
 }
 
@@ -525,14 +566,15 @@ namespace {
 
 template <class T>
 __global__ void gdn_output_kernel(T* out, const float* o, const float* y, const float* gam, int64_t total, int64_t Tlen,
-                                  int64_t Tp, int Hv, int Dv) {
+                                  int64_t Tp, int Hv, int Dv, GdnDocs docs) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / Dv;  // (b, t, h)
     const int j = int(e - r * Dv);
     const int64_t bt = r / Hv, b = bt / Tlen, t = bt - b * Tlen;
     const int h = int(r - bt * Hv);
     const int64_t row = (b * Hv + h) * Tp + t;
-    store_t(out, e, o[row * Dv + j] + expf(gam[row]) * y[row * Dv + j]);
+    const float eq = docs.start_of_row(b * Hv + h, t) < 0 ? expf(gam[row]) : 0.f;
+    store_t(out, e, o[row * Dv + j] + eq * y[row * Dv + j]);
   }
 }
 
@@ -548,7 +590,9 @@ __global__ void gdn_pack_kernel(float* dst, const T* src, int64_t total, int64_t
 
 }  // namespace
 
-void CudaBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y, const Tensor& gam) {
+void CudaBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y, const Tensor& gam,
+                             const Tensor& doc_pos, int64_t chunk) {
+  check_docs(doc_pos, "gdn_output");
   check_acc(o, "gdn_output", "o");
   check_acc(y, "gdn_output", "y");
   check_acc(gam, "gdn_output", "gam");
@@ -560,7 +604,7 @@ void CudaBackend::gdn_output(const Tensor& out, const Tensor& o, const Tensor& y
     using T = decltype(tag);
     gdn_output_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
         out.data<T>(), o.data<float>(), y.data<float>(), gam.data<float>(), total, out.size(1), gam.size(1),
-        int(out.size(2)), int(out.size(3)));
+        int(out.size(2)), int(out.size(3)), gdn_docs(doc_pos, gam.size(0), gam.size(1), chunk));
     LT_CUDA_LAUNCH_CHECK("gdn_output_kernel");
   });
 }
@@ -580,7 +624,9 @@ void CudaBackend::gdn_pack(const Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const Tensor& dout, const Tensor& p,
-                                const Tensor& w, const Tensor& qn, const Tensor& kn, const Tensor& gam) {
+                                const Tensor& w, const Tensor& qn, const Tensor& kn, const Tensor& gam,
+                                const Tensor& doc_pos) {
+  check_docs(doc_pos, "gdn_state_bwd");
   for (auto [x, n] : {std::pair{&dsend, "dsend"}, {&ddelta, "ddelta"}, {&dout, "dout"}, {&p, "p"}, {&w, "w"},
                       {&qn, "qn"}, {&kn, "kn"}, {&gam, "gam"}})
     check_acc(*x, "gdn_state_bwd", n);
@@ -594,41 +640,47 @@ void CudaBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const
   gdn_state_bwd_kernel<<<grid, kThreads, smem, current_stream()>>>(dsend.data<float>(), ddelta.data<float>(),
                                                                    dout.data<float>(), p.data<float>(), w.data<float>(),
                                                                    qn.data<float>(), kn.data<float>(),
-                                                                   gam.data<float>(), NC, C, Dk, Dv);
+                                                                   gam.data<float>(), NC, C, Dk, Dv,
+                                                                   gdn_docs(doc_pos, BH, gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_state_bwd_kernel");
 }
 
 void CudaBackend::gdn_tri_bwd(const Tensor& dkk, const Tensor& dbf, const Tensor& dgam, const Tensor& dtb,
-                              const Tensor& dtk, const Tensor& kk, const Tensor& bf, const Tensor& gam) {
+                              const Tensor& dtk, const Tensor& kk, const Tensor& bf, const Tensor& gam,
+                              const Tensor& doc_pos) {
   const int C = chunk_of(kk, "gdn_tri_bwd");
+  check_docs(doc_pos, "gdn_tri_bwd");
   for (auto [x, n] : {std::pair{&dkk, "dkk"}, {&dbf, "dbf"}, {&dgam, "dgam"}, {&dtb, "dtb"}, {&dtk, "dtk"},
                       {&kk, "kk"}, {&bf, "bf"}, {&gam, "gam"}})
     check_acc(*x, "gdn_tri_bwd", n);
   const int64_t N = kk.size(0);
   if (N == 0) return;
-  const size_t smem = size_t(4 * C * C + 4 * C) * sizeof(float);
+  const size_t smem = size_t(4 * C * C + 5 * C) * sizeof(float);  // m, tm, gm, z, b, g, ab, ag, document starts
   allow_smem(gdn_tri_bwd_kernel, smem);
-  gdn_tri_bwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(dkk.data<float>(), dbf.data<float>(),
-                                                                         dgam.data<float>(), dtb.data<float>(),
-                                                                         dtk.data<float>(), kk.data<float>(),
-                                                                         bf.data<float>(), gam.data<float>(), C);
+  gdn_tri_bwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(
+      dkk.data<float>(), dbf.data<float>(), dgam.data<float>(), dtb.data<float>(), dtk.data<float>(), kk.data<float>(),
+      bf.data<float>(), gam.data<float>(), C, gdn_docs(doc_pos, bf.size(0), bf.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_tri_bwd_kernel");
 }
 
-void CudaBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const Tensor& p, const Tensor& gam) {
+void CudaBackend::gdn_decay_mask_bwd(const Tensor& dp, const Tensor& dgam, const Tensor& p, const Tensor& gam,
+                                     const Tensor& doc_pos) {
   const int C = chunk_of(p, "gdn_decay_mask_bwd");
+  check_docs(doc_pos, "gdn_decay_mask_bwd");
   for (auto [x, n] : {std::pair{&dp, "dp"}, {&dgam, "dgam"}, {&p, "p"}, {&gam, "gam"}}) check_acc(*x, "gdn_decay_mask_bwd", n);
   const int64_t N = p.size(0);
   if (N == 0) return;
-  const size_t smem = size_t(C * C) * sizeof(float);
-  gdn_decay_mask_bwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(dp.data<float>(), dgam.data<float>(),
-                                                                                p.data<float>(), gam.data<float>(), C);
+  const size_t smem = size_t(C * C + C) * sizeof(float);  // R and the document starts
+  gdn_decay_mask_bwd_kernel<<<unsigned(N), kThreads, smem, current_stream()>>>(
+      dp.data<float>(), dgam.data<float>(), p.data<float>(), gam.data<float>(), C,
+      gdn_docs(doc_pos, gam.size(0), gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_decay_mask_bwd_kernel");
 }
 
 void CudaBackend::gdn_rows_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dgam, const Tensor& dqg,
                                const Tensor& dkt, const Tensor& qn, const Tensor& kn, const Tensor& gam,
-                               const Tensor& states, const Tensor& dsend) {
+                               const Tensor& states, const Tensor& dsend, const Tensor& doc_pos) {
+  check_docs(doc_pos, "gdn_rows_bwd");
   for (auto [x, n] : {std::pair{&dq, "dq"}, {&dk, "dk"}, {&dgam, "dgam"}, {&dqg, "dqg"}, {&dkt, "dkt"}, {&qn, "qn"},
                       {&kn, "kn"}, {&gam, "gam"}, {&states, "states"}, {&dsend, "dsend"}})
     check_acc(*x, "gdn_rows_bwd", n);
@@ -638,14 +690,16 @@ void CudaBackend::gdn_rows_bwd(const Tensor& dq, const Tensor& dk, const Tensor&
   if (N == 0) return;
   gdn_rows_bwd_kernel<<<unsigned(N), kThreads, size_t(2 * C) * sizeof(float), current_stream()>>>(
       dq.data<float>(), dk.data<float>(), dgam.data<float>(), dqg.data<float>(), dkt.data<float>(), qn.data<float>(),
-      kn.data<float>(), gam.data<float>(), states.data<float>(), dsend.data<float>(), C, int(Dk), Dk * Dv);
+      kn.data<float>(), gam.data<float>(), states.data<float>(), dsend.data<float>(), C, int(Dk), Dk * Dv,
+      gdn_docs(doc_pos, BH, gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_rows_bwd_kernel");
 }
 
 void CudaBackend::gdn_finish(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dbeta,
                              const Tensor& dg, const Tensor& dqn, const Tensor& dkn, const Tensor& dvf,
-                             const Tensor& dbf, const Tensor& dgam, const Tensor& q, const Tensor& k, int64_t chunk,
-                             float scale) {
+                             const Tensor& dbf, const Tensor& dgam, const Tensor& q, const Tensor& k,
+                             const Tensor& doc_pos, int64_t chunk, float scale) {
+  check_docs(doc_pos, "gdn_finish");
   for (auto [x, n] : {std::pair{&dqn, "dqn"}, {&dkn, "dkn"}, {&dvf, "dvf"}, {&dbf, "dbf"}, {&dgam, "dgam"}, {&dg, "dg"}})
     check_acc(*x, "gdn_finish", n);
   LT_CHECK(dq.strides()[3] == 1 && dk.strides()[3] == 1 && dv.strides()[3] == 1 && q.strides()[3] == 1 &&
@@ -674,8 +728,8 @@ void CudaBackend::gdn_finish(const Tensor& dq, const Tensor& dk, const Tensor& d
   });
   const int64_t chunks = BH * (Tp / chunk);
   if (chunks > 0) {
-    gdn_finish_g_kernel<<<grid_for(chunks, kThreads), kThreads, 0, current_stream()>>>(dg.data<float>(), dgam.data<float>(),
-                                                                                       chunks, T, Tp, Hv, int(chunk));
+    gdn_finish_g_kernel<<<grid_for(chunks, kThreads), kThreads, 0, current_stream()>>>(
+        dg.data<float>(), dgam.data<float>(), chunks, T, Tp, Hv, int(chunk), gdn_docs(doc_pos, BH, Tp, chunk));
     LT_CUDA_LAUNCH_CHECK("gdn_finish_g_kernel");
   }
 }
