@@ -115,6 +115,15 @@ Tensor Qwen35::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, in
   LT_CHECK(pos_offset == 0, "Qwen3.5 input: position offset " + std::to_string(pos_offset),
            "its Gated DeltaNet layers have no cache of their recurrent state", "run the whole sequence");
   const nn::TokenMask mask = decoder_mask("Qwen3.5", mask_in, B, T, pos_offset);
+  // Packed documents (doc_pos) need nothing more: every layer keeps them apart (the attention's
+  // block-diagonal mask and per-document rotary positions, the DeltaNet's restarts). Key padding is
+  // honoured by the DeltaNet only as one run of real tokens per row or document: checked here once
+  // for a GPU mask (the layers check a CPU one themselves).
+  if (mask.key_padding.defined() && !mask.key_padding.device().is_cpu()) {
+    bool deltanet = false;
+    for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) deltanet = deltanet || !cfg_.is_full(i);
+    if (deltanet) nn::GatedDeltaNet::check_padding(mask);
+  }
   PositionOffset positions(*rotary_, pos_offset);
   Tensor x = (*embed_tokens_)(ids);
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);

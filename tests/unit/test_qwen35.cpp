@@ -4,7 +4,11 @@
 // against a reference written with plain ops in f64 (Gated DeltaNet token by token, gated attention
 // with (1 + w) q/k norms and partial rotary, (1 + w) RMSNorms, SwiGLU), a gradcheck, the key names
 // of a multimodal checkpoint (vision tower and MTP layers skipped), LoRA on every linear with
-// transformers' names, and a short training run.
+// transformers' names, and a short training run. Packed documents (doc_pos): a row of several
+// documents gives each document's logits and every gradient as the document alone does (f64 and
+// qwen3.5-tiny in f32, documents shorter than the convolution and across the delta rule's chunks);
+// key padding before or after the real tokens changes nothing for them, and a mask that cannot be
+// honoured is refused in one line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +16,7 @@
 
 #include "leantrain/autograd.h"
 #include "leantrain/checkpoint.h"
+#include "leantrain/cuda_info.h"
 #include "leantrain/plan.h"
 #include "leantrain/train.h"
 #include "leantrain/nn_lora.h"
@@ -23,6 +28,7 @@
 #include "unit/delta_reference.h"
 #include "unit/error_of.h"
 #include "unit/gradcheck.h"
+#include "unit/rel_error.h"
 
 using namespace lt;
 using models::Qwen35;
@@ -438,4 +444,180 @@ TEST(Qwen35Model, PlanEqualsTheCpuRunsPeak) {
     EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated);
     EXPECT_TRUE(std::isfinite(r.final_loss));
   }
+}
+
+namespace {
+
+// Rows of documents: each row's document lengths, in order.
+using Docs = std::vector<std::vector<int64_t>>;
+
+Tensor doc_positions(const Docs& rows, Device dev = Device::cpu()) {
+  std::vector<int64_t> v;
+  for (const auto& row : rows)
+    for (int64_t n : row)
+      for (int64_t i = 0; i < n; ++i) v.push_back(i);
+  const int64_t B = int64_t(rows.size());
+  return from_ints(v, {B, int64_t(v.size()) / B}, DType::I32, dev);
+}
+
+// The logits and every parameter's gradient of sum(logits * r).
+struct Outputs {
+  std::vector<double> logits;
+  std::map<std::string, std::vector<double>> grads;
+};
+
+Outputs outputs_of(Qwen35& m, const std::function<Tensor()>& forward, const Tensor& r) {
+  zero_grad(m.parameters());
+  Tensor logits = forward();
+  sum_all(mul(logits, r)).backward();
+  Outputs o{logits.to_double_vector(), {}};
+  for (auto& [n, p] : m.named_parameters()) o.grads[n] = p.grad().to_double_vector();
+  return o;
+}
+
+// The packed rows (one forward under doc_pos) against each document run alone ([1, n] each, the
+// logits put back in place): the logits and every gradient to `tol` (relative, per tensor), on
+// the model's device. Returns the packed run's.
+Outputs expect_documents_apart(Qwen35& m, const Tensor& ids_in, const Docs& rows, double tol) {
+  const DType dt = m.parameters().front().dtype();
+  const Device dev = m.device();
+  const Tensor ids = ids_in.to(dev);
+  Generator gen(17);
+  const Tensor r = randn({ids.size(0), ids.size(1), m.config().vocab_size}, gen, 1.0f, dt, dev);
+  const Tensor dp = doc_positions(rows, dev);
+  const Outputs packed = outputs_of(m, [&] { return m.forward(ids, nn::TokenMask::documents(dp)); }, r);
+  const Outputs alone = outputs_of(
+      m,
+      [&] {
+        std::vector<Tensor> out_rows;
+        for (size_t b = 0; b < rows.size(); ++b) {
+          std::vector<Tensor> docs;
+          int64_t at = 0;
+          for (int64_t n : rows[b]) {
+            docs.push_back(m.forward(slice(slice(ids, 0, int64_t(b), int64_t(b) + 1), 1, at, at + n)));
+            at += n;
+          }
+          out_rows.push_back(concat(docs, 1));
+        }
+        return concat(out_rows, 0);
+      },
+      r);
+  EXPECT_LT(test::rel_error(packed.logits, alone.logits), tol) << "logits";
+  for (const auto& [name, g] : alone.grads) EXPECT_LT(test::rel_error(packed.grads.at(name), g), tol) << name;
+  // Not vacuous: the same rows without doc_pos (documents attending to each other) differ.
+  NoGradGuard ng;
+  EXPECT_GT(test::rel_error(m.forward(ids).to_double_vector(), alone.logits), 100 * tol);
+  return packed;
+}
+
+}  // namespace
+
+TEST(Qwen35Model, PackedDocumentsEqualEachDocumentAlone) {
+  // The small f64 model (a DeltaNet layer of 2 value heads on 1 key head, a 3-tap convolution, then
+  // gated attention with partial rotary), its parameters redrawn. Rows of 150 put documents across
+  // the delta rule's chunks of 64 (rows 0-63, 64-127, 128-149), starting on a chunk's first row and
+  // inside one; documents of 1 and 2 tokens are shorter than the convolution.
+  Qwen35Config c = small(2, true);
+  c.max_position_embeddings = 256;
+  Qwen35 m(c, kF64);
+  randomize(m, 21);
+  const Docs rows = {{2, 70, 1, 77}, {64, 3, 61, 22}, {150}};
+  expect_documents_apart(m, ids_of(3, 150, 37, 21), rows, 1e-10);
+  // Rows of 12: several documents inside one chunk.
+  expect_documents_apart(m, ids_of(2, 12, 37, 22), {{1, 2, 4, 5}, {6, 6}}, 1e-10);
+  // Both layer kinds at both ends, grouped DeltaNet heads of 2 on 2, untied, a 4-tap convolution.
+  c = small(4, false);
+  c.full = {false, true, false, false};
+  c.linear_num_key_heads = 2, c.linear_num_value_heads = 4, c.linear_conv_kernel_dim = 4;
+  c.max_position_embeddings = 256;
+  Qwen35 u(c, kF64);
+  randomize(u, 23);
+  expect_documents_apart(u, ids_of(2, 131, 37, 23), {{3, 64, 1, 63}, {2, 2, 127}}, 1e-10);
+}
+
+TEST(Qwen35Model, PackedDocumentsEqualEachDocumentAloneTinyF32) {
+  // The qwen3.5-tiny preset (three DeltaNet layers with 4 value heads on 2 key heads and 4-tap
+  // convolutions, one attention layer) in f32: a packed row of three documents and rows of two,
+  // across the chunks of 64, one document of 3 tokens (shorter than the kernel). To f32 rounding
+  // (the f64 test above is exact to 1e-10): the chunks fall elsewhere in a document alone, and the
+  // decay parameters' gradients sum every token's term (A_log and dt_bias differ by about 3e-5).
+  auto cfg = models::config_from_preset("qwen3.5-tiny");
+  auto m = std::dynamic_pointer_cast<Qwen35>(cfg->build(nn::InitOptions{.seed = 5}));
+  ASSERT_TRUE(m);
+  randomize(*m, 24);
+  expect_documents_apart(*m, ids_of(3, 140, 4096, 24), {{3, 70, 67}, {64, 76}, {100, 40}}, 1e-4);
+}
+
+TEST(Qwen35Model, KeyPaddingBeforeOrAfterTheRealTokensChangesNothingForThem) {
+  // Two rows: 6 real tokens then 4 padded ones (garbage ids), and 3 padded ones then 7 real. The
+  // real tokens' logits and every gradient (the loss on real tokens only) equal each row's real
+  // tokens alone. All DeltaNet layers: the attention's rotary positions would move with left
+  // padding (the same angles rounded differently), which is not what this checks.
+  Qwen35Config c = small(3, true);
+  c.full = {false, false, false};
+  c.linear_conv_kernel_dim = 4;
+  Qwen35 m(c, kF64);
+  randomize(m, 25);
+  const Tensor ids = ids_of(2, 10, 37, 25);
+  const Tensor mask = from_ints({1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1}, {2, 10}, DType::U8);
+  Generator gen(26);
+  const Tensor r = mul(randn({2, 10, 37}, gen, 1.0f, DType::F64), reshape(cast(mask, DType::F64), {2, 10, 1}));
+  const Outputs padded = outputs_of(m, [&] { return m.forward(ids, mask); }, r);
+  const Outputs alone = outputs_of(
+      m,
+      [&] {
+        Tensor a = m.forward(slice(slice(ids, 0, 0, 1), 1, 0, 6)), b = m.forward(slice(slice(ids, 0, 1, 2), 1, 3, 10));
+        return concat({concat({a, zeros({1, 4, 37}, DType::F64)}, 1), concat({zeros({1, 3, 37}, DType::F64), b}, 1)}, 0);
+      },
+      r);
+  std::vector<double> real_padded, real_alone;
+  const std::vector<double> mv = mask.to_double_vector();
+  for (size_t i = 0; i < padded.logits.size(); ++i)
+    if (mv[i / 37] != 0) real_padded.push_back(padded.logits[i]), real_alone.push_back(alone.logits[i]);
+  EXPECT_LT(test::rel_error(real_padded, real_alone), 1e-12);
+  for (const auto& [name, g] : alone.grads) EXPECT_LT(test::rel_error(padded.grads.at(name), g), 1e-12) << name;
+  // Padding between real tokens would still decay the state and fill the convolution's window:
+  // refused in one line (with doc_pos, per document: a padded document end then a new one is fine).
+  const Tensor holes = from_ints({1, 1, 0, 1, 1, 1, 1, 1, 1, 1}, {1, 10}, DType::U8);
+  const std::string e = error_of([&] { m.forward(slice(ids, 0, 0, 1), holes); });
+  EXPECT_NE(e.find("padded token before the real token at 3"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  NoGradGuard ng;
+  EXPECT_NO_THROW(m.forward(slice(ids, 0, 0, 1), nn::TokenMask(holes, doc_positions({{3, 7}}))));
+}
+
+TEST(Qwen35Model, DocumentPositionsItCannotHonourAreOneLine) {
+  Qwen35 m(small(2, true), nn::InitOptions{.seed = 1});
+  const Tensor ids = ids_of(1, 6, 37, 27);
+  for (const auto& [dp, fragment] :
+       std::vector<std::pair<Tensor, std::string>>{{from_ints({0, 1, 2, 4, 0, 1}, {1, 6}, DType::I32), "doc_pos[0, 3] = 4"},
+                                                   {from_ints({0, 1, 2, 3, 4, 5}, {1, 6}, DType::I64), "i64"},
+                                                   {from_ints({0, 1, 2}, {1, 3}, DType::I32), "[1, 6]"}}) {
+    const std::string e = error_of([&] { m.forward(ids, nn::TokenMask::documents(dp)); });
+    EXPECT_NE(e.find(fragment), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  const std::string e = error_of([&] { m.hidden_states(ids, nn::TokenMask::documents(doc_positions({{6}})), 2); });
+  EXPECT_NE(e.find("position offset"), std::string::npos) << e;
+}
+
+// On a GPU (skipped here): qwen3.5-tiny's packed rows in f32 against each document alone on the
+// GPU and against the CPU's packed rows, logits and every gradient.
+TEST(Qwen35Model, CudaPackedDocumentsMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  auto cfg = models::config_from_preset("qwen3.5-tiny");
+  auto cpu = std::dynamic_pointer_cast<Qwen35>(cfg->build(nn::InitOptions{.seed = 5}));
+  auto gpu = std::dynamic_pointer_cast<Qwen35>(cfg->build(nn::InitOptions{.device = Device::cuda(), .seed = 5}));
+  ASSERT_TRUE(cpu && gpu);
+  randomize(*cpu, 28);
+  {
+    NoGradGuard ng;
+    for (auto& [n, p] : gpu->named_parameters()) copy_(p, cpu->parameter(n).to(Device::cuda()));
+  }
+  const Docs rows = {{3, 70, 67}, {64, 76}, {1, 2, 137}};
+  const Tensor ids = ids_of(3, 140, 4096, 28);
+  const Outputs on_gpu = expect_documents_apart(*gpu, ids, rows, 1e-4);
+  const Outputs on_cpu = expect_documents_apart(*cpu, ids, rows, 1e-4);
+  EXPECT_LT(test::rel_error(on_gpu.logits, on_cpu.logits), 1e-4) << "logits";
+  for (const auto& [name, g] : on_cpu.grads) EXPECT_LT(test::rel_error(on_gpu.grads.at(name), g), 1e-4) << name;
 }
