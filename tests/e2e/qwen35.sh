@@ -3,7 +3,8 @@
 # sharded with transformers' names and a qwen3_5_text config.json, read back by --resume, --model DIR
 # and generate; a multimodal qwen3_5 directory (text_config, model.language_model.*, a vision tower and
 # MTP layers to skip) read by --model DIR; LoRA with PEFT's names on every linear, the DeltaNet's
-# projections included; plan == run on the CPU for the tiny preset checkpointed.
+# projections included; plan == run on the CPU for the tiny preset checkpointed; --packing docs (the
+# default) with documents across the DeltaNet's chunks: plan == run to the byte, against none.
 source "$(dirname "$0")/common.bash" "$@"
 T=(timeout 300)
 TOK="$(cd "$(dirname "$0")/../data/tokenizers" && pwd)"
@@ -55,6 +56,24 @@ PY
 expect_ok "${T[@]}" "$LT" train --resume "$WORK/q" --steps 22 --device cpu
 expect_grep "step 22/22" "$WORK/out" "qwen3.5 resumed run"
 expect_ok "${T[@]}" "$LT" generate --checkpoint "$WORK/q" --prompt "Q: " --max-new-tokens 10 --temperature 0
+
+# --packing docs: fortunes packed into rows of 150 tokens (several documents a row, across the delta
+# rule's chunks of 64, each restarting the DeltaNet's state and convolution). The chunks, and so
+# every allocation, do not depend on the documents: the plan predicts the run's peak to the byte,
+# checkpointed or not, and `none` (one fortune a row) too.
+for v in "docs none" "docs blocks" "none none"; do
+  read -r pk ck <<<"$v"
+  F=(--config "$WORK/q.json" --tokenizer "$TOK/llama3" --data fortunes --packing "$pk" --checkpoint "$ck" --steps 2
+     --batch 3 --seq-len 150 --eval-batches 1 --log-every 0)
+  expect_ok "${T[@]}" "$LT" train "${F[@]}" --device cpu --metrics-json "$WORK/pk-run.json" || continue
+  expect_grep "packed, each attending to itself|one a row" "$WORK/out" "--packing $pk rows"
+  expect_ok "${T[@]}" "$LT" plan "${F[@]}" --device-type cpu --json || continue
+  python3 - "$WORK/out" "$WORK/pk-run.json" <<'PY' && ok || fail "qwen3.5 --packing $pk --checkpoint $ck: the run is off its plan"
+import json, sys
+p, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert p["peak_allocated_bytes"] == r["peak_allocated_bytes"], (p["peak_allocated_bytes"], r["peak_allocated_bytes"])
+PY
+done
 
 # The saved directory as a multimodal checkpoint: config.json nests the text tower under text_config,
 # the weights move under model.language_model.*, and a vision tower and an MTP layer sit beside them.
