@@ -54,10 +54,9 @@ template <class T> std::vector<T> host_values(const Tensor& x) {
 void GatedDeltaNet::check_padding(const TokenMask& mask) {
   const Tensor& kp = mask.key_padding;
   if (!kp.defined() || kp.device().is_meta()) return;
-  LT_CHECK(kp.dim() == 2 && kp.dtype() == DType::U8,
-           "Gated DeltaNet: key padding mask is " + std::string(dtype_name(kp.dtype())) + " " + shape_str(kp.shape()),
-           "expected u8 [B, T] (1 = a real token)", "pass the model's padding mask");
-  const Tensor kc = kp.is_contiguous() ? kp : contiguous(kp);
+  LT_CHECK(kp.dim() == 2, "Gated DeltaNet: key padding mask of shape " + shape_str(kp.shape()),
+           "expected [B, T] (1 = a real token)", "pass the model's padding mask");
+  const Tensor kc = contiguous(kp.dtype() == DType::U8 ? kp : cast(kp, DType::U8));
   const std::vector<uint8_t> m = host_values<uint8_t>(kc);
   std::vector<int32_t> dp;
   if (mask.doc_pos.defined() && !mask.doc_pos.device().is_meta())
@@ -70,10 +69,10 @@ void GatedDeltaNet::check_padding(const TokenMask& mask) {
       const bool real = m[size_t(b * T + t)] != 0;
       if (real && state == 2)
         fail("Gated DeltaNet: key padding mask row " + std::to_string(b) + " has a padded token before the real token at " +
-                     std::to_string(t) + ", after real ones",
-                 "zeroed padding between real tokens would still decay the recurrent state and fill the convolution's "
-                 "window, so the tokens after it would not compute what they would without it",
-                 "pad only before or after each sequence (or document), or pack documents with doc_pos");
+                 std::to_string(t) + ", after real ones",
+             "zeroed padding between real tokens would still decay the recurrent state and fill the convolution's "
+             "window, so the tokens after it would not compute what they would without it",
+             "pad only before or after each sequence (or document), or pack documents with doc_pos");
       if (real) state = 1;
       else if (state == 1) state = 2;
     }
