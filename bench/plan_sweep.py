@@ -83,6 +83,26 @@ def llama_model(rng, work, idx):
     return {"family": "llama", "config": cfg}, "llama"
 
 
+def qwen35_model(rng, work, idx):
+    """Qwen3.5 (issue 44): Gated DeltaNet and gated-attention layers; a kind "llama" run (causal,
+    its layers under model.layers)."""
+    if rng.random() < 0.5 or SMALL:
+        return {"family": "qwen3_5", "flags": ["--model", "qwen3.5-tiny", "--depth", str(rng.randint(1, 4))]}, "llama"
+    kv = rng.randint(1, 2)
+    heads = kv * rng.randint(1, 3)
+    hd = pick(rng, [8, 16, 32, 64])
+    lk = rng.randint(1, 3)
+    cfg = {"model_type": "qwen3_5_text", "vocab_size": rng.randint(200, 3000), "hidden_size": pick(rng, [16, 24, 32, 48]),
+           "intermediate_size": rng.randint(16, 200), "num_hidden_layers": rng.randint(1, 4),
+           "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+           "linear_num_key_heads": lk, "linear_num_value_heads": lk * rng.randint(1, 2),
+           "linear_key_head_dim": pick(rng, [4, 8, 16]), "linear_value_head_dim": pick(rng, [3, 8, 16]),
+           "linear_conv_kernel_dim": pick(rng, [2, 4]), "full_attention_interval": rng.randint(1, 3),
+           "max_position_embeddings": 1024, "tie_word_embeddings": rng.random() < 0.5,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25 if hd >= 16 else 0.5}}
+    return {"family": "qwen3_5", "config": cfg}, "llama"
+
+
 def encoder_model(rng, work, idx):
     preset = pick(rng, ["bert-tiny", "roberta-tiny", "distilbert-tiny", "bigbird-tiny"] + ([] if SMALL else ["bert-base-uncased"]))
     flags = ["--model", preset]
@@ -97,7 +117,7 @@ def resnet_model(rng, work, idx):
 
 
 FAMILIES = [("vit", vit_model, 3), ("gpt2", gpt2_model, 3), ("llama", llama_model, 4),
-            ("encoder", encoder_model, 1), ("resnet", resnet_model, 2)]
+            ("encoder", encoder_model, 1), ("resnet", resnet_model, 2), ("qwen3_5", qwen35_model, 2)]
 
 
 def checkpoint_regex(kind, rng):
@@ -241,7 +261,7 @@ def main():
     ap.add_argument("--plan-only", action="store_true", help="draw and plan only (no GPU): checks the sampler")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="where the runs go (cpu: the plan of a cpu run against it; small shapes only)")
-    ap.add_argument("--families", default="", help="comma-separated subset of vit,gpt2,llama,encoder,resnet")
+    ap.add_argument("--families", default="", help="comma-separated subset of vit,gpt2,llama,encoder,resnet,qwen3_5")
     ap.add_argument("--small", action="store_true", help="the smallest shapes only (CPU runs in the tests)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per plan or run")
     ap.add_argument("--max-draws", type=int, default=0, help="give up after this many draws (default 20 N)")

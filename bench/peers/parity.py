@@ -5,7 +5,7 @@ LoRA: PEFT's adapter (r 16, alpha 32, all 7 linear names of TinyLlama's shape) a
 leantrain_bench parity --adapter: logits, adapter gradients, 50 adapter-only AdamW steps.
 
 For each model (HF GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-Gemma3ForCausalLM (text) and torchvision
+Gemma3ForCausalLM (text), Qwen3_5ForCausalLM (text) and torchvision
 VisionTransformer, small ones and full-size ones) and each dtype (f32, bf16): PyTorch draws random weights and a batch, saves both
 as safetensors, leantrain (build-cuda/leantrain_bench parity) loads them and writes its logits,
 loss and every parameter gradient, and this script compares them with PyTorch's. Then both run
@@ -62,7 +62,7 @@ def gpt2_model(cfg, dtype):
     return GPT2LMHeadModel(c).to(device="cuda", dtype=dtype)
 
 
-TOKEN_KINDS = ("gpt2", "llama")  # "llama" covers every decoder model_type (llama, qwen2, qwen3, mistral, gemma3_text)
+TOKEN_KINDS = ("gpt2", "llama")  # "llama" covers every decoder model_type (llama, qwen2, qwen3, mistral, gemma3_text, qwen3_5_text)
 
 
 def vit_model(cfg, dtype):
@@ -83,7 +83,8 @@ def llama_model(cfg, dtype):
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
-               "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM")}
+               "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+               "qwen3_5_text": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM")}
     conf_cls, model_cls = (getattr(tf, n) for n in classes[cfg["model_type"]])
     keys = {k: v for k, v in cfg.items() if k not in ("batch", "seq", "model_type")}
     c = conf_cls(**keys, attention_dropout=0.0)
@@ -93,13 +94,17 @@ def llama_model(cfg, dtype):
         pass
     m = model_cls(c)
     # Zero-initialised biases and ones-initialised norms get random values, so that their
-    # gradients carry information and a misapplied bias or norm shows. Gemma's norms scale by
-    # (1 + w) and initialise w to zeros: random around 0 there.
-    unit_offset_norms = cfg["model_type"] == "gemma3_text"
+    # gradients carry information and a misapplied bias or norm shows. Gemma's and Qwen3.5's norms
+    # scale by (1 + w) and initialise w to zeros: random around 0 there (but Qwen3.5's gated norm of
+    # the Gated DeltaNet, linear_attn.norm, scales by w: around 1). The DeltaNet's A_log (log-uniform)
+    # and dt_bias (ones, made random here) and its convolution keep transformers' init otherwise.
+    unit_offset_norms = cfg["model_type"] in ("gemma3_text", "qwen3_5_text")
     with torch.no_grad():
         for n, p in m.named_parameters():
             if n.endswith(".bias"):
                 p.normal_(0, 0.02)
+            elif n.endswith("linear_attn.norm.weight") or n.endswith("dt_bias"):
+                p.normal_(1, 0.1)
             elif "norm" in n:
                 p.normal_(0 if unit_offset_norms else 1, 0.1)
             elif n.endswith(".mlp.gate.weight"):
@@ -542,6 +547,24 @@ def main():
                                                 mlp_only_layers=[]), 50),
         ("mixtral-small", "llama", mixtral_small, 50),
     ]
+    # Qwen3.5 text (issue 44): both layer kinds (Gated DeltaNet and gated attention with (1 + w) q/k norms
+    # and partial rotary: 8 of 32 dims), T 77 (a chunk of 64 and one of 13), DeltaNet 2 key heads of 16
+    # on 4 value heads of 12 (grouped), a 4-tap convolution; tied. Then untied at T 130 with value heads
+    # equal to key heads and an attention layer first.
+    qwen35_small = dict(model_type="qwen3_5_text", vocab_size=509, hidden_size=48, intermediate_size=88,
+                        num_hidden_layers=4, num_attention_heads=3, num_key_value_heads=1, head_dim=32,
+                        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+                        linear_num_key_heads=2, linear_key_head_dim=16, linear_num_value_heads=4,
+                        linear_value_head_dim=12, linear_conv_kernel_dim=4, max_position_embeddings=512,
+                        rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1e6,
+                                                                partial_rotary_factor=0.25),
+                        tie_word_embeddings=True, batch=3, seq=77)
+    cases += [
+        ("qwen3_5-small", "llama", qwen35_small, 50),
+        ("qwen3_5-small-untied-t130", "llama",
+         dict(qwen35_small, num_hidden_layers=3, layer_types=["full_attention", "linear_attention", "linear_attention"],
+              linear_num_value_heads=2, tie_word_embeddings=False, batch=2, seq=130), 50),
+    ]
     # BERT family (issue 17): padded batches, every family's head; hidden_act gelu (erf).
     enc_small = dict(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                      max_position_embeddings=96, num_labels=3, batch=4, seq=77)
@@ -597,6 +620,16 @@ def main():
                                         hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
                                         attn_logit_softcapping=None, tie_word_embeddings=True, batch=1, seq=1024,
                                         dtypes=("bf16",), **gemma3_rope_keys(1e6, 1e4, None)), 0),
+            # Qwen3.5-2B's text tower (random init, bf16): 18 DeltaNet and 6 attention layers, T 300 (4 chunks and 44).
+            ("qwen3_5-2b", "llama", dict(model_type="qwen3_5_text", vocab_size=248320, hidden_size=2048,
+                                         intermediate_size=6144, num_hidden_layers=24, num_attention_heads=8,
+                                         num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                                         linear_key_head_dim=128, linear_num_value_heads=16, linear_value_head_dim=128,
+                                         linear_conv_kernel_dim=4, full_attention_interval=4,
+                                         max_position_embeddings=262144, rms_norm_eps=1e-6,
+                                         rope_parameters=dict(rope_type="default", rope_theta=1e7,
+                                                              partial_rotary_factor=0.25),
+                                         tie_word_embeddings=True, batch=1, seq=300, dtypes=("bf16",)), 0),
             ("gpt2-124m", "gpt2", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, batch=2, seq=256), 0),
             ("vit-b-16", "vit", dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                                      image_size=224, patch_size=16, num_labels=1000, layer_norm_eps=1e-6, batch=2), 0),

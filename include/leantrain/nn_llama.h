@@ -63,6 +63,9 @@ struct DecoderAttentionOptions {
   // Sliding-window attention: each query sees the `window` latest keys, itself included
   // (transformers' sliding_window); 0: full causal attention.
   int64_t window = 0;
+  // Qwen3.5's attn_output_gate: q_proj is [2 H D, C], each head's D query rows followed by D gate
+  // rows; the attention's output is multiplied by sigmoid(gate) before o_proj.
+  bool output_gate = false;
   Init init = Init::normal(0.02);
   const char* type = "LlamaAttention";
 };
@@ -70,7 +73,9 @@ struct DecoderAttentionOptions {
 // Grouped-query causal self-attention: q_proj [H D, C], k_proj and v_proj [Hkv D, C], o_proj
 // [C, H D] (torch layout), RoPE on q and k, attention core (child "core", no parameters).
 // Forward: qkv = x [q | k | v]^T (one GEMM), (qk_norm: q and k heads normalised), rotated in one
-// op (v passes through), attended, o_proj.
+// op (v passes through), attended, o_proj. A rotary embedding narrower than the head dim turns
+// the first dims of each head only (partial_rotary_factor); output_gate gates the attention's
+// output (see DecoderAttentionOptions).
 class DecoderSelfAttention : public SelfAttention {
  public:
   DecoderSelfAttention(ParamFactory& pf, const DecoderAttentionOptions& o, std::shared_ptr<RotaryEmbedding> rope);
@@ -79,9 +84,10 @@ class DecoderSelfAttention : public SelfAttention {
   int64_t kv_heads() const { return kv_heads_; }
 
  private:
-  Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D]
+  Tensor project(const Tensor& x);  // [B, T, C] -> [B, T, (H + 2 Hkv) D] (H of 2 D with output_gate)
   Tensor norm_heads(const Tensor& qkv);  // q_norm, k_norm over their heads of qkv; v unchanged
   int64_t kv_heads_, head_dim_;
+  bool output_gate_ = false;
   const char* type_;
   std::shared_ptr<RotaryEmbedding> rope_;
   Child<UnaryModule> q_proj_, k_proj_, v_proj_, o_proj_;

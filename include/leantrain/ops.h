@@ -240,19 +240,54 @@ void set_table_grad_sink(const Tensor& table, TableGradSink sink);
 Tensor rotary_embedding(const Tensor& x, double base = 10000.0, int64_t pos_offset = 0);
 // x [B, T, N*D]: N heads of D = 2 * inv_freq.size() along the last dim (a packed q | k | v
 // projection); the first rotary_heads heads are rotated, the others pass through unchanged.
+// head_dim > 2 * inv_freq.size(): partial rotary (transformers' partial_rotary_factor): heads of
+// head_dim whose first 2 * inv_freq.size() dims rotate and the rest pass through; 0: no partial.
 // Saves nothing for its backward (the inverse rotation).
 Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
-                               int64_t pos_offset = 0);
+                               int64_t pos_offset = 0, int64_t head_dim = 0);
 // The same two with per-token positions: positions i32 [B, T] (e.g. AttentionMask::doc_pos of
 // packed documents, restarting at 0 per document) on x's device, each >= 0; token t of row b
 // turns by inv_freq[i] * positions[b, t]. x [B, H, T, D] or [B, T, N*D] as above.
 Tensor rotary_embedding(const Tensor& x, double base, const Tensor& positions);
 Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
-                               const Tensor& positions);
+                               const Tensor& positions, int64_t head_dim = 0);
 // The largest head dim the rotary ops take.
 inline constexpr int64_t kRopeMaxHeadDim = 512;
 // transformers' default inverse frequencies 1 / base^(2i/D), i < D/2, in f32 as it computes them.
 std::vector<float> rope_inv_freq(int64_t head_dim, double base);
+
+// ---- Gated DeltaNet (Qwen3.5's linear attention) ----
+// The gated delta rule as transformers' torch_chunk_gated_delta_rule computes it with
+// use_qk_l2norm_in_kernel: per value head h (reading key head h / (Hv / Hk)), q and k
+// l2-normalised (x / sqrt(|x|^2 + 1e-6)), q scaled by Dk^-1/2, S_0 = 0,
+//   S_t = exp(g_t) S_{t-1} + k_t beta_t (v_t - exp(g_t) S_{t-1}^T k_t)^T,  o_t = S_t^T q_t,
+// in f32 (f64 for f64 inputs), by chunks of `chunk` <= 64 steps (ops/gated_delta.cpp). q, k
+// [B, T, Hk, Dk] and v [B, T, Hv, Dv] of one floating dtype, g [B, T, Hv] the log decay in f32
+// (f64 for f64), beta [B, T, Hv] in q's dtype. Returns o [B, T, Hv, Dv] in v's dtype. Saves its
+// inputs and the state at each chunk's start (B Hv ceil(T / chunk) Dk Dv f32).
+// doc_pos: packed documents (AttentionMask::doc_pos: i32 [B, T], 0 at each document's start, on
+// q's device), or undefined. With it S restarts at 0 at each document's start, so each document's
+// outputs and gradients are those of the document alone; the chunks, memory and saved bytes are
+// the same (docs/decisions.md, "Packed documents in the Gated DeltaNet").
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        int64_t chunk = 64, const Tensor& doc_pos = Tensor());
+// The same on the packed convolution output qkv [B, T, 2 Hk Dk + Hv Dv] (q | k | v), read in place,
+// with one gradient for all three.
+Tensor gated_delta_rule_packed(const Tensor& qkv, int64_t key_heads, int64_t key_dim, int64_t value_heads,
+                               int64_t value_dim, const Tensor& g, const Tensor& beta, int64_t chunk = 64,
+                               const Tensor& doc_pos = Tensor());
+// Gated DeltaNet's log decay g = -exp(a_log) softplus(a + dt_bias) (torch's softplus), in f32
+// (f64 for f64 a): a [..., H] (e.g. a column slice of a projection, read in place), a_log and
+// dt_bias [H] of any floating dtype. Returns [..., H].
+Tensor gated_delta_decay(const Tensor& a, const Tensor& a_log, const Tensor& dt_bias);
+// The causal depthwise convolution over time: x [B, T, C], w [C, K] (x's dtype);
+// out[b, t, c] = sum_j w[c, j] x[b, t - K + 1 + j, c] (zeros before the start), rounded, then
+// (silu) its SiLU, as transformers' causal_conv1d_fn. Saves x and w only. doc_pos (packed
+// documents, as gated_delta_rule's): zeros before each document's start instead of the row's.
+Tensor causal_conv1d(const Tensor& x, const Tensor& w, bool silu = true, const Tensor& doc_pos = Tensor());
+// The gated RMSNorm (transformers' Qwen3_5RMSNormGated) over each group of D = w.size(0) columns
+// of the last dim: round(round(x rstd) w) * silu(z), rounded; x and z of one shape and dtype, w [D].
+Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, double eps = 1e-6);
 
 // ---- images (NCHW): convolution, batch norm, pooling (ResNet) ----
 // A (height, width) pair; one number means both.

@@ -34,13 +34,14 @@ const ModelFamily& llama_family(), &qwen2_family(), &qwen3_family(), &mistral_fa
     &mixtral_family();  // llama_family.cpp
 const ModelFamily& bert_family(), &roberta_family(), &distilbert_family(), &big_bird_family();  // encoder_family.cpp
 const ModelFamily& gemma3_text_family(), &gemma3_family();  // gemma3_family.cpp
+const ModelFamily& qwen3_5_text_family(), &qwen3_5_family();  // qwen3_5_family.cpp
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all{&gpt2_family(), &vit_family(), &llama_family(), &qwen2_family(),
                                                    &qwen3_family(), &mistral_family(), &resnet_family(), &bert_family(),
                                                    &roberta_family(), &distilbert_family(), &big_bird_family(),
                                                    &gemma3_text_family(), &gemma3_family(), &qwen3_moe_family(),
-                                                   &mixtral_family()};
+                                                   &mixtral_family(), &qwen3_5_text_family(), &qwen3_5_family()};
   return all;
 }
 

@@ -73,21 +73,23 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
     : SelfAttention(o.heads * o.head_dim, o.heads, true),
       kv_heads_(o.kv_heads),
       head_dim_(o.head_dim),
+      output_gate_(o.output_gate),
       type_(o.type),
       rope_(std::move(rope)) {
   LT_CHECK(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
            "attention: " + std::to_string(o.heads) + " heads and " + std::to_string(o.kv_heads) + " key/value heads",
            "each key/value head serves an equal group of query heads",
            "use num_key_value_heads dividing num_attention_heads");
-  LT_CHECK(rope_ && rope_->head_dim() == o.head_dim,
+  LT_CHECK(rope_ && rope_->head_dim() > 0 && rope_->head_dim() <= o.head_dim,
            "attention: head dim " + std::to_string(o.head_dim) + " and rotary dim " +
                std::to_string(rope_ ? rope_->head_dim() : 0),
-           "RoPE rotates whole heads", "build the rotary embedding for the head dim");
-  const int64_t q = o.heads * o.head_dim, kv = o.kv_heads * o.head_dim;
+           "RoPE rotates the first dims of each head, at most all of them",
+           "build the rotary embedding for the head dim (or a part of it)");
+  const int64_t q = o.heads * o.head_dim, kv = o.kv_heads * o.head_dim, qrows = o.output_gate ? 2 * q : q;
   // Weights first, one after another (one GEMM), then the biases (one stack).
-  Tensor qw = pf.make({q, o.hidden}, o.init), kw = pf.make({kv, o.hidden}, o.init), vw = pf.make({kv, o.hidden}, o.init);
+  Tensor qw = pf.make({qrows, o.hidden}, o.init), kw = pf.make({kv, o.hidden}, o.init), vw = pf.make({kv, o.hidden}, o.init);
   Tensor qb, kb, vb;
-  if (o.qkv_bias) qb = pf.make({q}, Init::zeros()), kb = pf.make({kv}, Init::zeros()), vb = pf.make({kv}, Init::zeros());
+  if (o.qkv_bias) qb = pf.make({qrows}, Init::zeros()), kb = pf.make({kv}, Init::zeros()), vb = pf.make({kv}, Init::zeros());
   q_proj_ = register_child<UnaryModule>("q_proj", std::make_shared<Linear>(qw, qb));
   k_proj_ = register_child<UnaryModule>("k_proj", std::make_shared<Linear>(kw, kb));
   v_proj_ = register_child<UnaryModule>("v_proj", std::make_shared<Linear>(vw, vb));
@@ -125,13 +127,23 @@ Tensor DecoderSelfAttention::forward(const Tensor& x, const TokenMask& mask) {
   // q and k rotated, v passed through, in one op that saves nothing: the attention keeps the
   // rotated buffer, the only tensor of this layer's forward that the backward reads.
   Tensor p = project(x);
+  Tensor gate;
+  if (output_gate_) {
+    // Each head's D query columns, then its D gate columns: split into q | k | v and the gate.
+    const int64_t B = p.size(0), T = p.size(1), D = head_dim_, q = heads_ * D;
+    Tensor qg = reshape(slice(p, 2, 0, 2 * q), {B, T, heads_, 2 * D});
+    gate = reshape(contiguous(slice(qg, 3, D, 2 * D)), {B, T, q});
+    p = concat({reshape(contiguous(slice(qg, 3, 0, D)), {B, T, q}), slice(p, 2, 2 * q, p.size(2))}, 2);
+  }
   if (q_norm_.get()) p = norm_heads(p);
   // Packed documents turn by each token's position inside its document (the same doc_pos that
   // makes attention block-diagonal), as transformers' position_ids of a flattened batch.
   Tensor qkv = mask.doc_pos.defined()
-                   ? rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, mask.doc_pos)
-                   : rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset());
-  return (*o_proj_)(attend(qkv, mask));
+                   ? rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, mask.doc_pos, head_dim_)
+                   : rotary_embedding_packed(p, rope_->inv_freq(), heads_ + kv_heads_, rope_->pos_offset(), head_dim_);
+  Tensor a = attend(qkv, mask);
+  if (gate.defined()) a = mul(a, sigmoid(gate));  // transformers: attn_output * torch.sigmoid(gate)
+  return (*o_proj_)(a);
 }
 
 GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type), act_(o.act) {

@@ -162,19 +162,9 @@ Tensor check_mask_kinds(const char* name, const AttentionMask& m, int64_t B, int
            "build it as int32 with the batch's shape");
   Tensor dc = contiguous_data(d);
   // On the CPU the restart sequence is cheap to check (one pass); on a GPU it would cost a copy
-  // and a synchronisation per layer, so it is the caller's duty there (docs/decisions.md).
-  if (dc.device().is_cpu()) {
-    const int32_t* p = dc.data<int32_t>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < Tq; ++t) {
-        const int32_t x = p[b * Tq + t], want = t == 0 ? 0 : p[b * Tq + t - 1] + 1;
-        LT_CHECK(x == 0 || x == want,
-                 op + ": doc_pos[" + std::to_string(b) + ", " + std::to_string(t) + "] = " + std::to_string(x) +
-                     " is neither 0 (a document start) nor " + std::to_string(want) + " (the token before + 1)",
-                 "each document's positions run 0, 1, 2, ... and a row starts with a document (0)",
-                 "restart at 0 at each document start and count up by one");
-      }
-  }
+  // and a synchronisation per layer, so it is the caller's duty there (docs/decisions.md), unless
+  // the loader kept the batch's bytes on the host.
+  check_doc_pos_values(op, dc);
   return dc;
 }
 

@@ -140,6 +140,18 @@ Tensor check_positions(const char* name, const Tensor& x, const Tensor& position
   return p;
 }
 
+// The head dim of a packed rotary op: 2 * inv_freq.size(), or head_dim when that is larger
+// (partial rotary: the first 2 * inv_freq.size() dims of each head rotate).
+int64_t partial_head_dim(const char* name, const std::vector<float>& inv_freq, int64_t head_dim) {
+  const int64_t r = 2 * int64_t(inv_freq.size());
+  LT_CHECK(head_dim == 0 || (head_dim >= r && head_dim % 2 == 0),
+           std::string(name) + ": head dim " + std::to_string(head_dim) + " with " + std::to_string(r / 2) +
+               " frequencies",
+           "partial rotary turns the first 2 * (number of frequencies) dims of an even head dim",
+           "pass 0 or an even head dim of at least " + std::to_string(r));
+  return head_dim == 0 ? r : head_dim;
+}
+
 void check_rope_args(const char* name, const Tensor& x, int64_t head_dim, int64_t pos_offset) {
   check_floating(name, x);
   LT_CHECK(head_dim % 2 == 0 && head_dim > 0, std::string(name) + ": head dim " + std::to_string(head_dim) + " is odd",
@@ -174,11 +186,11 @@ Tensor rotary_embedding(const Tensor& x, double base, int64_t pos_offset) {
 }
 
 Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
-                               int64_t pos_offset) {
+                               int64_t pos_offset, int64_t head_dim) {
   OpNameScope op("rotary_embedding");
   const char* name = "rotary_embedding_packed";
   check_rank(name, x, 3, "x [B, T, heads * D]");
-  const int64_t D = 2 * int64_t(inv_freq.size());
+  const int64_t D = partial_head_dim(name, inv_freq, head_dim);
   check_rope_args(name, x, D, pos_offset);
   const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
   LT_CHECK(W % D == 0 && rotary_heads >= 0 && rotary_heads <= W / D,
@@ -200,11 +212,11 @@ Tensor rotary_embedding(const Tensor& x, double base, const Tensor& positions) {
 }
 
 Tensor rotary_embedding_packed(const Tensor& x, const std::vector<float>& inv_freq, int64_t rotary_heads,
-                               const Tensor& positions) {
+                               const Tensor& positions, int64_t head_dim) {
   OpNameScope op("rotary_embedding");
   const char* name = "rotary_embedding_packed";
   check_rank(name, x, 3, "x [B, T, heads * D]");
-  const int64_t D = 2 * int64_t(inv_freq.size());
+  const int64_t D = partial_head_dim(name, inv_freq, head_dim);
   check_rope_args(name, x, D, 0);
   const int64_t B = x.size(0), T = x.size(1), W = x.size(2);
   LT_CHECK(W % D == 0 && rotary_heads >= 0 && rotary_heads <= W / D,

@@ -146,6 +146,30 @@ Tensor rows_reshape_view(const Tensor& x, const Shape& shape, int64_t ld) {
   return make_view(x, shape, strides, x.offset());
 }
 
+void check_doc_pos_values(const std::string& op, const Tensor& d) {
+  LT_ASSERT(d.is_contiguous() && d.dtype() == DType::I32 && d.dim() == 2);
+  if (d.device().is_meta()) return;
+  const int32_t* p = nullptr;
+  if (d.device().is_cpu()) {
+    p = d.data<int32_t>();
+  } else if (const auto& host = d.storage()->host_copy) {
+    const int64_t at = d.offset() * 4;
+    LT_ASSERT(at >= 0 && at + d.numel() * 4 <= int64_t(host->size()));
+    p = reinterpret_cast<const int32_t*>(host->data() + at);
+  }
+  if (!p) return;
+  const int64_t B = d.size(0), T = d.size(1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t x = p[b * T + t], want = t == 0 ? 0 : p[b * T + t - 1] + 1;
+      LT_CHECK(x == 0 || x == want,
+               op + ": doc_pos[" + std::to_string(b) + ", " + std::to_string(t) + "] = " + std::to_string(x) +
+                   " is neither 0 (a document start) nor " + std::to_string(want) + " (the token before + 1)",
+               "each document's positions run 0, 1, 2, ... and a row starts with a document (0)",
+               "restart at 0 at each document start and count up by one");
+    }
+}
+
 std::vector<int64_t> read_indices(const Tensor& ids) {
   LT_ASSERT(ids.is_contiguous() && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32));
   if (ids.device().is_meta()) return {};

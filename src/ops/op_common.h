@@ -17,6 +17,12 @@ void check_floating(const char* op, const Tensor& x);
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* name);
 // An attention's key padding mask: undefined, or u8 [B, Tk] with 1 = attend.
 void check_key_padding_mask(const char* op, const Tensor& mask, int64_t B, int64_t Tk);
+// Packed documents' positions (AttentionMask::doc_pos, nn::TokenMask::doc_pos), contiguous i32
+// [B, T]: each row starts a document (0) and counts up by one until the next 0. Checked where the
+// values sit on the host without a device synchronisation (a CPU tensor, or a loader batch's kept
+// bytes, Storage::host_copy); a GPU tensor without them is the caller's duty (a copy and a
+// synchronisation per layer would cost more than the check is worth). Nothing on meta.
+void check_doc_pos_values(const std::string& op, const Tensor& doc_pos);
 // NumPy broadcasting of two shapes; throws with both shapes on mismatch.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 // A broadcast view of x as `shape` (stride 0 on expanded dims), for the kernels.

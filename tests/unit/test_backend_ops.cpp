@@ -97,7 +97,7 @@ TEST(BackendOps, TableHasOneUniqueNamedEntryPerOp) {
   EXPECT_EQ(std::string(kBackendOps[size_t(BackendOp::gemm)].name), "gemm");
   EXPECT_EQ(std::string(kBackendOps[size_t(BackendOp::lion8bit_step)].group), "optim");
   EXPECT_EQ(groups, (std::set<std::string>{"data", "elementwise", "reduce", "gemm", "norm", "attention",
-                                           "embedding", "loss", "optim", "quant", "conv"}));
+                                           "embedding", "loss", "optim", "quant", "conv", "delta"}));
 }
 
 TEST(BackendOps, CpuCudaAndMetaOverrideEveryOp) {

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "leantrain/autograd.h"
+#include "leantrain/memory.h"
 #include "leantrain/ops.h"
 #include "unit/rel_error.h"
 
@@ -64,6 +65,35 @@ struct OpCase {
 
 Tensor sdpa(const V& x, bool causal, bool masked, double scale = 0.0) {
   return scaled_dot_product_attention(x[0], x[1], x[2], causal, masked ? x[3] : Tensor(), scale);
+}
+
+// Packed documents' positions (i32 [B, T] on x's device) for rows of the given document lengths:
+// an input of the op, so made outside the allocation trace (as the harness keeps the upstream
+// gradient out of it; from_ints stages through the CPU's allocator, which meta's trace lacks).
+Tensor docs_like(const Tensor& x, const std::vector<std::vector<int64_t>>& rows) {
+  std::vector<int64_t> v;
+  for (const auto& row : rows)
+    for (int64_t n : row)
+      for (int64_t i = 0; i < n; ++i) v.push_back(i);
+  const int64_t B = int64_t(rows.size());
+  Allocator& dev = allocator_for(x.device());
+  Allocator& host = allocator_for(Device::cpu());
+  const bool dev_on = dev.history_enabled(), host_on = host.history_enabled();
+  dev.set_history(false);
+  host.set_history(false);
+  Tensor d = from_ints(v, {B, int64_t(v.size()) / B}, DType::I32, x.device());
+  dev.set_history(dev_on);
+  host.set_history(host_on);
+  return d;
+}
+
+// The gated delta rule on packed qkv with g = -sigmoid(x[1]) (accumulation type) and beta =
+// sigmoid(x[2]); packed documents when `docs` names rows.
+Tensor gdn_case(const V& x, int64_t hk, int64_t dk, int64_t hv, int64_t dv, int64_t chunk,
+                const std::vector<std::vector<int64_t>>& docs = {}) {
+  const DType acc = x[0].dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const Tensor g = scale(sigmoid(cast(x[1], acc)), -1.0), beta = sigmoid(x[2]);
+  return gated_delta_rule_packed(x[0], hk, dk, hv, dv, g, beta, chunk, docs.empty() ? Tensor() : docs_like(x[0], docs));
 }
 
 const std::vector<OpCase>& op_cases() {
@@ -361,6 +391,34 @@ const std::vector<OpCase>& op_cases() {
       {"geglu", {F({4, 7, 10}), F({4, 7, 10})}, [](const V& x) { return swiglu(x[0], x[1], GateAct::GeluTanh); }},
       {"geglu_linear", {F({3, 5, 2 * 24}), F({16, 24}), F({16})},
        [](const V& x) { return swiglu_linear(x[0], x[1], x[2], GateAct::GeluTanh); }},
+      // Gated DeltaNet (Qwen3.5): the chunked delta rule on a packed q | k | v (g = -sigmoid(.) in
+      // (-1, 0) in the accumulation type, beta = sigmoid(.)): T not a multiple of the chunk, grouped
+      // value heads, three value-column slices of the GPU's state kernels (40 = 16 + 16 + 8), full chunks of
+      // 64 with head dims of 128; the decay on a column slice, the convolution, the gated norm
+      {"gated_delta_rule", {F({2, 11, 2 * 1 * 8 + 2 * 6}), F({2, 11, 2}), F({2, 11, 2})},
+       [](const V& x) { return gdn_case(x, 1, 8, 2, 6, 4); }},
+      {"gated_delta_rule_three_slices", {F({1, 70, 2 * 1 * 16 + 2 * 40}), F({1, 70, 2}), F({1, 70, 2})},
+       [](const V& x) { return gdn_case(x, 1, 16, 2, 40, 64); }},
+      {"gated_delta_rule_d128", {F({1, 67, 2 * 128 + 128}), F({1, 67, 1}), F({1, 67, 1})},
+       [](const V& x) { return gdn_case(x, 1, 128, 1, 128, 64); }},
+      {"gated_delta_decay", {F({3, 5, 8}), F({4}), F({4})},
+       [](const V& x) { return gated_delta_decay(slice(x[0], 2, 4, 8), x[1], x[2]); }},
+      // packed documents: starts on and inside chunks, documents of one token and across chunks
+      {"gated_delta_rule_docs", {F({2, 21, 2 * 1 * 8 + 2 * 6}), F({2, 21, 2}), F({2, 21, 2})},
+       [](const V& x) { return gdn_case(x, 1, 8, 2, 6, 4, {{1, 3, 4, 6, 7}, {2, 19}}); }},
+      {"gated_delta_rule_docs_c64", {F({2, 150, 2 * 1 * 16 + 2 * 24}), F({2, 150, 2}), F({2, 150, 2})},
+       [](const V& x) { return gdn_case(x, 1, 16, 2, 24, 64, {{70, 1, 57, 22}, {64, 86}}); }},
+      {"causal_conv1d", {F({2, 9, 12}), F({12, 4})}, [](const V& x) { return causal_conv1d(x[0], x[1]); }},
+      {"causal_conv1d_docs", {F({2, 9, 12}), F({12, 4})},
+       [](const V& x) { return causal_conv1d(x[0], x[1], true, docs_like(x[0], {{1, 2, 6}, {3, 3, 3}})); }},
+      {"causal_conv1d_slice_k6", {F({2, 5, 20}), F({11, 6})},
+       [](const V& x) { return causal_conv1d(slice(x[0], 2, 3, 14), x[1]); }},
+      {"rms_norm_gated", {F({3, 5, 16}), F({3, 5, 16}), F({8})}, [](const V& x) { return rms_norm_gated(x[0], x[1], x[2]); }},
+      {"rms_norm_gated_slice_rows", {F({2, 300, 12}), F({2, 300, 20}), F({6})},
+       [](const V& x) { return rms_norm_gated(x[0], slice(x[1], 2, 5, 17), x[2]); }},
+      // partial rotary (Qwen3.5): the first 6 of 16 dims of 2 heads rotated, the rest passed
+      {"rotary_packed_partial", {F({2, 5, 3 * 16})},
+       [](const V& x) { return rotary_embedding_packed(x[0], {1.0f, 0.3f, 0.01f}, 2, 7, 16); }},
       // loss and regularisation
       {"cross_entropy_mean", {F({9, 13}), Tgt({9}, 13)}, [](const V& x) { return cross_entropy(x[0], x[1]); }},
       {"cross_entropy_sum", {F({9, 13}), Tgt({9}, 13)},

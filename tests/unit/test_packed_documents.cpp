@@ -2,8 +2,10 @@
 // restart per document, and the models attending within each document only. The acceptance test:
 // a packed batch's loss and every parameter's gradient equal those of the documents run one by
 // one (the per-token losses summed, divided by the batch's target count), in f64 and f32, for
-// GPT-2 (learned positions), LLaMA, Qwen3 (q/k norms), Mistral (a sliding window) and Gemma 3
-// (sliding and global layers), also with the chunked loss and with activation checkpointing.
+// GPT-2 (learned positions), LLaMA, Qwen3 (q/k norms), Mistral (a sliding window), Gemma 3
+// (sliding and global layers) and Qwen3.5 (a Gated DeltaNet layer, whose recurrent state and
+// convolution restart per document, then gated attention), also with the chunked loss and with
+// activation checkpointing.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -83,6 +85,18 @@ std::string gemma3_json() {
              "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 6,
              "query_pre_attn_scalar": 5, "max_position_embeddings": 256, "sliding_window": 4,
              "sliding_window_pattern": 2, "rms_norm_eps": 1e-6, "tie_word_embeddings": true})";
+}
+
+// Qwen3.5: a Gated DeltaNet layer (2 value heads on 1 key head, a 4-tap convolution: documents of
+// 1-3 inputs are shorter) then a gated attention layer with partial rotary. The rows of 150 below
+// put documents across the delta rule's chunks of 64.
+std::string qwen35_json() {
+  return R"({"model_type": "qwen3_5_text", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 24,
+             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+             "partial_rotary_factor": 0.5, "linear_num_key_heads": 1, "linear_key_head_dim": 6,
+             "linear_num_value_heads": 2, "linear_value_head_dim": 4, "linear_conv_kernel_dim": 4,
+             "full_attention_interval": 2, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+             "tie_word_embeddings": false})";
 }
 
 struct Grads {
@@ -181,7 +195,8 @@ std::vector<Family> families() {
           {"llama", llama_json("llama")},
           {"qwen3", llama_json("qwen3")},
           {"mistral", llama_json("mistral", R"(, "sliding_window": 5)")},
-          {"gemma3", gemma3_json()}};
+          {"gemma3", gemma3_json()},
+          {"qwen3_5", qwen35_json()}};
 }
 
 }  // namespace

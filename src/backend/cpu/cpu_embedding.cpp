@@ -59,14 +59,15 @@ void CpuBackend::padding_mask(const Tensor& out, const Tensor& ids, int64_t pad_
   for (int64_t i = 0; i < ids.numel(); ++i) o[i] = load_index(ids, i) != pad_id;
 }
 
-// Rotate-half as transformers' apply_rotary_pos_emb: pairs (j, j + D/2) of the first rot_heads
-// heads turn by angle = f32(inv_freq[j] * f32(pos_offset + t)) (its freqs, one f32 product), with
+// Rotate-half as transformers' apply_rotary_pos_emb: pairs (j, j + r/2) of the first rot_heads
+// heads (r = 2 * inv_freq.size() <= D; partial rotary copies dims r..) turn by angle = f32(inv_freq[j] * f32(pos_offset + t)) (its freqs, one f32 product), with
 // cos and sin rounded to f32 as torch's f32 cos/sin return them; the rotation itself runs in the
 // accumulation type and is rounded once. The other heads are copied.
 void CpuBackend::rope(const Tensor& out, const Tensor& x, std::span<const float> inv_freq, int64_t pos_offset,
                       const Tensor& positions, int64_t rot_heads, bool inverse) {
-  const int64_t rows = x.size(0), t_len = x.size(1), heads = x.size(2), d = x.size(3), half = d / 2;
-  LT_ASSERT(int64_t(inv_freq.size()) == half && rot_heads >= 0 && rot_heads <= heads);
+  // half: the rotated pairs of a head (d / 2, or fewer under partial rotary: dims 2 * half.. are copied)
+  const int64_t rows = x.size(0), t_len = x.size(1), heads = x.size(2), d = x.size(3), half = int64_t(inv_freq.size());
+  LT_ASSERT(2 * half <= d && rot_heads >= 0 && rot_heads <= heads);
   // P position rows (1 without per-token positions); row r of x takes position row r / per.
   const int64_t P = positions.defined() ? positions.size(0) : 1, per = P > 0 ? rows / P : 1;
   LT_ASSERT(!positions.defined() || (positions.dtype() == DType::I32 && positions.is_contiguous() &&
@@ -100,6 +101,8 @@ void CpuBackend::rope(const Tensor& out, const Tensor& x, std::span<const float>
           st(po, row + j, x1 * c - x2 * s);
           st(po, row + j + half, x2 * c + x1 * s);
         }
+        if (po != px)
+          for (int64_t j = 2 * half; j < d; ++j) po[row + j] = px[row + j];
       }
     }
   });

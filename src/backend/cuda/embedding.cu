@@ -208,15 +208,17 @@ struct RopeTable {
 // With per-token positions (pos, i32 [P, T]) a block takes one (position row p, t) at a time and
 // rotates the R / P rows of that group; without, P = 1 and the angle is pos_offset + t.
 template <class T>
-__global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int D, RopeTable table,
+__global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int D, int rh, RopeTable table,
                             int64_t pos_offset, const int32_t* pos, int P, int rot_heads, bool inverse) {
   __shared__ float cs_s[kRopeMaxHalf], sn_s[kRopeMaxHalf];
+  // rh rotated pairs a head (rh < D / 2: partial rotary); the D / 2 work units of a row are the rh
+  // pairs, then the other dims two at a time
   const int half = D / 2, per = R / P, work = per * N * half;
   for (int64_t pt = blockIdx.x; pt < int64_t(P) * T_len; pt += gridDim.x) {
     const int p = int(pt / T_len);
     const int64_t t = pt - int64_t(p) * T_len;
     const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
-    for (int k = threadIdx.x; k < half; k += blockDim.x) {
+    for (int k = threadIdx.x; k < rh; k += blockDim.x) {
       const float angle = __fmul_rn(table.inv_freq[k], float(at));
       double s, cth;
       sincos(double(angle), &s, &cth);
@@ -234,10 +236,16 @@ __global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int
         orow[k + half] = xr[k + half];
         continue;
       }
+      if (k >= rh) {  // partial rotary: unit k past the rotated pairs copies two of the dims 2 rh..
+        const int e = 2 * rh + 2 * (k - rh);
+        orow[e] = xr[e];
+        orow[e + 1] = xr[e + 1];
+        continue;
+      }
       const float cs = cs_s[k], sn = sn_s[k];
-      const float a = to_f32(xr[k]), c = to_f32(xr[k + half]);  // both read before either write (out may alias x)
+      const float a = to_f32(xr[k]), c = to_f32(xr[k + rh]);  // both read before either write (out may alias x)
       orow[k] = from_f32<T>(__fsub_rn(__fmul_rn(a, cs), __fmul_rn(c, sn)));
-      orow[k + half] = from_f32<T>(__fadd_rn(__fmul_rn(c, cs), __fmul_rn(a, sn)));
+      orow[k + rh] = from_f32<T>(__fadd_rn(__fmul_rn(c, cs), __fmul_rn(a, sn)));
     }
     __syncthreads();  // the table is rewritten for the block's next position
   }
@@ -341,9 +349,9 @@ void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float
   LT_CHECK(out.shape() == x.shape() && out.dtype() == x.dtype() && out.is_contiguous(),
            "rope: out must match x's shape and dtype", "the kernel writes it row by row", "");
   const int64_t D = x.size(3), T_len = x.size(1), N = x.size(2), rows = x.numel() / (D == 0 ? 1 : D);
-  LT_CHECK(D % 2 == 0 && int64_t(inv_freq.size()) == D / 2 && D / 2 <= kRopeMaxHalf,
+  LT_CHECK(D % 2 == 0 && int64_t(inv_freq.size()) <= D / 2 && D / 2 <= kRopeMaxHalf,
            "rope: head dim " + std::to_string(D) + " with " + std::to_string(inv_freq.size()) + " frequencies",
-           "rotate-half pairs i with i + D/2, one frequency per pair, D/2 <= " + std::to_string(kRopeMaxHalf),
+           "rotate-half pairs i with i + r/2, one frequency per pair (r <= D), D/2 <= " + std::to_string(kRopeMaxHalf),
            "use an even head dim of at most " + std::to_string(2 * kRopeMaxHalf));
   if (x.numel() == 0) return;
   RopeTable table{};
@@ -361,7 +369,7 @@ void CudaBackend::rope(const Tensor& out, const Tensor& x, std::span<const float
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<T><<<unsigned(std::min<int64_t>(P * T_len, 65535)), 256, 0, current_stream()>>>(
-        out.data<T>(), x.data<T>(), int(R), T_len, int(N), int(D), table, pos_offset, pos, int(P),
+        out.data<T>(), x.data<T>(), int(R), T_len, int(N), int(D), int(inv_freq.size()), table, pos_offset, pos, int(P),
         int(std::min<int64_t>(rot_heads, N)), inverse);
     LT_CUDA_LAUNCH_CHECK("rope_kernel");
   });
