@@ -2,22 +2,12 @@
 // file therefore leaves the module untouched instead of half loaded.
 #include <map>
 
+#include "io/name_list.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
 #include "leantrain/safetensors.h"
 
 namespace lt::io {
-
-namespace {
-
-// "'a'" or "'a' (and 3 more)".
-std::string first_of(const std::vector<std::string>& names) {
-  std::string s = "'" + names.front() + "'";
-  if (names.size() > 1) s += " (and " + std::to_string(names.size() - 1) + " more)";
-  return s;
-}
-
-}  // namespace
 
 LoadResult load_module(nn::Module& module, const std::string& path, const LoadOptions& options) {
   SafetensorsReader reader(path);

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/event.h"
 #include "core/raw_view.h"
+#include "io/name_list.h"
 #include "leantrain/error.h"
 #include "memory/host_allocators.h"
 
@@ -24,12 +25,6 @@ struct Job {
 bool loadable_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 Tensor host_view(const void* p, const Shape& shape, DType dtype) { return raw_view(p, shape, dtype); }
-
-std::string first_of(const std::vector<std::string>& names) {
-  std::string s = "'" + names.front() + "'";
-  if (names.size() > 1) s += " (and " + std::to_string(names.size() - 1) + " more)";
-  return s;
-}
 
 const char* const kSameModel = "pass a checkpoint of this model: its config.json must describe these weights";
 
