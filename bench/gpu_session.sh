@@ -2,7 +2,7 @@
 # One device call that runs every GPU check and bench we have, in order, each with its own
 # time limit, logs under $OUT. Run from the repo root on the GPU machine with prebuilt binaries
 # in $BUILD (default build-gpu: the stripped executables copied from a CUDA build; nothing is
-# built there). Sections: tests, parity, masks, parity_models, dpo, packing, padding_idx, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx, moe (pass a
+# built there). Sections: tests, parity, masks, parity_models, dpo, packing, padding_idx, gemma_diag, throughput, cli, ladder, plan, sweep, gaps, cost, accuracy, ckpt, nf4, offload, offload_dir, dist2, distn, distkill, lora, qlora, longctx, qwen35, moe_tests, gemma3_long, moe (pass a
 # subset as arguments; default: tests parity throughput).
 set -u
 BUILD=${BUILD:-build-gpu}
@@ -429,11 +429,14 @@ for name, cfg in [('llama', tf.LlamaConfig(vocab_size=64, hidden_size=16, interm
                   ('llama pad 5', tf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, pad_token_id=5)),
                   ('qwen3', tf.Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8)),
                   ('mistral', tf.MistralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)),
-                  ('gemma3_text', tf.Gemma3TextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8))]:
+                  ('gemma3_text', tf.Gemma3TextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8)),
+                  ('qwen3_5_text', tf.Qwen3_5TextConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8, linear_num_key_heads=1, linear_key_head_dim=8, linear_num_value_heads=1, linear_value_head_dim=8)),
+                  ('qwen3_moe', tf.Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8, num_experts=4, num_experts_per_tok=2, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8)),
+                  ('mixtral', tf.MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_local_experts=4, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))]:
     m = tf.AutoModelForCausalLM.from_config(cfg)
     e = m.get_input_embeddings()
     print(name, 'pad_token_id', cfg.pad_token_id, 'padding_idx', e.padding_idx, 'row zero', bool((e.weight[e.padding_idx] == 0).all()) if e.padding_idx is not None else None)
-" 2>&1 | grep -v Warning | tail -8
+" 2>&1 | grep -v Warning | tail -10
       ;;
     gemma_diag)
       # Issue 44: where Gemma 3's f32 curve leaves PyTorch's (steps 0 and 1 agree, step 2 does not):
@@ -466,6 +469,33 @@ for name, cfg in [('llama', tf.LlamaConfig(vocab_size=64, hidden_size=16, interm
       BUILD=$BUILD DEVICE=cuda PRECISION=bf16-mixed STEPS=12 MODES="none selective blocks" \
         CASES="vit-l-16|--batch 32
 gpt2-124m|--batch 8 --seq-len 1024" timeout 300 bash bench/checkpoint_modes.sh 2>&1 | tee "$OUT/checkpoint_modes.md" | tail -12
+      ;;
+    qwen35)
+      # Issue 44's Qwen3.5 checks (bench/qwen35_lora.sh): QWEN35_PARTS, default "ops parity".
+      BUILD=$BUILD OUT=$OUT/qwen35 ROUNDS=${QWEN35_ROUNDS:-1} bash bench/qwen35_lora.sh ${QWEN35_PARTS:-ops parity}
+      ;;
+    moe_tests)
+      # Issue 45's GPU unit tests: the MoE kernels against the CPU (f32, bf16, odd shapes, NF4 experts,
+      # run-to-run bits), the models, packed documents through MoE layers, the NF4 module.
+      timeout 400 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+        --gtest_filter='Moe*:DpoMoe.*:QuantNf4*:PackedDocuments.*' 2>&1 | tail -12
+      ;;
+    gemma3_long)
+      # Issue 44: Gemma-3-1B at T 8192 (LoRA r 16, bf16, checkpointed): sliding layers' attention saves
+      # and computes over the 512-token window; plan against measured, and the plan of the same run
+      # with every layer full attention (sliding_window = T) for the difference the window makes.
+      G="--model gemma3-1b --data synthetic --batch 1 --seq-len 8192 --precision bf16-true --lora-rank 16 --lora-alpha 32 --checkpoint blocks"
+      timeout 120 "./$BUILD/leantrain" plan $G --device-type cuda --json > "$OUT/gemma3-long-plan.json" 2>&1
+      timeout 240 "./$BUILD/leantrain" train $G --device cuda --steps 8 --eval-batches 0 --log-every 4 \
+        --metrics-json "$OUT/gemma3-long-run.json" > "$OUT/gemma3-long-run.log" 2>&1 || tail -4 "$OUT/gemma3-long-run.log"
+      python3 -c "
+import json, sys
+p, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print(json.dumps({'system': 'leantrain-gemma3-1b-T8192-lora', 'tokens_per_s': round(r['steady_items_per_s']),
+                  'peak_allocated': r['peak_allocated_bytes'], 'plan_peak_allocated': p['peak_allocated_bytes'],
+                  'peak_reserved': r['peak_reserved_bytes'], 'plan_peak_reserved': p['peak_reserved_bytes'],
+                  'peak_equals_plan': r['peak_allocated_bytes'] == p['peak_allocated_bytes'] and r['peak_reserved_bytes'] == p['peak_reserved_bytes']}))
+" "$OUT/gemma3-long-plan.json" "$OUT/gemma3-long-run.json" 2>&1 | tee "$OUT/gemma3-long.jsonl"
       ;;
     moe)
       # Issue 45: the MoE parity cases (Qwen3-MoE, Mixtral, aux loss on), then the side by side with

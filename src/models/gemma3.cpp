@@ -68,7 +68,6 @@ class Gemma3Body : public nn::Module {
   std::shared_ptr<nn::RotaryEmbedding> rotary_emb, rotary_emb_local;
 };
 
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
 // sqrt(hidden) rounded to the embedding's dtype, as Gemma3TextScaledWordEmbedding's
 // embed_scale.to(weight.dtype).
@@ -170,12 +169,12 @@ std::string Gemma3::checkpoint_key_to_name(const std::string& key) const {
   std::string k = key;
   // A gemma3 checkpoint: the text tower's keys, the rest (vision tower, projector) skipped.
   for (const char* p : {"model.language_model.", "language_model.model."})
-    if (starts_with(k, p)) k = "model." + k.substr(std::string(p).size());
+    if (k.starts_with(p)) k = "model." + k.substr(std::string(p).size());
   if (k == "language_model.lm_head.weight") k = "lm_head.weight";
   for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
-    if (starts_with(k, p)) return "";
+    if (k.starts_with(p)) return "";
   if (k == "lm_head.weight") return lm_head_ ? k : "";  // else tied to model.embed_tokens.weight
-  if (starts_with(k, "model.")) return k;
+  if (k.starts_with("model.")) return k;
   return "model." + k;  // a bare Gemma3TextModel
 }
 

@@ -15,7 +15,7 @@ namespace {
 const char* kWhat = "Gemma3 config";
 
 // layer_types: "sliding_attention" / "full_attention", one per layer.
-std::vector<bool> read_layer_types(const nlohmann::json& t) {
+std::vector<bool> read_sliding_layers(const nlohmann::json& t) {
   LT_CHECK(t.is_array(), "config.json: 'layer_types' must be a list", "found " + t.dump(),
            "write e.g. [\"sliding_attention\", ..., \"full_attention\"]");
   std::vector<bool> out;
@@ -131,7 +131,7 @@ Gemma3Config Gemma3Config::from_json(const nlohmann::json& top) {
   }
   if (auto it = j.find("sliding_window_pattern"); it != j.end()) read_int(j, "sliding_window_pattern", c.sliding_window_pattern);
   else if (auto it2 = j.find("_sliding_window_pattern"); it2 != j.end()) read_int(j, "_sliding_window_pattern", c.sliding_window_pattern);
-  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) c.sliding = read_layer_types(*it);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) c.sliding = read_sliding_layers(*it);
   if (auto it = j.find("rope_scaling"); it != j.end()) read_rope_object(*it, "rope_scaling", c.rope_theta, c.rope_scaling);
   if (auto it = j.find("rope_parameters"); it != j.end()) read_rope_parameters(*it, c);
   std::string act = "gelu_pytorch_tanh";

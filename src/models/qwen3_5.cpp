@@ -73,7 +73,6 @@ class Qwen35Body : public nn::Module {
   std::shared_ptr<nn::RotaryEmbedding> rotary_emb;
 };
 
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
 class PositionOffset {
  public:
@@ -167,11 +166,11 @@ std::string Qwen35::checkpoint_key_to_name(const std::string& key) const {
   std::string k = key;
   // A qwen3_5 checkpoint: the text tower's keys; the vision tower and the MTP layers skipped.
   for (const char* p : {"model.language_model.", "language_model.model."})
-    if (starts_with(k, p)) k = "model." + k.substr(std::string(p).size());
+    if (k.starts_with(p)) k = "model." + k.substr(std::string(p).size());
   for (const char* p : {"model.visual.", "visual.", "mtp.", "model.mtp."})
-    if (starts_with(k, p)) return "";
+    if (k.starts_with(p)) return "";
   if (k == "lm_head.weight") return lm_head_ ? k : "";  // else tied to model.embed_tokens.weight
-  if (starts_with(k, "model.")) return k;
+  if (k.starts_with("model.")) return k;
   return "model." + k;  // a bare Qwen3_5TextModel
 }
 

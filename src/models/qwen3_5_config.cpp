@@ -14,11 +14,11 @@ using namespace detail;
 
 namespace {
 
-const char* kWhat = "Qwen3.5 config";
+const char* kQwen35What = "Qwen3.5 config";
 
 // layer_types: "linear_attention" / "full_attention", one per layer (transformers also remaps the
 // older "attention" / "linear" spellings).
-std::vector<bool> read_layer_types(const nlohmann::json& t) {
+std::vector<bool> read_full_layers(const nlohmann::json& t) {
   LT_CHECK(t.is_array(), "config.json: 'layer_types' must be a list", "found " + t.dump(),
            "write e.g. [\"linear_attention\", ..., \"full_attention\"]");
   std::vector<bool> out;
@@ -134,7 +134,7 @@ Qwen35Config Qwen35Config::from_json(const nlohmann::json& top) {
   read_bool(top, "tie_word_embeddings", c.tie_word_embeddings);
   if (&j != &top) read_bool(j, "tie_word_embeddings", c.tie_word_embeddings);
   read_rope(j, c);
-  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) c.full = read_layer_types(*it);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) c.full = read_full_layers(*it);
   std::string act = "silu";
   read_string(j, "hidden_act", act);
   LT_CHECK(act == "silu", "config.json: qwen3_5 hidden_act '" + act + "' is not supported",
@@ -233,7 +233,7 @@ int64_t Qwen35Config::padding_idx() const { return padding_index(kept, vocab_siz
 
 void Qwen35Config::validate() const {
   (void)padding_idx();
-  const std::string m = kWhat;
+  const std::string m = kQwen35What;
   for (auto [key, v] : {std::pair{"vocab_size", vocab_size}, {"hidden_size", hidden_size},
                         {"intermediate_size", intermediate_size}, {"num_hidden_layers", num_hidden_layers},
                         {"num_attention_heads", num_attention_heads}, {"num_key_value_heads", num_key_value_heads},

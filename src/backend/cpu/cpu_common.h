@@ -32,6 +32,12 @@ template <class T> inline acc_t<T> ld(const T* p, int64_t i) { return acc_t<T>(l
 template <> inline double ld<double>(const double* p, int64_t i) { return p[i]; }
 template <class T> inline void st(T* p, int64_t i, acc_t<T> v) { store(p, i, float(v)); }
 template <> inline void st<double>(double* p, int64_t i, double v) { p[i] = v; }
+// v rounded to T and read back in the accumulation type (what storing it in a tensor does).
+template <class T> inline acc_t<T> rounded(acc_t<T> v) {
+  T t;
+  st(&t, 0, v);
+  return ld(&t, 0);
+}
 
 // Auxiliary statistics (mean, rstd, lse, per-row losses) are stored in the accumulation type.
 template <class A> A* aux_data(const Tensor& t) {

@@ -14,12 +14,6 @@ using namespace cpu;
 
 namespace {
 
-template <class T> acc_t<T> rounded(acc_t<T> v) {
-  T t;
-  st(&t, 0, v);
-  return ld(&t, 0);
-}
-
 template <class A> A silu_of(A x) { return x / (A(1) + std::exp(-x)); }
 template <class A> A silu_grad(A x) {
   const A s = A(1) / (A(1) + std::exp(-x));

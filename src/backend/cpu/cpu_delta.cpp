@@ -14,13 +14,6 @@ using namespace cpu;
 
 namespace {
 
-// v rounded to T and read back in the accumulation type (what storing it in a tensor does).
-template <class T> acc_t<T> rounded(acc_t<T> v) {
-  T t;
-  st(&t, 0, v);
-  return ld(&t, 0);
-}
-
 // Element (b, t, h, i) of a [B, T, H, D] view with unit stride on D.
 inline int64_t at4(const Tensor& x, int64_t b, int64_t t, int64_t h) {
   return b * x.strides()[0] + t * x.strides()[1] + h * x.strides()[2];

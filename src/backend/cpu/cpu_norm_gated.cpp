@@ -14,12 +14,6 @@ using namespace cpu;
 
 namespace {
 
-template <class T> acc_t<T> rounded(acc_t<T> v) {
-  T t;
-  st(&t, 0, v);
-  return ld(&t, 0);
-}
-
 }  // namespace
 
 void CpuBackend::rmsnorm_gated_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& z,

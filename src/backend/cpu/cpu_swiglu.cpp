@@ -11,13 +11,6 @@ using namespace cpu;
 
 namespace {
 
-// v rounded to T and read back in the accumulation type (what storing it in a tensor does).
-template <class T> acc_t<T> rounded(acc_t<T> v) {
-  T t;
-  st(&t, 0, v);
-  return ld(&t, 0);
-}
-
 template <class A> A sigmoid_of(A x) { return A(1) / (A(1) + std::exp(-x)); }
 
 // gelu_pytorch_tanh: 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi).
