@@ -18,7 +18,8 @@
 // uncheckpointed forward: a module's direct 2-D parameters W [a, b] cost 2 N a b for N input rows
 // (Linear, Conv1D, MultiheadAttention's in_proj), a 4-D one (patch conv) 2 numel(x) W.size(0),
 // attention 4 B T^2 C (half when the model's family is causal: GPT-2), norms 8 and GELU 8 per
-// element, dropout 2 per element when active. What the root computes outside any module (GPT-2's
+// element, dropout 2 per element when active, a sparse MoE block 2 N C (E + 3 k I) (its router and
+// the k experts a token meets). What the root computes outside any module (GPT-2's
 // tied output head) comes from Model::root_forward_flops.
 #include <algorithm>
 #include <cctype>
@@ -29,6 +30,7 @@
 #include "leantrain/autocast.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn.h"
+#include "leantrain/nn_moe.h"
 #include "leantrain/nn_vision.h"
 #include "leantrain/ops.h"
 #include "leantrain/plan.h"
@@ -65,8 +67,14 @@ double own_flops(Module& m, const Shape& in, bool causal) {
   if (auto* a = dynamic_cast<nn::AttentionCore*>(&m)) return a->forward_flops(in);
   if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return c->forward_flops(in);
   if (dynamic_cast<nn::BatchNorm2d*>(&m)) return 8 * n;
-  double f = 0;
   const double rows = n / double(in.back());
+  // A sparse MoE block: its router [E, C] and, per token, its k experts' gate | up [2I, C] and
+  // down [C, I] (stacked 3-D weights or NF4 stacks, which the loop below would not see).
+  if (auto* moe = dynamic_cast<nn::SparseMoeBlock*>(&m)) {
+    const nn::MoeOptions& o = moe->options();
+    return 2 * rows * double(o.hidden) * (double(o.experts) + 3 * double(o.top_k) * double(o.intermediate));
+  }
+  double f = 0;
   for (auto& [name, p] : m.named_parameters()) {
     if (name.find('.') != std::string::npos) continue;  // a child's: counted at the child's call
     if (p.dim() == 2) f += 2 * rows * double(p.numel());

@@ -211,6 +211,17 @@ TEST(Plan, CommandLineKeepsNumbersExact) {
     EXPECT_NE(cmd.find(part), std::string::npos) << part << " in " << cmd;
 }
 
+// A sparse MoE block's forward FLOPs: the router and the k experts each token meets (its
+// weights are stacked 3-D tensors, which the per-parameter count does not see).
+TEST(Plan, ProfileCountsTheExpertsAMoeTokenMeets) {
+  RunConfig c = tiny_vit();
+  c.model = "qwen3-moe-tiny";  // hidden 32, 8 experts of 24, 2 a token; layer 1 dense
+  c.seq_len = 16;
+  const CheckpointProfile m = profile_model(c, false);
+  ASSERT_TRUE(m.module_flops.count("model.layers.0.mlp")) << "no MoE block among the profiled modules";
+  EXPECT_DOUBLE_EQ(m.module_flops.at("model.layers.0.mlp"), 2.0 * 16 * 32 * (8 + 3 * 2 * 24));
+}
+
 TEST(Plan, CostModelOrdersTheKnobs) {
   RunConfig b = tiny_vit();
   b.batch = 64;
