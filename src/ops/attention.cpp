@@ -118,7 +118,9 @@ AttentionRoute route_attention(const char* op, Device dev, DType dt, int64_t Tq,
   else if (window > 0) why = "it takes no sliding window here";
   else if (docs) why = "it takes no packed documents (doc_pos) here";
   else if (causal && Tq != Tk) why = "causal attention needs Tq == Tk here (" + std::to_string(Tq) + " vs " + std::to_string(Tk) + ")";
-  else if (D % 8 != 0 || D > 128) why = "head dim " + std::to_string(D) + " is not a multiple of 8 up to 128";
+  // cuDNN's SDPA engines on Hopper take head dims up to 256 (Gemma 3's and Qwen3.5's attention);
+  // an engine list without one for a shape is cuDNN's Unsupported, which auto falls back from.
+  else if (D % 8 != 0 || D > 256) why = "head dim " + std::to_string(D) + " is not a multiple of 8 up to 256";
   else
     for (const Tensor* t : operands) {
       bool aligned = t->offset() % 8 == 0 && t->strides()[3] == 1;

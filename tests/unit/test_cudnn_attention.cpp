@@ -2,7 +2,7 @@
 // GPU: output, lse, dq, dk and dv against the CPU reference in f64 and against leantrain's own
 // kernels, through scaled_dot_product_attention (separate q, k, v; also cross-attention with
 // Tq != Tk) and self_attention_packed (q, k, v as strided views of one fused qkv, dq, dk, dv
-// written into one dqkv); causal and not, bf16 and f16, head dims 64 and 128 (and 32), T off
+// written into one dqkv); causal and not, bf16 and f16, head dims 64, 128 and 256 (and 32), T off
 // multiples of 64 and 128, B > 1, H > 1, grouped-query and multi-query heads, a given scale.
 // Under cudnn a failure to run cuDNN is an error, so these fail rather than quietly test
 // leantrain's kernels. Also: either backward takes either forward's lse (the fallback of auto
@@ -107,6 +107,8 @@ const std::vector<Case>& cases() {
       {2, 3, 3, 200, 200, 128, false}, {1, 8, 2, 256, 256, 64, true},  {2, 4, 1, 130, 130, 128, true},
       {1, 4, 4, 96, 96, 128, false},   {2, 4, 2, 64, 192, 64, false},  {2, 2, 2, 1024, 1024, 64, true},
       {2, 4, 4, 128, 128, 32, true, 0.3}, {1, 8, 8, 384, 384, 128, true},
+      // head dim 256 (Gemma 3, Qwen3.5's gated attention): grouped heads, T on and off the tiles
+      {1, 8, 2, 256, 256, 256, true},  {2, 2, 1, 130, 130, 256, true},  {1, 2, 2, 128, 128, 256, false},
   };
   return cs;
 }
