@@ -10,6 +10,7 @@
 # documents packed into the rows (--packing docs: generated length-skewed texts through the test
 # tokenizer), its peak against its plan and its text tokens/s beside the synthetic run's.
 #   BUILD=build-cuda OUT=/tmp/qwen35 bash bench/qwen35_lora.sh [parity|ops|throughput|packed]...
+# PEER=0 leaves the transformers run out (a second leantrain configuration in the same call).
 set -u
 BUILD=${BUILD:-build-cuda}; OUT=${OUT:-/tmp/qwen35}; ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT"
@@ -47,7 +48,7 @@ print(json.dumps({"system": "leantrain-lora-qwen3_5", "tokens_per_s": round(run[
                                       and run["peak_reserved_bytes"] == plan["peak_reserved_bytes"],
                   "categories_peak": run.get("categories_peak")}))
 PY
-        timeout 480 python3 bench/peers/qwen35_lora_torch.py 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
+        [ "${PEER:-1}" = 1 ] && timeout 480 python3 bench/peers/qwen35_lora_torch.py 2>&1 | tail -1 | tee -a "$OUT/throughput.jsonl"
       done
       python3 - "$OUT/throughput.jsonl" <<'PY'
 import json, sys
