@@ -619,10 +619,12 @@ TEST(Qwen35Model, KeyPaddingBeforeOrAfterTheRealTokensChangesNothingForThem) {
 TEST(Qwen35Model, DocumentPositionsItCannotHonourAreOneLine) {
   Qwen35 m(small(2, true), nn::InitOptions{.seed = 1});
   const Tensor ids = ids_of(1, 6, 37, 27);
-  for (const auto& [dp, fragment] :
+  for (const auto& c :
        std::vector<std::pair<Tensor, std::string>>{{from_ints({0, 1, 2, 4, 0, 1}, {1, 6}, DType::I32), "doc_pos[0, 3] = 4"},
                                                    {from_ints({0, 1, 2, 3, 4, 5}, {1, 6}, DType::I64), "i64"},
                                                    {from_ints({0, 1, 2}, {1, 3}, DType::I32), "[1, 6]"}}) {
+    const Tensor& dp = c.first;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const std::string& fragment = c.second;
     const std::string e = error_of([&] { m.forward(ids, nn::TokenMask::documents(dp)); });
     EXPECT_NE(e.find(fragment), std::string::npos) << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/nf4_decode.cuh"
 
 namespace lt {
 using namespace cuda;
@@ -710,11 +711,6 @@ struct Nf4PieceArgs {
 };
 
 template <class T>
-struct alignas(8 * sizeof(T)) Nf4Pack8 {
-  T v[8];
-};
-
-template <class T>
 __global__ void nf4_pieces_kernel(T* out, const uint8_t* codes, const uint8_t* absmax_codes, const float* nested_absmax,
                                   int64_t n, int64_t code_stride, int64_t absmax_stride, int64_t nested_stride,
                                   bool vector, Nf4PieceArgs args) {
@@ -734,22 +730,7 @@ __global__ void nf4_pieces_kernel(T* out, const uint8_t* codes, const uint8_t* a
   const int64_t block = i0 / kNf4Block;
   const float a =
       __fadd_rn(__fmul_rn(smap[absmax_codes[block]], nested_absmax[block / kNf4NestedBlock]), args.offsets[p]);
-  if (vector && i0 + 8 <= n) {
-    const uint32_t c = reinterpret_cast<const uint32_t*>(codes)[g];
-    Nf4Pack8<T> o;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t byte = (c >> (8 * b)) & 0xffu;  // little-endian: byte b holds values 2b, 2b + 1
-      o.v[2 * b] = from_f32<T>(__fmul_rn(lut[byte >> 4], a));
-      o.v[2 * b + 1] = from_f32<T>(__fmul_rn(lut[byte & 15u], a));
-    }
-    reinterpret_cast<Nf4Pack8<T>*>(out)[g] = o;
-    return;
-  }
-  for (int64_t i = i0; i < n && i < i0 + 8; ++i) {
-    const uint8_t byte = codes[i / 2];
-    out[i] = from_f32<T>(__fmul_rn(lut[(i % 2 == 0) ? byte >> 4 : byte & 15], a));
-  }
+  nf4_decode8(out, codes, g, n, a, lut, vector);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/nf4_decode.cuh"
 #include "backend/nf4.h"
 
 namespace lt {
@@ -74,12 +75,7 @@ __global__ void nf4_dequantize_kernel(T* out, const uint8_t* codes, const float*
   if (i + 1 < n) out[i + 1] = from_f32<T>(__fmul_rn(lut[c & 15], a));
 }
 
-template <class T>
-struct alignas(8 * sizeof(T)) Pack8 {
-  T v[8];
-};
-
-// `vector`: out is aligned for Pack8 and codes for 32-bit loads (the store's views always are).
+// `vector`: out is aligned for Nf4Pack8 and codes for 32-bit loads (the store's views always are).
 template <class T>
 __global__ void nf4_dequantize_nested_kernel(T* out, const uint8_t* codes, const uint8_t* absmax_codes,
                                              const float* nested_absmax, float offset, int64_t n, bool vector,
@@ -94,22 +90,7 @@ __global__ void nf4_dequantize_nested_kernel(T* out, const uint8_t* codes, const
   if (i0 >= n) return;
   const int64_t block = i0 / kNf4Block;
   const float a = __fadd_rn(__fmul_rn(smap[absmax_codes[block]], nested_absmax[block / kNf4NestedBlock]), offset);
-  if (vector && i0 + 8 <= n) {
-    const uint32_t c = reinterpret_cast<const uint32_t*>(codes)[g];
-    Pack8<T> o;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t byte = (c >> (8 * b)) & 0xffu;  // little-endian: byte b holds values 2b, 2b + 1
-      o.v[2 * b] = from_f32<T>(__fmul_rn(lut[byte >> 4], a));
-      o.v[2 * b + 1] = from_f32<T>(__fmul_rn(lut[byte & 15u], a));
-    }
-    reinterpret_cast<Pack8<T>*>(out)[g] = o;
-    return;
-  }
-  for (int64_t i = i0; i < n && i < i0 + 8; ++i) {
-    const uint8_t byte = codes[i / 2];
-    out[i] = from_f32<T>(__fmul_rn(lut[(i % 2 == 0) ? byte >> 4 : byte & 15], a));
-  }
+  nf4_decode8(out, codes, g, n, a, lut, vector);
 }
 
 __global__ void q8_quantize_kernel(uint8_t* codes, float* absmax, const float* x, float offset, int64_t n,
@@ -180,7 +161,7 @@ void CudaBackend::nf4_dequantize_nested(const Tensor& out, const Tensor& codes, 
   if (n == 0) return;
   dispatch_float(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const bool vector = reinterpret_cast<uintptr_t>(out.raw_data()) % sizeof(Pack8<T>) == 0 &&
+    const bool vector = reinterpret_cast<uintptr_t>(out.raw_data()) % sizeof(Nf4Pack8<T>) == 0 &&
                         reinterpret_cast<uintptr_t>(codes.raw_data()) % 4 == 0;
     nf4_dequantize_nested_kernel<T><<<blocks_for((n + 7) / 8, kThreads), kThreads, 0, current_stream()>>>(
         static_cast<T*>(out.raw_data()), codes.data<uint8_t>(), absmax_codes.data<uint8_t>(),
