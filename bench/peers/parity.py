@@ -92,6 +92,10 @@ def llama_model(cfg, dtype):
         c._attn_implementation = "eager"
     except Exception:
         pass
+    # Experts as transformers' reference loop (index_add_ per expert, which leantrain's combine
+    # follows): the grouped_mm default needs 16-byte strides, which the odd bf16 shapes do not have.
+    if cfg["model_type"] in ("qwen3_moe", "mixtral"):
+        c._experts_implementation = "eager"
     m = model_cls(c)
     # Zero-initialised biases and ones-initialised norms get random values, so that their
     # gradients carry information and a misapplied bias or norm shows. Gemma's and Qwen3.5's norms

@@ -651,5 +651,9 @@ TEST(Qwen35Model, CudaPackedDocumentsMatchTheCpu) {
   const Outputs on_gpu = expect_documents_apart(*gpu, ids, rows, 1e-4);
   const Outputs on_cpu = expect_documents_apart(*cpu, ids, rows, 1e-4);
   EXPECT_LT(test::rel_error(on_gpu.logits, on_cpu.logits), 1e-4) << "logits";
-  for (const auto& [name, g] : on_cpu.grads) EXPECT_LT(test::rel_error(on_gpu.grads.at(name), g), 1e-4) << name;
+  // GPU against CPU sums in other orders through three DeltaNet layers (each a chunked triangular
+  // solve, whose f32 rounding the randomized weights amplify): 1.2e-4 to 1.7e-4 on an H100 for
+  // three of the gradients (0797d07), so 5e-4 here; packed against each document alone on one
+  // device, the point of this test, holds 1e-4 above.
+  for (const auto& [name, g] : on_cpu.grads) EXPECT_LT(test::rel_error(on_gpu.grads.at(name), g), 5e-4) << name;
 }
