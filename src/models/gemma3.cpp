@@ -111,14 +111,8 @@ Gemma3::Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init) : cfg_(cfg)
 }
 
 Tensor Gemma3::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
-  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-           "Gemma3 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
-           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  check_decoder_ids("Gemma3", ids, pos_offset, cfg_.max_position_embeddings);
   const int64_t B = ids.size(0), T = ids.size(1);
-  LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.max_position_embeddings,
-           "Gemma3 input: sequence of " + std::to_string(pos_offset + T) + " tokens",
-           "the model has max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings),
-           "use a shorter sequence");
   LT_CHECK(pos_offset == 0 || !grad_enabled(), "Gemma3 input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
   const nn::TokenMask mask = decoder_mask("Gemma3", mask_in, B, T, pos_offset);
@@ -130,8 +124,7 @@ Tensor Gemma3::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, in
 }
 
 Tensor Gemma3::head(const Tensor& hidden) {
-  Tensor logits = lm_head_ ? (*lm_head_)(hidden)
-                           : linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
+  Tensor logits = tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get());
   const double cap = cfg_.final_logit_softcapping;
   if (cap > 0) logits = scale(tanh(scale(logits, 1.0 / cap)), cap);  // logits / cap, tanh, * cap
   return logits;
@@ -143,10 +136,7 @@ Tensor Gemma3::forward(const Tensor& ids, const nn::TokenMask& mask) { return he
 // so a capped model takes the unfused path (forward, then cross_entropy on the capped logits).
 Model::HeadInputs Gemma3::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   if (cfg_.final_logit_softcapping > 0) return {};
-  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
-  nn::Linear* l = nn::plain_linear(lm_head_.get());
-  if (!l || l->bias().defined() || l->weight_in_out()) return {};
-  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
 }
 
 Tensor Gemma3::next_token_logits(const Tensor& ids) {
@@ -158,10 +148,7 @@ std::vector<nn::Module*> Gemma3::standalone_modules() { return untied_table_and_
 Tensor Gemma3::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
 
 double Gemma3::root_forward_flops(const Shape& input) const {
-  if (lm_head_) return 0;
-  double rows = 1;
-  for (int64_t d : input) rows *= double(d);
-  return 2 * rows * double(cfg_.vocab_size) * double(cfg_.hidden_size);
+  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
 }
 
 std::string Gemma3::checkpoint_key_to_name(const std::string& key) const {

@@ -121,14 +121,8 @@ Llama::Llama(const LlamaConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
 
 Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
   const std::string name = cfg_.class_prefix();
-  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-           name + " input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
-           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  check_decoder_ids(name, ids, pos_offset, cfg_.max_position_embeddings);
   const int64_t B = ids.size(0), T = ids.size(1);
-  LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.max_position_embeddings,
-           name + " input: sequence of " + std::to_string(pos_offset + T) + " tokens",
-           "the model has max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings),
-           "use a shorter sequence");
   // A checkpointed block recomputes its forward during backward, after the offset is reset.
   LT_CHECK(pos_offset == 0 || !grad_enabled(), name + " input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
@@ -156,20 +150,13 @@ Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int
   return (*norm_)(x);
 }
 
-Tensor Llama::head(const Tensor& hidden) {
-  if (lm_head_) return (*lm_head_)(hidden);
-  // Tied head: [B,T,C] @ [V,C]^T; under autocast the table is cast for this GEMM only.
-  return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
-}
+Tensor Llama::head(const Tensor& hidden) { return tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get()); }
 
 Tensor Llama::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
 
 // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
 Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
-  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
-  nn::Linear* l = nn::plain_linear(lm_head_.get());
-  if (!l || l->bias().defined() || l->weight_in_out()) return {};
-  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
 }
 
 Tensor Llama::next_token_logits(const Tensor& ids) {
@@ -183,10 +170,7 @@ std::vector<nn::Module*> Llama::standalone_modules() { return untied_table_and_h
 Tensor Llama::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
 
 double Llama::root_forward_flops(const Shape& input) const {
-  if (lm_head_) return 0;  // the untied head is a module: counted at its own call
-  double rows = 1;
-  for (int64_t d : input) rows *= double(d);
-  return 2 * rows * double(cfg_.vocab_size) * double(cfg_.hidden_size);
+  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
 }
 
 std::vector<CheckpointTensor> Llama::checkpoint_tensors() const {

@@ -104,14 +104,8 @@ Qwen35::Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init) : cfg_(cfg)
 }
 
 Tensor Qwen35::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int64_t pos_offset) {
-  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-           "Qwen3.5 input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
-           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  check_decoder_ids("Qwen3.5", ids, pos_offset, cfg_.max_position_embeddings);
   const int64_t B = ids.size(0), T = ids.size(1);
-  LT_CHECK(pos_offset >= 0 && pos_offset + T <= cfg_.max_position_embeddings,
-           "Qwen3.5 input: sequence of " + std::to_string(pos_offset + T) + " tokens",
-           "the model has max_position_embeddings = " + std::to_string(cfg_.max_position_embeddings),
-           "use a shorter sequence");
   // The DeltaNet layers carry a state from token to token that a cached step would need: leantrain
   // decodes by running the whole prefix again (no offset), which these layers compute exactly.
   LT_CHECK(pos_offset == 0, "Qwen3.5 input: position offset " + std::to_string(pos_offset),
@@ -132,18 +126,12 @@ Tensor Qwen35::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, in
   return (*norm_)(x);
 }
 
-Tensor Qwen35::head(const Tensor& hidden) {
-  if (lm_head_) return (*lm_head_)(hidden);
-  return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
-}
+Tensor Qwen35::head(const Tensor& hidden) { return tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get()); }
 
 Tensor Qwen35::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
 
 Model::HeadInputs Qwen35::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
-  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
-  nn::Linear* l = nn::plain_linear(lm_head_.get());
-  if (!l || l->bias().defined() || l->weight_in_out()) return {};
-  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
 }
 
 Tensor Qwen35::next_token_logits(const Tensor& ids) {
@@ -155,10 +143,7 @@ std::vector<nn::Module*> Qwen35::standalone_modules() { return untied_table_and_
 Tensor Qwen35::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
 
 double Qwen35::root_forward_flops(const Shape& input) const {
-  if (lm_head_) return 0;
-  double rows = 1;
-  for (int64_t d : input) rows *= double(d);
-  return 2 * rows * double(cfg_.vocab_size) * double(cfg_.hidden_size);
+  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
 }
 
 std::string Qwen35::checkpoint_key_to_name(const std::string& key) const {
