@@ -1,12 +1,8 @@
 // Gemma 3 in the registry: model_type gemma3_text, and gemma3 (a multimodal checkpoint, of which
-// leantrain builds the text tower and saves it as gemma3_text). A causal language model read
-// through its tokenizer.json. --dim / --depth / --heads / --mlp-dim set hidden_size,
-// num_hidden_layers, num_attention_heads and intermediate_size.
-#include <nlohmann/json.hpp>
-
-#include "leantrain/error.h"
+// leantrain builds the text tower and saves it as gemma3_text). The spec and family are
+// decoder_family.h's; this file says what is Gemma 3's own.
+#include "models/decoder_family.h"
 #include "models/gemma3.h"
-#include "models/registry.h"
 
 namespace lt::models {
 
@@ -15,74 +11,33 @@ const ModelFamily& gemma3_family();
 
 namespace {
 
-class Gemma3Spec final : public ModelConfig {
- public:
-  explicit Gemma3Spec(Gemma3Config c) : c_(std::move(c)) {}
-  const ModelFamily& family() const override { return gemma3_text_family(); }
-  std::string to_json() const override { return c_.to_json(); }
-  void validate() const override { c_.validate(); }
-  ModelSize size() const override { return {c_.num_parameters(), c_.num_hidden_layers}; }
-
-  void apply_overrides(const SizeOverrides& o) override {
-    LT_CHECK(!o.patch, "--patch " + std::to_string(o.patch), "Gemma 3 has no patches", "drop --patch");
-    if (o.dim) c_.hidden_size = o.dim;
-    if (o.depth) {
-      c_.num_hidden_layers = o.depth;
-      c_.sliding.clear();  // the sliding_window_pattern then lays out the new depth
-    }
-    if (o.heads) c_.num_attention_heads = o.heads;
-    if (o.mlp_dim) c_.intermediate_size = o.mlp_dim;
-    LT_CHECK(c_.num_attention_heads % c_.num_key_value_heads == 0,
-             std::to_string(c_.num_attention_heads) + " heads do not divide into the model's " +
-                 std::to_string(c_.num_key_value_heads) + " key/value heads",
-             "each key/value head serves an equal group of query heads",
-             "pass --heads as a multiple of " + std::to_string(c_.num_key_value_heads));
+struct Gemma3Traits {
+  using Config = Gemma3Config;
+  using Net = Gemma3;
+  static const ModelFamily& family(const Config&) { return gemma3_text_family(); }
+  static void set_depth(Config& c, int64_t depth) {
+    c.num_hidden_layers = depth;
+    c.sliding.clear();  // the sliding_window_pattern then lays out the new depth
   }
-
-  std::string size_summary() const override {
-    return "dim " + std::to_string(c_.hidden_size) + ", depth " + std::to_string(c_.num_hidden_layers) + ", heads " +
-           std::to_string(c_.num_attention_heads) + " (" + std::to_string(c_.num_key_value_heads) + " kv), mlp " +
-           std::to_string(c_.intermediate_size) + ", window " + std::to_string(c_.sliding_window);
+  static int64_t kv_heads(const Config& c) { return c.num_key_value_heads; }
+  static bool fixed_head_dim(const Config&) { return true; }
+  static std::string summary(const Config& c) {
+    return "dim " + std::to_string(c.hidden_size) + ", depth " + std::to_string(c.num_hidden_layers) + ", heads " +
+           std::to_string(c.num_attention_heads) + " (" + std::to_string(c.num_key_value_heads) + " kv), mlp " +
+           std::to_string(c.intermediate_size) + ", window " + std::to_string(c.sliding_window);
   }
-
-  std::shared_ptr<Model> build(const nn::InitOptions& init) const override { return std::make_shared<Gemma3>(c_, init); }
-  TokenInput tokens() const override { return {c_.vocab_size, c_.max_position_embeddings}; }
-
- private:
-  Gemma3Config c_;
-};
-
-class Gemma3Family final : public ModelFamily {
- public:
-  Gemma3Family(const char* type, std::vector<std::string> presets) : type_(type), presets_(std::move(presets)) {}
-  std::string model_type() const override { return type_; }
-  std::string display_name() const override { return "Gemma3"; }
-  InputKind input() const override { return InputKind::Tokens; }
-  bool causal() const override { return true; }
-  std::string tokenizer() const override { return "tokenizer.json"; }
-  std::vector<std::string> presets() const override { return presets_; }
-  std::unique_ptr<ModelConfig> preset(const std::string& name) const override {
-    return std::make_unique<Gemma3Spec>(Gemma3Config::preset(name));
-  }
-  std::unique_ptr<ModelConfig> from_json(const nlohmann::json& j) const override {
-    return std::make_unique<Gemma3Spec>(Gemma3Config::from_json(j));
-  }
-
- private:
-  std::string type_;
-  std::vector<std::string> presets_;
 };
 
 }  // namespace
 
 // Listed in registry.cpp.
 const ModelFamily& gemma3_text_family() {
-  static const Gemma3Family f("gemma3_text", Gemma3Config::preset_names());
+  static const DecoderFamily<Gemma3Traits> f("gemma3_text", "Gemma3", Gemma3Config::preset_names());
   return f;
 }
 
 const ModelFamily& gemma3_family() {
-  static const Gemma3Family f("gemma3", {});
+  static const DecoderFamily<Gemma3Traits> f("gemma3", "Gemma3", {});
   return f;
 }
 
