@@ -78,35 +78,17 @@ double embed_scale(int64_t hidden, DType dt) {
   return dt == DType::F64 ? std::sqrt(double(hidden)) : double(s);
 }
 
-class PositionOffsets {
- public:
-  PositionOffsets(nn::RotaryEmbedding& a, nn::RotaryEmbedding& b, int64_t p) : a_(a), b_(b) {
-    a_.set_pos_offset(p), b_.set_pos_offset(p);
-  }
-  ~PositionOffsets() { a_.set_pos_offset(0), b_.set_pos_offset(0); }
-  PositionOffsets(const PositionOffsets&) = delete;
-  PositionOffsets& operator=(const PositionOffsets&) = delete;
-
- private:
-  nn::RotaryEmbedding &a_, &b_;
-};
-
 }  // namespace
 
-Gemma3::Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+Gemma3::Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init)
+    : DecoderLM(cfg.hidden_size, cfg.vocab_size, cfg.max_position_embeddings), cfg_(cfg) {
   cfg_.validate();
   nn::ParamFactory pf(init);
   auto body = register_module("model", std::make_shared<Gemma3Body>(cfg_, pf));
-  embed_tokens_ = body->embed_tokens;
-  layers_ = body->layers;
-  norm_ = body->norm_;
+  set_body(body->embed_tokens, body->layers, body->norm_);
   rotary_ = body->rotary_emb;
   rotary_local_ = body->rotary_emb_local;
-  if (!cfg_.tie_word_embeddings)
-    lm_head_ = register_module(
-        "lm_head", std::make_shared<nn::Linear>(pf, cfg_.hidden_size, cfg_.vocab_size,
-                                                nn::LinearOptions{.bias = false,
-                                                                  .weight_init = nn::Init::normal(cfg_.initializer_range)}));
+  add_untied_head(pf, cfg_.tie_word_embeddings, cfg_.initializer_range);
   pf.materialize();
 }
 
@@ -116,53 +98,28 @@ Tensor Gemma3::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, in
   LT_CHECK(pos_offset == 0 || !grad_enabled(), "Gemma3 input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
   const nn::TokenMask mask = decoder_mask("Gemma3", mask_in, B, T, pos_offset);
-  PositionOffsets positions(*rotary_, *rotary_local_, pos_offset);
+  PositionOffsetScope positions({rotary_.get(), rotary_local_.get()}, pos_offset);
   Tensor x = (*embed_tokens_)(ids);
   x = scale(x, embed_scale(cfg_.hidden_size, x.dtype()));
-  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
-  return (*norm_)(x);
+  return run_layers(x, mask);
 }
 
 Tensor Gemma3::head(const Tensor& hidden) {
-  Tensor logits = tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get());
+  Tensor logits = DecoderLM::head(hidden);
   const double cap = cfg_.final_logit_softcapping;
   if (cap > 0) logits = scale(tanh(scale(logits, 1.0 / cap)), cap);  // logits / cap, tanh, * cap
   return logits;
 }
 
-Tensor Gemma3::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
-
 // The fused GEMM + cross-entropy reads the head's weight directly; a soft cap sits between them,
 // so a capped model takes the unfused path (forward, then cross_entropy on the capped logits).
 Model::HeadInputs Gemma3::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
   if (cfg_.final_logit_softcapping > 0) return {};
-  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
-}
-
-Tensor Gemma3::next_token_logits(const Tensor& ids) {
-  Tensor h = hidden_states(ids);
-  return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.hidden_size}));
-}
-
-std::vector<nn::Module*> Gemma3::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
-Tensor Gemma3::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
-
-double Gemma3::root_forward_flops(const Shape& input) const {
-  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
+  return DecoderLM::loss_head_inputs(ids, mask);
 }
 
 std::string Gemma3::checkpoint_key_to_name(const std::string& key) const {
-  if (key.size() >= 8 && key.compare(key.size() - 8, 8, "inv_freq") == 0) return "";  // rotary buffers
-  std::string k = key;
-  // A gemma3 checkpoint: the text tower's keys, the rest (vision tower, projector) skipped.
-  for (const char* p : {"model.language_model.", "language_model.model."})
-    if (k.starts_with(p)) k = "model." + k.substr(std::string(p).size());
-  if (k == "language_model.lm_head.weight") k = "lm_head.weight";
-  for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
-    if (k.starts_with(p)) return "";
-  if (k == "lm_head.weight") return lm_head_ ? k : "";  // else tied to model.embed_tokens.weight
-  if (k.starts_with("model.")) return k;
-  return "model." + k;  // a bare Gemma3TextModel
+  return text_tower_key(key, {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."});
 }
 
 }  // namespace lt::models

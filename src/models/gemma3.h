@@ -45,36 +45,24 @@ struct Gemma3Config {
 // model.{embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 // post_attention_layernorm, pre_feedforward_layernorm, mlp.{gate,up,down}_proj,
 // post_feedforward_layernorm}, norm}, lm_head (absent when tied).
-class Gemma3 : public CausalLM {
+class Gemma3 : public DecoderLM {
  public:
   Gemma3(const Gemma3Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "Gemma3ForCausalLM"; }
-  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
-  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0) override;
   std::string model_type() const override { return "gemma3_text"; }
   std::string config_json() const override { return cfg_.to_json(); }
-  double root_forward_flops(const Shape& input) const override;
   // Gemma3ForCausalLM keys, and a gemma3 checkpoint's text tower (language_model.model.* of
   // transformers 4.50-4.51, model.language_model.* of later ones); its vision tower and projector
   // are skipped, as are a tied lm_head and rotary buffers.
   std::string checkpoint_key_to_name(const std::string& key) const override;
   const Gemma3Config& config() const { return cfg_; }
 
-  int64_t vocab_size() const override { return cfg_.vocab_size; }
-  int64_t context_length() const override { return cfg_.max_position_embeddings; }
-  Tensor next_token_logits(const Tensor& ids) override;
-  std::vector<nn::Module*> standalone_modules() override;
-  Tensor tied_table() const override;
-
  private:
-  Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V], soft-capped when configured
+  Tensor head(const Tensor& hidden) override;  // soft-capped when configured
   HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   Gemma3Config cfg_;
-  std::shared_ptr<nn::Embedding> embed_tokens_;
-  std::shared_ptr<nn::ModuleList> layers_;
-  std::shared_ptr<nn::RMSNorm> norm_;
   std::shared_ptr<nn::RotaryEmbedding> rotary_, rotary_local_;
-  std::shared_ptr<nn::Linear> lm_head_;  // only when untied
 };
 
 }  // namespace lt::models

@@ -88,34 +88,17 @@ class LlamaBody : public nn::Module {
   std::string type_, block_type_, attn_type_, mlp_type_, rope_type_, moe_type_, experts_type_, router_type_;
 };
 
-// Sets the rotary position offset for one forward and puts 0 back after it.
-class PositionOffsetScope {
- public:
-  PositionOffsetScope(nn::RotaryEmbedding& r, int64_t p) : r_(r) { r_.set_pos_offset(p); }
-  ~PositionOffsetScope() { r_.set_pos_offset(0); }
-  PositionOffsetScope(const PositionOffsetScope&) = delete;
-  PositionOffsetScope& operator=(const PositionOffsetScope&) = delete;
-
- private:
-  nn::RotaryEmbedding& r_;
-};
-
 }  // namespace
 
-Llama::Llama(const LlamaConfig& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+Llama::Llama(const LlamaConfig& cfg, const nn::InitOptions& init)
+    : DecoderLM(cfg.hidden_size, cfg.vocab_size, cfg.max_position_embeddings), cfg_(cfg) {
   cfg_.validate();
   type_ = cfg_.class_prefix() + "ForCausalLM";
   nn::ParamFactory pf(init);
   auto body = register_module("model", std::make_shared<LlamaBody>(cfg_, pf, cfg_.class_prefix()));
-  embed_tokens_ = body->embed_tokens;
-  layers_ = body->layers;
-  norm_ = body->norm;
+  set_body(body->embed_tokens, body->layers, body->norm);
   rotary_ = body->rotary_emb;
-  if (!cfg_.tie_word_embeddings)
-    lm_head_ = register_module(
-        "lm_head", std::make_shared<nn::Linear>(pf, cfg_.hidden_size, cfg_.vocab_size,
-                                                nn::LinearOptions{.bias = false,
-                                                                  .weight_init = nn::Init::normal(cfg_.initializer_range)}));
+  add_untied_head(pf, cfg_.tie_word_embeddings, cfg_.initializer_range);
   pf.materialize();  // the parameter store: one flat buffer, filled in registration order
 }
 
@@ -127,7 +110,7 @@ Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int
   LT_CHECK(pos_offset == 0 || !grad_enabled(), name + " input: position offset " + std::to_string(pos_offset),
            "an offset is for cached decoding, which records no gradients", "run it under no-grad or inference mode");
   const nn::TokenMask mask = decoder_mask(name, mask_in, B, T, pos_offset);
-  PositionOffsetScope positions(*rotary_, pos_offset);
+  PositionOffsetScope positions({rotary_.get()}, pos_offset);
   // output_router_logits: the routers add their sums to this forward's load-balancing loss,
   // which loss() adds (moe_add_aux_loss). transformers' load_balancing_loss_func takes the
   // tokens whose attention_mask is 1, so padding is left out: key padding, and a row's tail
@@ -145,32 +128,7 @@ Tensor Llama::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, int
   }
   set_pending_moe_aux(this, aux);
   ForwardContextScope context(ForwardContext{aux});
-  Tensor x = (*embed_tokens_)(ids);
-  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
-  return (*norm_)(x);
-}
-
-Tensor Llama::head(const Tensor& hidden) { return tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get()); }
-
-Tensor Llama::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
-
-// head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
-Model::HeadInputs Llama::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
-  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
-}
-
-Tensor Llama::next_token_logits(const Tensor& ids) {
-  Tensor h = hidden_states(ids);
-  return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.hidden_size}));
-}
-
-// Untied, the embedding table is read by its lookup alone, and the head by its own call unless a
-// chunked loss reads its weight directly; tied, both GEMMs read the table.
-std::vector<nn::Module*> Llama::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
-Tensor Llama::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
-
-double Llama::root_forward_flops(const Shape& input) const {
-  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
+  return run_layers((*embed_tokens_)(ids), mask);
 }
 
 std::vector<CheckpointTensor> Llama::checkpoint_tensors() const {

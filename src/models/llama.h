@@ -9,6 +9,7 @@
 
 #include "leantrain/models.h"
 #include "leantrain/nn_llama.h"
+#include "models/decoder_lm.h"
 
 namespace lt::models {
 
@@ -100,18 +101,14 @@ std::vector<float> rope_frequencies(int64_t head_dim, double theta, const RopeSc
 
 // transformers' *ForCausalLM: model.{embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
 // (qwen3: self_attn.{q,k}_norm), post_attention_layernorm, mlp.{gate,up,down}_proj}, norm, rotary_emb}, lm_head (absent when tied).
-class Llama : public CausalLM {
+class Llama : public DecoderLM {
  public:
   Llama(const LlamaConfig& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return type_.c_str(); }
-  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
-  // Final hidden states [B, T, C] (after the final norm). pos_offset: position of ids[:, 0], for a
-  // cached decoding step; only without autograd (a recomputed forward would not see it).
-  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0) override;
   std::string model_type() const override { return cfg_.model_type; }
   std::string config_json() const override { return cfg_.to_json(); }
   bool reads_text_mask() const override { return aux_loss(); }
-  double root_forward_flops(const Shape& input) const override;
   // Accepts *ForCausalLM and bare *Model files ("model." added), skips a tied lm_head.weight and
   // the rotary_emb.inv_freq buffers older checkpoints hold.
   std::string checkpoint_key_to_name(const std::string& key) const override;
@@ -121,24 +118,12 @@ class Llama : public CausalLM {
   std::vector<CheckpointTensor> checkpoint_tensors() const override;
   const LlamaConfig& config() const { return cfg_; }
 
-  int64_t vocab_size() const override { return cfg_.vocab_size; }
-  int64_t context_length() const override { return cfg_.max_position_embeddings; }
-  Tensor next_token_logits(const Tensor& ids) override;
-  std::vector<nn::Module*> standalone_modules() override;
-  Tensor tied_table() const override;
-
  private:
-  Tensor head(const Tensor& hidden);  // [..., C] -> logits [..., V]
   // The forward makes a load-balancing loss (a mixture of experts with output_router_logits).
   bool aux_loss() const { return cfg_.moe() && cfg_.output_router_logits && cfg_.router_aux_loss_coef > 0; }
-  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   LlamaConfig cfg_;
   std::string type_;
-  std::shared_ptr<nn::Embedding> embed_tokens_;
-  std::shared_ptr<nn::ModuleList> layers_;
-  std::shared_ptr<nn::RMSNorm> norm_;
   std::shared_ptr<nn::RotaryEmbedding> rotary_;
-  std::shared_ptr<nn::Linear> lm_head_;  // only when untied
 };
 
 }  // namespace lt::models

@@ -74,32 +74,16 @@ class Qwen35Body : public nn::Module {
 };
 
 
-class PositionOffset {
- public:
-  PositionOffset(nn::RotaryEmbedding& r, int64_t p) : r_(r) { r_.set_pos_offset(p); }
-  ~PositionOffset() { r_.set_pos_offset(0); }
-  PositionOffset(const PositionOffset&) = delete;
-  PositionOffset& operator=(const PositionOffset&) = delete;
-
- private:
-  nn::RotaryEmbedding& r_;
-};
-
 }  // namespace
 
-Qwen35::Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init) : cfg_(cfg) {
+Qwen35::Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init)
+    : DecoderLM(cfg.hidden_size, cfg.vocab_size, cfg.max_position_embeddings), cfg_(cfg) {
   cfg_.validate();
   nn::ParamFactory pf(init);
   auto body = register_module("model", std::make_shared<Qwen35Body>(cfg_, pf));
-  embed_tokens_ = body->embed_tokens;
-  layers_ = body->layers;
-  norm_ = body->norm_;
+  set_body(body->embed_tokens, body->layers, body->norm_);
   rotary_ = body->rotary_emb;
-  if (!cfg_.tie_word_embeddings)
-    lm_head_ = register_module(
-        "lm_head", std::make_shared<nn::Linear>(pf, cfg_.hidden_size, cfg_.vocab_size,
-                                                nn::LinearOptions{.bias = false,
-                                                                  .weight_init = nn::Init::normal(cfg_.initializer_range)}));
+  add_untied_head(pf, cfg_.tie_word_embeddings, cfg_.initializer_range);
   pf.materialize();
 }
 
@@ -120,43 +104,12 @@ Tensor Qwen35::hidden_states(const Tensor& ids, const nn::TokenMask& mask_in, in
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) deltanet = deltanet || !cfg_.is_full(i);
     if (deltanet) nn::GatedDeltaNet::check_padding(mask);
   }
-  PositionOffset positions(*rotary_, pos_offset);
-  Tensor x = (*embed_tokens_)(ids);
-  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<nn::PreNormBlock>(i)(x, mask);
-  return (*norm_)(x);
-}
-
-Tensor Qwen35::head(const Tensor& hidden) { return tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get()); }
-
-Tensor Qwen35::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
-
-Model::HeadInputs Qwen35::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
-  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
-}
-
-Tensor Qwen35::next_token_logits(const Tensor& ids) {
-  Tensor h = hidden_states(ids);
-  return head(reshape(select(h, 1, ids.size(1) - 1), {1, cfg_.hidden_size}));
-}
-
-std::vector<nn::Module*> Qwen35::standalone_modules() { return untied_table_and_head(embed_tokens_.get(), lm_head_.get()); }
-Tensor Qwen35::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
-
-double Qwen35::root_forward_flops(const Shape& input) const {
-  return tied_head_flops(!lm_head_, input, cfg_.vocab_size, cfg_.hidden_size);
+  PositionOffsetScope positions({rotary_.get()}, pos_offset);
+  return run_layers((*embed_tokens_)(ids), mask);
 }
 
 std::string Qwen35::checkpoint_key_to_name(const std::string& key) const {
-  if (key.size() >= 8 && key.compare(key.size() - 8, 8, "inv_freq") == 0) return "";  // rotary buffers
-  std::string k = key;
-  // A qwen3_5 checkpoint: the text tower's keys; the vision tower and the MTP layers skipped.
-  for (const char* p : {"model.language_model.", "language_model.model."})
-    if (k.starts_with(p)) k = "model." + k.substr(std::string(p).size());
-  for (const char* p : {"model.visual.", "visual.", "mtp.", "model.mtp."})
-    if (k.starts_with(p)) return "";
-  if (k == "lm_head.weight") return lm_head_ ? k : "";  // else tied to model.embed_tokens.weight
-  if (k.starts_with("model.")) return k;
-  return "model." + k;  // a bare Qwen3_5TextModel
+  return text_tower_key(key, {"model.visual.", "visual.", "mtp.", "model.mtp."});
 }
 
 }  // namespace lt::models

@@ -52,36 +52,22 @@ struct Qwen35Config {
 // model.{embed_tokens, layers.N.{input_layernorm, linear_attn.{in_proj_qkv, in_proj_z, in_proj_b,
 // in_proj_a, conv1d, dt_bias, A_log, norm, out_proj} | self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 // post_attention_layernorm, mlp.{gate,up,down}_proj}, norm}, lm_head (absent when tied).
-class Qwen35 : public CausalLM {
+class Qwen35 : public DecoderLM {
  public:
   Qwen35(const Qwen35Config& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "Qwen3_5ForCausalLM"; }
-  Tensor forward(const Tensor& ids, const nn::TokenMask& mask = {}) override;
-  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0);
+  Tensor hidden_states(const Tensor& ids, const nn::TokenMask& mask = {}, int64_t pos_offset = 0) override;
   std::string model_type() const override { return "qwen3_5_text"; }
   std::string config_json() const override { return cfg_.to_json(); }
-  double root_forward_flops(const Shape& input) const override;
   // Qwen3_5ForCausalLM keys, a bare Qwen3_5TextModel's, and a qwen3_5 checkpoint's text tower
   // (model.language_model.*); its vision tower (model.visual.*), the mtp.* layers, a tied lm_head
   // and rotary buffers are skipped.
   std::string checkpoint_key_to_name(const std::string& key) const override;
   const Qwen35Config& config() const { return cfg_; }
 
-  int64_t vocab_size() const override { return cfg_.vocab_size; }
-  int64_t context_length() const override { return cfg_.max_position_embeddings; }
-  Tensor next_token_logits(const Tensor& ids) override;
-  std::vector<nn::Module*> standalone_modules() override;
-  Tensor tied_table() const override;
-
  private:
-  Tensor head(const Tensor& hidden);
-  HeadInputs loss_head_inputs(const Tensor& input, const nn::TokenMask& mask) override;
   Qwen35Config cfg_;
-  std::shared_ptr<nn::Embedding> embed_tokens_;
-  std::shared_ptr<nn::ModuleList> layers_;
-  std::shared_ptr<nn::RMSNorm> norm_;
   std::shared_ptr<nn::RotaryEmbedding> rotary_;
-  std::shared_ptr<nn::Linear> lm_head_;  // only when untied
 };
 
 }  // namespace lt::models
