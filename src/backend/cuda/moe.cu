@@ -282,28 +282,42 @@ struct Launch {
 };
 
 // Finds this block's problem; false when the block has no tile (the grid covers the worst case).
+// Rows grouped: the first warp walks the experts 32 at a time (each lane one expert's row tiles,
+// a warp prefix sum, a ballot for the expert whose tiles hold this block's), so a block pays a
+// few dependent reads of the offsets rather than one per expert before it.
 template <int BM, int BN, class T, class TC>
 __device__ bool locate(const Launch<T, TC>& L, Problem<T, TC>& p) {
   __shared__ int s_e, s_t;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
     int t = int(blockIdx.x), found = -1;
     if (L.wgrad) {
       found = t / (L.tiles_m * L.tiles_n);
       t -= found * L.tiles_m * L.tiles_n;
       if (found >= L.e) found = -1;
     } else {
-      int mt = t / L.tiles_n;
-      for (int x = 0; x < L.e; ++x) {
-        const int tiles = (L.offsets[x + 1] - L.offsets[x] + BM - 1) / BM;
-        if (mt < tiles) {
-          found = x;
-          t = mt * L.tiles_n + t % L.tiles_n;
-          break;
+      const int mt = t / L.tiles_n;
+      int before = 0;  // row tiles of the experts already walked
+      for (int x0 = 0; x0 < L.e && found < 0; x0 += 32) {
+        const int x = x0 + lane;
+        const int tiles = x < L.e ? (L.offsets[x + 1] - L.offsets[x] + BM - 1) / BM : 0;
+        int incl = tiles;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, d);
+          if (lane >= d) incl += v;
         }
-        mt -= tiles;
+        const int first = before + incl - tiles;  // this lane's expert's first tile
+        const unsigned hit = __ballot_sync(0xffffffffu, mt >= first && mt < first + tiles);
+        if (hit) {
+          const int src = __ffs(hit) - 1;
+          found = x0 + src;
+          t = (mt - __shfl_sync(0xffffffffu, first, src)) * L.tiles_n + t % L.tiles_n;
+        }
+        before += __shfl_sync(0xffffffffu, incl, 31);
       }
     }
-    s_e = found, s_t = t;
+    if (lane == 0) s_e = found, s_t = t;
   }
   __syncthreads();
   const int x = s_e, t = s_t;
