@@ -305,13 +305,15 @@ TEST(AttentionGqa, HeadCountsThatDoNotDivideGiveOneLineErrors) {
 
 // ---- CUDA (skipped without a GPU): the same comparisons against the CPU in f64
 
-// D = 64/128 in 16-bit take the tensor-core kernels, f32 with D = 32/64/128 the register-tiled
+// D = 64/128/256 in 16-bit take the tensor-core kernels, f32 with D = 32/64/128 the register-tiled
 // ones, D = 80 the SIMT fallback; T around and past the 64-row tiles, G in {1, 2, 4}.
 const std::vector<Case>& cuda_cases() {
   static const std::vector<Case> cs = {
       {2, 4, 2, 77, 77, 64, true, false},  {3, 8, 2, 130, 130, 64, false, true}, {2, 4, 1, 65, 197, 64, true, false},
       {1, 4, 4, 96, 96, 64, true, true},   {2, 4, 2, 77, 77, 128, true, true},   {1, 8, 2, 130, 130, 128, false, false},
       {2, 4, 1, 130, 63, 128, true, false}, {2, 6, 3, 77, 77, 32, true, true},   {2, 4, 2, 40, 40, 80, true, true},
+      // D = 256 (Gemma 3, Qwen3.5): Q from shared memory, dK/dV in two column halves
+      {2, 4, 2, 77, 77, 256, true, true},   {1, 8, 2, 130, 130, 256, false, false}, {1, 4, 1, 65, 197, 256, true, false},
   };
   return cs;
 }
@@ -377,7 +379,7 @@ TEST(AttentionGqa, CudaMatchesCpuReferenceWithDeltaInWorkspace) {
 TEST(AttentionGqa, CudaBackwardIsBitIdenticalRunToRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
   for (const Case& c : {Case{2, 8, 2, 130, 130, 64, true, true}, Case{2, 8, 2, 130, 130, 128, false, true},
-                        Case{2, 8, 1, 77, 77, 80, true, false}})
+                        Case{2, 8, 1, 77, 77, 80, true, false}, Case{1, 8, 2, 130, 130, 256, true, true}})
     for (DType dt : {DType::BF16, DType::F32}) {
       SCOPED_TRACE(case_str(c) + " " + dtype_name(dt));
       const Inputs in = draw(c, 400);

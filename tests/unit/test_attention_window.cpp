@@ -365,7 +365,7 @@ TEST(AttentionWindow, BadMasksGiveOneLineErrors) {
 
 // ---- CUDA (skipped without a GPU): the same masks against the CPU reference in f64
 
-// D = 64/128 in bf16 take the tensor-core kernels, f32 with D = 64/128 the register-tiled ones,
+// D = 64/128/256 in bf16 take the tensor-core kernels, f32 with D = 64/128 the register-tiled ones,
 // D = 80 the SIMT path. Windows and documents across and inside the 64-row tiles, Tq != Tk.
 const std::vector<Case>& cuda_cases() {
   static const std::vector<Case> cs = {
@@ -378,6 +378,9 @@ const std::vector<Case>& cuda_cases() {
       {2, 4, 2, 200, 130, 64, 50, {}},
       {2, 6, 3, 150, 150, 80, 33, {100, 50}},
       {1, 2, 1, 260, 260, 64, 129, {}, true},
+      // D = 256 (Gemma 3's sliding layers): the tensor-core kernels too
+      {1, 4, 2, 200, 200, 256, 37, {}},
+      {2, 2, 1, 150, 150, 256, 0, {100, 50}},
   };
   return cs;
 }

@@ -160,15 +160,17 @@ template <class T> __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], cons
   a[3] = pack2<T>(c1[2], c1[3]);
 }
 
-// A warp writes its 16 x D f32 accumulator (times mul[row half]) as T into its 16 rows of a
-// shared tile, then copies those rows to global rows [row0, row0 + 16) (row stride ld) that are < nrows.
-template <class T, int D>
-__device__ __forceinline__ void store_rows(T* stage, const float (&acc)[D / 8][4], float mul0, float mul1, T* g,
+// A warp writes its 16 x DC f32 accumulator (times mul[row half]) as T into its 16 rows of a
+// shared tile (row stride that of head dim D), then copies those rows to global rows
+// [row0, row0 + 16) (row stride ld) that are < nrows. DC < D: a block's share of the columns
+// (the dK/dV kernel at D = 256), g pointing at its first.
+template <class T, int D, int DC = D>
+__device__ __forceinline__ void store_rows(T* stage, const float (&acc)[DC / 8][4], float mul0, float mul1, T* g,
                                            int64_t ld, int row0, int nrows, int lane) {
-  constexpr int LD = row_stride<D>(), CH = D / 8;
+  constexpr int LD = row_stride<D>(), CH = DC / 8;
   const int gq = lane >> 2, t4 = lane & 3;
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
+  for (int dt = 0; dt < DC / 8; ++dt) {
     *reinterpret_cast<uint32_t*>(stage + gq * LD + dt * 8 + 2 * t4) = pack2<T>(acc[dt][0] * mul0, acc[dt][1] * mul0);
     *reinterpret_cast<uint32_t*>(stage + (gq + 8) * LD + dt * 8 + 2 * t4) =
         pack2<T>(acc[dt][2] * mul1, acc[dt][3] * mul1);
@@ -198,9 +200,10 @@ __device__ __forceinline__ void zero_rows(T* g, int64_t ld, int row0, int nr, in
 // loads from shared memory then feeds MT products instead of one, halving the shared-memory
 // traffic per product at MT = 2 (FlashAttention-2's 128-row blocks for D = 64) at the price of
 // registers (2 blocks per SM). MT = 1: D = 64 fits 4 blocks per SM by shared memory (46 KB each);
-// ask for registers to match.
+// ask for registers to match. D = 256 (Gemma 3, Qwen3.5) reads its Q fragments from shared memory
+// at every key tile instead of holding them: 64 more registers next to the 128 of O would spill.
 template <class T, int D, int MT>
-__global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
+__global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : (D <= 128 ? 2 : 1)))
     attn_fwd_mma(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q, const T* __restrict__ k,
                  const T* __restrict__ v, const uint8_t* __restrict__ mask, Rows so, Rows sq, Rows sk, Rows sv, int H,
                  int G, int Tq, int Tk, bool causal, float sl2, BandArgs ba) {
@@ -257,7 +260,8 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
 
   const int w0 = warp * 16 * MT;  // the warp's first row in the block; m-tile mt starts at w0 + 16 mt
   // This thread's two rows of m-tile mt: q0 + w0 + 16 mt + g and 8 below.
-  uint32_t qf[MT][D / 16][4];
+  constexpr bool kQRegs = D <= 128;
+  uint32_t qf[MT][kQRegs ? D / 16 : 1][4];
   float o[MT][D / 8][4];
   float m[MT][2], l[MT][2];
 #pragma unroll
@@ -274,11 +278,11 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
     cp_async_commit();
     cp_async_wait<1>();  // everything but the group just committed has landed
     __syncthreads();
-    if (j == 0) {
+    if (kQRegs && j == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[mt][kk], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
+        for (int kk = 0; kk < (kQRegs ? D / 16 : 1); ++kk) ldsm_x4(qf[mt][kk], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
     }
     const T* Kb = Ks + buf * kBK * LD;
     const T* Vb = Vs + buf * kBK * LD;
@@ -290,14 +294,18 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : 2))
       for (int i = 0; i < kBK / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      if constexpr (!kQRegs) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldsm_x4(qf[mt][0], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
+      }
 #pragma unroll
       for (int np = 0; np < kBK / 16; ++np) {
         uint32_t kb[4];
         ldsm_x4(kb, frag_bt<LD>(Kb, np * 16, kk * 16, lane));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma16816<T>(s[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
-          mma16816<T>(s[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
+          mma16816<T>(s[mt][2 * np], qf[mt][kQRegs ? kk : 0], kb[0], kb[1]);
+          mma16816<T>(s[mt][2 * np + 1], qf[mt][kQRegs ? kk : 0], kb[2], kb[3]);
         }
       }
     }
@@ -428,7 +436,12 @@ __global__ void attn_delta_mma(T* __restrict__ dq, const T* __restrict__ out, co
 // c G / S .. (c + 1) G / S - 1 only, and the cluster adds its S partial sums in rank order through
 // distributed shared memory: few kv heads (TinyLlama: 4) otherwise make too few blocks, each
 // walking all G heads. (Launch bounds: 3 blocks of 168 registers per SM; 189 registers and 2
-// blocks were 14% slower on GPT-2's shapes.)
+// blocks were 14% slower on GPT-2's shapes.) Head dim 256: the dK and dV accumulators of all
+// 256 columns would take 256 registers, so each block keeps DH = 128 of them (blockIdx.z the
+// half) and computes S^T and dP^T over the whole head dim for each half: 9 tile products
+// where 7 would do, no spills.
+template <int D> constexpr int dkdv_cols() { return D <= 128 ? D : 128; }
+
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     attn_bwd_dkdv_mma(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ q, const T* __restrict__ k,
@@ -436,7 +449,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
                       const T* __restrict__ dq_delta, const uint8_t* __restrict__ mask, Rows sdk, Rows sdv, Rows sq,
                       Rows sk, Rows sv, Rows sdo, Rows sdq, int H, int G, int Tq, int Tk, bool causal, float scale,
                       float sl2, int S, const float* __restrict__ dlt_in, BandArgs ba) {
-  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>();
+  constexpr int LD = row_stride<D>(), BQ = bwd_bq<D>(), DH = dkdv_cols<D>();
+  const int col0 = int(blockIdx.z) * DH;  // this block's first dK / dV column
   extern __shared__ __align__(16) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);  // [kBK][LD]; later the dK staging area
   T* Vs = Ks + kBK * LD;               // [kBK][LD]; later the dV staging area
@@ -455,8 +469,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   const int off = Tk - Tq;
   const T* kg = k + sk.head(bkv, Hkv);
   const T* vg = v + sv.head(bkv, Hkv);
-  T* dkg = dk + sdk.head(bkv, Hkv);
-  T* dvg = dv + sdv.head(bkv, Hkv);
+  T* dkg = dk + sdk.head(bkv, Hkv) + col0;
+  T* dvg = dv + sdv.head(bkv, Hkv) + col0;
   const uint8_t* mrow = mask ? mask + int64_t(b) * Tk : nullptr;
 
   // Queries before qbeg cannot see any key of this tile (causal), nor queries from qend on (the band).
@@ -466,8 +480,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   const int ntq = qbeg < qend ? (qend - qbeg + BQ - 1) / BQ : 0;
   if (ntq == 0) {  // the same for every block of a cluster: none of them reaches its syncs
     if (part == 0) {
-      zero_rows(dkg, sdk.st, k0, kBK, Tk, D);
-      zero_rows(dvg, sdv.st, k0, kBK, Tk, D);
+      zero_rows(dkg, sdk.st, k0, kBK, Tk, DH);
+      zero_rows(dvg, sdv.st, k0, kBK, Tk, DH);
     }
     return;
   }
@@ -500,9 +514,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   // This thread's key rows kr and kr + 8; a masked or out-of-range key gets P = 0 (so dK = dV = 0).
   const int kr = k0 + warp * 16 + g;
   const bool kok[2] = {kr < Tk && (!mrow || mrow[kr] != 0), kr + 8 < Tk && (!mrow || mrow[kr + 8] != 0)};
-  float dkacc[D / 8][4], dvacc[D / 8][4];
+  float dkacc[DH / 8][4], dvacc[DH / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
+  for (int i = 0; i < DH / 8; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dkacc[i][e] = dvacc[i][e] = 0.0f;
 
@@ -551,9 +565,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       uint32_t pa[4];
       c_to_a<T>(pa, st[2 * kc], st[2 * kc + 1]);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DH / 16; ++dp) {
         uint32_t b4[4];
-        ldsm_x4_trans(b4, frag_a<LD>(dOb, kc * 16, dp * 16, lane));
+        ldsm_x4_trans(b4, frag_a<LD>(dOb, kc * 16, col0 + dp * 16, lane));
         mma16816<T>(dvacc[2 * dp], pa, b4[0], b4[1]);
         mma16816<T>(dvacc[2 * dp + 1], pa, b4[2], b4[3]);
       }
@@ -585,9 +599,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       uint32_t da[4];
       c_to_a<T>(da, dpt[2 * kc], dpt[2 * kc + 1]);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DH / 16; ++dp) {
         uint32_t b4[4];
-        ldsm_x4_trans(b4, frag_a<LD>(Qb, kc * 16, dp * 16, lane));
+        ldsm_x4_trans(b4, frag_a<LD>(Qb, kc * 16, col0 + dp * 16, lane));
         mma16816<T>(dkacc[2 * dp], da, b4[0], b4[1]);
         mma16816<T>(dkacc[2 * dp + 1], da, b4[2], b4[3]);
       }
@@ -596,31 +610,31 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
   }
   if (S == 1) {
     // Each warp only ever read its own 16 rows of Ks and Vs: stage the results there.
-    store_rows<T, D>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
-    store_rows<T, D>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
+    store_rows<T, D, DH>(Ks + warp * 16 * LD, dkacc, scale, scale, dkg, sdk.st, k0 + warp * 16, Tk, lane);
+    store_rows<T, D, DH>(Vs + warp * 16 * LD, dvacc, 1.0f, 1.0f, dvg, sdv.st, k0 + warp * 16, Tk, lane);
     return;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The partial sums, f32 [2][kBK][D] (dK, then dV), over the tiles (the loop ended with a sync:
+  // The partial sums, f32 [2][kBK][DH] (dK, then dV), over the tiles (the loop ended with a sync:
   // no warp reads them any more); then block c adds the S partials of rows c kBK / S .. in rank order.
   float* acc = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt)
+  for (int dt = 0; dt < DH / 8; ++dt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = warp * 16 + g + 8 * h, col = dt * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(dkacc[dt][2 * h], dkacc[dt][2 * h + 1]);
-      *reinterpret_cast<float2*>(acc + (kBK + row) * D + col) = make_float2(dvacc[dt][2 * h], dvacc[dt][2 * h + 1]);
+      *reinterpret_cast<float2*>(acc + row * DH + col) = make_float2(dkacc[dt][2 * h], dkacc[dt][2 * h + 1]);
+      *reinterpret_cast<float2*>(acc + (kBK + row) * DH + col) = make_float2(dvacc[dt][2 * h], dvacc[dt][2 * h + 1]);
     }
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   cluster.sync();  // every block's partials are written
   const int rows = kBK / S, r0 = part * rows;
-  for (int i = tid; i < 2 * rows * (D / 4); i += kThreads) {
-    const int which = i / (rows * (D / 4)), rest = i - which * rows * (D / 4);
-    const int r = r0 + rest / (D / 4), c4 = (rest % (D / 4)) * 4;
+  for (int i = tid; i < 2 * rows * (DH / 4); i += kThreads) {
+    const int which = i / (rows * (DH / 4)), rest = i - which * rows * (DH / 4);
+    const int r = r0 + rest / (DH / 4), c4 = (rest % (DH / 4)) * 4;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int q = 0; q < S; ++q) {
-      const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(acc, q) + (which * kBK + r) * D + c4);
+      const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(acc, q) + (which * kBK + r) * DH + c4);
       sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
     }
     if (k0 + r < Tk) {
@@ -1594,7 +1608,7 @@ template <class T> constexpr bool is_16bit() { return sizeof(T) == 2; }
 // The tensor-core kernels move rows in 16-byte chunks: every row of every operand must start
 // 16-byte aligned (base pointer and the strides of dims longer than 1 in multiples of 8 elements).
 bool use_mma(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
-  if (t == DType::F32 || (D != 64 && D != 128)) return false;
+  if (t == DType::F32 || (D != 64 && D != 128 && D != 256)) return false;
   for (const Tensor* x : ts) {
     if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
     for (int d = 0; d < 3; ++d)
@@ -1702,8 +1716,8 @@ void bwd_mma(const AttnDims& a, const BwdRows& r, T* dq, T* dk, T* dv, const T* 
     const size_t smem = size_t(2 * kBK + 4 * BQ) * LD * sizeof(T);
     allow_smem(attn_bwd_dkdv_mma<T, D>, smem);
     const int S = dkdv_splits(a, sms);
-    ClusterLaunch l(dim3(unsigned(a.B * a.Hkv * S), unsigned((a.Tk + kBK - 1) / kBK)), dim3(kThreads), smem,
-                    current_stream(), S);
+    ClusterLaunch l(dim3(unsigned(a.B * a.Hkv * S), unsigned((a.Tk + kBK - 1) / kBK), unsigned(D / dkdv_cols<D>())),
+                    dim3(kThreads), smem, current_stream(), S);
     LT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, attn_bwd_dkdv_mma<T, D>, dk, dv, q, k, v, dout, lse, static_cast<const T*>(dq),
                                      mask, r.dk, r.dv, r.q, r.k, r.v, r.dout, r.dq, int(a.H), a.G(), int(a.Tq), int(a.Tk),
                                      causal, scale, scale * kLog2e, S, static_cast<const float*>(delta), a.band));
@@ -1817,7 +1831,8 @@ void CudaBackend::attention_fwd(const Tensor& out, const Tensor& lse, const Tens
     if constexpr (is_16bit<T>()) {
       if (use_mma(q.dtype(), a.D, {&out, &q, &k, &v})) {
         if (a.D == 64) fwd_mma<T, 64>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
-        else fwd_mma<T, 128>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else if (a.D == 128) fwd_mma<T, 128>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
+        else fwd_mma<T, 256>(a, r, po, lse.data<float>(), pq, pk, pv, pm, causal, scale);
         return;
       }
     }
@@ -1862,7 +1877,9 @@ void CudaBackend::attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor
       if (use_mma(q.dtype(), a.D, {&dq, &dk, &dv, &dout, &q, &k, &v, &out})) {
         const int sms = device_state(device_index_).sm_count;
         if (a.D == 64) bwd_mma<T, 64>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
-        else bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
+        else if (a.D == 128)
+          bwd_mma<T, 128>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
+        else bwd_mma<T, 256>(a, r, pdq, pdk, pdv, pdo, pq, pk, pv, po, pl, pm, causal, scale, sms, device_index_);
         return;
       }
     }

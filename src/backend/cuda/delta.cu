@@ -9,7 +9,8 @@
 //   __syncthreads per row.
 // - The sequential passes (state_fwd, state_bwd): one block per (b, h) and 16 value columns,
 //   its Dk x 16 slice of the state (or its gradient) in shared memory for the whole sequence; the
-//   columns of the state never mix in the recurrence, so the slices run independently.
+//   columns of the state never mix in the recurrence, so the slices run independently. Each
+//   chunk's rows (w, kn; and p, qn, dout backward) are staged in shared memory first.
 // Each mirrors its reference in cpu_delta.cpp line by line (the same sums in the same order, in
 // f32), which backend_ops.def ("delta") states. Packed documents (doc_pos) mask inside the chunks
 // through GdnDocs (backend/delta_docs.h), read by each kernel from doc_pos itself: the per-chunk
@@ -27,6 +28,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kCols = 16;  // value columns of a state slice (state_fwd, state_bwd): 8 blocks a head at Dv 128
+// Shared memory the sequential passes may take to stage a chunk's rows (Hopper allows 227 KB a
+// block): Dk 128 at chunk 64 takes 78 KB forward, 130 KB backward.
+constexpr size_t kStageSmem = 200 * 1024;
 
 struct View4 {
   int64_t s0, s1, s2;  // strides of [B, T, H, D] (unit stride on D)
@@ -158,16 +162,41 @@ __global__ void gdn_decay_mask_kernel(float* p, const float* gam, int64_t total,
 
 // ---------------------------------------------------------------- sequential passes
 
+// Rows [r0, r0 + C) of a [rows, D] f32 matrix into shared memory (rows contiguous, D floats
+// each), the whole block copying; 16-byte copies when D allows.
+__device__ void stage_rows(float* dst, const float* src, int64_t r0, int C, int D) {
+  const float* g = src + r0 * D;
+  const int n = C * D;
+  if ((D & 3) == 0 && ((reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(dst)) & 15u) == 0) {
+    for (int e = threadIdx.x; e < n / 4; e += blockDim.x)
+      reinterpret_cast<float4*>(dst)[e] = reinterpret_cast<const float4*>(g)[e];
+  } else {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) dst[e] = g[e];
+  }
+}
+
+// kStage: the chunk's rows of w and kn are first copied to shared memory, so the two products
+// below read them there instead of from L2 at every step of their dot products (which made the
+// kernel latency-bound); the same sums in the same order either way. Without kStage (a Dk too
+// large for the shared memory) they are read in place.
+template <bool kStage>
 __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u, const float* w, const float* kn,
                                      const float* gam, int NC, int C, int Dk, int Dv, GdnDocs docs) {
   extern __shared__ float sh[];
-  float *S = sh, *dl = S + Dk * kCols, *ek = dl + C * kCols;
+  float *S = sh, *dl = S + Dk * kCols, *ek = dl + C * kCols, *ws = ek + C, *ks = ws + C * Dk;
   const int64_t bh = blockIdx.x, Tp = int64_t(NC) * C;
   const int j0 = blockIdx.y * kCols, nc = Dv - j0 < kCols ? Dv - j0 : kCols;
   for (int e = threadIdx.x; e < Dk * kCols; e += blockDim.x) S[e] = 0.f;
   __syncthreads();
   for (int c = 0; c < NC; ++c) {
     const int64_t r0 = bh * Tp + int64_t(c) * C;
+    const float *wc = w + r0 * Dk, *kc = kn + r0 * Dk;
+    if (kStage) {
+      stage_rows(ws, w, r0, C, Dk);
+      stage_rows(ks, kn, r0, C, Dk);
+      wc = ws, kc = ks;
+      __syncthreads();
+    }
     float* st = states + (bh * NC + c) * Dk * Dv;
     for (int e = threadIdx.x; e < Dk * nc; e += blockDim.x) {
       const int i = e / nc, jj = e - i * nc;
@@ -175,7 +204,7 @@ __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u
     }
     for (int e = threadIdx.x; e < C * nc; e += blockDim.x) {
       const int t = e / nc, jj = e - t * nc;
-      const float* wr = w + (r0 + t) * Dk;
+      const float* wr = wc + t * Dk;
       float acc = 0.f;
       for (int i = 0; i < Dk; ++i) acc += wr[i] * S[i * kCols + jj];
       const float d = u[(r0 + t) * Dv + j0 + jj] - acc;
@@ -192,18 +221,21 @@ __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u
     for (int e = threadIdx.x; e < Dk * nc; e += blockDim.x) {
       const int i = e / nc, jj = e - i * nc;
       float acc = 0.f;
-      for (int t = 0; t < C; ++t) acc += ek[t] * kn[(r0 + t) * Dk + i] * dl[t * kCols + jj];
+      for (int t = 0; t < C; ++t) acc += ek[t] * kc[t * Dk + i] * dl[t * kCols + jj];
       S[i * kCols + jj] = el * S[i * kCols + jj] + acc;
     }
     __syncthreads();
   }
 }
 
+// kStage as in the forward: the chunk's p, dout columns, qn, kn and w rows in shared memory.
+template <bool kStage>
 __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* dout, const float* p, const float* w,
                                      const float* qn, const float* kn, const float* gam, int NC, int C, int Dk, int Dv,
                                      GdnDocs docs) {
   extern __shared__ float sh[];
-  float *dS = sh, *dd = dS + Dk * kCols, *ek = dd + C * kCols, *eq = ek + C;
+  float *dS = sh, *dd = dS + Dk * kCols, *ek = dd + C * kCols, *eq = ek + C, *ps = eq + C, *dos = ps + C * C,
+        *qs = dos + C * kCols, *ks = qs + C * Dk, *ws = ks + C * Dk;
   const int64_t bh = blockIdx.x, Tp = int64_t(NC) * C;
   const int j0 = blockIdx.y * kCols, nc = Dv - j0 < kCols ? Dv - j0 : kCols;
   for (int e = threadIdx.x; e < Dk * kCols; e += blockDim.x) dS[e] = 0.f;
@@ -211,6 +243,20 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
   for (int c = NC - 1; c >= 0; --c) {
     const int64_t r0 = bh * Tp + int64_t(c) * C;
     const float* pp = p + (bh * NC + c) * int64_t(C) * C;
+    // dout's columns j0 .. j0 + nc of the chunk's rows: dcol(t, jj); staged with row stride kCols.
+    const float *qc = qn + r0 * Dk, *kc = kn + r0 * Dk, *wc = w + r0 * Dk, *dcol = dout + r0 * Dv + j0;
+    int64_t dld = Dv;
+    if (kStage) {
+      stage_rows(ps, pp, 0, C, C);
+      stage_rows(qs, qn, r0, C, Dk);
+      stage_rows(ks, kn, r0, C, Dk);
+      stage_rows(ws, w, r0, C, Dk);
+      for (int e = threadIdx.x; e < C * nc; e += blockDim.x) {
+        const int t = e / nc, jj = e - t * nc;
+        dos[t * kCols + jj] = dout[(r0 + t) * Dv + j0 + jj];
+      }
+      pp = ps, qc = qs, kc = ks, wc = ws, dcol = dos, dld = kCols;
+    }
     float* ds = dsend + (bh * NC + c) * Dk * Dv;
     for (int e = threadIdx.x; e < Dk * nc; e += blockDim.x) {
       const int i = e / nc, jj = e - i * nc;
@@ -227,8 +273,8 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
     for (int e = threadIdx.x; e < C * nc; e += blockDim.x) {
       const int t = e / nc, jj = e - t * nc;
       float a1 = 0.f, a2 = 0.f;
-      for (int s = 0; s < C; ++s) a1 += pp[s * C + t] * dout[(r0 + s) * Dv + j0 + jj];
-      const float* kr = kn + (r0 + t) * Dk;
+      for (int s = 0; s < C; ++s) a1 += pp[s * C + t] * dcol[s * dld + jj];
+      const float* kr = kc + t * Dk;
       for (int i = 0; i < Dk; ++i) a2 += kr[i] * dS[i * kCols + jj];
       const float d = a1 + ek[t] * a2;
       dd[t * kCols + jj] = d;
@@ -240,8 +286,8 @@ __global__ void gdn_state_bwd_kernel(float* dsend, float* ddelta, const float* d
       const int i = e / nc, jj = e - i * nc;
       float a1 = 0.f, a2 = 0.f;
       for (int t = 0; t < C; ++t) {
-        a1 += eq[t] * qn[(r0 + t) * Dk + i] * dout[(r0 + t) * Dv + j0 + jj];
-        a2 += w[(r0 + t) * Dk + i] * dd[t * kCols + jj];
+        a1 += eq[t] * qc[t * Dk + i] * dcol[t * dld + jj];
+        a2 += wc[t * Dk + i] * dd[t * kCols + jj];
       }
       dS[i * kCols + jj] = el * dS[i * kCols + jj] + a1 - a2;
     }
@@ -540,13 +586,16 @@ void CudaBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const
   const int NC = int(states.size(1)), Dk = int(states.size(2)), Dv = int(states.size(3));
   const int C = int(gam.size(1) / NC);
   if (BH == 0) return;
-  const size_t smem = size_t(Dk * kCols + C * kCols + C) * sizeof(float);
-  allow_smem(gdn_state_fwd_kernel, smem);
+  const size_t base = size_t(Dk * kCols + C * kCols + C) * sizeof(float);
+  const size_t staged = base + size_t(2 * C * Dk) * sizeof(float);
+  const bool stage = staged <= kStageSmem;
+  auto kernel = stage ? gdn_state_fwd_kernel<true> : gdn_state_fwd_kernel<false>;
+  const size_t smem = stage ? staged : base;
+  allow_smem(kernel, smem);
   const dim3 grid(unsigned(BH), unsigned((Dv + kCols - 1) / kCols));
-  gdn_state_fwd_kernel<<<grid, kThreads, smem, current_stream()>>>(states.data<float>(), delta.data<float>(),
-                                                                   u.data<float>(), w.data<float>(), kn.data<float>(),
-                                                                   gam.data<float>(), NC, C, Dk, Dv,
-                                                                   gdn_docs(doc_pos, BH, gam.size(1), C));
+  kernel<<<grid, kThreads, smem, current_stream()>>>(states.data<float>(), delta.data<float>(), u.data<float>(),
+                                                     w.data<float>(), kn.data<float>(), gam.data<float>(), NC, C, Dk,
+                                                     Dv, gdn_docs(doc_pos, BH, gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_state_fwd_kernel");
 }
 
@@ -634,14 +683,17 @@ void CudaBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const
   const int NC = int(dsend.size(1)), Dk = int(dsend.size(2)), Dv = int(dsend.size(3));
   const int C = int(gam.size(1) / NC);
   if (BH == 0) return;
-  const size_t smem = size_t(Dk * kCols + C * kCols + 2 * C) * sizeof(float);
-  allow_smem(gdn_state_bwd_kernel, smem);
+  const size_t base = size_t(Dk * kCols + C * kCols + 2 * C) * sizeof(float);
+  const size_t staged = base + size_t(C * C + C * kCols + 3 * C * Dk) * sizeof(float);
+  const bool stage = staged <= kStageSmem;
+  auto kernel = stage ? gdn_state_bwd_kernel<true> : gdn_state_bwd_kernel<false>;
+  const size_t smem = stage ? staged : base;
+  allow_smem(kernel, smem);
   const dim3 grid(unsigned(BH), unsigned((Dv + kCols - 1) / kCols));
-  gdn_state_bwd_kernel<<<grid, kThreads, smem, current_stream()>>>(dsend.data<float>(), ddelta.data<float>(),
-                                                                   dout.data<float>(), p.data<float>(), w.data<float>(),
-                                                                   qn.data<float>(), kn.data<float>(),
-                                                                   gam.data<float>(), NC, C, Dk, Dv,
-                                                                   gdn_docs(doc_pos, BH, gam.size(1), C));
+  kernel<<<grid, kThreads, smem, current_stream()>>>(dsend.data<float>(), ddelta.data<float>(), dout.data<float>(),
+                                                     p.data<float>(), w.data<float>(), qn.data<float>(),
+                                                     kn.data<float>(), gam.data<float>(), NC, C, Dk, Dv,
+                                                     gdn_docs(doc_pos, BH, gam.size(1), C));
   LT_CUDA_LAUNCH_CHECK("gdn_state_bwd_kernel");
 }
 

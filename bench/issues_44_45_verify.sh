@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issues 44 and 45, the GPU call after the kernel tables (issues_44_45_diagnose.sh): head dim 256
+# on tensor cores (attn_*_mma at D 256) and the Gated DeltaNet's sequential passes with their
+# chunk rows staged in shared memory, checked and timed in one call.
+#   Phase 1, side by side, untimed: the GPU unit tests of those kernels (against the CPU in f64);
+#     parity of the small Qwen3.5 cases with the f64 arbiter; the Qwen3-30B-A3B QLoRA run (50
+#     steps; its own peak, plan against measured, the loss on real text). Whatever still runs at the
+#     phase's end is killed, so nothing of it runs into phase 2.
+#   Phase 2, alone on the GPU, one after another: Qwen3.5-2B LoRA against transformers + PEFT,
+#     the MoE LoRA bench against transformers + PEFT, Gemma-3-1B at T 8192.
+#   BUILD=build-gpu COMMIT=abc1234 OUT=/tmp/out QLORA_DATA=fortunes.jsonl bash bench/issues_44_45_verify.sh
+set -u
+BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/verify}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD)}
+export BUILD COMMIT
+mkdir -p "$OUT"
+t0=$(date +%s)
+el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+el "phase 1"
+setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
+QLORA_PID=$!
+setsid bash -c "timeout ${UNIT_S:-240} ./$BUILD/leantrain_tests --gtest_brief=1 \
+  --gtest_filter='AttentionGqa.Cuda*:AttentionWindow.CudaMatchesCpuReference:Ops/OpsBackends.*gated_delta*:GatedDelta*:Qwen35Model.Cuda*:CudnnAttention.*:PackedDocuments.*'" \
+  > "$OUT/unit.txt" 2>&1 &
+UNIT_PID=$!
+setsid bash -c "timeout ${PARITY_S:-240} python3 bench/peers/parity.py --bench $BUILD/leantrain_bench --out $OUT/parity \
+  --commit $COMMIT --only qwen3_5-small,qwen3_5-small-untied-t130" > "$OUT/parity.log" 2>&1 &
+PARITY_PID=$!
+wait $UNIT_PID; el "unit done"
+wait $PARITY_PID; el "parity done"
+for _ in $(seq 1 "${QLORA_WAIT_S:-200}"); do kill -0 $QLORA_PID 2>/dev/null || break; sleep 1; done
+# Every process phase 1 started goes (an inner `timeout` makes a process group of its own, which
+# killing the outer group would miss); the same after each timed bench.
+stragglers() { pkill -9 -f "$BUILD/leantrain" 2>/dev/null; pkill -9 -f "bench/peers/" 2>/dev/null; sleep 1; }
+kill -- -$QLORA_PID 2>/dev/null; stragglers
+cp "$OUT/qlora/qlora-run.log" "$OUT/qlora-run.log" 2>/dev/null
+el "phase 1 done"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+OUT1=$OUT
+(OUT=$OUT1/qwen35 ROUNDS=1 timeout "${QWEN_S:-150}" bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
+stragglers; el "qwen35 (ours + peer) done"
+(OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
+stragglers; el "moe bench done"
+(OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
+el "gemma3 long done"
+# The device returns few files a call: the raw JSON travels as one archive.
+(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora gemma3 2>/dev/null && rm -rf qlora parity qwen35 moe-lora gemma3)
+el "all done"
