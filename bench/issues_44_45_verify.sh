@@ -33,7 +33,7 @@ for _ in $(seq 1 "${QLORA_WAIT_S:-200}"); do kill -0 $QLORA_PID 2>/dev/null || b
 # killing the outer group would miss); the same after each timed bench.
 stragglers() { pkill -9 -f "$BUILD/leantrain" 2>/dev/null; pkill -9 -f "bench/peers/" 2>/dev/null; sleep 1; }
 kill -- -$QLORA_PID 2>/dev/null; stragglers
-cp "$OUT/qlora/qlora-run.log" "$OUT/qlora-run.log" 2>/dev/null
+cp "$OUT/qlora/qlora-run.log" "$OUT/qlora-run.log" 2>/dev/null; tail -4 "$OUT/qlora.log"
 el "phase 1 done"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 OUT1=$OUT
@@ -42,7 +42,15 @@ stragglers; el "qwen35 (ours + peer) done"
 (OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
 stragglers; el "moe bench done"
 (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
-el "gemma3 long done"
-# The device returns few files a call: the raw JSON travels as one archive.
-(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora gemma3 2>/dev/null && rm -rf qlora parity qwen35 moe-lora gemma3)
+el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
+# Time left in the call: the kernel table of a Qwen3.5-2B LoRA step after the changes.
+if [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then
+  timeout "${PROF_S:-120}" bash bench/profile_train_kernels.sh "$OUT/prof" --model qwen3.5-2b --data synthetic --batch 1 \
+    --seq-len 4096 --precision bf16-true --lora-rank 16 --lora-alpha 32 --checkpoint blocks --steps 2 --eval-batches 0 \
+    > "$OUT/prof-qwen35.md" 2>&1
+  rm -rf "$OUT/prof"; el "profile done"
+fi
+# The device returns few files a call: the raw JSON and the longer logs travel as one archive.
+(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora gemma3 qlora.log gemma3-long.log 2>/dev/null &&
+  rm -rf qlora parity qwen35 moe-lora gemma3 qlora.log gemma3-long.log)
 el "all done"
