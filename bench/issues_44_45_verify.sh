@@ -7,7 +7,8 @@
 #     steps; its own peak, plan against measured, the loss on real text). Whatever still runs at the
 #     phase's end is killed, so nothing of it runs into phase 2.
 #   Phase 2, alone on the GPU, one after another: Qwen3.5-2B LoRA against transformers + PEFT,
-#     the MoE LoRA bench against transformers + PEFT, Gemma-3-1B at T 8192.
+#     the MoE LoRA bench against transformers + PEFT (then leantrain alone with the grouped GEMM's
+#     3- and 4-stage pipelines), Gemma-3-1B at T 8192.
 #   BUILD=build-gpu COMMIT=abc1234 OUT=/tmp/out QLORA_DATA=fortunes.jsonl bash bench/issues_44_45_verify.sh
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/verify}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD)}
@@ -27,6 +28,12 @@ setsid bash -c "timeout ${PARITY_S:-240} python3 bench/peers/parity.py --bench $
   --commit $COMMIT --only qwen3_5-small,qwen3_5-small-untied-t130" > "$OUT/parity.log" 2>&1 &
 PARITY_PID=$!
 wait $UNIT_PID; el "unit done"
+# The grouped expert GEMM with 3 and 4 K tiles in flight (LEANTRAIN_MOE_GEMM_STAGES): the same tests.
+for st in 3 4; do
+  LEANTRAIN_MOE_GEMM_STAGES=$st timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 --gtest_filter='MoeCuda.*:Moe*Cuda*' \
+    2>&1 | tail -3 | sed "s/^/[stages $st] /" >> "$OUT/unit.txt"
+done
+el "moe stage tests done"
 wait $PARITY_PID; el "parity done"
 for _ in $(seq 1 "${QLORA_WAIT_S:-200}"); do kill -0 $QLORA_PID 2>/dev/null || break; sleep 1; done
 # Every process phase 1 started goes (an inner `timeout` makes a process group of its own, which
@@ -41,6 +48,12 @@ OUT1=$OUT
 stragglers; el "qwen35 (ours + peer) done"
 (OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
 stragglers; el "moe bench done"
+for st in 3 4; do  # leantrain alone, the grouped GEMM's pipeline deeper
+  (OUT=$OUT1/moe-lora-s$st ROUNDS=1 QLORA=0 PEER=0 LEANTRAIN_MOE_GEMM_STAGES=$st timeout 60 bash bench/moe_lora.sh) \
+    > "$OUT/moe-lora-s$st.log" 2>&1
+  grep '"side": "leantrain"' "$OUT1/moe-lora-s$st/moe-lora.jsonl" 2>/dev/null | head -1 | sed "s/^/[stages $st] /"
+done
+stragglers; el "moe stage benches done"
 (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
 el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
 # Time left in the call: the kernel table of a Qwen3.5-2B LoRA step after the changes.
@@ -51,6 +64,6 @@ if [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then
   rm -rf "$OUT/prof"; el "profile done"
 fi
 # The device returns few files a call: the raw JSON and the longer logs travel as one archive.
-(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora gemma3 qlora.log gemma3-long.log 2>/dev/null &&
-  rm -rf qlora parity qwen35 moe-lora gemma3 qlora.log gemma3-long.log)
+(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
+  rm -rf qlora parity qwen35 moe-lora-s* moe-lora gemma3 qlora.log gemma3-long.log)
 el "all done"

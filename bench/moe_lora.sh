@@ -10,6 +10,7 @@
 # which is a call of its own: QLORA=1 ROUNDS=0 runs the QLoRA part alone).
 #   BUILD=build-cuda OUT=$OUT ROUNDS=1 QLORA=0 bash bench/moe_lora.sh
 #   BUILD=build-cuda OUT=$OUT ROUNDS=0 QLORA=1 bash bench/moe_lora.sh
+# PEER=0 leaves transformers out (another leantrain configuration in the same call).
 set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/moe-lora}; ROUNDS=${ROUNDS:-1}; QLORA=${QLORA:-0}
 mkdir -p "$OUT"
@@ -30,7 +31,7 @@ print(json.dumps({"side": "leantrain", "round": int(sys.argv[3]), "tokens_per_s"
                   "peak_allocated": run["peak_allocated_bytes"], "peak_reserved": run.get("peak_reserved_bytes"),
                   "plan_peak_allocated": plan.get("peak_allocated_bytes"), "plan_bounds": plan.get("bounds")}))
 PY
-  (cd bench/peers && timeout 200 python3 moe_lora_torch.py --warmup 2 --steps 8 2>&1 | tail -1) | tee -a "$OUT/moe-lora.jsonl"
+  [ "${PEER:-1}" = 1 ] && { (cd bench/peers && timeout 200 python3 moe_lora_torch.py --warmup 2 --steps 8 2>&1 | tail -1) | tee -a "$OUT/moe-lora.jsonl"; }
 done
 # QLoRA on the full Qwen3-30B-A3B shape (random init; every expert projection NF4): plan, then 50
 # steps; plan against measured, both against issue 45's 17.5 GiB.

@@ -45,6 +45,8 @@ constexpr Knob kKnobs[] = {
      "1, 2 or 4: force the dK/dV kernel's split of a key tile's query heads (0: chosen by size)"},
     {"LEANTRAIN_ATTN_F32_SIMT", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
      "1: f32 attention on the SIMT kernels instead of the register-tiled ones"},
+    {"LEANTRAIN_MOE_GEMM_STAGES", T::Integer, "2", 2, 4, "", M::No, U::Run, "kernels",
+     "3 or 4: the grouped expert GEMM keeps that many K tiles in flight (shared memory 20 KB each)"},
     {"LEANTRAIN_NF4_EXPERT_GROUP", T::Integer, "0", 0, 1 << 20, "", M::Yes, U::Run, "kernels",
      "experts an NF4 expert GEMM dequantises at a time (0: as many as fit 64 MiB)"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/nf4_decode.cuh"
+#include "core/knobs.h"
 
 namespace lt {
 using namespace cuda;
@@ -372,13 +373,19 @@ __device__ __forceinline__ void load_tile(T* s, int ld, int rows, int cols, cons
   }
 }
 
-template <class T, class TC, bool A_KM, bool B_KN, bool VEC>
+// Elements of one pipeline stage (an A tile and a B tile) in shared memory.
+template <bool A_KM, bool B_KN> constexpr int stage_elems() { return a_rows<A_KM>() * a_ld<A_KM>() + b_rows<B_KN>() * b_ld<B_KN>(); }
+
+// STAGES tiles of K in flight (cp.async): tile kt + STAGES - 1 is requested while tile kt is
+// multiplied. 2 is the default; 3 and 4 (LEANTRAIN_MOE_GEMM_STAGES) hide more of the load latency
+// at 20 KB of shared memory a stage. The sums run in the same order whatever STAGES is.
+template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES>
 __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
   Problem<T, TC> p;
   if (!locate<BM, BN>(L, p)) return;
   constexpr int A_ELEMS = a_rows<A_KM>() * a_ld<A_KM>(), B_ELEMS = b_rows<B_KN>() * b_ld<B_KN>();
-  __shared__ alignas(16) unsigned char smem_raw[2 * (A_ELEMS + B_ELEMS) * sizeof(T)];
-  T(*smem)[A_ELEMS + B_ELEMS] = reinterpret_cast<T(*)[A_ELEMS + B_ELEMS]>(smem_raw);
+  extern __shared__ __align__(16) unsigned char moe_smem[];
+  T(*smem)[A_ELEMS + B_ELEMS] = reinterpret_cast<T(*)[A_ELEMS + B_ELEMS]>(moe_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
   auto load = [&](int stage, int k0) {
     T* As = smem[stage];
@@ -396,21 +403,19 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
   const int kt_n = (p.k + BK - 1) / BK;
-  if (kt_n > 0) {
-    load(0, 0);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < kt_n) load(st, st * BK);
     mma::cp_async_commit();
   }
   for (int kt = 0; kt < kt_n; ++kt) {
-    if (kt + 1 < kt_n) {
-      load((kt + 1) & 1, (kt + 1) * BK);
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
-    const T* As = smem[kt & 1];
-    const T* Bs = smem[kt & 1] + A_ELEMS;
+    mma::cp_async_wait<STAGES - 2>();  // tile kt has landed (one group committed per tile)
+    __syncthreads();                   // ...for every thread; and tile kt - 1's slot is free
+    const int next = kt + STAGES - 1;
+    if (next < kt_n) load(next % STAGES, next * BK);
+    mma::cp_async_commit();
+    const T* As = smem[kt % STAGES];
+    const T* Bs = smem[kt % STAGES] + A_ELEMS;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[4][4], bf[2][4];
@@ -438,7 +443,6 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
         for (int nt = 0; nt < 4; ++nt)
           mma::mma16816<T>(acc[mt][nt], af[mt], bf[nt >> 1][(nt & 1) * 2], bf[nt >> 1][(nt & 1) * 2 + 1]);
     }
-    __syncthreads();
   }
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -518,8 +522,23 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
     const bool vec = aligned16(L.a) && aligned16(L.b) && L.lda % 8 == 0 && L.ldb % 8 == 0 && L.b_stride % 8 == 0 &&
                      minor_a % 8 == 0 && minor_b % 8 == 0;
     if (blocks <= 0) return;
-    if (vec) kernel<T, TC, A_KM, B_KN, true><<<unsigned(blocks), THREADS, 0, s>>>(L);
-    else kernel<T, TC, A_KM, B_KN, false><<<unsigned(blocks), THREADS, 0, s>>>(L);
+    static const int stages = int(knob_int("LEANTRAIN_MOE_GEMM_STAGES"));
+    auto launch = [&](auto kern, int st) {
+      const size_t smem = size_t(st) * stage_elems<A_KM, B_KN>() * sizeof(T);
+      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages)
+        LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
+    };
+    if (stages == 4) {
+      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 4>, 4);
+      else launch(kernel<T, TC, A_KM, B_KN, false, 4>, 4);
+    } else if (stages == 3) {
+      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 3>, 3);
+      else launch(kernel<T, TC, A_KM, B_KN, false, 3>, 3);
+    } else {
+      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 2>, 2);
+      else launch(kernel<T, TC, A_KM, B_KN, false, 2>, 2);
+    }
   }
   LT_CUDA_LAUNCH_CHECK("grouped_gemm");
 }
