@@ -18,8 +18,11 @@ t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 el "phase 1"
-setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
-QLORA_PID=$!
+# LEAN=1 (little device time left): the tests, parity and the two side-by-side benches only.
+LEAN=${LEAN:-0}
+QLORA_PID=
+[ "$LEAN" = 1 ] || { setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
+  QLORA_PID=$!; }
 setsid bash -c "timeout ${UNIT_S:-240} ./$BUILD/leantrain_tests --gtest_brief=1 \
   --gtest_filter='AttentionGqa.Cuda*:AttentionWindow.CudaMatchesCpuReference:Ops/OpsBackends.*gated_delta*:GatedDelta*:Qwen35Model.Cuda*:CudnnAttention.*:PackedDocuments.*'" \
   > "$OUT/unit.txt" 2>&1 &
@@ -30,16 +33,17 @@ PARITY_PID=$!
 wait $UNIT_PID; el "unit done"
 # The grouped expert GEMM with 3 and 4 K tiles in flight (LEANTRAIN_MOE_GEMM_STAGES): the same tests.
 for st in 3 4; do
+  [ "$LEAN" = 1 ] && break
   LEANTRAIN_MOE_GEMM_STAGES=$st timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 --gtest_filter='MoeCuda.*:Moe*Cuda*' \
     2>&1 | tail -3 | sed "s/^/[stages $st] /" >> "$OUT/unit.txt"
 done
 el "moe stage tests done"
 wait $PARITY_PID; el "parity done"
-for _ in $(seq 1 "${QLORA_WAIT_S:-200}"); do kill -0 $QLORA_PID 2>/dev/null || break; sleep 1; done
+for _ in $(seq 1 "${QLORA_WAIT_S:-200}"); do [ -n "$QLORA_PID" ] && kill -0 $QLORA_PID 2>/dev/null || break; sleep 1; done
 # Every process phase 1 started goes (an inner `timeout` makes a process group of its own, which
 # killing the outer group would miss); the same after each timed bench.
 stragglers() { pkill -9 -f "$BUILD/leantrain" 2>/dev/null; pkill -9 -f "bench/peers/" 2>/dev/null; sleep 1; }
-kill -- -$QLORA_PID 2>/dev/null; stragglers
+[ -n "$QLORA_PID" ] && kill -- -$QLORA_PID 2>/dev/null; stragglers
 cp "$OUT/qlora/qlora-run.log" "$OUT/qlora-run.log" 2>/dev/null; tail -4 "$OUT/qlora.log"
 el "phase 1 done"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
@@ -49,15 +53,16 @@ stragglers; el "qwen35 (ours + peer) done"
 (OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
 stragglers; el "moe bench done"
 for st in 3 4; do  # leantrain alone, the grouped GEMM's pipeline deeper
+  [ "$LEAN" = 1 ] && break
   (OUT=$OUT1/moe-lora-s$st ROUNDS=1 QLORA=0 PEER=0 LEANTRAIN_MOE_GEMM_STAGES=$st timeout 60 bash bench/moe_lora.sh) \
     > "$OUT/moe-lora-s$st.log" 2>&1
   grep '"side": "leantrain"' "$OUT1/moe-lora-s$st/moe-lora.jsonl" 2>/dev/null | head -1 | sed "s/^/[stages $st] /"
 done
 stragglers; el "moe stage benches done"
-(OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
+[ "$LEAN" = 1 ] || (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
 el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
 # Time left in the call: the kernel table of a Qwen3.5-2B LoRA step after the changes.
-if [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then
+if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then
   timeout "${PROF_S:-120}" bash bench/profile_train_kernels.sh "$OUT/prof" --model qwen3.5-2b --data synthetic --batch 1 \
     --seq-len 4096 --precision bf16-true --lora-rank 16 --lora-alpha 32 --checkpoint blocks --steps 2 --eval-batches 0 \
     > "$OUT/prof-qwen35.md" 2>&1
