@@ -24,7 +24,7 @@ QLORA_PID=
 [ "$LEAN" = 1 ] || { setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
   QLORA_PID=$!; }
 setsid bash -c "timeout ${UNIT_S:-240} ./$BUILD/leantrain_tests --gtest_brief=1 \
-  --gtest_filter='AttentionGqa.Cuda*:AttentionWindow.CudaMatchesCpuReference:Ops/OpsBackends.*gated_delta*:GatedDelta*:Qwen35Model.Cuda*:CudnnAttention.*:PackedDocuments.*'" \
+  --gtest_filter='${UNIT_FILTER:-AttentionGqa.Cuda*:AttentionWindow.CudaMatchesCpuReference:Ops/OpsBackends.*gated_delta*:GatedDelta*:Qwen35Model.Cuda*:MoeCuda.*:CudnnAttention.*:PackedDocuments.*}'" \
   > "$OUT/unit.txt" 2>&1 &
 UNIT_PID=$!
 setsid bash -c "timeout ${PARITY_S:-240} python3 bench/peers/parity.py --bench $BUILD/leantrain_bench --out $OUT/parity \
