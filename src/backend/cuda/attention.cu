@@ -1607,8 +1607,11 @@ template <class T> constexpr bool is_16bit() { return sizeof(T) == 2; }
 
 // The tensor-core kernels move rows in 16-byte chunks: every row of every operand must start
 // 16-byte aligned (base pointer and the strides of dims longer than 1 in multiples of 8 elements).
+// Head dim 256 only with LEANTRAIN_ATTN_MMA_D256=1 until its kernels have run on a GPU (written and
+// compiled here, not yet checked against the CPU there); the SIMT kernels take it otherwise.
 bool use_mma(DType t, int64_t D, std::initializer_list<const Tensor*> ts) {
-  if (t == DType::F32 || (D != 64 && D != 128 && D != 256)) return false;
+  static const bool d256 = knob_on("LEANTRAIN_ATTN_MMA_D256");
+  if (t == DType::F32 || (D != 64 && D != 128 && !(D == 256 && d256))) return false;
   for (const Tensor* x : ts) {
     if ((reinterpret_cast<uintptr_t>(x->raw_data()) & 15u) != 0) return false;
     for (int d = 0; d < 3; ++d)

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/delta_docs.h"
+#include "core/knobs.h"
 
 namespace lt {
 using namespace cuda;
@@ -31,6 +32,12 @@ constexpr int kCols = 16;  // value columns of a state slice (state_fwd, state_b
 // Shared memory the sequential passes may take to stage a chunk's rows (Hopper allows 227 KB a
 // block): Dk 128 at chunk 64 takes 78 KB forward, 130 KB backward.
 constexpr size_t kStageSmem = 200 * 1024;
+// The staged passes only with LEANTRAIN_GDN_STAGE_ROWS=1 until they have run on a GPU (written and
+// compiled here, not yet checked against the CPU there).
+bool stage_rows_on() {
+  static const bool on = knob_on("LEANTRAIN_GDN_STAGE_ROWS");
+  return on;
+}
 
 struct View4 {
   int64_t s0, s1, s2;  // strides of [B, T, H, D] (unit stride on D)
@@ -588,7 +595,7 @@ void CudaBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const
   if (BH == 0) return;
   const size_t base = size_t(Dk * kCols + C * kCols + C) * sizeof(float);
   const size_t staged = base + size_t(2 * C * Dk) * sizeof(float);
-  const bool stage = staged <= kStageSmem;
+  const bool stage = staged <= kStageSmem && stage_rows_on();
   auto kernel = stage ? gdn_state_fwd_kernel<true> : gdn_state_fwd_kernel<false>;
   const size_t smem = stage ? staged : base;
   allow_smem(kernel, smem);
@@ -685,7 +692,7 @@ void CudaBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const
   if (BH == 0) return;
   const size_t base = size_t(Dk * kCols + C * kCols + 2 * C) * sizeof(float);
   const size_t staged = base + size_t(C * C + C * kCols + 3 * C * Dk) * sizeof(float);
-  const bool stage = staged <= kStageSmem;
+  const bool stage = staged <= kStageSmem && stage_rows_on();
   auto kernel = stage ? gdn_state_bwd_kernel<true> : gdn_state_bwd_kernel<false>;
   const size_t smem = stage ? staged : base;
   allow_smem(kernel, smem);

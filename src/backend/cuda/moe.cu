@@ -403,17 +403,35 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
   const int kt_n = (p.k + BK - 1) / BK;
+  if constexpr (STAGES == 2) {  // the default: tile kt + 1 requested before waiting for tile kt
+    if (kt_n > 0) {
+      load(0, 0);
+      mma::cp_async_commit();
+    }
+  } else {
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < kt_n) load(st, st * BK);
-    mma::cp_async_commit();
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < kt_n) load(st, st * BK);
+      mma::cp_async_commit();
+    }
   }
   for (int kt = 0; kt < kt_n; ++kt) {
-    mma::cp_async_wait<STAGES - 2>();  // tile kt has landed (one group committed per tile)
-    __syncthreads();                   // ...for every thread; and tile kt - 1's slot is free
-    const int next = kt + STAGES - 1;
-    if (next < kt_n) load(next % STAGES, next * BK);
-    mma::cp_async_commit();
+    if constexpr (STAGES == 2) {
+      if (kt + 1 < kt_n) {
+        load((kt + 1) & 1, (kt + 1) * BK);
+        mma::cp_async_commit();
+        mma::cp_async_wait<1>();
+      } else {
+        mma::cp_async_wait<0>();
+      }
+      __syncthreads();
+    } else {
+      mma::cp_async_wait<STAGES - 2>();  // tile kt has landed (one group committed per tile)
+      __syncthreads();                   // ...for every thread; and tile kt - 1's slot is free
+      const int next = kt + STAGES - 1;
+      if (next < kt_n) load(next % STAGES, next * BK);
+      mma::cp_async_commit();
+    }
     const T* As = smem[kt % STAGES];
     const T* Bs = smem[kt % STAGES] + A_ELEMS;
 #pragma unroll
@@ -443,6 +461,7 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
         for (int nt = 0; nt < 4; ++nt)
           mma::mma16816<T>(acc[mt][nt], af[mt], bf[nt >> 1][(nt & 1) * 2], bf[nt >> 1][(nt & 1) * 2 + 1]);
     }
+    if constexpr (STAGES == 2) __syncthreads();  // buffer kt & 1 is refilled next iteration, before the wait
   }
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
