@@ -1,8 +1,10 @@
 // Typed reads of config.json fields with one-line errors naming the key.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "leantrain/error.h"
 
@@ -101,6 +103,26 @@ inline int64_t padding_index(const nlohmann::json& j, int64_t vocab_size, int64_
            "fix the id, or vocab_size (or set it to null)");
   const int64_t id = it->get<int64_t>();
   return id < 0 ? vocab_size + id : id;
+}
+
+// layer_types: one string per layer, each one of `yes` (true) or `no` (false). `kinds` says what
+// the family's layers are, `example` a valid list, both for the one-line error.
+inline std::vector<bool> read_layer_kinds(const nlohmann::json& t, std::initializer_list<const char*> yes,
+                                          std::initializer_list<const char*> no, const std::string& kinds,
+                                          const std::string& example) {
+  LT_CHECK(t.is_array(), "config.json: 'layer_types' must be a list", "found " + t.dump(), "write e.g. " + example);
+  auto in = [](const nlohmann::json& e, std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (e == n) return true;
+    return false;
+  };
+  std::vector<bool> out;
+  for (const auto& e : t) {
+    LT_CHECK(e.is_string() && (in(e, yes) || in(e, no)), "config.json: layer_types entry " + e.dump(), kinds,
+             "fix layer_types");
+    out.push_back(in(e, yes));
+  }
+  return out;
 }
 
 }  // namespace lt::models::detail

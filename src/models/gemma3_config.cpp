@@ -14,18 +14,11 @@ namespace {
 
 const char* kWhat = "Gemma3 config";
 
-// layer_types: "sliding_attention" / "full_attention", one per layer.
+// layer_types: "sliding_attention" / "full_attention", one per layer; true for a sliding layer.
 std::vector<bool> read_sliding_layers(const nlohmann::json& t) {
-  LT_CHECK(t.is_array(), "config.json: 'layer_types' must be a list", "found " + t.dump(),
-           "write e.g. [\"sliding_attention\", ..., \"full_attention\"]");
-  std::vector<bool> out;
-  for (const auto& e : t) {
-    LT_CHECK(e.is_string() && (e == "sliding_attention" || e == "full_attention"),
-             "config.json: layer_types entry " + e.dump(), "Gemma 3 layers are \"sliding_attention\" or \"full_attention\"",
-             "fix layer_types");
-    out.push_back(e == "sliding_attention");
-  }
-  return out;
+  return read_layer_kinds(t, {"sliding_attention"}, {"full_attention"},
+                          "Gemma 3 layers are \"sliding_attention\" or \"full_attention\"",
+                          "[\"sliding_attention\", ..., \"full_attention\"]");
 }
 
 // transformers 5's rope_parameters: one object per layer type, or one for every layer.

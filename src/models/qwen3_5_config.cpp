@@ -17,18 +17,11 @@ namespace {
 const char* kQwen35What = "Qwen3.5 config";
 
 // layer_types: "linear_attention" / "full_attention", one per layer (transformers also remaps the
-// older "attention" / "linear" spellings).
+// older "attention" / "linear" spellings); true for a full-attention layer.
 std::vector<bool> read_full_layers(const nlohmann::json& t) {
-  LT_CHECK(t.is_array(), "config.json: 'layer_types' must be a list", "found " + t.dump(),
-           "write e.g. [\"linear_attention\", ..., \"full_attention\"]");
-  std::vector<bool> out;
-  for (const auto& e : t) {
-    const bool full = e == "full_attention" || e == "attention", lin = e == "linear_attention" || e == "linear";
-    LT_CHECK(e.is_string() && (full || lin), "config.json: layer_types entry " + e.dump(),
-             "Qwen3.5 layers are \"linear_attention\" (Gated DeltaNet) or \"full_attention\"", "fix layer_types");
-    out.push_back(full);
-  }
-  return out;
+  return read_layer_kinds(t, {"full_attention", "attention"}, {"linear_attention", "linear"},
+                          "Qwen3.5 layers are \"linear_attention\" (Gated DeltaNet) or \"full_attention\"",
+                          "[\"linear_attention\", ..., \"full_attention\"]");
 }
 
 // rope_parameters (transformers 5) or the older top-level keys: theta, partial_rotary_factor; the
