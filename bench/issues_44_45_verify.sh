@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issues 44 and 45, the GPU call after the kernel tables (issues_44_45_diagnose.sh): head dim 256
-# on tensor cores (attn_*_mma at D 256) and the Gated DeltaNet's sequential passes with their
-# chunk rows staged in shared memory, checked and timed in one call.
+# on tensor cores (attn_*_mma at D 256, LEANTRAIN_ATTN_MMA_D256) and the Gated DeltaNet's sequential
+# passes with their chunk rows staged in shared memory (LEANTRAIN_GDN_STAGE_ROWS), both opt-in until
+# this call has checked them; on for the whole call, with one Qwen3.5 run of the defaults beside.
 #   Phase 1, side by side, untimed: the GPU unit tests of those kernels (against the CPU in f64);
 #     parity of the small Qwen3.5 cases with the f64 arbiter; the Qwen3-30B-A3B QLoRA run (50
 #     steps; its own peak, plan against measured, the loss on real text). Whatever still runs at the
@@ -13,6 +14,8 @@
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/verify}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD)}
 export BUILD COMMIT
+# The opt-in kernels under test, on for the whole call unless set (0 gives the defaults' figures).
+export LEANTRAIN_ATTN_MMA_D256=${LEANTRAIN_ATTN_MMA_D256:-1} LEANTRAIN_GDN_STAGE_ROWS=${LEANTRAIN_GDN_STAGE_ROWS:-1}
 mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
@@ -50,6 +53,10 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 OUT1=$OUT
 (OUT=$OUT1/qwen35 ROUNDS=1 timeout "${QWEN_S:-150}" bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
 stragglers; el "qwen35 (ours + peer) done"
+# The same leantrain run with both opt-in paths off: the before of the before/after, in this call.
+(OUT=$OUT1/qwen35-default ROUNDS=1 PEER=0 LEANTRAIN_ATTN_MMA_D256=0 LEANTRAIN_GDN_STAGE_ROWS=0 timeout 90 \
+  bash bench/qwen35_lora.sh throughput) 2>&1 | grep -m1 tokens_per_s | sed 's/^/[defaults] /'
+stragglers; el "qwen35 defaults done"
 (OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
 stragglers; el "moe bench done"
 for st in 3 4; do  # leantrain alone, the grouped GEMM's pipeline deeper
@@ -69,6 +76,6 @@ if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" 
   rm -rf "$OUT/prof"; el "profile done"
 fi
 # The device returns few files a call: the raw JSON and the longer logs travel as one archive.
-(cd "$OUT" && tar czf raw.tgz qlora parity qwen35 moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
-  rm -rf qlora parity qwen35 moe-lora-s* moe-lora gemma3 qlora.log gemma3-long.log)
+(cd "$OUT" && tar czf raw.tgz qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
+  rm -rf qlora parity qwen35 qwen35-default moe-lora-s* moe-lora gemma3 qlora.log gemma3-long.log)
 el "all done"
