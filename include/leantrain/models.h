@@ -83,16 +83,6 @@ class Model : public nn::Module {
   // standalone_modules() of a causal LM: none when the head is tied to the table (`head` null),
   // else the table, and the head unless a chunked loss reads its weight directly.
   std::vector<nn::Module*> untied_table_and_head(nn::Module* table, nn::Module* head) const;
-  // A decoder's token ids [B, T] checked: 2-D, integer, and pos_offset + T within max_positions.
-  static void check_decoder_ids(const std::string& name, const Tensor& ids, int64_t pos_offset, int64_t max_positions);
-  // The logits of a causal LM whose head may be tied: its own lm_head (`head`) when untied, else
-  // hidden @ table^T with the table cast for this GEMM alone under autocast.
-  static Tensor tied_or_own_head(const Tensor& hidden, const Tensor& table, nn::Linear* head);
-  // loss_head_inputs() of such a model: the hidden rows and the weight when the head is the tied
-  // table or a plain bias-free Linear (`hidden` runs the model only then), else none.
-  static HeadInputs tied_or_own_head_inputs(const std::function<Tensor()>& hidden, const Tensor& table, nn::Linear* head);
-  // Forward FLOPs of a tied head over `input` tokens (an untied head is a module: counted at its call).
-  static double tied_head_flops(bool tied, const Shape& input, int64_t vocab_size, int64_t hidden_size);
 
  private:
   int64_t loss_chunk_ = 0;

@@ -1,6 +1,10 @@
 // DecoderLM (models/decoder_lm.h): the head, sampling and checkpoint naming the decoders share.
 #include "models/decoder_lm.h"
 
+#include "leantrain/autocast.h"
+#include "leantrain/error.h"
+#include "leantrain/ops.h"
+
 namespace lt::models {
 
 Tensor DecoderLM::forward(const Tensor& ids, const nn::TokenMask& mask) { return head(hidden_states(ids, mask)); }
@@ -16,8 +20,12 @@ std::vector<nn::Module*> DecoderLM::standalone_modules() {
 
 Tensor DecoderLM::tied_table() const { return lm_head_ ? Tensor() : embed_tokens_->weight(); }
 
+// A tied head is the root's GEMM; an untied one is a module, counted at its call.
 double DecoderLM::root_forward_flops(const Shape& input) const {
-  return tied_head_flops(!lm_head_, input, vocab_size_, hidden_size_);
+  if (lm_head_) return 0;
+  double rows = 1;
+  for (int64_t d : input) rows *= double(d);
+  return 2 * rows * double(vocab_size_) * double(hidden_size_);
 }
 
 void DecoderLM::set_body(std::shared_ptr<nn::Embedding> embed_tokens, std::shared_ptr<nn::ModuleList> layers,
@@ -34,10 +42,25 @@ void DecoderLM::add_untied_head(nn::ParamFactory& pf, bool tied, double init_std
                                               nn::LinearOptions{.bias = false, .weight_init = nn::Init::normal(init_std)}));
 }
 
-Tensor DecoderLM::head(const Tensor& hidden) { return tied_or_own_head(hidden, embed_tokens_->weight(), lm_head_.get()); }
+Tensor DecoderLM::head(const Tensor& hidden) {
+  if (lm_head_) return (*lm_head_)(hidden);
+  return linear(autocast(hidden), autocast_tied(embed_tokens_->weight()), Tensor());
+}
 
 Model::HeadInputs DecoderLM::loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) {
-  return tied_or_own_head_inputs([&] { return hidden_states(ids, mask); }, embed_tokens_->weight(), lm_head_.get());
+  if (!lm_head_) return {autocast(hidden_states(ids, mask)), autocast_tied(embed_tokens_->weight())};
+  nn::Linear* l = nn::plain_linear(lm_head_.get());
+  if (!l || l->bias().defined() || l->weight_in_out()) return {};
+  return {autocast(hidden_states(ids, mask)), autocast(l->weight())};
+}
+
+void DecoderLM::check_decoder_ids(const std::string& name, const Tensor& ids, int64_t pos_offset, int64_t max_positions) {
+  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+           name + " input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
+           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
+  LT_CHECK(pos_offset >= 0 && pos_offset + ids.size(1) <= max_positions,
+           name + " input: sequence of " + std::to_string(pos_offset + ids.size(1)) + " tokens",
+           "the model has max_position_embeddings = " + std::to_string(max_positions), "use a shorter sequence");
 }
 
 Tensor DecoderLM::run_layers(Tensor x, const nn::TokenMask& mask) {

@@ -37,9 +37,11 @@ class DecoderLM : public CausalLM {
                 std::shared_ptr<nn::RMSNorm> norm);
   // lm_head [V, C], bias-free, normal(init_std), registered after the body: only when not tied.
   void add_untied_head(nn::ParamFactory& pf, bool tied, double init_std);
-  // [..., C] -> logits [..., V]: the tied table's GEMM or lm_head.
+  // [..., C] -> logits [..., V]: lm_head, or tied, hidden @ table^T with the table cast for this GEMM
+  // alone under autocast.
   virtual Tensor head(const Tensor& hidden);
-  // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head).
+  // head()'s operands when it is one bias-free [V, C] GEMM (tied, or a plain untied lm_head): the
+  // hidden rows and the weight, as the GEMM reads them; else none (the model does not run then).
   HeadInputs loss_head_inputs(const Tensor& ids, const nn::TokenMask& mask) override;
   // The layers' outputs one after another over embedded x, then the final norm.
   Tensor run_layers(Tensor x, const nn::TokenMask& mask);
@@ -48,7 +50,8 @@ class DecoderLM : public CausalLM {
   // `skipped` (towers leantrain does not build) and rotary inv_freq buffers as "" (skipped), a
   // tied lm_head.weight as "", a bare *TextModel's keys gain "model.".
   std::string text_tower_key(const std::string& key, std::initializer_list<const char*> skipped) const;
-  bool tied() const { return !lm_head_; }
+  // Token ids [B, T] checked: 2-D, integer, and pos_offset + T within max_positions. `name` is the model's.
+  static void check_decoder_ids(const std::string& name, const Tensor& ids, int64_t pos_offset, int64_t max_positions);
 
   // The rotary position offset of a cached decoding step, set for the scope of a forward on
   // every rotary table of the model (a model may keep one for local and one for global layers).

@@ -1,8 +1,6 @@
 // The model-independent parts of every model (the factory is in registry.cpp).
 #include "autograd/forward_context.h"
-#include "leantrain/autocast.h"
 #include "leantrain/error.h"
-#include "leantrain/ops.h"
 #include "leantrain/ops_moe.h"
 #include "leantrain/models.h"
 
@@ -100,35 +98,6 @@ std::vector<nn::Module*> Model::untied_table_and_head(nn::Module* table, nn::Mod
   std::vector<nn::Module*> out{table};
   if (loss_chunk_ <= 0) out.push_back(head);
   return out;
-}
-
-void Model::check_decoder_ids(const std::string& name, const Tensor& ids, int64_t pos_offset, int64_t max_positions) {
-  LT_CHECK(ids.dim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-           name + " input: token ids have shape " + shape_str(ids.shape()) + " and dtype " + dtype_name(ids.dtype()),
-           "expected i64 or i32 [batch, time]", "pass token ids as a 2-D integer tensor");
-  LT_CHECK(pos_offset >= 0 && pos_offset + ids.size(1) <= max_positions,
-           name + " input: sequence of " + std::to_string(pos_offset + ids.size(1)) + " tokens",
-           "the model has max_position_embeddings = " + std::to_string(max_positions), "use a shorter sequence");
-}
-
-Tensor Model::tied_or_own_head(const Tensor& hidden, const Tensor& table, nn::Linear* head) {
-  if (head) return (*head)(hidden);
-  return linear(autocast(hidden), autocast_tied(table), Tensor());
-}
-
-Model::HeadInputs Model::tied_or_own_head_inputs(const std::function<Tensor()>& hidden, const Tensor& table,
-                                                 nn::Linear* head) {
-  if (!head) return {autocast(hidden()), autocast_tied(table)};
-  nn::Linear* l = nn::plain_linear(head);
-  if (!l || l->bias().defined() || l->weight_in_out()) return {};
-  return {autocast(hidden()), autocast(l->weight())};
-}
-
-double Model::tied_head_flops(bool tied, const Shape& input, int64_t vocab_size, int64_t hidden_size) {
-  if (!tied) return 0;
-  double rows = 1;
-  for (int64_t d : input) rows *= double(d);
-  return 2 * rows * double(vocab_size) * double(hidden_size);
 }
 
 DType Model::dtype() const {
