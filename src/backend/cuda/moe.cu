@@ -383,9 +383,9 @@ template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES>
 __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
   Problem<T, TC> p;
   if (!locate<BM, BN>(L, p)) return;
-  constexpr int A_ELEMS = a_rows<A_KM>() * a_ld<A_KM>(), B_ELEMS = b_rows<B_KN>() * b_ld<B_KN>();
+  constexpr int A_ELEMS = a_rows<A_KM>() * a_ld<A_KM>();
   extern __shared__ __align__(16) unsigned char moe_smem[];
-  T(*smem)[A_ELEMS + B_ELEMS] = reinterpret_cast<T(*)[A_ELEMS + B_ELEMS]>(moe_smem);
+  T(*smem)[stage_elems<A_KM, B_KN>()] = reinterpret_cast<T(*)[stage_elems<A_KM, B_KN>()]>(moe_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
   auto load = [&](int stage, int k0) {
     T* As = smem[stage];
@@ -542,22 +542,17 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
                      minor_a % 8 == 0 && minor_b % 8 == 0;
     if (blocks <= 0) return;
     static const int stages = int(knob_int("LEANTRAIN_MOE_GEMM_STAGES"));
-    auto launch = [&](auto kern, int st) {
+    auto launch = [&](auto stages_c) {  // stages_c: std::integral_constant<int, STAGES>
+      constexpr int st = decltype(stages_c)::value;
+      auto kern = vec ? kernel<T, TC, A_KM, B_KN, true, st> : kernel<T, TC, A_KM, B_KN, false, st>;
       const size_t smem = size_t(st) * stage_elems<A_KM, B_KN>() * sizeof(T);
       if (smem > 48 * 1024)  // past the default limit (3 and 4 stages)
         LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
     };
-    if (stages == 4) {
-      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 4>, 4);
-      else launch(kernel<T, TC, A_KM, B_KN, false, 4>, 4);
-    } else if (stages == 3) {
-      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 3>, 3);
-      else launch(kernel<T, TC, A_KM, B_KN, false, 3>, 3);
-    } else {
-      if (vec) launch(kernel<T, TC, A_KM, B_KN, true, 2>, 2);
-      else launch(kernel<T, TC, A_KM, B_KN, false, 2>, 2);
-    }
+    if (stages == 4) launch(std::integral_constant<int, 4>{});
+    else if (stages == 3) launch(std::integral_constant<int, 3>{});
+    else launch(std::integral_constant<int, 2>{});
   }
   LT_CUDA_LAUNCH_CHECK("grouped_gemm");
 }
