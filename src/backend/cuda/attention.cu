@@ -278,11 +278,13 @@ __global__ void __launch_bounds__(kThreads, MT > 1 ? 2 : (D <= 64 ? 4 : (D <= 12
     cp_async_commit();
     cp_async_wait<1>();  // everything but the group just committed has landed
     __syncthreads();
-    if (kQRegs && j == 0) {
+    if constexpr (kQRegs) {
+      if (j == 0) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int kk = 0; kk < (kQRegs ? D / 16 : 1); ++kk) ldsm_x4(qf[mt][kk], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
+          for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[mt][kk], frag_a<LD>(Qs, w0 + 16 * mt, kk * 16, lane));
+      }
     }
     const T* Kb = Ks + buf * kBK * LD;
     const T* Vb = Vs + buf * kBK * LD;
