@@ -11,6 +11,7 @@
 #     the MoE LoRA bench against transformers + PEFT (then leantrain alone with the grouped GEMM's
 #     3- and 4-stage pipelines), Gemma-3-1B at T 8192.
 #   BUILD=build-gpu COMMIT=abc1234 OUT=/tmp/out QLORA_DATA=fortunes.jsonl bash bench/issues_44_45_verify.sh
+# GEMMA=0 leaves out the Gemma-3-1B run; PROF_IF_BEFORE_S=0 the closing kernel table.
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/verify}; COMMIT=${COMMIT:-$(git rev-parse --short HEAD)}
 export BUILD COMMIT
@@ -66,7 +67,7 @@ for st in 3 4; do  # leantrain alone, the grouped GEMM's pipeline deeper
   grep '"side": "leantrain"' "$OUT1/moe-lora-s$st/moe-lora.jsonl" 2>/dev/null | head -1 | sed "s/^/[stages $st] /"
 done
 stragglers; el "moe stage benches done"
-[ "$LEAN" = 1 ] || (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
+[ "$LEAN" = 1 ] || [ "${GEMMA:-1}" = 0 ] || (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
 el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
 # Time left in the call: the kernel table of a Qwen3.5-2B LoRA step after the changes.
 if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then

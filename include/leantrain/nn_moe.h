@@ -60,8 +60,10 @@ class MoeLoraAdapter : public Module {
   Tensor& lora_B() const { return *b_; }
   int64_t rank() const { return rank_; }
   double scaling() const { return alpha_ / double(rank_); }
-  // The adapter's term for rows xs [R, d2] of the dispatch: ((xs B_e^T) * s) A_e -> [R, d1].
-  Tensor update(const Tensor& xs, const MoeDispatch& d) const;
+  // The factors as grouped_lora_linear takes them (the compute dtype under autocast): B [E, r, d2]
+  // first, then A viewed as [E, r, d1]; the term for rows xs [R, d2] is ((xs B_e^T) * s) A_e.
+  Tensor factor_in() const;
+  Tensor factor_out() const;
   // delta [E, d1, d2] = s A_e^T B_e in f32 (the merged weight's increment).
   Tensor delta() const;
 

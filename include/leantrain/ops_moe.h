@@ -62,6 +62,16 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up, const Tensor& w, const MoeDi
 Tensor grouped_linear_nf4(const Tensor& xs, const Nf4Stack& w, const MoeDispatch& d);
 Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up, const Nf4Stack& w, const MoeDispatch& d,
                                  GateAct act = GateAct::Silu);
+// A grouped linear with its LoRA adapter: y = xs w_e^T + scaling (xs lin_e^T) lout_e for each
+// expert's rows, lin [E, r, in], lout [E, r, out] (rows' dtype), w [E, out, in] or an NF4 stack.
+// B A is never formed: the adapter is two grouped GEMMs of rank r, its product added in the
+// second one's epilogue (no [R, out] update, no add), and in the backward the rows' gradient
+// takes the adapter's term the same way (no sum of two [R, in] gradients). The product rounds
+// once: base and adapter terms summed in f32.
+Tensor grouped_lora_linear(const Tensor& xs, const Tensor& w, const Tensor& lin, const Tensor& lout, double scaling,
+                           const MoeDispatch& d);
+Tensor grouped_lora_linear_nf4(const Tensor& xs, const Nf4Stack& w, const Tensor& lin, const Tensor& lout,
+                               double scaling, const MoeDispatch& d);
 // Experts per dequantised group: as many as fit kNf4ExpertBufferBytes in `dtype` (at least one,
 // at most all), or LEANTRAIN_NF4_EXPERT_GROUP when set.
 inline constexpr int64_t kNf4ExpertBufferBytes = int64_t(64) << 20;

@@ -42,12 +42,9 @@ MoeLoraAdapter::MoeLoraAdapter(ParamFactory& pf, int64_t experts, int64_t d1, in
   b_ = &register_module("lora_B", std::make_shared<Holder>())->add_param("weight", pf.make({experts, rank, d2}, Init::zeros()));
 }
 
-Tensor MoeLoraAdapter::update(const Tensor& xs, const MoeDispatch& d) const {
-  Tensor t = grouped_linear(xs, autocast(*b_), d);  // [R, r]
-  const int64_t d1 = a_->size(1);
-  Tensor a = reshape(autocast(*a_), {experts_, rank_, d1});
-  return grouped_linear(scale(t, scaling()), a, d, /*w_in_out=*/true);  // [R, d1]
-}
+Tensor MoeLoraAdapter::factor_in() const { return autocast(*b_); }
+
+Tensor MoeLoraAdapter::factor_out() const { return reshape(autocast(*a_), {experts_, rank_, a_->size(1)}); }
 
 Tensor MoeLoraAdapter::delta() const {
   NoGradGuard no_grad;
@@ -149,21 +146,26 @@ void MoeExperts::merge_lora() {
 }
 
 Tensor MoeExperts::run(const Tensor& xs, const MoeDispatch& d) {
-  if (quantized()) {
-    // The rows' dtype (the compute dtype under autocast) is what the weights dequantise to.
-    const Nf4Stack gu = gate_up_nf4(), dn = down_nf4();
-    Tensor gate_up = grouped_linear_nf4(xs, gu, d);
-    if (gate_up_lora_) gate_up = add(gate_up, gate_up_lora_->update(xs, d));
-    if (!down_lora_) return grouped_swiglu_linear_nf4(gate_up, dn, d);
-    Tensor act = swiglu_packed(gate_up);
-    return add(grouped_linear_nf4(act, dn, d), down_lora_->update(act, d));
+  // With adapters, each projection is one grouped_lora_linear: the adapter's rank-r GEMMs around
+  // the base's, its product added in a GEMM's epilogue rather than as a tensor of its own.
+  auto project = [&](const Tensor& rows, bool gate_up, const MoeLoraAdapter* lora) {
+    if (quantized()) {
+      const Nf4Stack w = gate_up ? gate_up_nf4() : down_nf4();
+      return lora ? grouped_lora_linear_nf4(rows, w, lora->factor_in(), lora->factor_out(), lora->scaling(), d)
+                  : grouped_linear_nf4(rows, w, d);
+    }
+    const Tensor w = autocast(gate_up ? *gate_up_ : *down_);
+    return lora ? grouped_lora_linear(rows, w, lora->factor_in(), lora->factor_out(), lora->scaling(), d)
+                : grouped_linear(rows, w, d);
+  };
+  // The rows' dtype (the compute dtype under autocast) is what NF4 weights dequantise to.
+  Tensor gate_up = project(xs, true, gate_up_lora_.get());
+  if (!down_lora_) {
+    return quantized() ? grouped_swiglu_linear_nf4(gate_up, down_nf4(), d)
+                       : grouped_swiglu_linear(gate_up, autocast(*down_), d);
   }
-  Tensor gate_up = grouped_linear(xs, autocast(*gate_up_), d);
-  if (gate_up_lora_) gate_up = add(gate_up, gate_up_lora_->update(xs, d));
-  if (!down_lora_) return grouped_swiglu_linear(gate_up, autocast(*down_), d);
   // The down adapter reads the activation, so it is formed (and kept) here.
-  Tensor act = swiglu_packed(gate_up);
-  return add(grouped_linear(act, autocast(*down_), d), down_lora_->update(act, d));
+  return project(swiglu_packed(gate_up), false, down_lora_.get());
 }
 
 SparseMoeBlock::SparseMoeBlock(ParamFactory& pf, const MoeOptions& o) : opts_(o) {

@@ -164,7 +164,7 @@ Tensor grouped_linear(const Tensor& xs_in, const Tensor& w_in, const MoeDispatch
            "pass the experts' stacked weights");
   Tensor xs = contiguous(xs_in), w = contiguous(w_in);
   Tensor y = Tensor::empty({xs.size(0), outf}, xs.dtype(), dev);
-  moe_kernels_for(dev).grouped_gemm(y, xs, w, !w_in_out, d.offsets);
+  moe_kernels_for(dev).grouped_gemm(y, xs, w, !w_in_out, d.offsets, 1.0f, false);
   if (!needs_grad({xs, w})) return y;
   const bool need_x = xs.requires_grad(), need_w = w.requires_grad();
   SavedTensor saved_x(need_w ? xs : Tensor()), saved_w(need_x ? w : Tensor());
@@ -178,12 +178,12 @@ Tensor grouped_linear(const Tensor& xs_in, const Tensor& w_in, const MoeDispatch
     Tensor gx, gw;
     if (need_w) {
       gw = Tensor::empty(ws, grad_dt, g.device());
-      if (w_in_out) moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, sx, gc, offsets);
-      else moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, sx, offsets);
+      if (w_in_out) moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, sx, gc, offsets, 1.0f);
+      else moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, sx, offsets, 1.0f);
     }
     if (need_x) {
       gx = Tensor::empty({rows, in}, g.dtype(), g.device());
-      moe_kernels_for(g.device()).grouped_gemm(gx, gc, sw, w_in_out, offsets);
+      moe_kernels_for(g.device()).grouped_gemm(gx, gc, sw, w_in_out, offsets, 1.0f, false);
     }
     return std::vector<Tensor>{gx, gw};
   });
@@ -212,7 +212,7 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
     return a;
   };
   Tensor y = Tensor::empty({rows, outf}, x.dtype(), dev);
-  moe_kernels_for(dev).grouped_gemm(y, activation(x), w, true, d.offsets);
+  moe_kernels_for(dev).grouped_gemm(y, activation(x), w, true, d.offsets, 1.0f, false);
   if (!needs_grad({x, w})) return y;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad();
   SavedTensor saved_x(x), saved_w(need_x ? w : Tensor());
@@ -225,11 +225,11 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
     Tensor gx, gw;
     if (need_w) {
       gw = Tensor::empty(ws, grad_dt, g.device());
-      moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, activation(sx), offsets);
+      moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, activation(sx), offsets, 1.0f);
     }
     if (need_x) {
       Tensor dact = Tensor::empty({rows, f}, g.dtype(), g.device());
-      moe_kernels_for(g.device()).grouped_gemm(dact, gc, sw, false, offsets);
+      moe_kernels_for(g.device()).grouped_gemm(dact, gc, sw, false, offsets, 1.0f, false);
       gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
       backend_of(g).swiglu_bwd(column_view(gx, f, 0), column_view(gx, f, f), dact, column_view(sx, f, 0),
                                column_view(sx, f, f), gelu);
@@ -264,7 +264,7 @@ void nf4_grouped_gemm(const Tensor& c, const Tensor& a, const Nf4Stack& w, bool 
     const int64_t n = std::min(g, e - e0);
     const Tensor wg = make_view(buf, {n, d1, d2}, {d1 * d2, d2, 1}, buf.offset());
     nf4_stack_dequantize_into(w, e0, n, wg);
-    k.grouped_gemm(c, a, wg, trans, make_view(offsets, {n + 1}, {1}, offsets.offset() + e0));
+    k.grouped_gemm(c, a, wg, trans, make_view(offsets, {n + 1}, {1}, offsets.offset() + e0), 1.0f, false);
   }
 }
 
@@ -329,6 +329,105 @@ Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up_in, const Nf4Stack& w, co
     return std::vector<Tensor>{gx};
   });
   return y;
+}
+
+namespace {
+
+// grouped_lora_linear(_nf4): the base product from dense weights w (defined) or an NF4 stack.
+Tensor grouped_lora_linear_impl(const char* name, const Tensor& xs_in, const Tensor& w_in, const Nf4Stack* nf4,
+                                const Tensor& lin_in, const Tensor& lout_in, double scaling, const MoeDispatch& d) {
+  OpNameScope op(name);
+  const bool dense = w_in.defined();
+  Device dev = common_device(name, dense ? std::vector<Tensor>{xs_in, w_in, lin_in, lout_in}
+                                         : std::vector<Tensor>{xs_in, lin_in, lout_in});
+  check_floating(name, xs_in);
+  check_same_dtype(name, xs_in, lin_in);
+  check_same_dtype(name, xs_in, lout_in);
+  check_rank(name, lin_in, 3, "the adapter's first factor [experts, rank, in]");
+  check_rank(name, lout_in, 3, "the adapter's second factor [experts, rank, out]");
+  const int64_t in = lin_in.size(2), outf = lout_in.size(2), rank = lin_in.size(1);
+  if (dense) {
+    check_same_dtype(name, xs_in, w_in);
+    check_rank(name, w_in, 3, "weight [experts, out, in]");
+  } else {
+    check_nf4_stack(name, xs_in, *nf4, d, in);
+  }
+  check_dispatch(name, xs_in, d);
+  const Shape base_shape = dense ? w_in.shape() : nf4->shape;
+  LT_CHECK(base_shape.size() == 3 && base_shape[0] == d.experts && base_shape[1] == outf && base_shape[2] == in &&
+               xs_in.size(1) == in && lin_in.size(0) == d.experts && lout_in.size(0) == d.experts &&
+               lout_in.size(1) == rank && rank >= 1,
+           std::string(name) + ": rows " + shape_str(xs_in.shape()) + ", weight " + shape_str(base_shape) +
+               ", adapter factors " + shape_str(lin_in.shape()) + " and " + shape_str(lout_in.shape()),
+           "weight [" + std::to_string(d.experts) + ", out, in], factors [E, r, in] and [E, r, out], rows [R, in]",
+           "pass the experts' weights and their adapter's factors");
+  Tensor xs = contiguous(xs_in), w = dense ? contiguous(w_in) : Tensor(), lin = contiguous(lin_in),
+         lout = contiguous(lout_in);
+  const int64_t rows = xs.size(0);
+  const float s = float(scaling);
+  MoeKernels& k = moe_kernels_for(dev);
+  Tensor t = Tensor::empty({rows, rank}, xs.dtype(), dev);
+  k.grouped_gemm(t, xs, lin, /*trans_w=*/true, d.offsets, 1.0f, false);  // t = xs lin_e^T
+  Tensor y = Tensor::empty({rows, outf}, xs.dtype(), dev);
+  if (dense) k.grouped_gemm(y, xs, w, true, d.offsets, 1.0f, false);
+  else nf4_grouped_gemm(y, xs, *nf4, true, d.offsets);
+  k.grouped_gemm(y, t, lout, /*trans_w=*/false, d.offsets, s, /*accumulate=*/true);  // y += s t lout_e
+  std::vector<Tensor> ins = dense ? std::vector<Tensor>{xs, w, lin, lout} : std::vector<Tensor>{xs, lin, lout};
+  if (!needs_grad(ins)) return y;
+  const bool need_x = xs.requires_grad(), need_w = dense && w.requires_grad(), need_in = lin.requires_grad(),
+             need_out = lout.requires_grad();
+  SavedTensor saved_x(need_in || need_w ? xs : Tensor()), saved_t(need_out ? t : Tensor()),
+      saved_w(need_x && dense ? w : Tensor()), saved_in(need_x ? lin : Tensor()), saved_out(lout);
+  const ParamGradTargets tw = dense ? param_grad_targets(w, Tensor()) : ParamGradTargets{},
+                         tin = param_grad_targets(lin, Tensor()), tout = param_grad_targets(lout, Tensor());
+  const Tensor offsets = d.offsets;
+  const Shape w_shape = base_shape, in_shape = lin.shape(), out_shape = lout.shape();
+  const Nf4Stack base_nf4 = dense ? Nf4Stack{} : *nf4;
+  std::vector<Tensor> targets = dense ? std::vector<Tensor>{xs, tw.w, tin.w, tout.w} : std::vector<Tensor>{xs, tin.w, tout.w};
+  record(y, name, targets, [=](const Tensor& g) {
+    MoeKernels& kb = moe_kernels_for(g.device());
+    Tensor gc = contiguous_data(g), sx = saved_x.unpack(), st = saved_t.unpack(), sw = saved_w.unpack(),
+           sin = saved_in.unpack(), sout = saved_out.unpack();
+    Tensor gx, gw, gin, gout, u;
+    if (need_out) {  // s t_e^T g_e
+      gout = Tensor::empty(out_shape, tout.dtype, g.device());
+      kb.grouped_gemm_wgrad(gout, st, gc, offsets, s);
+    }
+    if (need_x || need_in) {  // u = s g lout_e^T [R, r]
+      u = Tensor::empty({rows, rank}, g.dtype(), g.device());
+      kb.grouped_gemm(u, gc, sout, /*trans_w=*/true, offsets, s, false);
+    }
+    if (need_in) {  // u_e^T xs_e
+      gin = Tensor::empty(in_shape, tin.dtype, g.device());
+      kb.grouped_gemm_wgrad(gin, u, sx, offsets, 1.0f);
+    }
+    if (need_w) {
+      gw = Tensor::empty(w_shape, tw.dtype, g.device());
+      kb.grouped_gemm_wgrad(gw, gc, sx, offsets, 1.0f);
+    }
+    if (need_x) {  // g w_e, plus u lin_e in the second GEMM's epilogue
+      gx = Tensor::empty({rows, in}, g.dtype(), g.device());
+      if (dense) kb.grouped_gemm(gx, gc, sw, /*trans_w=*/false, offsets, 1.0f, false);
+      else nf4_grouped_gemm(gx, gc, base_nf4, false, offsets);
+      kb.grouped_gemm(gx, u, sin, /*trans_w=*/false, offsets, 1.0f, /*accumulate=*/true);
+    }
+    return dense ? std::vector<Tensor>{gx, gw, gin, gout} : std::vector<Tensor>{gx, gin, gout};
+  });
+  return y;
+}
+
+}  // namespace
+
+Tensor grouped_lora_linear(const Tensor& xs, const Tensor& w, const Tensor& lin, const Tensor& lout, double scaling,
+                           const MoeDispatch& d) {
+  LT_CHECK(w.defined(), "grouped_lora_linear: no base weight", "the experts' weights [E, out, in] are the base",
+           "pass them (grouped_lora_linear_nf4 takes NF4 experts)");
+  return grouped_lora_linear_impl("grouped_lora_linear", xs, w, nullptr, lin, lout, scaling, d);
+}
+
+Tensor grouped_lora_linear_nf4(const Tensor& xs, const Nf4Stack& w, const Tensor& lin, const Tensor& lout,
+                               double scaling, const MoeDispatch& d) {
+  return grouped_lora_linear_impl("grouped_lora_linear_nf4", xs, Tensor(), &w, lin, lout, scaling, d);
 }
 
 Tensor moe_combine(const Tensor& ys_in, const Tensor& weights_in, const Tensor& idx_in, const MoeDispatch& d) {

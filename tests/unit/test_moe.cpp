@@ -177,6 +177,38 @@ TEST(MoeExperts, WeightsInOutLayoutAndWgrad) {
                               {xs, test::rand64({E, 4, 3}, 15)}));
 }
 
+TEST(MoeExperts, LoraLinearIsTheBasePlusTheAdaptersTermAndGradchecks) {
+  // 9 rows over 3 experts, expert 2 without rows: y = xs w_e^T + s (xs lin_e^T) lout_e.
+  const int64_t R = 9, E = 3, in = 5, out = 4, r = 2;
+  const double s = 2.0;
+  Tensor idx = from_ints({1, 0, 1, 1, 0, 0, 1, 0, 1}, {R, 1}, DType::I32);
+  MoeDispatch d = moe_dispatch(idx, E);
+  const V args = {test::rand64({R, in}, 31), test::rand64({E, out, in}, 32), test::rand64({E, r, in}, 33),
+                  test::rand64({E, r, out}, 34)};
+  {
+    NoGradGuard ng;
+    const Tensor got = grouped_lora_linear(args[0], args[1], args[2], args[3], s, d);
+    const Tensor t = grouped_linear(args[0], args[2], d);
+    const Tensor want = add(grouped_linear(args[0], args[1], d),
+                            mul(grouped_linear(t, args[3], d, /*w_in_out=*/true), full({1}, s, DType::F64)));
+    const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-12) << i;
+  }
+  EXPECT_TRUE(test::gradcheck([&](const V& a) { return grouped_lora_linear(a[0], a[1], a[2], a[3], s, d); }, args));
+  // A frozen base (the LoRA case): the rows and both factors still get their gradients.
+  Tensor frozen = args[1].detach();
+  EXPECT_TRUE(test::gradcheck([&](const V& a) { return grouped_lora_linear(a[0], frozen, a[1], a[2], s, d); },
+                              {args[0], args[2], args[3]}));
+  // Factors of the wrong rank are refused with the shapes named.
+  try {
+    grouped_lora_linear(args[0], args[1], args[2], test::rand64({E, r + 1, out}, 35), s, d);
+    FAIL() << "a rank mismatch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adapter factors"), std::string::npos) << e.what();
+  }
+}
+
 LlamaConfig tiny(const std::string& preset, bool aux) {
   LlamaConfig c = LlamaConfig::preset(preset);
   c.output_router_logits = aux;

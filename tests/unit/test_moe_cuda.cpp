@@ -137,11 +137,11 @@ TEST(MoeCuda, WeightGradientInF32FromBf16Rows) {
   MoeDispatch d = moe_dispatch(from_ints(ex, {r, 1}, DType::I32), e);
   Tensor a = cast(randn_cpu({r, n1}, 8), DType::BF16), b = cast(randn_cpu({r, n2}, 9), DType::BF16);
   Tensor want = empty({e, n1, n2}, DType::F32);
-  moe_kernels_for(Device::cpu()).grouped_gemm_wgrad(want, a, b, d.offsets);
+  moe_kernels_for(Device::cpu()).grouped_gemm_wgrad(want, a, b, d.offsets, 1.0f);
   MoeDispatch dg = moe_dispatch(to_device(from_ints(ex, {r, 1}, DType::I32), Device::cuda()), e);
   Tensor got = empty({e, n1, n2}, DType::F32, Device::cuda());
   moe_kernels_for(Device::cuda()).grouped_gemm_wgrad(got, to_device(a, Device::cuda()), to_device(b, Device::cuda()),
-                                                  dg.offsets);
+                                                  dg.offsets, 1.0f);
   EXPECT_LT(test::rel_error(to_device(got, Device::cpu()).to_double_vector(), want.to_double_vector()), 1e-5);
 }
 
@@ -169,6 +169,40 @@ TEST(MoeCuda, LoraShapedGroupedLinearMatchesTheCpu) {
   const std::vector<double> ref = run(Device::cpu(), DType::F32);
   EXPECT_LT(test::rel_error(run(Device::cuda(), DType::F32), ref), 2e-5);
   EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), ref), 3e-2);
+}
+
+TEST(MoeCuda, LoraLinearWithTheAdapterInTheEpilogueMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // grouped_lora_linear: the adapter's product added in the GEMM's epilogue (alpha, accumulate),
+  // at odd widths (element loads and stores) and aligned ones (vector loads, paired stores, several
+  // 128-row tiles per expert); the base trainable and frozen.
+  struct Case { int64_t n, in, out; bool frozen; };
+  for (const Case c : {Case{45, 61, 95, false}, Case{300, 128, 256, true}, Case{300, 128, 256, false}}) {
+    const int64_t k = 2, e = 8, r = 16;
+    std::vector<int64_t> ex(size_t(c.n * k));
+    for (size_t i = 0; i < ex.size(); ++i) ex[i] = int64_t((i * 5 + i / 3) % size_t(e - 1));  // expert 7: no rows
+    auto run = [&](Device dev, DType dt) {
+      MoeDispatch d = moe_dispatch(to_device(from_ints(ex, {c.n, k}, DType::I32), dev), e);
+      V p;
+      for (const Tensor& h : {randn_cpu({c.n * k, c.in}, 40), randn_cpu({e, c.out, c.in}, 41, 0.1f),
+                              randn_cpu({e, r, c.in}, 42, 0.2f), randn_cpu({e, r, c.out}, 43, 0.2f)}) {
+        Tensor t = to_device(cast(h, dt), dev).detach();
+        t.set_requires_grad(!(c.frozen && p.size() == 1));
+        p.push_back(t);
+      }
+      Tensor y = grouped_lora_linear(p[0], p[1], p[2], p[3], 2.0, d);
+      sum_all(mul(cast(y, DType::F32), to_device(randn_cpu(y.shape(), 44), dev))).backward();
+      std::vector<double> all;
+      for (const Tensor& t : {y, p[0].grad(), c.frozen ? Tensor() : p[1].grad(), p[2].grad(), p[3].grad()}) {
+        if (!t.defined()) continue;
+        for (double v : to_device(cast(t, DType::F32), Device::cpu()).to_double_vector()) all.push_back(v);
+      }
+      return all;
+    };
+    const std::vector<double> ref = run(Device::cpu(), DType::F32);
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::F32), ref), 2e-5) << c.n << " " << c.in << " " << c.out;
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), ref), 3e-2) << c.n << " " << c.in << " " << c.out;
+  }
 }
 
 // A stack quantised on `dev` from host values: every piece through nf4_stack_quantize_piece.

@@ -533,7 +533,13 @@ Outputs expect_documents_apart(Qwen35& m, const Tensor& ids_in, const Docs& rows
       },
       r);
   EXPECT_LT(test::rel_error(packed.logits, alone.logits), tol) << "logits";
-  for (const auto& [name, g] : alone.grads) EXPECT_LT(test::rel_error(packed.grads.at(name), g), tol) << name;
+  // The decay parameters' gradients (A_log, dt_bias) sum a term of every token through the chunked
+  // solve: in f32 their rounding depends on where the chunks fall and on the compiler's
+  // contractions (3e-5 under CI's clang build, 1.3e-4 to 1.4e-4 under gcc -O3), so 10 tol there.
+  for (const auto& [name, g] : alone.grads) {
+    const bool decay = name.ends_with("A_log") || name.ends_with("dt_bias");
+    EXPECT_LT(test::rel_error(packed.grads.at(name), g), decay ? 10 * tol : tol) << name;
+  }
   // Not vacuous: the same rows without doc_pos (documents attending to each other) differ.
   NoGradGuard ng;
   EXPECT_GT(test::rel_error(m.forward(ids).to_double_vector(), alone.logits), 100 * tol);
@@ -570,7 +576,8 @@ TEST(Qwen35Model, PackedDocumentsEqualEachDocumentAloneTinyF32) {
   // convolutions, one attention layer) in f32: a packed row of three documents and rows of two,
   // across the chunks of 64, one document of 3 tokens (shorter than the kernel). To f32 rounding
   // (the f64 test above is exact to 1e-10): the chunks fall elsewhere in a document alone, and the
-  // decay parameters' gradients sum every token's term (A_log and dt_bias differ by about 3e-5).
+  // decay parameters' gradients sum every token's term (A_log and dt_bias differ by 3e-5 to 1.4e-4
+  // with the compiler; expect_documents_apart gives them 10x the tolerance).
   auto cfg = models::config_from_preset("qwen3.5-tiny");
   auto m = std::dynamic_pointer_cast<Qwen35>(cfg->build(nn::InitOptions{.seed = 5}));
   ASSERT_TRUE(m);

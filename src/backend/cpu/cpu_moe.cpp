@@ -190,7 +190,8 @@ void CpuMoeKernels::moe_gather_bwd(const Tensor& dx, const Tensor& dout, const T
   });
 }
 
-void CpuMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets) {
+void CpuMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
+                                 float alpha, bool accumulate) {
   const int64_t e = w.size(0), kdim = a.size(1), n = c.size(1);
   const int32_t* off = offsets_of(offsets);
   const int64_t w_stride = w.size(1) * w.size(2);
@@ -198,13 +199,14 @@ void CpuMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor&
     const int64_t m = off[x + 1] - off[x];
     if (m == 0) continue;
     GemmDesc d;
-    d.m = m, d.n = n, d.k = kdim, d.trans_b = trans_w;
+    d.m = m, d.n = n, d.k = kdim, d.trans_b = trans_w, d.alpha = alpha, d.beta = accumulate ? 1.0f : 0.0f;
     backend_for(Device::cpu()).gemm(make_view(c, {m, n}, {n, 1}, c.offset() + off[x] * n), make_view(a, {m, kdim}, {kdim, 1}, a.offset() + off[x] * kdim),
          make_view(w, {w.size(1), w.size(2)}, {w.size(2), 1}, w.offset() + x * w_stride), d, Tensor());
   }
 }
 
-void CpuMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets) {
+void CpuMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets,
+                                       float alpha) {
   const int64_t e = c.size(0), n1 = c.size(1), n2 = c.size(2);
   const int32_t* off = offsets_of(offsets);
   for (int64_t x = 0; x < e; ++x) {
@@ -215,7 +217,7 @@ void CpuMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const T
       continue;
     }
     GemmDesc d;
-    d.m = n1, d.n = n2, d.k = m, d.trans_a = true;
+    d.m = n1, d.n = n2, d.k = m, d.trans_a = true, d.alpha = alpha;
     backend_for(Device::cpu()).gemm(cx, make_view(a, {m, n1}, {n1, 1}, a.offset() + off[x] * n1), make_view(b, {m, n2}, {n2, 1}, b.offset() + off[x] * n2),
          d, Tensor());
   }

@@ -280,7 +280,29 @@ struct Launch {
   int64_t lda, ldb, ldc, b_stride;
   int e, m, n, k, tiles_n, tiles_m;
   int wgrad;
+  float alpha = 1.0f;    // c = alpha * the product (+ c when accumulate)
+  int accumulate = 0;
+  int pair_store = 0;    // two adjacent columns stored as one 4- or 8-byte word (c and ldc allow it)
 };
+
+// The epilogue's value of one element: alpha times its sum, plus what c holds when accumulating.
+template <class T, class TC>
+__device__ __forceinline__ float epilogue_value(const Launch<T, TC>& L, const TC* c, int64_t i, float acc) {
+  const float v = L.alpha * acc;
+  return L.accumulate ? v + load_t(c, i) : v;
+}
+
+// Two adjacent elements i, i + 1 (i even, c's words aligned: Launch::pair_store) rounded as
+// store_t rounds them, written as one word.
+template <class TC> __device__ __forceinline__ void store_pair(TC* c, int64_t i, float v0, float v1) {
+  if constexpr (std::is_same_v<TC, float>) {
+    *reinterpret_cast<float2*>(c + i) = make_float2(v0, v1);
+  } else if constexpr (std::is_same_v<TC, __nv_bfloat16>) {
+    *reinterpret_cast<uint32_t*>(c + i) = uint32_t(f32_to_bf16_bits(v0)) | (uint32_t(f32_to_bf16_bits(v1)) << 16);
+  } else {
+    *reinterpret_cast<__half2*>(c + i) = __halves2half2(__float2half_rn(v0), __float2half_rn(v1));
+  }
+}
 
 // Finds this block's problem; false when the block has no tile (the grid covers the worst case).
 // Rows grouped: the first warp walks the experts 32 at a time (each lane one expert's row tiles,
@@ -463,16 +485,26 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
     }
     if constexpr (STAGES == 2) __syncthreads();  // buffer kt & 1 is refilled next iteration, before the wait
   }
+  // Each thread holds pairs of adjacent columns (2 t4, 2 t4 + 1): one word a pair where c allows.
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int r = p.m0 + wm * 64 + mt * 16 + g + (q >> 1) * 8;
-        const int c = p.n0 + wn * 32 + nt * 8 + 2 * t4 + (q & 1);
-        if (r < p.m && c < p.n) store_t(p.c, int64_t(r) * p.ldc + c, acc[mt][nt][q]);
+      for (int h = 0; h < 2; ++h) {
+        const int r = p.m0 + wm * 64 + mt * 16 + g + h * 8;
+        const int c = p.n0 + wn * 32 + nt * 8 + 2 * t4;
+        if (r >= p.m || c >= p.n) continue;
+        const int64_t i = int64_t(r) * p.ldc + c;
+        const float v0 = epilogue_value(L, p.c, i, acc[mt][nt][2 * h]);
+        if (c + 1 < p.n) {
+          const float v1 = epilogue_value(L, p.c, i + 1, acc[mt][nt][2 * h + 1]);
+          if (L.pair_store) store_pair(p.c, i, v0, v1);
+          else store_t(p.c, i, v0), store_t(p.c, i + 1, v1);
+        } else {
+          store_t(p.c, i, v0);
+        }
       }
 }
 
@@ -512,7 +544,7 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = p.m0 + ty + 16 * i, c = p.n0 + tx + 16 * j;
-      if (r < p.m && c < p.n) store_t(p.c, int64_t(r) * p.ldc + c, acc[i][j]);
+      if (r < p.m && c < p.n) store_t(p.c, int64_t(r) * p.ldc + c, epilogue_value(L, p.c, int64_t(r) * p.ldc + c, acc[i][j]));
     }
 }
 
@@ -540,6 +572,10 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
                                    : ((worst_row_tiles_m(BM)) + L.e) * int64_t(L.tiles_n);
     const bool vec = aligned16(L.a) && aligned16(L.b) && L.lda % 8 == 0 && L.ldb % 8 == 0 && L.b_stride % 8 == 0 &&
                      minor_a % 8 == 0 && minor_b % 8 == 0;
+    // Pairs of columns land on word boundaries: c's first element, every row start and (wgrad)
+    // every expert's matrix at an even element.
+    L.pair_store = reinterpret_cast<uintptr_t>(L.c) % (2 * sizeof(TC)) == 0 && L.ldc % 2 == 0 &&
+                   (!L.wgrad || (int64_t(L.m) * L.n) % 2 == 0);
     if (blocks <= 0) return;
     static const int stages = int(knob_int("LEANTRAIN_MOE_GEMM_STAGES"));
     auto launch = [&](auto stages_c) {  // stages_c: std::integral_constant<int, STAGES>
@@ -673,7 +709,8 @@ void CudaMoeKernels::moe_gather_bwd(const Tensor& dx, const Tensor& dout, const 
   LT_CUDA_LAUNCH_CHECK("moe_gather_bwd");
 }
 
-void CudaMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets) {
+void CudaMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
+                                  float alpha, bool accumulate) {
   DeviceGuard guard(device_);
   const int64_t r = a.size(0);
   const int e = int(w.size(0)), kdim = int(a.size(1)), n = int(c.size(1));
@@ -682,14 +719,15 @@ void CudaMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor
   dispatch_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     Launch<T, T> L{a.data<T>(), w.data<T>(), c.data<T>(), offsets.data<int32_t>(), kdim, trans_w ? kdim : n, n,
-                   w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0};
+                   w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0, alpha, accumulate ? 1 : 0};
     // trans_w: w_e [n, K] (K contiguous: B stored [N][K]); else w_e [K, n] (B stored [K][N]).
     if (trans_w) run_grouped<T, T, false, false>(L, row_tiles, kdim, kdim);
     else run_grouped<T, T, false, true>(L, row_tiles, kdim, n);
   });
 }
 
-void CudaMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets) {
+void CudaMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets,
+                                        float alpha) {
   DeviceGuard guard(device_);
   const int e = int(c.size(0)), n1 = int(c.size(1)), n2 = int(c.size(2));
   if (int64_t(e) * n1 * n2 == 0) return;
@@ -699,7 +737,7 @@ void CudaMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const 
     auto go = [&](auto ctag) {
       using TC = decltype(ctag);
       // c_e = a_e^T b_e: A stored [K][M] (rows of a), B stored [K][N] (rows of b).
-      Launch<T, TC> L{a.data<T>(), b.data<T>(), c.data<TC>(), offsets.data<int32_t>(), n1, n2, n2, 0, e, n1, n2, 0, 0, 0, 1};
+      Launch<T, TC> L{a.data<T>(), b.data<T>(), c.data<TC>(), offsets.data<int32_t>(), n1, n2, n2, 0, e, n1, n2, 0, 0, 0, 1, alpha};
       run_grouped<T, TC, true, true>(L, none, n1, n2);
     };
     if (c.dtype() == DType::F32) go(float{});
