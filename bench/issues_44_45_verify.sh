@@ -25,7 +25,9 @@ el "phase 1"
 # LEAN=1 (little device time left): the tests, parity and the two side-by-side benches only.
 LEAN=${LEAN:-0}
 QLORA_PID=
-[ "$LEAN" = 1 ] || { setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
+# QLORA_RUN=0 leaves the QLoRA run out of phase 1 (a call of its own: moe_lora.sh QLORA=1).
+QLORA_RUN=${QLORA_RUN:-1}; [ "$LEAN" = 1 ] && QLORA_RUN=0
+[ "$QLORA_RUN" = 0 ] || { setsid bash -c "OUT=$OUT/qlora ROUNDS=0 QLORA=1 bash bench/moe_lora.sh" > "$OUT/qlora.log" 2>&1 &
   QLORA_PID=$!; }
 setsid bash -c "timeout ${UNIT_S:-240} ./$BUILD/leantrain_tests --gtest_brief=1 \
   --gtest_filter='${UNIT_FILTER:-AttentionGqa.Cuda*:AttentionWindow.CudaMatchesCpuReference:Ops/OpsBackends.*gated_delta*:GatedDelta*:Qwen35Model.Cuda*:MoeCuda.*:CudnnAttention.*:PackedDocuments.*}'" \
