@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "leantrain/nn.h"
+#include "leantrain/ops_lora.h"
 
 namespace lt::nn {
 
@@ -43,6 +44,9 @@ class LoraLinear : public UnaryModule {
   // The adapter's term alone, (dropout(x) A^T * alpha/r) B^T: lets a caller that computes several
   // bases in one GEMM (stacked weights) add the updates after it.
   Tensor update(const Tensor& x);
+  // The adapter's factors for lora_linear (cast as a Linear casts its weight), or nothing when its
+  // update must run as calls: LoRA dropout, or a wrapper installed on lora_A or lora_B.
+  std::optional<LoraFactors> fused_factors() const;
 
   UnaryModule& base() const { return *base_; }
   std::shared_ptr<UnaryModule> base_ptr() const { return base_; }

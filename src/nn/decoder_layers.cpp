@@ -9,6 +9,7 @@
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
 #include "leantrain/nn_lora.h"
+#include "leantrain/ops_lora.h"
 
 namespace lt::nn {
 
@@ -61,7 +62,15 @@ Tensor fused_linear(const Tensor& x, const std::vector<const Child<UnaryModule>*
   }
   if (!bs.empty() && bs.size() != ws.size()) return Tensor();
   if (!loras.empty() && loras.size() != children.size()) return Tensor();
-  Tensor y = linear(autocast(x), autocast_stacked(ws), bs.empty() ? Tensor() : autocast_stacked(bs));
+  // With an adapter on every projection, the stacked GEMM and the adapters are one op whose
+  // adapters add their products into their columns (leantrain/ops_lora.h).
+  std::vector<LoraFactors> factors;
+  if (!loras.empty() && !adapters_off())
+    for (LoraLinear* a : loras)
+      if (std::optional<LoraFactors> f = a->fused_factors()) factors.push_back(*f);
+  const Tensor b = bs.empty() ? Tensor() : autocast_stacked(bs);
+  if (!factors.empty() && factors.size() == loras.size()) return lora_linear(autocast(x), autocast_stacked(ws), b, factors);
+  Tensor y = linear(autocast(x), autocast_stacked(ws), b);
   if (loras.empty() || adapters_off()) return y;
   std::vector<Tensor> updates;
   for (LoraLinear* a : loras) updates.push_back(a->update(x));

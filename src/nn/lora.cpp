@@ -3,10 +3,12 @@
 // columns instead of out, and no out-wide temporary.
 #include <cmath>
 
+#include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_lora.h"
 #include "leantrain/nn_quant.h"
+#include "leantrain/ops_lora.h"
 
 namespace lt::nn {
 
@@ -62,10 +64,19 @@ AdaptersOffScope::AdaptersOffScope() : prev_(g_adapters_off) { g_adapters_off = 
 AdaptersOffScope::~AdaptersOffScope() { g_adapters_off = prev_; }
 bool adapters_off() { return g_adapters_off; }
 
+std::optional<LoraFactors> LoraLinear::fused_factors() const {
+  if (dropout_ || lora_A_->forward_wrapper() || lora_B_->forward_wrapper()) return std::nullopt;
+  return LoraFactors{autocast(lora_A_->weight()), autocast(lora_B_->weight()), scaling()};
+}
+
 Tensor LoraLinear::forward(const Tensor& x) {
-  Tensor y = (*base_)(x);
-  if (g_adapters_off) return y;
-  return add(y, update(x));
+  if (g_adapters_off) return (*base_)(x);
+  // A plain [out, in] Linear base: the layer and its adapter as one op (leantrain/ops_lora.h).
+  auto* base = plain_linear(base_.get());
+  if (base && !base->weight_in_out())
+    if (std::optional<LoraFactors> f = fused_factors())
+      return lora_linear(autocast(x), autocast(base->weight()), autocast(base->bias()), {*f});
+  return add((*base_)(x), update(x));
 }
 
 Tensor LoraLinear::update(const Tensor& x) {
