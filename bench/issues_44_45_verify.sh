@@ -38,10 +38,18 @@ setsid bash -c "timeout ${PARITY_S:-240} python3 bench/peers/parity.py --bench $
 PARITY_PID=$!
 wait $UNIT_PID; el "unit done"
 # The grouped expert GEMM with 3 and 4 K tiles in flight (LEANTRAIN_MOE_GEMM_STAGES): the same tests.
-for st in 3 4; do
+# The same with 256-column tiles (LEANTRAIN_MOE_GEMM_BN), alone and with 3 stages.
+MOE_VARIANTS=${MOE_VARIANTS:-"S3 S4 B256 B256S3"}
+moe_env() {  # S3 -> LEANTRAIN_MOE_GEMM_STAGES=3; B256S3 -> LEANTRAIN_MOE_GEMM_BN=256 LEANTRAIN_MOE_GEMM_STAGES=3
+  local v=$1 e=""
+  [[ $v == B256* ]] && e="LEANTRAIN_MOE_GEMM_BN=256" && v=${v#B256}
+  [ -n "$v" ] && e="$e LEANTRAIN_MOE_GEMM_STAGES=${v#S}"
+  echo "$e"
+}
+for v in $MOE_VARIANTS; do
   [ "$LEAN" = 1 ] && break
-  LEANTRAIN_MOE_GEMM_STAGES=$st timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 --gtest_filter='MoeCuda.*:Moe*Cuda*' \
-    2>&1 | tail -3 | sed "s/^/[stages $st] /" >> "$OUT/unit.txt"
+  env $(moe_env "$v") timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 --gtest_filter='MoeCuda.*:Moe*Cuda*' \
+    2>&1 | tail -3 | sed "s/^/[$v] /" >> "$OUT/unit.txt"
 done
 el "moe stage tests done"
 wait $PARITY_PID; el "parity done"
@@ -54,22 +62,26 @@ cp "$OUT/qlora/qlora-run.log" "$OUT/qlora-run.log" 2>/dev/null; tail -4 "$OUT/ql
 el "phase 1 done"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 OUT1=$OUT
-(OUT=$OUT1/qwen35 ROUNDS=1 timeout "${QWEN_S:-150}" bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
+# Phase 2 in order of worth; a step starts only while the call has DEADLINE_S left to run it (the
+# archive at the end must still be written: the device returns 8 files).
+before() { [ $(( $(date +%s) - t0 + $1 )) -lt "${DEADLINE_S:-560}" ]; }
+before 100 && (OUT=$OUT1/qwen35 ROUNDS=1 timeout "${QWEN_S:-150}" bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
 stragglers; el "qwen35 (ours + peer) done"
+before 80 && (OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
+stragglers; el "moe bench done"
 # The same leantrain run with both opt-in paths off: the before of the before/after, in this call.
-(OUT=$OUT1/qwen35-default ROUNDS=1 PEER=0 LEANTRAIN_ATTN_MMA_D256=0 LEANTRAIN_GDN_STAGE_ROWS=0 timeout 90 \
+before 60 && (OUT=$OUT1/qwen35-default ROUNDS=1 PEER=0 LEANTRAIN_ATTN_MMA_D256=0 LEANTRAIN_GDN_STAGE_ROWS=0 timeout 90 \
   bash bench/qwen35_lora.sh throughput) 2>&1 | grep -m1 tokens_per_s | sed 's/^/[defaults] /'
 stragglers; el "qwen35 defaults done"
-(OUT=$OUT1/moe-lora ROUNDS=1 QLORA=0 timeout "${MOE_S:-120}" bash bench/moe_lora.sh) > "$OUT/moe-lora.log" 2>&1
-stragglers; el "moe bench done"
-for st in 3 4; do  # leantrain alone, the grouped GEMM's pipeline deeper
+for v in $MOE_VARIANTS; do  # leantrain alone: the grouped GEMM's pipeline deeper, its tiles wider
   [ "$LEAN" = 1 ] && break
-  (OUT=$OUT1/moe-lora-s$st ROUNDS=1 QLORA=0 PEER=0 LEANTRAIN_MOE_GEMM_STAGES=$st timeout 60 bash bench/moe_lora.sh) \
-    > "$OUT/moe-lora-s$st.log" 2>&1
-  grep '"side": "leantrain"' "$OUT1/moe-lora-s$st/moe-lora.jsonl" 2>/dev/null | head -1 | sed "s/^/[stages $st] /"
+  before 45 || break
+  (export $(moe_env "$v"); OUT=$OUT1/moe-lora-$v ROUNDS=1 QLORA=0 PEER=0 timeout 60 bash bench/moe_lora.sh) \
+    > "$OUT/moe-lora-$v.log" 2>&1
+  grep '"side": "leantrain"' "$OUT1/moe-lora-$v/moe-lora.jsonl" 2>/dev/null | head -1 | sed "s/^/[$v] /"
 done
 stragglers; el "moe stage benches done"
-[ "$LEAN" = 1 ] || [ "${GEMMA:-1}" = 0 ] || (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
+[ "$LEAN" = 1 ] || [ "${GEMMA:-1}" = 0 ] || ! before 60 || (OUT=$OUT1/gemma3 timeout "${GEMMA_S:-60}" bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
 el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
 # Time left in the call: the kernel table of a Qwen3.5-2B LoRA step after the changes.
 if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" ]; then
@@ -80,5 +92,5 @@ if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" 
 fi
 # The device returns few files a call: the raw JSON and the longer logs travel as one archive.
 (cd "$OUT" && tar czf raw.tgz qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
-  rm -rf qlora parity qwen35 qwen35-default moe-lora-s* moe-lora gemma3 qlora.log gemma3-long.log)
+  rm -rf qlora parity qwen35 qwen35-default moe-lora-* moe-lora gemma3 qlora.log gemma3-long.log)
 el "all done"

@@ -51,6 +51,8 @@ constexpr Knob kKnobs[] = {
      "1: the Gated DeltaNet's state passes stage each chunk's rows in shared memory (not yet run on a GPU)"},
     {"LEANTRAIN_MOE_GEMM_STAGES", T::Integer, "2", 2, 4, "", M::No, U::Run, "kernels",
      "3 or 4: the grouped expert GEMM keeps that many K tiles in flight (shared memory 20 KB each)"},
+    {"LEANTRAIN_MOE_GEMM_BN", T::Integer, "128", 128, 256, "", M::No, U::Run, "kernels",
+     "256: the grouped expert GEMM's tiles 256 columns wide where the output is (128 x 256, not yet run on a GPU)"},
     {"LEANTRAIN_NF4_EXPERT_GROUP", T::Integer, "0", 0, 1 << 20, "", M::Yes, U::Run, "kernels",
      "experts an NF4 expert GEMM dequantises at a time (0: as many as fit 64 MiB)"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",

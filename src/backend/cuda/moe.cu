@@ -366,12 +366,14 @@ __device__ bool locate(const Launch<T, TC>& L, Problem<T, TC>& p) {
 
 namespace mma_gemm {
 
-constexpr int BM = 128, BN = 128, BK = 32, PAD = 8, THREADS = 256;
+// BN: the tile's columns, 128 or (LEANTRAIN_MOE_GEMM_BN=256, for outputs at least that wide) 256;
+// the 8 warps tile it 2 x 4, each 64 rows by BN / 4 columns.
+constexpr int BM = 128, BK = 32, PAD = 8, THREADS = 256;
 
 template <bool KM> constexpr int a_rows() { return KM ? BK : BM; }
 template <bool KM> constexpr int a_ld() { return KM ? BM + PAD : BK + PAD; }
-template <bool KN> constexpr int b_rows() { return KN ? BK : BN; }
-template <bool KN> constexpr int b_ld() { return KN ? BN + PAD : BK + PAD; }
+template <bool KN, int BN> constexpr int b_rows() { return KN ? BK : BN; }
+template <bool KN, int BN> constexpr int b_ld() { return KN ? BN + PAD : BK + PAD; }
 
 // Loads a tile of a "major x minor" operand stored with `minor` contiguous: rows r of the tile
 // are elements (major0 + r) of the major dim, columns the minor dim from minor0.
@@ -396,32 +398,34 @@ __device__ __forceinline__ void load_tile(T* s, int ld, int rows, int cols, cons
 }
 
 // Elements of one pipeline stage (an A tile and a B tile) in shared memory.
-template <bool A_KM, bool B_KN> constexpr int stage_elems() { return a_rows<A_KM>() * a_ld<A_KM>() + b_rows<B_KN>() * b_ld<B_KN>(); }
+template <bool A_KM, bool B_KN, int BN>
+constexpr int stage_elems() { return a_rows<A_KM>() * a_ld<A_KM>() + b_rows<B_KN, BN>() * b_ld<B_KN, BN>(); }
 
 // STAGES tiles of K in flight (cp.async): tile kt + STAGES - 1 is requested while tile kt is
 // multiplied. 2 is the default; 3 and 4 (LEANTRAIN_MOE_GEMM_STAGES) hide more of the load latency
 // at 20 KB of shared memory a stage. The sums run in the same order whatever STAGES is.
-template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES>
+template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES, int BN>
 __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
+  constexpr int WN = BN / 4, NT = WN / 8;  // a warp's columns, and its n8 MMA tiles
   Problem<T, TC> p;
   if (!locate<BM, BN>(L, p)) return;
   constexpr int A_ELEMS = a_rows<A_KM>() * a_ld<A_KM>();
   extern __shared__ __align__(16) unsigned char moe_smem[];
-  T(*smem)[stage_elems<A_KM, B_KN>()] = reinterpret_cast<T(*)[stage_elems<A_KM, B_KN>()]>(moe_smem);
+  T(*smem)[stage_elems<A_KM, B_KN, BN>()] = reinterpret_cast<T(*)[stage_elems<A_KM, B_KN, BN>()]>(moe_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
   auto load = [&](int stage, int k0) {
     T* As = smem[stage];
     T* Bs = smem[stage] + A_ELEMS;
     if (A_KM) load_tile<VEC>(As, a_ld<A_KM>(), BK, BM, p.a, p.lda, k0, p.k, p.m0, p.m);
     else load_tile<VEC>(As, a_ld<A_KM>(), BM, BK, p.a, p.lda, p.m0, p.m, k0, p.k);
-    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN>(), BK, BN, p.b, p.ldb, k0, p.k, p.n0, p.n);
-    else load_tile<VEC>(Bs, b_ld<B_KN>(), BN, BK, p.b, p.ldb, p.n0, p.n, k0, p.k);
+    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN, BN>(), BK, BN, p.b, p.ldb, k0, p.k, p.n0, p.n);
+    else load_tile<VEC>(Bs, b_ld<B_KN, BN>(), BN, BK, p.b, p.ldb, p.n0, p.n, k0, p.k);
   };
-  float acc[4][4][4];
+  float acc[4][NT][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
   const int kt_n = (p.k + BK - 1) / BK;
@@ -458,7 +462,7 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
     const T* Bs = smem[kt % STAGES] + A_ELEMS;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[4][4], bf[2][4];
+      uint32_t af[4][4], bf[NT / 2][4];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
         const int r0 = wm * 64 + mt * 16;
@@ -469,18 +473,18 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
           mma::ldsm_x4(af[mt], As + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * a_ld<A_KM>() + kk + (lane >> 4) * 8);
       }
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        const int c0 = wn * 32 + np * 16;
+      for (int np = 0; np < NT / 2; ++np) {
+        const int c0 = wn * WN + np * 16;
         if (B_KN)
-          mma::ldsm_x4_trans(bf[np], Bs + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * b_ld<B_KN>() + c0 +
+          mma::ldsm_x4_trans(bf[np], Bs + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * b_ld<B_KN, BN>() + c0 +
                                          (lane >> 4) * 8);
         else
-          mma::ldsm_x4(bf[np], Bs + (c0 + (lane & 7) + (lane >> 4) * 8) * b_ld<B_KN>() + kk + ((lane >> 3) & 1) * 8);
+          mma::ldsm_x4(bf[np], Bs + (c0 + (lane & 7) + (lane >> 4) * 8) * b_ld<B_KN, BN>() + kk + ((lane >> 3) & 1) * 8);
       }
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
           mma::mma16816<T>(acc[mt][nt], af[mt], bf[nt >> 1][(nt & 1) * 2], bf[nt >> 1][(nt & 1) * 2 + 1]);
     }
     if constexpr (STAGES == 2) __syncthreads();  // buffer kt & 1 is refilled next iteration, before the wait
@@ -490,11 +494,11 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = p.m0 + wm * 64 + mt * 16 + g + h * 8;
-        const int c = p.n0 + wn * 32 + nt * 8 + 2 * t4;
+        const int c = p.n0 + wn * WN + nt * 8 + 2 * t4;
         if (r >= p.m || c >= p.n) continue;
         const int64_t i = int64_t(r) * p.ldc + c;
         const float v0 = epilogue_value(L, p.c, i, acc[mt][nt][2 * h]);
@@ -566,29 +570,35 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
     if (blocks > 0) kernel<T, TC, A_KM, B_KN><<<unsigned(blocks), THREADS, 0, s>>>(L);
   } else {
     using namespace mma_gemm;
-    L.tiles_n = (L.n + BN - 1) / BN;
-    L.tiles_m = (L.m + BM - 1) / BM;
-    const int64_t blocks = L.wgrad ? int64_t(L.e) * L.tiles_m * L.tiles_n
-                                   : ((worst_row_tiles_m(BM)) + L.e) * int64_t(L.tiles_n);
     const bool vec = aligned16(L.a) && aligned16(L.b) && L.lda % 8 == 0 && L.ldb % 8 == 0 && L.b_stride % 8 == 0 &&
                      minor_a % 8 == 0 && minor_b % 8 == 0;
     // Pairs of columns land on word boundaries: c's first element, every row start and (wgrad)
     // every expert's matrix at an even element.
     L.pair_store = reinterpret_cast<uintptr_t>(L.c) % (2 * sizeof(TC)) == 0 && L.ldc % 2 == 0 &&
                    (!L.wgrad || (int64_t(L.m) * L.n) % 2 == 0);
-    if (blocks <= 0) return;
     static const int stages = int(knob_int("LEANTRAIN_MOE_GEMM_STAGES"));
-    auto launch = [&](auto stages_c) {  // stages_c: std::integral_constant<int, STAGES>
-      constexpr int st = decltype(stages_c)::value;
-      auto kern = vec ? kernel<T, TC, A_KM, B_KN, true, st> : kernel<T, TC, A_KM, B_KN, false, st>;
-      const size_t smem = size_t(st) * stage_elems<A_KM, B_KN>() * sizeof(T);
-      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages)
+    static const int wide = int(knob_int("LEANTRAIN_MOE_GEMM_BN"));
+    auto launch = [&](auto stages_c, auto bn_c) {  // std::integral_constant<int, STAGES>, <int, BN>
+      constexpr int st = decltype(stages_c)::value, bn = decltype(bn_c)::value;
+      L.tiles_n = (L.n + bn - 1) / bn;
+      L.tiles_m = (L.m + BM - 1) / BM;
+      const int64_t blocks = L.wgrad ? int64_t(L.e) * L.tiles_m * L.tiles_n
+                                     : ((worst_row_tiles_m(BM)) + L.e) * int64_t(L.tiles_n);
+      if (blocks <= 0) return;
+      auto kern = vec ? kernel<T, TC, A_KM, B_KN, true, st, bn> : kernel<T, TC, A_KM, B_KN, false, st, bn>;
+      const size_t smem = size_t(st) * stage_elems<A_KM, B_KN, bn>() * sizeof(T);
+      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages, or 256 columns)
         LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
     };
-    if (stages == 4) launch(std::integral_constant<int, 4>{});
-    else if (stages == 3) launch(std::integral_constant<int, 3>{});
-    else launch(std::integral_constant<int, 2>{});
+    // 256 columns a tile only where the output is that wide (an adapter's rank-r product is not).
+    auto with_bn = [&](auto stages_c) {
+      if (wide == 256 && L.n >= 256) launch(stages_c, std::integral_constant<int, 256>{});
+      else launch(stages_c, std::integral_constant<int, 128>{});
+    };
+    if (stages == 4) with_bn(std::integral_constant<int, 4>{});
+    else if (stages == 3) with_bn(std::integral_constant<int, 3>{});
+    else with_bn(std::integral_constant<int, 2>{});
   }
   LT_CUDA_LAUNCH_CHECK("grouped_gemm");
 }
