@@ -585,16 +585,22 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
       const int64_t blocks = L.wgrad ? int64_t(L.e) * L.tiles_m * L.tiles_n
                                      : ((worst_row_tiles_m(BM)) + L.e) * int64_t(L.tiles_n);
       if (blocks <= 0) return;
-      auto kern = vec ? kernel<T, TC, A_KM, B_KN, true, st, bn> : kernel<T, TC, A_KM, B_KN, false, st, bn>;
+      auto kern = kernel<T, TC, A_KM, B_KN, true, st, bn>;
+      if constexpr (bn == 128) {  // the wide tiles are compiled for 16-byte loads only (binary size)
+        if (!vec) kern = kernel<T, TC, A_KM, B_KN, false, st, bn>;
+      }
       const size_t smem = size_t(st) * stage_elems<A_KM, B_KN, bn>() * sizeof(T);
       if (smem > 48 * 1024)  // past the default limit (3 and 4 stages, or 256 columns)
         LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
     };
-    // 256 columns a tile only where the output is that wide (an adapter's rank-r product is not).
+    // 256 columns a tile only where the output is that wide (an adapter's rank-r product is not),
+    // the loads are 16-byte ones, and 2 or 3 stages are asked for (fewer kernels in the binary).
     auto with_bn = [&](auto stages_c) {
-      if (wide == 256 && L.n >= 256) launch(stages_c, std::integral_constant<int, 256>{});
-      else launch(stages_c, std::integral_constant<int, 128>{});
+      if constexpr (decltype(stages_c)::value <= 3) {
+        if (wide == 256 && L.n >= 256 && vec) return launch(stages_c, std::integral_constant<int, 256>{});
+      }
+      launch(stages_c, std::integral_constant<int, 128>{});
     };
     if (stages == 4) with_bn(std::integral_constant<int, 4>{});
     else if (stages == 3) with_bn(std::integral_constant<int, 3>{});
