@@ -41,8 +41,9 @@ wait $UNIT_PID; el "unit done"
 # The same with 256-column tiles (LEANTRAIN_MOE_GEMM_BN), alone and with 3 stages.
 MOE_VARIANTS=${MOE_VARIANTS:-"S3 S4 B256 B256S3"}
 moe_env() {  # S3 -> LEANTRAIN_MOE_GEMM_STAGES=3; B256S3 -> LEANTRAIN_MOE_GEMM_BN=256 LEANTRAIN_MOE_GEMM_STAGES=3
-  local v=$1 e=""
-  [[ $v == B256* ]] && e="LEANTRAIN_MOE_GEMM_BN=256" && v=${v#B256}
+  local v=$1 e=""   # A...: the same with cuDNN's attention where it applies (--attention-kernel auto)
+  [[ $v == A* ]] && e="MOE_EXTRA=--attention-kernel=auto" && v=${v#A}
+  [[ $v == B256* ]] && e="$e LEANTRAIN_MOE_GEMM_BN=256" && v=${v#B256}
   [ -n "$v" ] && e="$e LEANTRAIN_MOE_GEMM_STAGES=${v#S}"
   echo "$e"
 }

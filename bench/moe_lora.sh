@@ -15,7 +15,7 @@ set -u
 BUILD=${BUILD:-build}; OUT=${OUT:-/tmp/moe-lora}; ROUNDS=${ROUNDS:-1}; QLORA=${QLORA:-0}
 mkdir -p "$OUT"
 F="--config bench/configs/qwen3-30b-a3b-4layers.json --data synthetic --batch 2 --seq-len 2048 --precision bf16-true \
---lora-rank 16 --lora-alpha 32 --checkpoint blocks --optimizer adamw --lr 2e-4"
+--lora-rank 16 --lora-alpha 32 --checkpoint blocks --optimizer adamw --lr 2e-4 ${MOE_EXTRA:-}"
 [ "$ROUNDS" -gt 0 ] && { timeout 90 "./$BUILD/leantrain" plan $F --device-type cuda --json > "$OUT/plan.json" 2> "$OUT/plan.err" || { echo "plan failed"; tail -3 "$OUT/plan.err"; }; }
 for round in $(seq 1 "$ROUNDS"); do
   timeout 150 "./$BUILD/leantrain" train $F --device cuda --steps 12 --eval-batches 0 --log-every 4 \
@@ -33,6 +33,7 @@ print(json.dumps({"side": "leantrain", "round": int(sys.argv[3]), "tokens_per_s"
 PY
   [ "${PEER:-1}" = 1 ] && { (cd bench/peers && timeout 200 python3 moe_lora_torch.py --warmup 2 --steps 8 2>&1 | tail -1) | tee -a "$OUT/moe-lora.jsonl"; }
 done
+# MOE_EXTRA: more leantrain flags for the side-by-side run (e.g. --attention-kernel auto).
 # QLoRA on the full Qwen3-30B-A3B shape (random init; every expert projection NF4): plan, then 50
 # steps; plan against measured, both against issue 45's 17.5 GiB.
 # The issue's flags plan at 19.65 GiB (the expert adapters, their gradients and 8-bit states weigh
