@@ -121,7 +121,7 @@ class OffloadOptimizer final : public Optimizer {
  private:
   int states() const;  // f32 state arrays before the master (the f32 kinds)
   bool eight_bit() const { return is_eight_bit(kind_); }
-  void step_8bit(Slot& s, const void* grad, void* param16, float grad_scale);
+  void step_8bit(Slot& s, const void* grad, void* param16, float grad_scale, int threads);
   void update_bucket(const std::vector<Slot*>& bucket, float grad_scale);
   void update_drained(const std::vector<Slot*>& slots, float grad_scale);
   bool is_drained(const Slot& s) const;

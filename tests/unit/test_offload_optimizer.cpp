@@ -88,10 +88,11 @@ OffloadOptions offload_for(const std::string& kind) {
 
 // Four steps of both optimizers on equal parameters and gradients; parameters, state and master
 // copies compared bit for bit after each.
-void check_against_reference(const std::string& kind, DType dt, int64_t bucket_bytes, int threads) {
+void check_against_reference(const std::string& kind, DType dt, int64_t bucket_bytes, int threads,
+                             const std::vector<Shape>& shapes = kShapes) {
   SCOPED_TRACE(kind + " " + dtype_name(dt) + " bucket " + std::to_string(bucket_bytes) + " threads " +
                std::to_string(threads));
-  std::vector<NamedTensor> ref = make_params(dt, 1), off = make_params(dt, 1);
+  std::vector<NamedTensor> ref = optim_test::make_params(shapes, dt, 1), off = optim_test::make_params(shapes, dt, 1);
   std::unique_ptr<Optimizer> reference = reference_for(kind, two_groups(ref));
   reference->set_master_weights(dt != DType::F32);
   OffloadOptions o = offload_for(kind);
@@ -132,6 +133,18 @@ TEST(OffloadOptimizer, BitwiseEqualToMasterWeightOptimizer) {
           check_against_reference(kind, dt, bucket, threads);
           if (HasFatalFailure()) return;
         }
+}
+
+// The 8-bit host step cuts a parameter into runs of whole 256-element blocks, one per host thread
+// (at least 64K elements each): 210,000 elements (a partial last block) on 3 threads and 1 give
+// the reference's bits.
+TEST(OffloadOptimizer, EightBitStepOnThreadsIsBitwiseTheReference) {
+  const std::vector<Shape> shapes = {{700, 300}, {33}, {65537}};
+  for (const char* kind : {"adamw8bit", "lion8bit"})
+    for (int threads : {3, 1}) {
+      check_against_reference(kind, DType::BF16, int64_t(32) << 20, threads, shapes);
+      if (HasFatalFailure()) return;
+    }
 }
 
 // State and master in the pinned-host account (OptimizerState), gradient bucket (Gradient) and
