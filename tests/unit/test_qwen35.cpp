@@ -655,13 +655,16 @@ TEST(Qwen35Model, CudaPackedDocumentsMatchTheCpu) {
   }
   const Docs rows = {{3, 70, 67}, {64, 76}, {1, 2, 137}};
   const Tensor ids = ids_of(3, 140, 4096, 28);
-  const Outputs on_gpu = expect_documents_apart(*gpu, ids, rows, 1e-4);
+  // Packed against each document alone on the GPU: 1.0e-4 to 2.5e-4 over most gradients on an H100
+  // (1c36c36, the same with the head-dim-256 and staged DeltaNet kernels on or off: cuBLAS's f32
+  // products sum in other orders for other row counts), so 5e-4 there; 1e-4 on the CPU.
+  const Outputs on_gpu = expect_documents_apart(*gpu, ids, rows, 5e-4);
   const Outputs on_cpu = expect_documents_apart(*cpu, ids, rows, 1e-4);
   EXPECT_LT(test::rel_error(on_gpu.logits, on_cpu.logits), 1e-4) << "logits";
   // GPU against CPU sums in other orders through three DeltaNet layers (each a chunked triangular
   // solve, whose f32 rounding the randomized weights amplify): 1.2e-4 to 1.7e-4 on an H100 for
   // three of the gradients (0797d07), so 5e-4 here; packed against each document alone on one
-  // device, the point of this test, holds 1e-4 above.
+  // device, the point of this test, holds the bounds above.
   for (const auto& [name, g] : on_cpu.grads) EXPECT_LT(test::rel_error(on_gpu.grads.at(name), g), 5e-4) << name;
 }
 

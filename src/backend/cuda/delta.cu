@@ -9,9 +9,9 @@
 //   __syncthreads per row.
 // - The sequential passes (state_fwd, state_bwd): one block per (b, h) and 16 value columns,
 //   its Dk x 16 slice of the state (or its gradient) in shared memory for the whole sequence; the
-//   columns of the state never mix in the recurrence, so the slices run independently. With
-//   LEANTRAIN_GDN_STAGE_ROWS=1 each chunk's rows (w, kn; and p, qn, dout backward) are staged in
-//   shared memory first.
+//   columns of the state never mix in the recurrence, so the slices run independently. Each
+//   chunk's rows (w, kn; and p, qn, dout backward) are staged in shared memory first
+//   (LEANTRAIN_GDN_STAGE_ROWS=0: read in place).
 // Each mirrors its reference in cpu_delta.cpp line by line (the same sums in the same order, in
 // f32), which backend_ops.def ("delta") states. Packed documents (doc_pos) mask inside the chunks
 // through GdnDocs (backend/delta_docs.h), read by each kernel from doc_pos itself: the per-chunk
@@ -33,8 +33,8 @@ constexpr int kCols = 16;  // value columns of a state slice (state_fwd, state_b
 // Shared memory the sequential passes may take to stage a chunk's rows (Hopper allows 227 KB a
 // block): Dk 128 at chunk 64 takes 78 KB forward, 130 KB backward.
 constexpr size_t kStageSmem = 200 * 1024;
-// The staged passes only with LEANTRAIN_GDN_STAGE_ROWS=1 until they have run on a GPU (written and
-// compiled here, not yet checked against the CPU there).
+// The staged passes unless LEANTRAIN_GDN_STAGE_ROWS=0 (the same bits either way: checked on an H100
+// at 1c36c36).
 bool stage_rows_on() {
   static const bool on = knob_on("LEANTRAIN_GDN_STAGE_ROWS");
   return on;
@@ -185,9 +185,8 @@ __device__ void stage_rows(float* dst, const float* src, int64_t r0, int C, int 
 
 // kStage: the chunk's rows of w and kn are first copied to shared memory, so the two products
 // below read them there instead of from L2 at every step of their dot products (which made the
-// kernel latency-bound); the same sums in the same order either way. Without kStage (the default
-// until a GPU has checked the staged path, or a Dk too large for the shared memory) they are read
-// in place.
+// kernel latency-bound); the same sums in the same order either way. Without kStage
+// (LEANTRAIN_GDN_STAGE_ROWS=0, or a Dk too large for the shared memory) they are read in place.
 template <bool kStage>
 __global__ void gdn_state_fwd_kernel(float* states, float* delta, const float* u, const float* w, const float* kn,
                                      const float* gam, int NC, int C, int Dk, int Dv, GdnDocs docs) {
