@@ -92,6 +92,8 @@ if [ "$LEAN" != 1 ] && [ $(( $(date +%s) - t0 )) -lt "${PROF_IF_BEFORE_S:-420}" 
   rm -rf "$OUT/prof"; el "profile done"
 fi
 # The device returns few files a call: the raw JSON and the longer logs travel as one archive.
-(cd "$OUT" && tar czf raw.tgz qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
-  rm -rf qlora parity qwen35 qwen35-default moe-lora-* moe-lora gemma3 qlora.log gemma3-long.log)
+# unit.txt goes in too (a call once came back without it), and a copy of its last lines in call.log.
+tail -5 "$OUT/unit.txt" 2>/dev/null
+(cd "$OUT" && tar czf raw.tgz unit.txt qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
+  rm -rf unit.txt qlora parity qwen35 qwen35-default moe-lora-* moe-lora gemma3 qlora.log gemma3-long.log)
 el "all done"
