@@ -94,6 +94,7 @@ fi
 # The device returns few files a call: the raw JSON and the longer logs travel as one archive.
 # unit.txt goes in too (a call once came back without it), and a copy of its last lines in call.log.
 tail -5 "$OUT/unit.txt" 2>/dev/null
-(cd "$OUT" && tar czf raw.tgz unit.txt qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null &&
-  rm -rf unit.txt qlora parity qwen35 qwen35-default moe-lora-* moe-lora gemma3 qlora.log gemma3-long.log)
+# Only the entries that exist: tar fails on a missing one, and then nothing would be removed.
+(cd "$OUT" && keep=$(ls -d unit.txt qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null) &&
+  tar czf raw.tgz $keep && rm -rf $keep)
 el "all done"
