@@ -35,5 +35,5 @@ if before 70; then
   (OUT=$OUT/gemma3 timeout 60 bash bench/gpu_session.sh gemma3_long) > "$OUT/gemma3-long.log" 2>&1
   stragglers; el "gemma3 long done"; tail -3 "$OUT/gemma3-long.log"
 fi
-(cd "$OUT" && keep=$(ls -d qlora gemma3 qlora.log gemma3-long.log 2>/dev/null) && tar czf raw.tgz $keep && rm -rf $keep)
+(cd "$OUT" && keep=$(ls -d qlora gemma3 qlora.log gemma3-long.log 2>/dev/null); [ -n "$keep" ] && tar czf raw.tgz $keep && rm -rf $keep)
 el "all done"

@@ -95,6 +95,6 @@ fi
 # unit.txt goes in too (a call once came back without it), and a copy of its last lines in call.log.
 tail -5 "$OUT/unit.txt" 2>/dev/null
 # Only the entries that exist: tar fails on a missing one, and then nothing would be removed.
-(cd "$OUT" && keep=$(ls -d unit.txt qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null) &&
+(cd "$OUT" && keep=$(ls -d unit.txt qlora parity qwen35* moe-lora* gemma3 qlora.log gemma3-long.log 2>/dev/null); [ -n "$keep" ] &&
   tar czf raw.tgz $keep && rm -rf $keep)
 el "all done"
