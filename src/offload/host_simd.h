@@ -145,14 +145,14 @@ inline int64_t stream_start(int64_t lo, int64_t hi, const float* const* f32, int
   return hi;
 }
 
-// fn(lo, hi) over [0, n) in contiguous chunks of a multiple of 64 elements (whole cache lines of
-// f32 state), one per task of run_host_tasks (the first on the calling thread). Element-wise
-// updates give the same bits for any thread count. A chunk has at least kMinChunk elements:
-// waking a worker costs about as much as updating a few thousand, so biases and norms stay on
-// the calling thread.
+// fn(lo, hi) over [0, n) in contiguous chunks of a multiple of `align` elements (64: whole cache
+// lines of f32 state; 256: whole blocks of 8-bit state), one per task of run_host_tasks (the first
+// on the calling thread). Element-wise (or block-wise) updates give the same bits for any thread
+// count. A chunk has at least kMinChunk elements (a multiple of every align used): waking a worker
+// costs about as much as updating a few thousand, so biases and norms stay on the calling thread.
 inline constexpr int64_t kMinChunk = 16384;
-template <class F> void for_chunks(int64_t n, int threads, F fn) {
-  const int64_t per = std::max(kMinChunk, ((n + threads - 1) / threads + 63) / 64 * 64);
+template <class F> void for_chunks(int64_t n, int threads, F fn, int64_t align = 64) {
+  const int64_t per = std::max(kMinChunk, ((n + threads - 1) / threads + align - 1) / align * align);
   const int tasks = int((n + per - 1) / per);  // at most `threads`
   run_host_tasks(tasks, [&](int i) { fn(int64_t(i) * per, std::min(n, int64_t(i + 1) * per)); });
 }

@@ -11,6 +11,7 @@
 #include "leantrain/ops.h"
 #include "offload/disk_state.h"
 #include "offload/host_lion.h"
+#include "offload/host_simd.h"
 #include "core/raw_view.h"
 #include "offload/host_workers.h"
 #include "offload/offload_trace.h"
@@ -244,22 +245,17 @@ void OffloadOptimizer::step_span(const Slot& s, float* const* parts, const void*
 // An 8-bit step: the CPU backend's kernel on the f32 master and the gradient widened to f32 (as
 // Optimizer::update_elsewhere does for master weights), then the master rounded to nearest into
 // the 16-bit copy. The parameter is cut into runs of whole 256-element blocks, one per host
-// thread: each block has its own absmax, so the cut changes no bit of the result. (One thread over
-// a Qwen3-30B-A3B QLoRA's 642M adapter parameters took about 40 s a step.)
+// thread (simd::for_chunks): each block has its own absmax, so the cut changes no bit of the
+// result. (One thread over a Qwen3-30B-A3B QLoRA's 642M adapter parameters took about 40 s a step.)
 void OffloadOptimizer::step_8bit(Slot& s, const void* grad, void* param16, float grad_scale, int threads) {
   const DType dt = s.param.dtype();
-  const int64_t n = s.param.numel(), blocks = quant_blocks(n);
-  constexpr int64_t kMinTask = int64_t(1) << 16;  // elements: below it a thread costs more than it saves
-  const int tasks = int(std::clamp<int64_t>(n / kMinTask, 1, std::max(1, threads)));
-  const int64_t per = (blocks + tasks - 1) / tasks;  // blocks a task
+  const int64_t n = s.param.numel();
   const bool q = q8_is_quantised(s.state[0]);
   const size_t esize = dtype_size(dt);
   Backend& cpu = backend_for(Device::cpu());
   std::vector<float> wide(dt != DType::F32 ? size_t(n) : 0);  // untracked scratch: the host's working memory
-  run_host_tasks(tasks, [&](int t) {
-    const int64_t b0 = t * per, b1 = std::min(blocks, b0 + per);
-    if (b0 >= b1) return;
-    const int64_t i0 = b0 * kQuantBlock, len = std::min(n, b1 * kQuantBlock) - i0;
+  simd::for_chunks(n, threads, [&](int64_t i0, int64_t i1) {
+    const int64_t len = i1 - i0, b0 = i0 / kQuantBlock;
     auto run_of = [&](const Tensor& full, int64_t first, int64_t count) {  // elements first .. of a state array
       return raw_view(static_cast<const char*>(full.raw_data()) + first * int64_t(dtype_size(full.dtype())), {count},
                       full.dtype());
@@ -272,7 +268,7 @@ void OffloadOptimizer::step_8bit(Slot& s, const void* grad, void* param16, float
     }
     std::vector<Tensor> p{run_of(s.state.back(), i0, len)}, gs{g};
     // Quantised states: codes per element, absmax per block; small parameters keep f32 states.
-    auto state = [&](int k) { return q && k % 2 == 1 ? run_of(s.state[size_t(k)], b0, b1 - b0) : run_of(s.state[size_t(k)], i0, len); };
+    auto state = [&](int k) { return q && k % 2 == 1 ? run_of(s.state[size_t(k)], b0, quant_blocks(len)) : run_of(s.state[size_t(k)], i0, len); };
     std::vector<Tensor> m{state(0)};
     if (kind_ == OptimizerKind::AdamW8bit) {
       const AdamW8bitOptions& o = opt_.adamw8bit;
@@ -296,7 +292,7 @@ void OffloadOptimizer::step_8bit(Slot& s, const void* grad, void* param16, float
       }
     }
     if (param16) copy_(raw_view(static_cast<char*>(param16) + i0 * int64_t(esize), {len}, dt), p[0]);
-  });
+  }, kQuantBlock);
 }
 
 // The flow of one bucket: every gradient to the host, the host step, every parameter back.

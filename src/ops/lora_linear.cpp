@@ -119,8 +119,7 @@ Tensor lora_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const s
     const int64_t ldg = padded_rows(g2);
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor x2 = need_w || need_a ? reshape(sx, {rows, in}) : Tensor();
-    const int64_t ldx2 = x2.defined() ? padded_rows(x2) : 0;
-    if (x2.defined() && ldx2 == 0) x2 = contiguous(x2);
+    if (x2.defined() && padded_rows(x2) == 0) x2 = contiguous(x2);
     Tensor gx = need_x ? matmul(g2, sw, false, false) : Tensor();  // [rows, out] @ W
     std::vector<Tensor> grads{Tensor(), Tensor(), Tensor()};
     for (const SavedAdapter& sa : saved) {

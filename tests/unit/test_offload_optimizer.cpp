@@ -136,8 +136,8 @@ TEST(OffloadOptimizer, BitwiseEqualToMasterWeightOptimizer) {
 }
 
 // The 8-bit host step cuts a parameter into runs of whole 256-element blocks, one per host thread
-// (at least 64K elements each): 210,000 elements (a partial last block) on 3 threads and 1 give
-// the reference's bits.
+// (at least simd::kMinChunk = 16K elements each): 210,000 and 65,537 elements (partial last
+// blocks) on 3 threads and 1 give the reference's bits.
 TEST(OffloadOptimizer, EightBitStepOnThreadsIsBitwiseTheReference) {
   const std::vector<Shape> shapes = {{700, 300}, {33}, {65537}};
   for (const char* kind : {"adamw8bit", "lion8bit"})
