@@ -39,6 +39,13 @@
 //              --tokens rows of bf16 input (default 4096), nf4_linear forward + backward (input
 //              gradient) against a bf16 linear of the same shape, frozen (input gradient) and
 //              trained (input and weight gradients); medians of --iters (default 20); one JSON line each
+//   grouped_gemm the MoE expert GEMMs alone (backend/moe_kernels.h) on --device (default cuda) in
+//              bf16, on the shapes of one expert MLP: --tokens (4096) tokens routed uniformly at
+//              random to --topk (8) of --experts (128), --hidden (2048), --ffn (768), LoRA --rank
+//              (16): gate|up and down forward, their input gradients, an adapter's A and its
+//              B product added in the epilogue, and an adapter's weight gradient; medians of
+//              --iters (20); one JSON line each with ms, TFLOP/s of the useful products and the
+//              rows each expert got (min, max). The knobs LEANTRAIN_MOE_GEMM_* pick the kernel
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -48,11 +55,14 @@
 #include <map>
 #include <new>
 #include <optional>
+#include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/moe_kernels.h"
 #include "data/synthetic.h"
 #include "leantrain/data.h"
 #include "leantrain/autocast.h"
@@ -675,6 +685,73 @@ int nf4(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
+
+int grouped_gemm_bench(const std::map<std::string, std::string>& f) {
+  using Clock = std::chrono::steady_clock;
+  const Device dev = Device::parse(get(f, "device", cuda_available() ? "cuda" : "cpu"));
+  const int64_t tokens = std::stoll(get(f, "tokens", "4096")), k = std::stoll(get(f, "topk", "8"));
+  const int64_t E = std::stoll(get(f, "experts", "128")), H = std::stoll(get(f, "hidden", "2048"));
+  const int64_t F = std::stoll(get(f, "ffn", "768")), r = std::stoll(get(f, "rank", "16"));
+  const int iters = std::stoi(get(f, "iters", "20"));
+  LT_CHECK(tokens > 0 && k > 0 && k <= E && H > 0 && F > 0 && r > 0 && iters > 0,
+           "grouped_gemm: a size is out of range", "tokens, topk <= experts, hidden, ffn, rank, iters > 0",
+           "pass positive sizes");
+  // Each token's k distinct experts uniformly at random: the counts a balanced router gives.
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> counts(static_cast<size_t>(E), 0);
+  std::vector<int64_t> pick(static_cast<size_t>(E));
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(pick.begin(), pick.end(), 0);
+    for (int64_t j = 0; j < k; ++j) {
+      std::uniform_int_distribution<int64_t> u(j, E - 1);
+      std::swap(pick[size_t(j)], pick[size_t(u(rng))]);
+      ++counts[size_t(pick[size_t(j)])];
+    }
+  }
+  std::vector<float> off(size_t(E) + 1, 0.f);
+  for (int64_t e = 0; e < E; ++e) off[size_t(e) + 1] = off[size_t(e)] + float(counts[size_t(e)]);
+  const Tensor offsets = to_device(from_vector(off, {E + 1}, DType::I32), dev);
+  const int64_t R = tokens * k;
+  const auto [mn, mx] = std::minmax_element(counts.begin(), counts.end());
+  Generator gen(3);
+  auto rnd = [&](const Shape& s) { return randn(s, gen, 0.02f, DType::BF16, dev); };
+  MoeKernels& mk = moe_kernels_for(dev);
+  Backend& be = backend_for(dev);
+  auto time_ms = [&](const std::function<void()>& fn) {
+    fn();
+    be.synchronize();
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      fn();
+      be.synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  auto report = [&](const char* name, double flops, const std::function<void()>& fn) {
+    const double ms = time_ms(fn);
+    std::printf("{\"mode\": \"grouped_gemm\", \"case\": \"%s\", \"rows\": %lld, \"experts\": %lld, "
+                "\"rows_per_expert\": [%lld, %lld], \"ms\": %.4f, \"tflops\": %.1f}\n",
+                name, (long long)R, (long long)E, (long long)*mn, (long long)*mx, ms, flops / (ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+  };
+  const Tensor x = rnd({R, H}), h = rnd({R, F}), gu = rnd({R, 2 * F}), gy = rnd({R, H});
+  const Tensor w_gu = rnd({E, 2 * F, H}), w_down = rnd({E, H, F});
+  const Tensor a_gu = rnd({E, r, H}), b_gu = rnd({E, 2 * F, r}), u = rnd({R, r});
+  Tensor c_gu = rnd({R, 2 * F}), c_h = rnd({R, H}), c_f = rnd({R, F}), c_r = rnd({R, r});
+  Tensor c_wg = Tensor::empty({E, r, H}, DType::F32, dev);
+  const double rows = double(R);
+  report("gate_up_fwd", 2 * rows * 2 * F * H, [&] { mk.grouped_gemm(c_gu, x, w_gu, true, offsets, 1.0f, false); });
+  report("down_fwd", 2 * rows * H * F, [&] { mk.grouped_gemm(c_h, h, w_down, true, offsets, 1.0f, false); });
+  report("gate_up_dgrad", 2 * rows * 2 * F * H, [&] { mk.grouped_gemm(c_h, gu, w_gu, false, offsets, 1.0f, false); });
+  report("down_dgrad", 2 * rows * H * F, [&] { mk.grouped_gemm(c_f, gy, w_down, false, offsets, 1.0f, false); });
+  report("lora_a_fwd", 2 * rows * r * H, [&] { mk.grouped_gemm(c_r, x, a_gu, true, offsets, 1.0f, false); });
+  report("lora_b_epilogue", 2 * rows * 2 * F * r, [&] { mk.grouped_gemm(c_gu, u, b_gu, true, offsets, 2.0f, true); });
+  report("lora_a_wgrad", 2 * rows * r * H, [&] { mk.grouped_gemm_wgrad(c_wg, u, x, offsets, 1.0f); });
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -688,7 +765,8 @@ int main(int argc, char** argv) {
     if (mode == "host_step") return host_step(flags);
     if (mode == "nf4") return nf4(flags);
     if (mode == "dpo") return dpo(flags);
-    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step|nf4|dpo --flag value ...\n");
+    if (mode == "grouped_gemm") return grouped_gemm_bench(flags);
+    std::fprintf(stderr, "usage: leantrain_bench parity|throughput|loader|tokenize|host_step|nf4|dpo|grouped_gemm --flag value ...\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "leantrain_bench: error: %s\n", e.what());

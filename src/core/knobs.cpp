@@ -53,6 +53,8 @@ constexpr Knob kKnobs[] = {
      "3 or 4: the grouped expert GEMM keeps that many K tiles in flight (shared memory 20 KB each)"},
     {"LEANTRAIN_MOE_GEMM_BN", T::Integer, "128", 128, 256, "", M::No, U::Run, "kernels",
      "256: the grouped expert GEMM's tiles 256 columns wide where the output is (128 x 256; slower on an H100)"},
+    {"LEANTRAIN_MOE_GEMM_BK", T::Integer, "32", 32, 64, "", M::No, U::Run, "kernels",
+     "64: the grouped expert GEMM's stages 64 deep in K (37 KB of shared memory each) instead of 32"},
     {"LEANTRAIN_NF4_EXPERT_GROUP", T::Integer, "0", 0, 1 << 20, "", M::Yes, U::Run, "kernels",
      "experts an NF4 expert GEMM dequantises at a time (0: as many as fit 64 MiB)"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",

@@ -368,12 +368,14 @@ namespace mma_gemm {
 
 // BN: the tile's columns, 128 or (LEANTRAIN_MOE_GEMM_BN=256, for outputs at least that wide) 256;
 // the 8 warps tile it 2 x 4, each 64 rows by BN / 4 columns.
-constexpr int BM = 128, BK = 32, PAD = 8, THREADS = 256;
+// BK: the K depth of a stage, 32 or (LEANTRAIN_MOE_GEMM_BK=64: half the barriers a K, 128-byte
+// row segments from memory) 64.
+constexpr int BM = 128, PAD = 8, THREADS = 256;
 
-template <bool KM> constexpr int a_rows() { return KM ? BK : BM; }
-template <bool KM> constexpr int a_ld() { return KM ? BM + PAD : BK + PAD; }
-template <bool KN, int BN> constexpr int b_rows() { return KN ? BK : BN; }
-template <bool KN, int BN> constexpr int b_ld() { return KN ? BN + PAD : BK + PAD; }
+template <bool KM, int BK> constexpr int a_rows() { return KM ? BK : BM; }
+template <bool KM, int BK> constexpr int a_ld() { return KM ? BM + PAD : BK + PAD; }
+template <bool KN, int BN, int BK> constexpr int b_rows() { return KN ? BK : BN; }
+template <bool KN, int BN, int BK> constexpr int b_ld() { return KN ? BN + PAD : BK + PAD; }
 
 // Loads a tile of a "major x minor" operand stored with `minor` contiguous: rows r of the tile
 // are elements (major0 + r) of the major dim, columns the minor dim from minor0.
@@ -398,28 +400,31 @@ __device__ __forceinline__ void load_tile(T* s, int ld, int rows, int cols, cons
 }
 
 // Elements of one pipeline stage (an A tile and a B tile) in shared memory.
-template <bool A_KM, bool B_KN, int BN>
-constexpr int stage_elems() { return a_rows<A_KM>() * a_ld<A_KM>() + b_rows<B_KN, BN>() * b_ld<B_KN, BN>(); }
+template <bool A_KM, bool B_KN, int BN, int BK>
+constexpr int stage_elems() {
+  return a_rows<A_KM, BK>() * a_ld<A_KM, BK>() + b_rows<B_KN, BN, BK>() * b_ld<B_KN, BN, BK>();
+}
 
 // STAGES tiles of K in flight (cp.async): tile kt + STAGES - 1 is requested while tile kt is
 // multiplied. 2 is the default; 3 and 4 (LEANTRAIN_MOE_GEMM_STAGES) hide more of the load latency
 // at 20 KB of shared memory a stage. The sums run in the same order whatever STAGES is.
-template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES, int BN>
+template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES, int BN, int BK>
 __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
   constexpr int WN = BN / 4, NT = WN / 8;  // a warp's columns, and its n8 MMA tiles
   Problem<T, TC> p;
   if (!locate<BM, BN>(L, p)) return;
-  constexpr int A_ELEMS = a_rows<A_KM>() * a_ld<A_KM>();
+  constexpr int A_ELEMS = a_rows<A_KM, BK>() * a_ld<A_KM, BK>();
+  constexpr int SE = stage_elems<A_KM, B_KN, BN, BK>();
   extern __shared__ __align__(16) unsigned char moe_smem[];
-  T(*smem)[stage_elems<A_KM, B_KN, BN>()] = reinterpret_cast<T(*)[stage_elems<A_KM, B_KN, BN>()]>(moe_smem);
+  T(*smem)[SE] = reinterpret_cast<T(*)[SE]>(moe_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
   auto load = [&](int stage, int k0) {
     T* As = smem[stage];
     T* Bs = smem[stage] + A_ELEMS;
-    if (A_KM) load_tile<VEC>(As, a_ld<A_KM>(), BK, BM, p.a, p.lda, k0, p.k, p.m0, p.m);
-    else load_tile<VEC>(As, a_ld<A_KM>(), BM, BK, p.a, p.lda, p.m0, p.m, k0, p.k);
-    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN, BN>(), BK, BN, p.b, p.ldb, k0, p.k, p.n0, p.n);
-    else load_tile<VEC>(Bs, b_ld<B_KN, BN>(), BN, BK, p.b, p.ldb, p.n0, p.n, k0, p.k);
+    if (A_KM) load_tile<VEC>(As, a_ld<A_KM, BK>(), BK, BM, p.a, p.lda, k0, p.k, p.m0, p.m);
+    else load_tile<VEC>(As, a_ld<A_KM, BK>(), BM, BK, p.a, p.lda, p.m0, p.m, k0, p.k);
+    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BK, BN, p.b, p.ldb, k0, p.k, p.n0, p.n);
+    else load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BN, BK, p.b, p.ldb, p.n0, p.n, k0, p.k);
   };
   float acc[4][NT][4];
 #pragma unroll
@@ -467,19 +472,19 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
       for (int mt = 0; mt < 4; ++mt) {
         const int r0 = wm * 64 + mt * 16;
         if (A_KM)
-          mma::ldsm_x4_trans(af[mt], As + (kk + (lane & 7) + ((lane >> 4) & 1) * 8) * a_ld<A_KM>() + r0 +
+          mma::ldsm_x4_trans(af[mt], As + (kk + (lane & 7) + ((lane >> 4) & 1) * 8) * a_ld<A_KM, BK>() + r0 +
                                          ((lane >> 3) & 1) * 8);
         else
-          mma::ldsm_x4(af[mt], As + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * a_ld<A_KM>() + kk + (lane >> 4) * 8);
+          mma::ldsm_x4(af[mt], As + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * a_ld<A_KM, BK>() + kk + (lane >> 4) * 8);
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         const int c0 = wn * WN + np * 16;
         if (B_KN)
-          mma::ldsm_x4_trans(bf[np], Bs + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * b_ld<B_KN, BN>() + c0 +
+          mma::ldsm_x4_trans(bf[np], Bs + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * b_ld<B_KN, BN, BK>() + c0 +
                                          (lane >> 4) * 8);
         else
-          mma::ldsm_x4(bf[np], Bs + (c0 + (lane & 7) + (lane >> 4) * 8) * b_ld<B_KN, BN>() + kk + ((lane >> 3) & 1) * 8);
+          mma::ldsm_x4(bf[np], Bs + (c0 + (lane & 7) + (lane >> 4) * 8) * b_ld<B_KN, BN, BK>() + kk + ((lane >> 3) & 1) * 8);
       }
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
@@ -578,33 +583,40 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
                    (!L.wgrad || (int64_t(L.m) * L.n) % 2 == 0);
     static const int stages = int(knob_int("LEANTRAIN_MOE_GEMM_STAGES"));
     static const int wide = int(knob_int("LEANTRAIN_MOE_GEMM_BN"));
-    auto launch = [&](auto stages_c, auto bn_c) {  // std::integral_constant<int, STAGES>, <int, BN>
-      constexpr int st = decltype(stages_c)::value, bn = decltype(bn_c)::value;
+    static const int deep = int(knob_int("LEANTRAIN_MOE_GEMM_BK"));
+    // std::integral_constant<int, STAGES>, <int, BN>, <int, BK>
+    auto launch = [&](auto stages_c, auto bn_c, auto bk_c) {
+      constexpr int st = decltype(stages_c)::value, bn = decltype(bn_c)::value, bk = decltype(bk_c)::value;
       L.tiles_n = (L.n + bn - 1) / bn;
       L.tiles_m = (L.m + BM - 1) / BM;
       const int64_t blocks = L.wgrad ? int64_t(L.e) * L.tiles_m * L.tiles_n
                                      : ((worst_row_tiles_m(BM)) + L.e) * int64_t(L.tiles_n);
       if (blocks <= 0) return;
-      auto kern = kernel<T, TC, A_KM, B_KN, true, st, bn>;
-      if constexpr (bn == 128) {  // the wide tiles are compiled for 16-byte loads only (binary size)
-        if (!vec) kern = kernel<T, TC, A_KM, B_KN, false, st, bn>;
+      auto kern = kernel<T, TC, A_KM, B_KN, true, st, bn, bk>;
+      if constexpr (bn == 128 && bk == 32) {  // the other shapes are compiled for 16-byte loads only (binary size)
+        if (!vec) kern = kernel<T, TC, A_KM, B_KN, false, st, bn, bk>;
       }
-      const size_t smem = size_t(st) * stage_elems<A_KM, B_KN, bn>() * sizeof(T);
-      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages, or 256 columns)
+      const size_t smem = size_t(st) * stage_elems<A_KM, B_KN, bn, bk>() * sizeof(T);
+      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages, 256 columns or 64 deep)
         LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
     };
+    using K32 = std::integral_constant<int, 32>;
+    using K64 = std::integral_constant<int, 64>;
+    using N128 = std::integral_constant<int, 128>;
     // 256 columns a tile only where the output is that wide (an adapter's rank-r product is not),
-    // the loads are 16-byte ones, and 2 or 3 stages are asked for (fewer kernels in the binary).
-    auto with_bn = [&](auto stages_c) {
+    // the loads are 16-byte ones, and 2 or 3 stages are asked for (fewer kernels in the binary);
+    // 64 deep likewise for 16-byte loads and 2 or 3 stages, with 128 columns.
+    auto with_shape = [&](auto stages_c) {
       if constexpr (decltype(stages_c)::value <= 3) {
-        if (wide == 256 && L.n >= 256 && vec) return launch(stages_c, std::integral_constant<int, 256>{});
+        if (deep == 64 && vec) return launch(stages_c, N128{}, K64{});
+        if (wide == 256 && L.n >= 256 && vec) return launch(stages_c, std::integral_constant<int, 256>{}, K32{});
       }
-      launch(stages_c, std::integral_constant<int, 128>{});
+      launch(stages_c, N128{}, K32{});
     };
-    if (stages == 4) with_bn(std::integral_constant<int, 4>{});
-    else if (stages == 3) with_bn(std::integral_constant<int, 3>{});
-    else with_bn(std::integral_constant<int, 2>{});
+    if (stages == 4) with_shape(std::integral_constant<int, 4>{});
+    else if (stages == 3) with_shape(std::integral_constant<int, 3>{});
+    else with_shape(std::integral_constant<int, 2>{});
   }
   LT_CUDA_LAUNCH_CHECK("grouped_gemm");
 }
