@@ -43,7 +43,7 @@ MOE_VARIANTS=${MOE_VARIANTS:-"S3 S4 B256 B256S3"}
 moe_env() {  # S3 -> LEANTRAIN_MOE_GEMM_STAGES=3; B256S3 -> LEANTRAIN_MOE_GEMM_BN=256 LEANTRAIN_MOE_GEMM_STAGES=3
   local v=$1 e=""   # A...: the same with cuDNN's attention where it applies (--attention-kernel auto)
   [[ $v == A* ]] && e="MOE_EXTRA=--attention-kernel=auto" && v=${v#A}
-  [[ $v == B256* ]] && e="$e LEANTRAIN_MOE_GEMM_BN=256" && v=${v#B256}
+  [[ $v == B256* ]] && e="$e LEANTRAIN_MOE_GEMM_BK=32 LEANTRAIN_MOE_GEMM_BN=256" && v=${v#B256}
   [ -n "$v" ] && e="$e LEANTRAIN_MOE_GEMM_STAGES=${v#S}"
   echo "$e"
 }

@@ -43,7 +43,8 @@
 //              bf16, on the shapes of one expert MLP: --tokens (4096) tokens routed uniformly at
 //              random to --topk (8) of --experts (128), --hidden (2048), --ffn (768), LoRA --rank
 //              (16): gate|up and down forward, their input gradients, an adapter's A and its
-//              B product added in the epilogue, and an adapter's weight gradient; medians of
+//              B product added in the epilogue, and an adapter's weight gradient, then the base
+//              and the adapter's term as one pass (grouped_gemm_pair); medians of
 //              --iters (20); one JSON line each with ms, TFLOP/s of the useful products and the
 //              rows each expert got (min, max). The knobs LEANTRAIN_MOE_GEMM_* pick the kernel
 #include <algorithm>
@@ -750,6 +751,12 @@ int grouped_gemm_bench(const std::map<std::string, std::string>& f) {
   report("lora_a_fwd", 2 * rows * r * H, [&] { mk.grouped_gemm(c_r, x, a_gu, true, offsets, 1.0f, false); });
   report("lora_b_epilogue", 2 * rows * 2 * F * r, [&] { mk.grouped_gemm(c_gu, u, b_gu, true, offsets, 2.0f, true); });
   report("lora_a_wgrad", 2 * rows * r * H, [&] { mk.grouped_gemm_wgrad(c_wg, u, x, offsets, 1.0f); });
+  // The base and an adapter's term in one pass (grouped_gemm_pair): gate|up forward and input gradient.
+  const Tensor b_gu_t = rnd({E, 2 * F, r});
+  report("gate_up_fwd_lora_pair", 2 * rows * 2 * F * (H + r),
+         [&] { mk.grouped_gemm_pair(c_gu, x, w_gu, true, u, b_gu_t, true, offsets); });
+  report("gate_up_dgrad_lora_pair", 2 * rows * 2 * F * H + 2 * rows * r * H,
+         [&] { mk.grouped_gemm_pair(c_h, gu, w_gu, false, u, a_gu, false, offsets); });
   return 0;
 }
 }  // namespace

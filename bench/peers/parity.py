@@ -228,7 +228,7 @@ def run_case(args, name, kind, cfg, dtype_name, steps, lr, tmp):
         json.dump(keys, f)
     cmd = [args.bench, "parity", "--kind", kind, "--config", paths["cfg"] + ".json",
            "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
-           "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
+           "--dtype", dtype_name, "--device", args.leantrain_device, "--steps", str(steps), "--lr", str(lr),
            "--out", paths["out"] + ".safetensors"]
     if args.dump_step:
         cmd += ["--dump-step", str(args.dump_step)]
@@ -415,7 +415,7 @@ def run_lora_case(args, name, cfg, dtype_name, steps, lr, tmp):
         json.dump({**json.loads(base.config.to_json_string()), **keys}, f)
     cmd = [args.bench, "parity", "--kind", "llama", "--config", paths["cfg"] + ".json",
            "--weights", paths["w"] + ".safetensors", "--batches", paths["b"] + ".safetensors",
-           "--dtype", dtype_name, "--device", "cuda", "--steps", str(steps), "--lr", str(lr),
+           "--dtype", dtype_name, "--device", args.leantrain_device, "--steps", str(steps), "--lr", str(lr),
            "--adapter", adapter_dir, "--out", paths["out"] + ".safetensors"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -511,6 +511,8 @@ def main():
                     help="the binaries' commit, for the output's name and its 'commit' field (default: this "
                          "checkout's HEAD, which on the GPU machine may not be the commit the carried binaries "
                          "were built from)")
+    ap.add_argument("--leantrain-device", default="cuda",
+                    help="where leantrain's side runs (cpu: its reference kernels against transformers on the GPU)")
     ap.add_argument("--no-f64-arbiter", dest="f64_arbiter", action="store_false",
                     help="gradients outside the table: skip the f64 run of leantrain on the CPU that says which side is nearer exact")
     ap.add_argument("--no-f32-reference", dest="f32_reference", action="store_false",

@@ -389,6 +389,8 @@ class RMSNorm : public UnaryModule {
   Tensor forward(const Tensor& x) override;
   AddNormResult forward_add(const Tensor& x, const Tensor& residual);  // as LayerNorm's (add_rms_norm)
   bool unit_offset() const { return unit_offset_; }
+  const Tensor& weight() const { return *weight_; }
+  double eps() const { return eps_; }
 
  private:
   double eps_;

@@ -143,6 +143,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps 
 // to zeros); the gradient of w is the same as without the offset.
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps = 1e-6, bool unit_offset = false);
 Tensor softmax(const Tensor& x);  // over the last dim
+// Per-head RMSNorm of a packed projection x [..., W], W = (ha + hb) * D + rest (Qwen3's and Gemma 3's
+// q_norm / k_norm over q | k | v): each of the first ha heads of D columns normalised as rms_norm
+// does and scaled by wa [D], the next hb heads by wb [D] (w + 1 with unit_offset, Gemma's), the last
+// `rest` columns passed through unchanged. One op: x is read in place (a view with rows of one
+// stride), no slices, copies or concat; it saves x, the weights and the f32 rstd per head.
+Tensor rms_norm_heads(const Tensor& x, const Tensor& wa, int64_t ha, const Tensor& wb, int64_t hb, double eps = 1e-6,
+                      bool unit_offset = false);
 // Residual add fused with the norm after it (pre-norm blocks: h = x + f(x); ln_2(h)):
 // sum = x + residual (same shape and dtype) and y = norm(sum), forward in one pass, backward
 // d(sum) = d(sum)_in + norm_backward(dy) in one pass: the gradient of both x and residual.

@@ -23,6 +23,13 @@ Linear* plain_linear(const Child<UnaryModule>& c) {
   return static_cast<Linear*>(m);
 }
 
+// `m` as a plain RMSNorm (not a subclass, no forward wrapper), else nullptr: the fused per-head
+// norm bypasses its forward.
+RMSNorm* plain_rms_norm(UnaryModule* m) {
+  if (!m || typeid(*m) != typeid(RMSNorm) || m->forward_wrapper()) return nullptr;
+  return static_cast<RMSNorm*>(m);
+}
+
 // The Linear whose weight a fused GEMM may use for child `c`: a plain Linear, or the plain base
 // of a LoRA adapter (whose update is then added after the GEMM); nullptr otherwise.
 Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
@@ -114,8 +121,19 @@ DecoderSelfAttention::DecoderSelfAttention(ParamFactory& pf, const DecoderAttent
 }
 
 // transformers' Qwen3Attention: q_norm(q_proj(x).view(..., H, D)), k_norm likewise, before RoPE.
-// The heads are normalised as [B, T, n, D] copies and put back in the q | k | v layout.
+// Plain RMSNorms of one eps and offset: one op over the packed q | k | v (rms_norm_heads, no
+// copies), their weights cast as RMSNorm::forward casts them. Otherwise (a wrapped or replaced
+// norm) each module is called on its heads as [B, T, n, D] copies, put back in the q | k | v layout.
 Tensor DecoderSelfAttention::norm_heads(const Tensor& qkv) {
+  // A parameter without memory yet (an unmaterialized flat store) takes the module call, whose error names it.
+  auto ready = [](const RMSNorm* n) {
+    return n && (n->weight().storage() != nullptr || detail::has_precast(n->weight()));
+  };
+  RMSNorm* qn = plain_rms_norm(q_norm_.get());
+  RMSNorm* kn = plain_rms_norm(k_norm_.get());
+  if (ready(qn) && ready(kn) && qn->eps() == kn->eps() && qn->unit_offset() == kn->unit_offset())
+    return rms_norm_heads(qkv, autocast_like(qn->weight(), qkv), heads_, autocast_like(kn->weight(), qkv), kv_heads_,
+                          qn->eps(), qn->unit_offset());
   const int64_t B = qkv.size(0), T = qkv.size(1), D = head_dim_, q = heads_ * D, kv = kv_heads_ * D;
   auto normed = [&](UnaryModule& norm, int64_t start, int64_t n) {
     Tensor h = reshape(contiguous(slice(qkv, 2, start, start + n * D)), {B, T, n, D});

@@ -366,12 +366,19 @@ Tensor grouped_lora_linear_impl(const char* name, const Tensor& xs_in, const Ten
   const int64_t rows = xs.size(0);
   const float s = float(scaling);
   MoeKernels& k = moe_kernels_for(dev);
+  // t = s xs lin_e^T: the scaling rides on the rank-r product, so the adapter's term is t lout_e.
   Tensor t = Tensor::empty({rows, rank}, xs.dtype(), dev);
-  k.grouped_gemm(t, xs, lin, /*trans_w=*/true, d.offsets, 1.0f, false);  // t = xs lin_e^T
+  k.grouped_gemm(t, xs, lin, /*trans_w=*/true, d.offsets, s, false);
   Tensor y = Tensor::empty({rows, outf}, xs.dtype(), dev);
-  if (dense) k.grouped_gemm(y, xs, w, true, d.offsets, 1.0f, false);
-  else nf4_grouped_gemm(y, xs, *nf4, true, d.offsets);
-  k.grouped_gemm(y, t, lout, /*trans_w=*/false, d.offsets, s, /*accumulate=*/true);  // y += s t lout_e
+  if (dense) {
+    // y = xs w_e^T + t lout_e in one pass: both products [N][K] (lout_e^T, r x out, copied: small).
+    Tensor lout_t = Tensor::empty({d.experts, outf, rank}, lout.dtype(), dev);
+    backend_for(dev).copy(lout_t, make_view(lout, {d.experts, outf, rank}, {rank * outf, 1, outf}, lout.offset()));
+    k.grouped_gemm_pair(y, xs, w, /*trans_w=*/true, t, lout_t, /*trans_w2=*/true, d.offsets);
+  } else {
+    nf4_grouped_gemm(y, xs, *nf4, true, d.offsets);
+    k.grouped_gemm(y, t, lout, /*trans_w=*/false, d.offsets, 1.0f, /*accumulate=*/true);  // y += t lout_e
+  }
   std::vector<Tensor> ins = dense ? std::vector<Tensor>{xs, w, lin, lout} : std::vector<Tensor>{xs, lin, lout};
   if (!needs_grad(ins)) return y;
   const bool need_x = xs.requires_grad(), need_w = dense && w.requires_grad(), need_in = lin.requires_grad(),
@@ -389,9 +396,9 @@ Tensor grouped_lora_linear_impl(const char* name, const Tensor& xs_in, const Ten
     Tensor gc = contiguous_data(g), sx = saved_x.unpack(), st = saved_t.unpack(), sw = saved_w.unpack(),
            sin = saved_in.unpack(), sout = saved_out.unpack();
     Tensor gx, gw, gin, gout, u;
-    if (need_out) {  // s t_e^T g_e
+    if (need_out) {  // t_e^T g_e (t carries s)
       gout = Tensor::empty(out_shape, tout.dtype, g.device());
-      kb.grouped_gemm_wgrad(gout, st, gc, offsets, s);
+      kb.grouped_gemm_wgrad(gout, st, gc, offsets, 1.0f);
     }
     if (need_x || need_in) {  // u = s g lout_e^T [R, r]
       u = Tensor::empty({rows, rank}, g.dtype(), g.device());
@@ -405,11 +412,14 @@ Tensor grouped_lora_linear_impl(const char* name, const Tensor& xs_in, const Ten
       gw = Tensor::empty(w_shape, tw.dtype, g.device());
       kb.grouped_gemm_wgrad(gw, gc, sx, offsets, 1.0f);
     }
-    if (need_x) {  // g w_e, plus u lin_e in the second GEMM's epilogue
+    if (need_x) {  // g w_e + u lin_e: one pass for dense experts (both [K][N]), else u lin_e added
       gx = Tensor::empty({rows, in}, g.dtype(), g.device());
-      if (dense) kb.grouped_gemm(gx, gc, sw, /*trans_w=*/false, offsets, 1.0f, false);
-      else nf4_grouped_gemm(gx, gc, base_nf4, false, offsets);
-      kb.grouped_gemm(gx, u, sin, /*trans_w=*/false, offsets, 1.0f, /*accumulate=*/true);
+      if (dense) {
+        kb.grouped_gemm_pair(gx, gc, sw, /*trans_w=*/false, u, sin, /*trans_w2=*/false, offsets);
+      } else {
+        nf4_grouped_gemm(gx, gc, base_nf4, false, offsets);
+        kb.grouped_gemm(gx, u, sin, /*trans_w=*/false, offsets, 1.0f, /*accumulate=*/true);
+      }
     }
     return dense ? std::vector<Tensor>{gx, gw, gin, gout} : std::vector<Tensor>{gx, gin, gout};
   });

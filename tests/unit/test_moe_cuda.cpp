@@ -205,6 +205,35 @@ TEST(MoeCuda, LoraLinearWithTheAdapterInTheEpilogueMatchesTheCpu) {
   }
 }
 
+TEST(MoeCuda, PairOfProductsInOnePassMatchesTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // grouped_gemm_pair: c = a w_e + a2 w2_e in one launch (the second product's K tiles after the
+  // first's) for both layouts, K and k2 not multiples of a K tile, several row tiles an expert and
+  // an expert without rows; f32 takes the two-launch path. Against the CPU's f32 sums.
+  struct Case { int64_t r, k, k2, n; bool trans; };
+  for (const Case c : {Case{300, 200, 16, 136, true}, Case{300, 200, 24, 136, false}, Case{77, 64, 16, 40, true}}) {
+    const int64_t e = 6;
+    std::vector<int64_t> ex(size_t(c.r));
+    for (size_t i = 0; i < ex.size(); ++i) ex[i] = int64_t((i * 7 + i / 5) % size_t(e - 1));  // expert 5: no rows
+    const V host = {randn_cpu({c.r, c.k}, 50), c.trans ? randn_cpu({e, c.n, c.k}, 51, 0.1f) : randn_cpu({e, c.k, c.n}, 51, 0.1f),
+                    randn_cpu({c.r, c.k2}, 52), c.trans ? randn_cpu({e, c.n, c.k2}, 53, 0.2f) : randn_cpu({e, c.k2, c.n}, 53, 0.2f)};
+    auto run = [&](Device dev, DType dt) {
+      MoeDispatch d = moe_dispatch(to_device(from_ints(ex, {c.r, 1}, DType::I32), dev), e);
+      V in;
+      for (const Tensor& h : host) in.push_back(to_device(cast(h, dt), dev));
+      Tensor out = empty({c.r, c.n}, dt, dev);
+      moe_kernels_for(dev).grouped_gemm_pair(out, in[0], in[1], c.trans, in[2], in[3], c.trans, d.offsets);
+      return to_device(cast(out, DType::F32), Device::cpu()).to_double_vector();
+    };
+    const std::vector<double> ref = run(Device::cpu(), DType::F32);
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::F32), ref), 1e-5) << c.r << " " << c.k2 << " " << c.trans;
+    // bf16: the operands rounded, the sum in f32 and rounded once, as the CPU's 16-bit path does.
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), run(Device::cpu(), DType::BF16)), 4e-3)
+        << c.r << " " << c.k2 << " " << c.trans;
+    EXPECT_LT(test::rel_error(run(Device::cuda(), DType::BF16), ref), 1e-2) << c.r << " " << c.k2 << " " << c.trans;
+  }
+}
+
 // A stack quantised on `dev` from host values: every piece through nf4_stack_quantize_piece.
 Nf4Stack nf4_stack_on(const Tensor& host, int64_t parts, Device dev) {
   Nf4Stack s;

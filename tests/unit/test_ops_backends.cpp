@@ -416,6 +416,10 @@ const std::vector<OpCase>& op_cases() {
       {"rms_norm_gated", {F({3, 5, 16}), F({3, 5, 16}), F({8})}, [](const V& x) { return rms_norm_gated(x[0], x[1], x[2]); }},
       {"rms_norm_gated_slice_rows", {F({2, 300, 12}), F({2, 300, 20}), F({6})},
        [](const V& x) { return rms_norm_gated(x[0], slice(x[1], 2, 5, 17), x[2]); }},
+      // q | k | v heads of 8: 3 + 1 normalised, 1 passed through; Gemma's offset on a column slice
+      {"rms_norm_heads", {F({2, 5, 40}), F({8}), F({8})}, [](const V& x) { return rms_norm_heads(x[0], x[1], 3, x[2], 1); }},
+      {"rms_norm_heads_slice_offset", {F({2, 5, 44}), F({8}), F({8})},
+       [](const V& x) { return rms_norm_heads(slice(x[0], 2, 4, 36), x[1], 2, x[2], 2, 1e-6, true); }},
       // partial rotary (Qwen3.5): the first 6 of 16 dims of 2 heads rotated, the rest passed
       {"rotary_packed_partial", {F({2, 5, 3 * 16})},
        [](const V& x) { return rotary_embedding_packed(x[0], {1.0f, 0.3f, 0.01f}, 2, 7, 16); }},

@@ -205,6 +205,26 @@ void CpuMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor&
   }
 }
 
+void CpuMoeKernels::grouped_gemm_pair(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w,
+                                      const Tensor& a2, const Tensor& w2, bool trans_w2, const Tensor& offsets) {
+  if (c.dtype() == DType::F32 || c.dtype() == DType::F64) {  // the sum kept in c's own precision
+    grouped_gemm(c, a, w, trans_w, offsets, 1.0f, false);
+    grouped_gemm(c, a2, w2, trans_w2, offsets, 1.0f, true);
+    return;
+  }
+  // 16-bit: both products summed in f32 (the operands widened exactly), rounded once at the end.
+  Backend& be = backend_for(Device::cpu());
+  auto wide = [&](const Tensor& t) {
+    Tensor o = Tensor::empty(t.shape(), DType::F32, Device::cpu());
+    be.copy(o, t);
+    return o;
+  };
+  Tensor c32 = Tensor::empty(c.shape(), DType::F32, Device::cpu());
+  grouped_gemm(c32, wide(a), wide(w), trans_w, offsets, 1.0f, false);
+  grouped_gemm(c32, wide(a2), wide(w2), trans_w2, offsets, 1.0f, true);
+  be.copy(c, c32);
+}
+
 void CpuMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets,
                                        float alpha) {
   const int64_t e = c.size(0), n1 = c.size(1), n2 = c.size(2);

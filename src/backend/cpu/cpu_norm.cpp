@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_rms_rows.h"
 
 namespace lt {
 using namespace cpu;
@@ -115,6 +116,56 @@ template <class T> std::vector<acc_t<T>> rms_weight(const Tensor& w, int64_t c, 
   return wv;
 }
 
+}  // namespace lt
+
+namespace lt::cpu {
+
+// The row kernels of cpu_rms_rows.h: out of line, so every caller runs this one compiled body. The
+// row sums are explicit fmas: left to the compiler, `s += a * b` was fused where a row's elements
+// ran scalar (alignment peeling) and not where they ran vectorised, so a row's bits depended on its
+// address. The elementwise products are the same in either path.
+template <class T>
+[[gnu::noinline]] acc_t<T> rms_row_fwd(T* y, const T* x, const acc_t<T>* w, int64_t c, float eps, acc_t<T>* buf) {
+  using A = acc_t<T>;
+  for (int64_t j = 0; j < c; ++j) buf[j] = ld(x, j);
+  A ss = 0;
+  for (int64_t j = 0; j < c; ++j) ss = std::fma(buf[j], buf[j], ss);
+  const A rs = A(1) / std::sqrt(ss / A(c) + A(eps));
+  for (int64_t j = 0; j < c; ++j) st(y, j, buf[j] * rs * w[j]);
+  return rs;
+}
+
+template <class T>
+[[gnu::noinline]] void rms_row_bwd(T* dx, acc_t<T>* dw, const T* dy, const T* x, const acc_t<T>* w, acc_t<T> r,
+                                   int64_t c, acc_t<T>* xh, acc_t<T>* g) {
+  using A = acc_t<T>;
+  A sgx = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    const A d = ld(dy, j);
+    xh[j] = ld(x, j) * r;
+    g[j] = d * w[j];
+    sgx = std::fma(g[j], xh[j], sgx);
+    dw[j] += d * xh[j];
+  }
+  sgx /= A(c);
+  for (int64_t j = 0; j < c; ++j) st(dx, j, r * (g[j] - xh[j] * sgx));
+}
+
+#define LT_CPU_RMS_ROWS(T)                                                                                     \
+  template acc_t<T> rms_row_fwd<T>(T*, const T*, const acc_t<T>*, int64_t, float, acc_t<T>*);                 \
+  template void rms_row_bwd<T>(T*, acc_t<T>*, const T*, const T*, const acc_t<T>*, acc_t<T>, int64_t, acc_t<T>*, \
+                               acc_t<T>*);
+LT_CPU_RMS_ROWS(float)
+LT_CPU_RMS_ROWS(double)
+LT_CPU_RMS_ROWS(bf16_t)
+LT_CPU_RMS_ROWS(f16_t)
+#undef LT_CPU_RMS_ROWS
+
+}  // namespace lt::cpu
+
+namespace lt {
+using namespace cpu;
+
 void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps,
                              float w_offset) {
   const Rows r(x);
@@ -123,15 +174,8 @@ void CpuBackend::rmsnorm_fwd(const Tensor& y, const Tensor& rstd, const Tensor& 
     using A = acc_t<T>;
     const std::vector<A> wv = rms_weight<T>(w, r.c, w_offset);
     std::vector<A> row(size_t(r.c));
-    for (int64_t i = 0; i < r.n; ++i) {
-      widen_row(row, x.data<T>() + i * r.c, r.c);
-      A ss = 0;
-      for (A v : row) ss += v * v;
-      const A rs = A(1) / std::sqrt(ss / A(r.c) + A(eps));
-      T* py = y.data<T>() + i * r.c;
-      for (int64_t j = 0; j < r.c; ++j) st(py, j, row[size_t(j)] * rs * wv[size_t(j)]);
-      aux_data<A>(rstd)[i] = rs;
-    }
+    for (int64_t i = 0; i < r.n; ++i)
+      aux_data<A>(rstd)[i] = rms_row_fwd(y.data<T>() + i * r.c, x.data<T>() + i * r.c, wv.data(), r.c, eps, row.data());
   });
 }
 
@@ -145,21 +189,9 @@ void CpuBackend::rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& d
     const std::vector<A> wv = rms_weight<T>(w, r.c, w_offset);
     std::vector<A> xh(size_t(r.c)), g(size_t(r.c)), dwv(size_t(r.c), A(0));
     const A* pr = aux_data<A>(rstd);
-    for (int64_t i = 0; i < r.n; ++i) {
-      const T* px = x.data<T>() + i * r.c;
-      const T* pdy = dy.data<T>() + i * r.c;
-      A sgx = 0;
-      for (int64_t j = 0; j < r.c; ++j) {
-        const A d = ld(pdy, j);
-        xh[size_t(j)] = ld(px, j) * pr[i];
-        g[size_t(j)] = d * wv[size_t(j)];
-        sgx += g[size_t(j)] * xh[size_t(j)];
-        dwv[size_t(j)] += d * xh[size_t(j)];
-      }
-      sgx /= A(r.c);
-      T* pdx = dx.data<T>() + i * r.c;
-      for (int64_t j = 0; j < r.c; ++j) st(pdx, j, pr[i] * (g[size_t(j)] - xh[size_t(j)] * sgx));
-    }
+    for (int64_t i = 0; i < r.n; ++i)
+      rms_row_bwd(dx.data<T>() + i * r.c, dwv.data(), dy.data<T>() + i * r.c, x.data<T>() + i * r.c, wv.data(), pr[i],
+                  r.c, xh.data(), g.data());
     store_vec<T>(dw, dwv);
   });
 }

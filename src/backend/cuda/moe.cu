@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/nf4_decode.cuh"
+#include "backend/cuda/row_kernels.cuh"
 #include "core/knobs.h"
 
 namespace lt {
@@ -256,6 +257,75 @@ __global__ void combine_bwd_kernel(T* dys, W* dw, const T* dout, const T* ys, co
   }
 }
 
+// The combine with P columns a thread moved as one 16-byte access (c % P == 0, the rows aligned):
+// each column's arithmetic is combine_kernel's, in the same order, so the bits are the same; the
+// k loads of a thread are independent of each other (their rows and weights sit in shared memory)
+// rather than one dependent scalar load after another.
+template <class T, class W, int P>
+__global__ void combine_vec_kernel(T* out, const T* ys, const W* w, const int32_t* idx, const int32_t* pos, int64_t c,
+                                   int k) {
+  __shared__ int order[64];
+  __shared__ int64_t s_row[64];
+  __shared__ float s_w[64];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < k) order[threadIdx.x] = int(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int a = 1; a < k; ++a)  // insertion sort: stable, by expert
+      for (int b = a; b > 0 && idx[t * k + order[b - 1]] > idx[t * k + order[b]]; --b) {
+        const int sw = order[b];
+        order[b] = order[b - 1];
+        order[b - 1] = sw;
+      }
+  }
+  __syncthreads();
+  if (threadIdx.x < k) {
+    const int j = order[threadIdx.x];
+    s_row[threadIdx.x] = int64_t(pos[t * k + j]) * c;
+    s_w[threadIdx.x] = load_t(w, t * k + j);
+  }
+  __syncthreads();
+  for (int64_t col = int64_t(threadIdx.x) * P; col < c; col += int64_t(blockDim.x) * P) {
+    float acc[P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) acc[e] = 0.f;
+#pragma unroll 4
+    for (int q = 0; q < k; ++q) {
+      float y[P];
+      rk::load_f32<T, P>(ys + s_row[q] + col, y);
+      const float wv = s_w[q];
+#pragma unroll
+      for (int e = 0; e < P; ++e) acc[e] = round_to<T>(acc[e] + round_to<T>(wv * y[e]));
+    }
+    rk::store_f32<T, P>(out + t * c + col, acc);
+  }
+}
+
+// combine_bwd_kernel with P columns a thread as one 16-byte access (the same conditions).
+template <class T, class W, int P>
+__global__ void combine_bwd_vec_kernel(T* dys, W* dw, const T* dout, const T* ys, const W* w, const int32_t* pos,
+                                       int64_t c, int k) {
+  const int64_t t = blockIdx.x;
+  for (int j = 0; j < k; ++j) {
+    const int64_t row = pos[t * k + j];
+    const float wv = load_t(w, t * k + j);
+    float s = 0.f;
+    for (int64_t col = int64_t(threadIdx.x) * P; col < c; col += int64_t(blockDim.x) * P) {
+      float g[P], y[P], d[P];
+      rk::load_f32<T, P>(dout + t * c + col, g);
+      rk::load_f32<T, P>(ys + row * c + col, y);
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        d[e] = g[e] * wv;
+        s += g[e] * y[e];
+      }
+      rk::store_f32<T, P>(dys + row * c + col, d);
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) store_t(dw, t * k + j, s);
+  }
+}
+
 // ---------------------------------------------------------------- grouped GEMM
 
 // One block's problem: c[m0 .., n0 ..] of c (m x n, row stride ldc) = A (m x K) B (K x n), where
@@ -267,6 +337,8 @@ struct Problem {
   TC* c;
   int64_t lda, ldb, ldc;
   int m, n, k, m0, n0;
+  const T* a2;  // the second product's operands (Launch::a2), or null
+  const T* b2;
 };
 
 // The launch: mode 0 (rows grouped: m = the expert's rows, n and K fixed) or 1 (wgrad: m = n1, n
@@ -283,6 +355,13 @@ struct Launch {
   float alpha = 1.0f;    // c = alpha * the product (+ c when accumulate)
   int accumulate = 0;
   int pair_store = 0;    // two adjacent columns stored as one 4- or 8-byte word (c and ldc allow it)
+  // Rows grouped only: a second product a2_e B2_e (a2 [R, k2] row stride lda2, B2 laid out as B with
+  // ldb2, b2_stride a matrix) summed into the same accumulators after the first one's K tiles: a
+  // LoRA adapter's term as K tiles past the base's, one rounding, no second pass over c.
+  const T* a2 = nullptr;
+  const T* b2 = nullptr;
+  int64_t lda2 = 0, ldb2 = 0, b2_stride = 0;
+  int k2 = 0;
 };
 
 // The epilogue's value of one element: alpha times its sum, plus what c holds when accumulating.
@@ -358,6 +437,7 @@ __device__ bool locate(const Launch<T, TC>& L, Problem<T, TC>& p) {
     p.c = L.c + row0 * L.ldc;
     p.m = int(rows), p.n = L.n, p.k = L.k;
     p.m0 = (t / L.tiles_n) * BM;
+    if (L.a2) p.a2 = L.a2 + row0 * L.lda2, p.b2 = L.b2 + int64_t(x) * L.b2_stride;
   }
   p.n0 = (t % L.tiles_n) * BN;
   p.lda = L.lda, p.ldb = L.ldb, p.ldc = L.ldc;
@@ -368,8 +448,9 @@ namespace mma_gemm {
 
 // BN: the tile's columns, 128 or (LEANTRAIN_MOE_GEMM_BN=256, for outputs at least that wide) 256;
 // the 8 warps tile it 2 x 4, each 64 rows by BN / 4 columns.
-// BK: the K depth of a stage, 32 or (LEANTRAIN_MOE_GEMM_BK=64: half the barriers a K, 128-byte
-// row segments from memory) 64.
+// BK: the K depth of a stage, 64 (half the barriers a K of 32, 128-byte row segments from memory:
+// 16% less time than 32 on the expert products of a Qwen3-30B-A3B layer on an H100) or 32
+// (LEANTRAIN_MOE_GEMM_BK=32, and where 16-byte loads are not possible).
 constexpr int BM = 128, PAD = 8, THREADS = 256;
 
 template <bool KM, int BK> constexpr int a_rows() { return KM ? BK : BM; }
@@ -406,25 +487,34 @@ constexpr int stage_elems() {
 }
 
 // STAGES tiles of K in flight (cp.async): tile kt + STAGES - 1 is requested while tile kt is
-// multiplied. 2 is the default; 3 and 4 (LEANTRAIN_MOE_GEMM_STAGES) hide more of the load latency
-// at 20 KB of shared memory a stage. The sums run in the same order whatever STAGES is.
+// multiplied. 3 is the default (LEANTRAIN_MOE_GEMM_STAGES: 2, 3, or 4 with 32-deep stages); a stage
+// is 37 KB of shared memory 64 deep, 20 KB 32 deep. The sums run in the same order whatever STAGES is.
 template <class T, class TC, bool A_KM, bool B_KN, bool VEC, int STAGES, int BN, int BK>
 __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
   constexpr int WN = BN / 4, NT = WN / 8;  // a warp's columns, and its n8 MMA tiles
   Problem<T, TC> p;
+  p.a2 = p.b2 = nullptr;
   if (!locate<BM, BN>(L, p)) return;
   constexpr int A_ELEMS = a_rows<A_KM, BK>() * a_ld<A_KM, BK>();
   constexpr int SE = stage_elems<A_KM, B_KN, BN, BK>();
   extern __shared__ __align__(16) unsigned char moe_smem[];
   T(*smem)[SE] = reinterpret_cast<T(*)[SE]>(moe_smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 1, wn = warp >> 1;
-  auto load = [&](int stage, int k0) {
+  // K tiles [0, kt1) are the first product's, [kt1, kt_n) the second's (Launch::a2).
+  const int kt1 = (p.k + BK - 1) / BK;
+  const int kt_n = kt1 + (p.a2 ? (L.k2 + BK - 1) / BK : 0);
+  auto load = [&](int stage, int kt) {
     T* As = smem[stage];
     T* Bs = smem[stage] + A_ELEMS;
-    if (A_KM) load_tile<VEC>(As, a_ld<A_KM, BK>(), BK, BM, p.a, p.lda, k0, p.k, p.m0, p.m);
-    else load_tile<VEC>(As, a_ld<A_KM, BK>(), BM, BK, p.a, p.lda, p.m0, p.m, k0, p.k);
-    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BK, BN, p.b, p.ldb, k0, p.k, p.n0, p.n);
-    else load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BN, BK, p.b, p.ldb, p.n0, p.n, k0, p.k);
+    const bool second = kt >= kt1;
+    const T* a = second ? p.a2 : p.a;
+    const T* b = second ? p.b2 : p.b;
+    const int64_t lda = second ? L.lda2 : p.lda, ldb = second ? L.ldb2 : p.ldb;
+    const int kk = second ? L.k2 : p.k, k0 = (second ? kt - kt1 : kt) * BK;
+    if (A_KM) load_tile<VEC>(As, a_ld<A_KM, BK>(), BK, BM, a, lda, k0, kk, p.m0, p.m);
+    else load_tile<VEC>(As, a_ld<A_KM, BK>(), BM, BK, a, lda, p.m0, p.m, k0, kk);
+    if (B_KN) load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BK, BN, b, ldb, k0, kk, p.n0, p.n);
+    else load_tile<VEC>(Bs, b_ld<B_KN, BN, BK>(), BN, BK, b, ldb, p.n0, p.n, k0, kk);
   };
   float acc[4][NT][4];
 #pragma unroll
@@ -433,7 +523,6 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
-  const int kt_n = (p.k + BK - 1) / BK;
   if constexpr (STAGES == 2) {  // the default: tile kt + 1 requested before waiting for tile kt
     if (kt_n > 0) {
       load(0, 0);
@@ -442,14 +531,14 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
   } else {
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < kt_n) load(st, st * BK);
+      if (st < kt_n) load(st, st);
       mma::cp_async_commit();
     }
   }
   for (int kt = 0; kt < kt_n; ++kt) {
     if constexpr (STAGES == 2) {
       if (kt + 1 < kt_n) {
-        load((kt + 1) & 1, (kt + 1) * BK);
+        load((kt + 1) & 1, kt + 1);
         mma::cp_async_commit();
         mma::cp_async_wait<1>();
       } else {
@@ -460,7 +549,7 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
       mma::cp_async_wait<STAGES - 2>();  // tile kt has landed (one group committed per tile)
       __syncthreads();                   // ...for every thread; and tile kt - 1's slot is free
       const int next = kt + STAGES - 1;
-      if (next < kt_n) load(next % STAGES, next * BK);
+      if (next < kt_n) load(next % STAGES, next);
       mma::cp_async_commit();
     }
     const T* As = smem[kt % STAGES];
@@ -754,6 +843,37 @@ void CudaMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor
   });
 }
 
+void CudaMoeKernels::grouped_gemm_pair(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w,
+                                       const Tensor& a2, const Tensor& w2, bool trans_w2, const Tensor& offsets) {
+  DeviceGuard guard(device_);
+  const int64_t r = a.size(0);
+  const int e = int(w.size(0)), kdim = int(a.size(1)), k2 = int(a2.size(1)), n = int(c.size(1));
+  if (r == 0 || n == 0) return;
+  // One launch where both products share a layout and 16-byte loads (the tensor-core kernel's K
+  // tiles run on into the second product); else the first product, then the second added.
+  const int64_t ldb2 = trans_w2 ? k2 : n;
+  const bool fused = trans_w == trans_w2 && a.dtype() != DType::F32 && aligned16(a2.raw_data()) &&
+                     aligned16(w2.raw_data()) && k2 % 8 == 0 && ldb2 % 8 == 0 && (w2.size(1) * w2.size(2)) % 8 == 0;
+  if (!fused) {
+    grouped_gemm(c, a, w, trans_w, offsets, 1.0f, false);
+    grouped_gemm(c, a2, w2, trans_w2, offsets, 1.0f, true);
+    return;
+  }
+  auto row_tiles = [r](int bm) { return (r + bm - 1) / bm; };
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      Launch<T, T> L{a.data<T>(), w.data<T>(), c.data<T>(), offsets.data<int32_t>(), kdim, trans_w ? kdim : n, n,
+                     w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0, 1.0f, 0};
+      L.a2 = a2.data<T>(), L.b2 = w2.data<T>(), L.lda2 = k2, L.ldb2 = ldb2, L.b2_stride = w2.size(1) * w2.size(2);
+      L.k2 = k2;
+      // The minor dims of both products: run_grouped's 16-byte test covers the first; the second's is above.
+      if (trans_w) run_grouped<T, T, false, false>(L, row_tiles, kdim, kdim);
+      else run_grouped<T, T, false, true>(L, row_tiles, kdim, n);
+    }
+  });
+}
+
 void CudaMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets,
                                         float alpha) {
   DeviceGuard guard(device_);
@@ -784,8 +904,13 @@ void CudaMoeKernels::moe_combine(const Tensor& out, const Tensor& ys, const Tens
     using T = decltype(tag);
     dispatch_float(w.dtype(), [&](auto wtag) {
       using W = decltype(wtag);
-      combine_kernel<T, W><<<unsigned(n), 256, 0, current_stream()>>>(out.data<T>(), ys.data<T>(), w.data<W>(),
-                                                                     idx.data<int32_t>(), pos.data<int32_t>(), c, k);
+      constexpr int P = rk::kVec<T>;
+      if (c % P == 0 && rk::aligned16(out.data<T>()) && rk::aligned16(ys.data<T>()))
+        combine_vec_kernel<T, W, P><<<unsigned(n), 256, 0, current_stream()>>>(
+            out.data<T>(), ys.data<T>(), w.data<W>(), idx.data<int32_t>(), pos.data<int32_t>(), c, k);
+      else
+        combine_kernel<T, W><<<unsigned(n), 256, 0, current_stream()>>>(out.data<T>(), ys.data<T>(), w.data<W>(),
+                                                                       idx.data<int32_t>(), pos.data<int32_t>(), c, k);
     });
   });
   LT_CUDA_LAUNCH_CHECK("moe_combine");
@@ -801,9 +926,14 @@ void CudaMoeKernels::moe_combine_bwd(const Tensor& dys, const Tensor& dw, const 
     using T = decltype(tag);
     dispatch_float(w.dtype(), [&](auto wtag) {
       using W = decltype(wtag);
-      combine_bwd_kernel<T, W><<<unsigned(n), 256, 0, current_stream()>>>(dys.data<T>(), dw.data<W>(), dout.data<T>(),
-                                                                         ys.data<T>(), w.data<W>(), pos.data<int32_t>(),
-                                                                         c, k);
+      constexpr int P = rk::kVec<T>;
+      if (c % P == 0 && rk::aligned16(dys.data<T>()) && rk::aligned16(dout.data<T>()) && rk::aligned16(ys.data<T>()))
+        combine_bwd_vec_kernel<T, W, P><<<unsigned(n), 256, 0, current_stream()>>>(
+            dys.data<T>(), dw.data<W>(), dout.data<T>(), ys.data<T>(), w.data<W>(), pos.data<int32_t>(), c, k);
+      else
+        combine_bwd_kernel<T, W><<<unsigned(n), 256, 0, current_stream()>>>(dys.data<T>(), dw.data<W>(), dout.data<T>(),
+                                                                           ys.data<T>(), w.data<W>(), pos.data<int32_t>(),
+                                                                           c, k);
     });
   });
   LT_CUDA_LAUNCH_CHECK("moe_combine_bwd");
