@@ -2,7 +2,7 @@
 # Issues 44 and 45, fourth round, one GPU call: the GPU unit tests of this round's kernels (the
 # per-head q/k norm, the grouped GEMM with the adapter's term in its K loop, the vectorised combine),
 # the grouped GEMM alone (bench/moe_gemm_call.sh: defaults against the earlier 32-deep, 2-stage
-# tiles), the 4-layer Qwen3-30B-A3B LoRA step side by side with transformers + PEFT in two rounds
+# tiles), parity of the small Qwen3.5 cases (the decay parameters' noise floor), the 4-layer Qwen3-30B-A3B LoRA step side by side with transformers + PEFT in two rounds
 # (the peer first in the second), the Qwen3.5-2B LoRA step side by side, then the randomized
 # plan-vs-measured sweep in the time left. Run on the GPU machine from the repo root:
 #   BUILD=build-gpu OUT=/tmp/out bash bench/issues_44_45_call4.sh
@@ -19,6 +19,9 @@ timeout 150 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='NormHeads*:MoeCuda.*:Moe*Cuda*:*Qwen3*Cuda*:*Gemma*Cuda*:Ops/OpsBackends.*norm_heads*:Ops/OpsBackends.*rms*:LoraLinearOp*:Qwen35Model.Cuda*' \
   > "$OUT/unit.txt" 2>&1
 stragglers; el "unit"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit.txt" | head -12
+timeout 120 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
+  --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
+stragglers; el "parity"; tail -6 "$OUT/parity.log" | cut -c1-200
 OUT=$OUT/gemm UNIT=0 NCU=0 VARIANTS="D K32S2" timeout 90 bash bench/moe_gemm_call.sh > "$OUT/gemm.log" 2>&1
 stragglers; el "gemm"; grep "^best" "$OUT/gemm.log"
 moe() {  # $1: label, then env assignments for moe_lora.sh
@@ -41,5 +44,5 @@ if left 100; then
   (OUT=$OUT/sweep timeout $(( ${DEADLINE_S:-570} - ($(date +%s) - t0) - 15 )) bash bench/plan_sweep.sh 4242 $N) > "$OUT/sweep.log" 2>&1
   stragglers; el "sweep"; tail -5 "$OUT/sweep.log"
 fi
-(cd "$OUT" && keep=$(ls -d moe-* qwen35 qwen35.log sweep gemm.log 2>/dev/null); [ -n "$keep" ] && tar czf raw.tgz $keep && rm -rf $keep)
+(cd "$OUT" && keep=$(ls -d moe-* qwen35 qwen35.log sweep gemm.log parity parity.log 2>/dev/null); [ -n "$keep" ] && tar czf raw.tgz $keep && rm -rf $keep)
 el "all done"
