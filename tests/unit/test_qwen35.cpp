@@ -706,3 +706,55 @@ TEST(Qwen35Model, StrongDecaysAsTransformersInitialisesThem) {
     EXPECT_LE(std::sqrt(num / den), 1e-3) << n;  // measured 4e-6 .. 6e-5
   }
 }
+
+TEST(Qwen35Model, DecayGradientNoiseFloor) {
+  // The decay parameters' gradient in f32 against f64 on parity.py's grouped-head shape (Hk 2, Hv 4,
+  // T 77, three DeltaNet layers) with transformers' A_log = log(U(0, 16)): where a head's decay is
+  // strong it forgets within a step and the exact gradient nearly vanishes (1e-10 beside 1e-3 for
+  // the layer's beta projection), and f32 gives rounding noise there, as any f32 run must. So the
+  // error is bounded against the larger of the gradient's norm and 1% of in_proj_b's gradient norm:
+  // the scale parity.py judges both sides' decay parameters by.
+  Qwen35Config c;
+  c.vocab_size = 509, c.hidden_size = 48, c.intermediate_size = 88, c.num_hidden_layers = 4;
+  c.num_attention_heads = 3, c.num_key_value_heads = 1, c.head_dim = 32, c.partial_rotary_factor = 0.25;
+  c.linear_num_key_heads = 2, c.linear_key_head_dim = 16, c.linear_num_value_heads = 4, c.linear_value_head_dim = 12;
+  c.linear_conv_kernel_dim = 4, c.max_position_embeddings = 512, c.rope_theta = 1e6;
+  c.full = {false, false, true, false};
+  const int64_t B = 3, T = 77;
+  double tiny_seen = 1.0;  // the smallest own-norm / beta-norm ratio met: the floor must matter somewhere
+  for (uint64_t seed : {1, 2, 3}) {
+    Qwen35 m64(c, nn::InitOptions{.dtype = DType::F64, .seed = seed});
+    Qwen35 m32(c, nn::InitOptions{.dtype = DType::F32, .seed = seed});
+    {
+      NoGradGuard ng;
+      Generator gen(seed);
+      for (auto& [n, p] : m64.named_parameters()) {
+        Tensor v = p;
+        if (n.ends_with("A_log")) v = log(rand_uniform(p.shape(), gen, 0.0f, 16.0f, DType::F64));
+        copy_(p, cast(cast(v, DType::F32), DType::F64));  // f32-representable: both runs see one model
+        copy_(m32.parameter(n), cast(v, DType::F32));
+      }
+    }
+    const Tensor ids = ids_of(B, T, c.vocab_size, seed), labels = ids_of(B, T, c.vocab_size, seed + 10);
+    m64.loss(ids, labels).backward();
+    m32.loss(ids, labels).backward();
+    auto norm_of = [](const std::vector<double>& a) {
+      double s = 0;
+      for (double x : a) s += x * x;
+      return std::sqrt(s);
+    };
+    for (int l : {0, 1, 3}) {
+      const std::string f = "model.layers." + std::to_string(l) + ".linear_attn.";
+      const double beta = norm_of(m64.parameter(f + "in_proj_b.weight").grad().to_double_vector());
+      for (const char* n : {"A_log", "dt_bias"}) {
+        const std::vector<double> want = m64.parameter(f + n).grad().to_double_vector();
+        const std::vector<double> got = m32.parameter(f + n).grad().to_double_vector();
+        std::vector<double> d(want.size());
+        for (size_t i = 0; i < d.size(); ++i) d[i] = got[i] - want[i];
+        tiny_seen = std::min(tiny_seen, norm_of(want) / beta);
+        EXPECT_LT(norm_of(d) / std::max(norm_of(want), 0.01 * beta), 1e-3) << "seed " << seed << " " << f << n;
+      }
+    }
+  }
+  EXPECT_LT(tiny_seen, 1e-4) << "no head with a vanishing decay gradient was drawn: the floor went untested";
+}
