@@ -15,13 +15,10 @@ el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 left() { [ $(( $(date +%s) - t0 + $1 )) -lt "${DEADLINE_S:-570}" ]; }
 stragglers() { pkill -9 -f "$BUILD/leantrain" 2>/dev/null; pkill -9 -f "bench/peers/" 2>/dev/null; sleep 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-timeout 150 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+timeout 90 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='NormHeads*:MoeCuda.*:Moe*Cuda*:*Qwen3*Cuda*:*Gemma*Cuda*:Ops/OpsBackends.*norm_heads*:Ops/OpsBackends.*rms*:LoraLinearOp*:Qwen35Model.Cuda*' \
   > "$OUT/unit.txt" 2>&1
 stragglers; el "unit"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit.txt" | head -12
-timeout 120 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
-  --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
-stragglers; el "parity"; tail -6 "$OUT/parity.log" | cut -c1-200
 OUT=$OUT/gemm UNIT=0 NCU=0 VARIANTS="D K32S2" timeout 90 bash bench/moe_gemm_call.sh > "$OUT/gemm.log" 2>&1
 stragglers; el "gemm"; grep "^best" "$OUT/gemm.log"
 moe() {  # $1: label, then env assignments for moe_lora.sh
@@ -34,7 +31,11 @@ moe auto MOE_EXTRA="--attention-kernel auto"
 (cd bench/peers && timeout 200 python3 moe_lora_torch.py --warmup 2 --steps 8 2>&1 | tail -1) | sed "s/^/peer2 /" | tee -a "$OUT/moe.jsonl" | cut -c1-220
 stragglers; el "peer round 2"
 moe auto2 PEER=0 MOE_EXTRA="--attention-kernel auto"
-moe default PEER=0
+if left 100; then
+timeout $(( ${DEADLINE_S:-570} - ($(date +%s) - t0) - 5 )) python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
+  --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
+stragglers; el "parity"; tail -6 "$OUT/parity.log" | cut -c1-200
+fi
 if left 200; then
   (OUT=$OUT/qwen35 timeout 260 bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
   stragglers; el "qwen35"; grep -h "tokens_per_s" "$OUT"/qwen35/*.jsonl 2>/dev/null | cut -c1-260 | tee "$OUT/qwen35.jsonl"

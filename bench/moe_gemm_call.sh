@@ -46,7 +46,7 @@ if [ "${NCU:-1}" = 1 ] && command -v ncu > /dev/null; then
   # Launches 2 and 6 of the bench are gate|up's timed forward and input-gradient runs
   # (each case: one warm-up launch, then --iters timed ones).
   timeout 120 ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-    --section MemoryWorkloadAnalysis -k regex:mma_gemm --launch-skip 1 --launch-count 1 \
+    --section MemoryWorkloadAnalysis --kernel-name-base demangled -k regex:mma_gemm --launch-skip 1 --launch-count 1 \
     "./$BUILD/leantrain_bench" grouped_gemm --iters 1 > "$OUT/ncu-gate-up-fwd.txt" 2>&1
   grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles|L2 Hit|DRAM Throughput|Theoretical Occ|Block Limit" \
     "$OUT/ncu-gate-up-fwd.txt" | head -30
