@@ -33,7 +33,7 @@ stragglers; el "peer round 2"
 moe auto2 PEER=0 MOE_EXTRA="--attention-kernel auto"
 if left 100; then
 timeout $(( ${DEADLINE_S:-570} - ($(date +%s) - t0) - 5 )) python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
-  --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
+  --only qwen3_5-small,qwen3_5-small-untied-t130,qwen3-small,gemma3-small > "$OUT/parity.log" 2>&1
 stragglers; el "parity"; tail -6 "$OUT/parity.log" | cut -c1-200
 fi
 if left 200; then
