@@ -6,6 +6,8 @@
 // gradients come from the kernel in parts of rows, added here (no atomics, one order).
 #include <algorithm>
 
+#include "core/knobs.h"
+#include "memory/host_allocators.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -71,6 +73,25 @@ Tensor rms_norm_heads(const Tensor& x_in, const Tensor& wa_in, int64_t ha, const
                std::to_string(hb) + " heads of " + std::to_string(D),
            "the last dim must hold the (ha + hb) * D normalised columns (and any passthrough ones after them)",
            "pass the packed projection [..., (ha + hb + rest heads) * D] with the head counts of its layout");
+  // CUDA (or a plan of a CUDA run) composes the op from rms_norm on head copies, as before the op,
+  // until a GPU has run the per-head kernels (written without one): LEANTRAIN_NORM_HEADS_CUDA=1.
+  const bool on_cuda = dev.is_cuda() || (dev.is_meta() && meta_simulates_cuda());
+  if (on_cuda && !knob_on("LEANTRAIN_NORM_HEADS_CUDA")) {
+    Shape lead = x_in.shape();
+    lead.pop_back();
+    const int64_t last = x_in.dim() - 1;
+    auto normed = [&](const Tensor& w, int64_t start, int64_t n) {
+      Shape heads = lead, flat = lead;
+      heads.push_back(n), heads.push_back(D), flat.push_back(n * D);
+      const Tensor h = reshape(contiguous(slice(x_in, last, start, start + n * D)), heads);
+      return reshape(rms_norm(h, w, eps, unit_offset), flat);
+    };
+    std::vector<Tensor> parts;
+    if (ha > 0) parts.push_back(normed(wa_in, 0, ha));
+    if (hb > 0) parts.push_back(normed(wb_in, ha * D, hb));
+    if (W > (ha + hb) * D) parts.push_back(slice(x_in, last, (ha + hb) * D, W));
+    return parts.size() == 1 ? parts[0] : concat(parts, last);
+  }
   const Tensor wa = contiguous(wa_in), wb = contiguous(wb_in);
   const int64_t N = x_in.numel() / W, H = ha + hb;
   const Tensor x = rows_in_place(x_in, N);

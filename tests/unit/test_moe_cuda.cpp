@@ -211,6 +211,10 @@ TEST(MoeCuda, PairOfProductsInOnePassMatchesTheCpu) {
   // first's) for both layouts, K and k2 not multiples of a K tile, several row tiles an expert and
   // an expert without rows; f32 takes the two-launch path. Against the CPU's f32 sums.
   struct Case { int64_t r, k, k2, n; bool trans; };
+  struct PairKnob {  // the fused launch is opt-in (LEANTRAIN_MOE_GEMM_PAIR) until a GPU has run it
+    PairKnob() { ::setenv("LEANTRAIN_MOE_GEMM_PAIR", "1", 1); }
+    ~PairKnob() { ::unsetenv("LEANTRAIN_MOE_GEMM_PAIR"); }
+  } knob;
   for (const Case c : {Case{300, 200, 16, 136, true}, Case{300, 200, 24, 136, false}, Case{77, 64, 16, 40, true}}) {
     const int64_t e = 6;
     std::vector<int64_t> ex(size_t(c.r));

@@ -852,7 +852,9 @@ void CudaMoeKernels::grouped_gemm_pair(const Tensor& c, const Tensor& a, const T
   // One launch where both products share a layout and 16-byte loads (the tensor-core kernel's K
   // tiles run on into the second product); else the first product, then the second added.
   const int64_t ldb2 = trans_w2 ? k2 : n;
-  const bool fused = trans_w == trans_w2 && a.dtype() != DType::F32 && aligned16(a2.raw_data()) &&
+  // LEANTRAIN_MOE_GEMM_PAIR=1 until a GPU has run the fused launch (it was written without one).
+  const bool pair_on = knob_on("LEANTRAIN_MOE_GEMM_PAIR");
+  const bool fused = pair_on && trans_w == trans_w2 && a.dtype() != DType::F32 && aligned16(a2.raw_data()) &&
                      aligned16(w2.raw_data()) && k2 % 8 == 0 && ldb2 % 8 == 0 && (w2.size(1) * w2.size(2)) % 8 == 0;
   if (!fused) {
     grouped_gemm(c, a, w, trans_w, offsets, 1.0f, false);
