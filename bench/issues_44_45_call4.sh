@@ -4,7 +4,10 @@
 # the grouped GEMM alone (bench/moe_gemm_call.sh: defaults against the earlier 32-deep, 2-stage
 # tiles), parity of the small Qwen3.5 cases (the decay parameters' noise floor), the 4-layer Qwen3-30B-A3B LoRA step side by side with transformers + PEFT in two rounds
 # (the peer first in the second), the Qwen3.5-2B LoRA step side by side, then the randomized
-# plan-vs-measured sweep in the time left. Run on the GPU machine from the repo root:
+# plan-vs-measured sweep in the time left. The opt-in kernels written without a GPU
+# (LEANTRAIN_MOE_GEMM_PAIR, LEANTRAIN_NORM_HEADS_CUDA) are on for the tests and the parity runs, and
+# the MoE step runs with them (round 1 and 2) and without (the last run). Run on the GPU machine
+# from the repo root:
 #   BUILD=build-gpu OUT=/tmp/out bash bench/issues_44_45_call4.sh
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call4}
@@ -15,7 +18,8 @@ el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 left() { [ $(( $(date +%s) - t0 + $1 )) -lt "${DEADLINE_S:-570}" ]; }
 stragglers() { pkill -9 -f "$BUILD/leantrain" 2>/dev/null; pkill -9 -f "bench/peers/" 2>/dev/null; sleep 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-timeout 90 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+NEW="LEANTRAIN_MOE_GEMM_PAIR=1 LEANTRAIN_NORM_HEADS_CUDA=1"
+env $NEW timeout 90 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='NormHeads*:MoeCuda.*:Moe*Cuda*:*Qwen3*Cuda*:*Gemma*Cuda*:Ops/OpsBackends.*norm_heads*:Ops/OpsBackends.*rms*:LoraLinearOp*:Qwen35Model.Cuda*' \
   > "$OUT/unit.txt" 2>&1
 stragglers; el "unit"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit.txt" | head -12
@@ -27,17 +31,18 @@ moe() {  # $1: label, then env assignments for moe_lora.sh
   stragglers; el "moe $label"
   grep -h '"side": "leantrain"\|"peer"' "$OUT/moe-$label/moe-lora.jsonl" 2>/dev/null | sed "s/^/$label /" | tee -a "$OUT/moe.jsonl" | cut -c1-220
 }
-moe auto MOE_EXTRA="--attention-kernel auto"
+moe auto $NEW MOE_EXTRA="--attention-kernel auto"
 (cd bench/peers && timeout 200 python3 moe_lora_torch.py --warmup 2 --steps 8 2>&1 | tail -1) | sed "s/^/peer2 /" | tee -a "$OUT/moe.jsonl" | cut -c1-220
 stragglers; el "peer round 2"
-moe auto2 PEER=0 MOE_EXTRA="--attention-kernel auto"
+moe auto2 $NEW PEER=0 MOE_EXTRA="--attention-kernel auto"
+moe auto-new-off PEER=0 MOE_EXTRA="--attention-kernel auto"
 if left 100; then
-timeout $(( ${DEADLINE_S:-570} - ($(date +%s) - t0) - 5 )) python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
+env $NEW timeout $(( ${DEADLINE_S:-570} - ($(date +%s) - t0) - 5 )) python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" \
   --only qwen3_5-small,qwen3_5-small-untied-t130,qwen3-small,gemma3-small > "$OUT/parity.log" 2>&1
 stragglers; el "parity"; tail -6 "$OUT/parity.log" | cut -c1-200
 fi
 if left 200; then
-  (OUT=$OUT/qwen35 timeout 260 bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
+  (env $NEW OUT=$OUT/qwen35 timeout 260 bash bench/qwen35_lora.sh throughput) > "$OUT/qwen35.log" 2>&1
   stragglers; el "qwen35"; grep -h "tokens_per_s" "$OUT"/qwen35/*.jsonl 2>/dev/null | cut -c1-260 | tee "$OUT/qwen35.jsonl"
 fi
 if left 100; then
