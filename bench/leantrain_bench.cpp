@@ -620,26 +620,28 @@ int host_step(const std::map<std::string, std::string>& f) {
   return 0;
 }
 
-int nf4(const std::map<std::string, std::string>& f) {
+// Median milliseconds of fn over `iters` runs after one warm-up, each run synchronised.
+double median_ms(Backend& be, int iters, const std::function<void()>& fn) {
   using Clock = std::chrono::steady_clock;
+  fn();
+  be.synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    be.synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int nf4(const std::map<std::string, std::string>& f) {
   const Device dev = Device::parse(get(f, "device", cuda_available() ? "cuda" : "cpu"));
   const int64_t tokens = std::stoll(get(f, "tokens", "4096"));
   const int iters = std::stoi(get(f, "iters", "20"));
   Backend& be = backend_for(dev);
-  // Median milliseconds of fn over `iters` runs after one warm-up.
-  auto time_ms = [&](const std::function<void()>& fn) {
-    fn();
-    be.synchronize();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
-      fn();
-      be.synchronize();
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
+  auto time_ms = [&](const std::function<void()>& fn) { return median_ms(be, iters, fn); };
   std::string shapes = get(f, "shapes", "4096x4096,14336x4096,4096x14336");
   Generator gen(1);
   for (size_t start = 0; start < shapes.size();) {
@@ -688,7 +690,6 @@ int nf4(const std::map<std::string, std::string>& f) {
 
 
 int grouped_gemm_bench(const std::map<std::string, std::string>& f) {
-  using Clock = std::chrono::steady_clock;
   const Device dev = Device::parse(get(f, "device", cuda_available() ? "cuda" : "cpu"));
   const int64_t tokens = std::stoll(get(f, "tokens", "4096")), k = std::stoll(get(f, "topk", "8"));
   const int64_t E = std::stoll(get(f, "experts", "128")), H = std::stoll(get(f, "hidden", "2048"));
@@ -718,19 +719,7 @@ int grouped_gemm_bench(const std::map<std::string, std::string>& f) {
   auto rnd = [&](const Shape& s) { return randn(s, gen, 0.02f, DType::BF16, dev); };
   MoeKernels& mk = moe_kernels_for(dev);
   Backend& be = backend_for(dev);
-  auto time_ms = [&](const std::function<void()>& fn) {
-    fn();
-    be.synchronize();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
-      fn();
-      be.synchronize();
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
+  auto time_ms = [&](const std::function<void()>& fn) { return median_ms(be, iters, fn); };
   auto report = [&](const char* name, double flops, const std::function<void()>& fn) {
     const double ms = time_ms(fn);
     std::printf("{\"mode\": \"grouped_gemm\", \"case\": \"%s\", \"rows\": %lld, \"experts\": %lld, "
