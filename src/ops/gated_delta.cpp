@@ -286,7 +286,8 @@ Tensor gated_delta_decay(const Tensor& a_in, const Tensor& a_log, const Tensor& 
     const Device gd = gg.device();
     Backend& be = backend_for(gd);
     Tensor da32 = Tensor::empty({N, H}, acc, gd), dal = Tensor::empty({N, H}, acc, gd);
-    be.gdn_decay_bwd(da32, dal, make_view(contiguous_data(gg), {N, H}, {H, 1}, 0),
+    const Tensor gc = contiguous_data(gg);  // may be a view past its buffer's start (concat's backward)
+    be.gdn_decay_bwd(da32, dal, make_view(gc, {N, H}, {H, 1}, gc.offset()),
                      make_view(sa, {N, H}, {rs, 1}, sa.offset()), sal, sdt);
     Tensor da = Tensor::empty(sa.shape(), a_dt, gd);
     be.copy(make_view(da, {N, H}, contiguous_strides({N, H}), 0), da32);

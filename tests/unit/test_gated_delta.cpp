@@ -259,6 +259,10 @@ TEST(GatedDeltaDecay, MatchesSoftplusAndItsGradients) {
   expect_same([](const V& v) { return gated_delta_decay(slice(v[0], 2, 5, 10), v[1], v[2]); },
               [](const V& v) { return naive_decay(slice(v[0], 2, 5, 10), v[1], v[2]); },
               {ba, rand64({5}, 95), rand64({5}, 96)}, 1e-12);
+  // The gradient arriving as a view past its buffer's start (concat's backward) is read there.
+  expect_same([](const V& v) { return concat({v[3], gated_delta_decay(v[0], v[1], v[2])}, 0); },
+              [](const V& v) { return concat({v[3], naive_decay(v[0], v[1], v[2])}, 0); },
+              {rand64({3, 4, 5}, 97), rand64({5}, 98), rand64({5}, 99), rand64({2, 4, 5}, 100)}, 1e-12);
   // Above torch's threshold softplus(x) is x: g = -exp(a_log) x.
   NoGradGuard ng;
   Tensor g = gated_delta_decay(full({1, 1}, 25.0, DType::F64), zeros({1}, DType::F64), zeros({1}, DType::F64));
@@ -334,6 +338,14 @@ TEST(RmsNormGated, MatchesTheNaiveNormWithEveryGradient) {
   expect_same([](const V& v) { return rms_norm_gated(v[0], slice(v[1], 2, 3, 9), v[2], 1e-5); },
               [](const V& v) { return naive_gated_norm(v[0], slice(v[1], 2, 3, 9), v[2], 1e-5); },
               {rand64({3, 300, 6}, 114), rand64({3, 300, 11}, 115), rand64({3}, 116)}, 1e-11);
+}
+
+TEST(RmsNormGated, GradientArrivingAsAnOffsetViewIsReadWhereItIs) {
+  // concat's backward hands each input a view of one gradient buffer: the norm's rows start past
+  // the first input's, and its backward must read them there (it once read from offset 0).
+  expect_same([](const V& v) { return concat({v[3], rms_norm_gated(v[0], v[1], v[2], 1e-6)}, 0); },
+              [](const V& v) { return concat({v[3], naive_gated_norm(v[0], v[1], v[2], 1e-6)}, 0); },
+              {rand64({2, 3, 12}, 131), rand64({2, 3, 12}, 132), rand64({4}, 133), rand64({1, 3, 12}, 134)}, 1e-12);
 }
 
 TEST(RmsNormGated, Gradcheck) {
