@@ -109,13 +109,6 @@ void CpuBackend::layernorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor&
   });
 }
 
-// The weight as the kernels use it: w + w_offset in the accumulation type.
-template <class T> std::vector<acc_t<T>> rms_weight(const Tensor& w, int64_t c, float w_offset) {
-  std::vector<acc_t<T>> wv = widen_vec<T>(w, c, acc_t<T>(1));
-  for (auto& v : wv) v += acc_t<T>(w_offset);
-  return wv;
-}
-
 }  // namespace lt
 
 namespace lt::cpu {

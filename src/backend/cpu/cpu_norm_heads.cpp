@@ -14,13 +14,6 @@ using namespace cpu;
 
 namespace {
 
-// w + w_offset widened to the accumulation type, as rmsnorm_fwd forms it.
-template <class T> std::vector<acc_t<T>> head_weight(const Tensor& w, int64_t D, float w_offset) {
-  std::vector<acc_t<T>> v(static_cast<size_t>(D));
-  for (int64_t j = 0; j < D; ++j) v[size_t(j)] = ld(w.data<T>(), j) + acc_t<T>(w_offset);
-  return v;
-}
-
 void check_heads(const char* op, const Tensor& x, const Tensor& wa, const Tensor& wb, int64_t ha, int64_t hb,
                  int64_t D) {
   LT_CHECK(x.dim() == 2 && x.strides()[1] == 1 && D > 0 && ha >= 0 && hb >= 0 && (ha + hb) * D <= x.size(1) &&
@@ -40,7 +33,7 @@ void CpuBackend::rmsnorm_heads_fwd(const Tensor& y, const Tensor& rstd, const Te
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const std::vector<A> va = head_weight<T>(wa, D, w_offset), vb = head_weight<T>(wb, D, w_offset);
+    const std::vector<A> va = rms_weight<T>(wa, D, w_offset), vb = rms_weight<T>(wb, D, w_offset);
     std::vector<A> row(static_cast<size_t>(D));
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -63,7 +56,7 @@ void CpuBackend::rmsnorm_heads_bwd(const Tensor& dx, const Tensor& dwa_parts, co
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const std::vector<A> va = head_weight<T>(wa, D, w_offset), vb = head_weight<T>(wb, D, w_offset);
+    const std::vector<A> va = rms_weight<T>(wa, D, w_offset), vb = rms_weight<T>(wb, D, w_offset);
     const size_t d = static_cast<size_t>(D);
     std::vector<A> xh(d), g(d), dwa(d, A(0)), dwb(d, A(0));
     const T *px = x.data<T>(), *pdy = dy.data<T>();

@@ -5,10 +5,18 @@
 // op must equal rms_norm on the heads bit for bit.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 
 namespace lt::cpu {
+
+// The weight [c] as the row kernels take it: w + w_offset in the accumulation type.
+template <class T> std::vector<acc_t<T>> rms_weight(const Tensor& w, int64_t c, float w_offset) {
+  std::vector<acc_t<T>> wv(static_cast<size_t>(c));
+  for (int64_t j = 0; j < c; ++j) wv[size_t(j)] = ld(w.data<T>(), j) + acc_t<T>(w_offset);
+  return wv;
+}
 
 // y = x * rstd * w over c columns (w: the weight plus its offset, widened); returns rstd.
 // buf: c accumulation-type scratch values.

@@ -213,6 +213,17 @@ template <class T> __device__ __forceinline__ float round_to(float v) {
   return load_t(&t, 0);
 }
 
+// A token's slots 0 .. k-1 in `order` put in increasing expert order (idx_t: the token's k experts),
+// stably: an insertion sort by one thread (k <= 64).
+__device__ __forceinline__ void sort_slots_by_expert(int* order, const int32_t* idx_t, int k) {
+  for (int a = 1; a < k; ++a)
+    for (int b = a; b > 0 && idx_t[order[b - 1]] > idx_t[order[b]]; --b) {
+      const int s = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = s;
+    }
+}
+
 // One block per token: its slots in expert order (thread 0 sorts k <= 64 in shared memory).
 template <class T, class W>
 __global__ void combine_kernel(T* out, const T* ys, const W* w, const int32_t* idx, const int32_t* pos, int64_t c, int k) {
@@ -220,12 +231,7 @@ __global__ void combine_kernel(T* out, const T* ys, const W* w, const int32_t* i
   const int64_t t = blockIdx.x;
   if (threadIdx.x == 0) {
     for (int j = 0; j < k; ++j) order[j] = j;
-    for (int a = 1; a < k; ++a)  // insertion sort: stable, by expert
-      for (int b = a; b > 0 && idx[t * k + order[b - 1]] > idx[t * k + order[b]]; --b) {
-        const int s = order[b];
-        order[b] = order[b - 1];
-        order[b - 1] = s;
-      }
+    sort_slots_by_expert(order, idx + t * k, k);
   }
   __syncthreads();
   for (int64_t col = threadIdx.x; col < c; col += blockDim.x) {
@@ -270,14 +276,7 @@ __global__ void combine_vec_kernel(T* out, const T* ys, const W* w, const int32_
   const int64_t t = blockIdx.x;
   if (threadIdx.x < k) order[threadIdx.x] = int(threadIdx.x);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int a = 1; a < k; ++a)  // insertion sort: stable, by expert
-      for (int b = a; b > 0 && idx[t * k + order[b - 1]] > idx[t * k + order[b]]; --b) {
-        const int sw = order[b];
-        order[b] = order[b - 1];
-        order[b - 1] = sw;
-      }
-  }
+  if (threadIdx.x == 0) sort_slots_by_expert(order, idx + t * k, k);
   __syncthreads();
   if (threadIdx.x < k) {
     const int j = order[threadIdx.x];
@@ -648,8 +647,6 @@ __global__ void __launch_bounds__(THREADS) kernel(Launch<T, TC> L) {
 
 }  // namespace simt_gemm
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // Runs one grouped launch: the tensor-core kernel for 16-bit operands (vector loads when every
 // row and pointer allows 16-byte chunks), the SIMT kernel for f32.
 template <class T, class TC, bool A_KM, bool B_KN, class F>
@@ -664,7 +661,7 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
     if (blocks > 0) kernel<T, TC, A_KM, B_KN><<<unsigned(blocks), THREADS, 0, s>>>(L);
   } else {
     using namespace mma_gemm;
-    const bool vec = aligned16(L.a) && aligned16(L.b) && L.lda % 8 == 0 && L.ldb % 8 == 0 && L.b_stride % 8 == 0 &&
+    const bool vec = rk::aligned16(L.a) && rk::aligned16(L.b) && L.lda % 8 == 0 && L.ldb % 8 == 0 && L.b_stride % 8 == 0 &&
                      minor_a % 8 == 0 && minor_b % 8 == 0;
     // Pairs of columns land on word boundaries: c's first element, every row start and (wgrad)
     // every expert's matrix at an even element.
@@ -708,6 +705,30 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
     else with_shape(std::integral_constant<int, 2>{});
   }
   LT_CUDA_LAUNCH_CHECK("grouped_gemm");
+}
+
+// grouped_gemm's launch (rows grouped): c_e = alpha a_e w_e (+ c with accumulate); with a2 defined
+// (16-bit only: the tensor-core kernel), a2_e w2_e too as K tiles after the first product's, w2
+// laid out as w (grouped_gemm_pair checks that, and 16-byte loads for the second product).
+void launch_rows_grouped(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
+                         float alpha, bool accumulate, const Tensor& a2 = Tensor(), const Tensor& w2 = Tensor()) {
+  const int64_t r = a.size(0);
+  const int e = int(w.size(0)), kdim = int(a.size(1)), n = int(c.size(1));
+  if (r == 0 || n == 0) return;
+  LT_ASSERT(!a2.defined() || a.dtype() != DType::F32);
+  auto row_tiles = [r](int bm) { return (r + bm - 1) / bm; };
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    Launch<T, T> L{a.data<T>(), w.data<T>(), c.data<T>(), offsets.data<int32_t>(), kdim, trans_w ? kdim : n, n,
+                   w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0, alpha, accumulate ? 1 : 0};
+    if (a2.defined()) {
+      L.a2 = a2.data<T>(), L.b2 = w2.data<T>(), L.k2 = int(a2.size(1));
+      L.lda2 = L.k2, L.ldb2 = trans_w ? L.k2 : n, L.b2_stride = w2.size(1) * w2.size(2);
+    }
+    // trans_w: w_e [n, K] (K contiguous: B stored [N][K]); else w_e [K, n] (B stored [K][N]).
+    if (trans_w) run_grouped<T, T, false, false>(L, row_tiles, kdim, kdim);
+    else run_grouped<T, T, false, true>(L, row_tiles, kdim, n);
+  });
 }
 
 // The CUDA kernels of one device (each launch on that device's current stream).
@@ -829,51 +850,23 @@ void CudaMoeKernels::moe_gather_bwd(const Tensor& dx, const Tensor& dout, const 
 void CudaMoeKernels::grouped_gemm(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w, const Tensor& offsets,
                                   float alpha, bool accumulate) {
   DeviceGuard guard(device_);
-  const int64_t r = a.size(0);
-  const int e = int(w.size(0)), kdim = int(a.size(1)), n = int(c.size(1));
-  if (r == 0 || n == 0) return;
-  auto row_tiles = [r](int bm) { return (r + bm - 1) / bm; };
-  dispatch_float(a.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    Launch<T, T> L{a.data<T>(), w.data<T>(), c.data<T>(), offsets.data<int32_t>(), kdim, trans_w ? kdim : n, n,
-                   w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0, alpha, accumulate ? 1 : 0};
-    // trans_w: w_e [n, K] (K contiguous: B stored [N][K]); else w_e [K, n] (B stored [K][N]).
-    if (trans_w) run_grouped<T, T, false, false>(L, row_tiles, kdim, kdim);
-    else run_grouped<T, T, false, true>(L, row_tiles, kdim, n);
-  });
+  launch_rows_grouped(c, a, w, trans_w, offsets, alpha, accumulate);
 }
 
 void CudaMoeKernels::grouped_gemm_pair(const Tensor& c, const Tensor& a, const Tensor& w, bool trans_w,
                                        const Tensor& a2, const Tensor& w2, bool trans_w2, const Tensor& offsets) {
   DeviceGuard guard(device_);
-  const int64_t r = a.size(0);
-  const int e = int(w.size(0)), kdim = int(a.size(1)), k2 = int(a2.size(1)), n = int(c.size(1));
-  if (r == 0 || n == 0) return;
   // One launch where both products share a layout and 16-byte loads (the tensor-core kernel's K
-  // tiles run on into the second product); else the first product, then the second added.
-  const int64_t ldb2 = trans_w2 ? k2 : n;
+  // tiles run on into the second product; run_grouped's 16-byte test covers the first product,
+  // this one the second); else the first product, then the second added.
+  const int64_t k2 = a2.size(1), ldb2 = trans_w2 ? k2 : c.size(1);
   // LEANTRAIN_MOE_GEMM_PAIR=1 until a GPU has run the fused launch (it was written without one).
-  const bool pair_on = knob_on("LEANTRAIN_MOE_GEMM_PAIR");
-  const bool fused = pair_on && trans_w == trans_w2 && a.dtype() != DType::F32 && aligned16(a2.raw_data()) &&
-                     aligned16(w2.raw_data()) && k2 % 8 == 0 && ldb2 % 8 == 0 && (w2.size(1) * w2.size(2)) % 8 == 0;
-  if (!fused) {
-    grouped_gemm(c, a, w, trans_w, offsets, 1.0f, false);
-    grouped_gemm(c, a2, w2, trans_w2, offsets, 1.0f, true);
-    return;
-  }
-  auto row_tiles = [r](int bm) { return (r + bm - 1) / bm; };
-  dispatch_float(a.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, float>) {
-      Launch<T, T> L{a.data<T>(), w.data<T>(), c.data<T>(), offsets.data<int32_t>(), kdim, trans_w ? kdim : n, n,
-                     w.size(1) * w.size(2), e, 0, n, kdim, 0, 0, 0, 1.0f, 0};
-      L.a2 = a2.data<T>(), L.b2 = w2.data<T>(), L.lda2 = k2, L.ldb2 = ldb2, L.b2_stride = w2.size(1) * w2.size(2);
-      L.k2 = k2;
-      // The minor dims of both products: run_grouped's 16-byte test covers the first; the second's is above.
-      if (trans_w) run_grouped<T, T, false, false>(L, row_tiles, kdim, kdim);
-      else run_grouped<T, T, false, true>(L, row_tiles, kdim, n);
-    }
-  });
+  const bool fused = knob_on("LEANTRAIN_MOE_GEMM_PAIR") && trans_w == trans_w2 && a.dtype() != DType::F32 &&
+                     rk::aligned16(a2.raw_data()) && rk::aligned16(w2.raw_data()) && k2 % 8 == 0 && ldb2 % 8 == 0 &&
+                     (w2.size(1) * w2.size(2)) % 8 == 0;
+  if (fused) return launch_rows_grouped(c, a, w, trans_w, offsets, 1.0f, false, a2, w2);
+  launch_rows_grouped(c, a, w, trans_w, offsets, 1.0f, false);
+  launch_rows_grouped(c, a2, w2, trans_w2, offsets, 1.0f, true);
 }
 
 void CudaMoeKernels::grouped_gemm_wgrad(const Tensor& c, const Tensor& a, const Tensor& b, const Tensor& offsets,
