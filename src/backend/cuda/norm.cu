@@ -119,44 +119,8 @@ __global__ void norm_fwd_kernel(T* __restrict__ y, float* __restrict__ mean, flo
 // LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); RMSNorm drops the mean(g) term.
 // ADD: dx = ds + that (the fused add's gradient, shared by both addends), rounded once.
 // A row takes two passes over its packs: the sums of g and g * xhat, then dx. Both kernels below
-// make them through these two helpers, so their dx is the same expression in the same order.
-
-// Pass 1 over the P columns at c: sg += g, sgx += g * xhat.
-template <class T, int P>
-__device__ __forceinline__ void dx_sums_pack(const T* __restrict__ xr, const T* __restrict__ dyr,
-                                             const T* __restrict__ w, float w_off, int c, float mu, float rs,
-                                             float& sg, float& sgx) {
-  float xv[P], gv[P], wv[P];
-  load_f32<T, P>(xr + c, xv);
-  load_f32<T, P>(dyr + c, gv);
-  load_f32<T, P>(w + c, wv);
-#pragma unroll
-  for (int k = 0; k < P; ++k) {
-    const float g = gv[k] * (wv[k] + w_off);
-    sg += g;
-    sgx += g * (xv[k] - mu) * rs;
-  }
-}
-
-// Pass 2 over the P columns at c (mg = mean(g), mgx = mean(g * xhat)): dx stored; x and dy of
-// those columns left in xv and gv (re-read: L1-hot from pass 1).
-template <class T, int P, bool ADD>
-__device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __restrict__ xr,
-                                              const T* __restrict__ dyr, const T* __restrict__ dsr,
-                                              const T* __restrict__ w, float w_off, int c, float mu, float rs,
-                                              float mg, float mgx, float (&xv)[P], float (&gv)[P]) {
-  float wv[P], sv[P], o[P];
-  load_f32<T, P>(xr + c, xv);
-  load_f32<T, P>(dyr + c, gv);
-  load_f32<T, P>(w + c, wv);
-  if (ADD) load_f32<T, P>(dsr + c, sv);
-#pragma unroll
-  for (int k = 0; k < P; ++k) {
-    o[k] = rs * (gv[k] * (wv[k] + w_off) - mg - (xv[k] - mu) * rs * mgx);
-    if (ADD) o[k] += sv[k];
-  }
-  store_f32<T, P>(dxr + c, o);
-}
+// make them through dx_sums_pack and dx_store_pack (row_kernels.cuh; norm_heads.cu's per-head norm
+// too), so their dx is the same expression in the same order.
 
 template <class T, int P, bool RMS, bool ADD>
 __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ ds,

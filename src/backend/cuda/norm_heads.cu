@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// g = dy * (w + w_off), xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)), in the two passes
-// of norm.cu's dx_sums_pack / dx_store_pack (RMS: no mean, no mean(g)).
+// g = dy * (w + w_off), xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)), through the two
+// passes norm.cu's RMSNorm backward takes (row_kernels.cuh: mean 0, no mean(g)).
 template <class T, int P>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_heads_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
@@ -94,28 +94,13 @@ __global__ void __launch_bounds__(kThreads)
     const T* dyr = dy + at.n * W + int64_t(at.h) * D;
     const T* w = at.h < ha ? wa : wb;
     const float rs = rstd[it];
-    float sgx = 0.0f;
-    for (int c = lane * P; c < D; c += 32 * P) {
-      float xv[P], gv[P], wv[P];
-      load_f32<T, P>(xr + c, xv);
-      load_f32<T, P>(dyr + c, gv);
-      load_f32<T, P>(w + c, wv);
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        const float g = gv[k] * (wv[k] + w_off);
-        sgx += g * xv[k] * rs;
-      }
-    }
+    float sg = 0.0f, sgx = 0.0f;  // sg: LayerNorm's mean(g), unused here
+    for (int c = lane * P; c < D; c += 32 * P) dx_sums_pack<T, P>(xr, dyr, w, w_off, c, 0.0f, rs, sg, sgx);
     const float mgx = warp_sum(sgx) / float(D);
     T* dxr = dx + at.n * W + int64_t(at.h) * D;
     for (int c = lane * P; c < D; c += 32 * P) {
-      float xv[P], gv[P], wv[P], o[P];
-      load_f32<T, P>(xr + c, xv);
-      load_f32<T, P>(dyr + c, gv);
-      load_f32<T, P>(w + c, wv);
-#pragma unroll
-      for (int k = 0; k < P; ++k) o[k] = rs * (gv[k] * (wv[k] + w_off) - xv[k] * rs * mgx);
-      store_f32<T, P>(dxr + c, o);
+      float xv[P], gv[P];
+      dx_store_pack<T, P, false>(dxr, xr, dyr, nullptr, w, w_off, c, 0.0f, rs, 0.0f, mgx, xv, gv);
     }
   }
 }

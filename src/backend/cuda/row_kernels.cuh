@@ -91,4 +91,44 @@ __device__ __forceinline__ void block_sum2(float& a, float& b) {
   for (int w = 0; w < nw; ++w) { a += pa[w]; b += pb[w]; }
 }
 
+// A normalised row's input gradient in two passes over its packs, shared by norm.cu's LayerNorm
+// and RMSNorm kernels and norm_heads.cu's per-head RMSNorm, so every dx is the same expression in
+// the same order: g = dy * (w + w_off), xhat = (x - mu) * rs (mu = 0 for RMS).
+// Pass 1 over the P columns at c: sg += g, sgx += g * xhat.
+template <class T, int P>
+__device__ __forceinline__ void dx_sums_pack(const T* __restrict__ xr, const T* __restrict__ dyr,
+                                             const T* __restrict__ w, float w_off, int c, float mu, float rs,
+                                             float& sg, float& sgx) {
+  float xv[P], gv[P], wv[P];
+  load_f32<T, P>(xr + c, xv);
+  load_f32<T, P>(dyr + c, gv);
+  load_f32<T, P>(w + c, wv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const float g = gv[k] * (wv[k] + w_off);
+    sg += g;
+    sgx += g * (xv[k] - mu) * rs;
+  }
+}
+
+// Pass 2 over the P columns at c (mg = mean(g), mgx = mean(g * xhat)): dx stored; x and dy of
+// those columns left in xv and gv (re-read: L1-hot from pass 1).
+template <class T, int P, bool ADD>
+__device__ __forceinline__ void dx_store_pack(T* __restrict__ dxr, const T* __restrict__ xr,
+                                              const T* __restrict__ dyr, const T* __restrict__ dsr,
+                                              const T* __restrict__ w, float w_off, int c, float mu, float rs,
+                                              float mg, float mgx, float (&xv)[P], float (&gv)[P]) {
+  float wv[P], sv[P], o[P];
+  load_f32<T, P>(xr + c, xv);
+  load_f32<T, P>(dyr + c, gv);
+  load_f32<T, P>(w + c, wv);
+  if (ADD) load_f32<T, P>(dsr + c, sv);
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    o[k] = rs * (gv[k] * (wv[k] + w_off) - mg - (xv[k] - mu) * rs * mgx);
+    if (ADD) o[k] += sv[k];
+  }
+  store_f32<T, P>(dxr + c, o);
+}
+
 }  // namespace lt::cuda::rk
