@@ -1,4 +1,5 @@
-// Convolutional layers over NCHW images, with torch.nn's names: Conv2d (weight, bias),
+// Convolutional layers over NCHW or NHWC images (the layout each layer is built with; the
+// parameters keep torch's shapes in both), with torch.nn's names: Conv2d (weight, bias),
 // BatchNorm2d (weight, bias; buffers running_mean, running_var, num_batches_tracked), MaxPool2d,
 // ReLU, and Sequential-like stages whose children are "0", "1", ... (torchvision's ResNet).
 #pragma once
@@ -12,6 +13,7 @@ struct Conv2dOptions {
   int64_t stride = 1, padding = 0;
   bool bias = false;
   Init weight_init = Init::normal(0.02);
+  ImageLayout layout = ImageLayout::NCHW;
 };
 
 // torch.nn.Conv2d (dilation 1, groups 1): weight [out, in, k, k], bias [out] when asked for.
@@ -22,11 +24,13 @@ class Conv2d : public UnaryModule {
   Tensor forward(const Tensor& x) override;
   int64_t in_channels() const { return in_; }
   int64_t out_channels() const { return out_; }
-  // Forward FLOPs for an input of shape [N, C, H, W]: 2 per multiply-add of every output pixel.
+  // Forward FLOPs for an input of shape [N, C, H, W] (NHWC: [N, H, W, C]): 2 per multiply-add
+  // of every output pixel.
   double forward_flops(const Shape& in) const;
 
  private:
   int64_t in_, out_, stride_, padding_;
+  ImageLayout layout_;
   Tensor* weight_ = nullptr;
   Tensor* bias_ = nullptr;
 };
@@ -36,7 +40,8 @@ class Conv2d : public UnaryModule {
 // bias and running statistics keep the parameters' dtype (f32 under mixed precision).
 class BatchNorm2d : public UnaryModule {
  public:
-  BatchNorm2d(ParamFactory& pf, int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  BatchNorm2d(ParamFactory& pf, int64_t channels, double eps = 1e-5, double momentum = 0.1,
+              ImageLayout layout = ImageLayout::NCHW);
   const char* type_name() const override { return "BatchNorm2d"; }
   Tensor forward(const Tensor& x) override;
   // Set to zeros: torchvision's zero_init_residual for a block's last norm.
@@ -44,6 +49,7 @@ class BatchNorm2d : public UnaryModule {
 
  private:
   double eps_, momentum_;
+  ImageLayout layout_;
   Tensor* weight_ = nullptr;
   Tensor* bias_ = nullptr;
   Tensor* running_mean_ = nullptr;
@@ -53,12 +59,14 @@ class BatchNorm2d : public UnaryModule {
 
 class MaxPool2d : public UnaryModule {
  public:
-  MaxPool2d(int64_t kernel, int64_t stride, int64_t padding) : kernel_(kernel), stride_(stride), padding_(padding) {}
+  MaxPool2d(int64_t kernel, int64_t stride, int64_t padding, ImageLayout layout = ImageLayout::NCHW)
+      : kernel_(kernel), stride_(stride), padding_(padding), layout_(layout) {}
   const char* type_name() const override { return "MaxPool2d"; }
-  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_); }
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel_, stride_, padding_, layout_); }
 
  private:
   int64_t kernel_, stride_, padding_;
+  ImageLayout layout_;
 };
 
 class Relu : public UnaryModule {

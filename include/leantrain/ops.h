@@ -296,38 +296,48 @@ Tensor causal_conv1d(const Tensor& x, const Tensor& w, bool silu = true, const T
 // of the last dim: round(round(x rstd) w) * silu(z), rounded; x and z of one shape and dtype, w [D].
 Tensor rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, double eps = 1e-6);
 
-// ---- images (NCHW): convolution, batch norm, pooling (ResNet) ----
+// ---- images: convolution, batch norm, pooling (ResNet), NCHW or NHWC ----
 // A (height, width) pair; one number means both.
 struct Size2 {
   int64_t h = 1, w = 1;
   Size2(int64_t v) : h(v), w(v) {}  // NOLINT: implicit, as torch's int-or-pair arguments
   Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
 };
+// How an image batch is stored: NCHW [N, C, H, W] (torch's default), or NHWC [N, H, W, C] (what
+// torch's channels_last stores; here the tensor's shape says it). cuDNN runs 16-bit
+// convolutions on tensor cores only for NHWC.
+enum class ImageLayout : uint8_t { NCHW, NHWC };
 // torch.nn.functional.conv2d with dilation 1 and groups 1: x [N, C, H, W], w [O, C, KH, KW],
 // bias [O] or undefined, one dtype -> [N, O, OH, OW], OH = (H + 2 padding.h - KH) / stride.h + 1.
+// NHWC: x [N, H, W, C] -> [N, OH, OW, O]; w keeps torch's [O, C, KH, KW] and is copied to
+// [O, KH, KW, C] for the call (its gradient goes back through that copy).
 // Saves x (for dw) and w (for dx), only those needed. Each forward and backward call allocates
 // a u8 workspace of conv_workspace_bytes (category workspace) for cuDNN, freed when it returns.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Size2 stride = 1, Size2 padding = 0);
-// The cuDNN workspace of a convolution of x [N, C, H, W] into y: min(the limit, bytes of x +
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Size2 stride = 1, Size2 padding = 0,
+              ImageLayout layout = ImageLayout::NCHW);
+// The cuDNN workspace of a convolution of x into y (either layout): min(the limit, bytes of x +
 // bytes of y), from the shapes and dtype alone, so every device allocates the same bytes.
 int64_t conv_workspace_bytes(const Shape& x, const Shape& y, DType dtype);
 // The limit (default 64 MiB; 0: no workspace, cuDNN's workspace-free algorithms only).
 void set_conv_workspace_limit(int64_t bytes);
 int64_t conv_workspace_limit();
-// torch.nn.functional.batch_norm over x [N, C, H, W] (any floating dtype) with w, b [C] and
-// running_mean, running_var [C] (one floating dtype, may differ from x's: f32 statistics under
-// 16-bit autocast). training: normalises with the batch's statistics (biased variance) and,
-// when running_mean is defined, updates the running statistics in place (momentum, unbiased
-// variance) and adds 1 to num_batches_tracked (i64 [], or undefined), except while a
-// checkpointed region is recomputed (recomputing_checkpoint(): the forward updated them once).
-// Eval: normalises with the running statistics. Saves x, w and the [C] f32 mean and 1/std.
+// torch.nn.functional.batch_norm over x [N, C, H, W] ([N, H, W, C] for NHWC; any floating dtype)
+// with w, b [C] and running_mean, running_var [C] (one floating dtype, may differ from x's: f32
+// statistics under 16-bit autocast). training: normalises with the batch's statistics (biased
+// variance) and, when running_mean is defined, updates the running statistics in place
+// (momentum, unbiased variance) and adds 1 to num_batches_tracked (i64 [], or undefined), except
+// while a checkpointed region is recomputed (recomputing_checkpoint(): the forward updated them
+// once). Eval: normalises with the running statistics. Saves x, w and the [C] f32 mean and 1/std.
+// NHWC allocates an f32 [2, G, C] scratch (category workspace; G = 1 to 256 row chunks) for
+// each call, which the GPU reduces through.
 Tensor batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
                   const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum = 0.1,
-                  double eps = 1e-5);
+                  double eps = 1e-5, ImageLayout layout = ImageLayout::NCHW);
 // torch.nn.functional.max_pool2d (dilation 1, no ceil mode; kernel.h * kernel.w <= 256, padding
-// at most half the kernel): x [N, C, H, W] -> [N, C, OH, OW]. Saves one byte per output (the
-// window position of its maximum), not x.
-Tensor max_pool2d(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding = 0);
+// at most half the kernel): x [N, C, H, W] -> [N, C, OH, OW] (NHWC: [N, H, W, C] -> [N, OH, OW,
+// C]). Saves one byte per output (the window position of its maximum), not x.
+Tensor max_pool2d(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding = 0,
+                  ImageLayout layout = ImageLayout::NCHW);
 
 // ---- loss and regularisation ----
 enum class Reduction { Mean, Sum, None };

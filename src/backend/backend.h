@@ -48,21 +48,42 @@ struct GemmDesc {
   int64_t ld_c() const { return ldc ? ldc : n; }
 };
 
-// 2-D convolution over NCHW images, dilation 1, groups 1: x [N, C, H, W] and w [O, C, KH, KW]
-// give y [N, O, OH, OW] with OH = (H + 2 pad_h - KH) / stride_h + 1 (OW likewise).
+// 2-D convolution, dilation 1, groups 1: x [N, C, H, W] and w [O, C, KH, KW] give y [N, O, OH,
+// OW] with OH = (H + 2 pad_h - KH) / stride_h + 1 (OW likewise). channels_last: every operand
+// is stored NHWC instead, x [N, H, W, C], w [O, KH, KW, C], y [N, OH, OW, O].
 struct Conv2dDesc {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool channels_last = false;
 };
 
 // 2-D pooling window: OH = (H + 2 pad_h - kernel_h) / stride_h + 1 (no ceil mode, dilation 1).
+// channels_last: x [N, H, W, C], y and indices [N, OH, OW, C].
 struct Pool2dDesc {
   int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool channels_last = false;
 };
 
+// channels_last: x [N, H, W, C], i.e. rows [N H W, C] normalised per column.
 struct BatchNormArgs {
   bool training = true;
   float momentum = 0.1f, eps = 1e-5f;
+  bool channels_last = false;
 };
+
+// An image tensor's dims by meaning, whichever order it is stored in.
+struct ImageDims {
+  int64_t n, c, h, w;
+};
+inline ImageDims image_dims(const Shape& s, bool channels_last) {
+  return channels_last ? ImageDims{s[0], s[3], s[1], s[2]} : ImageDims{s[0], s[1], s[2], s[3]};
+}
+
+// A channels-last batch norm's f32 scratch on the GPU: [2, G, C] per-chunk partial sums of G
+// chunks of the N H W rows, G from the row count alone (so a dry run allocates the same bytes).
+inline int64_t batchnorm_row_chunks(int64_t rows) {
+  const int64_t g = (rows + 255) / 256;
+  return g < 1 ? 1 : (g > 256 ? 256 : g);
+}
 
 // Stochastic rounding of 16-bit parameter stores (Optimizer::set_stochastic_rounding). Empty:
 // round to nearest, as always. Else one stream (random.h sr_stream) per parameter of the call,

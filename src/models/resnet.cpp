@@ -12,18 +12,27 @@ namespace lt::models {
 
 namespace {
 
-std::shared_ptr<nn::Conv2d> conv(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t k, int64_t stride) {
+std::shared_ptr<nn::Conv2d> conv(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t k, int64_t stride,
+                                 ImageLayout layout) {
   const double std = std::sqrt(2.0 / double(out * k * k));
-  return std::make_shared<nn::Conv2d>(
-      pf, in, out, k, nn::Conv2dOptions{.stride = stride, .padding = k / 2, .weight_init = nn::Init::normal(std)});
+  return std::make_shared<nn::Conv2d>(pf, in, out, k,
+                                      nn::Conv2dOptions{.stride = stride,
+                                                        .padding = k / 2,
+                                                        .weight_init = nn::Init::normal(std),
+                                                        .layout = layout});
+}
+
+std::shared_ptr<nn::BatchNorm2d> norm(nn::ParamFactory& pf, int64_t channels, ImageLayout layout) {
+  return std::make_shared<nn::BatchNorm2d>(pf, channels, 1e-5, 0.1, layout);
 }
 
 // The shortcut's 1x1 conv and norm when the block changes the shape, else null (identity).
-std::shared_ptr<nn::Sequential> downsample(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t stride) {
+std::shared_ptr<nn::Sequential> downsample(nn::ParamFactory& pf, int64_t in, int64_t out, int64_t stride,
+                                           ImageLayout layout) {
   if (stride == 1 && in == out) return nullptr;
   auto d = std::make_shared<nn::Sequential>();
-  d->append(conv(pf, in, out, 1, stride));
-  d->append(std::make_shared<nn::BatchNorm2d>(pf, out));
+  d->append(conv(pf, in, out, 1, stride, layout));
+  d->append(norm(pf, out, layout));
   return d;
 }
 
@@ -40,9 +49,10 @@ class ResidualBlock : public nn::UnaryModule {
   }
 
  protected:
+  explicit ResidualBlock(ImageLayout layout) : layout_(layout) {}
   void add_conv(const std::string& n, nn::ParamFactory& pf, int64_t in, int64_t out, int64_t k, int64_t stride) {
-    convs_.push_back(register_child<nn::UnaryModule>("conv" + n, conv(pf, in, out, k, stride)));
-    norms_.push_back(register_child<nn::UnaryModule>("bn" + n, std::make_shared<nn::BatchNorm2d>(pf, out)));
+    convs_.push_back(register_child<nn::UnaryModule>("conv" + n, conv(pf, in, out, k, stride, layout_)));
+    norms_.push_back(register_child<nn::UnaryModule>("bn" + n, norm(pf, out, layout_)));
   }
   void add_relu() { relu_ = register_child<nn::UnaryModule>("relu", std::make_shared<nn::Relu>()); }
   void add_downsample(std::shared_ptr<nn::Sequential> d) {
@@ -50,6 +60,7 @@ class ResidualBlock : public nn::UnaryModule {
   }
 
  private:
+  ImageLayout layout_;
   std::vector<nn::Child<nn::UnaryModule>> convs_, norms_;
   nn::Child<nn::UnaryModule> relu_, downsample_;
 };
@@ -57,11 +68,12 @@ class ResidualBlock : public nn::UnaryModule {
 // torchvision's BasicBlock: conv1 (3x3, stride), bn1, relu, conv2 (3x3), bn2, downsample.
 class BasicBlock final : public ResidualBlock {
  public:
-  BasicBlock(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t stride) {
+  BasicBlock(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t stride, ImageLayout layout)
+      : ResidualBlock(layout) {
     add_conv("1", pf, in, planes, 3, stride);
     add_relu();
     add_conv("2", pf, planes, planes, 3, 1);
-    add_downsample(downsample(pf, in, planes, stride));
+    add_downsample(downsample(pf, in, planes, stride, layout));
   }
   const char* type_name() const override { return "BasicBlock"; }
 };
@@ -70,12 +82,13 @@ class BasicBlock final : public ResidualBlock {
 // bn2, conv3 (1x1, to 4 x planes), bn3, relu, downsample.
 class Bottleneck final : public ResidualBlock {
  public:
-  Bottleneck(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t out, int64_t stride) {
+  Bottleneck(nn::ParamFactory& pf, int64_t in, int64_t planes, int64_t out, int64_t stride, ImageLayout layout)
+      : ResidualBlock(layout) {
     add_conv("1", pf, in, planes, 1, 1);
     add_conv("2", pf, planes, planes, 3, stride);
     add_conv("3", pf, planes, out, 1, 1);
     add_relu();
-    add_downsample(downsample(pf, in, out, stride));
+    add_downsample(downsample(pf, in, out, stride, layout));
   }
   const char* type_name() const override { return "Bottleneck"; }
 };
@@ -86,18 +99,19 @@ ResNet::ResNet(const ResNetConfig& cfg, const nn::InitOptions& init) : cfg_(cfg)
   cfg_.validate();
   nn::ParamFactory pf(init);
   const int64_t E = cfg_.embedding_size;
-  conv1_ = register_module("conv1", conv(pf, cfg_.num_channels, E, 7, 2));
-  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(pf, E));
+  const ImageLayout layout = cfg_.channels_last ? ImageLayout::NHWC : ImageLayout::NCHW;
+  conv1_ = register_module("conv1", conv(pf, cfg_.num_channels, E, 7, 2, layout));
+  bn1_ = register_module("bn1", norm(pf, E, layout));
   relu_ = register_module("relu", std::make_shared<nn::Relu>());
-  maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
+  maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1, layout));
   int64_t in = E;
   for (size_t s = 0; s < cfg_.depths.size(); ++s) {
     const int64_t out = cfg_.hidden_sizes[s], planes = out / cfg_.expansion();
     auto stage = std::make_shared<nn::Sequential>();
     for (int64_t b = 0; b < cfg_.depths[s]; ++b) {
       const int64_t stride = s > 0 && b == 0 ? 2 : 1;
-      if (cfg_.layer_type == "basic") stage->append(std::make_shared<BasicBlock>(pf, in, planes, stride));
-      else stage->append(std::make_shared<Bottleneck>(pf, in, planes, out, stride));
+      if (cfg_.layer_type == "basic") stage->append(std::make_shared<BasicBlock>(pf, in, planes, stride, layout));
+      else stage->append(std::make_shared<Bottleneck>(pf, in, planes, out, stride, layout));
       in = out;
     }
     layers_.push_back(register_module("layer" + std::to_string(s + 1), stage));
@@ -118,9 +132,11 @@ Tensor ResNet::forward(const Tensor& images_in, const nn::TokenMask& mask) {
            "convert the images or set num_channels in the config");
   const DType dt = autocast_dtype().value_or(fc_->weight().dtype());
   Tensor x = images_in.dtype() == dt ? images_in : cast(images_in, dt);
+  if (cfg_.channels_last) x = contiguous(permute(x, {0, 2, 3, 1}));
   x = (*maxpool_)((*relu_)((*bn1_)((*conv1_)(x))));
   for (auto& stage : layers_) x = (*stage)(x);
-  return (*fc_)(mean(x, {2, 3}));  // adaptive average pooling to 1x1, flattened
+  // adaptive average pooling to 1x1, flattened
+  return (*fc_)(cfg_.channels_last ? mean(x, {1, 2}) : mean(x, {2, 3}));
 }
 
 }  // namespace lt::models

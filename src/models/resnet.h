@@ -17,6 +17,10 @@ struct ResNetConfig {
   int64_t embedding_size = 64;                               // the stem's width (conv1's out channels)
   std::vector<int64_t> hidden_sizes = {256, 512, 1024, 2048};  // each stage's output channels
   int64_t num_channels = 3, num_labels = 1000, image_size = 224;
+  // leantrain's own key: run the activations channels-last (NHWC), as torch's channels_last, so
+  // cuDNN takes tensor-core convolutions; the parameters keep torchvision's shapes either way.
+  // Written to config.json only when false.
+  bool channels_last = true;
 
   static std::vector<std::string> preset_names();  // resnet-tiny, resnet18, resnet34, resnet50, resnet101, resnet152
   static ResNetConfig preset(const std::string& name);
@@ -33,7 +37,8 @@ class ResNet : public Model {
  public:
   ResNet(const ResNetConfig& cfg, const nn::InitOptions& init);
   const char* type_name() const override { return "ResNet"; }
-  // images [B, num_channels, H, W] (any floating dtype; cast to the compute dtype) -> [B, classes]
+  // images [B, num_channels, H, W] (any floating dtype; cast to the compute dtype, then stored
+  // NHWC when channels_last) -> [B, classes]
   Tensor forward(const Tensor& images, const nn::TokenMask& mask = {}) override;
   std::string model_type() const override { return "resnet"; }
   std::string config_json() const override { return cfg_.to_json(); }

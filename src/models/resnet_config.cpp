@@ -84,6 +84,7 @@ ResNetConfig ResNetConfig::from_json(const std::string& text) {
   if (auto it = j.find("id2label"); it != j.end() && it->is_object()) c.num_labels = int64_t(it->size());
   read_int(j, "num_labels", c.num_labels);
   read_int(j, "image_size", c.image_size);
+  read_bool(j, "channels_last", c.channels_last);
   std::string act = "relu";
   read_string(j, "hidden_act", act);
   LT_CHECK(act == "relu", "ResNet config: hidden_act '" + act + "' is not supported", "torchvision's ResNet uses ReLU",
@@ -113,6 +114,7 @@ std::string ResNetConfig::to_json() const {
                       {"hidden_act", "relu"},
                       {"downsample_in_first_stage", false},
                       {"downsample_in_bottleneck", true}};
+  if (!channels_last) j["channels_last"] = false;
   return j.dump(2);
 }
 

@@ -1,4 +1,4 @@
-// batch_norm over NCHW images: validation, allocation, the running-statistics update (in the
+// batch_norm over NCHW or NHWC images: validation, allocation, the running-statistics update (in the
 // backend op, in place) and the autograd node. The [C] mean and 1/std the forward used are
 // kept for the backward (f32 whatever x's dtype; f64 for f64).
 #include "leantrain/checkpoint.h"
@@ -9,34 +9,42 @@ using namespace detail;
 
 namespace {
 
-void check_channel_vector(const Tensor& x, const Tensor& p, const char* what) {
+void check_channel_vector(const Tensor& x, int64_t C, const Tensor& p, const char* what) {
   check_floating("batch_norm", p);
-  LT_CHECK(p.dim() == 1 && p.size(0) == x.size(1),
-           std::string("batch_norm: ") + what + " has shape " + shape_str(p.shape()),
-           "it must be [" + std::to_string(x.size(1)) + "], one per channel of input " + shape_str(x.shape()),
+  LT_CHECK(p.dim() == 1 && p.size(0) == C, std::string("batch_norm: ") + what + " has shape " + shape_str(p.shape()),
+           "it must be [" + std::to_string(C) + "], one per channel of input " + shape_str(x.shape()),
            "build the norm with the number of channels its input has");
+}
+
+// The GPU's scratch for a channels-last norm (backend.h batchnorm_row_chunks), else undefined.
+Tensor partials_for(const ImageDims& d, bool channels_last, Device dev) {
+  if (!channels_last) return Tensor();
+  MemoryCategoryScope ws(Category::Workspace);
+  return Tensor::empty({2, batchnorm_row_chunks(d.n * d.h * d.w), d.c}, DType::F32, dev);
 }
 
 }  // namespace
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& running_mean,
                   const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum,
-                  double eps) {
+                  double eps, ImageLayout layout) {
   const char* name = "batch_norm";
   OpNameScope op(name);
   Device dev = common_device(name, {x_in, w_in, b_in, running_mean, running_var, num_batches_tracked});
   check_floating(name, x_in);
-  check_rank(name, x_in, 4, "input [N, C, H, W]");
+  const bool cl = layout == ImageLayout::NHWC;
+  check_rank(name, x_in, 4, cl ? "input [N, H, W, C]" : "input [N, C, H, W]");
+  const ImageDims xd = image_dims(x_in.shape(), cl);
   LT_CHECK(w_in.defined() && b_in.defined(), "batch_norm: no weight or bias", "the kernels take an affine norm",
            "pass ones([C]) and zeros([C]) for none");
-  check_channel_vector(x_in, w_in, "weight");
-  check_channel_vector(x_in, b_in, "bias");
+  check_channel_vector(x_in, xd.c, w_in, "weight");
+  check_channel_vector(x_in, xd.c, b_in, "bias");
   check_same_dtype(name, w_in, b_in);
   LT_CHECK(running_mean.defined() == running_var.defined(), "batch_norm: only one of running_mean, running_var given",
            "they are updated and read together", "pass both or neither");
   if (running_mean.defined()) {
-    check_channel_vector(x_in, running_mean, "running_mean");
-    check_channel_vector(x_in, running_var, "running_var");
+    check_channel_vector(x_in, xd.c, running_mean, "running_mean");
+    check_channel_vector(x_in, xd.c, running_var, "running_var");
     check_same_dtype(name, running_mean, running_var);
     check_same_dtype(name, w_in, running_mean);
   }
@@ -46,7 +54,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, co
            "batch_norm: num_batches_tracked is a " + std::string(dtype_name(num_batches_tracked.dtype())) + " " +
                shape_str(num_batches_tracked.shape()),
            "it is torch's i64 scalar counter", "pass an i64 tensor of shape []");
-  const int64_t per_channel = x_in.size(0) * x_in.size(2) * x_in.size(3);
+  const int64_t per_channel = xd.n * xd.h * xd.w;
   LT_CHECK(!training || per_channel > 1,
            "batch_norm: training on input " + shape_str(x_in.shape()) + " has " + std::to_string(per_channel) +
                " value per channel",
@@ -55,18 +63,22 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, co
            "batch_norm: momentum " + std::to_string(momentum) + ", eps " + std::to_string(eps),
            "momentum is in [0, 1] and eps positive", "fix the layer's arguments");
   Tensor x = contiguous(x_in), w = contiguous(w_in), b = contiguous(b_in);
-  const int64_t C = x.size(1);
+  const int64_t C = xd.c;
   const DType aux = aux_dtype(x.dtype());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
   Tensor mean = Tensor::empty({C}, aux, dev), invstd = Tensor::empty({C}, aux, dev);
   // A recomputation (activation checkpointing) normalises the same batch again: same statistics,
   // but the running ones were already updated by the forward.
   const bool update = training && running_mean.defined() && !recomputing_checkpoint();
-  BatchNormArgs args{training, float(momentum), float(eps)};
+  const BatchNormArgs args{training, float(momentum), float(eps), cl};
   // The running statistics go to the kernel when it reads them (eval) or updates them.
   const bool pass_running = !training || update;
-  backend_for(dev).batchnorm_fwd(y, mean, invstd, x, w, b, pass_running ? running_mean : Tensor(),
-                                 pass_running ? running_var : Tensor(), update ? num_batches_tracked : Tensor(), args);
+  {
+    Tensor partials = partials_for(xd, cl, dev);
+    backend_for(dev).batchnorm_fwd(y, mean, invstd, x, w, b, pass_running ? running_mean : Tensor(),
+                                   pass_running ? running_var : Tensor(), update ? num_batches_tracked : Tensor(), args,
+                                   partials);
+  }
   if (!needs_grad({x, w, b})) return y;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.requires_grad();
   SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_invstd(invstd);
@@ -75,7 +87,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, co
     Tensor dx = need_x ? Tensor::empty(sx.shape(), g.dtype(), g.device()) : Tensor();
     Tensor dw = need_w ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor db = need_b ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
-    backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), training);
+    Tensor partials = partials_for(xd, cl, g.device());
+    backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), args, partials);
     return std::vector<Tensor>{dx, dw, db};
   });
   return y;

@@ -38,25 +38,29 @@ int64_t conv_workspace_bytes(const Shape& x, const Shape& y, DType dtype) {
   return std::min(conv_workspace_limit(), elems * int64_t(dtype_size(dtype)));
 }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, Size2 stride, Size2 padding) {
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, Size2 stride, Size2 padding,
+              ImageLayout layout) {
   const char* name = "conv2d";
   OpNameScope op(name);
   Device dev = common_device(name, {x_in, w_in, bias});
   check_floating(name, x_in);
   check_same_dtype(name, x_in, w_in);
-  check_rank(name, x_in, 4, "input [N, C, H, W]");
+  const bool cl = layout == ImageLayout::NHWC;
+  check_rank(name, x_in, 4, cl ? "input [N, H, W, C]" : "input [N, C, H, W]");
   check_rank(name, w_in, 4, "weight [O, C, KH, KW]");
-  LT_CHECK(x_in.size(1) == w_in.size(1),
-           "conv2d: the input has " + std::to_string(x_in.size(1)) + " channels (shape " + shape_str(x_in.shape()) +
-               ") but the weight " + shape_str(w_in.shape()) + " expects " + std::to_string(w_in.size(1)),
+  const ImageDims xd = image_dims(x_in.shape(), cl);
+  LT_CHECK(xd.c == w_in.size(1),
+           "conv2d: the input has " + std::to_string(xd.c) + " channels (shape " + shape_str(x_in.shape()) +
+               (cl ? ", NHWC" : "") + ") but the weight " + shape_str(w_in.shape()) + " expects " +
+               std::to_string(w_in.size(1)),
            "a convolution's weight is [out, in, KH, KW]", "pass images with as many channels as the layer takes");
   LT_CHECK(stride.h >= 1 && stride.w >= 1 && padding.h >= 0 && padding.w >= 0,
            "conv2d: stride " + pair_str(stride) + ", padding " + pair_str(padding),
            "strides must be at least 1 and padding not negative", "fix the layer's arguments");
-  const int64_t N = x_in.size(0), O = w_in.size(0), KH = w_in.size(2), KW = w_in.size(3);
-  const int64_t OH = (x_in.size(2) + 2 * padding.h - KH) / stride.h + 1;
-  const int64_t OW = (x_in.size(3) + 2 * padding.w - KW) / stride.w + 1;
-  LT_CHECK(KH >= 1 && KW >= 1 && x_in.size(2) + 2 * padding.h >= KH && x_in.size(3) + 2 * padding.w >= KW,
+  const int64_t N = xd.n, O = w_in.size(0), KH = w_in.size(2), KW = w_in.size(3);
+  const int64_t OH = (xd.h + 2 * padding.h - KH) / stride.h + 1;
+  const int64_t OW = (xd.w + 2 * padding.w - KW) / stride.w + 1;
+  LT_CHECK(KH >= 1 && KW >= 1 && xd.h + 2 * padding.h >= KH && xd.w + 2 * padding.w >= KW,
            "conv2d: input " + shape_str(x_in.shape()) + " with padding " + pair_str(padding) + " is smaller than the " +
                std::to_string(KH) + "x" + std::to_string(KW) + " kernel",
            "the output would have no pixels", "pass larger images or a smaller kernel");
@@ -65,9 +69,11 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, Size2 
     LT_CHECK(bias.dim() == 1 && bias.size(0) == O, "conv2d: bias shape " + shape_str(bias.shape()),
              "expected [" + std::to_string(O) + "], one per output channel", "match the weight's first dim");
   }
-  Tensor x = contiguous(x_in), w = contiguous(w_in), b = bias.defined() ? contiguous(bias) : Tensor();
-  const Conv2dDesc d{stride.h, stride.w, padding.h, padding.w};
-  const Shape ys{N, O, OH, OW};
+  // NHWC takes the filter as [O, KH, KW, C]: a copy whose gradient flows back through permute.
+  Tensor x = contiguous(x_in), w = contiguous(cl ? permute(w_in, {0, 2, 3, 1}) : w_in);
+  Tensor b = bias.defined() ? contiguous(bias) : Tensor();
+  const Conv2dDesc d{stride.h, stride.w, padding.h, padding.w, cl};
+  const Shape ys = cl ? Shape{N, OH, OW, O} : Shape{N, O, OH, OW};
   Tensor y = Tensor::empty(ys, x.dtype(), dev);
   {
     Tensor ws = workspace_for(x.shape(), ys, x.dtype(), dev);
@@ -90,7 +96,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, Size2 
       Tensor ws = workspace_for(xs, ys, g.dtype(), g.device());
       backend_of(g).conv2d_bwd_filter(dw, db, g, saved_x.unpack(), d, ws);
     } else if (need_b) {
-      db = sum(g, {0, 2, 3});
+      db = sum(g, cl ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{0, 2, 3});
     }
     return std::vector<Tensor>{dx, dw, db};
   });

@@ -1,16 +1,17 @@
-// max_pool2d: validation, allocation and the autograd node. The backward needs only where each
+// max_pool2d (NCHW or NHWC): validation, allocation and the autograd node. The backward needs only where each
 // maximum was: one byte per output (its window position), never the input.
 #include "ops/op_common.h"
 
 namespace lt {
 using namespace detail;
 
-Tensor max_pool2d(const Tensor& x_in, Size2 kernel, Size2 stride, Size2 padding) {
+Tensor max_pool2d(const Tensor& x_in, Size2 kernel, Size2 stride, Size2 padding, ImageLayout layout) {
   const char* name = "max_pool2d";
   OpNameScope op(name);
   Device dev = common_device(name, {x_in});
   check_floating(name, x_in);
-  check_rank(name, x_in, 4, "input [N, C, H, W]");
+  const bool cl = layout == ImageLayout::NHWC;
+  check_rank(name, x_in, 4, cl ? "input [N, H, W, C]" : "input [N, C, H, W]");
   const std::string args = "kernel (" + std::to_string(kernel.h) + ", " + std::to_string(kernel.w) + "), stride (" +
                            std::to_string(stride.h) + ", " + std::to_string(stride.w) + "), padding (" +
                            std::to_string(padding.h) + ", " + std::to_string(padding.w) + ")";
@@ -19,14 +20,15 @@ Tensor max_pool2d(const Tensor& x_in, Size2 kernel, Size2 stride, Size2 padding)
            "max_pool2d: " + args,
            "windows are 1 to 256 pixels, strides at least 1, padding at most half the kernel",
            "fix the layer's arguments");
-  const int64_t H = x_in.size(2), W = x_in.size(3);
+  const ImageDims xd = image_dims(x_in.shape(), cl);
+  const int64_t H = xd.h, W = xd.w;
   LT_CHECK(H + 2 * padding.h >= kernel.h && W + 2 * padding.w >= kernel.w,
            "max_pool2d: input " + shape_str(x_in.shape()) + " is smaller than the window (" + args + ")",
            "the output would have no pixels", "pass larger images or a smaller window");
-  const Pool2dDesc d{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
+  const Pool2dDesc d{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, cl};
   const int64_t OH = (H + 2 * padding.h - kernel.h) / stride.h + 1, OW = (W + 2 * padding.w - kernel.w) / stride.w + 1;
   Tensor x = contiguous(x_in);
-  const Shape ys{x.size(0), x.size(1), OH, OW};
+  const Shape ys = cl ? Shape{xd.n, OH, OW, xd.c} : Shape{xd.n, xd.c, OH, OW};
   Tensor y = Tensor::empty(ys, x.dtype(), dev);
   Tensor idx = Tensor::empty(ys, DType::U8, dev);
   backend_for(dev).maxpool2d_fwd(y, idx, x, d);

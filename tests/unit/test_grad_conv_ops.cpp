@@ -1,11 +1,13 @@
 // conv2d, batch_norm and max_pool2d (the ResNet ops): forward against direct loops, f64
 // finite-difference gradchecks on odd shapes (stride 2, padding, non-square, channels not a
 // multiple of 8), batch norm's running statistics against hand-computed values, train vs eval,
-// the update skipped in a checkpoint's recomputation, 16-bit inputs with f32 statistics, and
-// the one-line refusals.
+// the update skipped in a checkpoint's recomputation, 16-bit inputs with f32 statistics, the
+// channels-last (NHWC) forms against the NCHW ones (the same bits on the CPU, forward and every
+// gradient), and the one-line refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "leantrain/checkpoint.h"
 #include "leantrain/error.h"
@@ -163,6 +165,81 @@ TEST(ConvOps, MaxPoolForwardAndGradcheck) {
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); }, {x}));
   EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return max_pool2d(in[0], {2, 3}, {2, 1}, {1, 0}); },
                         {rand64({1, 5, 5, 7}, 16)}));
+}
+
+Tensor to_nhwc(const Tensor& x) { return contiguous(permute(x, {0, 2, 3, 1})); }
+Tensor to_nchw(const Tensor& x) { return contiguous(permute(x, {0, 3, 1, 2})); }
+
+// f(inputs, layout) on NCHW inputs and on their NHWC copies (input 0 is the image): the outputs,
+// brought back to NCHW, and every input's gradient must be the same bits.
+void expect_layouts_equal(const std::function<Tensor(const std::vector<Tensor>&, ImageLayout)>& f,
+                          const std::vector<Tensor>& in, bool image_out = true) {
+  auto run = [&](ImageLayout layout, std::vector<Tensor>* grads) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : in) leaves.push_back(contiguous(t).detach().set_requires_grad(true));
+    std::vector<Tensor> args = leaves;
+    if (layout == ImageLayout::NHWC) args[0] = to_nhwc(leaves[0]);
+    Tensor y = f(args, layout);
+    if (layout == ImageLayout::NHWC && image_out) y = to_nchw(y);
+    // A weighted sum, so every gradient element differs.
+    std::vector<double> wv(size_t(y.numel()));
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = double(i % 13 + 1) / 8;
+    Tensor wts = cast(from_vector(wv, y.shape(), DType::F64), y.dtype());
+    sum_all(mul(y, wts)).backward();
+    for (const Tensor& l : leaves) grads->push_back(l.grad());
+    return y;
+  };
+  std::vector<Tensor> g_nchw, g_nhwc;
+  const Tensor y_nchw = run(ImageLayout::NCHW, &g_nchw), y_nhwc = run(ImageLayout::NHWC, &g_nhwc);
+  EXPECT_EQ(y_nhwc.to_double_vector(), y_nchw.to_double_vector()) << "forward";
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_TRUE(g_nchw[i].defined() && g_nhwc[i].defined()) << "input " << i;
+    EXPECT_EQ(g_nhwc[i].to_double_vector(), g_nchw[i].to_double_vector()) << "gradient of input " << i;
+  }
+}
+
+TEST(ConvOps, ChannelsLastGivesTheSameBitsAsNchw) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto c = [dt](Shape s, uint64_t seed) { return cast(rand64(s, seed), dt); };
+    expect_layouts_equal(
+        [](const std::vector<Tensor>& x, ImageLayout l) { return conv2d(x[0], x[1], x[2], {2, 1}, {1, 0}, l); },
+        {c({2, 3, 7, 6}, 21), c({5, 3, 3, 2}, 22), c({5}, 23)});
+    expect_layouts_equal([](const std::vector<Tensor>& x, ImageLayout l) { return conv2d(x[0], x[1], Tensor(), 2, 0, l); },
+                         {c({2, 6, 5, 5}, 24), c({4, 6, 1, 1}, 25)});
+    expect_layouts_equal([](const std::vector<Tensor>& x, ImageLayout l) { return max_pool2d(x[0], 3, 2, 1, l); },
+                         {c({2, 3, 7, 6}, 26)});
+    for (bool training : {true, false})
+      expect_layouts_equal(
+          [training](const std::vector<Tensor>& x, ImageLayout l) {
+            Tensor rm = full({5}, 0.25), rv = full({5}, 1.5);
+            return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), training, 0.1, 1e-5, l);
+          },
+          {c({3, 5, 4, 3}, 27), rand64({5}, 28).to(DType::F32), rand64({5}, 29).to(DType::F32)});
+  }
+}
+
+TEST(ConvOps, ChannelsLastRunningStatisticsAndRefusals) {
+  Tensor x = rand64({2, 3, 4, 5}, 30).to(DType::F32);
+  Tensor rm1 = zeros({3}), rv1 = ones({3}), rm2 = zeros({3}), rv2 = ones({3});
+  Tensor t1 = zeros({}, DType::I64), t2 = zeros({}, DType::I64);
+  batch_norm(x, ones({3}), zeros({3}), rm1, rv1, t1, true);
+  batch_norm(to_nhwc(x), ones({3}), zeros({3}), rm2, rv2, t2, true, 0.1, 1e-5, ImageLayout::NHWC);
+  EXPECT_EQ(rm2.to_double_vector(), rm1.to_double_vector());
+  EXPECT_EQ(rv2.to_double_vector(), rv1.to_double_vector());
+  EXPECT_EQ(t2.to_double_vector(), t1.to_double_vector());
+  // An NCHW batch passed as NHWC: its last dim (8) is not the weight's 3 channels.
+  Tensor nchw = zeros({2, 3, 8, 8});
+  for (const std::string& e :
+       {error_of([&] { conv2d(nchw, zeros({4, 3, 3, 3}), Tensor(), 1, 1, ImageLayout::NHWC); }),
+        error_of([&] { batch_norm(nchw, ones({3}), zeros({3}), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5,
+                                  ImageLayout::NHWC); }),
+        error_of([&] { max_pool2d(zeros({2, 3, 8}), 3, 2, 1, ImageLayout::NHWC); })}) {
+    EXPECT_NE(e, "");
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { conv2d(nchw, zeros({4, 3, 3, 3}), Tensor(), 1, 1, ImageLayout::NHWC); }).find("NHWC"),
+            std::string::npos);
 }
 
 TEST(ConvOps, RefusalsAreOneLine) {

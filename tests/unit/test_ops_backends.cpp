@@ -262,6 +262,37 @@ const std::vector<OpCase>& op_cases() {
          return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), false);
        }},
       {"max_pool2d_3s2p1", {F({2, 3, 9, 8})}, [](const V& x) { return max_pool2d(x[0], 3, 2, 1); }},
+      // the same ops channels-last (NHWC, x [N, H, W, C]): odd channels, 16 channels (cuDNN's
+      // tensor-core candidates), and norms over more than 256 rows (the GPU's row chunks, G > 1)
+      {"conv2d_nhwc_s2_p1", {F({2, 9, 7, 3}), F({5, 3, 3, 3}), F({5})},
+       [](const V& x) { return conv2d(x[0], x[1], x[2], 2, 1, ImageLayout::NHWC); }},
+      {"conv2d_nhwc_1x1_s2", {F({2, 7, 7, 6}), F({4, 6, 1, 1})},
+       [](const V& x) { return conv2d(x[0], x[1], Tensor(), 2, 0, ImageLayout::NHWC); }},
+      {"conv2d_nhwc_stem_7x7", {F({2, 16, 14, 3}), F({8, 3, 7, 7})},
+       [](const V& x) { return conv2d(x[0], x[1], Tensor(), 2, 3, ImageLayout::NHWC); }},
+      {"conv2d_nhwc_c16_3x3", {F({2, 9, 9, 16}), F({24, 16, 3, 3}), F({24})},
+       [](const V& x) { return conv2d(x[0], x[1], x[2], 1, 1, ImageLayout::NHWC); }},
+      {"batch_norm_nhwc_train", {F({4, 6, 3, 5}), F({5}), F({5})},
+       [](const V& x) {
+         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
+       }},
+      {"batch_norm_nhwc_train_rows_c64", {F({2, 20, 20, 64}), F({64}), F({64})},
+       [](const V& x) {
+         Tensor rm = zeros({64}, x[1].dtype(), x[0].device()), rv = ones({64}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
+       }},
+      {"batch_norm_nhwc_train_rows_c7", {F({3, 13, 11, 7}), F({7}), F({7})},
+       [](const V& x) {
+         Tensor rm = zeros({7}, x[1].dtype(), x[0].device()), rv = ones({7}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
+       }},
+      {"batch_norm_nhwc_eval", {F({3, 4, 4, 5}), F({5}), F({5})},
+       [](const V& x) {
+         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
+         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), false, 0.1, 1e-5, ImageLayout::NHWC);
+       }},
+      {"max_pool2d_nhwc_3s2p1", {F({2, 9, 8, 3})}, [](const V& x) { return max_pool2d(x[0], 3, 2, 1, ImageLayout::NHWC); }},
       // attention
       {"attention", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, false, false); }},
       {"attention_causal", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, true, false); }},

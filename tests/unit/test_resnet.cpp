@@ -1,12 +1,15 @@
 // ResNet: torchvision's names, shapes and parameter counts (built on meta: no memory), the
 // config's presets, config.json and refusals, train vs eval on the CPU, checkpointing by module
-// path (same gradients, running statistics updated once), and the meta allocation trace of a
+// path (same gradients, running statistics updated once), channels-last activations (the
+// default) against NCHW ones (the same bits on the CPU), and the meta allocation trace of a
 // training step equal to the CPU's.
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 
 #include "checkpoint_helpers.h"
+#include "leantrain/autocast.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/error.h"
 #include "models/registry.h"
@@ -87,6 +90,11 @@ TEST(ResNet, ConfigJsonRoundTripAndRefusals) {
   EXPECT_EQ(back.hidden_sizes, c.hidden_sizes);
   EXPECT_EQ(back.layer_type, "basic");
   EXPECT_EQ(back.num_channels, 1);
+  EXPECT_TRUE(back.channels_last) << "channels-last is the default";
+  EXPECT_EQ(c.to_json().find("channels_last"), std::string::npos) << "only written when false";
+  c.channels_last = false;
+  EXPECT_FALSE(ResNetConfig::from_json(c.to_json()).channels_last);
+  c.channels_last = true;
   // Hugging Face's microsoft/resnet-50 keys
   ResNetConfig hf = ResNetConfig::from_json(
       R"({"model_type": "resnet", "depths": [3, 4, 6, 3], "embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048],
@@ -167,6 +175,36 @@ TEST(ResNet, CheckpointingStagesChangesNoGradientAndUpdatesStatisticsOnce) {
     EXPECT_EQ(rm, rm_ref) << spec;
     EXPECT_EQ(tracked, 1.0) << spec;
   }
+}
+
+TEST(ResNet, ChannelsLastGivesTheSameBitsAsNchw) {
+  // basic blocks (resnet-tiny) and bottlenecks with a strided shortcut, f32 and bf16 autocast
+  ResNetConfig basic = ResNetConfig::preset("resnet-tiny");
+  ResNetConfig bottleneck = ResNetConfig::from_json(
+      R"({"model_type": "resnet", "layer_type": "bottleneck", "depths": [1, 2], "embedding_size": 8,
+          "hidden_sizes": [16, 32], "num_channels": 3, "num_labels": 5})");
+  for (const ResNetConfig& base : {basic, bottleneck})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(base.layer_type + (bf16 ? " bf16" : " f32"));
+      std::vector<double> logits[2];
+      Grads grads[2];
+      std::vector<double> running[2];
+      for (bool cl : {false, true}) {
+        ResNetConfig c = base;
+        c.channels_last = cl;
+        ResNet m(c, {.seed = 9});
+        AutocastGuard ac(bf16 ? std::optional<DType>(DType::BF16) : std::nullopt);
+        Tensor x = tiny_images(3, 11, c.num_channels);
+        logits[cl] = m.forward(x).to_double_vector();
+        m.loss(x, from_ints({1, 4, 2}, {3})).backward();
+        grads[cl] = ckpt_test::grad_bits(m);
+        running[cl] = m.named_buffers()[0].second.to_double_vector();
+      }
+      EXPECT_EQ(logits[1], logits[0]);
+      ASSERT_EQ(grads[1].size(), grads[0].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(grads[1][i] == grads[0][i]) << grads[0][i].first;
+      EXPECT_EQ(running[1], running[0]);
+    }
 }
 
 std::vector<MemoryEvent> step_trace(Device dev) {

@@ -1,6 +1,7 @@
-// Batch norm over NCHW images on the CPU: per channel, two passes (mean, then the mean squared
-// deviation) in the accumulation type; the parameters and running statistics may have another
-// floating dtype than x (f32 parameters under 16-bit autocast).
+// Batch norm over NCHW or NHWC images on the CPU: per channel, two passes (mean, then the mean
+// squared deviation) in the accumulation type, summing in (n, pixel) order in both layouts, so
+// the two give the same bits; the parameters and running statistics may have another floating
+// dtype than x (f32 parameters under 16-bit autocast). The GPU's scratch (partials) is unused.
 #include <cmath>
 #include <vector>
 
@@ -30,20 +31,36 @@ void write_vec(const Tensor& t, const std::vector<double>& v) {
   });
 }
 
+// A batch's elements as (channel, offset) pairs in memory order, each channel's in (n, pixel)
+// order in both layouts: n, c, pixel for NCHW; n, pixel, c for NHWC. Sums kept per channel thus
+// add the same values in the same order whichever the layout.
 struct BnDims {
   int64_t N, C, HW;
-  int64_t at(int64_t n, int64_t c, int64_t i) const { return (n * C + c) * HW + i; }
+  bool channels_last;
+  template <class F> void visit(F f) const {
+    for (int64_t n = 0; n < N; ++n)
+      if (channels_last) {
+        for (int64_t i = 0, o = n * HW * C; i < HW; ++i)
+          for (int64_t c = 0; c < C; ++c, ++o) f(c, o);
+      } else {
+        for (int64_t c = 0, o = n * C * HW; c < C; ++c)
+          for (int64_t i = 0; i < HW; ++i, ++o) f(c, o);
+      }
+  }
 };
 
-BnDims dims_of(const Tensor& x) { return {x.size(0), x.size(1), x.size(2) * x.size(3)}; }
+BnDims dims_of(const Tensor& x, bool channels_last) {
+  const ImageDims d = image_dims(x.shape(), channels_last);
+  return {d.n, d.c, d.h * d.w, channels_last};
+}
 
 }  // namespace
 
 void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                                const Tensor& w, const Tensor& b, const Tensor& running_mean,
                                const Tensor& running_var, const Tensor& num_batches_tracked,
-                               const BatchNormArgs& args) {
-  const BnDims s = dims_of(x);
+                               const BatchNormArgs& args, const Tensor&) {
+  const BnDims s = dims_of(x, args.channels_last);
   const std::vector<double> wv = read_vec(w, s.C, 1.0), bv = read_vec(b, s.C, 0.0);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -54,36 +71,38 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
     A* ip = aux_data<A>(invstd);
     const A count = A(s.N * s.HW);
     std::vector<double> rm = read_vec(running_mean, s.C, 0.0), rv = read_vec(running_var, s.C, 1.0);
-    for (int64_t c = 0; c < s.C; ++c) {
-      A mu, inv;
-      if (args.training) {
-        A sum = 0;
-        for (int64_t n = 0; n < s.N; ++n)
-          for (int64_t i = 0; i < s.HW; ++i) sum += ld(xp, s.at(n, c, i));
-        mu = sum / count;
-        A sq = 0;
-        for (int64_t n = 0; n < s.N; ++n)
-          for (int64_t i = 0; i < s.HW; ++i) {
-            const A dv = ld(xp, s.at(n, c, i)) - mu;
-            sq += dv * dv;
-          }
-        const A var = sq / count;
-        inv = A(1) / std::sqrt(var + A(args.eps));
+    std::vector<A> mu(size_t(s.C)), inv(size_t(s.C)), scale(size_t(s.C));
+    if (args.training) {
+      std::vector<A> sum(size_t(s.C), A(0)), sq(size_t(s.C), A(0));
+      s.visit([&](int64_t c, int64_t o) { sum[size_t(c)] += ld(xp, o); });
+      for (int64_t c = 0; c < s.C; ++c) mu[size_t(c)] = sum[size_t(c)] / count;
+      s.visit([&](int64_t c, int64_t o) {
+        const A dv = ld(xp, o) - mu[size_t(c)];
+        sq[size_t(c)] += dv * dv;
+      });
+      for (int64_t c = 0; c < s.C; ++c) {
+        const A var = sq[size_t(c)] / count;
+        inv[size_t(c)] = A(1) / std::sqrt(var + A(args.eps));
         if (running_mean.defined()) {
           const double m = double(args.momentum);
-          rm[size_t(c)] = (1 - m) * rm[size_t(c)] + m * double(mu);
-          rv[size_t(c)] = (1 - m) * rv[size_t(c)] + m * double(sq / (count - A(1)));
+          rm[size_t(c)] = (1 - m) * rm[size_t(c)] + m * double(mu[size_t(c)]);
+          rv[size_t(c)] = (1 - m) * rv[size_t(c)] + m * double(sq[size_t(c)] / (count - A(1)));
         }
-      } else {
-        mu = A(rm[size_t(c)]);
-        inv = A(1) / std::sqrt(A(rv[size_t(c)]) + A(args.eps));
       }
-      mp[c] = mu;
-      ip[c] = inv;
-      const A scale = inv * A(wv[size_t(c)]), shift = A(bv[size_t(c)]);
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t i = 0; i < s.HW; ++i) st(yp, s.at(n, c, i), (ld(xp, s.at(n, c, i)) - mu) * scale + shift);
+    } else {
+      for (int64_t c = 0; c < s.C; ++c) {
+        mu[size_t(c)] = A(rm[size_t(c)]);
+        inv[size_t(c)] = A(1) / std::sqrt(A(rv[size_t(c)]) + A(args.eps));
+      }
     }
+    for (int64_t c = 0; c < s.C; ++c) {
+      mp[c] = mu[size_t(c)];
+      ip[c] = inv[size_t(c)];
+      scale[size_t(c)] = inv[size_t(c)] * A(wv[size_t(c)]);
+    }
+    s.visit([&](int64_t c, int64_t o) {
+      st(yp, o, (ld(xp, o) - mu[size_t(c)]) * scale[size_t(c)] + A(bv[size_t(c)]));
+    });
     if (args.training && running_mean.defined()) {
       write_vec(running_mean, rm);
       write_vec(running_var, rv);
@@ -94,8 +113,8 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
 
 void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
                                const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
-                               bool training) {
-  const BnDims s = dims_of(x);
+                               const BatchNormArgs& args, const Tensor&) {
+  const BnDims s = dims_of(x, args.channels_last);
   const std::vector<double> wv = read_vec(w, s.C, 1.0);
   std::vector<double> dwv(size_t(s.C)), dbv(size_t(s.C));
   dispatch_float(x.dtype(), [&](auto tag) {
@@ -106,32 +125,27 @@ void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor&
     const A* mp = aux_data<A>(mean);
     const A* ip = aux_data<A>(invstd);
     const A count = A(s.N * s.HW);
+    std::vector<A> sum_dy(size_t(s.C), A(0)), sum_dy_xhat(size_t(s.C), A(0));
+    s.visit([&](int64_t c, int64_t o) {
+      const A g = ld(gp, o);
+      sum_dy[size_t(c)] += g;
+      sum_dy_xhat[size_t(c)] += g * (ld(xp, o) - mp[c]) * ip[c];
+    });
     for (int64_t c = 0; c < s.C; ++c) {
-      const A mu = mp[c], inv = ip[c];
-      A sum_dy = 0, sum_dy_xhat = 0;
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t i = 0; i < s.HW; ++i) {
-          const A g = ld(gp, s.at(n, c, i));
-          sum_dy += g;
-          sum_dy_xhat += g * (ld(xp, s.at(n, c, i)) - mu) * inv;
-        }
-      dwv[size_t(c)] = double(sum_dy_xhat);
-      dbv[size_t(c)] = double(sum_dy);
-      if (!dx.defined()) continue;
-      T* dp = dx.data<T>();
-      const A k = A(wv[size_t(c)]) * inv;
-      for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t i = 0; i < s.HW; ++i) {
-          const int64_t at = s.at(n, c, i);
-          const A g = ld(gp, at);
-          if (training) {
-            const A xhat = (ld(xp, at) - mu) * inv;
-            st(dp, at, k * (g - sum_dy / count - xhat * sum_dy_xhat / count));
-          } else {
-            st(dp, at, k * g);
-          }
-        }
+      dwv[size_t(c)] = double(sum_dy_xhat[size_t(c)]);
+      dbv[size_t(c)] = double(sum_dy[size_t(c)]);
     }
+    if (!dx.defined()) return;
+    T* dp = dx.data<T>();
+    s.visit([&](int64_t c, int64_t o) {
+      const A k = A(wv[size_t(c)]) * ip[c], g = ld(gp, o);
+      if (args.training) {
+        const A xhat = (ld(xp, o) - mp[c]) * ip[c];
+        st(dp, o, k * (g - sum_dy[size_t(c)] / count - xhat * sum_dy_xhat[size_t(c)] / count));
+      } else {
+        st(dp, o, k * g);
+      }
+    });
   });
   if (dw.defined()) write_vec(dw, dwv);
   if (db.defined()) write_vec(db, dbv);

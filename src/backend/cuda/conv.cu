@@ -1,10 +1,15 @@
-// Convolution through cuDNN's legacy API (loaded at run time, cudnn_api.h), NCHW. The workspace
-// is the tensor the front-end allocated, of a size known without a GPU (conv_workspace_bytes),
-// so plans stay exact: the algorithm is the first of cuDNN's heuristic ranking (cudnnGet*_v7, no
-// timing) whose workspace fits it, and for the backward also one that is deterministic (the
-// same bits every run) when one fits. f32 runs without TF32 unless cuda_set_allow_tf32(true),
-// as the GEMMs do. The choice is cached per shape. The optional bias is added, and its gradient
-// summed, by kernels of this file.
+// Convolution through cuDNN's legacy API (loaded at run time, cudnn_api.h), NCHW or NHWC
+// (Conv2dDesc::channels_last). The workspace is the tensor the front-end allocated, of a size
+// known without a GPU (conv_workspace_bytes), so plans stay exact: the algorithm is the first of
+// cuDNN's heuristic ranking (cudnnGet*_v7, no timing) whose workspace fits it, and for the
+// backward also one that is deterministic (the same bits every run) when one fits. f32 runs
+// without TF32 unless cuda_set_allow_tf32(true), as the GEMMs do. The choice is cached per shape
+// and layout. The optional bias is added, and its gradient summed, by kernels of this file.
+//
+// NHWC: the 4-D descriptors still take (n, c, h, w) as dims, with format CUDNN_TENSOR_NHWC for
+// x, y and the filter (w stored [O, KH, KW, C], described as k = O, c = C, h = KH, w = KW).
+// cuDNN's tensor-core convolutions for 16-bit data are NHWC ones: for NCHW bf16 its heuristics
+// offer only legacy non-tensor-core kernels.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -43,13 +48,17 @@ struct ConvDescs {
   ConvDescs(const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dDesc& d, DType dt) {
     const CudnnApi& api = cudnn();
     const cudnnDataType_t t = cudnn_type(dt);
+    const cudnnTensorFormat_t f = d.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    // The filter [O, C, KH, KW] or [O, KH, KW, C] is read as an image of O "samples".
+    const ImageDims xd = image_dims(xs, d.channels_last), yd = image_dims(ys, d.channels_last),
+                    wd = image_dims(ws, d.channels_last);
     LT_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&x));
     LT_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&y));
     LT_CUDNN_CHECK(api.cudnnCreateFilterDescriptor(&w));
     LT_CUDNN_CHECK(api.cudnnCreateConvolutionDescriptor(&conv));
-    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(xs[0]), int(xs[1]), int(xs[2]), int(xs[3])));
-    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(ys[0]), int(ys[1]), int(ys[2]), int(ys[3])));
-    LT_CUDNN_CHECK(api.cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(ws[0]), int(ws[1]), int(ws[2]), int(ws[3])));
+    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(x, f, t, int(xd.n), int(xd.c), int(xd.h), int(xd.w)));
+    LT_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(y, f, t, int(yd.n), int(yd.c), int(yd.h), int(yd.w)));
+    LT_CUDNN_CHECK(api.cudnnSetFilter4dDescriptor(w, t, f, int(wd.n), int(wd.c), int(wd.h), int(wd.w)));
     LT_CUDNN_CHECK(api.cudnnSetConvolution2dDescriptor(conv, int(d.pad_h), int(d.pad_w), int(d.stride_h),
                                                        int(d.stride_w), 1, 1, CUDNN_CROSS_CORRELATION,
                                                        CUDNN_DATA_FLOAT));
@@ -80,10 +89,12 @@ std::map<std::string, Choice> g_choices;
 
 std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d, DType dt, int64_t bytes, int dev) {
   std::string k = std::to_string(int(p)) + "|" + std::to_string(dev) + "|" + dtype_name(dt) + "|" +
-                  std::to_string(bytes) + "|" + std::to_string(cuda_allow_tf32());
-  for (int64_t v : xs) k += "," + std::to_string(v);
-  for (int64_t v : ws) k += "," + std::to_string(v);
-  for (int64_t v : {d.stride_h, d.stride_w, d.pad_h, d.pad_w}) k += "," + std::to_string(v);
+                  std::to_string(bytes) + "|" + std::to_string(cuda_allow_tf32()) + "|" +
+                  (d.channels_last ? "nhwc" : "nchw");
+  auto add = [&k](int64_t v) { k += ','; k += std::to_string(v); };
+  for (int64_t v : xs) add(v);
+  for (int64_t v : ws) add(v);
+  for (int64_t v : {d.stride_h, d.stride_w, d.pad_h, d.pad_w}) add(v);
   return k;
 }
 
@@ -164,13 +175,14 @@ void check_operand(const Tensor& t, DType dt, int dev, const char* op, const cha
   LT_CHECK(t.defined() && t.dim() == 4 && t.is_contiguous() && t.dtype() == dt && t.device() == Device::cuda(dev),
            std::string(op) + ": " + name + " must be a contiguous 4-D " + dtype_name(dt) + " tensor on cuda:" +
                std::to_string(dev),
-           "cuDNN reads NCHW tensors densely", "");
+           "cuDNN reads the images (NCHW, or NHWC when channels_last) densely", "");
 }
 
-// y [N, O, HW] += bias[o]
-template <class T> __global__ void add_bias_kernel(T* y, const T* b, int64_t n, int64_t hw, int64_t channels) {
+// y += bias[o], o the channel of element i: (i / inner) % channels, where inner is OH * OW for
+// NCHW and 1 for NHWC.
+template <class T> __global__ void add_bias_kernel(T* y, const T* b, int64_t n, int64_t inner, int64_t channels) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    store_t(y, i, load_t(y, i) + load_t(b, (i / hw) % channels));
+    store_t(y, i, load_t(y, i) + load_t(b, (i / inner) % channels));
 }
 
 // db[o] = the sum of dy[:, o, :], one block per channel, a fixed order.
@@ -183,6 +195,25 @@ template <class T> __global__ void bias_grad_kernel(T* db, const T* dy, int64_t 
   }
   s = block_sum(s);
   if (threadIdx.x == 0) store_t(db, o, s);
+}
+
+// NHWC: db = the column sums of dy [rows, channels]. A block owns kBiasCols adjacent channels
+// (the lanes of a warp: each row's read is coalesced) and kBiasPhases row phases (the warps);
+// each thread sums its rows in order, then one thread per channel adds the phases in order.
+constexpr int kBiasCols = 32, kBiasPhases = 32;
+template <class T>
+__global__ void bias_grad_nhwc_kernel(T* db, const T* dy, int64_t rows, int64_t channels) {
+  __shared__ float part[kBiasPhases][kBiasCols + 1];
+  const int64_t o = int64_t(blockIdx.x) * kBiasCols + threadIdx.x;
+  float s = 0;
+  if (o < channels)
+    for (int64_t r = threadIdx.y; r < rows; r += kBiasPhases) s += load_t(dy, r * channels + o);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || o >= channels) return;
+  s = 0;
+  for (int p = 0; p < kBiasPhases; ++p) s += part[p][threadIdx.x];
+  store_t(db, o, s);
 }
 
 }  // namespace
@@ -213,11 +244,12 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
                                              cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace),
                                              ws_bytes(workspace), &zero, c.y, y.raw_data()));
   if (!bias.defined()) return;
-  const int64_t hw = y.size(2) * y.size(3);
+  const ImageDims yd = image_dims(y.shape(), d.channels_last);
+  const int64_t inner = d.channels_last ? 1 : yd.h * yd.w;
   dispatch_float(dt, [&](auto tag) {
     using T = decltype(tag);
     add_bias_kernel<T><<<grid_for(y.numel(), kThreads), kThreads, 0, current_stream()>>>(
-        y.data<T>(), bias.data<T>(), y.numel(), hw, y.size(1));
+        y.data<T>(), bias.data<T>(), y.numel(), inner, yd.c);
     LT_CUDA_LAUNCH_CHECK("add_bias_kernel");
   });
 }
@@ -277,11 +309,18 @@ void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Te
                                                     cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
                                                     ws_bytes(workspace), &zero, c.w, dw.raw_data()));
   if (!db.defined()) return;
-  const int64_t hw = dy.size(2) * dy.size(3);
+  const ImageDims yd = image_dims(dy.shape(), d.channels_last);
   dispatch_float(dt, [&](auto tag) {
     using T = decltype(tag);
-    bias_grad_kernel<T><<<unsigned(dy.size(1)), kThreads, 0, current_stream()>>>(db.data<T>(), dy.data<T>(),
-                                                                                  dy.size(0), hw, dy.size(1));
+    if (d.channels_last) {
+      const unsigned blocks = unsigned((yd.c + kBiasCols - 1) / kBiasCols);
+      bias_grad_nhwc_kernel<T><<<blocks, dim3(kBiasCols, kBiasPhases), 0, current_stream()>>>(
+          db.data<T>(), dy.data<T>(), yd.n * yd.h * yd.w, yd.c);
+      LT_CUDA_LAUNCH_CHECK("bias_grad_nhwc_kernel");
+      return;
+    }
+    bias_grad_kernel<T><<<unsigned(yd.c), kThreads, 0, current_stream()>>>(db.data<T>(), dy.data<T>(), yd.n,
+                                                                           yd.h * yd.w, yd.c);
     LT_CUDA_LAUNCH_CHECK("bias_grad_kernel");
   });
 }

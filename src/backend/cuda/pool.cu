@@ -1,6 +1,13 @@
-// Max pooling over NCHW images: one thread per output in the forward (its window position kept
-// as one byte), one thread per input pixel in the backward, which gathers the gradients of the
-// windows that took it in the CPU's order (no atomics).
+// Max pooling over NCHW or NHWC images: one thread per output in the forward (its window
+// position kept as one byte), one thread per input pixel in the backward, which gathers the
+// gradients of the windows that took it in the CPU's order (no atomics).
+//
+// One kernel per pass serves both layouts: threads take elements in storage order (for NHWC the
+// channel is fastest, so a warp's accesses are coalesced), split the index into (n, c, h, w) by
+// the layout and address the other tensor through its strides. Window order, byte positions and
+// the backward's summation order are the same in both layouts.
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 
@@ -11,18 +18,54 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
-__global__ void maxpool_fwd_kernel(T* y, uint8_t* idx, const T* x, int64_t total, int64_t H, int64_t W, int64_t OH,
-                                   int64_t OW, Pool2dDesc d) {
+// An image's sizes by meaning and its element strides by meaning, for either storage order.
+struct Img {
+  int64_t C, H, W;
+  int64_t sn, sc, sh, sw;
+  __device__ __forceinline__ int64_t at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return n * sn + c * sc + h * sh + w * sw;
+  }
+};
+
+Img img_of(const Tensor& t, bool channels_last) {
+  const ImageDims d = image_dims(t.shape(), channels_last);
+  if (channels_last) return {d.c, d.h, d.w, d.h * d.w * d.c, 1, d.w * d.c, d.c};
+  return {d.c, d.h, d.w, d.c * d.h * d.w, d.h * d.w, d.w, 1};
+}
+
+// Storage index i of image g -> (n, c, h, w); CL: NHWC storage, else NCHW.
+template <bool CL>
+__device__ __forceinline__ void split(int64_t i, const Img& g, int64_t& n, int64_t& c, int64_t& h, int64_t& w) {
+  if (CL) {
+    c = i % g.C;
+    i /= g.C;
+    w = i % g.W;
+    i /= g.W;
+    h = i % g.H;
+    n = i / g.H;
+  } else {
+    w = i % g.W;
+    i /= g.W;
+    h = i % g.H;
+    i /= g.H;
+    c = i % g.C;
+    n = i / g.C;
+  }
+}
+
+template <class T, bool CL>
+__global__ void maxpool_fwd_kernel(T* y, uint8_t* idx, const T* x, int64_t total, Img xi, Img yi, Pool2dDesc d) {
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < total; o += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ow = o % OW, oh = (o / OW) % OH, p = o / (OW * OH);
+    int64_t n, c, oh, ow;
+    split<CL>(o, yi, n, c, oh, ow);
+    const int64_t base = xi.at(n, c, 0, 0);
     float best = -INFINITY;
     int arg = -1;
     for (int64_t ki = 0; ki < d.kernel_h; ++ki)
       for (int64_t kj = 0; kj < d.kernel_w; ++kj) {
         const int64_t ih = oh * d.stride_h - d.pad_h + ki, iw = ow * d.stride_w - d.pad_w + kj;
-        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-        const float v = load_t(x, (p * H + ih) * W + iw);
+        if (ih < 0 || ih >= xi.H || iw < 0 || iw >= xi.W) continue;
+        const float v = load_t(x, base + ih * xi.sh + iw * xi.sw);
         if (arg < 0 || v > best || (isnan(v) && !isnan(best))) best = v, arg = int(ki * d.kernel_w + kj);
       }
     store_t(y, o, best);
@@ -30,19 +73,22 @@ __global__ void maxpool_fwd_kernel(T* y, uint8_t* idx, const T* x, int64_t total
   }
 }
 
-template <class T>
-__global__ void maxpool_bwd_kernel(T* dx, const T* dy, const uint8_t* idx, int64_t total, int64_t H, int64_t W,
-                                   int64_t OH, int64_t OW, Pool2dDesc d) {
+template <class T, bool CL>
+__global__ void maxpool_bwd_kernel(T* dx, const T* dy, const uint8_t* idx, int64_t total, Img xi, Img yi,
+                                   Pool2dDesc d) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t iw = i % W, ih = (i / W) % H, p = i / (W * H);
+    int64_t n, c, ih, iw;
+    split<CL>(i, xi, n, c, ih, iw);
+    const int64_t base = yi.at(n, c, 0, 0);
+    // Windows oh with oh * stride - pad <= ih < oh * stride - pad + kernel.
     const int64_t oh0 = max(int64_t(0), (ih + d.pad_h - d.kernel_h + d.stride_h) / d.stride_h);
-    const int64_t oh1 = min(OH - 1, (ih + d.pad_h) / d.stride_h);
+    const int64_t oh1 = min(yi.H - 1, (ih + d.pad_h) / d.stride_h);
     const int64_t ow0 = max(int64_t(0), (iw + d.pad_w - d.kernel_w + d.stride_w) / d.stride_w);
-    const int64_t ow1 = min(OW - 1, (iw + d.pad_w) / d.stride_w);
+    const int64_t ow1 = min(yi.W - 1, (iw + d.pad_w) / d.stride_w);
     float s = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        const int64_t o = (p * OH + oh) * OW + ow;
+        const int64_t o = base + oh * yi.sh + ow * yi.sw;
         const int64_t pos = (ih - (oh * d.stride_h - d.pad_h)) * d.kernel_w + (iw - (ow * d.stride_w - d.pad_w));
         if (idx[o] == pos) s += load_t(dy, o);
       }
@@ -54,7 +100,15 @@ void check_images(const Tensor& t, DType dt, int dev, const char* op, const char
   LT_CHECK(t.defined() && t.dim() == 4 && t.is_contiguous() && t.dtype() == dt && t.device() == Device::cuda(dev),
            std::string(op) + ": " + name + " must be a contiguous 4-D " + dtype_name(dt) + " tensor on cuda:" +
                std::to_string(dev),
-           "the kernel indexes NCHW images densely", "");
+           "the kernel indexes the images (NCHW, or NHWC when channels_last) densely", "");
+}
+
+// Calls f(std::bool_constant<channels_last>).
+template <class F> void dispatch_layout(bool channels_last, F&& f) {
+  if (channels_last)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 }  // namespace
@@ -65,11 +119,14 @@ void CudaBackend::maxpool2d_fwd(const Tensor& y, const Tensor& indices, const Te
   check_images(indices, DType::U8, device_index_, "maxpool2d_fwd", "indices");
   const int64_t total = y.numel();
   if (total == 0) return;
+  const Img xi = img_of(x, d.channels_last), yi = img_of(y, d.channels_last);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    maxpool_fwd_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
-        y.data<T>(), indices.data<uint8_t>(), x.data<T>(), total, x.size(2), x.size(3), y.size(2), y.size(3), d);
-    LT_CUDA_LAUNCH_CHECK("maxpool_fwd_kernel");
+    dispatch_layout(d.channels_last, [&](auto cl) {
+      maxpool_fwd_kernel<T, decltype(cl)::value><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
+          y.data<T>(), indices.data<uint8_t>(), x.data<T>(), total, xi, yi, d);
+      LT_CUDA_LAUNCH_CHECK("maxpool_fwd_kernel");
+    });
   });
 }
 
@@ -79,11 +136,14 @@ void CudaBackend::maxpool2d_bwd(const Tensor& dx, const Tensor& dy, const Tensor
   check_images(indices, DType::U8, device_index_, "maxpool2d_bwd", "indices");
   const int64_t total = dx.numel();
   if (total == 0) return;
+  const Img xi = img_of(dx, d.channels_last), yi = img_of(dy, d.channels_last);
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    maxpool_bwd_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
-        dx.data<T>(), dy.data<T>(), indices.data<uint8_t>(), total, dx.size(2), dx.size(3), dy.size(2), dy.size(3), d);
-    LT_CUDA_LAUNCH_CHECK("maxpool_bwd_kernel");
+    dispatch_layout(d.channels_last, [&](auto cl) {
+      maxpool_bwd_kernel<T, decltype(cl)::value><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
+          dx.data<T>(), dy.data<T>(), indices.data<uint8_t>(), total, xi, yi, d);
+      LT_CUDA_LAUNCH_CHECK("maxpool_bwd_kernel");
+    });
   });
 }
 
