@@ -96,6 +96,16 @@ Tensor gdn_case(const V& x, int64_t hk, int64_t dk, int64_t hv, int64_t dv, int6
   return gated_delta_rule_packed(x[0], hk, dk, hv, dv, g, beta, chunk, docs.empty() ? Tensor() : docs_like(x[0], docs));
 }
 
+// A channels-last batch norm of x[0] with weight x[1], bias x[2] and running statistics made
+// here (zeros and ones).
+std::function<Tensor(const V&)> nhwc_norm(bool training) {
+  return [training](const V& x) {
+    const int64_t C = x[1].numel();
+    Tensor rm = zeros({C}, x[1].dtype(), x[0].device()), rv = ones({C}, x[1].dtype(), x[0].device());
+    return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), training, 0.1, 1e-5, ImageLayout::NHWC);
+  };
+}
+
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases = {
       // elementwise
@@ -272,26 +282,10 @@ const std::vector<OpCase>& op_cases() {
        [](const V& x) { return conv2d(x[0], x[1], Tensor(), 2, 3, ImageLayout::NHWC); }},
       {"conv2d_nhwc_c16_3x3", {F({2, 9, 9, 16}), F({24, 16, 3, 3}), F({24})},
        [](const V& x) { return conv2d(x[0], x[1], x[2], 1, 1, ImageLayout::NHWC); }},
-      {"batch_norm_nhwc_train", {F({4, 6, 3, 5}), F({5}), F({5})},
-       [](const V& x) {
-         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
-         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
-       }},
-      {"batch_norm_nhwc_train_rows_c64", {F({2, 20, 20, 64}), F({64}), F({64})},
-       [](const V& x) {
-         Tensor rm = zeros({64}, x[1].dtype(), x[0].device()), rv = ones({64}, x[1].dtype(), x[0].device());
-         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
-       }},
-      {"batch_norm_nhwc_train_rows_c7", {F({3, 13, 11, 7}), F({7}), F({7})},
-       [](const V& x) {
-         Tensor rm = zeros({7}, x[1].dtype(), x[0].device()), rv = ones({7}, x[1].dtype(), x[0].device());
-         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), true, 0.1, 1e-5, ImageLayout::NHWC);
-       }},
-      {"batch_norm_nhwc_eval", {F({3, 4, 4, 5}), F({5}), F({5})},
-       [](const V& x) {
-         Tensor rm = zeros({5}, x[1].dtype(), x[0].device()), rv = ones({5}, x[1].dtype(), x[0].device());
-         return batch_norm(x[0], x[1], x[2], rm, rv, Tensor(), false, 0.1, 1e-5, ImageLayout::NHWC);
-       }},
+      {"batch_norm_nhwc_train", {F({4, 6, 3, 5}), F({5}), F({5})}, nhwc_norm(true)},
+      {"batch_norm_nhwc_train_rows_c64", {F({2, 20, 20, 64}), F({64}), F({64})}, nhwc_norm(true)},
+      {"batch_norm_nhwc_train_rows_c7", {F({3, 13, 11, 7}), F({7}), F({7})}, nhwc_norm(true)},
+      {"batch_norm_nhwc_eval", {F({3, 4, 4, 5}), F({5}), F({5})}, nhwc_norm(false)},
       {"max_pool2d_nhwc_3s2p1", {F({2, 9, 8, 3})}, [](const V& x) { return max_pool2d(x[0], 3, 2, 1, ImageLayout::NHWC); }},
       // attention
       {"attention", {F({2, 3, 7, 16}), F({2, 3, 7, 16}), F({2, 3, 7, 16})}, [](const V& x) { return sdpa(x, false, false); }},
