@@ -73,8 +73,8 @@ Tensor rms_norm_heads(const Tensor& x_in, const Tensor& wa_in, int64_t ha, const
                std::to_string(hb) + " heads of " + std::to_string(D),
            "the last dim must hold the (ha + hb) * D normalised columns (and any passthrough ones after them)",
            "pass the packed projection [..., (ha + hb + rest heads) * D] with the head counts of its layout");
-  // CUDA (or a plan of a CUDA run) composes the op from rms_norm on head copies, as before the op,
-  // until a GPU has run the per-head kernels (written without one): LEANTRAIN_NORM_HEADS_CUDA=1.
+  // LEANTRAIN_NORM_HEADS_CUDA=0: CUDA (or a plan of a CUDA run) composes the op from rms_norm on
+  // head copies, as before the per-head kernels (kept for comparison).
   const bool on_cuda = dev.is_cuda() || (dev.is_meta() && meta_simulates_cuda());
   if (on_cuda && !knob_on("LEANTRAIN_NORM_HEADS_CUDA")) {
     Shape lead = x_in.shape();

@@ -3,13 +3,15 @@
 // known without a GPU (conv_workspace_bytes), so plans stay exact: the algorithm is the first of
 // cuDNN's heuristic ranking (cudnnGet*_v7, no timing) whose workspace fits it, and for the
 // backward also one that is deterministic (the same bits every run) when one fits. f32 runs
-// without TF32 unless cuda_set_allow_tf32(true), as the GEMMs do. The choice is cached per shape
-// and layout. The optional bias is added, and its gradient summed, by kernels of this file.
+// without TF32 unless cuda_set_allow_tf32(true), as the GEMMs do. The descriptors and the choice
+// are built once per problem (shape, layout, dtype, workspace) and kept. The optional bias is added, and its gradient summed, by kernels of this file.
 //
 // NHWC: the 4-D descriptors still take (n, c, h, w) as dims, with format CUDNN_TENSOR_NHWC for
 // x, y and the filter (w stored [O, KH, KW, C], described as k = O, c = C, h = KH, w = KW).
 // cuDNN's tensor-core convolutions for 16-bit data are NHWC ones: for NCHW bf16 its heuristics
 // offer only legacy non-tensor-core kernels.
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -85,7 +87,6 @@ struct Choice {
 };
 
 std::mutex g_mu;
-std::map<std::string, Choice> g_choices;
 
 std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d, DType dt, int64_t bytes, int dev) {
   std::string k = std::to_string(int(p)) + "|" + std::to_string(dev) + "|" + dtype_name(dt) + "|" +
@@ -98,11 +99,53 @@ std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d
   return k;
 }
 
-// LEANTRAIN_CUDNN_LOG=1 prints each chosen algorithm to stderr.
+// LEANTRAIN_CUDNN_LOG=1 prints each chosen algorithm to stderr, and at exit the host time of
+// the convolution calls (how long the CPU spent issuing them: the GPU waits for it when the step
+// is launch-bound, as a ResNet's at small batches).
 bool cudnn_log_on() {
   static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
   return on;
 }
+
+// Per pass: calls, host nanoseconds in the whole backend method, and in cuDNN's execute call.
+struct HostTimes {
+  std::atomic<int64_t> calls[3] = {}, method_ns[3] = {}, cudnn_ns[3] = {};
+  ~HostTimes() {
+    static const char* names[3] = {"forward", "backward-data", "backward-filter"};
+    for (int p = 0; p < 3; ++p)
+      if (calls[p] > 0)
+        std::fprintf(stderr, "cudnn host time, %s: %lld calls, %.1f us a call in the method, %.1f us in cuDNN\n",
+                     names[p], (long long)calls[p].load(), 1e-3 * double(method_ns[p]) / double(calls[p]),
+                     1e-3 * double(cudnn_ns[p]) / double(calls[p]));
+  }
+};
+HostTimes g_host_times;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Adds a backend method's host time to g_host_times (when LEANTRAIN_CUDNN_LOG is on); cudnn()
+// brackets the execute call itself.
+struct HostTimer {
+  int pass;
+  int64_t t0 = cudnn_log_on() ? now_ns() : 0, t_cudnn = 0;
+  explicit HostTimer(int p) : pass(p) {}
+  template <class F> cudnnStatus_t cudnn(F f) {
+    if (!cudnn_log_on()) return f();
+    const int64_t t = now_ns();
+    const cudnnStatus_t st = f();
+    t_cudnn += now_ns() - t;
+    return st;
+  }
+  ~HostTimer() {
+    if (!cudnn_log_on()) return;
+    g_host_times.calls[pass] += 1;
+    g_host_times.method_ns[pass] += now_ns() - t0;
+    g_host_times.cudnn_ns[pass] += t_cudnn;
+  }
+};
 
 // The math type a candidate runs with: f32 without TF32 is held to FMA kernels.
 cudnnMathType_t math_for(DType dt, cudnnMathType_t proposed) {
@@ -150,22 +193,32 @@ Choice choose(ConvDescs& c, DType dt, int64_t bytes, bool need_deterministic, in
        "raise the limit with lt::set_conv_workspace_limit");
 }
 
-// The cached choice for this problem, or a new one; leaves c's math type set to it.
+// A problem's descriptors and algorithm, built and chosen at its first call and then kept: a
+// ResNet step makes ~160 convolution calls over a few dozen problems, and building four
+// descriptors a call was host time the GPU waited for. Never destroyed (the map outlives the
+// calls; destroying descriptors at exit could run after cuDNN is unloaded).
+struct Prepared {
+  ConvDescs* descs;
+  Choice choice;
+};
+
+std::map<std::string, Prepared>& prepared_problems() {
+  static auto* m = new std::map<std::string, Prepared>();
+  return *m;
+}
+
+// The kept descriptors and choice for `key`, or new ones (make(descs) chooses; the descriptor's
+// math type is set to the choice).
 template <class Make>
-Choice cached(const std::string& key, ConvDescs& c, Make make) {
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    auto it = g_choices.find(key);
-    if (it != g_choices.end()) {
-      LT_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(c.conv, it->second.math));
-      return it->second;
-    }
-  }
-  const Choice ch = make();
-  LT_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(c.conv, ch.math));
+const Prepared& prepared(const std::string& key, const Shape& xs, const Shape& ws, const Shape& ys,
+                         const Conv2dDesc& d, DType dt, Make make) {
   std::lock_guard<std::mutex> g(g_mu);
-  g_choices.emplace(key, ch);
-  return ch;
+  auto& problems = prepared_problems();
+  if (auto it = problems.find(key); it != problems.end()) return it->second;
+  auto* descs = new ConvDescs(xs, ws, ys, d, dt);
+  const Choice ch = make(*descs);
+  LT_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(descs->conv, ch.math));
+  return problems.emplace(key, Prepared{descs, ch}).first->second;
 }
 
 void* ws_ptr(const Tensor& ws) { return ws.defined() ? ws.raw_data() : nullptr; }
@@ -221,13 +274,14 @@ __global__ void bias_grad_nhwc_kernel(T* db, const T* dy, int64_t rows, int64_t 
 void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias,
                              const Conv2dDesc& d, const Tensor& workspace) {
   const DType dt = y.dtype();
+  HostTimer timer(int(Pass::Forward));
   for (auto [t, name] : {std::pair{&y, "y"}, {&x, "x"}, {&w, "w"}}) check_operand(*t, dt, device_index_, "conv2d_fwd", name);
   if (y.numel() == 0) return;
-  ConvDescs c(x.shape(), w.shape(), y.shape(), d, dt);
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const Choice ch = cached(key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_), c, [&] {
+  const std::string key = key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_);
+  const Prepared& pr = prepared(key, x.shape(), w.shape(), y.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionFwdAlgoPerf_t>(
         c, dt, bytes, false, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
         [&](int req, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
@@ -239,10 +293,14 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
         },
         "forward");
   });
+  const ConvDescs& c = *pr.descs;
+  const Choice& ch = pr.choice;
   const float one = 1.0f, zero = 0.0f;
-  LT_CUDNN_CHECK(api.cudnnConvolutionForward(h, &one, c.x, x.raw_data(), c.w, w.raw_data(), c.conv,
-                                             cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace),
-                                             ws_bytes(workspace), &zero, c.y, y.raw_data()));
+  LT_CUDNN_CHECK(timer.cudnn([&] {
+    return api.cudnnConvolutionForward(h, &one, c.x, x.raw_data(), c.w, w.raw_data(), c.conv,
+                                       cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace), ws_bytes(workspace),
+                                       &zero, c.y, y.raw_data());
+  }));
   if (!bias.defined()) return;
   const ImageDims yd = image_dims(y.shape(), d.channels_last);
   const int64_t inner = d.channels_last ? 1 : yd.h * yd.w;
@@ -257,14 +315,15 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
 void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tensor& w, const Conv2dDesc& d,
                                   const Tensor& workspace) {
   const DType dt = dx.dtype();
+  HostTimer timer(int(Pass::BackwardData));
   for (auto [t, name] : {std::pair{&dx, "dx"}, {&dy, "dy"}, {&w, "w"}})
     check_operand(*t, dt, device_index_, "conv2d_bwd_data", name);
   if (dx.numel() == 0) return;
-  ConvDescs c(dx.shape(), w.shape(), dy.shape(), d, dt);
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const Choice ch = cached(key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_), c, [&] {
+  const std::string key = key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_);
+  const Prepared& pr = prepared(key, dx.shape(), w.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
         c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
         [&](int req, int* n, cudnnConvolutionBwdDataAlgoPerf_t* p) {
@@ -276,23 +335,28 @@ void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tens
         },
         "backward-data");
   });
+  const ConvDescs& c = *pr.descs;
+  const Choice& ch = pr.choice;
   const float one = 1.0f, zero = 0.0f;
-  LT_CUDNN_CHECK(api.cudnnConvolutionBackwardData(h, &one, c.w, w.raw_data(), c.y, dy.raw_data(), c.conv,
-                                                  cudnnConvolutionBwdDataAlgo_t(ch.algo), ws_ptr(workspace),
-                                                  ws_bytes(workspace), &zero, c.x, dx.raw_data()));
+  LT_CUDNN_CHECK(timer.cudnn([&] {
+    return api.cudnnConvolutionBackwardData(h, &one, c.w, w.raw_data(), c.y, dy.raw_data(), c.conv,
+                                            cudnnConvolutionBwdDataAlgo_t(ch.algo), ws_ptr(workspace),
+                                            ws_bytes(workspace), &zero, c.x, dx.raw_data());
+  }));
 }
 
 void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                                     const Conv2dDesc& d, const Tensor& workspace) {
   const DType dt = dy.dtype();
+  HostTimer timer(int(Pass::BackwardFilter));
   for (auto [t, name] : {std::pair{&dw, "dw"}, {&dy, "dy"}, {&x, "x"}})
     check_operand(*t, dt, device_index_, "conv2d_bwd_filter", name);
   if (dy.numel() == 0) return;
-  ConvDescs c(x.shape(), dw.shape(), dy.shape(), d, dt);
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const Choice ch = cached(key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_), c, [&] {
+  const std::string key = key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_);
+  const Prepared& pr = prepared(key, x.shape(), dw.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
         c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
         [&](int req, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
@@ -304,10 +368,14 @@ void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Te
         },
         "backward-filter");
   });
+  const ConvDescs& c = *pr.descs;
+  const Choice& ch = pr.choice;
   const float one = 1.0f, zero = 0.0f;
-  LT_CUDNN_CHECK(api.cudnnConvolutionBackwardFilter(h, &one, c.x, x.raw_data(), c.y, dy.raw_data(), c.conv,
-                                                    cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
-                                                    ws_bytes(workspace), &zero, c.w, dw.raw_data()));
+  LT_CUDNN_CHECK(timer.cudnn([&] {
+    return api.cudnnConvolutionBackwardFilter(h, &one, c.x, x.raw_data(), c.y, dy.raw_data(), c.conv,
+                                              cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
+                                              ws_bytes(workspace), &zero, c.w, dw.raw_data());
+  }));
   if (!db.defined()) return;
   const ImageDims yd = image_dims(dy.shape(), d.channels_last);
   dispatch_float(dt, [&](auto tag) {

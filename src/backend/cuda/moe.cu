@@ -860,7 +860,7 @@ void CudaMoeKernels::grouped_gemm_pair(const Tensor& c, const Tensor& a, const T
   // tiles run on into the second product; run_grouped's 16-byte test covers the first product,
   // this one the second); else the first product, then the second added.
   const int64_t k2 = a2.size(1), ldb2 = trans_w2 ? k2 : c.size(1);
-  // LEANTRAIN_MOE_GEMM_PAIR=1 until a GPU has run the fused launch (it was written without one).
+  // LEANTRAIN_MOE_GEMM_PAIR=0: always two launches (kept for comparison).
   const bool fused = knob_on("LEANTRAIN_MOE_GEMM_PAIR") && trans_w == trans_w2 && a.dtype() != DType::F32 &&
                      rk::aligned16(a2.raw_data()) && rk::aligned16(w2.raw_data()) && k2 % 8 == 0 && ldb2 % 8 == 0 &&
                      (w2.size(1) * w2.size(2)) % 8 == 0;

@@ -6,6 +6,7 @@
 // channel is fastest, so a warp's accesses are coalesced), split the index into (n, c, h, w) by
 // the layout and address the other tensor through its strides. Window order, byte positions and
 // the backward's summation order are the same in both layouts.
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -33,24 +34,29 @@ Img img_of(const Tensor& t, bool channels_last) {
   return {d.c, d.h, d.w, d.c * d.h * d.w, d.h * d.w, d.w, 1};
 }
 
-// Storage index i of image g -> (n, c, h, w); CL: NHWC storage, else NCHW.
+// Storage index i of an image of sizes C, H, W -> (n, c, h, w) in the index type U; CL: NHWC
+// storage, else NCHW.
+template <bool CL, class U>
+__device__ __forceinline__ void split_as(U i, U C, U H, U W, int64_t& n, int64_t& c, int64_t& h, int64_t& w) {
+  if (CL) {
+    c = i % C, i /= C;
+    w = i % W, i /= W;
+    h = i % H, n = i / H;
+  } else {
+    w = i % W, i /= W;
+    h = i % H, i /= H;
+    c = i % C, n = i / C;
+  }
+}
+
+// 32-bit division where the index fits (any batch under 2^31 elements): a 64-bit division is a
+// long instruction sequence, and the split is most of a pooling thread's work.
 template <bool CL>
 __device__ __forceinline__ void split(int64_t i, const Img& g, int64_t& n, int64_t& c, int64_t& h, int64_t& w) {
-  if (CL) {
-    c = i % g.C;
-    i /= g.C;
-    w = i % g.W;
-    i /= g.W;
-    h = i % g.H;
-    n = i / g.H;
-  } else {
-    w = i % g.W;
-    i /= g.W;
-    h = i % g.H;
-    i /= g.H;
-    c = i % g.C;
-    n = i / g.C;
-  }
+  if (i <= INT32_MAX && g.C * g.H * g.W <= INT32_MAX)
+    split_as<CL, uint32_t>(uint32_t(i), uint32_t(g.C), uint32_t(g.H), uint32_t(g.W), n, c, h, w);
+  else
+    split_as<CL, int64_t>(i, g.C, g.H, g.W, n, c, h, w);
 }
 
 template <class T, bool CL>
