@@ -61,8 +61,10 @@ constexpr Knob kKnobs[] = {
      "0: Qwen3's, Qwen3.5's and Gemma 3's q/k norms on CUDA by rms_norm on head copies, not the per-head kernels"},
     {"LEANTRAIN_NF4_EXPERT_GROUP", T::Integer, "0", 0, 1 << 20, "", M::Yes, U::Run, "kernels",
      "experts an NF4 expert GEMM dequantises at a time (0: as many as fit 64 MiB)"},
+    {"LEANTRAIN_CUDNN_CONV_GRAPH", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
+     "1: convolutions through cuDNN's backend API with a plan kept per problem (the legacy API where cuDNN offers none that fits)"},
     {"LEANTRAIN_CUDNN_LOG", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
-     "1: print each convolution's chosen cuDNN algorithm, and each cuDNN attention plan built, on stderr"},
+     "1: print each convolution's chosen cuDNN algorithm, each cuDNN attention plan built, and at exit the convolutions' host time, on stderr"},
     // Several GPUs or processes.
     {"LEANTRAIN_PEER_REDUCE", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "distributed",
      "0: every bucket's all-reduce through NCCL, not the copy engines' peer reduction"},

@@ -4,7 +4,9 @@
 // cuDNN's heuristic ranking (cudnnGet*_v7, no timing) whose workspace fits it, and for the
 // backward also one that is deterministic (the same bits every run) when one fits. f32 runs
 // without TF32 unless cuda_set_allow_tf32(true), as the GEMMs do. The descriptors and the choice
-// are built once per problem (shape, layout, dtype, workspace) and kept. The optional bias is added, and its gradient summed, by kernels of this file.
+// are built once per problem (shape, layout, dtype, workspace) and kept. With
+// LEANTRAIN_CUDNN_CONV_GRAPH=1 the backend API's kept plans run first (conv_graph.h). The
+// optional bias is added, and its gradient summed, by kernels of this file.
 //
 // NHWC: the 4-D descriptors still take (n, c, h, w) as dims, with format CUDNN_TENSOR_NHWC for
 // x, y and the filter (w stored [O, KH, KW, C], described as k = O, c = C, h = KH, w = KW).
@@ -21,6 +23,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/cudnn_api.h"
+#include "backend/cuda/conv_graph.h"
 #include "core/knobs.h"
 #include "leantrain/cuda_info.h"
 
@@ -132,10 +135,10 @@ struct HostTimer {
   int pass;
   int64_t t0 = cudnn_log_on() ? now_ns() : 0, t_cudnn = 0;
   explicit HostTimer(int p) : pass(p) {}
-  template <class F> cudnnStatus_t cudnn(F f) {
+  template <class F> auto cudnn(F f) -> decltype(f()) {
     if (!cudnn_log_on()) return f();
     const int64_t t = now_ns();
-    const cudnnStatus_t st = f();
+    const auto st = f();
     t_cudnn += now_ns() - t;
     return st;
   }
@@ -222,6 +225,23 @@ const Prepared& prepared(const std::string& key, const Shape& xs, const Shape& w
 }
 
 void* ws_ptr(const Tensor& ws) { return ws.defined() ? ws.raw_data() : nullptr; }
+
+// LEANTRAIN_CUDNN_CONV_GRAPH=1: the backend API's kept plans first (conv_graph.h).
+bool conv_graph_on() {
+  static const bool on = knob_on("LEANTRAIN_CUDNN_CONV_GRAPH");
+  return on;
+}
+
+// The problem as conv_graph.h takes it: x, w, y are the operands' shapes in the pass's roles.
+ConvGraphProblem graph_problem(ConvGraphPass pass, DType dt, const Shape& xs, const Shape& ws, const Shape& ys,
+                               const Conv2dDesc& d, int64_t bytes, int dev) {
+  ConvGraphProblem p;
+  p.pass = pass, p.dtype = dt, p.d = d, p.workspace_bytes = bytes, p.device = dev;
+  p.x = image_dims(xs, d.channels_last), p.w = image_dims(ws, d.channels_last), p.y = image_dims(ys, d.channels_last);
+  p.deterministic = pass != ConvGraphPass::Forward;
+  p.allow_tf32 = cuda_allow_tf32();
+  return p;
+}
 size_t ws_bytes(const Tensor& ws) { return ws.defined() ? size_t(ws.numel()) : 0; }
 
 void check_operand(const Tensor& t, DType dt, int dev, const char* op, const char* name) {
@@ -280,27 +300,35 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const std::string key = key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_);
-  const Prepared& pr = prepared(key, x.shape(), w.shape(), y.shape(), d, dt, [&](ConvDescs& c) {
-    return choose<cudnnConvolutionFwdAlgoPerf_t>(
-        c, dt, bytes, false, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-        [&](int req, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
-          return api.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, req, n, p);
-        },
-        [&](int algo, size_t* need) {
-          return api.cudnnGetConvolutionForwardWorkspaceSize(h, c.x, c.w, c.conv, c.y,
-                                                             cudnnConvolutionFwdAlgo_t(algo), need);
-        },
-        "forward");
-  });
-  const ConvDescs& c = *pr.descs;
-  const Choice& ch = pr.choice;
-  const float one = 1.0f, zero = 0.0f;
-  LT_CUDNN_CHECK(timer.cudnn([&] {
-    return api.cudnnConvolutionForward(h, &one, c.x, x.raw_data(), c.w, w.raw_data(), c.conv,
-                                       cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace), ws_bytes(workspace),
-                                       &zero, c.y, y.raw_data());
-  }));
+  const bool by_graph =
+      conv_graph_on() && timer.cudnn([&] {
+        return conv_graph_run(graph_problem(ConvGraphPass::Forward, dt, x.shape(), w.shape(), y.shape(), d, bytes,
+                                            device_index_),
+                              x.raw_data(), w.raw_data(), y.raw_data(), ws_ptr(workspace));
+      });
+  if (!by_graph) {
+    const std::string key = key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_);
+    const Prepared& pr = prepared(key, x.shape(), w.shape(), y.shape(), d, dt, [&](ConvDescs& c) {
+      return choose<cudnnConvolutionFwdAlgoPerf_t>(
+          c, dt, bytes, false, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+          [&](int req, int* n, cudnnConvolutionFwdAlgoPerf_t* p) {
+            return api.cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, req, n, p);
+          },
+          [&](int algo, size_t* need) {
+            return api.cudnnGetConvolutionForwardWorkspaceSize(h, c.x, c.w, c.conv, c.y,
+                                                               cudnnConvolutionFwdAlgo_t(algo), need);
+          },
+          "forward");
+    });
+    const ConvDescs& c = *pr.descs;
+    const Choice& ch = pr.choice;
+    const float one = 1.0f, zero = 0.0f;
+    LT_CUDNN_CHECK(timer.cudnn([&] {
+      return api.cudnnConvolutionForward(h, &one, c.x, x.raw_data(), c.w, w.raw_data(), c.conv,
+                                         cudnnConvolutionFwdAlgo_t(ch.algo), ws_ptr(workspace), ws_bytes(workspace),
+                                         &zero, c.y, y.raw_data());
+    }));
+  }
   if (!bias.defined()) return;
   const ImageDims yd = image_dims(y.shape(), d.channels_last);
   const int64_t inner = d.channels_last ? 1 : yd.h * yd.w;
@@ -322,6 +350,12 @@ void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tens
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
+  if (conv_graph_on() && timer.cudnn([&] {
+        return conv_graph_run(graph_problem(ConvGraphPass::BackwardData, dt, dx.shape(), w.shape(), dy.shape(), d,
+                                            bytes, device_index_),
+                              dx.raw_data(), w.raw_data(), dy.raw_data(), ws_ptr(workspace));
+      }))
+    return;
   const std::string key = key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_);
   const Prepared& pr = prepared(key, dx.shape(), w.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -355,27 +389,35 @@ void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Te
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const std::string key = key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_);
-  const Prepared& pr = prepared(key, x.shape(), dw.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
-    return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-        [&](int req, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-          return api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, req, n, p);
-        },
-        [&](int algo, size_t* need) {
-          return api.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.x, c.y, c.conv, c.w,
-                                                                    cudnnConvolutionBwdFilterAlgo_t(algo), need);
-        },
-        "backward-filter");
-  });
-  const ConvDescs& c = *pr.descs;
-  const Choice& ch = pr.choice;
-  const float one = 1.0f, zero = 0.0f;
-  LT_CUDNN_CHECK(timer.cudnn([&] {
-    return api.cudnnConvolutionBackwardFilter(h, &one, c.x, x.raw_data(), c.y, dy.raw_data(), c.conv,
-                                              cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
-                                              ws_bytes(workspace), &zero, c.w, dw.raw_data());
-  }));
+  const bool by_graph =
+      conv_graph_on() && timer.cudnn([&] {
+        return conv_graph_run(graph_problem(ConvGraphPass::BackwardFilter, dt, x.shape(), dw.shape(), dy.shape(), d,
+                                            bytes, device_index_),
+                              x.raw_data(), dw.raw_data(), dy.raw_data(), ws_ptr(workspace));
+      });
+  if (!by_graph) {
+    const std::string key = key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_);
+    const Prepared& pr = prepared(key, x.shape(), dw.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
+      return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          c, dt, bytes, true, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          [&](int req, int* n, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+            return api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, req, n, p);
+          },
+          [&](int algo, size_t* need) {
+            return api.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.x, c.y, c.conv, c.w,
+                                                                      cudnnConvolutionBwdFilterAlgo_t(algo), need);
+          },
+          "backward-filter");
+    });
+    const ConvDescs& c = *pr.descs;
+    const Choice& ch = pr.choice;
+    const float one = 1.0f, zero = 0.0f;
+    LT_CUDNN_CHECK(timer.cudnn([&] {
+      return api.cudnnConvolutionBackwardFilter(h, &one, c.x, x.raw_data(), c.y, dy.raw_data(), c.conv,
+                                                cudnnConvolutionBwdFilterAlgo_t(ch.algo), ws_ptr(workspace),
+                                                ws_bytes(workspace), &zero, c.w, dw.raw_data());
+    }));
+  }
   if (!db.defined()) return;
   const ImageDims yd = image_dims(dy.shape(), d.channels_last);
   dispatch_float(dt, [&](auto tag) {

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cudnn_api.h"
+#include "backend/cuda/cudnn_desc.h"
 #include "core/knobs.h"
 #include "leantrain/error.h"
 
@@ -50,59 +51,9 @@ namespace {
 using cuda::cudnn;
 using Dims = std::array<int64_t, 4>;
 
-// A cuDNN call that did not succeed while building a graph or plan: the call and cuDNN's words.
-struct Unsupported : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string last_error() {
-  char buf[512] = {0};
-  cudnn().cudnnGetLastErrorString(buf, sizeof buf);
-  return buf;
-}
-
-void ok(cudnnStatus_t s, const char* what) {
-  if (s == CUDNN_STATUS_SUCCESS) return;
-  std::string msg = std::string(what) + ": " + cudnn().cudnnGetErrorString(s);
-  const std::string detail = last_error();
-  if (!detail.empty()) msg += " (" + detail + ")";
-  throw Unsupported(msg);
-}
-
-// One backend descriptor, destroyed with its owner.
-class Desc {
- public:
-  Desc() = default;
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    ok(cudnn().cudnnBackendCreateDescriptor(type, &d_), "cudnnBackendCreateDescriptor");
-  }
-  ~Desc() {
-    if (d_) cudnn().cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
-  Desc& operator=(Desc&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-
-  cudnnBackendDescriptor_t get() const { return d_; }
-  Desc& set(cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n, const void* v) {
-    ok(cudnn().cudnnBackendSetAttribute(d_, a, t, n, v), "cudnnBackendSetAttribute");
-    return *this;
-  }
-  Desc& set_desc(cudnnBackendAttributeName_t a, cudnnBackendDescriptor_t d) {
-    return set(a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d);
-  }
-  template <class V> Desc& set_one(cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, V v) {
-    return set(a, t, 1, &v);
-  }
-  void finalize(const char* what) { ok(cudnn().cudnnBackendFinalize(d_), what); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
+using Unsupported = cuda::CudnnUnsupported;
+using Desc = cuda::CudnnDesc;
+inline void ok(cudnnStatus_t s, const char* what) { cuda::cudnn_ok(s, what); }
 
 // The non-virtual tensors' ids in the variant pack.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kScale, kNegInf, kOne, kRowSum, kDQAcc };
