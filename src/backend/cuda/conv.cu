@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_strided.cuh"
 #include "backend/cuda/cudnn_api.h"
 #include "backend/cuda/conv_graph.h"
+#include "backend/cuda/cudnn_desc.h"
 #include "core/knobs.h"
 #include "leantrain/cuda_info.h"
 
@@ -102,13 +103,9 @@ std::string key_of(Pass p, const Shape& xs, const Shape& ws, const Conv2dDesc& d
   return k;
 }
 
-// LEANTRAIN_CUDNN_LOG=1 prints each chosen algorithm to stderr, and at exit the host time of
-// the convolution calls (how long the CPU spent issuing them: the GPU waits for it when the step
-// is launch-bound, as a ResNet's at small batches).
-bool cudnn_log_on() {
-  static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
-  return on;
-}
+// LEANTRAIN_CUDNN_LOG=1 (cudnn_log_on) prints each chosen algorithm to stderr, and at exit the
+// host time of the convolution calls (how long the CPU spent issuing them: the GPU waits for it
+// when the step is launch-bound, as a ResNet's at small batches).
 
 // Per pass: calls, host nanoseconds in the whole backend method, and in cuDNN's execute call.
 struct HostTimes {
@@ -225,24 +222,23 @@ const Prepared& prepared(const std::string& key, const Shape& xs, const Shape& w
 }
 
 void* ws_ptr(const Tensor& ws) { return ws.defined() ? ws.raw_data() : nullptr; }
+size_t ws_bytes(const Tensor& ws) { return ws.defined() ? size_t(ws.numel()) : 0; }
 
-// LEANTRAIN_CUDNN_CONV_GRAPH=1: the backend API's kept plans first (conv_graph.h).
-bool conv_graph_on() {
+// With LEANTRAIN_CUDNN_CONV_GRAPH=1, runs the pass through conv_graph.h's kept plan (x, w, y are
+// the operands in the pass's roles, as conv_graph_run takes them); false: the caller runs the
+// legacy API (the knob is off, or cuDNN has no fitting plan).
+bool ran_by_graph(HostTimer& timer, ConvGraphPass pass, DType dt, const Tensor& x, const Tensor& w, const Tensor& y,
+                  const Conv2dDesc& d, const Tensor& workspace, int64_t bytes, int dev) {
   static const bool on = knob_on("LEANTRAIN_CUDNN_CONV_GRAPH");
-  return on;
-}
-
-// The problem as conv_graph.h takes it: x, w, y are the operands' shapes in the pass's roles.
-ConvGraphProblem graph_problem(ConvGraphPass pass, DType dt, const Shape& xs, const Shape& ws, const Shape& ys,
-                               const Conv2dDesc& d, int64_t bytes, int dev) {
+  if (!on) return false;
   ConvGraphProblem p;
   p.pass = pass, p.dtype = dt, p.d = d, p.workspace_bytes = bytes, p.device = dev;
-  p.x = image_dims(xs, d.channels_last), p.w = image_dims(ws, d.channels_last), p.y = image_dims(ys, d.channels_last);
+  p.x = image_dims(x.shape(), d.channels_last), p.w = image_dims(w.shape(), d.channels_last);
+  p.y = image_dims(y.shape(), d.channels_last);
   p.deterministic = pass != ConvGraphPass::Forward;
   p.allow_tf32 = cuda_allow_tf32();
-  return p;
+  return timer.cudnn([&] { return conv_graph_run(p, x.raw_data(), w.raw_data(), y.raw_data(), ws_ptr(workspace)); });
 }
-size_t ws_bytes(const Tensor& ws) { return ws.defined() ? size_t(ws.numel()) : 0; }
 
 void check_operand(const Tensor& t, DType dt, int dev, const char* op, const char* name) {
   LT_CHECK(t.defined() && t.dim() == 4 && t.is_contiguous() && t.dtype() == dt && t.device() == Device::cuda(dev),
@@ -300,13 +296,7 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const bool by_graph =
-      conv_graph_on() && timer.cudnn([&] {
-        return conv_graph_run(graph_problem(ConvGraphPass::Forward, dt, x.shape(), w.shape(), y.shape(), d, bytes,
-                                            device_index_),
-                              x.raw_data(), w.raw_data(), y.raw_data(), ws_ptr(workspace));
-      });
-  if (!by_graph) {
+  if (!ran_by_graph(timer, ConvGraphPass::Forward, dt, x, w, y, d, workspace, bytes, device_index_)) {
     const std::string key = key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_);
     const Prepared& pr = prepared(key, x.shape(), w.shape(), y.shape(), d, dt, [&](ConvDescs& c) {
       return choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -350,12 +340,7 @@ void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tens
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  if (conv_graph_on() && timer.cudnn([&] {
-        return conv_graph_run(graph_problem(ConvGraphPass::BackwardData, dt, dx.shape(), w.shape(), dy.shape(), d,
-                                            bytes, device_index_),
-                              dx.raw_data(), w.raw_data(), dy.raw_data(), ws_ptr(workspace));
-      }))
-    return;
+  if (ran_by_graph(timer, ConvGraphPass::BackwardData, dt, dx, w, dy, d, workspace, bytes, device_index_)) return;
   const std::string key = key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_);
   const Prepared& pr = prepared(key, dx.shape(), w.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -389,13 +374,7 @@ void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Te
   const CudnnApi& api = cudnn();
   cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
-  const bool by_graph =
-      conv_graph_on() && timer.cudnn([&] {
-        return conv_graph_run(graph_problem(ConvGraphPass::BackwardFilter, dt, x.shape(), dw.shape(), dy.shape(), d,
-                                            bytes, device_index_),
-                              x.raw_data(), dw.raw_data(), dy.raw_data(), ws_ptr(workspace));
-      });
-  if (!by_graph) {
+  if (!ran_by_graph(timer, ConvGraphPass::BackwardFilter, dt, x, dw, dy, d, workspace, bytes, device_index_)) {
     const std::string key = key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_);
     const Prepared& pr = prepared(key, x.shape(), dw.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
       return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(

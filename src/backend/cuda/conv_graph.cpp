@@ -20,7 +20,6 @@
 
 #include "backend/cuda/cudnn_api.h"
 #include "backend/cuda/cudnn_desc.h"
-#include "core/knobs.h"
 #include "leantrain/error.h"
 
 namespace lt::cuda {
@@ -42,11 +41,6 @@ std::mutex g_mu;
 std::map<std::string, ConvPlan*>& plans() {
   static auto* m = new std::map<std::string, ConvPlan*>();
   return *m;
-}
-
-bool log_on() {
-  static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
-  return on;
 }
 
 cudnnDataType_t data_type(DType t) {
@@ -107,37 +101,34 @@ void build_graph(ConvPlan& p, const ConvGraphProblem& q, cudnnHandle_t handle) {
       .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads)
       .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads);
   conv.finalize("convolution descriptor");
-  const float alpha = 1.0f, beta = 0.0f;
-  CudnnDesc op;
-  switch (q.pass) {
-    case ConvGraphPass::Forward:
-      op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, alpha)
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, beta)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv.get())
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
-      break;
-    case ConvGraphPass::BackwardData:
-      op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      op.set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, alpha)
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, beta)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv.get())
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
-      break;
-    case ConvGraphPass::BackwardFilter:
-      op = CudnnDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      op.set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, alpha)
-          .set_one(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, beta)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv.get())
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w)
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
-      break;
-  }
+  // The pass's operation type and the names of its attributes; x, w, y are dx, w, dy for the
+  // backward-data pass and x, dw, dy for the backward-filter one.
+  struct OpNames {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t alpha, beta, conv, x, w, y;
+  };
+  static constexpr OpNames kNames[3] = {
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
+  };
+  const OpNames& n = kNames[int(q.pass)];
+  CudnnDesc op(n.type);
+  op.set_one(n.alpha, CUDNN_TYPE_FLOAT, 1.0f)
+      .set_one(n.beta, CUDNN_TYPE_FLOAT, 0.0f)
+      .set_desc(n.conv, conv.get())
+      .set_desc(n.x, x)
+      .set_desc(n.w, w)
+      .set_desc(n.y, y);
   op.finalize("convolution operation");
   const cudnnBackendDescriptor_t raw_op = op.get();
   p.graph = CudnnDesc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -166,28 +157,6 @@ bool has_note(cudnnBackendDescriptor_t config, cudnnBackendNumericalNote_t note)
   return false;
 }
 
-// The ranked configurations of one heuristics mode (empty where the mode has none).
-std::vector<CudnnDesc> configs(const ConvPlan& p, cudnnBackendHeurMode_t mode) {
-  CudnnDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p.graph.get())
-      .set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
-  heur.finalize("engine heuristics");
-  int64_t count = 0;
-  cudnn_ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                            0, &count, nullptr),
-           "the heuristics' result count");
-  std::vector<CudnnDesc> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) raw.push_back(cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
-  int64_t got = 0;
-  if (count > 0)
-    cudnn_ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
-             "the heuristics' results");
-  cfgs.resize(size_t(got));
-  return cfgs;
-}
-
 // The first configuration, tier by tier, that the rules allow, finalizes and fits the workspace.
 void choose_plan(ConvPlan& p, const ConvGraphProblem& q, cudnnHandle_t handle) {
   const bool half = q.dtype != DType::F32;
@@ -195,7 +164,7 @@ void choose_plan(ConvPlan& p, const ConvGraphProblem& q, cudnnHandle_t handle) {
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<CudnnDesc> cfgs;
     try {
-      cfgs = configs(p, mode);
+      cfgs = cudnn_engine_configs(p.graph.get(), mode);
     } catch (const CudnnUnsupported& e) {
       tried += std::string(tried.empty() ? "" : "; ") + e.what();
       continue;
@@ -221,7 +190,7 @@ void choose_plan(ConvPlan& p, const ConvGraphProblem& q, cudnnHandle_t handle) {
           p.plan = std::move(plan);
           p.config = std::move(cfgs[i]);
           p.workspace = ws;
-          if (log_on())
+          if (cudnn_log_on())
             std::fprintf(stderr, "cudnn graph %s: heuristics %s config %zu of %zu, tier %d, workspace %lld of %lld\n",
                          pass_name(q.pass), mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", i, cfgs.size(), tier,
                          (long long)ws, (long long)q.workspace_bytes);
@@ -251,7 +220,7 @@ const ConvPlan& plan_for(const ConvGraphProblem& q) {
     p->none = true;
     p->why_not = e.what();
   }
-  if (log_on())
+  if (cudnn_log_on())
     std::fprintf(stderr, "cudnn graph %s %s: %s in %.1f ms\n", pass_name(q.pass), key.c_str(),
                  p->none ? ("no plan, the legacy API runs it: " + p->why_not).c_str() : "plan built",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

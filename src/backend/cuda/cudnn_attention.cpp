@@ -41,7 +41,6 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cudnn_api.h"
 #include "backend/cuda/cudnn_desc.h"
-#include "core/knobs.h"
 #include "leantrain/error.h"
 
 namespace lt {
@@ -296,10 +295,7 @@ struct Plan {
 std::mutex g_mu;
 std::map<std::string, std::unique_ptr<Plan>> g_plans;
 
-bool log_on() {
-  static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
-  return on;
-}
+using cuda::cudnn_log_on;
 
 // The first engine of cuDNN's heuristics (mode A, then the fallback list) that finalizes for this
 // graph and needs at most `ws_limit` bytes of scratch; failing that, the first that finalizes
@@ -310,28 +306,14 @@ void choose_engine(Plan& p, cudnnHandle_t handle, int64_t ws_limit) {
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     const char* mode_name = mode == CUDNN_HEUR_MODE_A ? "heuristics A" : "fallback heuristics";
     try {
-      Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-      heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p.op_graph.get())
-          .set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
-      heur.finalize("engine heuristics");
-      int64_t count = 0;
-      ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                          &count, nullptr),
-         "engine heuristics' result count");
-      std::vector<Desc> cfgs;
-      std::vector<cudnnBackendDescriptor_t> raw;
-      for (int64_t i = 0; i < count; ++i) raw.push_back(cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
-      int64_t got = 0;
-      if (count > 0)
-        ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                            count, &got, raw.data()),
-           "engine heuristics' results");
+      std::vector<Desc> cfgs = cuda::cudnn_engine_configs(p.op_graph.get(), mode);
+      const int64_t got = int64_t(cfgs.size());
       if (got == 0) note(std::string(mode_name) + ": no engine");
       for (int64_t i = 0; i < got; ++i) {
         try {
           Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
           plan.set_one(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle)
-              .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[size_t(i)]);
+              .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[size_t(i)].get());
           plan.finalize("execution plan");
           int64_t ws = 0, n = 0;
           ok(cudnn().cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
@@ -344,7 +326,7 @@ void choose_engine(Plan& p, cudnnHandle_t handle, int64_t ws_limit) {
             p.plan = std::move(plan);
             p.engine_cfg = std::move(cfgs[size_t(i)]);
             p.workspace = ws;
-            if (log_on())
+            if (cudnn_log_on())
               std::fprintf(stderr, "leantrain: cudnn attention: %s, engine config %lld of %lld, workspace %lld bytes\n",
                            mode_name, (long long)i, (long long)got, (long long)ws);
           }
@@ -404,7 +386,7 @@ Plan& plan_for(int dev, bool bwd, DType dt, const Shape4& s, bool causal, const 
       g_plans.erase(key);
       throw;
     }
-    if (log_on())
+    if (cudnn_log_on())
       std::fprintf(stderr, "leantrain: cudnn attention %s (cuDNN %zu): %s in %.0f ms\n",
                    shape_text(bwd, dt, s, causal).c_str(), cudnn().cudnnGetVersion(),
                    p.why_not.empty() ? "plan built" : ("no plan: " + p.why_not).c_str(),

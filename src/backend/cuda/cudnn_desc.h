@@ -7,8 +7,10 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cudnn_api.h"
+#include "core/knobs.h"
 
 namespace lt::cuda {
 
@@ -65,5 +67,33 @@ class CudnnDesc {
  private:
   cudnnBackendDescriptor_t d_ = nullptr;
 };
+
+// The engine configurations cuDNN's heuristics rank for a finalized operation graph, best first
+// (empty where `mode` has none).
+inline std::vector<CudnnDesc> cudnn_engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
+  CudnnDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph).set_one(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
+  heur.finalize("engine heuristics");
+  int64_t count = 0;
+  cudnn_ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            0, &count, nullptr),
+           "engine heuristics' result count");
+  std::vector<CudnnDesc> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) raw.push_back(cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR).get());
+  int64_t got = 0;
+  if (count > 0)
+    cudnn_ok(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
+             "engine heuristics' results");
+  cfgs.resize(size_t(got));
+  return cfgs;
+}
+
+// LEANTRAIN_CUDNN_LOG=1: what the cuDNN paths chose, and the convolutions' host time, on stderr.
+inline bool cudnn_log_on() {
+  static const bool on = knob_on("LEANTRAIN_CUDNN_LOG");
+  return on;
+}
 
 }  // namespace lt::cuda
