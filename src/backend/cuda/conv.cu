@@ -4,8 +4,8 @@
 // cuDNN's heuristic ranking (cudnnGet*_v7, no timing) whose workspace fits it, and for the
 // backward also one that is deterministic (the same bits every run) when one fits. f32 runs
 // without TF32 unless cuda_set_allow_tf32(true), as the GEMMs do. The descriptors and the choice
-// are built once per problem (shape, layout, dtype, workspace) and kept. With
-// LEANTRAIN_CUDNN_CONV_GRAPH=1 the backend API's kept plans run first (conv_graph.h). The
+// are built once per problem (shape, layout, dtype, workspace) and kept. The backend API's kept
+// plans run first (conv_graph.h) unless LEANTRAIN_CUDNN_CONV_GRAPH=0. The
 // optional bias is added, and its gradient summed, by kernels of this file.
 //
 // NHWC: the 4-D descriptors still take (n, c, h, w) as dims, with format CUDNN_TENSOR_NHWC for
@@ -224,7 +224,7 @@ const Prepared& prepared(const std::string& key, const Shape& xs, const Shape& w
 void* ws_ptr(const Tensor& ws) { return ws.defined() ? ws.raw_data() : nullptr; }
 size_t ws_bytes(const Tensor& ws) { return ws.defined() ? size_t(ws.numel()) : 0; }
 
-// With LEANTRAIN_CUDNN_CONV_GRAPH=1, runs the pass through conv_graph.h's kept plan (x, w, y are
+// Unless LEANTRAIN_CUDNN_CONV_GRAPH=0, runs the pass through conv_graph.h's kept plan (x, w, y are
 // the operands in the pass's roles, as conv_graph_run takes them); false: the caller runs the
 // legacy API (the knob is off, or cuDNN has no fitting plan).
 bool ran_by_graph(HostTimer& timer, ConvGraphPass pass, DType dt, const Tensor& x, const Tensor& w, const Tensor& y,

@@ -1,7 +1,7 @@
 // The causal depthwise convolution over time with SiLU (Gated DeltaNet's short convolution), with
 // the CPU's rounding (cpu_conv1d.cpp): the convolution's f32 sum rounded to the storage type, then
 // the SiLU rounded. Forward and dx: one thread an element (K taps; dx recomputes nothing, it reads
-// dpre). dpre: one thread an element, pre recomputed from x and w. dw: one thread a (channel, tap)
+// dpre), one block a row's 256 channels. dpre: the same, pre recomputed from x and w. dw: one thread a (channel, tap)
 // summing every (b, t) in order: deterministic, no atomics, coalesced across channels. With doc_pos
 // (packed documents) no tap crosses a document's start (conv_tap_in_document, as the CPU's).
 #include "backend/cuda/cuda_backend.h"
@@ -38,42 +38,53 @@ __device__ __forceinline__ float pre_at(const T* x, const T* w, const int32_t* d
   return rounded<T>(acc);
 }
 
-template <class T>
-__global__ void conv1d_fwd_kernel(T* out, const T* x, const T* w, const int32_t* dp, int64_t B, int64_t Tlen, int64_t C,
-                                  int K, int64_t sb, int64_t st, bool silu) {
-  const int64_t total = B * Tlen * C;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = e % C, bt = e / C, t = bt % Tlen, b = bt / Tlen;
-    const float pre = pre_at(x, w, dp, b, t, c, Tlen, K, sb, st);
-    store_t(out, e, silu ? silu_f(pre) : pre);
-  }
+// One block a (row b t, 256 channels), one thread a channel: the row's indices once a block (the
+// earlier grid-stride form spent more time in 64-bit divisions than in the taps: 0.25 ms for a
+// [1, 4096, 6144] bf16 forward on an H200).
+struct RowChannel {
+  int64_t b, t, c, e;  // e: the element's index in [B, T, C]
+  bool in;             // c < C
+};
+__device__ __forceinline__ RowChannel row_channel(int64_t Tlen, int64_t C, unsigned cblocks) {
+  const unsigned row_block = blockIdx.x / cblocks, cb = blockIdx.x - row_block * cblocks;
+  RowChannel r;
+  const unsigned b = row_block / unsigned(Tlen);  // rows < 2^31 (row_grid)
+  r.b = b, r.t = row_block - b * unsigned(Tlen), r.c = int64_t(cb) * blockDim.x + threadIdx.x;
+  r.e = int64_t(row_block) * C + r.c;
+  r.in = r.c < C;
+  return r;
 }
 
 template <class T>
-__global__ void conv1d_dpre_kernel(T* dpre, const T* dout, const T* x, const T* w, const int32_t* dp, int64_t B,
-                                   int64_t Tlen, int64_t C, int K, int64_t sb, int64_t st, bool silu) {
-  const int64_t total = B * Tlen * C;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = e % C, bt = e / C, t = bt % Tlen, b = bt / Tlen;
-    const float d = load_t(dout, e);
-    store_t(dpre, e, silu ? d * silu_grad_f(pre_at(x, w, dp, b, t, c, Tlen, K, sb, st)) : d);
-  }
+__global__ void conv1d_fwd_kernel(T* out, const T* x, const T* w, const int32_t* dp, int64_t Tlen, int64_t C, int K,
+                                  int64_t sb, int64_t st, bool silu, unsigned cblocks) {
+  const RowChannel r = row_channel(Tlen, C, cblocks);
+  if (!r.in) return;
+  const float pre = pre_at(x, w, dp, r.b, r.t, r.c, Tlen, K, sb, st);
+  store_t(out, r.e, silu ? silu_f(pre) : pre);
 }
 
 template <class T>
-__global__ void conv1d_dx_kernel(T* dx, const T* dpre, const T* w, const int32_t* dp, int64_t B, int64_t Tlen, int64_t C,
-                                 int K) {
-  const int64_t total = B * Tlen * C;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = e % C, bt = e / C, t = bt % Tlen, b = bt / Tlen;
-    float acc = 0.f;
-    for (int j = 0; j < K; ++j) {
-      const int64_t to = t + K - 1 - j;
-      if (to < Tlen && conv_tap_in_document(dp, b, Tlen, to, K - 1 - j))
-        acc += load_t(w, c * K + j) * load_t(dpre, (b * Tlen + to) * C + c);
-    }
-    store_t(dx, e, acc);
+__global__ void conv1d_dpre_kernel(T* dpre, const T* dout, const T* x, const T* w, const int32_t* dp, int64_t Tlen,
+                                   int64_t C, int K, int64_t sb, int64_t st, bool silu, unsigned cblocks) {
+  const RowChannel r = row_channel(Tlen, C, cblocks);
+  if (!r.in) return;
+  const float d = load_t(dout, r.e);
+  store_t(dpre, r.e, silu ? d * silu_grad_f(pre_at(x, w, dp, r.b, r.t, r.c, Tlen, K, sb, st)) : d);
+}
+
+template <class T>
+__global__ void conv1d_dx_kernel(T* dx, const T* dpre, const T* w, const int32_t* dp, int64_t Tlen, int64_t C, int K,
+                                 unsigned cblocks) {
+  const RowChannel r = row_channel(Tlen, C, cblocks);
+  if (!r.in) return;
+  float acc = 0.f;
+  for (int j = 0; j < K; ++j) {
+    const int64_t to = r.t + K - 1 - j;
+    if (to < Tlen && conv_tap_in_document(dp, r.b, Tlen, to, K - 1 - j))
+      acc += load_t(w, r.c * K + j) * load_t(dpre, (r.b * Tlen + to) * C + r.c);
   }
+  store_t(dx, r.e, acc);
 }
 
 // One thread a (tap j, channel c): consecutive threads take consecutive channels of one tap.
@@ -105,6 +116,17 @@ void check_conv(const Tensor& x, const Tensor& w, const Tensor& doc_pos, const c
 
 const int32_t* doc_ptr(const Tensor& doc_pos) { return doc_pos.defined() ? doc_pos.data<int32_t>() : nullptr; }
 
+// The row-channel kernels' grid: B T rows of ceil(C / kThreads) blocks.
+struct RowGrid {
+  unsigned blocks, cblocks;
+};
+RowGrid row_grid(const Tensor& x) {
+  const int64_t cblocks = (x.size(2) + kThreads - 1) / kThreads, blocks = x.size(0) * x.size(1) * cblocks;
+  LT_CHECK(blocks < (int64_t(1) << 31), "conv1d: " + shape_str(x.shape()) + " needs " + std::to_string(blocks) + " blocks",
+           "the kernels launch one block per row and 256 channels, at most 2^31 - 1", "use fewer rows per call");
+  return {unsigned(blocks), unsigned(cblocks)};
+}
+
 }  // namespace
 
 void CudaBackend::conv1d_causal_fwd(const Tensor& out, const Tensor& x, const Tensor& w, bool silu,
@@ -114,11 +136,12 @@ void CudaBackend::conv1d_causal_fwd(const Tensor& out, const Tensor& x, const Te
            "the kernel writes it densely", "");
   const int64_t total = x.numel();
   if (total == 0) return;
+  const RowGrid rg = row_grid(x);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    conv1d_fwd_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
-        out.data<T>(), x.data<T>(), w.data<T>(), doc_ptr(doc_pos), x.size(0), x.size(1), x.size(2), int(w.size(1)),
-        x.strides()[0], x.strides()[1], silu);
+    conv1d_fwd_kernel<T><<<rg.blocks, kThreads, 0, current_stream()>>>(
+        out.data<T>(), x.data<T>(), w.data<T>(), doc_ptr(doc_pos), x.size(1), x.size(2), int(w.size(1)),
+        x.strides()[0], x.strides()[1], silu, rg.cblocks);
     LT_CUDA_LAUNCH_CHECK("conv1d_fwd_kernel");
   });
 }
@@ -136,15 +159,16 @@ void CudaBackend::conv1d_causal_bwd(const Tensor& dx, const Tensor& dw, const Te
   const int64_t B = x.size(0), T_len = x.size(1), C = x.size(2);
   const int K = int(w.size(1));
   const int32_t* dp = doc_ptr(doc_pos);
+  const RowGrid rg = row_grid(x);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    conv1d_dpre_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
-        dpre.data<T>(), dout.data<T>(), x.data<T>(), w.data<T>(), dp, B, T_len, C, K, x.strides()[0], x.strides()[1],
-        silu);
+    conv1d_dpre_kernel<T><<<rg.blocks, kThreads, 0, current_stream()>>>(
+        dpre.data<T>(), dout.data<T>(), x.data<T>(), w.data<T>(), dp, T_len, C, K, x.strides()[0], x.strides()[1],
+        silu, rg.cblocks);
     LT_CUDA_LAUNCH_CHECK("conv1d_dpre_kernel");
     if (dx.defined()) {
-      conv1d_dx_kernel<T><<<grid_for(total, kThreads), kThreads, 0, current_stream()>>>(
-          dx.data<T>(), dpre.data<T>(), w.data<T>(), dp, B, T_len, C, K);
+      conv1d_dx_kernel<T><<<rg.blocks, kThreads, 0, current_stream()>>>(
+          dx.data<T>(), dpre.data<T>(), w.data<T>(), dp, T_len, C, K, rg.cblocks);
       LT_CUDA_LAUNCH_CHECK("conv1d_dx_kernel");
     }
     if (dw.defined())

@@ -2,7 +2,7 @@
 // and kept (conv_graph.cpp). The legacy API (cudnnConvolutionForward and kin) spends 110-250 us of
 // host time a call on an H100 (LEANTRAIN_CUDNN_LOG=1, bench/results/issues44-46-h100-f09c7ad.md):
 // a ResNet step at a small batch is then bound by the host issuing its convolutions. conv.cu
-// tries this path first when LEANTRAIN_CUDNN_CONV_GRAPH=1 and falls back to the legacy one where
+// tries this path first (unless LEANTRAIN_CUDNN_CONV_GRAPH=0) and falls back to the legacy one where
 // cuDNN offers no plan that fits.
 #pragma once
 #include <cstdint>

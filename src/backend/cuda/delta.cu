@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_strided.cuh"
+#include "backend/cuda/delta_state.h"
 #include "backend/delta_docs.h"
 #include "core/knobs.h"
 
@@ -594,6 +595,10 @@ void CudaBackend::gdn_state_fwd(const Tensor& states, const Tensor& delta, const
   const int NC = int(states.size(1)), Dk = int(states.size(2)), Dv = int(states.size(3));
   const int C = int(gam.size(1) / NC);
   if (BH == 0) return;
+  if (gdn_state_fwd_tiled(states.data<float>(), delta.data<float>(), u.data<float>(), w.data<float>(),
+                          kn.data<float>(), gam.data<float>(), BH, NC, C, Dk, Dv, gdn_docs(doc_pos, BH, gam.size(1), C),
+                          current_stream()))
+    return;
   const size_t base = size_t(Dk * kCols + C * kCols + C) * sizeof(float);
   const size_t staged = base + size_t(2 * C * Dk) * sizeof(float);
   const bool stage = staged <= kStageSmem && stage_rows_on();
@@ -691,6 +696,10 @@ void CudaBackend::gdn_state_bwd(const Tensor& dsend, const Tensor& ddelta, const
   const int NC = int(dsend.size(1)), Dk = int(dsend.size(2)), Dv = int(dsend.size(3));
   const int C = int(gam.size(1) / NC);
   if (BH == 0) return;
+  if (gdn_state_bwd_tiled(dsend.data<float>(), ddelta.data<float>(), dout.data<float>(), p.data<float>(),
+                          w.data<float>(), qn.data<float>(), kn.data<float>(), gam.data<float>(), BH, NC, C, Dk, Dv,
+                          gdn_docs(doc_pos, BH, gam.size(1), C), current_stream()))
+    return;
   const size_t base = size_t(Dk * kCols + C * kCols + 2 * C) * sizeof(float);
   const size_t staged = base + size_t(C * C + C * kCols + 3 * C * Dk) * sizeof(float);
   const bool stage = staged <= kStageSmem && stage_rows_on();
