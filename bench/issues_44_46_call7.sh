@@ -9,7 +9,8 @@
 #   4. ResNets beside torchvision (bench/resnet_speed_call.sh, SGD; then AdamW at B32) and the ResNet
 #      rows of plan_vs_measured.
 #   5. One Qwen3.5 LoRA step under Nsight Compute (kernel table).
-#   BUILD=build-gpu OUT=/tmp/call7 bash bench/issues_44_46_call7.sh
+#   BUILD=build-gpu OUT=/tmp/call7 bash bench/issues_44_46_call7.sh; then archive $OUT's folders
+#   (the device returns few files): tar czf all.tgz qwen35 parity resnet pvm *.json *.jsonl
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call7}
 export BUILD
@@ -29,10 +30,10 @@ timeout 100 "./$BUILD/leantrain_tests" --gtest_brief=1 \
 el "unit conv (graph default)"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit-conv.txt" | head -8
 OUT=$OUT/qwen35 ROUNDS=2 timeout 330 bash bench/qwen35_lora.sh throughput 2>&1 | cut -c1-500
 el "qwen3.5 throughput"
-timeout 200 python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" --commit "${COMMIT:-call7}" \
+timeout ${PARITY_S:-150} python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" --commit "${COMMIT:-call7}" \
   --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
 el "parity"; tail -6 "$OUT/parity.log"
-DEADLINE_S=150 OUT=$OUT/resnet bash bench/resnet_speed_call.sh 2>&1 | grep -v "^\[" | cut -c1-260
+DEADLINE_S=${RESNET_S:-120} OUT=$OUT/resnet bash bench/resnet_speed_call.sh 2>&1 | grep -v "^\[" | cut -c1-260
 for m in resnet50 resnet152; do
   timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer adamw --lr 1e-3 \
     --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-adamw.jsonl" \
@@ -47,9 +48,8 @@ done
 el "resnet adamw"
 LT=$BUILD/leantrain ROWS='resnet' OUT=$OUT/pvm COMMIT=${COMMIT:-call7} timeout 120 bash bench/plan_vs_measured.sh > "$OUT/pvm.log" 2>&1
 el "plan vs measured"; grep "^|" "$OUT/pvm/plan_vs_measured.md" 2>/dev/null | head -8
-timeout "${PROF_S:-120}" bash bench/profile_train_kernels.sh "$OUT/prof-qwen35" --model qwen3.5-2b --data synthetic \
+timeout "${PROF_S:-90}" bash bench/profile_train_kernels.sh "$OUT/prof-qwen35" --model qwen3.5-2b --data synthetic \
   --batch 1 --seq-len 4096 --precision bf16-true --lora-rank 16 --lora-alpha 32 --checkpoint blocks --steps 1 \
   --eval-batches 1 > "$OUT/prof-qwen35.md" 2>&1
 el "qwen3.5 profile"; head -30 "$OUT/prof-qwen35.md"
 rm -rf "$OUT/prof-qwen35"
-(cd "$OUT" && tar czf all.tgz qwen35 parity resnet pvm *.json *.jsonl 2>/dev/null; rm -rf qwen35 parity resnet pvm)
