@@ -51,8 +51,8 @@ Tensor rms_norm_gated(const Tensor& x_in, const Tensor& z_in, const Tensor& w_in
     const Device gd = g.device();
     Backend& be = backend_for(gd);
     Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), gd), dz = Tensor::empty(sz.shape(), sz.dtype(), gd);
-    const int64_t P = dw_parts_for(N * G);
-    Tensor parts = Tensor::empty({P, D}, acc, gd);
+    // w's partial sums only when w takes a gradient (not a frozen norm under LoRA).
+    Tensor parts = need_w ? Tensor::empty({dw_parts_for(N * G), D}, acc, gd) : Tensor();
     const Tensor gc = contiguous_data(g);  // may be a view past its buffer's start (concat's backward)
     be.rmsnorm_gated_bwd(make_view(dx, {N, W}, {W, 1}, 0), make_view(dz, {N, W}, {W, 1}, 0), parts,
                          make_view(gc, {N, W}, {W, 1}, gc.offset()), make_view(sx, {N, W}, {W, 1}, sx.offset()),

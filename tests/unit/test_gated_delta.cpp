@@ -348,6 +348,22 @@ TEST(RmsNormGated, GradientArrivingAsAnOffsetViewIsReadWhereItIs) {
               {rand64({2, 3, 12}, 131), rand64({2, 3, 12}, 132), rand64({4}, 133), rand64({1, 3, 12}, 134)}, 1e-12);
 }
 
+TEST(RmsNormGated, FrozenWeightGivesTheSameInputGradientsAndNoWeightGradient) {
+  // Under LoRA the norm's weight is frozen: the backward then sums no weight parts (it skips that
+  // kernel on CUDA) and x's and z's gradients are the same bits as with the weight trained.
+  auto grads = [](bool train_w) {
+    Tensor x = rand64({3, 300, 6}, 141), z = rand64({3, 300, 6}, 142), w = rand64({3}, 143);
+    x.set_requires_grad(true), z.set_requires_grad(true), w.set_requires_grad(train_w);
+    Tensor y = rms_norm_gated(x, z, w, 1e-6);
+    y.backward(rand64({3, 300, 6}, 144));
+    EXPECT_EQ(w.grad().defined(), train_w);
+    return std::pair{x.grad().to_double_vector(), z.grad().to_double_vector()};
+  };
+  const auto trained = grads(true), frozen = grads(false);
+  EXPECT_EQ(trained.first, frozen.first);
+  EXPECT_EQ(trained.second, frozen.second);
+}
+
 TEST(RmsNormGated, Gradcheck) {
   EXPECT_TRUE(test::gradcheck([](const V& v) { return rms_norm_gated(v[0], v[1], v[2]); },
                               {rand64({3, 8}, 117), rand64({3, 8}, 118), rand64({4}, 119)}));

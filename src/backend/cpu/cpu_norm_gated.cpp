@@ -45,19 +45,22 @@ void CpuBackend::rmsnorm_gated_fwd(const Tensor& y, const Tensor& rstd, const Te
 void CpuBackend::rmsnorm_gated_bwd(const Tensor& dx, const Tensor& dz, const Tensor& dw_parts, const Tensor& dy,
                                    const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& rstd) {
   const int64_t N = x.size(0), D = w.size(0), G = x.size(1) / D, zs = z.strides()[0];
-  const int64_t R = N * G, P = dw_parts.size(0), L = (R + P - 1) / P;
+  const bool want_w = dw_parts.defined();
+  const int64_t R = N * G, P = want_w ? dw_parts.size(0) : 1, L = (R + P - 1) / P;
   dispatch_float(x.dtype(), [&](auto tag) {
     using S = decltype(tag);
     using A = acc_t<S>;
     const S *px = x.data<S>(), *pz = z.data<S>(), *pw = w.data<S>(), *pdy = dy.data<S>();
     const A* pr = aux_data<A>(rstd);
-    A* parts = aux_data<A>(dw_parts);
+    std::vector<A> scratch;  // w's sums land here when dw_parts is undefined (then unused)
+    if (!want_w) scratch.assign(static_cast<size_t>(D), A(0));
+    A* parts = want_w ? aux_data<A>(dw_parts) : scratch.data();
     std::fill(parts, parts + P * D, A(0));
     std::vector<A> dn(static_cast<size_t>(D));
     for (int64_t row = 0; row < R; ++row) {
       const int64_t n = row / G, g = row % G, xo = n * G * D + g * D, zo = n * zs + g * D;
       const A r = pr[row];
-      A* part = parts + (row / L) * D;
+      A* part = want_w ? parts + (row / L) * D : parts;
       A dot = 0;
       for (int64_t i = 0; i < D; ++i) {
         const A xv = ld(px, xo + i), nrm = rounded<S>(xv * r), wv = ld(pw, i);

@@ -117,11 +117,12 @@ void CudaBackend::rmsnorm_gated_bwd(const Tensor& dx, const Tensor& dz, const Te
                                     const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& rstd) {
   LT_CHECK(x.dim() == 2 && x.is_contiguous() && dx.is_contiguous() && dz.is_contiguous() && dy.is_contiguous() &&
                z.dim() == 2 && z.strides()[1] == 1 && w.is_contiguous() && rstd.dtype() == DType::F32 &&
-               dw_parts.dtype() == DType::F32 && dw_parts.is_contiguous(),
+               (!dw_parts.defined() || (dw_parts.dtype() == DType::F32 && dw_parts.is_contiguous())),
            "rmsnorm_gated_bwd: dx, dz, dy, x contiguous [N, G D], z with unit stride on its rows, rstd and dw_parts f32",
            "the kernels read and write rows", "");
   const int D = int(w.size(0)), G = int(x.size(1) / D);
-  const int64_t rows = x.size(0) * G, P = dw_parts.size(0), L = (rows + P - 1) / std::max<int64_t>(P, 1);
+  const int64_t rows = x.size(0) * G, P = dw_parts.defined() ? dw_parts.size(0) : 0;
+  const int64_t L = (rows + P - 1) / std::max<int64_t>(P, 1);
   if (rows == 0) return;
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -129,6 +130,7 @@ void CudaBackend::rmsnorm_gated_bwd(const Tensor& dx, const Tensor& dz, const Te
         dx.data<T>(), dz.data<T>(), dy.data<T>(), x.data<T>(), z.data<T>(), w.data<T>(), rstd.data<float>(), rows, G, D,
         z.strides()[0]);
     LT_CUDA_LAUNCH_CHECK("rmsnorm_gated_bwd_kernel");
+    if (P == 0) return;  // w takes no gradient
     rmsnorm_gated_dw_kernel<T><<<grid_for(P * D, kThreads), kThreads, 0, current_stream()>>>(
         dw_parts.data<float>(), dy.data<T>(), x.data<T>(), z.data<T>(), w.data<T>(), rstd.data<float>(), rows, P, L, G,
         D, z.strides()[0]);
