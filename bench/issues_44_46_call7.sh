@@ -9,6 +9,8 @@
 #   4. ResNets beside torchvision (bench/resnet_speed_call.sh, SGD; then AdamW at B32) and the ResNet
 #      rows of plan_vs_measured.
 #   5. One Qwen3.5 LoRA step under Nsight Compute (kernel table).
+# Short form (PARITY=0 PROFILE=0 RESNET_SPEED=0 ROUNDS=1): the tests, one Qwen3.5 round beside the
+# peer, resnet50/152 B32 SGD and AdamW beside torchvision, the ResNet plan rows.
 #   BUILD=build-gpu OUT=/tmp/call7 bash bench/issues_44_46_call7.sh; then archive $OUT's folders
 #   (the device returns few files): tar czf all.tgz qwen35 parity resnet pvm *.json *.jsonl
 set -u
@@ -28,13 +30,24 @@ timeout 100 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='Ops/OpsBackends.*conv2d*:Ops/OpsBackends.*batch_norm*:Ops/OpsBackends.*max_pool*:ConvOps*:ResNet*' \
   > "$OUT/unit-conv.txt" 2>&1
 el "unit conv (graph default)"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit-conv.txt" | head -8
-OUT=$OUT/qwen35 ROUNDS=2 timeout 330 bash bench/qwen35_lora.sh throughput 2>&1 | cut -c1-500
+OUT=$OUT/qwen35 ROUNDS=${ROUNDS:-2} timeout 330 bash bench/qwen35_lora.sh throughput 2>&1 | cut -c1-500
 el "qwen3.5 throughput"
-timeout ${PARITY_S:-150} python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" --commit "${COMMIT:-call7}" \
+[ "${PARITY:-1}" = 1 ] && timeout ${PARITY_S:-150} python3 bench/peers/parity.py --bench "$BUILD/leantrain_bench" --out "$OUT/parity" --commit "${COMMIT:-call7}" \
   --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
 el "parity"; tail -6 "$OUT/parity.log"
-DEADLINE_S=${RESNET_S:-120} OUT=$OUT/resnet bash bench/resnet_speed_call.sh 2>&1 | grep -v "^\[" | cut -c1-260
+[ "${RESNET_SPEED:-1}" = 1 ] && DEADLINE_S=${RESNET_S:-120} OUT=$OUT/resnet bash bench/resnet_speed_call.sh 2>&1 | grep -v "^\[" | cut -c1-260
 for m in resnet50 resnet152; do
+  [ "${RESNET_SPEED:-1}" = 1 ] || for opt in sgd; do
+    timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer sgd --momentum 0.9 \
+      --lr 0.01 --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-sgd.jsonl" \
+      --metrics-json "$OUT/$m-sgd.json" > /dev/null 2>&1
+    python3 -c "
+import json,sys
+s=[json.loads(l)['seconds'] for l in open('$OUT/$m-sgd.jsonl') if '\"loss\"' in l]
+print(json.dumps({'system':'leantrain','run':'$m-b32-sgd','img_per_s':round((len(s)-1)*32/sum(s[1:]),1),'peak_allocated':json.load(open('$OUT/$m-sgd.json'))['peak_allocated_bytes']}))"
+    timeout 90 python3 bench/peers/resnet_torch.py --model $m --batch 32 --precision bf16-mixed --optimizer sgd \
+      --warmup 3 --steps 30 --tag "$m-b32-sgd" 2>/dev/null | tail -1 | cut -c1-300
+  done
   timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer adamw --lr 1e-3 \
     --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-adamw.jsonl" \
     --metrics-json "$OUT/$m-adamw.json" > /dev/null 2>&1
@@ -48,7 +61,7 @@ done
 el "resnet adamw"
 LT=$BUILD/leantrain ROWS='resnet' OUT=$OUT/pvm COMMIT=${COMMIT:-call7} timeout 120 bash bench/plan_vs_measured.sh > "$OUT/pvm.log" 2>&1
 el "plan vs measured"; grep "^|" "$OUT/pvm/plan_vs_measured.md" 2>/dev/null | head -8
-timeout "${PROF_S:-90}" bash bench/profile_train_kernels.sh "$OUT/prof-qwen35" --model qwen3.5-2b --data synthetic \
+[ "${PROFILE:-1}" = 1 ] && timeout "${PROF_S:-90}" bash bench/profile_train_kernels.sh "$OUT/prof-qwen35" --model qwen3.5-2b --data synthetic \
   --batch 1 --seq-len 4096 --precision bf16-true --lora-rank 16 --lora-alpha 32 --checkpoint blocks --steps 1 \
   --eval-batches 1 > "$OUT/prof-qwen35.md" 2>&1
 el "qwen3.5 profile"; head -30 "$OUT/prof-qwen35.md"
