@@ -36,27 +36,21 @@ el "qwen3.5 throughput"
   --only qwen3_5-small,qwen3_5-small-untied-t130 > "$OUT/parity.log" 2>&1
 el "parity"; tail -6 "$OUT/parity.log"
 [ "${RESNET_SPEED:-1}" = 1 ] && DEADLINE_S=${RESNET_S:-120} OUT=$OUT/resnet bash bench/resnet_speed_call.sh 2>&1 | grep -v "^\[" | cut -c1-260
-for m in resnet50 resnet152; do
-  [ "${RESNET_SPEED:-1}" = 1 ] || for opt in sgd; do
-    timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer sgd --momentum 0.9 \
-      --lr 0.01 --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-sgd.jsonl" \
-      --metrics-json "$OUT/$m-sgd.json" > /dev/null 2>&1
-    python3 -c "
-import json,sys
-s=[json.loads(l)['seconds'] for l in open('$OUT/$m-sgd.jsonl') if '\"loss\"' in l]
-print(json.dumps({'system':'leantrain','run':'$m-b32-sgd','img_per_s':round((len(s)-1)*32/sum(s[1:]),1),'peak_allocated':json.load(open('$OUT/$m-sgd.json'))['peak_allocated_bytes']}))"
-    timeout 90 python3 bench/peers/resnet_torch.py --model $m --batch 32 --precision bf16-mixed --optimizer sgd \
-      --warmup 3 --steps 30 --tag "$m-b32-sgd" 2>/dev/null | tail -1 | cut -c1-300
-  done
-  timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer adamw --lr 1e-3 \
-    --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-adamw.jsonl" \
-    --metrics-json "$OUT/$m-adamw.json" > /dev/null 2>&1
+resnet_pair() {  # model optimizer flags...: leantrain, then torchvision, B32 bf16-mixed, 30 steps each
+  local m=$1 opt=$2; shift 2
+  timeout 60 "./$BUILD/leantrain" train --model $m --batch 32 --precision bf16-mixed --optimizer $opt "$@" \
+    --data synthetic --device cuda --steps 30 --eval-batches 1 --log-every 30 --metrics "$OUT/$m-$opt.jsonl" \
+    --metrics-json "$OUT/$m-$opt.json" > /dev/null 2>&1
   python3 -c "
-import json,sys
-s=[json.loads(l)['seconds'] for l in open('$OUT/$m-adamw.jsonl') if '\"loss\"' in l]
-print(json.dumps({'system':'leantrain','run':'$m-b32-adamw','img_per_s':round((len(s)-1)*32/sum(s[1:]),1),'peak_allocated':json.load(open('$OUT/$m-adamw.json'))['peak_allocated_bytes']}))"
-  timeout 90 python3 bench/peers/resnet_torch.py --model $m --batch 32 --precision bf16-mixed --optimizer adamw \
-    --warmup 3 --steps 30 --tag "$m-b32-adamw" 2>/dev/null | tail -1 | cut -c1-300
+import json
+s=[json.loads(l)['seconds'] for l in open('$OUT/$m-$opt.jsonl') if '\"loss\"' in l]
+print(json.dumps({'system':'leantrain','run':'$m-b32-$opt','img_per_s':round((len(s)-1)*32/sum(s[1:]),1),'peak_allocated':json.load(open('$OUT/$m-$opt.json'))['peak_allocated_bytes']}))"
+  timeout 90 python3 bench/peers/resnet_torch.py --model $m --batch 32 --precision bf16-mixed --optimizer $opt \
+    --warmup 3 --steps 30 --tag "$m-b32-$opt" 2>/dev/null | tail -1 | cut -c1-300
+}
+for m in resnet50 resnet152; do
+  [ "${RESNET_SPEED:-1}" = 1 ] || resnet_pair $m sgd --momentum 0.9 --lr 0.01
+  resnet_pair $m adamw --lr 1e-3
 done
 el "resnet adamw"
 LT=$BUILD/leantrain ROWS='resnet' OUT=$OUT/pvm COMMIT=${COMMIT:-call7} timeout 120 bash bench/plan_vs_measured.sh > "$OUT/pvm.log" 2>&1
