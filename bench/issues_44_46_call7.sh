@@ -9,7 +9,7 @@
 #   4. ResNets beside torchvision (bench/resnet_speed_call.sh, SGD; then AdamW at B32) and the ResNet
 #      rows of plan_vs_measured.
 #   5. One Qwen3.5 LoRA step under Nsight Compute (kernel table).
-# Short form (PARITY=0 PROFILE=0 RESNET_SPEED=0 ROUNDS=1): the tests, one Qwen3.5 round beside the
+# Short form (PARITY=0 PROFILE=0 RESNET_SPEED=0 ROUNDS=1; UNTILED=0 CONV_UNIT=0 GDN_FILTER=... shorter): the tests, one Qwen3.5 round beside the
 # peer, resnet50/152 B32 SGD and AdamW beside torchvision, the ResNet plan rows.
 #   BUILD=build-gpu OUT=/tmp/call7 bash bench/issues_44_46_call7.sh; then archive $OUT's folders
 #   (the device returns few files): tar czf all.tgz qwen35 parity resnet pvm *.json *.jsonl
@@ -20,13 +20,13 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-F='Ops/OpsBackends.*gated_delta*:Ops/OpsBackends.*causal_conv1d*:GatedDelta*:CausalConv1d*:Qwen35*:PackedDocuments.*'
+F=${GDN_FILTER:-'Ops/OpsBackends.*gated_delta*:Ops/OpsBackends.*causal_conv1d*:GatedDelta*:CausalConv1d*:Qwen35*:PackedDocuments.*'}
 timeout 150 "./$BUILD/leantrain_tests" --gtest_brief=1 --gtest_filter="$F" > "$OUT/unit-gdn.txt" 2>&1
 el "unit gdn (tiled)"; grep -E "FAILED|PASSED|tests ran|time gated" "$OUT/unit-gdn.txt" | head -12
-LEANTRAIN_GDN_TILED=0 timeout 60 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+[ "${UNTILED:-1}" = 1 ] && LEANTRAIN_GDN_TILED=0 timeout 60 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='GatedDelta.CudaMatchesTheCpuAtTheTwoBHeadsAndTimesT4096' > "$OUT/unit-gdn-untiled.txt" 2>&1
 el "gdn untiled"; grep -E "FAILED|PASSED|time gated" "$OUT/unit-gdn-untiled.txt" | head -4
-timeout 100 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+[ "${CONV_UNIT:-1}" = 1 ] && timeout 100 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='Ops/OpsBackends.*conv2d*:Ops/OpsBackends.*batch_norm*:Ops/OpsBackends.*max_pool*:ConvOps*:ResNet*' \
   > "$OUT/unit-conv.txt" 2>&1
 el "unit conv (graph default)"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit-conv.txt" | head -8
