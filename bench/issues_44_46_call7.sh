@@ -2,7 +2,7 @@
 # Issues 44 and 46, one GPU call after the tiled Gated DeltaNet state passes (delta_state.cu), the
 # row-block short convolution and the convolution plans as the default:
 #   1. GPU tests against the CPU: the delta rule, the short convolution, Qwen3.5, packed documents
-#      (tiled passes); the T 4096 delta-rule timing again with LEANTRAIN_GDN_TILED=0; the image ops
+#      (tiled passes, LEANTRAIN_GDN_TILED=1); the T 4096 delta-rule timing again without them; the image ops
 #      and ResNets with the backend-API convolutions now the default.
 #   2. Qwen3.5-2B LoRA B1 x T4096 beside transformers + PEFT, two rounds (bench/qwen35_lora.sh).
 #   3. Parity with transformers: qwen3_5-small and qwen3_5-small-untied-t130, f32 and bf16.
@@ -16,6 +16,9 @@
 set -u
 BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call7}
 export BUILD
+# The tiled state passes are opt-in until this call has checked them: on for everything below
+# except the one timing that runs without them.
+export LEANTRAIN_GDN_TILED=${GDN_TILED:-1}
 mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
