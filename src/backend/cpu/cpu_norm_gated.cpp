@@ -52,15 +52,13 @@ void CpuBackend::rmsnorm_gated_bwd(const Tensor& dx, const Tensor& dz, const Ten
     using A = acc_t<S>;
     const S *px = x.data<S>(), *pz = z.data<S>(), *pw = w.data<S>(), *pdy = dy.data<S>();
     const A* pr = aux_data<A>(rstd);
-    std::vector<A> scratch;  // w's sums land here when dw_parts is undefined (then unused)
-    if (!want_w) scratch.assign(static_cast<size_t>(D), A(0));
-    A* parts = want_w ? aux_data<A>(dw_parts) : scratch.data();
-    std::fill(parts, parts + P * D, A(0));
+    A* parts = want_w ? aux_data<A>(dw_parts) : nullptr;  // null: w takes no gradient
+    if (parts) std::fill(parts, parts + P * D, A(0));
     std::vector<A> dn(static_cast<size_t>(D));
     for (int64_t row = 0; row < R; ++row) {
       const int64_t n = row / G, g = row % G, xo = n * G * D + g * D, zo = n * zs + g * D;
       const A r = pr[row];
-      A* part = want_w ? parts + (row / L) * D : parts;
+      A* part = parts ? parts + (row / L) * D : nullptr;
       A dot = 0;
       for (int64_t i = 0; i < D; ++i) {
         const A xv = ld(px, xo + i), nrm = rounded<S>(xv * r), wv = ld(pw, i);
@@ -70,7 +68,7 @@ void CpuBackend::rmsnorm_gated_bwd(const Tensor& dx, const Tensor& dz, const Ten
         const A dp = rounded<S>(d * s);            // y = p * s: p's gradient, stored in p's dtype
         const A dsilu = d * p;                     // s's (f32 in torch)
         st(dz.data<S>(), xo + i, dsilu * sg * (A(1) + zz * (A(1) - sg)));
-        part[i] += dp * nrm;                       // w's
+        if (part) part[i] += dp * nrm;             // w's
         dn[size_t(i)] = rounded<S>(dp * wv);       // nrm's, stored in its dtype
         dot += dn[size_t(i)] * xv * r;
       }

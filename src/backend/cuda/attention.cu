@@ -1600,11 +1600,6 @@ void check_like(const char* op, const Tensor& t, const Tensor& ref, const char* 
            "the kernel writes it row by row (batch, head and time strides are free)", "");
 }
 
-template <class Kern> void allow_smem(Kern kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <class T> constexpr bool is_16bit() { return sizeof(T) == 2; }
 
 // The tensor-core kernels move rows in 16-byte chunks: every row of every operand must start

@@ -293,10 +293,10 @@ void CudaBackend::conv2d_fwd(const Tensor& y, const Tensor& x, const Tensor& w, 
   HostTimer timer(int(Pass::Forward));
   for (auto [t, name] : {std::pair{&y, "y"}, {&x, "x"}, {&w, "w"}}) check_operand(*t, dt, device_index_, "conv2d_fwd", name);
   if (y.numel() == 0) return;
-  const CudnnApi& api = cudnn();
-  cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
   if (!ran_by_graph(timer, ConvGraphPass::Forward, dt, x, w, y, d, workspace, bytes, device_index_)) {
+    const CudnnApi& api = cudnn();
+    cudnnHandle_t h = cudnn_handle();
     const std::string key = key_of(Pass::Forward, x.shape(), w.shape(), d, dt, bytes, device_index_);
     const Prepared& pr = prepared(key, x.shape(), w.shape(), y.shape(), d, dt, [&](ConvDescs& c) {
       return choose<cudnnConvolutionFwdAlgoPerf_t>(
@@ -337,10 +337,10 @@ void CudaBackend::conv2d_bwd_data(const Tensor& dx, const Tensor& dy, const Tens
   for (auto [t, name] : {std::pair{&dx, "dx"}, {&dy, "dy"}, {&w, "w"}})
     check_operand(*t, dt, device_index_, "conv2d_bwd_data", name);
   if (dx.numel() == 0) return;
-  const CudnnApi& api = cudnn();
-  cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
   if (ran_by_graph(timer, ConvGraphPass::BackwardData, dt, dx, w, dy, d, workspace, bytes, device_index_)) return;
+  const CudnnApi& api = cudnn();
+  cudnnHandle_t h = cudnn_handle();
   const std::string key = key_of(Pass::BackwardData, dx.shape(), w.shape(), d, dt, bytes, device_index_);
   const Prepared& pr = prepared(key, dx.shape(), w.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
     return choose<cudnnConvolutionBwdDataAlgoPerf_t>(
@@ -371,10 +371,10 @@ void CudaBackend::conv2d_bwd_filter(const Tensor& dw, const Tensor& db, const Te
   for (auto [t, name] : {std::pair{&dw, "dw"}, {&dy, "dy"}, {&x, "x"}})
     check_operand(*t, dt, device_index_, "conv2d_bwd_filter", name);
   if (dy.numel() == 0) return;
-  const CudnnApi& api = cudnn();
-  cudnnHandle_t h = cudnn_handle();
   const int64_t bytes = int64_t(ws_bytes(workspace));
   if (!ran_by_graph(timer, ConvGraphPass::BackwardFilter, dt, x, dw, dy, d, workspace, bytes, device_index_)) {
+    const CudnnApi& api = cudnn();
+    cudnnHandle_t h = cudnn_handle();
     const std::string key = key_of(Pass::BackwardFilter, x.shape(), dw.shape(), d, dt, bytes, device_index_);
     const Prepared& pr = prepared(key, x.shape(), dw.shape(), dy.shape(), d, dt, [&](ConvDescs& c) {
       return choose<cudnnConvolutionBwdFilterAlgoPerf_t>(

@@ -21,6 +21,12 @@ template <class T> __device__ __forceinline__ T from_f32(float v) { return T(v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half(v); }
 
+// The dynamic shared memory a kernel needs, allowed past the 48 KB default (a no-op below it).
+template <class K> void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 // Calls f(T{}) with T the device storage type of a floating dtype (f32, f16, bf16).
 template <class F> void dispatch_float(DType t, F&& f) {
   switch (t) {

@@ -526,12 +526,6 @@ __global__ void gdn_decay_bwd_kernel(float* da, float* dalog, const float* dg, c
   }
 }
 
-// The dynamic shared memory a kernel needs, allowed past the 48 KB default once.
-template <class K> void allow_smem(K kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 unsigned rows_grid(int64_t rows, int warps_per_block) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block, 65535)));
 }

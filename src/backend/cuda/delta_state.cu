@@ -237,11 +237,6 @@ __global__ void __launch_bounds__(kThreads) state_bwd_kernel(float* dsend, float
   cp_async_wait<0>();
 }
 
-template <class K> void allow_state_smem(K kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 bool tiled_on() {
   static const bool on = knob_on("LEANTRAIN_GDN_TILED");
   return on;
@@ -262,7 +257,7 @@ bool gdn_state_fwd_tiled(float* states, float* delta, const float* u, const floa
                          cudaStream_t stream) {
   if (!tiled_shapes(C, Dk)) return false;
   const size_t smem = fwd_smem(Dk);
-  allow_state_smem(state_fwd_kernel, smem);
+  allow_smem(state_fwd_kernel, smem);
   const dim3 grid(unsigned(BH), unsigned((Dv + kCols - 1) / kCols));
   state_fwd_kernel<<<grid, kThreads, smem, stream>>>(states, delta, u, w, kn, gam, NC, C, Dk, Dv, docs);
   LT_CUDA_LAUNCH_CHECK("gdn_state_fwd_tiled (state_fwd_kernel)");
@@ -274,7 +269,7 @@ bool gdn_state_bwd_tiled(float* dsend, float* ddelta, const float* dout, const f
                          int Dv, const GdnDocs& docs, cudaStream_t stream) {
   if (!tiled_shapes(C, Dk)) return false;
   const size_t smem = bwd_smem(Dk);
-  allow_state_smem(state_bwd_kernel, smem);
+  allow_smem(state_bwd_kernel, smem);
   const dim3 grid(unsigned(BH), unsigned((Dv + kCols - 1) / kCols));
   state_bwd_kernel<<<grid, kThreads, smem, stream>>>(dsend, ddelta, dout, p, w, qn, kn, gam, NC, C, Dk, Dv, docs);
   LT_CUDA_LAUNCH_CHECK("gdn_state_bwd_tiled (state_bwd_kernel)");

@@ -277,7 +277,7 @@ void CudaBackend::cross_entropy_fwd_bwd(const Tensor& loss, const Tensor& lse, c
       const bool aligned = aligned16(logits.raw_data()) && (ld * int64_t(sizeof(T))) % 16 == 0;
       if (aligned && row_bytes <= kFusedMaxRowBytes) {
         auto kernel = ce_fused_kernel<T, P, I>;
-        LT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFusedMaxRowBytes)));
+        allow_smem(kernel, size_t(kFusedMaxRowBytes));
         kernel<<<unsigned(N), kFusedThreads, size_t(std::max<int64_t>(row_bytes, 16)), current_stream()>>>(
             loss.data<float>(), lse.data<float>(), logits.data<T>(), targets.data<I>(), V, ld, ignore_index,
             grad_scale);

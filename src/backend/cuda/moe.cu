@@ -683,8 +683,7 @@ void run_grouped(Launch<T, TC> L, F worst_row_tiles_m, int minor_a, int minor_b)
         if (!vec) kern = kernel<T, TC, A_KM, B_KN, false, st, bn, bk>;
       }
       const size_t smem = size_t(st) * stage_elems<A_KM, B_KN, bn, bk>() * sizeof(T);
-      if (smem > 48 * 1024)  // past the default limit (3 and 4 stages, 256 columns or 64 deep)
-        LT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      allow_smem(kern, smem);  // past the default limit with 3 and 4 stages, 256 columns or 64 deep
       kern<<<unsigned(blocks), THREADS, smem, s>>>(L);
     };
     using K32 = std::integral_constant<int, 32>;
