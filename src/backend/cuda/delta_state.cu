@@ -2,7 +2,7 @@
 // pipelined: the form delta.cu's kernels take where the shapes allow (delta_state.h).
 //
 // Why: the one-output-a-thread kernels in delta.cu spend two or three shared-memory loads on each
-// multiply-add, and wait for each chunk's rows before using them. On an H100/H200 at the 2B
+// multiply-add, and wait for each chunk's rows before using them. On an H200 at the 2B
 // shape (16 heads of 128, chunks of 64, T 4096) they took 1.4 ms forward and 2.2 ms backward a
 // layer, a third of a Qwen3.5 LoRA step (bench/results/issues44-46-h200-de67526.md). Here:
 // - each thread owns a small tile of outputs in registers (a row and four value columns for the
@@ -14,7 +14,8 @@
 // - the next rows arrive by cp.async while the current product runs: each staged matrix is needed
 //   by one of the two phases of a chunk, so it is loaded during the other phase.
 // Every output's sum runs over the same terms in the same order as delta.cu's kernels and
-// cpu_delta.cpp's reference, so the results are the same bits.
+// cpu_delta.cpp's reference, so the results should be the same bits (not yet checked on a GPU:
+// opt-in, LEANTRAIN_GDN_TILED=1, until one has run the GPU tests).
 //
 // Layout: one block of 256 threads per (sequence bh, 16 value columns), as in delta.cu; Dk <= 128
 // and a multiple of 4, C <= 64 and a multiple of 4 (the 16-byte copies); delta_state.h says which.
