@@ -471,6 +471,37 @@ TEST(GatedDelta, CudaMatchesTheCpuAtTheTwoBHeadsAndTimesT4096) {
               both);
 }
 
+// The register-tiled state passes (delta_state.cu, the default) sum every output over the same
+// terms in the same order as delta.cu's one-output-a-thread kernels: the same bits, output and
+// every gradient, f32 and bf16, a chunk of 64 and one of 32 (T 300: a partial last chunk).
+TEST(GatedDelta, CudaTiledStatePassesGiveTheUntiledBits) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const int64_t Hk = 2, Dk = 128, Hv = 4, Dv = 128, W = 2 * Hk * Dk + Hv * Dv, T = 300;
+  auto run = [&](DType dt, int64_t chunk, const char* tiled) {
+    ::setenv("LEANTRAIN_GDN_TILED", tiled, 1);
+    Generator gen(41);
+    const Device dev = Device::cuda();
+    Tensor qkv = randn({2, T, W}, gen, 1.0f, dt).to(dev);
+    Tensor graw = randn({2, T, Hv}, gen, 1.0f, DType::F32).to(dev), braw = randn({2, T, Hv}, gen, 1.0f, dt).to(dev);
+    Tensor gout = randn({2, T, Hv, Dv}, gen, 1.0f, dt).to(dev);
+    for (Tensor* t : {&qkv, &graw, &braw}) t->set_requires_grad(true);
+    Tensor out = gated_delta_rule_packed(qkv, Hk, Dk, Hv, Dv, lt::scale(sigmoid(graw), -1.0), sigmoid(braw), chunk);
+    out.backward(gout);
+    std::vector<std::vector<double>> r{out.to_double_vector()};
+    for (Tensor* t : {&qkv, &graw, &braw}) r.push_back(t->grad().to_double_vector());
+    ::unsetenv("LEANTRAIN_GDN_TILED");
+    return r;
+  };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t chunk : {64, 32}) {
+      const auto tiled = run(dt, chunk, "1"), untiled = run(dt, chunk, "0");
+      ASSERT_EQ(tiled.size(), untiled.size());
+      for (size_t k = 0; k < tiled.size(); ++k)
+        EXPECT_EQ(tiled[k], untiled[k]) << dtype_name(dt) << " chunk " << chunk << (k == 0 ? " output" : " gradient ")
+                                        << (k == 0 ? "" : std::to_string(k - 1));
+    }
+}
+
 // Packed documents on the GPU (f32): the delta rule at the 2B shape's head dims (128, chunks of
 // 64) and the convolution on rows of documents from 1 token to several chunks, against the CPU
 // (output and every gradient) and against each document run alone on the GPU.

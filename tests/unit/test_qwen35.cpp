@@ -657,9 +657,12 @@ TEST(Qwen35Model, CudaPackedDocumentsMatchTheCpu) {
   const Tensor ids = ids_of(3, 140, 4096, 28);
   // Packed against each document alone on the GPU: 1.0e-4 to 2.5e-4 over most gradients on an H100
   // (1c36c36, the same with the head-dim-256 and staged DeltaNet kernels on or off: cuBLAS's f32
-  // products sum in other orders for other row counts), so 5e-4 there; 1e-4 on the CPU.
+  // products sum in other orders for other row counts), so 5e-4 there. The CPU's f32 lands there
+  // too: 1.06e-4 to 2.12e-4 for four gradients (layer 0's in_proj_z, norm and out_proj, layer 2's
+  // conv1d; the same on 2 and 16 cores, 1c36c36 and 1930a4d), so 5e-4 on both. Exactness is
+  // PackedDocumentsEqualEachDocumentAlone's, in f64.
   const Outputs on_gpu = expect_documents_apart(*gpu, ids, rows, 5e-4);
-  const Outputs on_cpu = expect_documents_apart(*cpu, ids, rows, 1e-4);
+  const Outputs on_cpu = expect_documents_apart(*cpu, ids, rows, 5e-4);
   EXPECT_LT(test::rel_error(on_gpu.logits, on_cpu.logits), 1e-4) << "logits";
   // GPU against CPU sums in other orders through three DeltaNet layers (each a chunked triangular
   // solve, whose f32 rounding the randomized weights amplify): 1.2e-4 to 1.7e-4 on an H100 for

@@ -14,8 +14,8 @@
 // - the next rows arrive by cp.async while the current product runs: each staged matrix is needed
 //   by one of the two phases of a chunk, so it is loaded during the other phase.
 // Every output's sum runs over the same terms in the same order as delta.cu's kernels and
-// cpu_delta.cpp's reference, so the results should be the same bits (not yet checked on a GPU:
-// opt-in, LEANTRAIN_GDN_TILED=1, until one has run the GPU tests).
+// cpu_delta.cpp's reference, so the results are the same bits (GatedDelta.CudaTiledStatePasses-
+// GiveTheUntiledBits; LEANTRAIN_GDN_TILED=0 runs delta.cu's instead).
 //
 // Layout: one block of 256 threads per (sequence bh, 16 value columns), as in delta.cu; Dk <= 128
 // and a multiple of 4, C <= 64 and a multiple of 4 (the 16-byte copies); delta_state.h says which.
@@ -238,10 +238,8 @@ __global__ void __launch_bounds__(kThreads) state_bwd_kernel(float* dsend, float
   cp_async_wait<0>();
 }
 
-bool tiled_on() {
-  static const bool on = knob_on("LEANTRAIN_GDN_TILED");
-  return on;
-}
+// Read at each call (two a layer), so a test can run both kernels in one process.
+bool tiled_on() { return knob_on("LEANTRAIN_GDN_TILED"); }
 
 bool tiled_shapes(int C, int Dk) { return tiled_on() && Dk % 4 == 0 && Dk <= kMaxDk && C % 4 == 0 && C <= kRows; }
 

@@ -1,8 +1,7 @@
 // The register-tiled, pipelined state passes of the Gated DeltaNet (delta_state.cu), which
 // CudaBackend::gdn_state_fwd / gdn_state_bwd (delta.cu) try first. Each returns false, launching
 // nothing, where its shapes don't suit it (key dim over 128 or not a multiple of 4, chunk over 64
-// or not a multiple of 4), or unless LEANTRAIN_GDN_TILED=1 (opt-in until a GPU has checked them
-// against the CPU: they were written when no device time was left); the caller then runs delta.cu's
+// or not a multiple of 4), or where LEANTRAIN_GDN_TILED=0; the caller then runs delta.cu's
 // kernels.
 // Pointers are the f32 chunk-layout tensors of backend_ops.def's gdn_state_fwd / gdn_state_bwd.
 #pragma once
