@@ -52,7 +52,9 @@ if [ "$PART" = b ]; then
       echo "gpt2 $label round $round: $(cut -c1-300 "$OUT/gpt2-$label-$round.json")"
     done
     if [ -n "${LLMC:-}" ]; then
-      smi_peak bash -c "timeout 150 $LLMC -i '$OUT/shards/train_*.bin' -j '$OUT/shards/val_*.bin' -e d12 -b 16 -t 1024 \
+      # The pip cuDNN that PyTorch ships, as the peer's README builds it; else the toolkit's.
+      CDL=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -1)
+      smi_peak env LD_LIBRARY_PATH="${CDL:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64" bash -c "timeout 150 $LLMC -i '$OUT/shards/train_*.bin' -j '$OUT/shards/val_*.bin' -e d12 -b 16 -t 1024 \
         -d 16384 -x 40 -v 1000 -s 0 -h 0 -o $OUT/llmc-log > $OUT/llmc-$round.txt 2>&1"
       python3 - "$OUT/llmc-$round.txt" <<'PY'
 import re, sys
