@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/kept_outputs.h"
+#include "backend/attention_workspace.h"
 #include "leantrain/usage_error.h"
 #include "memory/host_allocators.h"
 #include "ops/op_common.h"
@@ -20,9 +21,10 @@ std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::Leantrain};
 void set_attention_kernel(AttentionKernel k) { g_attention_kernel.store(k); }
 AttentionKernel attention_kernel() { return g_attention_kernel.load(); }
 
-// dQ in f32 (B*H*Tq*D) and the row sums delta = rowsum(dO * O) (B*H*Tq f32), in that order.
+// Without grouped-query heads; backend/attention_workspace.h has the general layout (the CUDA
+// backend lays cuDNN's buffers by it, the front-end allocates by it).
 int64_t attention_cudnn_workspace_bytes(int64_t B, int64_t H, int64_t Tq, int64_t D) {
-  return 4 * B * H * Tq * (D + 1);
+  return attention_ws::bytes(B, H, H, Tq, Tq, D);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
@@ -88,7 +90,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     Tensor dk = Tensor::empty(sk.shape(), g.dtype(), g.device());
     Tensor dv = Tensor::empty(sv.shape(), g.dtype(), g.device());
     if (route.cudnn) {
-      Tensor ws = cudnn_attention_workspace(B, H, Tq, D, g.device());
+      Tensor ws = cudnn_attention_workspace(B, H, Hkv, Tq, Tk, D, g.device());
       backend_of(g).attention_bwd_cudnn(dq, dk, dv, contiguous_data(g), sq, sk, sv, so, slse, ws, causal, sc,
                                         route.strict);
     } else {
@@ -139,9 +141,9 @@ AttentionRoute route_attention(const char* op, Device dev, DType dt, int64_t Tq,
   return {};
 }
 
-Tensor cudnn_attention_workspace(int64_t B, int64_t H, int64_t Tq, int64_t D, Device dev) {
+Tensor cudnn_attention_workspace(int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, Device dev) {
   MemoryCategoryScope cat(Category::Workspace);
-  return Tensor::empty({attention_cudnn_workspace_bytes(B, H, Tq, D)}, DType::U8, dev);
+  return Tensor::empty({attention_ws::bytes(B, H, Hkv, Tq, Tk, D)}, DType::U8, dev);
 }
 
 Tensor check_mask_kinds(const char* name, const AttentionMask& m, int64_t B, int64_t Tq, int64_t Tk) {
@@ -244,7 +246,7 @@ Tensor PackedAttention::backward(const Tensor& g, const Tensor& qkv_now, const T
   Tensor dqkv = Tensor::empty(qkv_now.shape(), g.dtype(), g.device());
   Tensor gc = contiguous_data(g);
   if (route.cudnn) {
-    Tensor ws = cudnn_attention_workspace(B, H, T, D, g.device());
+    Tensor ws = cudnn_attention_workspace(B, H, Hkv, T, T, D, g.device());
     backend_of(g).attention_bwd_cudnn(q_of(dqkv), k_of(dqkv), v_of(dqkv), heads_view(gc, H, 0), q_of(qkv_now),
                                       k_of(qkv_now), v_of(qkv_now), heads_view(out, H, 0), lse, ws, causal, scale,
                                       route.strict);

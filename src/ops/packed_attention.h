@@ -21,7 +21,7 @@ struct AttentionRoute {
 AttentionRoute route_attention(const char* op, Device dev, DType dt, int64_t Tq, int64_t Tk, int64_t D, bool causal,
                                bool padded, int64_t window, bool docs, std::initializer_list<const Tensor*> operands);
 // The backward's workspace for a cuDNN-routed call (u8, category workspace).
-Tensor cudnn_attention_workspace(int64_t B, int64_t H, int64_t Tq, int64_t D, Device dev);
+Tensor cudnn_attention_workspace(int64_t B, int64_t H, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t D, Device dev);
 
 struct PackedAttention {
   Device dev;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_workspace.h"
 #include "leantrain/autograd.h"
 #include "leantrain/ops.h"
 #include "leantrain/plan.h"
@@ -172,8 +173,22 @@ TEST(AttentionKernel, IsAChoiceOfTheRecipe) {
 }
 
 TEST(AttentionKernel, WorkspaceIsDqInF32AndOneF32PerQueryRow) {
-  EXPECT_EQ(attention_cudnn_workspace_bytes(16, 12, 1024, 64), int64_t(4) * 16 * 12 * 1024 * 64 + 4 * 16 * 12 * 1024);
+  EXPECT_EQ(attention_cudnn_workspace_bytes(16, 12, 1024, 64),
+            int64_t(4) * 16 * 12 * 1024 * 64 + 4 * 16 * 12 * 1024);
   EXPECT_EQ(attention_cudnn_workspace_bytes(1, 1, 1, 8), 36);
+}
+
+// Grouped-query heads add the engine's scratch after the accumulator and row sums, from a 256-byte
+// boundary: dK and dV over every query head in 16 bits and 4 KiB (TinyLlama's backward asked
+// 4·B·H·Tk·D + 256 bytes of it on an H100).
+TEST(AttentionKernel, GroupedHeadsAddTheEnginesScratchFromAnAlignedOffset) {
+  const int64_t acc = int64_t(4) * 4 * 32 * 1024 * 65;
+  EXPECT_EQ(attention_ws::scratch_offset(4, 32, 1024, 64), acc);  // already a multiple of 256
+  EXPECT_EQ(attention_ws::bytes(4, 32, 4, 1024, 1024, 64), acc + int64_t(4) * 4 * 32 * 1024 * 64 + 4096);
+  EXPECT_EQ(attention_ws::scratch_offset(1, 1, 1, 8), 256);
+  EXPECT_EQ(attention_ws::bytes(1, 2, 1, 1, 3, 8), 256 + 4 * 2 * 3 * 8 + 4096);
+  EXPECT_GE(attention_ws::bytes(4, 32, 4, 1024, 1024, 64) - attention_ws::scratch_offset(4, 32, 1024, 64),
+            33554688);  // what cuDNN 9.14 asked for that shape
 }
 
 // On a meta that stands for a GPU, a call cuDNN can take allocates what leantrain's kernels
@@ -184,7 +199,7 @@ TEST(AttentionKernel, CudnnRouteAddsOnlyTheBackwardsWorkspace) {
   for (const Dims& d : {Dims{2, 77, 4, 4, 64}, Dims{3, 64, 8, 2, 128}, Dims{1, 130, 6, 1, 32}}) {
     SCOPED_TRACE("B " + std::to_string(d.B) + " T " + std::to_string(d.T) + " H " + std::to_string(d.H) + " Hkv " +
                  std::to_string(d.Hkv) + " D " + std::to_string(d.D));
-    const int64_t ws = attention_cudnn_workspace_bytes(d.B, d.H, d.T, d.D);
+    const int64_t ws = attention_ws::bytes(d.B, d.H, d.Hkv, d.T, d.T, d.D);
     for (DType dt : {DType::BF16, DType::F16}) {
       std::vector<MemoryEvent> lean, cud, autos, sd_lean, sd_cud;
       {

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_workspace.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cudnn_api.h"
@@ -356,8 +357,10 @@ std::string dims_text(const Dims& d) {
 }
 
 // The cached plan for this call, built on first use. Throws Unsupported when cuDNN cannot run it
-// (also on later calls of the same shape, from the cache).
-Plan& plan_for(int dev, bool bwd, DType dt, const Shape4& s, bool causal, const std::vector<Dims>& layouts) {
+// (also on later calls of the same shape, from the cache). own_scratch: bytes of the caller's
+// workspace the engine may take (the same for every call of a shape), besides what can be lent.
+Plan& plan_for(int dev, bool bwd, DType dt, const Shape4& s, bool causal, const std::vector<Dims>& layouts,
+               int64_t own_scratch = 0) {
   std::string key = std::to_string(dev) + "|" + shape_text(bwd, dt, s, causal);
   for (const Dims& d : layouts) key.append("|").append(dims_text(d));  // GCC 12 warns (-Wrestrict) on "|" + s
   std::lock_guard<std::mutex> lock(g_mu);
@@ -379,7 +382,7 @@ Plan& plan_for(int dev, bool bwd, DType dt, const Shape4& s, bool causal, const 
       p.op_graph = p.graph.finalize(handle);
       int64_t lendable = 0;
       lent_workspace(dev, &lendable);
-      choose_engine(p, handle, lendable);
+      choose_engine(p, handle, std::max(lendable, own_scratch));
     } catch (const Unsupported& e) {
       p.why_not = e.what();
     } catch (...) {  // not cuDNN's answer about the graph (the handle could not be made...): ask again next time
@@ -396,14 +399,23 @@ Plan& plan_for(int dev, bool bwd, DType dt, const Shape4& s, bool causal, const 
   return *slot;
 }
 
-// Runs the plan with the tensors' addresses; scalars by value.
-void execute(Plan& p, int dev, const std::vector<std::pair<int64_t, void*>>& ptrs, float scale, size_t version) {
+// Runs the plan with the tensors' addresses; scalars by value. The engine's scratch: the caller's
+// own (own_bytes at own, part of a planned workspace) where it is enough, else the cuBLASLt
+// workspace lent for the call.
+void execute(Plan& p, int dev, const std::vector<std::pair<int64_t, void*>>& ptrs, float scale, size_t version,
+             void* own = nullptr, int64_t own_bytes = 0) {
   int64_t lendable = 0;
-  void* ws = lent_workspace(dev, &lendable);
-  if (p.workspace > 0 && (!ws || p.workspace > lendable))
-    throw Unsupported("its engine needs " + std::to_string(p.workspace) + " bytes of scratch and " +
-                      std::to_string(ws ? lendable : 0) +
-                      " can be lent now (the cuBLASLt workspace, on the compute stream; --gemm-workspace)");
+  void* ws = nullptr;
+  if (p.workspace > 0 && own && p.workspace <= own_bytes)
+    ws = own;
+  else if (p.workspace > 0) {
+    ws = lent_workspace(dev, &lendable);
+    if (!ws || p.workspace > lendable)
+      throw Unsupported("its engine needs " + std::to_string(p.workspace) + " bytes of scratch and " +
+                        std::to_string(ws ? std::max(lendable, own_bytes) : own_bytes) +
+                        " can be lent now (the cuBLASLt workspace, on the compute stream; --gemm-workspace; or the "
+                        "backward's own, attention_cudnn_workspace_bytes)");
+  }
   float scale_v = scale, neg_inf = masked_score(version), one = 1.0f;
   std::vector<int64_t> uids;
   std::vector<void*> data;
@@ -498,7 +510,7 @@ void CudaBackend::attention_bwd_cudnn(const Tensor& dq, const Tensor& dk, const 
              "the backward's operands", "");
   LT_CHECK(dk.shape() == k.shape() && dv.shape() == k.shape() && dk.dtype() == q.dtype() && dv.dtype() == q.dtype(),
            std::string(op) + ": dk and dv must be shaped as k", "", "");
-  const int64_t ws_bytes = 4 * s.B * s.H * s.Tq * (s.D + 1);
+  const int64_t ws_bytes = attention_ws::bytes(s.B, s.H, s.Hkv, s.Tq, s.Tk, s.D);
   LT_CHECK(workspace.defined() && workspace.is_contiguous() && workspace.nbytes() >= ws_bytes,
            std::string(op) + ": the workspace holds " + std::to_string(workspace.defined() ? workspace.nbytes() : 0) +
                " bytes, " + std::to_string(ws_bytes) + " are needed",
@@ -515,9 +527,14 @@ void CudaBackend::attention_bwd_cudnn(const Tensor& dq, const Tensor& dk, const 
       // Before 9.5.1 cuDNN assumed dO laid out as O.
       if (version < 90501 && strides_of(dout) != strides_of(out))
         throw Unsupported("cuDNN " + std::to_string(version) + " needs dout laid out as out");
+      // The engine's own scratch: what the workspace holds past the accumulator and row sums
+      // (grouped-query heads; none otherwise).
+      const int64_t scratch_at = attention_ws::scratch_offset(s.B, s.H, s.Tq, s.D);
+      const int64_t own_bytes = std::max<int64_t>(0, workspace.nbytes() - scratch_at);
       Plan& p = plan_for(device_index_, true, q.dtype(), s, causal,
                          {strides_of(q), strides_of(k), strides_of(v), strides_of(out), strides_of(dout),
-                          strides_of(dq), strides_of(dk), strides_of(dv)});
+                          strides_of(dq), strides_of(dk), strides_of(dv)},
+                         own_bytes);
       auto* acc = static_cast<char*>(workspace.raw_data());
       const int64_t acc_bytes = 4 * s.B * s.H * s.Tq * s.D;
       // Before 9.6 the accumulator had to start at zero (cuDNN's frontend cleared it).
@@ -526,7 +543,7 @@ void CudaBackend::attention_bwd_cudnn(const Tensor& dq, const Tensor& dk, const 
               {{kQ, q.raw_data()}, {kK, k.raw_data()}, {kV, v.raw_data()}, {kO, out.raw_data()},
                {kDO, dout.raw_data()}, {kStats, lse.raw_data()}, {kDQ, dq.raw_data()}, {kDK, dk.raw_data()},
                {kDV, dv.raw_data()}, {kDQAcc, acc}, {kRowSum, acc + acc_bytes}},
-              scale, version);
+              scale, version, own_bytes > 0 ? acc + scratch_at : nullptr, own_bytes);
       return;
     } catch (const Unsupported& e) {
       if (strict) fail_strict(op, shape_text(true, q.dtype(), s, causal), e.what());
