@@ -7,11 +7,7 @@
 #      (channels_last + autocast), peaks beside the plan's.
 #   BUILD=build-gpu OUT=$OUT bash bench/issue46_call12.sh
 set -u
-BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call12}
-mkdir -p "$OUT"
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+CALL_OUT_DEFAULT=/tmp/call12; source bench/call_lib.sh
 timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 \
   --gtest_filter='Ops/OpsBackends.*conv2d*:Ops/OpsBackends.*batch_norm*:Ops/OpsBackends.*max_pool*:ConvOps*:ResNet*:Pool*' \
   > "$OUT/unit-conv.txt" 2>&1

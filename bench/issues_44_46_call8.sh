@@ -5,12 +5,7 @@
 # plan_vs_measured. Run on the GPU machine from the repo root:
 #   BUILD=build-gpu OUT=/tmp/call8 bash bench/issues_44_46_call8.sh
 set -u
-BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call8}
-export BUILD
-mkdir -p "$OUT"
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+CALL_OUT_DEFAULT=/tmp/call8; source bench/call_lib.sh
 for seed in ${SEEDS:-4 5}; do
   OUT=$OUT timeout "${SWEEP_S:-200}" bash bench/plan_sweep.sh "$seed" "${N:-60}" > /dev/null 2>&1
   el "sweep seed $seed"; tail -4 "$OUT/sweep-seed$seed.txt"

@@ -10,12 +10,8 @@
 #           step under Nsight Compute with cuDNN attention and --lean-saves 0 (kernel table).
 #   BUILD=build-gpu OUT=$OUT PART=a bash bench/issues_44_46_call9.sh
 set -u
-BUILD=${BUILD:-build-gpu}; OUT=${OUT:-/tmp/call9}; PART=${PART:-a}
-export BUILD
-mkdir -p "$OUT"
-t0=$(date +%s)
-el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+PART=${PART:-a}
+CALL_OUT_DEFAULT=/tmp/call9; source bench/call_lib.sh
 
 if [ "$PART" = a ]; then
   F='Ops/OpsBackends.*gated_delta*:Ops/OpsBackends.*causal_conv1d*:Ops/OpsBackends.*rms_norm_gated*:GatedDelta*:CausalConv1d*:RmsNormGated*:Qwen35*:PackedDocuments.*'

@@ -194,11 +194,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // without an engine at run time. Decided per call from the setting, dtype, shapes and masks only,
 // the same on every device, so a plan on meta replays the choice; CPU runs are unaffected (auto
 // and leantrain run the CPU reference; cudnn asks for a CUDA device). Each backward through cuDNN
-// allocates attention_cudnn_workspace_bytes() (category workspace) for its f32 dQ accumulator and
-// row sums; its forward allocates nothing more.
+// allocates a workspace (category workspace) for its f32 dQ accumulator and row sums, and with
+// grouped-query heads for the engine's scratch (backend/attention_workspace.h); its forward
+// allocates nothing more.
 void set_attention_kernel(AttentionKernel k);
 AttentionKernel attention_kernel();
-// Bytes of that backward workspace: 4 * B * H * Tq * (D + 1) (dQ in f32 and one f32 per query row).
+// Bytes of that backward workspace without grouped-query heads: 4 * B * H * Tq * (D + 1) (dQ in f32
+// and one f32 per query row); with them the engine's scratch follows (backend/attention_workspace.h).
 int64_t attention_cudnn_workspace_bytes(int64_t B, int64_t H, int64_t Tq, int64_t D);
 // Self-attention on the fused projection, with no copies: qkv [B, T, 3*H*D] holds q | k | v
 // along the last dim (heads inside each, as GPT-2's c_attn and torch's in_proj produce it);
