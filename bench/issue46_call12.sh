@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 46's ResNets after the max-pool backward's window arithmetic went 32-bit, one device call:
-#   1. the GPU tests of the image ops and ResNets against the CPU;
+# Issue 46's ResNets after the max-pool backward's window arithmetic went 32-bit (071409f), and again
+# after the fused batch norm + ReLU, one device call:
+#   1. the GPU tests of the image ops and ResNets against the CPU, and the fused norm's bits test;
 #   2. resnet50 B32 bf16-mixed SGD under Nsight Compute (the kernel table: max-pool backward before
 #      was 1.83 ms over 3 launches, issue46-call10-h100-d5d96ba);
 #   3. resnet50 and resnet152 B32 bf16-mixed, SGD and AdamW, each beside torchvision eager
@@ -9,12 +10,12 @@
 set -u
 CALL_OUT_DEFAULT=/tmp/call12; source bench/call_lib.sh
 timeout 120 "./$BUILD/leantrain_tests" --gtest_brief=1 \
-  --gtest_filter='Ops/OpsBackends.*conv2d*:Ops/OpsBackends.*batch_norm*:Ops/OpsBackends.*max_pool*:ConvOps*:ResNet*:Pool*' \
+  --gtest_filter='Ops/OpsBackends.*conv2d*:Ops/OpsBackends.*batch_norm*:Ops/OpsBackends.*max_pool*:ConvOps*:ResNet*:Pool*:BatchNormRelu.*' \
   > "$OUT/unit-conv.txt" 2>&1
 el "unit image ops"; grep -E "FAILED|PASSED|tests ran" "$OUT/unit-conv.txt" | head -8
 timeout 150 bash bench/profile_train_kernels.sh "$OUT/prof-r50" --model resnet50 --batch 32 --precision bf16-mixed \
   --optimizer sgd --momentum 0.9 --lr 0.01 --data synthetic --steps 3 --eval-batches 0 > "$OUT/prof-r50.md" 2>&1
-el "resnet50 profile"; grep -E "kernel time|maxpool" "$OUT/prof-r50.md" | head -4
+el "resnet50 profile"; grep -E "kernel time|maxpool|bn_nhwc|unary" "$OUT/prof-r50.md" | head -12
 rm -rf "$OUT/prof-r50/ncu.csv"
 for m in resnet50 resnet152; do
   for opt in sgd adamw; do

@@ -44,6 +44,9 @@ class BatchNorm2d : public UnaryModule {
               ImageLayout layout = ImageLayout::NCHW);
   const char* type_name() const override { return "BatchNorm2d"; }
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one op (lt::batch_norm_relu), bypassing any forward wrapper: callers
+  // use it where neither this module nor the relu has one.
+  Tensor forward_relu(const Tensor& x);
   // Set to zeros: torchvision's zero_init_residual for a block's last norm.
   const Tensor& weight() const { return *weight_; }
 

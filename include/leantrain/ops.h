@@ -335,6 +335,11 @@ int64_t conv_workspace_limit();
 Tensor batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
                   const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum = 0.1,
                   double eps = 1e-5, ImageLayout layout = ImageLayout::NCHW);
+// relu(batch_norm(...)) as one op: the same values and gradients to the bit, one pass over the
+// activations fewer each way, and the same saved bytes (x for the norm, the output for the relu).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& num_batches_tracked, bool training,
+                       double momentum = 0.1, double eps = 1e-5, ImageLayout layout = ImageLayout::NCHW);
 // torch.nn.functional.max_pool2d (dilation 1, no ceil mode; kernel.h * kernel.w <= 256, padding
 // at most half the kernel): x [N, C, H, W] -> [N, C, OH, OW] (NHWC: [N, H, W, C] -> [N, OH, OW,
 // C]). Saves one byte per output (the window position of its maximum), not x.

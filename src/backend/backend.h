@@ -68,6 +68,7 @@ struct BatchNormArgs {
   bool training = true;
   float momentum = 0.1f, eps = 1e-5f;
   bool channels_last = false;
+  bool relu = false;  // y = relu(norm(x)) (batch_norm_relu); the backward then masks dy by y > 0
 };
 
 // An image tensor's dims by meaning, whichever order it is stored in.

@@ -23,12 +23,11 @@ Tensor partials_for(const ImageDims& d, bool channels_last, Device dev) {
   return Tensor::empty({2, batchnorm_row_chunks(d.n * d.h * d.w), d.c}, DType::F32, dev);
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& running_mean,
-                  const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum,
-                  double eps, ImageLayout layout) {
-  const char* name = "batch_norm";
+// relu: y = relu(norm(x)) in the same kernels; the output is then kept for the backward, which
+// masks dy by it (what relu's own node would keep and do), and norm(x) is never materialised.
+Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
+                       const Tensor& running_mean, const Tensor& running_var, const Tensor& num_batches_tracked,
+                       bool training, double momentum, double eps, ImageLayout layout, bool relu) {
   OpNameScope op(name);
   Device dev = common_device(name, {x_in, w_in, b_in, running_mean, running_var, num_batches_tracked});
   check_floating(name, x_in);
@@ -70,7 +69,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, co
   // A recomputation (activation checkpointing) normalises the same batch again: same statistics,
   // but the running ones were already updated by the forward.
   const bool update = training && running_mean.defined() && !recomputing_checkpoint();
-  const BatchNormArgs args{training, float(momentum), float(eps), cl};
+  const BatchNormArgs args{training, float(momentum), float(eps), cl, relu};
   // The running statistics go to the kernel when it reads them (eval) or updates them.
   const bool pass_running = !training || update;
   {
@@ -81,17 +80,34 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, co
   }
   if (!needs_grad({x, w, b})) return y;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.requires_grad();
-  SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_invstd(invstd);
+  SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_invstd(invstd), saved_y(relu ? y.detach() : Tensor());
   record(y, name, {x, w, b}, [=](const Tensor& g_in) {
     Tensor g = contiguous_data(g_in), sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor dx = need_x ? Tensor::empty(sx.shape(), g.dtype(), g.device()) : Tensor();
     Tensor dw = need_w ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor db = need_b ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor partials = partials_for(xd, cl, g.device());
-    backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), args, partials);
+    backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), saved_y.unpack(),
+                                args, partials);
     return std::vector<Tensor>{dx, dw, db};
   });
   return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                  const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum,
+                  double eps, ImageLayout layout) {
+  return batch_norm_impl("batch_norm", x, w, b, running_mean, running_var, num_batches_tracked, training, momentum,
+                         eps, layout, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                       const Tensor& running_var, const Tensor& num_batches_tracked, bool training, double momentum,
+                       double eps, ImageLayout layout) {
+  return batch_norm_impl("batch_norm_relu", x, w, b, running_mean, running_var, num_batches_tracked, training,
+                         momentum, eps, layout, true);
 }
 
 }  // namespace lt

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "leantrain/error.h"
 
 namespace lt {
 using namespace cpu;
@@ -100,8 +101,10 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
       ip[c] = inv[size_t(c)];
       scale[size_t(c)] = inv[size_t(c)] * A(wv[size_t(c)]);
     }
+    // relu before the rounding store: round(relu(v)) is relu(round(v)) bit for bit (NaN -> 0 both ways).
     s.visit([&](int64_t c, int64_t o) {
-      st(yp, o, (ld(xp, o) - mu[size_t(c)]) * scale[size_t(c)] + A(bv[size_t(c)]));
+      const A v = (ld(xp, o) - mu[size_t(c)]) * scale[size_t(c)] + A(bv[size_t(c)]);
+      st(yp, o, args.relu ? (v > A(0) ? v : A(0)) : v);
     });
     if (args.training && running_mean.defined()) {
       write_vec(running_mean, rm);
@@ -113,7 +116,7 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
 
 void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
                                const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
-                               const BatchNormArgs& args, const Tensor&) {
+                               const Tensor& y, const BatchNormArgs& args, const Tensor&) {
   const BnDims s = dims_of(x, args.channels_last);
   const std::vector<double> wv = read_vec(w, s.C, 1.0);
   std::vector<double> dwv(size_t(s.C)), dbv(size_t(s.C));
@@ -122,12 +125,18 @@ void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor&
     using A = acc_t<T>;
     const T* xp = x.data<T>();
     const T* gp = dy.data<T>();
+    const T* yp = args.relu ? y.data<T>() : nullptr;
     const A* mp = aux_data<A>(mean);
     const A* ip = aux_data<A>(invstd);
     const A count = A(s.N * s.HW);
+    // dy through the fused relu: relu's backward product (dy * 0 keeps a NaN dy NaN, as it would).
+    auto grad = [&](int64_t o) {
+      const A g = ld(gp, o);
+      return yp ? g * (ld(yp, o) > A(0) ? A(1) : A(0)) : g;
+    };
     std::vector<A> sum_dy(size_t(s.C), A(0)), sum_dy_xhat(size_t(s.C), A(0));
     s.visit([&](int64_t c, int64_t o) {
-      const A g = ld(gp, o);
+      const A g = grad(o);
       sum_dy[size_t(c)] += g;
       sum_dy_xhat[size_t(c)] += g * (ld(xp, o) - mp[c]) * ip[c];
     });
@@ -138,7 +147,7 @@ void CpuBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor&
     if (!dx.defined()) return;
     T* dp = dx.data<T>();
     s.visit([&](int64_t c, int64_t o) {
-      const A k = A(wv[size_t(c)]) * ip[c], g = ld(gp, o);
+      const A k = A(wv[size_t(c)]) * ip[c], g = grad(o);
       if (args.training) {
         const A xhat = (ld(xp, o) - mp[c]) * ip[c];
         st(dp, o, k * (g - sum_dy[size_t(c)] / count - xhat * sum_dy_xhat[size_t(c)] / count));

@@ -36,6 +36,12 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// The fused relu (args.relu) as the elementwise op computes it, before the rounding store:
+// round(relu(v)) is relu(round(v)) bit for bit. Its backward multiplies dy by the mask of the
+// saved output, the same product relu's own backward forms.
+__device__ __forceinline__ float relu_f(float v) { return v > 0.f ? v : 0.f; }
+__device__ __forceinline__ float relu_mask(float y) { return y > 0.f ? 1.f : 0.f; }
+
 // Element i of channel c's N * HW values.
 __device__ __forceinline__ int64_t at(int64_t i, int64_t c, int64_t C, int64_t hw) {
   const int64_t n = i / hw;
@@ -45,7 +51,7 @@ __device__ __forceinline__ int64_t at(int64_t i, int64_t c, int64_t C, int64_t h
 template <class T, class P>
 __global__ void bn_fwd_kernel(T* y, float* mean, float* invstd, const T* x, const P* w, const P* b, P* run_mean,
                               P* run_var, int64_t* tracked, int64_t C, int64_t count, int64_t hw, bool training,
-                              float momentum, float eps) {
+                              float momentum, float eps, bool relu) {
   const int64_t c = blockIdx.x;
   float mu, inv;
   if (training) {
@@ -72,19 +78,21 @@ __global__ void bn_fwd_kernel(T* y, float* mean, float* invstd, const T* x, cons
   const float scale = inv * load_t(w, c), shift = load_t(b, c);
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
     const int64_t o = at(i, c, C, hw);
-    store_t(y, o, (load_t(x, o) - mu) * scale + shift);
+    const float v = (load_t(x, o) - mu) * scale + shift;
+    store_t(y, o, relu ? relu_f(v) : v);
   }
 }
 
 template <class T, class P>
 __global__ void bn_bwd_kernel(T* dx, P* dw, P* db, const T* dy, const T* x, const P* w, const float* mean,
-                              const float* invstd, int64_t C, int64_t count, int64_t hw, bool training) {
+                              const float* invstd, const T* relu_y, int64_t C, int64_t count, int64_t hw,
+                              bool training) {
   const int64_t c = blockIdx.x;
   const float mu = mean[c], inv = invstd[c];
   float s_dy = 0, s_dyx = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
     const int64_t o = at(i, c, C, hw);
-    const float g = load_t(dy, o);
+    const float g = relu_y ? load_t(dy, o) * relu_mask(load_t(relu_y, o)) : load_t(dy, o);
     s_dy += g;
     s_dyx += g * (load_t(x, o) - mu) * inv;
   }
@@ -98,7 +106,7 @@ __global__ void bn_bwd_kernel(T* dx, P* dw, P* db, const T* dy, const T* x, cons
   const float k = load_t(w, c) * inv, mean_dy = s_dy / float(count), mean_dyx = s_dyx / float(count);
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
     const int64_t o = at(i, c, C, hw);
-    const float g = load_t(dy, o);
+    const float g = relu_y ? load_t(dy, o) * relu_mask(load_t(relu_y, o)) : load_t(dy, o);
     store_t(dx, o, training ? k * (g - mean_dy - (load_t(x, o) - mu) * inv * mean_dyx) : k * g);
   }
 }
@@ -147,8 +155,8 @@ struct TileLane {
 // partials[s][g][c] for g = blockIdx.y: this chunk's sums (see Sums) of the tile's channels.
 template <class T, int V, Sums S>
 __global__ void bn_nhwc_partial_kernel(float* __restrict__ part, const T* __restrict__ x, const T* __restrict__ dy,
-                                       const float* __restrict__ mean, const float* __restrict__ invstd, int64_t M,
-                                       int64_t C, int L, bool packed) {
+                                       const float* __restrict__ mean, const float* __restrict__ invstd,
+                                       const T* __restrict__ relu_y, int64_t M, int64_t C, int L, bool packed) {
   constexpr int NS = S == Sums::Grad ? 2 : 1;
   __shared__ float sh[NS][kNhwcThreads * V];
   const TileLane t(L, V);
@@ -177,6 +185,12 @@ __global__ void bn_nhwc_partial_kernel(float* __restrict__ part, const T* __rest
       } else {
         float gv[V];
         load_pack<T, V>(dy + r * C + t.c, packed, gv);
+        if (relu_y) {
+          float yv[V];
+          load_pack<T, V>(relu_y + r * C + t.c, packed, yv);
+#pragma unroll
+          for (int k = 0; k < V; ++k) gv[k] *= relu_mask(yv[k]);
+        }
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           a[k] += gv[k];
@@ -260,11 +274,11 @@ __global__ void bn_nhwc_eval_stats_kernel(float* mean, float* invstd, const P* r
   invstd[c] = 1.0f / sqrtf(load_t(run_var, c) + eps);
 }
 
-// y = (x - mean) * (invstd * w) + b.
+// y = (x - mean) * (invstd * w) + b, relu'd when `relu`.
 template <class T, class P, int V>
 __global__ void bn_nhwc_apply_kernel(T* __restrict__ y, const T* __restrict__ x, const float* __restrict__ mean,
                                      const float* __restrict__ invstd, const P* __restrict__ w,
-                                     const P* __restrict__ b, int64_t M, int64_t C, int L, bool packed) {
+                                     const P* __restrict__ b, int64_t M, int64_t C, int L, bool packed, bool relu) {
   const TileLane t(L, V);
   if (t.c >= C) return;  // no barrier in this kernel
   float mu[V], scale[V], shift[V];
@@ -279,6 +293,10 @@ __global__ void bn_nhwc_apply_kernel(T* __restrict__ y, const T* __restrict__ x,
     load_pack<T, V>(x + r * C + t.c, packed, v);
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = (v[k] - mu[k]) * scale[k] + shift[k];
+    if (relu) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = relu_f(v[k]);
+    }
     store_pack<T, V>(y + r * C + t.c, packed, v);
   }
 }
@@ -303,8 +321,8 @@ template <class T, class P, int V>
 __global__ void bn_nhwc_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
                                   const P* __restrict__ w, const float* __restrict__ mean,
                                   const float* __restrict__ invstd, const float* __restrict__ mean_dy,
-                                  const float* __restrict__ mean_dyx, int64_t M, int64_t C, int L, bool training,
-                                  bool packed) {
+                                  const float* __restrict__ mean_dyx, const T* __restrict__ relu_y, int64_t M,
+                                  int64_t C, int L, bool training, bool packed) {
   const TileLane t(L, V);
   if (t.c >= C) return;  // no barrier in this kernel
   float mu[V], inv[V], kw[V], mg[V] = {}, mgx[V] = {};
@@ -318,6 +336,12 @@ __global__ void bn_nhwc_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy, 
   for (int64_t r = int64_t(blockIdx.y) * t.groups + t.group; r < M; r += int64_t(gridDim.y) * t.groups) {
     float gv[V], o[V];
     load_pack<T, V>(dy + r * C + t.c, packed, gv);
+    if (relu_y) {
+      float yv[V];
+      load_pack<T, V>(relu_y + r * C + t.c, packed, yv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) gv[k] *= relu_mask(yv[k]);
+    }
     if (training) {
       float xv[V];
       load_pack<T, V>(x + r * C + t.c, packed, xv);
@@ -407,13 +431,14 @@ void bn_nhwc_fwd(T* y, float* mean, float* invstd, const T* x, const P* w, const
     constexpr int V = decltype(vtag)::value;
     if (args.training) {
       const dim3 grid(unsigned(tl.tiles), unsigned(G));
-      bn_nhwc_partial_kernel<T, V, Sums::X><<<grid, kNhwcThreads, 0, st>>>(part, x, nullptr, nullptr, nullptr, M, C,
-                                                                            tl.L, tl.packed);
+      bn_nhwc_partial_kernel<T, V, Sums::X><<<grid, kNhwcThreads, 0, st>>>(part, x, nullptr, nullptr, nullptr,
+                                                                            nullptr, M, C, tl.L, tl.packed);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_partial_kernel");
       bn_nhwc_mean_kernel<<<channel_blocks(C), kFinBlock, 0, st>>>(mean, part, G, C, M);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_mean_kernel");
       bn_nhwc_partial_kernel<T, V, Sums::SqDev><<<grid, kNhwcThreads, 0, st>>>(part + G * C, x, nullptr, mean,
-                                                                                nullptr, M, C, tl.L, tl.packed);
+                                                                                nullptr, nullptr, M, C, tl.L,
+                                                                                tl.packed);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_partial_kernel");
       bn_nhwc_var_kernel<P><<<channel_blocks(C), kFinBlock, 0, st>>>(invstd, run_mean, run_var, tracked, mean,
                                                                         part + G * C, G, C, M, args.momentum,
@@ -425,7 +450,7 @@ void bn_nhwc_fwd(T* y, float* mean, float* invstd, const T* x, const P* w, const
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_eval_stats_kernel");
     }
     bn_nhwc_apply_kernel<T, P, V><<<elementwise_grid(tl, M), kNhwcThreads, 0, st>>>(y, x, mean, invstd, w, b, M, C,
-                                                                                   tl.L, tl.packed);
+                                                                                   tl.L, tl.packed, args.relu);
     LT_CUDA_LAUNCH_CHECK("bn_nhwc_apply_kernel");
   });
 }
@@ -434,20 +459,20 @@ void bn_nhwc_fwd(T* y, float* mean, float* invstd, const T* x, const P* w, const
 // where dw, db or (training) dx need it.
 template <class T, class P>
 void bn_nhwc_bwd(T* dx, P* dw, P* db, const T* dy, const T* x, const P* w, const float* mean, const float* invstd,
-                 bool training, float* part, int64_t G, int64_t M, int64_t C, cudaStream_t st) {
-  const NhwcTiling tl = tiling_for(C, sizeof(T), {x, dy, dx});
+                 const T* relu_y, bool training, float* part, int64_t G, int64_t M, int64_t C, cudaStream_t st) {
+  const NhwcTiling tl = tiling_for(C, sizeof(T), {x, dy, dx, relu_y});
   dispatch_vec<T>(tl.V, [&](auto vtag) {
     constexpr int V = decltype(vtag)::value;
     if (dw || db || (training && dx)) {
       bn_nhwc_partial_kernel<T, V, Sums::Grad><<<dim3(unsigned(tl.tiles), unsigned(G)), kNhwcThreads, 0, st>>>(
-          part, x, dy, mean, invstd, M, C, tl.L, tl.packed);
+          part, x, dy, mean, invstd, relu_y, M, C, tl.L, tl.packed);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_partial_kernel");
       bn_nhwc_grad_kernel<P><<<channel_blocks(C), kFinBlock, 0, st>>>(dw, db, part, G, C, M);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_grad_kernel");
     }
     if (!dx) return;
     bn_nhwc_dx_kernel<T, P, V><<<elementwise_grid(tl, M), kNhwcThreads, 0, st>>>(
-        dx, dy, x, w, mean, invstd, part, part + G * C, M, C, tl.L, training, tl.packed);
+        dx, dy, x, w, mean, invstd, part, part + G * C, relu_y, M, C, tl.L, training, tl.packed);
     LT_CUDA_LAUNCH_CHECK("bn_nhwc_dx_kernel");
   });
 }
@@ -479,7 +504,7 @@ void CudaBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tenso
       bn_fwd_kernel<T, P><<<unsigned(C), kThreads, 0, current_stream()>>>(
           y.data<T>(), mean.data<float>(), invstd.data<float>(), x.data<T>(), w.data<P>(), b.data<P>(),
           ptr<P>(running_mean), ptr<P>(running_var), ptr<int64_t>(num_batches_tracked), C, count, hw, args.training,
-          args.momentum, args.eps);
+          args.momentum, args.eps, args.relu);
       LT_CUDA_LAUNCH_CHECK("bn_fwd_kernel");
     });
   });
@@ -487,8 +512,9 @@ void CudaBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tenso
 
 void CudaBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
                                 const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& invstd,
-                                const BatchNormArgs& args, const Tensor& partials) {
+                                const Tensor& y, const BatchNormArgs& args, const Tensor& partials) {
   check_input(dy, x, device_index_, "batchnorm_bwd", "dy");
+  if (args.relu) check_input(y, x, device_index_, "batchnorm_bwd", "y (the fused relu's output)");
   if (dx.defined()) check_input(dx, x, device_index_, "batchnorm_bwd", "dx");
   const ImageDims xd = image_dims(x.shape(), args.channels_last);
   const int64_t C = xd.c, hw = xd.h * xd.w, count = xd.n * hw;
@@ -502,13 +528,14 @@ void CudaBackend::batchnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor
       using P = decltype(pt);
       if (args.channels_last) {
         bn_nhwc_bwd<T, P>(ptr<T>(dx), ptr<P>(dw), ptr<P>(db), dy.data<T>(), x.data<T>(), w.data<P>(),
-                          mean.data<float>(), invstd.data<float>(), args.training, partials.data<float>(),
+                          mean.data<float>(), invstd.data<float>(), args.relu ? y.data<T>() : nullptr,
+                          args.training, partials.data<float>(),
                           partials.size(1), count, C, current_stream());
         return;
       }
       bn_bwd_kernel<T, P><<<unsigned(C), kThreads, 0, current_stream()>>>(
           ptr<T>(dx), ptr<P>(dw), ptr<P>(db), dy.data<T>(), x.data<T>(), w.data<P>(), mean.data<float>(),
-          invstd.data<float>(), C, count, hw, args.training);
+          invstd.data<float>(), args.relu ? y.data<T>() : nullptr, C, count, hw, args.training);
       LT_CUDA_LAUNCH_CHECK("bn_bwd_kernel");
     });
   });
