@@ -6,6 +6,7 @@
 #include <cmath>
 #include <typeinfo>
 
+#include "core/knobs.h"
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 
@@ -41,7 +42,7 @@ std::shared_ptr<nn::Sequential> downsample(nn::ParamFactory& pf, int64_t in, int
 // bits) where both are the plain modules; a forward wrapper on either (checkpointing, offload, the
 // profiler's call recording) or a replaced module runs them one by one.
 Tensor norm_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x) {
-  if (typeid(bn) == typeid(nn::BatchNorm2d) && !bn.forward_wrapper() && typeid(relu) == typeid(nn::Relu) &&
+  if (knob_int("LEANTRAIN_BN_RELU") != 0 && typeid(bn) == typeid(nn::BatchNorm2d) && !bn.forward_wrapper() && typeid(relu) == typeid(nn::Relu) &&
       !relu.forward_wrapper())
     return static_cast<nn::BatchNorm2d&>(bn).forward_relu(x);
   return relu(bn(x));

@@ -1,6 +1,7 @@
 // batch_norm over NCHW or NHWC images: validation, allocation, the running-statistics update (in the
 // backend op, in place) and the autograd node. The [C] mean and 1/std the forward used are
 // kept for the backward (f32 whatever x's dtype; f64 for f64).
+#include "core/knobs.h"
 #include "leantrain/checkpoint.h"
 #include "ops/op_common.h"
 
@@ -87,6 +88,17 @@ Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in,
     Tensor dw = need_w ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor db = need_b ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor partials = partials_for(xd, cl, g.device());
+    if (relu && knob_int("LEANTRAIN_BN_RELU") != 2) {
+      // The ReLU's mask by its own kernel into a new gradient (what the ReLU's node allocates
+      // unfused), then the plain norm backward: its passes read two tensors, not three.
+      Tensor gm = Tensor::empty(g.shape(), g.dtype(), g.device());
+      backend_of(g).unary_backward(UnaryOp::Relu, gm, g, saved_y.unpack(), 0.f);
+      BatchNormArgs plain = args;
+      plain.relu = false;
+      backend_of(g).batchnorm_bwd(dx, dw, db, gm, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), Tensor(), plain,
+                                  partials);
+      return std::vector<Tensor>{dx, dw, db};
+    }
     backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), saved_y.unpack(),
                                 args, partials);
     return std::vector<Tensor>{dx, dw, db};

@@ -5,6 +5,7 @@
 // output, no more than the pair), and the ResNet module path taking it without changing a bit.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,17 @@ TEST(BatchNormRelu, SameBitsAsReluOfBatchNorm) {
           const DType par = act == DType::F64 ? DType::F64 : DType::F32;
           SCOPED_TRACE(std::string(dev.is_cuda() ? "cuda " : "cpu ") + dtype_name(act) +
                        (layout == ImageLayout::NHWC ? " nhwc" : " nchw") + (training ? " train" : " eval"));
-          const Outcome fused = run(dev, act, par, layout, training, true);
           const Outcome apart = run(dev, act, par, layout, training, false);
-          for (size_t k = 0; k < fused.values.size(); ++k) EXPECT_EQ(fused.values[k], apart.values[k]) << names[k];
+          // Both backwards of the fused op: the ReLU's mask kernel first (LEANTRAIN_BN_RELU=1, the
+          // default) and the mask inside the norm's kernels (2).
+          Outcome fused;
+          for (const char* mode : {"1", "2"}) {
+            ::setenv("LEANTRAIN_BN_RELU", mode, 1);
+            fused = run(dev, act, par, layout, training, true);
+            ::unsetenv("LEANTRAIN_BN_RELU");
+            for (size_t k = 0; k < fused.values.size(); ++k)
+              EXPECT_EQ(fused.values[k], apart.values[k]) << names[k] << ", LEANTRAIN_BN_RELU=" << mode;
+          }
           // Not vacuous: the relu zeroed some outputs and some gradients passed.
           size_t zeros = 0, kept = 0;
           for (double v : fused.values[0]) (v == 0 ? zeros : kept) += 1;
