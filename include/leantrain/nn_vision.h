@@ -47,6 +47,8 @@ class BatchNorm2d : public UnaryModule {
   // relu(forward(x)) as one op (lt::batch_norm_relu), bypassing any forward wrapper: callers
   // use it where neither this module nor the relu has one.
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual) as one op (lt::batch_norm_add_relu), likewise.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   // Set to zeros: torchvision's zero_init_residual for a block's last norm.
   const Tensor& weight() const { return *weight_; }
 

@@ -340,6 +340,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& w, const Tensor& b, const Tenso
 Tensor batch_norm_relu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
                        const Tensor& running_var, const Tensor& num_batches_tracked, bool training,
                        double momentum = 0.1, double eps = 1e-5, ImageLayout layout = ImageLayout::NCHW);
+// relu(add(batch_norm(x, ...), residual)) as one op (a ResNet block's last norm and its shortcut):
+// the same bits, the residual shaped and typed as x; it keeps what the three keep (x for the norm,
+// the output for the relu) and allocates neither intermediate.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
+                           const Tensor& running_mean, const Tensor& running_var, const Tensor& num_batches_tracked,
+                           bool training, double momentum = 0.1, double eps = 1e-5,
+                           ImageLayout layout = ImageLayout::NCHW);
 // torch.nn.functional.max_pool2d (dilation 1, no ceil mode; kernel.h * kernel.w <= 256, padding
 // at most half the kernel): x [N, C, H, W] -> [N, C, OH, OW] (NHWC: [N, H, W, C] -> [N, OH, OW,
 // C]). Saves one byte per output (the window position of its maximum), not x.

@@ -4,6 +4,7 @@
 #include "models/resnet.h"
 
 #include <cmath>
+#include <functional>
 #include <typeinfo>
 
 #include "core/knobs.h"
@@ -41,11 +42,29 @@ std::shared_ptr<nn::Sequential> downsample(nn::ParamFactory& pf, int64_t in, int
 // bn then relu as one op (batch_norm_relu: a pass over the activations fewer each way, the same
 // bits) where both are the plain modules; a forward wrapper on either (checkpointing, offload, the
 // profiler's call recording) or a replaced module runs them one by one.
+bool fusable(nn::UnaryModule& bn, nn::UnaryModule& relu) {
+  return knob_int("LEANTRAIN_BN_RELU") != 0 && typeid(bn) == typeid(nn::BatchNorm2d) && !bn.forward_wrapper() &&
+         typeid(relu) == typeid(nn::Relu) && !relu.forward_wrapper();
+}
+
 Tensor norm_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x) {
-  if (knob_int("LEANTRAIN_BN_RELU") != 0 && typeid(bn) == typeid(nn::BatchNorm2d) && !bn.forward_wrapper() && typeid(relu) == typeid(nn::Relu) &&
-      !relu.forward_wrapper())
-    return static_cast<nn::BatchNorm2d&>(bn).forward_relu(x);
+  if (fusable(bn, relu)) return static_cast<nn::BatchNorm2d&>(bn).forward_relu(x);
   return relu(bn(x));
+}
+
+// relu(bn(x) + shortcut) likewise (batch_norm_add_relu), where the shortcut matches the norm's
+// output. Fused, the shortcut (a downsample's conv and norm, or the block's input) runs before the
+// norm, since the one op takes both; apart, after it, as the pair-then-add always ran.
+Tensor norm_add_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x,
+                     const std::function<Tensor()>& shortcut) {
+  if (fusable(bn, relu)) {
+    Tensor s = shortcut();
+    if (s.shape() == x.shape() && s.dtype() == x.dtype())
+      return static_cast<nn::BatchNorm2d&>(bn).forward_add_relu(x, s);
+    return relu(add(bn(x), s));
+  }
+  Tensor h = bn(x);
+  return relu(add(h, shortcut()));
 }
 
 // relu(body(x) + shortcut(x)): both block kinds, their children named as torchvision's.
@@ -53,11 +72,9 @@ class ResidualBlock : public nn::UnaryModule {
  public:
   Tensor forward(const Tensor& x) override {
     Tensor h = x;
-    for (size_t i = 0; i < convs_.size(); ++i) {
-      h = (*convs_[i])(h);
-      h = i + 1 < convs_.size() ? norm_relu(*norms_[i], *relu_, h) : (*norms_[i])(h);
-    }
-    return (*relu_)(add(h, downsample_ ? (*downsample_)(x) : x));
+    for (size_t i = 0; i + 1 < convs_.size(); ++i) h = norm_relu(*norms_[i], *relu_, (*convs_[i])(h));
+    return norm_add_relu(*norms_.back(), *relu_, (*convs_.back())(h),
+                         [&] { return downsample_ ? (*downsample_)(x) : x; });
   }
 
  protected:

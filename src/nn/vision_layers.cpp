@@ -39,6 +39,11 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                     momentum_, eps_, layout_);
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  return batch_norm_add_relu(x, residual, *weight_, *bias_, *running_mean_, *running_var_, *num_batches_tracked_,
+                             is_training(), momentum_, eps_, layout_);
+}
+
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
   return batch_norm_relu(x, *weight_, *bias_, *running_mean_, *running_var_, *num_batches_tracked_, is_training(),
                          momentum_, eps_, layout_);

@@ -26,11 +26,13 @@ Tensor partials_for(const ImageDims& d, bool channels_last, Device dev) {
 
 // relu: y = relu(norm(x)) in the same kernels; the output is then kept for the backward, which
 // masks dy by it (what relu's own node would keep and do), and norm(x) is never materialised.
+// residual (with relu): y = relu(norm(x) + residual); its gradient is the masked dy.
 Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
                        const Tensor& running_mean, const Tensor& running_var, const Tensor& num_batches_tracked,
-                       bool training, double momentum, double eps, ImageLayout layout, bool relu) {
+                       bool training, double momentum, double eps, ImageLayout layout, bool relu,
+                       const Tensor& residual_in = Tensor()) {
   OpNameScope op(name);
-  Device dev = common_device(name, {x_in, w_in, b_in, running_mean, running_var, num_batches_tracked});
+  Device dev = common_device(name, {x_in, w_in, b_in, running_mean, running_var, num_batches_tracked, residual_in});
   check_floating(name, x_in);
   const bool cl = layout == ImageLayout::NHWC;
   check_rank(name, x_in, 4, cl ? "input [N, H, W, C]" : "input [N, C, H, W]");
@@ -62,7 +64,14 @@ Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in,
   LT_CHECK(momentum >= 0 && momentum <= 1 && eps > 0,
            "batch_norm: momentum " + std::to_string(momentum) + ", eps " + std::to_string(eps),
            "momentum is in [0, 1] and eps positive", "fix the layer's arguments");
+  LT_CHECK(!residual_in.defined() || (residual_in.shape() == x_in.shape() && residual_in.dtype() == x_in.dtype()),
+           std::string(name) + ": the residual is a " +
+               (residual_in.defined() ? std::string(dtype_name(residual_in.dtype())) + " " + shape_str(residual_in.shape())
+                                      : std::string()) +
+               ", the input a " + dtype_name(x_in.dtype()) + " " + shape_str(x_in.shape()),
+           "it is added to the norm's output elementwise", "pass a residual shaped and typed as the input");
   Tensor x = contiguous(x_in), w = contiguous(w_in), b = contiguous(b_in);
+  const Tensor residual = residual_in.defined() ? contiguous(residual_in) : Tensor();
   const int64_t C = xd.c;
   const DType aux = aux_dtype(x.dtype());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), dev);
@@ -74,29 +83,36 @@ Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in,
   // The running statistics go to the kernel when it reads them (eval) or updates them.
   const bool pass_running = !training || update;
   {
-    Tensor partials = partials_for(xd, cl, dev);
+    // Eval reads the running statistics: no sums, so no scratch.
+    Tensor partials = training ? partials_for(xd, cl, dev) : Tensor();
     backend_for(dev).batchnorm_fwd(y, mean, invstd, x, w, b, pass_running ? running_mean : Tensor(),
-                                   pass_running ? running_var : Tensor(), update ? num_batches_tracked : Tensor(), args,
-                                   partials);
+                                   pass_running ? running_var : Tensor(), update ? num_batches_tracked : Tensor(),
+                                   residual, args, partials);
   }
-  if (!needs_grad({x, w, b})) return y;
+  const bool has_residual = residual.defined();
+  if (!needs_grad({x, w, b, residual})) return y;
   const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.requires_grad();
+  const bool need_r = has_residual && residual.requires_grad();
   SavedTensor saved_x(x), saved_w(w), saved_mean(mean), saved_invstd(invstd), saved_y(relu ? y.detach() : Tensor());
-  record(y, name, {x, w, b}, [=](const Tensor& g_in) {
+  std::vector<Tensor> inputs{x, w, b};
+  if (has_residual) inputs.push_back(residual);
+  record(y, name, inputs, [=](const Tensor& g_in) {
     Tensor g = contiguous_data(g_in), sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor dx = need_x ? Tensor::empty(sx.shape(), g.dtype(), g.device()) : Tensor();
     Tensor dw = need_w ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor db = need_b ? Tensor::empty({C}, sw.dtype(), g.device()) : Tensor();
     Tensor partials = partials_for(xd, cl, g.device());
-    if (relu && knob_int("LEANTRAIN_BN_RELU") != 2) {
+    if (relu && (has_residual || knob_int("LEANTRAIN_BN_RELU") != 2)) {
       // The ReLU's mask by its own kernel into a new gradient (what the ReLU's node allocates
-      // unfused), then the plain norm backward: its passes read two tensors, not three.
+      // unfused), then the plain norm backward: its passes read two tensors, not three. With a
+      // residual that gradient is also the residual's (add's backward passes it on).
       Tensor gm = Tensor::empty(g.shape(), g.dtype(), g.device());
       backend_of(g).unary_backward(UnaryOp::Relu, gm, g, saved_y.unpack(), 0.f);
       BatchNormArgs plain = args;
       plain.relu = false;
       backend_of(g).batchnorm_bwd(dx, dw, db, gm, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), Tensor(), plain,
                                   partials);
+      if (has_residual) return std::vector<Tensor>{dx, dw, db, need_r ? gm : Tensor()};
       return std::vector<Tensor>{dx, dw, db};
     }
     backend_of(g).batchnorm_bwd(dx, dw, db, g, sx, sw, saved_mean.unpack(), saved_invstd.unpack(), saved_y.unpack(),
@@ -120,6 +136,15 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& w, const Tensor& b, const 
                        double eps, ImageLayout layout) {
   return batch_norm_impl("batch_norm_relu", x, w, b, running_mean, running_var, num_batches_tracked, training,
                          momentum, eps, layout, true);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b,
+                           const Tensor& running_mean, const Tensor& running_var, const Tensor& num_batches_tracked,
+                           bool training, double momentum, double eps, ImageLayout layout) {
+  LT_CHECK(residual.defined(), "batch_norm_add_relu: no residual", "it adds one to the norm's output",
+           "pass the block's shortcut, or call batch_norm_relu");
+  return batch_norm_impl("batch_norm_add_relu", x, w, b, running_mean, running_var, num_batches_tracked, training,
+                         momentum, eps, layout, true, residual);
 }
 
 }  // namespace lt

@@ -59,7 +59,7 @@ BnDims dims_of(const Tensor& x, bool channels_last) {
 
 void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                                const Tensor& w, const Tensor& b, const Tensor& running_mean,
-                               const Tensor& running_var, const Tensor& num_batches_tracked,
+                               const Tensor& running_var, const Tensor& num_batches_tracked, const Tensor& residual,
                                const BatchNormArgs& args, const Tensor&) {
   const BnDims s = dims_of(x, args.channels_last);
   const std::vector<double> wv = read_vec(w, s.C, 1.0), bv = read_vec(b, s.C, 0.0);
@@ -101,9 +101,12 @@ void CpuBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor
       ip[c] = inv[size_t(c)];
       scale[size_t(c)] = inv[size_t(c)] * A(wv[size_t(c)]);
     }
-    // relu before the rounding store: round(relu(v)) is relu(round(v)) bit for bit (NaN -> 0 both ways).
+    // relu before the rounding store: round(relu(v)) is relu(round(v)) bit for bit (NaN -> 0 both
+    // ways). A residual is added to the norm rounded to T, as add would read it.
+    const T* rp = residual.defined() ? residual.data<T>() : nullptr;
     s.visit([&](int64_t c, int64_t o) {
-      const A v = (ld(xp, o) - mu[size_t(c)]) * scale[size_t(c)] + A(bv[size_t(c)]);
+      A v = (ld(xp, o) - mu[size_t(c)]) * scale[size_t(c)] + A(bv[size_t(c)]);
+      if (rp) v = rounded<T>(v) + ld(rp, o);
       st(yp, o, args.relu ? (v > A(0) ? v : A(0)) : v);
     });
     if (args.training && running_mean.defined()) {

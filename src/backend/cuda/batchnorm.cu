@@ -41,6 +41,12 @@ constexpr int kThreads = 512;
 // saved output, the same product relu's own backward forms.
 __device__ __forceinline__ float relu_f(float v) { return v > 0.f ? v : 0.f; }
 __device__ __forceinline__ float relu_mask(float y) { return y > 0.f ? 1.f : 0.f; }
+// v rounded to T and read back (what storing the norm and reading it in add would do).
+template <class T> __device__ __forceinline__ float round_as(float v) {
+  T t[1];
+  store_t(t, 0, v);
+  return load_t(t, 0);
+}
 
 // Element i of channel c's N * HW values.
 __device__ __forceinline__ int64_t at(int64_t i, int64_t c, int64_t C, int64_t hw) {
@@ -51,7 +57,7 @@ __device__ __forceinline__ int64_t at(int64_t i, int64_t c, int64_t C, int64_t h
 template <class T, class P>
 __global__ void bn_fwd_kernel(T* y, float* mean, float* invstd, const T* x, const P* w, const P* b, P* run_mean,
                               P* run_var, int64_t* tracked, int64_t C, int64_t count, int64_t hw, bool training,
-                              float momentum, float eps, bool relu) {
+                              float momentum, float eps, bool relu, const T* residual) {
   const int64_t c = blockIdx.x;
   float mu, inv;
   if (training) {
@@ -78,7 +84,8 @@ __global__ void bn_fwd_kernel(T* y, float* mean, float* invstd, const T* x, cons
   const float scale = inv * load_t(w, c), shift = load_t(b, c);
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
     const int64_t o = at(i, c, C, hw);
-    const float v = (load_t(x, o) - mu) * scale + shift;
+    float v = (load_t(x, o) - mu) * scale + shift;
+    if (residual) v = round_as<T>(v) + load_t(residual, o);
     store_t(y, o, relu ? relu_f(v) : v);
   }
 }
@@ -274,11 +281,13 @@ __global__ void bn_nhwc_eval_stats_kernel(float* mean, float* invstd, const P* r
   invstd[c] = 1.0f / sqrtf(load_t(run_var, c) + eps);
 }
 
-// y = (x - mean) * (invstd * w) + b, relu'd when `relu`.
+// y = (x - mean) * (invstd * w) + b, plus the residual (the norm rounded to T first) where given,
+// relu'd when `relu`.
 template <class T, class P, int V>
 __global__ void bn_nhwc_apply_kernel(T* __restrict__ y, const T* __restrict__ x, const float* __restrict__ mean,
                                      const float* __restrict__ invstd, const P* __restrict__ w,
-                                     const P* __restrict__ b, int64_t M, int64_t C, int L, bool packed, bool relu) {
+                                     const P* __restrict__ b, const T* __restrict__ residual, int64_t M, int64_t C,
+                                     int L, bool packed, bool relu) {
   const TileLane t(L, V);
   if (t.c >= C) return;  // no barrier in this kernel
   float mu[V], scale[V], shift[V];
@@ -293,6 +302,12 @@ __global__ void bn_nhwc_apply_kernel(T* __restrict__ y, const T* __restrict__ x,
     load_pack<T, V>(x + r * C + t.c, packed, v);
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = (v[k] - mu[k]) * scale[k] + shift[k];
+    if (residual) {
+      float rv[V];
+      load_pack<T, V>(residual + r * C + t.c, packed, rv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = round_as<T>(v[k]) + rv[k];
+    }
     if (relu) {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[k] = relu_f(v[k]);
@@ -424,9 +439,9 @@ void check_partials(const Tensor& p, int64_t rows, int64_t C, int dev, const cha
 // statistics and tracked null where not passed.
 template <class T, class P>
 void bn_nhwc_fwd(T* y, float* mean, float* invstd, const T* x, const P* w, const P* b, P* run_mean, P* run_var,
-                 int64_t* tracked, const BatchNormArgs& args, float* part, int64_t G, int64_t M, int64_t C,
-                 cudaStream_t st) {
-  const NhwcTiling tl = tiling_for(C, sizeof(T), {x, y});
+                 int64_t* tracked, const T* residual, const BatchNormArgs& args, float* part, int64_t G, int64_t M,
+                 int64_t C, cudaStream_t st) {
+  const NhwcTiling tl = tiling_for(C, sizeof(T), {x, y, residual});
   dispatch_vec<T>(tl.V, [&](auto vtag) {
     constexpr int V = decltype(vtag)::value;
     if (args.training) {
@@ -449,8 +464,8 @@ void bn_nhwc_fwd(T* y, float* mean, float* invstd, const T* x, const P* w, const
                                                                                args.eps);
       LT_CUDA_LAUNCH_CHECK("bn_nhwc_eval_stats_kernel");
     }
-    bn_nhwc_apply_kernel<T, P, V><<<elementwise_grid(tl, M), kNhwcThreads, 0, st>>>(y, x, mean, invstd, w, b, M, C,
-                                                                                   tl.L, tl.packed, args.relu);
+    bn_nhwc_apply_kernel<T, P, V><<<elementwise_grid(tl, M), kNhwcThreads, 0, st>>>(
+        y, x, mean, invstd, w, b, residual, M, C, tl.L, tl.packed, args.relu);
     LT_CUDA_LAUNCH_CHECK("bn_nhwc_apply_kernel");
   });
 }
@@ -481,15 +496,16 @@ void bn_nhwc_bwd(T* dx, P* dw, P* db, const T* dy, const T* x, const P* w, const
 
 void CudaBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                                 const Tensor& w, const Tensor& b, const Tensor& running_mean,
-                                const Tensor& running_var, const Tensor& num_batches_tracked,
+                                const Tensor& running_var, const Tensor& num_batches_tracked, const Tensor& residual,
                                 const BatchNormArgs& args, const Tensor& partials) {
   check_input(y, x, device_index_, "batchnorm_fwd", "y");
+  if (residual.defined()) check_input(residual, x, device_index_, "batchnorm_fwd", "residual");
   check_input(x, x, device_index_, "batchnorm_fwd", "x");
   const ImageDims xd = image_dims(x.shape(), args.channels_last);
   const int64_t C = xd.c, hw = xd.h * xd.w, count = xd.n * hw;
   check_stats(mean, C, "batchnorm_fwd");
   check_stats(invstd, C, "batchnorm_fwd");
-  if (args.channels_last) check_partials(partials, count, C, device_index_, "batchnorm_fwd");
+  if (args.channels_last && args.training) check_partials(partials, count, C, device_index_, "batchnorm_fwd");
   if (C == 0 || count == 0) return;
   dispatch_float(x.dtype(), [&](auto xt) {
     using T = decltype(xt);
@@ -498,13 +514,14 @@ void CudaBackend::batchnorm_fwd(const Tensor& y, const Tensor& mean, const Tenso
       if (args.channels_last) {
         bn_nhwc_fwd<T, P>(y.data<T>(), mean.data<float>(), invstd.data<float>(), x.data<T>(), w.data<P>(),
                           b.data<P>(), ptr<P>(running_mean), ptr<P>(running_var), ptr<int64_t>(num_batches_tracked),
-                          args, partials.data<float>(), partials.size(1), count, C, current_stream());
+                          ptr<T>(residual), args, args.training ? partials.data<float>() : nullptr,
+                          args.training ? partials.size(1) : 0, count, C, current_stream());
         return;
       }
       bn_fwd_kernel<T, P><<<unsigned(C), kThreads, 0, current_stream()>>>(
           y.data<T>(), mean.data<float>(), invstd.data<float>(), x.data<T>(), w.data<P>(), b.data<P>(),
           ptr<P>(running_mean), ptr<P>(running_var), ptr<int64_t>(num_batches_tracked), C, count, hw, args.training,
-          args.momentum, args.eps, args.relu);
+          args.momentum, args.eps, args.relu, ptr<T>(residual));
       LT_CUDA_LAUNCH_CHECK("bn_fwd_kernel");
     });
   });
