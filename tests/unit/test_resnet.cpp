@@ -5,8 +5,10 @@
 // training step equal to the CPU's.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <string>
 
 #include "checkpoint_helpers.h"
 #include "leantrain/autocast.h"
@@ -204,6 +206,38 @@ TEST(ResNet, ChannelsLastGivesTheSameBitsAsNchw) {
       ASSERT_EQ(grads[1].size(), grads[0].size());
       for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(grads[1][i] == grads[0][i]) << grads[0][i].first;
       EXPECT_EQ(running[1], running[0]);
+    }
+}
+
+// LEANTRAIN_BN_RELU's fused forms (1, 2: norm + ReLU as one op; 3: also a block's last norm +
+// identity shortcut + ReLU) give the separate ops' bits: logits, every gradient, running statistics.
+TEST(ResNet, FusedNormReluModesGiveTheSameBits) {
+  ResNetConfig bottleneck = ResNetConfig::from_json(
+      R"({"model_type": "resnet", "layer_type": "bottleneck", "depths": [2, 2], "embedding_size": 8,
+          "hidden_sizes": [16, 32], "num_channels": 3, "num_labels": 5})");
+  for (const ResNetConfig& base : {ResNetConfig::preset("resnet-tiny"), bottleneck})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(base.layer_type + (bf16 ? " bf16" : " f32"));
+      std::vector<double> logits[4], running[4];
+      Grads grads[4];
+      for (int mode = 0; mode < 4; ++mode) {
+        ::setenv("LEANTRAIN_BN_RELU", std::to_string(mode).c_str(), 1);
+        ResNet m(base, {.seed = 9});
+        AutocastGuard ac(bf16 ? std::optional<DType>(DType::BF16) : std::nullopt);
+        Tensor x = tiny_images(3, 11, base.num_channels);
+        logits[mode] = m.forward(x).to_double_vector();
+        m.loss(x, from_ints({1, 4, 2}, {3})).backward();
+        grads[mode] = ckpt_test::grad_bits(m);
+        running[mode] = m.named_buffers()[0].second.to_double_vector();
+        ::unsetenv("LEANTRAIN_BN_RELU");
+      }
+      for (int mode = 1; mode < 4; ++mode) {
+        EXPECT_EQ(logits[mode], logits[0]) << "mode " << mode;
+        ASSERT_EQ(grads[mode].size(), grads[0].size());
+        for (size_t i = 0; i < grads[0].size(); ++i)
+          EXPECT_TRUE(grads[mode][i] == grads[0][i]) << "mode " << mode << " " << grads[0][i].first;
+        EXPECT_EQ(running[mode], running[0]) << "mode " << mode;
+      }
     }
 }
 
