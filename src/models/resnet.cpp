@@ -4,7 +4,6 @@
 #include "models/resnet.h"
 
 #include <cmath>
-#include <functional>
 #include <typeinfo>
 
 #include "core/knobs.h"
@@ -52,19 +51,11 @@ Tensor norm_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x) {
   return relu(bn(x));
 }
 
-// relu(bn(x) + shortcut) likewise (batch_norm_add_relu), where the shortcut matches the norm's
-// output. Fused, the shortcut (a downsample's conv and norm, or the block's input) runs before the
-// norm, since the one op takes both; apart, after it, as the pair-then-add always ran.
-Tensor norm_add_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x,
-                     const std::function<Tensor()>& shortcut) {
-  if (fusable(bn, relu)) {
-    Tensor s = shortcut();
-    if (s.shape() == x.shape() && s.dtype() == x.dtype())
-      return static_cast<nn::BatchNorm2d&>(bn).forward_add_relu(x, s);
-    return relu(add(bn(x), s));
-  }
-  Tensor h = bn(x);
-  return relu(add(h, shortcut()));
+// relu(bn(x) + shortcut) likewise (batch_norm_add_relu), where the shortcut matches the norm's output.
+Tensor norm_add_relu(nn::UnaryModule& bn, nn::UnaryModule& relu, const Tensor& x, const Tensor& shortcut) {
+  if (fusable(bn, relu) && shortcut.shape() == x.shape() && shortcut.dtype() == x.dtype())
+    return static_cast<nn::BatchNorm2d&>(bn).forward_add_relu(x, shortcut);
+  return relu(add(bn(x), shortcut));
 }
 
 // relu(body(x) + shortcut(x)): both block kinds, their children named as torchvision's.
@@ -79,8 +70,7 @@ class ResidualBlock : public nn::UnaryModule {
     // alive, which raised the planned peak of resnet152 and resnet18 at B32 (+13 MB allocated,
     // +109 MB reserved) although it was the fastest form. With a downsample it would also hand the
     // last norm's input gradient out before the downsample's backward runs (+16.6 MB).
-    if (!downsample_ && knob_int("LEANTRAIN_BN_RELU") == 3)
-      return norm_add_relu(*norms_.back(), *relu_, h, [&] { return x; });
+    if (!downsample_ && knob_int("LEANTRAIN_BN_RELU") == 3) return norm_add_relu(*norms_.back(), *relu_, h, x);
     Tensor n = (*norms_.back())(h);
     return (*relu_)(add(n, downsample_ ? (*downsample_)(x) : x));
   }

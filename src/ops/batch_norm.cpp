@@ -65,10 +65,9 @@ Tensor batch_norm_impl(const char* name, const Tensor& x_in, const Tensor& w_in,
            "batch_norm: momentum " + std::to_string(momentum) + ", eps " + std::to_string(eps),
            "momentum is in [0, 1] and eps positive", "fix the layer's arguments");
   LT_CHECK(!residual_in.defined() || (residual_in.shape() == x_in.shape() && residual_in.dtype() == x_in.dtype()),
-           std::string(name) + ": the residual is a " +
-               (residual_in.defined() ? std::string(dtype_name(residual_in.dtype())) + " " + shape_str(residual_in.shape())
-                                      : std::string()) +
-               ", the input a " + dtype_name(x_in.dtype()) + " " + shape_str(x_in.shape()),
+           std::string(name) + ": the residual is a " + dtype_name(residual_in.dtype()) + " " +
+               shape_str(residual_in.shape()) + ", the input a " + dtype_name(x_in.dtype()) + " " +
+               shape_str(x_in.shape()),
            "it is added to the norm's output elementwise", "pass a residual shaped and typed as the input");
   Tensor x = contiguous(x_in), w = contiguous(w_in), b = contiguous(b_in);
   const Tensor residual = residual_in.defined() ? contiguous(residual_in) : Tensor();
