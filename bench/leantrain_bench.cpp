@@ -12,6 +12,7 @@
 //              --lean-saves 0 as train's --no-lean-saves; --gemm-workspace BYTES as train's;
 //              --loss-chunk N as train's (the head + loss N token rows at a time; 0, default: off);
 //              --attention-kernel auto|leantrain|cudnn as train's (default leantrain)
+//              --fused-step 1 as train's --fused-step (updates inside backward; bf16-mixed or true)
 //   loader     host cost of synthetic ViT batches (default 64 x 3x224x224): a batch of get()s
 //              on this thread, then DataLoader::next() with --workers N on --device (default
 //              meta: no copy, so only the loader's own work counts); one JSON line of milliseconds.
@@ -74,6 +75,7 @@
 #include "offload/host_lion.h"
 #include "offload/host_sgd.h"
 #include "leantrain/error.h"
+#include "leantrain/fused_step.h"
 #include "leantrain/models.h"
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
@@ -351,6 +353,14 @@ int throughput(const std::map<std::string, std::string>& f) {
   AdamW opt(decay_groups(model->named_parameters()), o);
   opt.set_master_weights(get(f, "master-weights", "none") == "fp32");
   GradScaler scaler;  // used by 16-mixed only
+  // --fused-step 1: each parameter updated inside backward as its gradient completes (train's
+  // --fused-step; with LEANTRAIN_OPT_STREAM=1 on the optimizer stream, beside the backward).
+  std::unique_ptr<FusedStep> fused;
+  if (get(f, "fused-step", "0") != "0") {
+    LT_CHECK(!policy.loss_scaling, "throughput: --fused-step with " + policy.name,
+             "the loss scale's overflow check needs the whole gradient before any update", "use bf16-mixed");
+    fused = std::make_unique<FusedStep>(opt);
+  }
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   LT_CHECK(lm, "throughput: --model " + get(f, "model", "gpt2-124m") + " is not a language model",
            "the bench trains on random tokens", "pass a GPT-2 or LLaMA-family preset");
@@ -412,7 +422,9 @@ int throughput(const std::map<std::string, std::string>& f) {
       (policy.loss_scaling ? scale(loss, scaler.scale()) : loss).backward();
     }
     const auto t_back = std::chrono::steady_clock::now();
-    if (policy.loss_scaling) {  // the trainer's scheme: the norm pass finds overflow, the step unscales
+    if (fused) {
+      fused->join();  // the updates ran inside backward
+    } else if (policy.loss_scaling) {  // the trainer's scheme: the norm pass finds overflow, the step unscales
       GradNorm gn = clip_grad_norm(model->parameters(), 0.0, float(1.0 / scaler.scale()));
       if (gn.finite()) opt.step(gn.grad_scale);
       scaler.update(!gn.finite());

@@ -64,6 +64,20 @@ void unregister_precast(const Tensor& param);
 const Tensor* precast_of(const Tensor& param, DType dtype);
 // Whether any copy of `param` is registered (it may have no memory of its own then).
 bool has_precast(const Tensor& param);
+
+// Kept casts: 16-bit copies of f32 parameters that live between steps, kept current by whoever
+// changes the parameter (FusedStep writes each one after its update, LEANTRAIN_KEEP_CASTS), so a
+// forward casts nothing. While one is kept, autocast() hands out a view of it, recorded as a cast
+// of the parameter when gradients are wanted (each call its own view and node, so checkpointed
+// recomputations and every step work as with a fresh cast). A parameter autocast had to cast
+// itself is marked wanted: the keeper keeps copies of those only.
+// arm_kept_casts(true) while a keeper may keep casts (autocast looks them up and marks the
+// parameters it casts as wanted), false when it stops; calls nest.
+void arm_kept_casts(bool on);
+void keep_cast(const Tensor& param, const Tensor& copy);
+void drop_kept_cast(const Tensor& param);
+bool cast_wanted(const Tensor& param);
+bool has_kept_cast(const Tensor& param);
 }  // namespace detail
 
 // Under autocast, an f32 tensor cast (recorded) to the compute dtype; anything else unchanged.

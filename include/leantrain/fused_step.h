@@ -38,6 +38,10 @@ class FusedStep {
   GradNorm finish_norm_pass(double max_norm);
   // Parameters stepped since construction.
   int64_t updates() const;
+  // Work enqueued on the current (compute) stream from now on runs after every update made so
+  // far, wherever it ran (Note [Updates beside the backward], fused_step.cpp). Call it after each
+  // backward, before anything reads the parameters or their state; the destructor calls it too.
+  void join();
 
  private:
   struct Shared;

@@ -73,6 +73,11 @@ class Optimizer {
   void step_param(const std::string& name, float grad_scale = 1.0f);
   // The same, finding the name of `param` (a linear search: prefer the name).
   void step_param(const Tensor& param, float grad_scale = 1.0f);
+  // Creates the parameter's state (and master copy) if missing, on the current stream, and says
+  // whether its update then runs in place, allocating nothing: false when it goes through a
+  // master copy or state on another device (temporaries). A fused step moves only in-place
+  // updates to another stream.
+  bool prepare_param(const std::string& name);
   void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }

@@ -80,6 +80,17 @@ constexpr Knob kKnobs[] = {
      "cap on the thread blocks of NCCL's kernels (0: NCCL's choice)"},
     {"LEANTRAIN_NCCL_CTA_POLICY", T::Integer, "0", 0, 2, "", M::No, U::Run, "distributed",
      "NCCL's CTA policy (1: efficiency, 2: zero; 0: NCCL's default)"},
+    {"LEANTRAIN_OPT_STREAM", T::Integer, "0", 0, 2, "", M::Yes, U::Run, "kernels",
+     "--fused-step's updates: 0 on the compute stream, in turn with the backward; 1 on a stream of their own, "
+     "beside the backward that produces the next gradients; 2 as 1, the compute stream at the highest priority"},
+    {"LEANTRAIN_KEEP_CASTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
+     "1 with --fused-step under autocast: each update also writes its parameter's 16-bit copy, kept between "
+     "steps, so the forward casts no weight (+2 bytes a parameter)"},
+    {"LEANTRAIN_OPT_STREAM_GRID", T::Integer, "8", 0, 64, "", M::No, U::Run, "kernels",
+     "blocks per SM that an optimizer kernel on the optimizer stream launches at most (0: one a chunk, no cap)"},
+    {"LEANTRAIN_OPT_STREAM_LAG", T::Integer, "8", 1, 1 << 20, "", M::Yes, U::Run, "kernels",
+     "with LEANTRAIN_OPT_STREAM: the compute stream waits for the update that many updates back, so that "
+     "the gradients freed up to it are reused there"},
     {"LEANTRAIN_COMM_PRIORITY", T::Switch, "0", 0, 0, "", M::No, U::Run, "distributed",
      "1: the communication stream at the device's highest priority"},
     // Offload to host memory and disk.

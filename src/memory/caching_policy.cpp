@@ -211,7 +211,7 @@ void CachingAllocator::record_stream(const Block& b, int stream) {
   LT_CHECK(!device_.is_cuda() || stream < kNumDeviceStreams,
            "no stream " + std::to_string(stream) + " on " + device_.str(),
            "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device",
-           "use kComputeStream, kCopyStream or kCommStream");
+           "use kComputeStream, kCopyStream, kCommStream or kOptimStream");
   std::lock_guard<std::mutex> g(mu_);
   auto* blk = static_cast<CBlock*>(b.handle);
   LT_ASSERT(blk && blk->allocated);

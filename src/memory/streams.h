@@ -1,8 +1,9 @@
 // Streams of a device, and what program order says about them.
 //
 // A device runs work on several streams: the compute stream (every op, unless told otherwise)
-// a copy stream (host<->device copies that may overlap compute) and a communication stream
-// (collectives of several GPUs). A thread enqueues on its current stream, which a StreamGuard sets for a scope; the
+// a copy stream (host<->device copies that may overlap compute), a communication stream
+// (collectives of several GPUs) and an optimizer stream (--fused-step's updates, beside the
+// backward that produces the next gradients). A thread enqueues on its current stream, which a StreamGuard sets for a scope; the
 // same guard makes the caching allocator serve that scope's allocations from the stream's pool.
 //
 // StreamOrder is the caching allocator's knowledge of how the streams are ordered, built only
@@ -18,7 +19,8 @@ namespace lt {
 inline constexpr int kComputeStream = 0;
 inline constexpr int kCopyStream = 1;
 inline constexpr int kCommStream = 2;  // collectives (NCCL) that overlap compute
-inline constexpr int kNumDeviceStreams = 3;  // streams the CUDA backend creates on each device
+inline constexpr int kOptimStream = 3;  // a fused step's parameter updates beside the backward
+inline constexpr int kNumDeviceStreams = 4;  // streams the CUDA backend creates on each device
 inline constexpr int kMaxStreams = 8;        // stream numbers the allocator accepts (pools, uses)
 
 // The stream this thread enqueues device work on (kComputeStream unless a StreamGuard says else).

@@ -1,8 +1,32 @@
 // Hooks hold a weak reference to the shared state, so destroying the FusedStep disarms them
 // (a tensor's hooks cannot be removed once registered).
+//
+// Note [Updates beside the backward]
+// With LEANTRAIN_OPT_STREAM, an update that runs in place (no master copy, state on the
+// parameter's device) goes to the optimizer stream: that stream waits for an event recorded on
+// the compute stream when the gradient was complete, runs the update, and the gradient is freed
+// with its use there recorded (record_stream), so the caching allocator hands its block to the
+// compute stream only once that stream is ordered after the update. The compute stream waits for
+// the update LEANTRAIN_OPT_STREAM_LAG updates back at each hook (so the blocks freed up to it come
+// back to its pool: the peak stays near the in-turn one) and for all of them in join(), before
+// anything reads a parameter again. Every decision is made from program order (events recorded
+// and waited for), so a plan on meta replays the same allocations.
+//
+// With LEANTRAIN_KEEP_CASTS, each update also writes the parameter's 16-bit copy, kept between
+// steps (detail::keep_cast), for every parameter the forward cast under autocast: the next forward
+// casts nothing. The copy is written where the update ran, after it; a hook fires only once every
+// use of the parameter in this backward has added its gradient, so no kernel of this backward
+// reads the copy afterwards. +2 bytes a parameter for as long as this object lives.
 #include "leantrain/fused_step.h"
 
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
 #include "backend/backend.h"
+#include "backend/event.h"
+#include "core/knobs.h"
+#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 
@@ -14,10 +38,79 @@ struct FusedStep::Shared {
   int64_t updates = 0;
   bool norm_pass = false;
   Tensor sum_squares;  // f32 [1] on the gradients' device, during a norm pass
+  bool side = false;   // updates on kOptimStream (LEANTRAIN_OPT_STREAM)
+  size_t lag = 8;      // LEANTRAIN_OPT_STREAM_LAG
+  std::optional<Device> side_device;             // where updates went beside the backward, until join()
+  std::deque<std::unique_ptr<Event>> in_flight;  // one after each such update, oldest first
+  bool keep_casts = false;                       // LEANTRAIN_KEEP_CASTS
+  std::unordered_map<std::string, Tensor> kept;  // name -> the 16-bit copy it keeps
+  std::vector<Tensor> kept_params;
+
+  // The kept copy to write after updating `param`, allocated (on the compute stream, as a
+  // parameter) the first time; undefined when none is kept: off, outside autocast, not f32, or a
+  // parameter the forward never cast.
+  Tensor kept_copy_for(const std::string& name, const Tensor& param) {
+    if (!keep_casts) return Tensor();
+    const std::optional<DType> dt = autocast_dtype();
+    if (!dt || param.dtype() != DType::F32 || !param.is_contiguous()) return Tensor();
+    if (auto it = kept.find(name); it != kept.end() && it->second.dtype() == *dt) return it->second;
+    if (!detail::cast_wanted(param)) return Tensor();
+    MemoryCategoryScope p(Category::Parameter);
+    Tensor c = Tensor::empty(param.shape(), *dt, param.device());
+    kept[name] = c;
+    kept_params.push_back(param);
+    return c;
+  }
+
+  void drop_kept() {
+    for (const Tensor& p : kept_params) detail::drop_kept_cast(p);
+    kept_params.clear();
+    kept.clear();
+  }
+
+  // The update of `param` on the optimizer stream (Note [Updates beside the backward]).
+  void update_beside(const std::string& name, Tensor& param, const Tensor& copy) {
+    const Device dev = param.device();
+    LT_CHECK(!side_device || *side_device == dev, "--fused-step: parameters on two devices",
+             "the optimizer stream's updates are joined on one device", "keep the model on one device");
+    side_device = dev;
+    Event produced(dev);
+    produced.record();  // the compute stream: the gradient is complete
+    auto done = std::make_unique<Event>(dev);
+    {
+      StreamGuard on_opt(kOptimStream);
+      produced.block_current_stream();
+      opt->step_param(name, grad_scale);
+      if (copy.defined()) copy_(copy, param);
+      record_stream(param.grad(), kOptimStream);
+      done->record();
+    }
+    in_flight.push_back(std::move(done));
+    while (in_flight.size() > lag) {
+      in_flight.front()->block_current_stream();
+      in_flight.pop_front();
+    }
+  }
+
+  void join() {
+    if (!side_device) return;
+    Event all(*side_device);
+    {
+      StreamGuard on_opt(kOptimStream);
+      all.record();
+    }
+    all.block_current_stream();
+    in_flight.clear();
+    side_device.reset();
+  }
 };
 
 FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
   shared_->opt = &opt;
+  shared_->side = knob_int("LEANTRAIN_OPT_STREAM") > 0;
+  shared_->lag = size_t(knob_int("LEANTRAIN_OPT_STREAM_LAG"));
+  shared_->keep_casts = knob_on("LEANTRAIN_KEEP_CASTS");
+  if (shared_->keep_casts) detail::arm_kept_casts(true);
   std::weak_ptr<Shared> weak = shared_;
   for (auto& [name, p] : opt.named_params()) {
     // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
@@ -38,14 +131,31 @@ FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
       }
       // The category the unfused step runs in (state is created under its own scope anyway).
       MemoryCategoryScope st(Category::OptimizerState);
-      sh->opt->step_param(name, sh->grad_scale);  // by name: the optimizer's key
+      const Device dev = param.device();
+      const Tensor copy = sh->kept_copy_for(name, param);
+      if (sh->side && (dev.is_cuda() || dev.is_meta()) && sh->opt->prepare_param(name)) {
+        sh->update_beside(name, param, copy);
+      } else {
+        sh->opt->step_param(name, sh->grad_scale);  // by name: the optimizer's key
+        if (copy.defined()) copy_(copy, param);
+      }
+      if (copy.defined()) detail::keep_cast(param, copy);
       param.set_grad(Tensor());  // the buffer is freed as soon as the engine drops its reference
       ++sh->updates;
     });
   }
 }
 
-FusedStep::~FusedStep() = default;
+FusedStep::~FusedStep() {
+  try {
+    shared_->join();
+  } catch (...) {  // a device error here is reported by the next call that touches the device
+  }
+  shared_->drop_kept();
+  if (shared_->keep_casts) detail::arm_kept_casts(false);
+}
+
+void FusedStep::join() { shared_->join(); }
 
 void FusedStep::set_grad_scale(float s) { shared_->grad_scale = s; }
 

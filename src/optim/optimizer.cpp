@@ -179,6 +179,13 @@ void Optimizer::step_param(const std::string& param_name, float grad_scale) {
   update_batch(one, grad_scale);
 }
 
+bool Optimizer::prepare_param(const std::string& param_name) {
+  Slot& s = slot(param_name, "prepare_param");
+  ensure_master(s);
+  ensure_state(s);
+  return !updates_elsewhere(s);
+}
+
 void Optimizer::step_param(const Tensor& param, float grad_scale) {
   const Slot* s = find_slot(param);
   LT_CHECK(s, std::string(name()) + ": step_param on a tensor this optimizer does not own",

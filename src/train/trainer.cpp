@@ -257,6 +257,9 @@ StepOutcome Trainer::step() {
     scaled.backward();
     trace_.mark(StepTrace::Backward);
   }
+  // Updates that ran beside the backward (LEANTRAIN_OPT_STREAM): the compute stream waits for them
+  // before anything reads a parameter again.
+  if (fused) fused->join();
   for (size_t i = 0; i < losses.size(); ++i) take_loss(losses[i], int64_t(i));
   losses.clear();
   out.loss = loss_sum / double(k);

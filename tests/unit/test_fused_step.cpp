@@ -6,9 +6,12 @@
 
 #include <fstream>
 
+#include "leantrain/cuda_info.h"
 #include "leantrain/fused_step.h"
 #include "leantrain/models.h"
 #include "leantrain/plan.h"
+#include "memory/caching_policy.h"
+#include "memory/host_allocators.h"
 #include "train_test_util.h"
 
 using namespace lt;
@@ -52,6 +55,13 @@ std::vector<Tensor> state_tensors(const Optimizer& o) {
   for (auto& [k, t] : o.state_dict().tensors) out.push_back(t);
   return out;
 }
+
+// A LEANTRAIN_* knob set for a scope.
+struct KnobEnv {
+  const char* name;
+  KnobEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+  ~KnobEnv() { ::unsetenv(name); }
+};
 
 int64_t largest_bytes(const std::vector<Tensor>& ps) {
   int64_t m = 0;
@@ -312,3 +322,99 @@ TEST(FusedStep, RefusedCombinationsAreUsageErrors) {
   ok.master_weights = MasterWeights::Fp32;
   EXPECT_EQ(message(ok), "");
 }
+
+namespace {
+
+// LEANTRAIN_OPT_STREAM (Note [Updates beside the backward], fused_step.cpp) on meta: six
+// parameters whose gradients are freed beside the backward. Until the compute stream has waited
+// for the optimizer stream, their blocks wait outside the pools (a reuse would race the update);
+// join() orders the compute stream after every update, and the next allocation takes them back.
+// With the knob off nothing waits.
+TEST(FusedStep, UpdatesBesideTheBackwardHoldTheirGradientsUntilJoinedOnMeta) {
+  for (const char* mode : {"0", "1"}) {
+    MetaAllocatorScope sim(true);
+    KnobEnv on("LEANTRAIN_OPT_STREAM", mode), lag("LEANTRAIN_OPT_STREAM_LAG", "2");
+    const Device d = Device::meta();
+    CachingAllocator* al = as_caching(allocator_for(d));
+    ASSERT_NE(al, nullptr);
+    std::vector<NamedTensor> params;
+    for (int i = 0; i < 6; ++i) {
+      MemoryCategoryScope p(Category::Parameter);
+      Tensor t = Tensor::empty({256, 1024}, DType::F32, d);  // 1 MiB each: the large pool
+      t.set_requires_grad(true);
+      params.emplace_back("p" + std::to_string(i), t);
+    }
+    AdamW opt({ParamGroup{params, std::nullopt}}, AdamWOptions{});
+    FusedStep fused(opt);
+    {
+      MemoryCategoryScope act(Category::Activation);
+      Tensor loss = sum_all(mul(params[0].second, params[0].second));
+      for (size_t i = 1; i < params.size(); ++i) loss = add(loss, sum_all(mul(params[i].second, params[i].second)));
+      loss.backward();
+    }
+    EXPECT_EQ(fused.updates(), 6) << mode;
+    if (std::string(mode) == "1") EXPECT_GT(al->waiting_bytes(), 0) << "freed gradients were handed out at once";
+    else EXPECT_EQ(al->waiting_bytes(), 0);
+    fused.join();
+    const Tensor next = Tensor::empty({16}, DType::F32, d);  // an allocation applies rule 1
+    EXPECT_TRUE(next.defined());
+    EXPECT_EQ(al->waiting_bytes(), 0) << mode;
+  }
+}
+
+// On the GPU: the same losses, bit for bit, as the in-turn fused step and the usual step, whatever
+// the lag, with kept casts too; the run's peak is its plan's (the plan replays the stream order).
+TEST(FusedStep, CudaUpdatesBesideTheBackwardGiveTheSameBitsAndThePlannedPeak) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  TempDir tmp;
+  RunConfig c = tiny_gpt(tmp.path);
+  c.device = "cuda";
+  c.precision = Precision::MixedBf16;
+  const RunResult plain = train(c);
+  c.fused_step = true;
+  const RunResult in_turn = train(c);
+  EXPECT_EQ(in_turn.losses, plain.losses);
+  for (auto [lag, keep] : {std::pair{"1", "0"}, std::pair{"8", "0"}, std::pair{"8", "1"}}) {
+    KnobEnv on("LEANTRAIN_OPT_STREAM", "1"), l("LEANTRAIN_OPT_STREAM_LAG", lag), k("LEANTRAIN_KEEP_CASTS", keep);
+    const PlanResult p = plan_run(c);
+    const Device d = Device::cuda(0);
+    const int64_t before = allocator_for(d).stats().allocated_bytes.current;
+    const int64_t held_workspace = cuda_memory_info(0).workspace_bytes;  // see ActivationOffload's plan test
+    const RunResult beside = train(c);
+    EXPECT_EQ(beside.losses, plain.losses) << "lag " << lag << " keep casts " << keep;
+    EXPECT_EQ(beside.memory.allocated_bytes.peak - before, p.peak_allocated - held_workspace)
+        << "lag " << lag << " keep casts " << keep;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// LEANTRAIN_KEEP_CASTS: the fused step writes each autocast parameter's bf16 copy after its update
+// and the next forward uses it instead of casting; the copies must be current at every forward, so
+// the losses are the plain step's bit for bit (a stale copy would train on old weights), on the
+// compute stream and beside the backward (meta stands in for the stream order on the CPU). The
+// copies are parameter memory: 2 bytes a cast parameter.
+TEST(FusedStep, KeptCastsTrainTheSameBitsUnderAutocast) {
+  TempDir tmp;
+  RunConfig c = tiny_gpt(tmp.path);
+  c.precision = Precision::MixedBf16;
+  c.steps = 5;
+  const RunResult plain = train(c);
+  c.fused_step = true;
+  const RunResult fused = train(c);
+  KnobEnv k("LEANTRAIN_KEEP_CASTS", "1");
+  const RunResult kept = train(c);
+  EXPECT_EQ(kept.losses, plain.losses);
+  EXPECT_EQ(fused.losses, plain.losses);
+  const int64_t extra = kept.memory.category[int(Category::Parameter)].peak -
+                        fused.memory.category[int(Category::Parameter)].peak;
+  TrainerRun r(c);
+  int64_t all16 = 0;
+  for (const Tensor& p : r->model().parameters()) all16 += round_allocation(p.numel() * 2);
+  EXPECT_GT(extra, 0) << "no copy was kept";
+  EXPECT_LE(extra, all16);
+}
+
+}  // namespace

@@ -236,7 +236,7 @@ TEST(CrossStreamReuse, CudaRecordedBlockIsReusedOnlyAfterItsEvent) {
 
 TEST(CrossStreamReuse, CudaStreamsBeyondTheCommStreamAreRefused) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
-  StreamGuard g(kNumDeviceStreams);  // a valid number, but the CUDA backend has three streams
+  StreamGuard g(kNumDeviceStreams);  // a valid number, but the CUDA backend has four streams
   EXPECT_THROW(zeros({4}, DType::F32, Device::cuda(0)), Error);
 }
 

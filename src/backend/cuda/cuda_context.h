@@ -22,6 +22,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;       // the compute stream (kComputeStream): every op by default
   cudaStream_t copy_stream = nullptr;  // kCopyStream: copies that overlap compute (StreamGuard)
   cudaStream_t comm_stream = nullptr;  // kCommStream: NCCL collectives that overlap compute
+  cudaStream_t optim_stream = nullptr;  // kOptimStream: a fused step's updates beside the backward
   cublasLtHandle_t lt = nullptr;
   int sm_count = 0;
   int64_t total_bytes = 0;

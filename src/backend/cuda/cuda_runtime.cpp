@@ -118,7 +118,17 @@ DeviceState& device_state(int device) {
     s->total_bytes = int64_t(total);
     s->context_bytes = int64_t(total - free0);
     LT_CUDA_CHECK(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, device));
-    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
+    // LEANTRAIN_OPT_STREAM=2: the compute stream at the device's highest priority, so that the
+    // block scheduler starts its blocks ahead of the optimizer stream's queued ones (which then
+    // fill the SMs the backward leaves idle). Default priority is the lowest.
+    if (knob_int("LEANTRAIN_OPT_STREAM") == 2) {
+      int least = 0, greatest = 0;
+      LT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      LT_CUDA_CHECK(cudaStreamCreateWithPriority(&s->stream, cudaStreamDefault, greatest));
+    } else {
+      LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault));
+    }
+    LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->optim_stream, cudaStreamDefault));
     LT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamDefault));
     // The communication stream may run at the device's highest priority, so that the block
     // scheduler starts a collective's blocks ahead of queued compute blocks (a measuring knob,
@@ -144,9 +154,10 @@ cudaStream_t stream_handle(int device, int stream) {
   if (stream == kComputeStream) return s.stream;
   if (stream == kCopyStream) return s.copy_stream;
   if (stream == kCommStream) return s.comm_stream;
+  if (stream == kOptimStream) return s.optim_stream;
   fail("no stream " + std::to_string(stream) + " on cuda:" + std::to_string(device),
-       "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device (compute, copy, comm)",
-       "use kComputeStream, kCopyStream or kCommStream in the StreamGuard");
+       "the CUDA backend creates " + std::to_string(kNumDeviceStreams) + " streams per device (compute, copy, comm, optim)",
+       "use kComputeStream, kCopyStream, kCommStream or kOptimStream in the StreamGuard");
 }
 
 cudaStream_t current_stream() { return stream_handle(current_device(), current_stream_id()); }
@@ -174,6 +185,7 @@ void CudaBackend::synchronize() {
   LT_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   LT_CUDA_CHECK(cudaStreamSynchronize(s.copy_stream));
   LT_CUDA_CHECK(cudaStreamSynchronize(s.comm_stream));
+  LT_CUDA_CHECK(cudaStreamSynchronize(s.optim_stream));
 }
 
 void* CudaBackend::native_stream() {

@@ -5,11 +5,14 @@
 // nearest even, as the CPU does, or stochastically (sr_store.cuh). The f32 math uses explicit
 // round-to-nearest intrinsics (no FMA contraction), as cpu_optim.cpp is compiled, so both
 // backends compute the same bits.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/multi_tensor.cuh"
 #include "backend/cuda/sr_store.cuh"
+#include "core/knobs.h"
+#include "memory/streams.h"
 
 namespace lt {
 using namespace cuda;
@@ -108,8 +111,14 @@ __global__ void sgd_kernel(Table t, int64_t chunks, SgdConst c, Sr sr) {
   }
 }
 
+// At most 8 blocks an SM, each walking chunks. On the optimizer stream (a fused step's updates
+// beside the backward) LEANTRAIN_OPT_STREAM_GRID sets that cap: 0 launches a block per chunk, so
+// that blocks are short and the backward's kernels get SMs back soon.
 unsigned grid_for_chunks(int64_t chunks, int dev) {
-  const int64_t cap = int64_t(device_state(dev).sm_count) * 8;
+  static const int64_t side_per_sm = knob_int("LEANTRAIN_OPT_STREAM_GRID");
+  const int64_t per_sm = current_stream_id() == kOptimStream ? side_per_sm : 8;
+  if (per_sm == 0) return unsigned(std::min<int64_t>(chunks, int64_t(1) << 30));
+  const int64_t cap = int64_t(device_state(dev).sm_count) * per_sm;
   return unsigned(chunks < cap ? chunks : cap);
 }
 
