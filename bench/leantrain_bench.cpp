@@ -65,6 +65,7 @@
 
 #include "backend/backend.h"
 #include "backend/moe_kernels.h"
+#include "core/knobs.h"
 #include "data/synthetic.h"
 #include "leantrain/data.h"
 #include "leantrain/autocast.h"
@@ -352,6 +353,7 @@ int throughput(const std::map<std::string, std::string>& f) {
   o.state_dtype = DType::F32;
   AdamW opt(decay_groups(model->named_parameters()), o);
   opt.set_master_weights(get(f, "master-weights", "none") == "fp32");
+  if (knob_on("LEANTRAIN_KEEP_CASTS") && policy.compute_dtype) opt.set_kept_casts(*policy.compute_dtype);
   GradScaler scaler;  // used by 16-mixed only
   // --fused-step 1: each parameter updated inside backward as its gradient completes (train's
   // --fused-step; with LEANTRAIN_OPT_STREAM=1 on the optimizer stream, beside the backward).

@@ -54,7 +54,7 @@ struct OptimizerStateDict {
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -104,6 +104,12 @@ class Optimizer {
   // `seed`. Any time; throws lt::Error together with master weights (whose updates are f32).
   void set_stochastic_rounding(bool on, uint64_t seed = 0);
   bool stochastic_rounding() const { return sr_; }
+  // Kept casts (LEANTRAIN_KEEP_CASTS; detail::keep_cast in leantrain/autocast.h): from now on every
+  // update also writes a `dtype` (bf16/f16) copy of each f32 parameter that autocast() had to cast,
+  // kept between steps and handed out by autocast() instead of a cast: no weight cast in the next
+  // forward, +2 bytes a cast parameter (category parameter). AdamW writes it in its update kernel;
+  // the others copy after the update. nullopt stops and frees the copies.
+  void set_kept_casts(std::optional<DType> dtype);
 
   // Virtual for optimizers whose state lives elsewhere between steps (--offload-dir's file).
   virtual OptimizerStateDict state_dict() const;
@@ -121,6 +127,7 @@ class Optimizer {
     double weight_decay = 0;
     Tensor master;              // f32 copy of a 16-bit parameter (master weights), else undefined
     int64_t index = 0;          // position among all parameters (construction order): keys the rounding bits
+    Tensor kept;                // the kept cast written after each update (set_kept_casts), else undefined
   };
 
   Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay, const char* kind);
@@ -134,6 +141,9 @@ class Optimizer {
   // reads both through host memory says yes (--offload params: a block weight resting in pinned
   // host memory is a CPU tensor, its drained gradient a device-typed view of pinned memory).
   virtual bool accepts_grad_device(const Tensor& param, const Tensor& grad) const { return false; }
+  // Whether update() writes each slot's kept cast itself (with the new values); else the base
+  // copies it after the update.
+  virtual bool writes_kept_casts() const { return false; }
   // The stochastic-rounding stream of `s` for its coming update (step s.step + 1), for
   // StochasticRounding::streams; only meaningful while stochastic_rounding() is on.
   uint64_t sr_stream_of(const Slot& s) const;
@@ -148,6 +158,8 @@ class Optimizer {
   bool updates_elsewhere(const Slot& s) const { return s.master.defined() || !(state_device_of(s) == s.param.device()); }
   void ensure_master(Slot& s);
   void ensure_state(Slot& s);
+  void ensure_kept(Slot& s);
+  void drop_kept();
   Slot& slot(const std::string& name, const char* what);
   const Slot* find_slot(const Tensor& param) const;
 
@@ -158,6 +170,7 @@ class Optimizer {
   bool master_ = false;
   bool sr_ = false;
   uint64_t sr_seed_ = 0;
+  std::optional<DType> kept_dtype_;  // set_kept_casts
 };
 
 // torch.optim.SGD: g += wd*p; buf = momentum*buf + (1-dampening)*g (buf = g at the first step);
@@ -205,6 +218,7 @@ class AdamW : public Optimizer {
   std::vector<std::string> state_names() const override;
   std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
+  bool writes_kept_casts() const override { return true; }
 
  private:
   AdamWOptions opt_;

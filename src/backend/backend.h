@@ -99,6 +99,10 @@ struct AdamWArgs {
   int64_t step;              // 1-based, for bias correction
   float grad_scale = 1.0f;   // gradients are multiplied by this first (unscaling, clipping)
   StochasticRounding sr{};
+  // Empty, or one entry a parameter: undefined, or a contiguous bf16/f16 tensor of the parameter's
+  // size that receives the updated f32 parameter rounded to nearest (a kept cast, the same bits
+  // as cast()), written by the update itself.
+  std::span<const Tensor> kept{};
 };
 
 struct SgdArgs {

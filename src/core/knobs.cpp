@@ -83,9 +83,12 @@ constexpr Knob kKnobs[] = {
     {"LEANTRAIN_OPT_STREAM", T::Integer, "0", 0, 2, "", M::Yes, U::Run, "kernels",
      "--fused-step's updates: 0 on the compute stream, in turn with the backward; 1 on a stream of their own, "
      "beside the backward that produces the next gradients; 2 as 1, the compute stream at the highest priority"},
+    {"LEANTRAIN_LOSS_CHUNK_EAGER", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
+     "1: --loss-chunk's head makes its gradients in the forward (dlogits right away, kept as dHidden and dW) "
+     "instead of recomputing the logits in the backward: no second head GEMM"},
     {"LEANTRAIN_KEEP_CASTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
-     "1 with --fused-step under autocast: each update also writes its parameter's 16-bit copy, kept between "
-     "steps, so the forward casts no weight (+2 bytes a parameter)"},
+     "1 under a -mixed precision: each optimizer update also writes its parameter's 16-bit copy (AdamW in its "
+     "update kernel), kept between steps, so the forward casts no weight (+2 bytes a cast parameter)"},
     {"LEANTRAIN_OPT_STREAM_GRID", T::Integer, "8", 0, 64, "", M::No, U::Run, "kernels",
      "blocks per SM that an optimizer kernel on the optimizer stream launches at most (0: one a chunk, no cap)"},
     {"LEANTRAIN_OPT_STREAM_LAG", T::Integer, "8", 1, 1 << 20, "", M::Yes, U::Run, "kernels",

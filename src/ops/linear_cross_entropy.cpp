@@ -6,8 +6,18 @@
 // rows the unchunked linear + cross_entropy would compute, with the same kernels).
 // Composed from backend ops (gemm, cross_entropy_fwd/bwd, reduce_sum), so every backend and the
 // meta plan get it as is.
+//
+// Eager (LEANTRAIN_LOSS_CHUNK_EAGER=1, a mean or summed loss, bf16/f32): the loss is the graph's
+// last op, so its gradient is known up to the scalar that backward brings (1 for loss.backward(),
+// 1/k over micro-batches). The forward then turns each chunk's logits into dlogits right away and
+// multiplies them into dHidden and dW, as the backward would, keeping those two instead of
+// recomputing the logits: no second head GEMM. The backward multiplies them by its scalar in
+// place. For a scalar of 1 (or a power of two) the bits are the recomputing backward's. Not for
+// f16, whose loss scale must reach dlogits before they are rounded.
 #include <algorithm>
+#include <memory>
 
+#include "core/knobs.h"
 #include "ops/op_common.h"
 
 namespace lt {
@@ -39,6 +49,27 @@ Tensor chunk_logits(Backend& be, const Tensor& buf, const Tensor& hidden, const 
   d.ldc = ld;
   be.gemm(logits, row_block(hidden, r0, n, C, C), w, d, Tensor());
   return logits;
+}
+
+// A chunk's dlogits [n, V] (rows of ld) into dHidden rows [r0, r0 + n) and dW (either may be
+// undefined): dHidden rows = dlogits @ W; dW (+)= dlogits^T @ hidden rows, accumulated in W's
+// dtype (the first chunk writes, the others add).
+void multiply_dlogits(Backend& b, const Tensor& dlogits, const Tensor& hidden, const Tensor& w, const Tensor& dh,
+                      const Tensor& dw, int64_t r0, int64_t n, int64_t V, int64_t C, int64_t ld) {
+  if (dh.defined()) {
+    GemmDesc gd;
+    gd.m = n, gd.n = C, gd.k = V;
+    gd.lda = ld;
+    b.gemm(row_block(dh, r0, n, C, C), dlogits, w, gd, Tensor());
+  }
+  if (dw.defined()) {
+    GemmDesc gd;
+    gd.m = V, gd.n = C, gd.k = n;
+    gd.trans_a = true;
+    gd.lda = ld;
+    gd.beta = r0 == 0 ? 0.0f : 1.0f;
+    b.gemm(dw, dlogits, row_block(hidden, r0, n, C, C), gd, Tensor());
+  }
 }
 
 }  // namespace
@@ -77,12 +108,14 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   }
   Tensor hidden = contiguous(hidden_in), weight = contiguous(weight_in);  // recorded: gradients flow back
   const DType dt = hidden.dtype(), aux = aux_dtype(dt);
+  const bool eager = reduction != Reduction::None && dt != DType::F16 && needs_grad({hidden, weight}) &&
+                     knob_on("LEANTRAIN_LOSS_CHUNK_EAGER");
   const int64_t ld = padded_row_stride(V, dt);
   const int64_t rows_per = chunk_rows(chunk, N, ld);
   Backend& be = backend_for(dev);
   Tensor rows = Tensor::empty({N}, aux, dev);
   Tensor lse = Tensor::empty({N}, aux, dev);
-  {
+  if (!eager) {
     Tensor buf = empty_rows({rows_per, V}, ld, dt, dev);  // one chunk's logits, reused
     for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
       const int64_t n = std::min(rows_per, N - r0);
@@ -92,11 +125,49 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     }
   }
   const double inv = loss_scale(reduction, count);
+  const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
+  const Shape hs = hidden_in.shape();
+  if (eager) {
+    // Each chunk, as the backward below would with a gradient of 1: dlogits in place, then dHidden
+    // rows and dW (accumulated in W's dtype, chunk by chunk as there).
+    auto grads = std::make_shared<std::pair<Tensor, Tensor>>();
+    {
+      Tensor dloss = Tensor::empty({N}, aux, dev);
+      be.fill(dloss, inv);
+      Tensor dh = need_h ? Tensor::empty(hs, dt, dev) : Tensor();
+      Tensor dw = need_w ? Tensor::empty({V, C}, dt, dev) : Tensor();
+      Tensor buf = empty_rows({rows_per, V}, ld, dt, dev);
+      for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
+        const int64_t n = std::min(rows_per, N - r0);
+        Tensor logits = chunk_logits(be, buf, hidden, weight, r0, n, V, C, ld);
+        be.cross_entropy_fwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
+                             ignore_index);
+        be.cross_entropy_bwd(logits, row_slice(dloss, r0, n), logits, row_slice(lse, r0, n),
+                             row_slice(targets, r0, n), ignore_index);
+        multiply_dlogits(be, logits, hidden, weight, dh, dw, r0, n, V, C, ld);
+      }
+      if (need_w && N == 0) be.fill(dw, 0.0);
+      if (need_h && N == 0) be.fill(dh, 0.0);
+      *grads = {std::move(dh), std::move(dw)};
+    }
+    Tensor out = reduce_loss_rows(rows, targets_in.shape(), reduction, inv);
+    record(out, "linear_cross_entropy", {hidden, weight}, [=](const Tensor& g) {
+      // Moved out: the node no longer holds them once the engine has passed them on.
+      Tensor dh = std::move(grads->first), dw = std::move(grads->second);
+      LT_CHECK(dh.defined() || dw.defined(), "linear_cross_entropy: the eager gradients were taken twice",
+               "its backward ran a second time", "run backward once per forward (retain_graph is not supported here)");
+      Backend& b = backend_of(g);
+      Tensor gs = Tensor::empty({}, dt, g.device());  // the scalar in the gradients' dtype
+      b.copy(gs, contiguous_data(g));
+      for (const Tensor& t : {dh, dw})
+        if (t.defined()) b.binary(BinaryOp::Mul, t, t, expand_view(gs, t.shape()));
+      return std::vector<Tensor>{dh, dw};
+    });
+    return out;
+  }
   // None: the rows themselves, shaped as the targets (0 where ignored).
   Tensor out = reduce_loss_rows(rows, targets_in.shape(), reduction, inv);
   if (!needs_grad({hidden, weight})) return out;
-  const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
-  const Shape hs = hidden_in.shape();
   SavedTensor saved_h(hidden), saved_w(weight), saved_lse(lse), saved_t(make_view(targets, {N}, {1}, targets.offset()));
   record(out, "linear_cross_entropy", {hidden, weight}, [=](const Tensor& g) {
     Tensor sh = saved_h.unpack(), sw = saved_w.unpack(), slse = saved_lse.unpack(), st = saved_t.unpack();
@@ -119,20 +190,7 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
       // In place: the kernel reads and writes each element in one thread.
       b.cross_entropy_bwd(dlogits, row_slice(dloss, r0, n), dlogits, row_slice(slse, r0, n), row_slice(st, r0, n),
                           ignore_index);
-      if (need_h) {  // dHidden rows = dlogits [n, V] @ W [V, C]
-        GemmDesc gd;
-        gd.m = n, gd.n = C, gd.k = V;
-        gd.lda = ld;
-        b.gemm(row_block(dh, r0, n, C, C), dlogits, sw, gd, Tensor());
-      }
-      if (need_w) {  // dW (+)= dlogits^T [V, n] @ hidden rows [n, C], accumulated in W's dtype
-        GemmDesc gd;
-        gd.m = V, gd.n = C, gd.k = n;
-        gd.trans_a = true;
-        gd.lda = ld;
-        gd.beta = r0 == 0 ? 0.0f : 1.0f;
-        b.gemm(dw, dlogits, row_block(sh, r0, n, C, C), gd, Tensor());
-      }
+      multiply_dlogits(b, dlogits, sh, sw, dh, dw, r0, n, V, C, ld);
     }
     if (need_w && N == 0) b.fill(dw, 0.0);
     if (need_h && N == 0) b.fill(dh, 0.0);

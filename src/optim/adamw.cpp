@@ -26,18 +26,22 @@ std::vector<Tensor> AdamW::make_state(const Tensor& p, Device device) const {
 }
 
 void AdamW::update(const std::vector<Slot*>& slots, float grad_scale) {
-  std::vector<Tensor> params, grads, m, v;
+  std::vector<Tensor> params, grads, m, v, kept;
+  bool any_kept = false;
   for (Slot* s : slots) {
     params.push_back(s->param);
     grads.push_back(s->param.grad());
     m.push_back(s->state[0]);
     v.push_back(s->state[1]);
+    kept.push_back(s->kept);
+    any_kept = any_kept || s->kept.defined();
   }
   const Slot& first = *slots.front();
   AdamWArgs a{float(lr()), float(opt_.beta1), float(opt_.beta2), float(opt_.eps), float(first.weight_decay),
               first.step + 1, grad_scale};
   const std::vector<uint64_t> streams = sr_streams(slots);
   a.sr.streams = streams;
+  if (any_kept) a.kept = kept;  // written by the update kernel, with the new values
   backend_for(first.param.device()).adamw_step(params, grads, m, v, a);
 }
 

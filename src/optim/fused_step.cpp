@@ -12,21 +12,17 @@
 // anything reads a parameter again. Every decision is made from program order (events recorded
 // and waited for), so a plan on meta replays the same allocations.
 //
-// With LEANTRAIN_KEEP_CASTS, each update also writes the parameter's 16-bit copy, kept between
-// steps (detail::keep_cast), for every parameter the forward cast under autocast: the next forward
-// casts nothing. The copy is written where the update ran, after it; a hook fires only once every
-// use of the parameter in this backward has added its gradient, so no kernel of this backward
-// reads the copy afterwards. +2 bytes a parameter for as long as this object lives.
+// Kept casts (Optimizer::set_kept_casts) are written by the update, on whichever stream it runs: a
+// hook fires only once every use of the parameter in this backward has added its gradient, so no
+// kernel of this backward reads the copy after it changes.
 #include "leantrain/fused_step.h"
 
 #include <deque>
 #include <optional>
-#include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/event.h"
 #include "core/knobs.h"
-#include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 
@@ -42,34 +38,8 @@ struct FusedStep::Shared {
   size_t lag = 8;      // LEANTRAIN_OPT_STREAM_LAG
   std::optional<Device> side_device;             // where updates went beside the backward, until join()
   std::deque<std::unique_ptr<Event>> in_flight;  // one after each such update, oldest first
-  bool keep_casts = false;                       // LEANTRAIN_KEEP_CASTS
-  std::unordered_map<std::string, Tensor> kept;  // name -> the 16-bit copy it keeps
-  std::vector<Tensor> kept_params;
-
-  // The kept copy to write after updating `param`, allocated (on the compute stream, as a
-  // parameter) the first time; undefined when none is kept: off, outside autocast, not f32, or a
-  // parameter the forward never cast.
-  Tensor kept_copy_for(const std::string& name, const Tensor& param) {
-    if (!keep_casts) return Tensor();
-    const std::optional<DType> dt = autocast_dtype();
-    if (!dt || param.dtype() != DType::F32 || !param.is_contiguous()) return Tensor();
-    if (auto it = kept.find(name); it != kept.end() && it->second.dtype() == *dt) return it->second;
-    if (!detail::cast_wanted(param)) return Tensor();
-    MemoryCategoryScope p(Category::Parameter);
-    Tensor c = Tensor::empty(param.shape(), *dt, param.device());
-    kept[name] = c;
-    kept_params.push_back(param);
-    return c;
-  }
-
-  void drop_kept() {
-    for (const Tensor& p : kept_params) detail::drop_kept_cast(p);
-    kept_params.clear();
-    kept.clear();
-  }
-
   // The update of `param` on the optimizer stream (Note [Updates beside the backward]).
-  void update_beside(const std::string& name, Tensor& param, const Tensor& copy) {
+  void update_beside(const std::string& name, Tensor& param) {
     const Device dev = param.device();
     LT_CHECK(!side_device || *side_device == dev, "--fused-step: parameters on two devices",
              "the optimizer stream's updates are joined on one device", "keep the model on one device");
@@ -81,7 +51,6 @@ struct FusedStep::Shared {
       StreamGuard on_opt(kOptimStream);
       produced.block_current_stream();
       opt->step_param(name, grad_scale);
-      if (copy.defined()) copy_(copy, param);
       record_stream(param.grad(), kOptimStream);
       done->record();
     }
@@ -109,8 +78,6 @@ FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
   shared_->opt = &opt;
   shared_->side = knob_int("LEANTRAIN_OPT_STREAM") > 0;
   shared_->lag = size_t(knob_int("LEANTRAIN_OPT_STREAM_LAG"));
-  shared_->keep_casts = knob_on("LEANTRAIN_KEEP_CASTS");
-  if (shared_->keep_casts) detail::arm_kept_casts(true);
   std::weak_ptr<Shared> weak = shared_;
   for (auto& [name, p] : opt.named_params()) {
     // An init-capture: clang 14 (the sanitizer and fuzz builds) cannot capture a structured binding.
@@ -132,14 +99,10 @@ FusedStep::FusedStep(Optimizer& opt) : shared_(std::make_shared<Shared>()) {
       // The category the unfused step runs in (state is created under its own scope anyway).
       MemoryCategoryScope st(Category::OptimizerState);
       const Device dev = param.device();
-      const Tensor copy = sh->kept_copy_for(name, param);
-      if (sh->side && (dev.is_cuda() || dev.is_meta()) && sh->opt->prepare_param(name)) {
-        sh->update_beside(name, param, copy);
-      } else {
+      if (sh->side && (dev.is_cuda() || dev.is_meta()) && sh->opt->prepare_param(name))
+        sh->update_beside(name, param);
+      else
         sh->opt->step_param(name, sh->grad_scale);  // by name: the optimizer's key
-        if (copy.defined()) copy_(copy, param);
-      }
-      if (copy.defined()) detail::keep_cast(param, copy);
       param.set_grad(Tensor());  // the buffer is freed as soon as the engine drops its reference
       ++sh->updates;
     });
@@ -151,8 +114,6 @@ FusedStep::~FusedStep() {
     shared_->join();
   } catch (...) {  // a device error here is reported by the next call that touches the device
   }
-  shared_->drop_kept();
-  if (shared_->keep_casts) detail::arm_kept_casts(false);
 }
 
 void FusedStep::join() { shared_->join(); }

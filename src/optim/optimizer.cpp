@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "backend/dry_compute.h"
+#include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -46,6 +47,40 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
   }
 }
 
+Optimizer::~Optimizer() { drop_kept(); }
+
+void Optimizer::set_kept_casts(std::optional<DType> dtype) {
+  LT_CHECK(!dtype || *dtype == DType::BF16 || *dtype == DType::F16,
+           std::string(name()) + ": kept casts in " + dtype_name(*dtype), "autocast computes in bf16 or f16",
+           "pass bf16 or f16");
+  if (dtype == kept_dtype_) return;
+  drop_kept();
+  kept_dtype_ = dtype;
+  if (dtype) detail::arm_kept_casts(true);
+}
+
+void Optimizer::drop_kept() {
+  if (!kept_dtype_) return;
+  for (auto& group : groups_)
+    for (Slot& s : group)
+      if (s.kept.defined()) {
+        detail::drop_kept_cast(s.param);
+        s.kept = Tensor();
+      }
+  detail::arm_kept_casts(false);
+  kept_dtype_.reset();
+}
+
+// The kept cast of an f32 parameter autocast has asked for, allocated (for real on a dry step,
+// like the state) on the first update that finds it wanted.
+void Optimizer::ensure_kept(Slot& s) {
+  if (!kept_dtype_ || s.kept.defined() || s.param.dtype() != DType::F32 || !s.param.is_contiguous() ||
+      !detail::cast_wanted(s.param))
+    return;
+  MemoryCategoryScope scope(Category::Parameter);
+  s.kept = Tensor::empty(s.param.shape(), *kept_dtype_, s.param.device());
+}
+
 void Optimizer::ensure_state(Slot& s) {
   if (!s.state.empty() || state_names().empty()) return;
   MemoryCategoryScope scope(Category::OptimizerState);
@@ -74,6 +109,7 @@ void Optimizer::ensure_master(Slot& s) {
 void Optimizer::update_elsewhere(Slot& s, float grad_scale) {
   const Device where = state_device_of(s);
   Slot view = s;  // shares the state tensors
+  view.kept = Tensor();  // written below from the parameter itself, which lives elsewhere than the view
   {
     MemoryCategoryScope ws(Category::Workspace);
     if (s.master.defined()) {
@@ -112,12 +148,23 @@ void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
              "store a contiguous gradient");
     ensure_master(*s);
     ensure_state(*s);
+    ensure_kept(*s);
   }
+  // After its update, each kept cast holds the new values (unless the update was dry): registered,
+  // so that the next autocast() hands it out.
+  auto kept_written = [&](const std::vector<Slot*>& ss, bool written_by_update) {
+    for (Slot* s : ss) {
+      if (!s->kept.defined()) continue;
+      if (!written_by_update) copy_(s->kept, s->param);
+      if (!DryCompute::active()) detail::keep_cast(s->param, s->kept);
+    }
+  };
   std::vector<bool> done(slots.size(), false);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (done[i]) continue;
     if (updates_elsewhere(*slots[i])) {
       update_elsewhere(*slots[i], grad_scale);
+      kept_written({slots[i]}, false);
       ++slots[i]->step;
       done[i] = true;
       continue;
@@ -131,6 +178,7 @@ void Optimizer::update_batch(std::vector<Slot*>& slots, float grad_scale) {
       done[j] = true;
     }
     update(batch, grad_scale);
+    kept_written(batch, writes_kept_casts());
     for (Slot* s : batch) ++s->step;
   }
 }
@@ -183,6 +231,7 @@ bool Optimizer::prepare_param(const std::string& param_name) {
   Slot& s = slot(param_name, "prepare_param");
   ensure_master(s);
   ensure_state(s);
+  ensure_kept(s);
   return !updates_elsewhere(s);
 }
 
@@ -201,6 +250,10 @@ void Optimizer::rebind(const std::string& param_name, const Tensor& param) {
            "the state was made for " + shape_str(s.param.shape()) + " " + dtype_name(s.param.dtype()) + " on " +
                s.param.device().str(),
            "rebind to a contiguous tensor of the same shape, dtype and device");
+  if (s.kept.defined()) {  // the cast was of the old tensor; the next update keeps one of the new
+    detail::drop_kept_cast(s.param);
+    s.kept = Tensor();
+  }
   s.param = param;
 }
 

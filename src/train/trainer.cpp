@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/knobs.h"
 #include "io/text_format.h"
 #include "leantrain/autocast.h"
 #include "leantrain/autograd.h"
@@ -58,7 +59,10 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
   oc.seed = c.seed;
   if (c.state_dtype != StateDtype::Auto) oc.state_dtype = c.state_dtype == StateDtype::Bf16 ? DType::BF16 : DType::F32;
   // Biases and norm weights do not decay, as in every transformer recipe.
-  return make_optimizer(oc, decay_groups(named));
+  std::unique_ptr<Optimizer> opt = make_optimizer(oc, decay_groups(named));
+  if (knob_on("LEANTRAIN_KEEP_CASTS"))  // the 16-bit weight copies kept between steps (a -mixed policy)
+    if (const std::optional<DType> dt = precision_policy(c.precision).compute_dtype) opt->set_kept_casts(*dt);
+  return opt;
 }
 
 LrSchedule build_schedule(const RunConfig& c, int64_t total) {

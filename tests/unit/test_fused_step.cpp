@@ -388,33 +388,3 @@ TEST(FusedStep, CudaUpdatesBesideTheBackwardGiveTheSameBitsAndThePlannedPeak) {
 }
 
 }  // namespace
-
-namespace {
-
-// LEANTRAIN_KEEP_CASTS: the fused step writes each autocast parameter's bf16 copy after its update
-// and the next forward uses it instead of casting; the copies must be current at every forward, so
-// the losses are the plain step's bit for bit (a stale copy would train on old weights), on the
-// compute stream and beside the backward (meta stands in for the stream order on the CPU). The
-// copies are parameter memory: 2 bytes a cast parameter.
-TEST(FusedStep, KeptCastsTrainTheSameBitsUnderAutocast) {
-  TempDir tmp;
-  RunConfig c = tiny_gpt(tmp.path);
-  c.precision = Precision::MixedBf16;
-  c.steps = 5;
-  const RunResult plain = train(c);
-  c.fused_step = true;
-  const RunResult fused = train(c);
-  KnobEnv k("LEANTRAIN_KEEP_CASTS", "1");
-  const RunResult kept = train(c);
-  EXPECT_EQ(kept.losses, plain.losses);
-  EXPECT_EQ(fused.losses, plain.losses);
-  const int64_t extra = kept.memory.category[int(Category::Parameter)].peak -
-                        fused.memory.category[int(Category::Parameter)].peak;
-  TrainerRun r(c);
-  int64_t all16 = 0;
-  for (const Tensor& p : r->model().parameters()) all16 += round_allocation(p.numel() * 2);
-  EXPECT_GT(extra, 0) << "no copy was kept";
-  EXPECT_LE(extra, all16);
-}
-
-}  // namespace

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "leantrain/autograd.h"
+#include "leantrain/cuda_info.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
@@ -144,4 +147,86 @@ TEST(LinearCrossEntropy, BadArgumentsAreRefused) {
   EXPECT_THROW(linear_cross_entropy(c.x, c.w, bad, -100, Reduction::Mean, 4), Error);
   Generator gen(1);
   EXPECT_THROW(linear_cross_entropy(c.x, randn({kV, kC + 1}, gen), c.targets), Error);
+}
+
+namespace {
+
+struct EagerKnob {  // LEANTRAIN_LOSS_CHUNK_EAGER for a scope
+  explicit EagerKnob(bool on) { ::setenv("LEANTRAIN_LOSS_CHUNK_EAGER", on ? "1" : "0", 1); }
+  ~EagerKnob() { ::unsetenv("LEANTRAIN_LOSS_CHUNK_EAGER"); }
+};
+
+std::vector<uint8_t> bits(const Tensor& t) {
+  Tensor c = t.to(Device::cpu()).contiguous();
+  std::vector<uint8_t> out(size_t(c.nbytes()));
+  std::memcpy(out.data(), c.raw_data(), out.size());
+  return out;
+}
+
+// Loss, dHidden and dW of the chunked op, eager or recomputing, with the loss scaled by `g`
+// before backward (what micro-batches or a caller do).
+std::vector<std::vector<uint8_t>> chunked_run(bool eager, DType dt, int64_t chunk, Reduction r, double g,
+                                              bool w_grad = true, Device dev = Device::cpu()) {
+  EagerKnob k(eager);
+  Case c = make_case(dt, w_grad);
+  if (!dev.is_cpu()) {  // the same values as leaves on `dev`
+    c.x = c.x.detach().to(dev).set_requires_grad(true);
+    c.w = c.w.detach().to(dev).set_requires_grad(w_grad);
+    c.targets = c.targets.to(dev);
+  }
+  Tensor l = linear_cross_entropy(c.x, c.w, c.targets, -100, r, chunk);
+  std::vector<std::vector<uint8_t>> out{bits(l)};
+  (g == 1.0 ? l : scale(l, g)).backward();
+  out.push_back(bits(c.x.grad()));
+  if (w_grad) out.push_back(bits(c.w.grad()));
+  else EXPECT_FALSE(c.w.grad().defined());
+  return out;
+}
+
+}  // namespace
+
+// Eager: the gradients made in the forward, scaled in the backward, are the recomputing
+// backward's bit for bit when the scale is a power of two (here 1 and 1/4), f32 and bf16, any
+// chunking, mean and sum, a frozen head.
+TEST(LinearCrossEntropy, EagerGradientsAreTheRecomputedOnesBitwise) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t chunk : {1, 4, 13, 0})
+      for (Reduction r : {Reduction::Mean, Reduction::Sum})
+        for (double g : {1.0, 0.25})
+          EXPECT_EQ(chunked_run(true, dt, chunk, r, g), chunked_run(false, dt, chunk, r, g))
+              << dtype_name(dt) << " chunk " << chunk << " g " << g;
+  EXPECT_EQ(chunked_run(true, DType::F32, 4, Reduction::Mean, 1.0, false),
+            chunked_run(false, DType::F32, 4, Reduction::Mean, 1.0, false));
+}
+
+TEST(LinearCrossEntropy, CudaEagerGradientsAreTheRecomputedOnesBitwise) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const Device d = Device::cuda(0);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t chunk : {4, 0})
+      for (double g : {1.0, 0.25})
+        EXPECT_EQ(chunked_run(true, dt, chunk, Reduction::Mean, g, true, d),
+                  chunked_run(false, dt, chunk, Reduction::Mean, g, true, d))
+            << dtype_name(dt) << " chunk " << chunk << " g " << g;
+}
+
+// Eager runs each chunk's GEMM once (the forward's), where recomputing runs it again in the backward:
+// the eager forward holds dHidden and dW for the backward instead of the hidden rows. Under no
+// gradient (evaluation) and for per-row losses it is the plain forward.
+TEST(LinearCrossEntropy, EagerOnlyWhenAGradientIsWanted) {
+  EagerKnob k(true);
+  Case c = make_case(DType::F32);
+  {
+    NoGradGuard no;
+    Tensor l = linear_cross_entropy(c.x, c.w, c.targets, -100, Reduction::Mean, 4);
+    EXPECT_FALSE(l.requires_grad());
+  }
+  Tensor rows = linear_cross_entropy(c.x, c.w, c.targets, -100, Reduction::None, 4);
+  EagerKnob off(false);
+  Case d = make_case(DType::F32);
+  Tensor ref = linear_cross_entropy(d.x, d.w, d.targets, -100, Reduction::None, 4);
+  EXPECT_EQ(bits(rows), bits(ref));
+  sum_all(rows).backward();
+  sum_all(ref).backward();
+  EXPECT_EQ(bits(c.x.grad()), bits(d.x.grad()));
 }

@@ -79,11 +79,13 @@ void sgd_one(const Tensor& param, const Tensor& grad, const Tensor& buf, const S
 void CpuBackend::adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
                             std::span<const Tensor> v, const AdamWArgs& args) {
   LT_ASSERT(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size());
+  LT_ASSERT(args.kept.empty() || args.kept.size() == params.size());
   for (size_t k = 0; k < params.size(); ++k) {
     dispatch_param_state(params[k].dtype(), m[k].dtype(), [&](auto t, auto s) {
       adamw_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], v[k], args,
                                           sr_stream_of(args.sr, params.size(), k));
     });
+    if (!args.kept.empty() && args.kept[k].defined()) copy(args.kept[k], params[k]);  // the cast's rounding
   }
 }
 

@@ -34,7 +34,8 @@ template <int P, int N> __device__ __forceinline__ int mt_find(const MtTable<P, 
   return lo;
 }
 
-// Fills tables from `lists` (P spans of equal length; an empty span leaves its pointers null)
+// Fills tables from `lists` (P spans of equal length; an empty span, or an undefined tensor in one,
+// leaves its pointers null)
 // and calls launch(table, total_chunks) for each full or final table. Empty tensors are skipped.
 template <int P, int N, class Launch>
 void mt_for_each_table(const std::span<const Tensor> (&lists)[P], Launch&& launch) {
@@ -53,7 +54,7 @@ void mt_for_each_table(const std::span<const Tensor> (&lists)[P], Launch&& launc
     if (n == 0) continue;
     const int k = t.count;
     for (int p = 0; p < P; ++p) {
-      if (lists[p].empty()) continue;
+      if (lists[p].empty() || !lists[p][i].defined()) continue;  // a null pointer: nothing to do there
       t.ptr[p][k] = lists[p][i].raw_data();
       t.dtype[p][k] = dcode(lists[p][i].dtype());
     }

@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kMaxTensors = 320;  // 4 lists: ~18 KiB of parameters
 using Table = MtTable<4, kMaxTensors>;
+using AdamWTable = MtTable<5, kMaxTensors>;  // + the kept casts (null where none): ~21 KiB
 using Sr = SrTable<kMaxTensors>;  // +2.5 KiB of parameters
 
 struct AdamWConst {
@@ -36,10 +37,23 @@ __device__ __forceinline__ void adamw_update(const AdamWConst& c, float& p, floa
   p = __fsub_rn(__fmul_rn(p, c.decay), __fdiv_rn(__fmul_rn(c.step_size, m), denom));
 }
 
-// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq. A tensor whose four lists are all f32 and
-// 16-byte aligned (parameters, gradients and moments of the f32-state policies) moves float4s;
-// any other mix reads and writes each element by its dtype. The same update either way.
-__global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
+// The new parameter values rounded to the kept cast's dtype (bf16 or f16), as cast() rounds.
+__device__ __forceinline__ void store_kept4(void* kept, uint8_t dt, int64_t j, const float4& p) {
+  if (dt == kBF16) {
+    const uint2 w{f32_to_bf16_bits(p.x) | (uint32_t(f32_to_bf16_bits(p.y)) << 16),
+                  f32_to_bf16_bits(p.z) | (uint32_t(f32_to_bf16_bits(p.w)) << 16)};
+    reinterpret_cast<uint2*>(kept)[j] = w;
+  } else {
+    store_float(kept, 4 * j, dt, p.x), store_float(kept, 4 * j + 1, dt, p.y);
+    store_float(kept, 4 * j + 2, dt, p.z), store_float(kept, 4 * j + 3, dt, p.w);
+  }
+}
+
+// Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 the kept cast (null: none). A tensor whose
+// first four lists are all f32 and 16-byte aligned (parameters, gradients and moments of the
+// f32-state policies) moves float4s; any other mix reads and writes each element by its dtype.
+// The same update either way.
+__global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) {
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -48,10 +62,12 @@ __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
     const void* g = t.ptr[1][k];
     void* m = t.ptr[2][k];
     void* v = t.ptr[3][k];
+    void* kept = t.ptr[4][k];
+    const uint8_t kdt = t.dtype[4][k];
     int64_t first = start;  // the elements before it went as float4s
     if (t.dtype[0][k] == kF32 && t.dtype[1][k] == kF32 && t.dtype[2][k] == kF32 && t.dtype[3][k] == kF32 &&
         ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(m) |
-          reinterpret_cast<uintptr_t>(v)) & 15u) == 0) {
+          reinterpret_cast<uintptr_t>(v)) & 15u) == 0 && (reinterpret_cast<uintptr_t>(kept) & 7u) == 0) {
       // start is a multiple of kMtChunk (of 4): every float4 below is aligned.
       float4* p4 = reinterpret_cast<float4*>(p);
       const float4* g4 = reinterpret_cast<const float4*>(g);
@@ -68,6 +84,7 @@ __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
         p4[j] = pj;
         m4[j] = mj;
         v4[j] = vj;
+        if (kept) store_kept4(kept, kdt, j, pj);
       }
       first = end4 * 4;
     }
@@ -78,6 +95,9 @@ __global__ void adamw_kernel(Table t, int64_t chunks, AdamWConst c, Sr sr) {
       store_param(p, i, t.dtype[0][k], pi, sr.on, sr.stream[k]);
       store_float(m, i, t.dtype[2][k], mi);
       store_float(v, i, t.dtype[3][k], vi);
+      // The stored parameter, read back: with stochastic rounding or a 16-bit parameter the cast is
+      // of what was stored, as cast() would read it.
+      if (kept) store_float(kept, i, kdt, load_float(p, i, t.dtype[0][k]));
     }
   }
 }
@@ -141,9 +161,23 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   c.bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step))));
   c.step_size = args.lr / bc1;
   c.grad_scale = args.grad_scale;
-  const std::span<const Tensor> lists[4] = {params, grads, m, v};
+  if (!args.kept.empty()) {
+    LT_CHECK(args.kept.size() == params.size(), "adamw_step: " + std::to_string(args.kept.size()) + " kept casts for " +
+                                                    std::to_string(params.size()) + " parameters",
+             "each parameter needs one entry (undefined for none)", "pass matching lists");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor& k = args.kept[i];
+      if (!k.defined()) continue;
+      LT_CHECK(k.device() == Device::cuda(device_index_) && k.is_contiguous() && k.numel() == params[i].numel() &&
+                   (k.dtype() == DType::BF16 || k.dtype() == DType::F16),
+               "adamw_step: kept cast " + std::to_string(i) + " does not fit its parameter",
+               std::string(dtype_name(k.dtype())) + " " + shape_str(k.shape()) + " on " + k.device().str(),
+               "keep a contiguous bf16/f16 copy of the parameter's size on its device");
+    }
+  }
+  const std::span<const Tensor> lists[5] = {params, grads, m, v, args.kept};
   SrCursor<kMaxTensors> sr(params, args.sr);
-  mt_for_each_table<4, kMaxTensors>(lists, [&](const Table& t, int64_t chunks) {
+  mt_for_each_table<5, kMaxTensors>(lists, [&](const AdamWTable& t, int64_t chunks) {
     adamw_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c,
                                                                                               sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("adamw_kernel");
