@@ -9,6 +9,7 @@
 #   3. `leantrain train` GPT-2 124M with kept casts and the eager chunked head: peaks beside the plan;
 #   4. GPT-2 124M B16 x T1024 (leantrain_bench, cuDNN attention) plain, kept casts, eager chunks of
 #      8192 rows, both, lean saves; beside llm.c's cuDNN build (LLMC), nvidia-smi memory; two rounds.
+#   QUICK=1 runs fewer variants (the device time left was short).
 #   BUILD=build-gpu LLMC=gpu-carry/llmc/train_gpt2cu OUT=$OUT bash bench/issue46_call17.sh
 set -u
 CALL_OUT_DEFAULT=/tmp/call17; source bench/call_lib.sh
@@ -29,9 +30,9 @@ tl() {  # label flags env...
 for round in 1 2; do
   tl mfu ""
   tl mfu-keep "" $K
-  tl fused-keep-side1 --fused-step $K $S1
+  [ "${QUICK:-0}" = 1 ] || tl fused-keep-side1 --fused-step $K $S1
   tl ckpt "--checkpoint blocks --fused-step"
-  tl ckpt-keep "--checkpoint blocks --fused-step" $K
+  [ "${QUICK:-0}" = 1 ] || tl ckpt-keep "--checkpoint blocks --fused-step" $K
   tl ckpt-keep-side1 "--checkpoint blocks --fused-step" $K $S1
   el "tinyllama round $round"
 done
@@ -58,9 +59,12 @@ smi_peak() {  # command...: runs it, prints the highest used-memory sample (MiB)
 [ -n "${LLMC:-}" ] && { python3 bench/peers/llmc_shards.py "$OUT/shards" > /dev/null 2>&1 || echo "llm.c shards not written"; }
 G="--device cuda --model gpt2-124m --precision bf16-mixed --batch 16 --seq 1024 --warmup 5 --steps 20 --attention-kernel cudnn"
 for round in 1 2; do
-  for v in "keep|--lean-saves 0|" "keep-casts|--lean-saves 0|$K" "keep-eager|--lean-saves 0 --loss-chunk 8192|$E" \
-           "keep-eager-casts|--lean-saves 0 --loss-chunk 8192|$E $K" "keep-recompute|--lean-saves 0 --loss-chunk 8192|" \
-           "lean|--lean-saves 1|" "lean-eager-casts|--lean-saves 1 --loss-chunk 8192|$E $K"; do
+  V=("keep|--lean-saves 0|" "keep-casts|--lean-saves 0|$K" "keep-eager|--lean-saves 0 --loss-chunk 8192|$E"
+     "keep-eager-casts|--lean-saves 0 --loss-chunk 8192|$E $K" "lean|--lean-saves 1|"
+     "lean-eager-casts|--lean-saves 1 --loss-chunk 8192|$E $K")
+  [ "${QUICK:-0}" = 1 ] && V=("keep|--lean-saves 0|" "keep-casts|--lean-saves 0|$K" "keep-eager-casts|--lean-saves 0 --loss-chunk 8192|$E $K"
+     "lean-eager-casts|--lean-saves 1 --loss-chunk 8192|$E $K")
+  for v in "${V[@]}"; do
     IFS='|' read -r label flags envs <<< "$v"
     smi_peak bash -c "env $envs timeout 120 ./$BUILD/leantrain_bench throughput $G $flags 2>/dev/null | tail -1 > $OUT/gpt2-$label-$round.json"
     echo "gpt2 $label round $round: $(python3 -c "import json;d=json.load(open('$OUT/gpt2-$label-$round.json'));print(d['ms_per_step'],'ms',d['tokens_per_s'],'tok/s loss',d['final_loss'],'alloc',d['peak_allocated'],'reserved',d['peak_reserved'])" 2>&1 | tail -1)"
