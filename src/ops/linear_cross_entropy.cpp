@@ -128,22 +128,19 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
   const bool need_h = hidden.requires_grad(), need_w = weight.requires_grad();
   const Shape hs = hidden_in.shape();
   if (eager) {
-    // Each chunk, as the backward below would with a gradient of 1: dlogits in place, then dHidden
-    // rows and dW (accumulated in W's dtype, chunk by chunk as there).
+    // Each chunk, as the backward below would with a gradient of 1: the loss and dlogits in one pass
+    // over the logits (in place), then dHidden rows and dW (accumulated in W's dtype, chunk by chunk
+    // as there).
     auto grads = std::make_shared<std::pair<Tensor, Tensor>>();
     {
-      Tensor dloss = Tensor::empty({N}, aux, dev);
-      be.fill(dloss, inv);
       Tensor dh = need_h ? Tensor::empty(hs, dt, dev) : Tensor();
       Tensor dw = need_w ? Tensor::empty({V, C}, dt, dev) : Tensor();
       Tensor buf = empty_rows({rows_per, V}, ld, dt, dev);
       for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
         const int64_t n = std::min(rows_per, N - r0);
         Tensor logits = chunk_logits(be, buf, hidden, weight, r0, n, V, C, ld);
-        be.cross_entropy_fwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
-                             ignore_index);
-        be.cross_entropy_bwd(logits, row_slice(dloss, r0, n), logits, row_slice(lse, r0, n),
-                             row_slice(targets, r0, n), ignore_index);
+        be.cross_entropy_fwd_bwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
+                                 ignore_index, float(inv));
         multiply_dlogits(be, logits, hidden, weight, dh, dw, r0, n, V, C, ld);
       }
       if (need_w && N == 0) be.fill(dw, 0.0);
