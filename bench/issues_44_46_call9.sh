@@ -27,38 +27,15 @@ fi
 if [ "$PART" = b ]; then
   # GPT-2 against llm.c: leantrain_bench throughput prints its own JSON line; llm.c prints a line a
   # step (steps 21-40 averaged). nvidia-smi samples the process's memory every 200 ms for both.
-  smi_peak() {  # command...: runs it, prints the highest used-memory sample (MiB) seen while it ran
-    local log=$OUT/smi.$$; : > "$log"
-    ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits >> "$log"; sleep 0.2; done ) &
-    local sp=$!
-    "$@"
-    kill $sp 2>/dev/null; wait $sp 2>/dev/null
-    echo "smi_peak_mib $(sort -n "$log" | tail -1)"
-  }
-  if [ -n "${LLMC:-}" ]; then
-    python3 "${LLMC_SHARDS:-bench/peers/llmc_shards.py}" "$OUT/shards" > /dev/null 2>&1 ||
-      echo "llm.c shards not written"
-  fi
+  [ -n "${LLMC:-}" ] && llmc_shards
   idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits); echo "idle_mib $idle"
   for round in 1 2; do
     for v in "cudnn-keep|--attention-kernel cudnn --lean-saves 0" "cudnn-lean|--attention-kernel cudnn" "default|"; do
       IFS='|' read -r label flags <<< "$v"
-      smi_peak bash -c "timeout 120 ./$BUILD/leantrain_bench throughput --device cuda --model gpt2-124m --precision bf16-mixed \
-        --batch 16 --seq 1024 --warmup 5 --steps 20 $flags 2>/dev/null | tail -1 > $OUT/gpt2-$label-$round.json"
-      echo "gpt2 $label round $round: $(cut -c1-300 "$OUT/gpt2-$label-$round.json")"
+      gpt2_bench "$label" "$round" "" $flags
     done
     if [ -n "${LLMC:-}" ]; then
-      # The pip cuDNN that PyTorch ships, as the peer's README builds it; else the toolkit's.
-      CDL=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -1)
-      smi_peak env LD_LIBRARY_PATH="${CDL:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64" bash -c "timeout 150 $LLMC -i '$OUT/shards/train_*.bin' -j '$OUT/shards/val_*.bin' -e d12 -b 16 -t 1024 \
-        -d 16384 -x 40 -v 1000 -s 0 -h 0 -o $OUT/llmc-log > $OUT/llmc-$round.txt 2>&1"
-      python3 - "$OUT/llmc-$round.txt" <<'PY'
-import re, sys
-ms = [float(m.group(2)) for m in (re.search(r"step\s+(\d+)/\d+.*?\|\s*([\d.]+)\s*ms", l) for l in open(sys.argv[1]))
-      if m and 21 <= int(m.group(1)) <= 40]
-print(f"llm.c: {len(ms)} steps averaged, {sum(ms)/len(ms):.2f} ms/step, {16*1024*len(ms)/sum(ms)*1e3:,.0f} tok/s"
-      if ms else "llm.c: no step lines (see llmc-N.txt)")
-PY
+      llmc_round "$round"
     fi
     el "gpt2 round $round"
   done

@@ -72,6 +72,27 @@ void multiply_dlogits(Backend& b, const Tensor& dlogits, const Tensor& hidden, c
   }
 }
 
+// dHidden and dW (allocated where wanted; undefined otherwise) of the rows [0, N), a chunk at a
+// time: each chunk's logits, turned into dlogits in place by `to_dlogits(logits, r0, n)`, then
+// multiplied in. What both the eager forward and the recomputing backward run.
+template <class ToDlogits>
+std::pair<Tensor, Tensor> head_gradients(Backend& b, const Tensor& hidden, const Tensor& w, bool need_h, bool need_w,
+                                         const Shape& hidden_shape, int64_t N, int64_t rows_per, int64_t V, int64_t C,
+                                         int64_t ld, DType dt, Device d, ToDlogits&& to_dlogits) {
+  Tensor dh = need_h ? Tensor::empty(hidden_shape, dt, d) : Tensor();
+  Tensor dw = need_w ? Tensor::empty({V, C}, dt, d) : Tensor();
+  Tensor buf = empty_rows({rows_per, V}, ld, dt, d);
+  for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
+    const int64_t n = std::min(rows_per, N - r0);
+    Tensor logits = chunk_logits(b, buf, hidden, w, r0, n, V, C, ld);
+    to_dlogits(logits, r0, n);
+    multiply_dlogits(b, logits, hidden, w, dh, dw, r0, n, V, C, ld);
+  }
+  if (need_w && N == 0) b.fill(dw, 0.0);
+  if (need_h && N == 0) b.fill(dh, 0.0);
+  return {dh, dw};
+}
+
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, const Tensor& targets_in,
@@ -131,22 +152,12 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
     // Each chunk, as the backward below would with a gradient of 1: the loss and dlogits in one pass
     // over the logits (in place), then dHidden rows and dW (accumulated in W's dtype, chunk by chunk
     // as there).
-    auto grads = std::make_shared<std::pair<Tensor, Tensor>>();
-    {
-      Tensor dh = need_h ? Tensor::empty(hs, dt, dev) : Tensor();
-      Tensor dw = need_w ? Tensor::empty({V, C}, dt, dev) : Tensor();
-      Tensor buf = empty_rows({rows_per, V}, ld, dt, dev);
-      for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
-        const int64_t n = std::min(rows_per, N - r0);
-        Tensor logits = chunk_logits(be, buf, hidden, weight, r0, n, V, C, ld);
-        be.cross_entropy_fwd_bwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
-                                 ignore_index, float(inv));
-        multiply_dlogits(be, logits, hidden, weight, dh, dw, r0, n, V, C, ld);
-      }
-      if (need_w && N == 0) be.fill(dw, 0.0);
-      if (need_h && N == 0) be.fill(dh, 0.0);
-      *grads = {std::move(dh), std::move(dw)};
-    }
+    auto grads = std::make_shared<std::pair<Tensor, Tensor>>(head_gradients(
+        be, hidden, weight, need_h, need_w, hs, N, rows_per, V, C, ld, dt, dev,
+        [&](const Tensor& logits, int64_t r0, int64_t n) {
+          be.cross_entropy_fwd_bwd(row_slice(rows, r0, n), row_slice(lse, r0, n), logits, row_slice(targets, r0, n),
+                                   ignore_index, float(inv));
+        }));
     Tensor out = reduce_loss_rows(rows, targets_in.shape(), reduction, inv);
     record(out, "linear_cross_entropy", {hidden, weight}, [=](const Tensor& g) {
       // Moved out: the node no longer holds them once the engine has passed them on.
@@ -178,19 +189,12 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
       dloss = Tensor::empty({N}, gc.dtype(), d);
       b.copy(dloss, expand_view(gs, {N}));
     }
-    Tensor dh = need_h ? Tensor::empty(hs, dt, d) : Tensor();
-    Tensor dw = need_w ? Tensor::empty({V, C}, dt, d) : Tensor();
-    Tensor buf = empty_rows({rows_per, V}, ld, dt, d);
-    for (int64_t r0 = 0; r0 < N; r0 += rows_per) {
-      const int64_t n = std::min(rows_per, N - r0);
-      Tensor dlogits = chunk_logits(b, buf, sh, sw, r0, n, V, C, ld);
-      // In place: the kernel reads and writes each element in one thread.
-      b.cross_entropy_bwd(dlogits, row_slice(dloss, r0, n), dlogits, row_slice(slse, r0, n), row_slice(st, r0, n),
-                          ignore_index);
-      multiply_dlogits(b, dlogits, sh, sw, dh, dw, r0, n, V, C, ld);
-    }
-    if (need_w && N == 0) b.fill(dw, 0.0);
-    if (need_h && N == 0) b.fill(dh, 0.0);
+    auto [dh, dw] = head_gradients(b, sh, sw, need_h, need_w, hs, N, rows_per, V, C, ld, dt, d,
+                                   [&](const Tensor& dlogits, int64_t r0, int64_t n) {
+                                     // In place: the kernel reads and writes each element in one thread.
+                                     b.cross_entropy_bwd(dlogits, row_slice(dloss, r0, n), dlogits, row_slice(slse, r0, n),
+                                                         row_slice(st, r0, n), ignore_index);
+                                   });
     return std::vector<Tensor>{dh, dw};
   });
   return out;
