@@ -66,8 +66,8 @@ const Tensor* precast_of(const Tensor& param, DType dtype);
 bool has_precast(const Tensor& param);
 
 // Kept casts: 16-bit copies of f32 parameters that live between steps, kept current by whoever
-// changes the parameter (FusedStep writes each one after its update, LEANTRAIN_KEEP_CASTS), so a
-// forward casts nothing. While one is kept, autocast() hands out a view of it, recorded as a cast
+// changes the parameter (the optimizer writes each one with its update: Optimizer::set_kept_casts,
+// LEANTRAIN_KEEP_CASTS), so a forward casts nothing. While one is kept, autocast() hands out a view of it, recorded as a cast
 // of the parameter when gradients are wanted (each call its own view and node, so checkpointed
 // recomputations and every step work as with a fresh cast). A parameter autocast had to cast
 // itself is marked wanted: the keeper keeps copies of those only.

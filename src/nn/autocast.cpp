@@ -23,8 +23,8 @@ thread_local std::optional<DType> t_autocast;
 thread_local std::unordered_map<const TensorImpl*, Tensor> t_precast;
 
 // Kept casts (detail::keep_cast) and the parameters autocast cast itself. Process-wide: the
-// keeper registers from a backward hook, the forward reads them; a mutex, as both are rare next
-// to the kernels they save.
+// optimizer registers them as it updates (inside backward under --fused-step), the forward reads
+// them; a mutex, as both are rare next to the kernels they save.
 std::mutex g_kept_mu;
 std::unordered_map<const TensorImpl*, Tensor> g_kept;
 std::unordered_set<const TensorImpl*> g_wanted;

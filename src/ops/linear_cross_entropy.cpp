@@ -12,7 +12,8 @@
 // 1/k over micro-batches). The forward then turns each chunk's logits into dlogits right away and
 // multiplies them into dHidden and dW, as the backward would, keeping those two instead of
 // recomputing the logits: no second head GEMM. The backward multiplies them by its scalar in
-// place. For a scalar of 1 (or a power of two) the bits are the recomputing backward's. Not for
+// place (none for loss.backward()'s seed). For a scalar of 1 (or a power of two) the bits are the
+// recomputing backward's. Not for
 // f16, whose loss scale must reach dlogits before they are rounded.
 #include <algorithm>
 #include <memory>
@@ -164,11 +165,14 @@ Tensor linear_cross_entropy(const Tensor& hidden_in, const Tensor& weight_in, co
       Tensor dh = std::move(grads->first), dw = std::move(grads->second);
       LT_CHECK(dh.defined() || dw.defined(), "linear_cross_entropy: the eager gradients were taken twice",
                "its backward ran a second time", "run backward once per forward (retain_graph is not supported here)");
-      Backend& b = backend_of(g);
-      Tensor gs = Tensor::empty({}, dt, g.device());  // the scalar in the gradients' dtype
-      b.copy(gs, contiguous_data(g));
-      for (const Tensor& t : {dh, dw})
-        if (t.defined()) b.binary(BinaryOp::Mul, t, t, expand_view(gs, t.shape()));
+      // As cross_entropy's in-place loss: loss.backward()'s seed of ones multiplies nothing; any
+      // other gradient scales the rows in place (f32 scalar, rounded once per element).
+      if (!is_backward_seed(g)) {
+        Backend& b = backend_of(g);
+        const Tensor s = contiguous_data(g);
+        if (dh.defined()) b.scale_rows(make_view(dh, {N, C}, {C, 1}, dh.offset()), s);
+        if (dw.defined()) b.scale_rows(dw, s);
+      }
       return std::vector<Tensor>{dh, dw};
     });
     return out;
