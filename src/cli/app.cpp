@@ -4,6 +4,7 @@
 #include "leantrain/memory_snapshot.h"
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -45,9 +46,17 @@ struct Extras {
 };
 
 // "GPT-2, ViT, LLaMA, ..." from the model registry, so the help never falls behind a new family.
+// A family registered under two model types (Gemma 3's and Qwen3.5's text-only and multimodal
+// configs) is named once.
 std::string family_names() {
   std::string s;
-  for (const models::ModelFamily* f : models::model_families()) s += (s.empty() ? "" : ", ") + f->display_name();
+  std::vector<std::string> seen;
+  for (const models::ModelFamily* f : models::model_families()) {
+    const std::string name = f->display_name();
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+    seen.push_back(name);
+    s += (s.empty() ? "" : ", ") + name;
+  }
   return s;
 }
 

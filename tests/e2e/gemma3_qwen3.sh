@@ -12,6 +12,15 @@ for m in gemma3-270m gemma3-1b gemma3-4b qwen3-1.7b; do
   expect_grep "^model $m: (Gemma3|Qwen3), " "$WORK/out" "plan --model $m"
 done
 
+# The help names each family once, though Gemma 3 and Qwen3.5 register a text and a multimodal type.
+expect_ok "${T[@]}" "$LT" --help
+python3 - "$WORK/out" <<'PY' || fail "the help names a family twice"
+import re, sys
+line = next(l for l in open(sys.argv[1]) if l.startswith("Model families: "))
+names = line[len("Model families: "):].strip().split(", ")
+assert "Gemma3" in names and len(names) == len(set(names)), names
+PY
+
 cat >"$WORK/gemma.json" <<'JSON'
 {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "vocab_size": 4096, "hidden_size": 32,
  "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
