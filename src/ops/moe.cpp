@@ -222,17 +222,21 @@ Tensor grouped_swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const
   const Shape ws = w.shape();
   record(y, name, {x, targets.w}, [=](const Tensor& g) {
     Tensor gc = contiguous_data(g), sx = saved_x.unpack(), sw = saved_w.unpack();
-    Tensor gx, gw;
-    if (need_w) {
-      gw = Tensor::empty(ws, grad_dt, g.device());
-      moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, activation(sx), offsets, 1.0f);
-    }
+    Tensor gx, gw, act;
     if (need_x) {
+      // As swiglu_linear: the input's gradient first, its kernel leaving the activation in dact.
       Tensor dact = Tensor::empty({rows, f}, g.dtype(), g.device());
       moe_kernels_for(g.device()).grouped_gemm(dact, gc, sw, false, offsets, 1.0f, false);
       gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
+      if (need_w) act = dact;
       backend_of(g).swiglu_bwd(column_view(gx, f, 0), column_view(gx, f, f), dact, column_view(sx, f, 0),
-                               column_view(sx, f, f), gelu);
+                               column_view(sx, f, f), gelu, act);
+    } else if (need_w) {
+      act = activation(sx);
+    }
+    if (need_w) {
+      gw = Tensor::empty(ws, grad_dt, g.device());
+      moe_kernels_for(g.device()).grouped_gemm_wgrad(gw, gc, act, offsets, 1.0f);
     }
     return std::vector<Tensor>{gx, gw};
   });
@@ -325,7 +329,7 @@ Tensor grouped_swiglu_linear_nf4(const Tensor& gate_up_in, const Nf4Stack& w, co
     nf4_grouped_gemm(dact, gc, w, false, offsets);
     Tensor gx = Tensor::empty({rows, 2 * f}, g.dtype(), g.device());
     backend_of(g).swiglu_bwd(column_view(gx, f, 0), column_view(gx, f, f), dact, column_view(sx, f, 0),
-                             column_view(sx, f, f), gelu);
+                             column_view(sx, f, f), gelu, Tensor());
     return std::vector<Tensor>{gx};
   });
   return y;

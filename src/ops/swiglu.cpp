@@ -2,8 +2,9 @@
 // backward would keep gate, silu(gate) and up; this one keeps gate and up only (silu is
 // recomputed in the backward kernel), and the packed form takes both from one fused
 // gate | up projection and returns one gradient for it. swiglu_linear goes one step further for
-// the MLP's down projection: its input, the activation, is recomputed in the backward instead of
-// kept, so the whole MLP keeps its input and the gate | up buffer.
+// the MLP's down projection: its input, the activation, is not kept but made again in the backward
+// (by the input gradient's kernel, into the buffer it has just read), so the whole MLP keeps its
+// input and the gate | up buffer.
 #include "autograd/kept_outputs.h"
 #include "ops/linear_args.h"
 #include "ops/op_common.h"
@@ -38,7 +39,7 @@ Tensor swiglu_packed(const Tensor& gate_up_in, GateAct act) {
     Tensor sx = saved.unpack(), gc = contiguous_data(g);
     Tensor dx = Tensor::empty(sx.shape(), g.dtype(), g.device());
     backend_of(g).swiglu_bwd(column_view(dx, F, 0), column_view(dx, F, F), column_view(gc, F, 0), column_view(sx, F, 0),
-                             column_view(sx, F, F), gelu);
+                             column_view(sx, F, F), gelu, Tensor());
     return std::vector<Tensor>{dx};
   });
   return out;
@@ -65,7 +66,7 @@ Tensor swiglu(const Tensor& gate_in, const Tensor& up_in, GateAct act) {
     Tensor dgate = Tensor::empty(sg.shape(), g.dtype(), g.device());
     Tensor dup = Tensor::empty(su.shape(), g.dtype(), g.device());
     backend_of(g).swiglu_bwd(column_view(dgate, F, 0), column_view(dup, F, 0), column_view(gc, F, 0), column_view(sg, F, 0),
-                             column_view(su, F, 0), gelu);
+                             column_view(su, F, 0), gelu, Tensor());
     return std::vector<Tensor>{dgate, dup};
   });
   return out;
@@ -119,17 +120,21 @@ Tensor swiglu_linear(const Tensor& gate_up_in, const Tensor& w_in, const Tensor&
   record(out, "swiglu_linear", {x, targets.w, targets.b}, [=](const Tensor& g) {
     Tensor sx = saved_x.unpack(), sw = saved_w.unpack();
     Tensor g2 = reshape(contiguous_data(g), {rows, outf});
-    Tensor gx, gw, gb;
-    {
-      // [out, rows] @ [rows, F]
-      WeightBiasGrad wb = weight_bias_grad(g2, need_w ? activation(sx) : Tensor(), false, need_w, need_b, grad_dt);
-      gw = wb.w, gb = wb.b;
-    }
+    Tensor gx, gw, gb, act;
     if (need_x) {
+      // The input's gradient first: its kernel overwrites dact, once read, with the activation
+      // the weight's gradient needs, so the activation costs no kernel of its own and no buffer.
       Tensor dact = matmul(g2, sw);  // [rows, out] @ [out, F]
       gx = Tensor::empty(sx.shape(), g.dtype(), g.device());
-      backend_of(g).swiglu_bwd(column_view(gx, F, 0), column_view(gx, F, F), dact, column_view(sx, F, 0), column_view(sx, F, F), gelu);
+      if (need_w) act = dact;
+      backend_of(g).swiglu_bwd(column_view(gx, F, 0), column_view(gx, F, F), dact, column_view(sx, F, 0),
+                               column_view(sx, F, F), gelu, act);
+    } else if (need_w) {
+      act = activation(sx);
     }
+    // [out, rows] @ [rows, F]
+    WeightBiasGrad wb = weight_bias_grad(g2, act, false, need_w, need_b, grad_dt);
+    gw = wb.w, gb = wb.b;
     return std::vector<Tensor>{gx, gw, gb};
   });
   return out;

@@ -50,7 +50,7 @@ void CpuBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor&
 }
 
 void CpuBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                            const Tensor& up, bool gelu) {
+                            const Tensor& up, bool gelu, const Tensor& act) {
   const int64_t n = dout.size(0), f = dout.size(1);
   const int64_t gs = gate.strides()[0], us = up.strides()[0], dgs = dgate.strides()[0], dus = dup.strides()[0];
   dispatch_float(dout.dtype(), [&](auto tag) {
@@ -61,13 +61,15 @@ void CpuBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor
     const T* dy = dout.data<T>();
     T* dg = dgate.data<T>();
     T* du = dup.data<T>();
+    T* a = act.defined() ? act.data<T>() : nullptr;  // may be dy: its element is read first
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < f; ++j) {
-        const A x = ld(g, r * gs + j), d = ld(dy, r * f + j);
+        const A x = ld(g, r * gs + j), d = ld(dy, r * f + j), uv = ld(u, r * us + j);
         const A s = rounded<T>(gate_act(x, gelu));
-        const A ds = rounded<T>(d * ld(u, r * us + j));  // d(act(gate)), as torch's mul backward stores it
+        const A ds = rounded<T>(d * uv);  // d(act(gate)), as torch's mul backward stores it
         st(du, r * dus + j, d * s);
         st(dg, r * dgs + j, ds * gate_act_grad(x, gelu));
+        if (a) st(a, r * f + j, s * uv);
       }
   });
 }

@@ -46,16 +46,18 @@ __global__ void swiglu_fwd_kernel(T* out, const T* gate, const T* up, int64_t n,
   }
 }
 
+// act (may be null, may alias dout): the forward's activation, written after dout's element is read.
 template <class T, bool GELU>
-__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n, int64_t f,
-                                  int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
+__global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, T* act, int64_t n,
+                                  int64_t f, int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * f; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / f, j = i - r * f;
-    const float x = load_t(gate, r * gs + j), d = load_t(dout, i);
+    const float x = load_t(gate, r * gs + j), d = load_t(dout, i), u = load_t(up, r * us + j);
     const float s = rounded<T>(gate_act<GELU>(x));
-    const float ds = rounded<T>(d * load_t(up, r * us + j));
+    const float ds = rounded<T>(d * u);
     store_t(dup, r * dus + j, d * s);
     store_t(dgate, r * dgs + j, ds * gate_act_grad<GELU>(x));
+    if (act) store_t(act, i, s * u);
   }
 }
 
@@ -84,9 +86,9 @@ __global__ void swiglu_fwd_vec_kernel(T* out, const T* gate, const T* up, int64_
   }
 }
 
-template <class T, bool GELU>
-__global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n,
-                                      int64_t f, int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
+template <class T, bool GELU, bool ACT>
+__global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, T* act,
+                                      int64_t n, int64_t f, int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
   constexpr int P = rk::kVec<T>;
   const int64_t fp = f / P;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n * fp; k += int64_t(gridDim.x) * blockDim.x) {
@@ -101,9 +103,11 @@ __global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* 
       const float ds = rounded<T>(d[e] * u[e]);
       du[e] = d[e] * s;
       x[e] = ds * gate_act_grad<GELU>(x[e]);
+      if (ACT) u[e] *= s;  // the forward's s * up
     }
     store_rounded<T, P>(dup + r * dus + j, du);
     store_rounded<T, P>(dgate + r * dgs + j, x);
+    if (ACT) store_rounded<T, P>(act + r * f + j, u);  // after dout's pack was read: act may be dout
   }
 }
 
@@ -153,25 +157,32 @@ void CudaBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor
 }
 
 void CudaBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
-                             const Tensor& up, bool gelu) {
+                             const Tensor& up, bool gelu, const Tensor& act) {
   LT_CHECK(dout.dim() == 2 && dout.is_contiguous(), "swiglu_bwd: dout must be a contiguous [N, F] tensor",
            "the kernel reads it densely", "");
   for (auto [t, name] : {std::pair{&dgate, "dgate"}, {&dup, "dup"}, {&gate, "gate"}, {&up, "up"}})
     check_rows(*t, dout, device_index_, "swiglu_bwd", name);
+  if (act.defined()) {
+    LT_CHECK(act.is_contiguous(), "swiglu_bwd: act must be a contiguous [N, F] tensor", "the kernel writes it densely",
+             "");
+    check_rows(act, dout, device_index_, "swiglu_bwd", "act");
+  }
   const int64_t n = dout.size(0), f = dout.size(1);
   if (n * f == 0) return;
   auto go = [&](auto tag, auto gtag) {
     using T = decltype(tag);
     constexpr bool G = decltype(gtag)::value;
-    if (packable<T>(f, {&dgate, &dup, &dout, &gate, &up})) {
-      swiglu_bwd_vec_kernel<T, G><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
-          dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0],
+    T* a = act.defined() ? act.data<T>() : nullptr;
+    if (packable<T>(f, {&dgate, &dup, &dout, &gate, &up}) && (!a || packable<T>(f, {&act}))) {
+      auto vec = a ? swiglu_bwd_vec_kernel<T, G, true> : swiglu_bwd_vec_kernel<T, G, false>;
+      vec<<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
+          dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), a, n, f, gate.strides()[0],
           up.strides()[0], dgate.strides()[0], dup.strides()[0]);
       LT_CUDA_LAUNCH_CHECK("swiglu_bwd_vec_kernel");
       return;
     }
     swiglu_bwd_kernel<T, G><<<grid_for(n * f, kThreads), kThreads, 0, current_stream()>>>(
-        dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0],
+        dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), a, n, f, gate.strides()[0],
         up.strides()[0], dgate.strides()[0], dup.strides()[0]);
     LT_CUDA_LAUNCH_CHECK("swiglu_bwd_kernel");
   };
