@@ -1,6 +1,6 @@
 // The norms' backward on the GPU when dx and the parameter gradients are wanted together: one
 // pass computes dx and the dw/db column sums (norm_bwd_fused_kernel, rows of at most 1024
-// columns, the cuBLASLt workspace held), wider rows take the separate passes. Every case
+// columns, 2048 for RMSNorm, the cuBLASLt workspace held), wider rows take the separate passes. Every case
 // against the CPU backend, and twice on the GPU for bitwise determinism: LayerNorm, RMSNorm and
 // their fused residual adds (whose dx adds the sum's own gradient), at GPT-2's 16384 rows and
 // at few rows (fewer than a block's warps), widths that fill every lane's packs (768, 1024) and
@@ -119,8 +119,9 @@ TEST_F(NormFusedBackward, Bf16RowsWithF32ParametersUnderAutocast) {
 }
 
 TEST_F(NormFusedBackward, WidthsThatLeaveLanesIdleAndTheLimit) {
-  // 576 and 1000: the last pack step has idle lanes; 1024: every lane's 4 steps; 1032: over the
-  // limit (the separate passes); 64: two packs of 16-bit rows, so 24 idle lanes.
+  // 576 and 1000: the last pack step has idle lanes; 1024: every lane's 4 steps; 1032: over
+  // LayerNorm's limit (the separate passes), within RMSNorm's; 64: two packs of 16-bit rows, so
+  // 24 idle lanes.
   for (int64_t C : {576, 1000, 1024, 1032, 64}) {
     check(Kind::LayerNorm, 4099, C, DType::BF16, DType::BF16);
     check(Kind::AddLayerNorm, 4099, C, DType::F16, DType::F16);
@@ -133,4 +134,16 @@ TEST_F(NormFusedBackward, FewerRowsThanABlockHasWarps) {
     check(Kind::LayerNorm, N, 768, DType::BF16, DType::BF16);
     check(Kind::AddRmsNorm, N, 1024, DType::BF16, DType::BF16);
   }
+}
+
+TEST_F(NormFusedBackward, RmsNormRowsUpTo2048Columns) {
+  // RMSNorm keeps no db sums, so its one pass takes rows twice as wide: TinyLlama's 2048 (4096
+  // rows, bf16 under autocast and plain; its fused residual add), 1536 and 2000 (idle lanes in the
+  // last steps), 2056 (over the limit: the separate passes), and f32 rows of 2048 (16 steps of 4).
+  check(Kind::RmsNorm, 4096, 2048, DType::BF16, DType::F32);
+  check(Kind::AddRmsNorm, 4096, 2048, DType::BF16, DType::BF16);
+  check(Kind::RmsNorm, 4096, 2048, DType::BF16, DType::BF16);
+  for (int64_t C : {1536, 2000, 2056}) check(Kind::AddRmsNorm, 1031, C, DType::BF16, DType::BF16);
+  check(Kind::RmsNorm, 1031, 2048, DType::F32, DType::F32);
+  check(Kind::RmsNorm, 3, 2048, DType::BF16, DType::F32);
 }

@@ -150,14 +150,17 @@ __global__ void norm_bwd_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
 // lanes' column sums (lane l owns packs l, l + 32, ... of P columns, at most K of them: C <= 32 *
 // P * K). At the end the block's warps are added in warp order into part[block] (2C floats: dw,
 // then db), and norm_bwd_dwdb_sum_kernel adds the blocks in block order: a fixed partition and a
-// fixed order, so the sums are bitwise reproducible for a given grid.
+// fixed order, so the sums are bitwise reproducible for a given grid. RMS has no bias: only the
+// dw sums are kept (half the registers and shared memory, so rows up to 2048 bf16 fit) and only
+// part[block][0, C) is written.
 template <class T, int P, int K, bool RMS, bool ADD>
 __global__ void __launch_bounds__(32 * kRowWarps)
     norm_bwd_fused_kernel(T* __restrict__ dx, float* __restrict__ part, const T* __restrict__ dy,
                           const T* __restrict__ ds, const T* __restrict__ x, const T* __restrict__ w,
                           const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
                           float w_off) {
-  extern __shared__ float fused_red[];  // [kRowWarps][2C]: each warp's sums
+  extern __shared__ float fused_red[];  // [kRowWarps][kSums * C]: each warp's sums
+  constexpr int kSums = RMS ? 1 : 2;
   const int lane = threadIdx.x, warp = threadIdx.y;
   float aw[K][P], ab[K][P];
 #pragma unroll
@@ -185,12 +188,12 @@ __global__ void __launch_bounds__(32 * kRowWarps)
 #pragma unroll
         for (int j = 0; j < P; ++j) {
           aw[k][j] += gv[j] * (xv[j] - mu) * rs;
-          ab[k][j] += gv[j];
+          if (!RMS) ab[k][j] += gv[j];
         }
       }
     }
   }
-  float* mine = fused_red + int64_t(warp) * 2 * C;
+  float* mine = fused_red + int64_t(warp) * kSums * C;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int c = (k * 32 + lane) * P;
@@ -198,15 +201,15 @@ __global__ void __launch_bounds__(32 * kRowWarps)
 #pragma unroll
       for (int j = 0; j < P; ++j) {
         mine[c + j] = aw[k][j];
-        mine[C + c + j] = ab[k][j];
+        if (!RMS) mine[C + c + j] = ab[k][j];
       }
   }
   __syncthreads();  // every warp's sums are in shared memory
   float* out = part + int64_t(blockIdx.x) * 2 * C;
-  for (int j = warp * 32 + lane; j < 2 * C; j += 32 * kRowWarps) {
+  for (int j = warp * 32 + lane; j < kSums * C; j += 32 * kRowWarps) {
     float s = fused_red[j];
 #pragma unroll
-    for (int q = 1; q < kRowWarps; ++q) s += fused_red[int64_t(q) * 2 * C + j];
+    for (int q = 1; q < kRowWarps; ++q) s += fused_red[int64_t(q) * kSums * C + j];
     out[j] = s;
   }
 }
@@ -623,8 +626,9 @@ bool fused_norm_bwd_allowed() {
 
 // dx, dw and db in one pass (norm_bwd_fused_kernel) and the blocks' sums added after, when the
 // rows are 16-byte packs and at most 1024 columns (each lane then keeps at most 32 f32 sums of
-// dw and 32 of db) and the borrowed cuBLASLt workspace holds 2C sums for every block of a grid
-// of at least one block per SM. False: nothing was launched.
+// dw and 32 of db; RMSNorm, without db: 2048 columns, 64 sums) and the borrowed cuBLASLt
+// workspace holds 2C sums for every block of a grid of at least one block per SM. False: nothing
+// was launched.
 template <class T, class O, bool RMS>
 bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& ds,
                            const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, float w_off) {
@@ -636,13 +640,14 @@ bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db,
   if (!fused_norm_bwd_allowed() || N == 0 || !can_vectorise<T>(C, {pdx, pdy, px, pw, pds})) return false;
   const int64_t lane_packs = (C / P + 31) / 32;
   const int steps = int((lane_packs + kPacksPerStep - 1) / kPacksPerStep);
-  if (steps > 4) return false;
+  if (steps > (RMS ? 8 : 4) || (RMS && db.defined())) return false;
   const int dev = dy.device().index;
   int64_t ws_bytes = 0;
   void* ws = cublaslt_workspace_borrow(dev, &ws_bytes);
   if (!ws) return false;
+  constexpr int kSums = RMS ? 1 : 2;  // the kernel's sums a column: dw (and db)
   const int64_t part_bytes = 2 * C * int64_t(sizeof(float)), sms = device_state(dev).sm_count;
-  const size_t smem = size_t(kRowWarps) * size_t(part_bytes);
+  const size_t smem = size_t(kRowWarps) * size_t(kSums * C) * sizeof(float);
   bool launched = false;
   auto go = [&](auto ktag, auto atag) {
     constexpr int K = decltype(ktag)::value * kPacksPerStep;
@@ -664,7 +669,7 @@ bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db,
     LT_CUDA_LAUNCH_CHECK("norm_bwd_fused_kernel");
     O* pdw = dw.defined() ? dw.data<O>() : nullptr;
     O* pdb = db.defined() ? db.data<O>() : nullptr;
-    norm_bwd_dwdb_sum_kernel<O><<<unsigned((2 * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
+    norm_bwd_dwdb_sum_kernel<O><<<unsigned((kSums * C + kPartCols - 1) / kPartCols), dim3(kPartCols, kPartLanes), 0,
                                   current_stream()>>>(pdw, pdb, static_cast<const float*>(ws), int(C), int(blocks));
     LT_CUDA_LAUNCH_CHECK("norm_bwd_dwdb_sum_kernel");
     launched = true;
@@ -677,7 +682,10 @@ bool launch_norm_bwd_fused(const Tensor& dx, const Tensor& dw, const Tensor& db,
     case 1: with_add(std::integral_constant<int, 1>{}); break;
     case 2: with_add(std::integral_constant<int, 2>{}); break;
     case 3: with_add(std::integral_constant<int, 3>{}); break;
-    default: with_add(std::integral_constant<int, 4>{}); break;
+    case 4: with_add(std::integral_constant<int, 4>{}); break;
+    default:
+      if constexpr (RMS) with_add(std::integral_constant<int, 8>{});  // 5 to 8 steps
+      break;
   }
   return launched;
 }
