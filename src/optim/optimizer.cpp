@@ -41,7 +41,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
         LT_CHECK(!o.param.same(t), std::string(kind) + ": parameter '" + name + "' is listed twice",
                  "it is also '" + o.name + "'; a parameter may belong to one group only", "remove the duplicate");
       index_[name] = {gi, slots.size()};
-      slots.push_back(Slot{name, t, {}, 0, wd, Tensor(), int64_t(index_.size()) - 1});
+      slots.push_back(Slot{name, t, {}, 0, wd, Tensor(), int64_t(index_.size()) - 1, Tensor()});
     }
     groups_.push_back(std::move(slots));
   }

@@ -2,6 +2,7 @@
 // silu(gate) and the backward's d(silu) are rounded to the storage type, as transformers' two
 // torch ops round them. Gate and up are row-strided views. 16 bytes a thread (8 bf16 values) when
 // the width, the row strides and the pointers allow it, else one thread per element; grid-stride.
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -62,7 +63,10 @@ __global__ void swiglu_bwd_kernel(T* dgate, T* dup, const T* dout, const T* gate
 }
 
 // The packed kernels: the same arithmetic per element as the ones above (bit for bit), P values a
-// thread, P = 16 bytes of T; each row's width and stride are multiples of P.
+// thread, P = 16 bytes of T; each row's width and stride are multiples of P. A block is
+// blockDim.y rows (grid-stride over rows) of blockDim.x threads that stride over the row's packs:
+// no 64-bit division a pack (the per-element math is the kernels' cost: two exact expf and
+// divisions an element in the backward, so the index arithmetic showed).
 template <class T, int P> __device__ __forceinline__ void store_rounded(T* p, const float (&v)[P]) {
   rk::Pack<T, P> pk;
 #pragma unroll
@@ -74,15 +78,15 @@ template <class T, bool GELU>
 __global__ void swiglu_fwd_vec_kernel(T* out, const T* gate, const T* up, int64_t n, int64_t f, int64_t gs,
                                       int64_t us) {
   constexpr int P = rk::kVec<T>;
-  const int64_t fp = f / P;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n * fp; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = k / fp, j = (k - r * fp) * P;
-    float g[P], u[P];
-    rk::load_f32<T, P>(gate + r * gs + j, g);
-    rk::load_f32<T, P>(up + r * us + j, u);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; r < n; r += int64_t(gridDim.x) * blockDim.y) {
+    for (int64_t j = int64_t(threadIdx.x) * P; j < f; j += int64_t(blockDim.x) * P) {
+      float g[P], u[P];
+      rk::load_f32<T, P>(gate + r * gs + j, g);
+      rk::load_f32<T, P>(up + r * us + j, u);
 #pragma unroll
-    for (int e = 0; e < P; ++e) g[e] = rounded<T>(gate_act<GELU>(g[e])) * u[e];
-    store_rounded<T, P>(out + r * f + j, g);
+      for (int e = 0; e < P; ++e) g[e] = rounded<T>(gate_act<GELU>(g[e])) * u[e];
+      store_rounded<T, P>(out + r * f + j, g);
+    }
   }
 }
 
@@ -90,24 +94,24 @@ template <class T, bool GELU, bool ACT>
 __global__ void swiglu_bwd_vec_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, T* act,
                                       int64_t n, int64_t f, int64_t gs, int64_t us, int64_t dgs, int64_t dus) {
   constexpr int P = rk::kVec<T>;
-  const int64_t fp = f / P;
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n * fp; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = k / fp, j = (k - r * fp) * P;
-    float x[P], u[P], d[P], du[P];
-    rk::load_f32<T, P>(gate + r * gs + j, x);
-    rk::load_f32<T, P>(up + r * us + j, u);
-    rk::load_f32<T, P>(dout + r * f + j, d);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; r < n; r += int64_t(gridDim.x) * blockDim.y) {
+    for (int64_t j = int64_t(threadIdx.x) * P; j < f; j += int64_t(blockDim.x) * P) {
+      float x[P], u[P], d[P], du[P];
+      rk::load_f32<T, P>(gate + r * gs + j, x);
+      rk::load_f32<T, P>(up + r * us + j, u);
+      rk::load_f32<T, P>(dout + r * f + j, d);
 #pragma unroll
-    for (int e = 0; e < P; ++e) {
-      const float s = rounded<T>(gate_act<GELU>(x[e]));
-      const float ds = rounded<T>(d[e] * u[e]);
-      du[e] = d[e] * s;
-      x[e] = ds * gate_act_grad<GELU>(x[e]);
-      if (ACT) u[e] *= s;  // the forward's s * up
+      for (int e = 0; e < P; ++e) {
+        const float s = rounded<T>(gate_act<GELU>(x[e]));
+        const float ds = rounded<T>(d[e] * u[e]);
+        du[e] = d[e] * s;
+        x[e] = ds * gate_act_grad<GELU>(x[e]);
+        if (ACT) u[e] *= s;  // the forward's s * up
+      }
+      store_rounded<T, P>(dup + r * dus + j, du);
+      store_rounded<T, P>(dgate + r * dgs + j, x);
+      if (ACT) store_rounded<T, P>(act + r * f + j, u);  // after dout's pack was read: act may be dout
     }
-    store_rounded<T, P>(dup + r * dus + j, du);
-    store_rounded<T, P>(dgate + r * dgs + j, x);
-    if (ACT) store_rounded<T, P>(act + r * f + j, u);  // after dout's pack was read: act may be dout
   }
 }
 
@@ -118,6 +122,18 @@ template <class T> bool packable(int64_t f, std::initializer_list<const Tensor*>
   for (const Tensor* t : ts)
     if (!rk::aligned16(t->raw_data()) || (t->size(0) > 1 && t->strides()[0] % P != 0)) return false;
   return true;
+}
+
+// The packed kernels' block: x threads over a row's packs (a multiple of 32 up to kThreads), as
+// many rows in y as fill kThreads; a grid of the rows' blocks (grid-stride past 2^31 - 1).
+struct RowBlocks {
+  dim3 grid, block;
+};
+template <class T> RowBlocks row_blocks(int64_t n, int64_t f) {
+  const int64_t packs = f / rk::kVec<T>;
+  const int x = int(std::min<int64_t>(kThreads, (packs + 31) / 32 * 32)), y = kThreads / x;
+  const int64_t blocks = std::min<int64_t>((n + y - 1) / y, int64_t(1) << 30);
+  return {dim3(unsigned(blocks)), dim3(unsigned(x), unsigned(y))};
 }
 
 void check_rows(const Tensor& t, const Tensor& out, int dev, const char* op, const char* name) {
@@ -141,7 +157,8 @@ void CudaBackend::swiglu_fwd(const Tensor& out, const Tensor& gate, const Tensor
     using T = decltype(tag);
     constexpr bool G = decltype(gtag)::value;
     if (packable<T>(f, {&out, &gate, &up})) {
-      swiglu_fwd_vec_kernel<T, G><<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
+      const RowBlocks rb = row_blocks<T>(n, f);
+      swiglu_fwd_vec_kernel<T, G><<<rb.grid, rb.block, 0, current_stream()>>>(
           out.data<T>(), gate.data<T>(), up.data<T>(), n, f, gate.strides()[0], up.strides()[0]);
       LT_CUDA_LAUNCH_CHECK("swiglu_fwd_vec_kernel");
       return;
@@ -175,7 +192,8 @@ void CudaBackend::swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tenso
     T* a = act.defined() ? act.data<T>() : nullptr;
     if (packable<T>(f, {&dgate, &dup, &dout, &gate, &up}) && (!a || packable<T>(f, {&act}))) {
       auto vec = a ? swiglu_bwd_vec_kernel<T, G, true> : swiglu_bwd_vec_kernel<T, G, false>;
-      vec<<<grid_for(n * f / rk::kVec<T>, kThreads), kThreads, 0, current_stream()>>>(
+      const RowBlocks rb = row_blocks<T>(n, f);
+      vec<<<rb.grid, rb.block, 0, current_stream()>>>(
           dgate.data<T>(), dup.data<T>(), dout.data<T>(), gate.data<T>(), up.data<T>(), a, n, f, gate.strides()[0],
           up.strides()[0], dgate.strides()[0], dup.strides()[0]);
       LT_CUDA_LAUNCH_CHECK("swiglu_bwd_vec_kernel");
