@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # How long the GPU sits idle in a step, one device call: the CUPTI timeline (bench/gpu_timeline:
 # every kernel's start and end in the stream, host synchronisations) of
-#   1. TinyLlama-1.1B B4 x T1024 bf16-mixed (cuDNN attention): the default step, the checkpointed
-#      config (--checkpoint blocks --fused-step), the default step with kept casts;
+#   1. TinyLlama-1.1B B4 x T1024 bf16-mixed (cuDNN attention): the default step (also with OLD's
+#      leantrain, the binary before this stop's kernels), the checkpointed config (--checkpoint
+#      blocks --fused-step), the default step with kept casts;
 #   2. GPT-2 124M B16 x T1024 (leantrain_bench, cuDNN attention, --lean-saves 0): plain, and the
 #      eager chunked head with kept casts;
 #   3. llm.c's cuDNN build (LLMC) on the same GPT-2 step, as the peer;
 # each cut into steps by bench/gpu_timeline/gaps.py (span, busy, idle, the largest gaps, kernels
 # in the stream). Each run is timed untraced first, to show what the tracing costs.
-#   BUILD=build-gpu LLMC=gpu-carry/llmc/train_gpt2cu OUT=$OUT bash bench/issue46_call21.sh
+#   BUILD=build-gpu OLD=build-old LLMC=gpu-carry/llmc/train_gpt2cu OUT=$OUT bash bench/issue46_call21.sh
 set -u
 CALL_OUT_DEFAULT=/tmp/call21; source bench/call_lib.sh
 mkdir -p "$OUT/lib"
@@ -16,10 +17,11 @@ bash bench/gpu_timeline/build.sh "$OUT/lib" || { echo "no timeline library"; exi
 LIB=$OUT/lib/libgpu_timeline.so
 traced() { local csv=$1; shift; env CUDA_INJECTION64_PATH=$LIB GPU_TIMELINE_OUT=$csv "$@"; }
 TL="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --attention-kernel cudnn"
-for v in "mfu||" "ckpt|--checkpoint blocks --fused-step|" "mfu-keep||LEANTRAIN_KEEP_CASTS=1"; do
+for v in "mfu||" "mfu-old||" "ckpt|--checkpoint blocks --fused-step|" "mfu-keep||LEANTRAIN_KEEP_CASTS=1"; do
   IFS='|' read -r label flags envs <<< "$v"
+  bin=$BUILD; [[ $label == *-old ]] && bin=${OLD:-$BUILD}
   for tr in plain traced; do
-    cmd=(env $envs timeout 150 "./$BUILD/leantrain" train $TL $flags --device cuda --steps 8 --eval-batches 0 --log-every 4
+    cmd=(env $envs timeout 150 "./$bin/leantrain" train $TL $flags --device cuda --steps 8 --eval-batches 0 --log-every 4
          --metrics-json "$OUT/tl-$label-$tr.json")
     if [ $tr = traced ]; then traced "$OUT/tl-$label.csv" "${cmd[@]}" > "$OUT/tl-$label-$tr.log" 2>&1
     else "${cmd[@]}" > "$OUT/tl-$label-$tr.log" 2>&1; fi
