@@ -85,7 +85,7 @@ int64_t caching_segment_size(int64_t size);
 //
 // Nothing else counts: not an event that happens to have completed, not a host wait on one
 // (the data loader waits only when a poll says "not yet"), not a device synchronize (run.cpp
-// synchronises after every step, plan_run does not). So the same program makes the same
+// used to synchronise after every step, plan_run never did). So the same program makes the same
 // decisions on both devices, and `leantrain plan` stays exact to the byte. Code that
 // makes a stream wait must not make that wait depend on timing. A run that never calls
 // record_stream has no waiting blocks, and the policy is the single-stream one.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The last checks of this stop's issue-46 work, one device call:
+#   1. GPU tests: the SwiGLU, rotary and norm kernels, the op table (every op against the CPU),
+#      the MoE and model tests around them;
+#   2. TinyLlama-1.1B B4 x T1024 bf16-mixed AdamW, cuDNN attention, the default step and the
+#      checkpointed config, this commit's leantrain (BUILD) beside 9ca7983's (OLD), alternating, two
+#      rounds, peaks beside the plans; `leantrain train` no longer waits for the device between
+#      steps, so the new rows also show that;
+#   3. the CUPTI timeline of the new default step (bench/gpu_timeline): where the GPU still idles;
+#   4. `leantrain train` GPT-2 124M (the eager chunked head, kept casts) beside its plan;
+#   5. the randomized plan sweep, seed 7.
+#   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call22.sh
+set -u
+CALL_OUT_DEFAULT=/tmp/call22; source bench/call_lib.sh
+timeout 240 "./$BUILD/leantrain_tests" --gtest_brief=1 \
+  --gtest_filter='SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*:KeptCasts*:FusedStep*:LinearCrossEntropy*' \
+  > "$OUT/unit.txt" 2>&1
+el "unit"; grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/unit.txt" | head -20
+TL_FLAGS="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --attention-kernel cudnn"
+NEW=$BUILD
+for round in 1 2; do
+  BUILD=$OLD tinyllama_run mfu-old ""
+  BUILD=$NEW tinyllama_run mfu ""
+  BUILD=$OLD tinyllama_run ckpt-old "--checkpoint blocks --fused-step"
+  BUILD=$NEW tinyllama_run ckpt "--checkpoint blocks --fused-step"
+  el "tinyllama round $round"
+done
+BUILD=$NEW
+mkdir -p "$OUT/lib"
+if bash bench/gpu_timeline/build.sh "$OUT/lib" > /dev/null; then
+  CUDA_INJECTION64_PATH=$OUT/lib/libgpu_timeline.so GPU_TIMELINE_OUT=$OUT/tl-mfu.csv timeout 150 "./$BUILD/leantrain" train \
+    $TL_FLAGS --device cuda --steps 8 --eval-batches 0 --log-every 4 > "$OUT/tl-mfu-traced.log" 2>&1
+  python3 bench/gpu_timeline/gaps.py "$OUT/tl-mfu.csv" --skip 3 > "$OUT/gaps-tl-mfu.md" 2>&1
+  sed -n '1,/^largest/p' "$OUT/gaps-tl-mfu.md" | tail -8; xz -T8 -f "$OUT/tl-mfu.csv"
+fi
+rm -rf "$OUT/lib"
+el "timeline"
+E="LEANTRAIN_LOSS_CHUNK_EAGER=1 LEANTRAIN_KEEP_CASTS=1"
+train_vs_plan gpt2 "$E" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
+  --attention-kernel cudnn --loss-chunk 8192
+el "gpt2 train"
+OUT=$OUT/sweep7 bash bench/plan_sweep.sh 7 60 | tail -3
+el "sweep"
+tar -C "$OUT" -czf "$OUT/call22.tgz" --exclude=call22.tgz . 2>/dev/null
