@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "leantrain/autograd.h"
+#include "autograd/gradient_parts.h"
 #include "autograd/routed_params.h"
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
@@ -21,6 +22,22 @@ thread_local int t_refuse_leaf_accumulation = 0;
 bool leaf_accumulation_refused() { return t_refuse_leaf_accumulation > 0; }
 RefuseLeafAccumulation::RefuseLeafAccumulation() { ++t_refuse_leaf_accumulation; }
 RefuseLeafAccumulation::~RefuseLeafAccumulation() { --t_refuse_leaf_accumulation; }
+
+namespace {
+thread_local std::vector<std::weak_ptr<Storage>> t_gradient_parts;
+}  // namespace
+void offer_gradient_parts(const Tensor& whole) {
+  auto& v = t_gradient_parts;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const std::weak_ptr<Storage>& w) { return w.expired(); }), v.end());
+  if (whole.storage()) v.push_back(whole.storage());
+}
+bool is_gradient_part(const Tensor& t) {
+  const std::shared_ptr<Storage>& s = t.storage();
+  if (!s) return false;
+  for (const std::weak_ptr<Storage>& w : t_gradient_parts)
+    if (!w.owner_before(s) && !s.owner_before(w)) return true;
+  return false;
+}
 }  // namespace detail
 
 namespace {
@@ -73,6 +90,10 @@ struct AccumulateGrad final : Node {
     if (!impl->grad) {
       // Steal the incoming buffer when nobody else holds it; it changes owner, not place.
       if (sole_owner(grad, 2)) {  // `grad` and the engine's `g`
+        if (grad.storage()->allocator) grad.storage()->allocator->retag(grad.storage()->block, Category::Gradient);
+        impl->grad = grad.detach().impl_ptr();
+      } else if (grad.is_contiguous() && detail::is_gradient_part(grad)) {
+        // A block of a stacked weight's gradient (gradient_parts.h): kept where it is.
         if (grad.storage()->allocator) grad.storage()->allocator->retag(grad.storage()->block, Category::Gradient);
         impl->grad = grad.detach().impl_ptr();
       } else {

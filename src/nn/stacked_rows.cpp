@@ -2,6 +2,7 @@
 // places tensors made one after another back to back (each at a 512-byte boundary, which a
 // weight of any usual shape already ends on), so the stack is usually a view and costs nothing;
 // when it is not (a per-parameter build, odd sizes, 16-bit biases) it is a concatenation.
+#include "autograd/gradient_parts.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
@@ -31,6 +32,11 @@ void record_stack(Tensor& out, const std::vector<Tensor>& ws) {
   int64_t rows = 0;
   for (const Tensor& w : ws) starts.push_back(rows), rows += w.size(0);
   record(out, "stacked_rows", ws, [=](const Tensor& g) {
+    // A gradient of its own (the weight-gradient GEMM's output, nobody else's): its row blocks
+    // become the weights' .grad in place, not copies (TinyLlama: 1.7 ms of copies a step).
+    if (g.is_contiguous() && g.offset() == 0 && g.impl_ptr().use_count() == 1 && g.storage() &&
+        g.storage().use_count() == 1 && g.storage()->nbytes() == g.nbytes())
+      detail::offer_gradient_parts(g);
     std::vector<Tensor> grads;
     for (size_t i = 0; i < starts.size(); ++i)
       grads.push_back(slice(g, 0, starts[i], i + 1 < starts.size() ? starts[i + 1] : rows));
