@@ -5,8 +5,9 @@ for each whole step its span, the time some device work ran (the union of the in
 rest: idle. Then the largest gaps of the steps after the first, each with the work before and
 after it and whether a host synchronisation was waiting across it.
 A per-kernel table (time in the stream, not replayed alone as under ncu) closes it.
-    python3 gaps.py trace.csv [--marker embedding_fwd] [--every 1] [--skip 1] [--top 15]
+    python3 gaps.py trace.csv [--marker embedding_fwd] [--every 1] [--skip 1] [--top 15] [--kernels N]
 --every N: a step every N markers (GPT-2 launches its token and position embeddings: 2).
+--kernels N: the steps of N kernels (llm.c's evaluation passes also launch its marker).
 """
 import argparse
 import csv
@@ -18,6 +19,7 @@ ap.add_argument("--marker", default="embedding_fwd")
 ap.add_argument("--every", type=int, default=1, help="markers a step")
 ap.add_argument("--skip", type=int, default=1, help="whole steps left out at the start (warm-up)")
 ap.add_argument("--top", type=int, default=15)
+ap.add_argument("--kernels", type=int, default=0, help="average the steps of this many kernels (default: the usual count)")
 a = ap.parse_args()
 
 work, syncs = [], []
@@ -68,7 +70,7 @@ for i, s in enumerate(steps):
 # The steps after the warm-up that launch the usual number of kernels (a run's last marker can
 # open an evaluation or a final forward, not a training step).
 kept = steps[a.skip:] or steps
-usual = max(set(s["kernels"] for s in kept), key=lambda c: sum(1 for s in kept if s["kernels"] == c))
+usual = a.kernels or max(set(s["kernels"] for s in kept), key=lambda c: sum(1 for s in kept if s["kernels"] == c))
 kept = [s for s in kept if s["kernels"] == usual]
 n = len(kept)
 span = sum(s["span"] for s in kept) / n
