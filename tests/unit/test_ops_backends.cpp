@@ -439,8 +439,11 @@ const std::vector<OpCase>& op_cases() {
       {"causal_conv1d_slice_k6", {F({2, 5, 20}), F({11, 6})},
        [](const V& x) { return causal_conv1d(slice(x[0], 2, 3, 14), x[1]); }},
       {"rms_norm_gated", {F({3, 5, 16}), F({3, 5, 16}), F({8})}, [](const V& x) { return rms_norm_gated(x[0], x[1], x[2]); }},
-      {"rms_norm_gated_slice_rows", {F({2, 300, 12}), F({2, 300, 20}), F({6})},
-       [](const V& x) { return rms_norm_gated(x[0], slice(x[1], 2, 5, 17), x[2]); }},
+      // 12 weights, not 6: w's gradient sums 1,200 products each rounded to 16 bits, and with six
+      // elements one cancelling sum could carry the whole vector's relative error past bf16's 1%
+      // (seen once in about 10^3 runs).
+      {"rms_norm_gated_slice_rows", {F({2, 300, 24}), F({2, 300, 32}), F({12})},
+       [](const V& x) { return rms_norm_gated(x[0], slice(x[1], 2, 5, 29), x[2]); }},
       // q | k | v heads of 8: 3 + 1 normalised, 1 passed through; Gemma's offset on a column slice
       {"rms_norm_heads", {F({2, 5, 40}), F({8}), F({8})}, [](const V& x) { return rms_norm_heads(x[0], x[1], 3, x[2], 1); }},
       {"rms_norm_heads_slice_offset", {F({2, 5, 44}), F({8}), F({8})},
