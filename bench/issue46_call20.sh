@@ -11,20 +11,9 @@
 #   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call20.sh
 set -u
 CALL_OUT_DEFAULT=/tmp/call20; source bench/call_lib.sh
-timeout 240 "./$BUILD/leantrain_tests" --gtest_brief=1 \
-  --gtest_filter='SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*Moe*Cuda*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*' \
-  > "$OUT/unit.txt" 2>&1
-el "unit"; grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/unit.txt" | head -20
+gpu_tests 'SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*Moe*Cuda*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*'
 TL_FLAGS="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --attention-kernel cudnn"
-NEW=$BUILD
-for round in 1 2; do
-  BUILD=$OLD tinyllama_run mfu-old ""
-  BUILD=$NEW tinyllama_run mfu ""
-  BUILD=$OLD tinyllama_run ckpt-old "--checkpoint blocks --fused-step"
-  BUILD=$NEW tinyllama_run ckpt "--checkpoint blocks --fused-step"
-  el "tinyllama round $round"
-done
-BUILD=$NEW
+tinyllama_beside "$OLD" "$BUILD"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ]; then
   timeout 300 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \

@@ -10,22 +10,13 @@
 #   4. `leantrain train` GPT-2 124M (the eager chunked head, kept casts) beside its plan;
 #   5. the randomized plan sweep, seed 7.
 #   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call22.sh
+# UNIT_FILTER, SWEEP_SEED and CALL (the archive's name) change the tests, the sweep's seed (7)
+# and the name for a later call (bench/issue46_call23.sh).
 set -u
-CALL_OUT_DEFAULT=/tmp/call22; source bench/call_lib.sh
-timeout 240 "./$BUILD/leantrain_tests" --gtest_brief=1 \
-  --gtest_filter='SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*:KeptCasts*:FusedStep*:LinearCrossEntropy*' \
-  > "$OUT/unit.txt" 2>&1
-el "unit"; grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/unit.txt" | head -20
+CALL=${CALL:-call22}; CALL_OUT_DEFAULT=/tmp/$CALL; source bench/call_lib.sh
+gpu_tests "${UNIT_FILTER:-SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*:KeptCasts*:FusedStep*:LinearCrossEntropy*}"
 TL_FLAGS="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --attention-kernel cudnn"
-NEW=$BUILD
-for round in 1 2; do
-  BUILD=$OLD tinyllama_run mfu-old ""
-  BUILD=$NEW tinyllama_run mfu ""
-  BUILD=$OLD tinyllama_run ckpt-old "--checkpoint blocks --fused-step"
-  BUILD=$NEW tinyllama_run ckpt "--checkpoint blocks --fused-step"
-  el "tinyllama round $round"
-done
-BUILD=$NEW
+tinyllama_beside "$OLD" "$BUILD"
 mkdir -p "$OUT/lib"
 if bash bench/gpu_timeline/build.sh "$OUT/lib" > /dev/null; then
   CUDA_INJECTION64_PATH=$OUT/lib/libgpu_timeline.so GPU_TIMELINE_OUT=$OUT/tl-mfu.csv timeout 150 "./$BUILD/leantrain" train \
@@ -39,6 +30,6 @@ E="LEANTRAIN_LOSS_CHUNK_EAGER=1 LEANTRAIN_KEEP_CASTS=1"
 train_vs_plan gpt2 "$E" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
   --attention-kernel cudnn --loss-chunk 8192
 el "gpt2 train"
-OUT=$OUT/sweep7 bash bench/plan_sweep.sh 7 60 | tail -3
+SEED=${SWEEP_SEED:-7}; OUT=$OUT/sweep$SEED bash bench/plan_sweep.sh "$SEED" 60 | tail -3
 el "sweep"
-tar -C "$OUT" -czf "$OUT/call22.tgz" --exclude=call22.tgz . 2>/dev/null
+tar -C "$OUT" -czf "$OUT/$CALL.tgz" --exclude="$CALL.tgz" . 2>/dev/null

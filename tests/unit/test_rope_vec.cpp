@@ -13,17 +13,13 @@
 #include "leantrain/cuda_info.h"
 #include "leantrain/ops.h"
 #include "ops/op_common.h"
+#include "unit/tensor_bytes.h"
 
 using namespace lt;
 
 namespace {
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  Tensor h = contiguous(t).to(Device::cpu());
-  std::vector<uint8_t> b(h.numel() * dtype_size(h.dtype()));
-  std::memcpy(b.data(), h.raw_data(), b.size());
-  return b;
-}
+using test::bytes_of;
 
 // A [R, T, N, D] tensor at element `shift` of a buffer one element longer.
 Tensor at_shift(const Tensor& src, int64_t shift) {
