@@ -10,8 +10,8 @@
 #   4. `leantrain train` GPT-2 124M (the eager chunked head, kept casts) beside its plan;
 #   5. the randomized plan sweep, seed 7.
 #   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call22.sh
-# UNIT_FILTER, SWEEP_SEED and CALL (the archive's name) change the tests, the sweep's seed (7)
-# and the name for a later call (bench/issue46_call23.sh).
+# UNIT_FILTER, SWEEP_SEED, SWEEP_N and CALL (the archive's name) change the tests, the sweep's
+# seed (7) and size (60) and the name for a later call (bench/issue46_call23.sh).
 set -u
 CALL=${CALL:-call22}; CALL_OUT_DEFAULT=/tmp/$CALL; source bench/call_lib.sh
 gpu_tests "${UNIT_FILTER:-SwigluActivation*:RopeVec*:NormFusedBackward*:RopePositions*:OpsBackends*:*MoeCuda*:Llama*:Gemma*:Qwen*:*F32WeightGrads*:KeptCasts*:FusedStep*:LinearCrossEntropy*}"
@@ -30,6 +30,6 @@ E="LEANTRAIN_LOSS_CHUNK_EAGER=1 LEANTRAIN_KEEP_CASTS=1"
 train_vs_plan gpt2 "$E" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
   --attention-kernel cudnn --loss-chunk 8192
 el "gpt2 train"
-SEED=${SWEEP_SEED:-7}; OUT=$OUT/sweep$SEED bash bench/plan_sweep.sh "$SEED" 60 | tail -3
+SEED=${SWEEP_SEED:-7}; OUT=$OUT/sweep$SEED bash bench/plan_sweep.sh "$SEED" "${SWEEP_N:-60}" | tail -3
 el "sweep"
 tar -C "$OUT" -czf "$OUT/$CALL.tgz" --exclude="$CALL.tgz" . 2>/dev/null
