@@ -201,20 +201,6 @@ struct RopeTable {
   float inv_freq[kRopeMaxHalf];
 };
 
-// The block's rh angles at position `at` into shared memory: sin and cos in double (the CPU
-// reference's), rounded to f32; sin negated for the inverse rotation. Ends with a barrier.
-__device__ __forceinline__ void rope_angles(float* cs_s, float* sn_s, const RopeTable& table, int64_t at, int rh,
-                                            bool inverse) {
-  for (int k = threadIdx.x; k < rh; k += blockDim.x) {
-    const float angle = __fmul_rn(table.inv_freq[k], float(at));
-    double s, cth;
-    sincos(double(angle), &s, &cth);
-    cs_s[k] = float(cth);
-    sn_s[k] = inverse ? -float(s) : float(s);
-  }
-  __syncthreads();
-}
-
 // One block per position t (grid-stride): the D/2 angles' sin and cos (double sincos, rounded to
 // f32) into shared memory once, then every pair of the R x N rows at that position rotated by the
 // block's threads (consecutive threads, consecutive pairs of a row). The sincos runs T * D/2 times,
@@ -231,7 +217,15 @@ __global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int
   for (int64_t pt = blockIdx.x; pt < int64_t(P) * T_len; pt += gridDim.x) {
     const int p = int(pt / T_len);
     const int64_t t = pt - int64_t(p) * T_len;
-    rope_angles(cs_s, sn_s, table, pos ? int64_t(pos[pt]) : pos_offset + t, rh, inverse);
+    const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
+    for (int k = threadIdx.x; k < rh; k += blockDim.x) {
+      const float angle = __fmul_rn(table.inv_freq[k], float(at));
+      double s, cth;
+      sincos(double(angle), &s, &cth);
+      cs_s[k] = float(cth);
+      sn_s[k] = inverse ? -float(s) : float(s);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < work; i += blockDim.x) {
       const int rn = i / half, k = i - rn * half, b = p * per + rn / N, n = rn - (rn / N) * N;
       const int64_t row = ((int64_t(b) * T_len + t) * N + n) * D;
@@ -272,7 +266,15 @@ __global__ void rope_vec_kernel(T* out, const T* x, int R, int64_t T_len, int N,
   for (int64_t pt = blockIdx.x; pt < int64_t(P) * T_len; pt += gridDim.x) {
     const int p = int(pt / T_len);
     const int64_t t = pt - int64_t(p) * T_len;
-    rope_angles(cs_s, sn_s, table, pos ? int64_t(pos[pt]) : pos_offset + t, rh, inverse);
+    const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
+    for (int k = threadIdx.x; k < rh; k += blockDim.x) {
+      const float angle = __fmul_rn(table.inv_freq[k], float(at));
+      double s, cth;
+      sincos(double(angle), &s, &cth);
+      cs_s[k] = float(cth);
+      sn_s[k] = inverse ? -float(s) : float(s);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < work; i += blockDim.x) {
       const int rn = i / units, u = i - rn * units, b = p * per + rn / N, n = rn - (rn / N) * N;
       const int64_t row = ((int64_t(b) * T_len + t) * N + n) * D;
