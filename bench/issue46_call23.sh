@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A stacked weight's gradient kept as one buffer (0f764b0): bench/issue46_call22.sh's checks with
-# the GPU tests around the change (GradientParts.*, the rotary kernels after their review, the
-# fused step, kept casts, the LLaMA-family, MoE and SwiGLU tests), TinyLlama beside OLD (db2b651's
+# the GPU tests around the change (GradientParts.*, the rotary tests, the fused step, kept casts,
+# the LLaMA-family, MoE and SwiGLU tests), TinyLlama beside OLD (db2b651's
 # leantrain), the CUPTI timeline of the default step (the gradient copies gone), GPT-2 train
 # beside its plan, and the plan sweep, seed 8 (40 configurations: the device time left was short).
 #   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call23.sh
