@@ -102,16 +102,17 @@ gpu_tests() {
   el "unit"; grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/unit.txt" | head -20
 }
 
-# tinyllama_beside OLD NEW: TinyLlama's default step and the checkpointed config (--checkpoint blocks
-# --fused-step) with $TL_FLAGS, OLD's leantrain beside NEW's, alternating, two rounds (rows -old and
-# plain in $OUT/tinyllama.jsonl); BUILD is NEW afterwards.
+# tinyllama_beside OLD NEW [ENV...]: TinyLlama's default step and the checkpointed config
+# (--checkpoint blocks --fused-step) with $TL_FLAGS, OLD's leantrain beside NEW's (NEW's runs under
+# the ENV settings), alternating, two rounds (rows -old and plain in $OUT/tinyllama.jsonl); BUILD is
+# NEW afterwards.
 tinyllama_beside() {
-  local old=$1 new=$2
+  local old=$1 new=$2; shift 2
   for round in 1 2; do
     BUILD=$old tinyllama_run mfu-old ""
-    BUILD=$new tinyllama_run mfu ""
+    BUILD=$new tinyllama_run mfu "" "$@"
     BUILD=$old tinyllama_run ckpt-old "--checkpoint blocks --fused-step"
-    BUILD=$new tinyllama_run ckpt "--checkpoint blocks --fused-step"
+    BUILD=$new tinyllama_run ckpt "--checkpoint blocks --fused-step" "$@"
     el "tinyllama round $round"
   done
   BUILD=$new

@@ -3,6 +3,7 @@
 // weight of any usual shape already ends on), so the stack is usually a view and costs nothing;
 // when it is not (a per-parameter build, odd sizes, 16-bit biases) it is a concatenation.
 #include "autograd/gradient_parts.h"
+#include "core/knobs.h"
 #include "leantrain/autograd.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
@@ -26,6 +27,10 @@ bool back_to_back(const std::vector<Tensor>& ws) {
   return true;
 }
 
+// LEANTRAIN_GRADIENT_PARTS=1: the stacked gradient's blocks become the weights' .grad in place
+// (read at each backward: the tests turn it on and off).
+bool gradient_parts_on() { return knob_on("LEANTRAIN_GRADIENT_PARTS"); }
+
 // Records out as the stack of ws (rows in order): its backward hands each its slice of the gradient.
 void record_stack(Tensor& out, const std::vector<Tensor>& ws) {
   std::vector<int64_t> starts;
@@ -34,8 +39,8 @@ void record_stack(Tensor& out, const std::vector<Tensor>& ws) {
   record(out, "stacked_rows", ws, [=](const Tensor& g) {
     // A gradient of its own (the weight-gradient GEMM's output, nobody else's): its row blocks
     // become the weights' .grad in place, not copies (TinyLlama: 1.7 ms of copies a step).
-    if (g.is_contiguous() && g.offset() == 0 && g.impl_ptr().use_count() == 1 && g.storage() &&
-        g.storage().use_count() == 1 && g.storage()->nbytes() == g.nbytes())
+    if (gradient_parts_on() && g.is_contiguous() && g.offset() == 0 && g.impl_ptr().use_count() == 1 &&
+        g.storage() && g.storage().use_count() == 1 && g.storage()->nbytes() == g.nbytes())
       detail::offer_gradient_parts(g);
     std::vector<Tensor> grads;
     for (size_t i = 0; i < starts.size(); ++i)

@@ -13,6 +13,7 @@
 #include "memory/caching_policy.h"
 #include "memory/host_allocators.h"
 #include "train_test_util.h"
+#include "unit/knob_env.h"
 
 using namespace lt;
 using namespace lt::test;
@@ -56,12 +57,7 @@ std::vector<Tensor> state_tensors(const Optimizer& o) {
   return out;
 }
 
-// A LEANTRAIN_* knob set for a scope.
-struct KnobEnv {
-  const char* name;
-  KnobEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~KnobEnv() { ::unsetenv(name); }
-};
+using test::KnobEnv;
 
 int64_t largest_bytes(const std::vector<Tensor>& ps) {
   int64_t m = 0;

@@ -1,7 +1,8 @@
-// A stacked weight's gradient (stacked_rows: q | k | v or gate | up as one GEMM) becomes its
-// weights' .grad in place: each weight's row block of the one gradient buffer, not a copy
-// (autograd/gradient_parts.h). The values are those of separate weights, a second backward adds
-// into the blocks, and a gradient someone else still holds is copied as before.
+// With LEANTRAIN_GRADIENT_PARTS=1 a stacked weight's gradient (stacked_rows: q | k | v or gate | up
+// as one GEMM) becomes its weights' .grad in place: each weight's row block of the one gradient
+// buffer, not a copy (autograd/gradient_parts.h). The values are those of separate weights, a
+// second backward adds into the blocks, a gradient someone else still holds is copied as before,
+// and without the knob every weight gets a copy.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -9,6 +10,7 @@
 #include "leantrain/autograd.h"
 #include "leantrain/nn_llama.h"
 #include "leantrain/ops.h"
+#include "unit/knob_env.h"
 
 using namespace lt;
 
@@ -41,6 +43,7 @@ std::vector<std::vector<double>> grads_of(const std::vector<Tensor>& ws) {
 }
 
 TEST(GradientParts, StackedWeightsTakeTheirBlocksInPlaceWithTheSeparateWeightsValues) {
+  test::KnobEnv on("LEANTRAIN_GRADIENT_PARTS", "1");
   Stack s = back_to_back(3);
   Generator gen(4);
   const Tensor x = randn({6, 7}, gen, 1.0f, DType::F64), r = randn({6, 9}, gen, 1.0f, DType::F64);
@@ -63,6 +66,7 @@ TEST(GradientParts, StackedWeightsTakeTheirBlocksInPlaceWithTheSeparateWeightsVa
 }
 
 TEST(GradientParts, AGradientSomeoneElseHoldsIsCopied) {
+  test::KnobEnv on("LEANTRAIN_GRADIENT_PARTS", "1");
   Stack s = back_to_back(5);
   Generator gen(6);
   const Tensor x = randn({4, 7}, gen, 1.0f, DType::F64);
@@ -73,6 +77,13 @@ TEST(GradientParts, AGradientSomeoneElseHoldsIsCopied) {
   sum_all(linear(x, stacked, Tensor())).backward();
   ASSERT_TRUE(held.defined());
   EXPECT_NE(s.ws[0].grad().storage(), held.storage());
+  EXPECT_NE(s.ws[0].grad().storage(), s.ws[1].grad().storage());
+}
+
+TEST(GradientParts, OffByDefault) {
+  Stack s = back_to_back(7);
+  Generator gen(8);
+  sum_all(linear(randn({3, 7}, gen, 1.0f, DType::F64), nn::stacked_rows(s.ws), Tensor())).backward();
   EXPECT_NE(s.ws[0].grad().storage(), s.ws[1].grad().storage());
 }
 

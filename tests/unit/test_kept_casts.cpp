@@ -14,17 +14,14 @@
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
 #include "train_test_util.h"
+#include "unit/knob_env.h"
 
 using namespace lt;
 using namespace lt::test;
 
 namespace {
 
-struct KnobEnv {
-  const char* name;
-  KnobEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
-  ~KnobEnv() { ::unsetenv(name); }
-};
+using test::KnobEnv;
 
 // Two f32 parameters of odd sizes (a float4 body and a scalar tail on the GPU) and a loss that
 // casts them under autocast, as a linear does.
