@@ -88,7 +88,8 @@ constexpr Knob kKnobs[] = {
      "instead of recomputing the logits in the backward: no second head GEMM"},
     {"LEANTRAIN_KEEP_CASTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
      "1 under a -mixed precision: each optimizer update also writes its parameter's 16-bit copy (AdamW in its "
-     "update kernel), kept between steps, so the forward casts no weight (+2 bytes a cast parameter)"},
+     "update kernel), kept between steps, so the forward casts no weight but the stacked ones (q|k|v, gate|up, "
+     "cast as one stack) (+2 bytes a cast parameter)"},
     {"LEANTRAIN_GRADIENT_PARTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
      "1: a stacked weight's gradient (q|k|v, gate|up as one GEMM) stays one buffer and each weight's .grad is "
      "its block of it, instead of a copy each (TinyLlama: 110 copies, 1.7 ms a step); opt-in until timed on a GPU"},
