@@ -22,22 +22,6 @@ thread_local int t_refuse_leaf_accumulation = 0;
 bool leaf_accumulation_refused() { return t_refuse_leaf_accumulation > 0; }
 RefuseLeafAccumulation::RefuseLeafAccumulation() { ++t_refuse_leaf_accumulation; }
 RefuseLeafAccumulation::~RefuseLeafAccumulation() { --t_refuse_leaf_accumulation; }
-
-namespace {
-thread_local std::vector<std::weak_ptr<Storage>> t_gradient_parts;
-}  // namespace
-void offer_gradient_parts(const Tensor& whole) {
-  auto& v = t_gradient_parts;
-  v.erase(std::remove_if(v.begin(), v.end(), [](const std::weak_ptr<Storage>& w) { return w.expired(); }), v.end());
-  if (whole.storage()) v.push_back(whole.storage());
-}
-bool is_gradient_part(const Tensor& t) {
-  const std::shared_ptr<Storage>& s = t.storage();
-  if (!s) return false;
-  for (const std::weak_ptr<Storage>& w : t_gradient_parts)
-    if (!w.owner_before(s) && !s.owner_before(w)) return true;
-  return false;
-}
 }  // namespace detail
 
 namespace {
@@ -55,6 +39,28 @@ bool sole_owner(const Tensor& t, long handles = 1) {
   return t.impl_ptr().use_count() <= handles && t.storage().use_count() == 1 && t.is_contiguous() &&
          t.offset() == 0 && t.storage()->nbytes() == t.nbytes();
 }
+
+thread_local std::vector<std::weak_ptr<Storage>> t_gradient_parts;
+
+}  // namespace
+
+namespace detail {
+void offer_gradient_parts(const Tensor& whole) {
+  if (!sole_owner(whole)) return;  // someone else holds it: its parts are copied, as any shared gradient
+  auto& v = t_gradient_parts;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const std::weak_ptr<Storage>& w) { return w.expired(); }), v.end());
+  v.push_back(whole.storage());
+}
+bool is_gradient_part(const Tensor& t) {
+  const std::shared_ptr<Storage>& s = t.storage();
+  if (!s) return false;
+  for (const std::weak_ptr<Storage>& w : t_gradient_parts)
+    if (!w.owner_before(s) && !s.owner_before(w)) return true;
+  return false;
+}
+}  // namespace detail
+
+namespace {
 
 std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()); }
 std::string describe(const InputMeta& m) { return std::string(dtype_name(m.dtype)) + " " + shape_str(m.shape); }
@@ -89,11 +95,9 @@ struct AccumulateGrad final : Node {
              "fix the node hook that replaced the gradient");
     if (!impl->grad) {
       // Steal the incoming buffer when nobody else holds it; it changes owner, not place.
-      if (sole_owner(grad, 2)) {  // `grad` and the engine's `g`
-        if (grad.storage()->allocator) grad.storage()->allocator->retag(grad.storage()->block, Category::Gradient);
-        impl->grad = grad.detach().impl_ptr();
-      } else if (grad.is_contiguous() && detail::is_gradient_part(grad)) {
-        // A block of a stacked weight's gradient (gradient_parts.h): kept where it is.
+      // `grad` and the engine's `g`; or a block of a stacked weight's gradient (gradient_parts.h),
+      // kept where it is.
+      if (sole_owner(grad, 2) || (grad.is_contiguous() && detail::is_gradient_part(grad))) {
         if (grad.storage()->allocator) grad.storage()->allocator->retag(grad.storage()->block, Category::Gradient);
         impl->grad = grad.detach().impl_ptr();
       } else {

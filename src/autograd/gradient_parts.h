@@ -11,8 +11,9 @@ class Tensor;
 
 namespace lt::detail {
 
-// `whole` is the full stacked gradient, held by nobody but the caller: its views may become leaf
-// gradients. Remembered by its storage (weakly: a freed buffer is forgotten).
+// `whole` is the full stacked gradient: when nobody but the caller holds it (one handle, its whole
+// buffer), its views may become leaf gradients; otherwise nothing happens. Remembered by its
+// storage (weakly: a freed buffer is forgotten).
 void offer_gradient_parts(const Tensor& whole);
 // Whether `t` views a buffer offered above.
 bool is_gradient_part(const Tensor& t);
