@@ -22,13 +22,18 @@ smi_peak() {
 # llmc_shards: llm.c's token shards under $OUT/shards (bench/peers/llmc_shards.py).
 llmc_shards() { python3 bench/peers/llmc_shards.py "$OUT/shards" > /dev/null 2>&1 || echo "llm.c shards not written"; }
 
-# llmc_round N: llm.c's cuDNN build ($LLMC) on GPT-2 124M B16 x T1024 for 40 steps, against the pip
-# cuDNN PyTorch ships (as the peer's README builds it; else the toolkit's), under smi_peak; prints
-# the mean of its steps 21-40. Log in $OUT/llmc-N.txt.
-llmc_round() {
+# llmc_libs: the LD_LIBRARY_PATH llm.c's cuDNN build runs with: the pip cuDNN PyTorch ships (as the
+# peer's README builds it; else the toolkit's), then the toolkit.
+llmc_libs() {
   local cdl
   cdl=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -1)
-  smi_peak env LD_LIBRARY_PATH="${cdl:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64" bash -c "timeout 150 $LLMC \
+  echo "${cdl:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64"
+}
+
+# llmc_round N: llm.c's cuDNN build ($LLMC) on GPT-2 124M B16 x T1024 for 40 steps (llmc_libs),
+# under smi_peak; prints the mean of its steps 21-40. Log in $OUT/llmc-N.txt.
+llmc_round() {
+  smi_peak env LD_LIBRARY_PATH="$(llmc_libs)" bash -c "timeout 150 $LLMC \
     -i '$OUT/shards/train_*.bin' -j '$OUT/shards/val_*.bin' -e d12 -b 16 -t 1024 -d 16384 -x 40 -v 1000 -s 0 -h 0 \
     -o $OUT/llmc-log > $OUT/llmc-$1.txt 2>&1"
   python3 - "$OUT/llmc-$1.txt" <<'PY'

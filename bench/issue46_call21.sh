@@ -45,10 +45,9 @@ for v in "plain||" "eager-casts|--loss-chunk 8192|LEANTRAIN_LOSS_CHUNK_EAGER=1 L
 done
 if [ -n "${LLMC:-}" ]; then
   llmc_shards
-  cdl=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/cudnn/lib 2>/dev/null | head -1)
   L="-i $OUT/shards/train_*.bin -j $OUT/shards/val_*.bin -e d12 -b 16 -t 1024 -d 16384 -v 1000 -s 0 -h 0 -o $OUT/llmc-log"
-  LD_LIBRARY_PATH="${cdl:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64" timeout 150 $LLMC $L -x 30 > "$OUT/llmc-plain.txt" 2>&1
-  LD_LIBRARY_PATH="${cdl:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64" traced "$OUT/llmc.csv" timeout 150 $LLMC $L -x 12 > "$OUT/llmc-traced.txt" 2>&1
+  LD_LIBRARY_PATH="$(llmc_libs)" timeout 150 $LLMC $L -x 30 > "$OUT/llmc-plain.txt" 2>&1
+  LD_LIBRARY_PATH="$(llmc_libs)" traced "$OUT/llmc.csv" timeout 150 $LLMC $L -x 12 > "$OUT/llmc-traced.txt" 2>&1
   grep -E "step +(12|30)/" "$OUT/llmc-plain.txt" "$OUT/llmc-traced.txt" | cut -c1-160
   python3 bench/gpu_timeline/gaps.py "$OUT/llmc.csv" --marker encoder_forward --skip 5 > "$OUT/gaps-llmc.md" 2>&1
   sed -n '1,/^largest/p' "$OUT/gaps-llmc.md" | tail -9
