@@ -78,6 +78,10 @@ void keep_cast(const Tensor& param, const Tensor& copy);
 void drop_kept_cast(const Tensor& param);
 bool cast_wanted(const Tensor& param);
 bool has_kept_cast(const Tensor& param);
+// The kept copies of all of `params` in `dtype` (views, not recorded: the caller records one cast
+// of their stack), or an empty vector when a keeper is armed but some has none: each of them is
+// then marked wanted (a stacked GEMM's q | k | v, gate | up), and the caller casts the stack.
+std::vector<Tensor> kept_casts_of(const std::vector<Tensor>& params, DType dtype);
 }  // namespace detail
 
 // Under autocast, an f32 tensor cast (recorded) to the compute dtype; anything else unchanged.

@@ -68,6 +68,21 @@ bool detail::cast_wanted(const Tensor& param) {
   return g_wanted.count(param.impl_ptr().get()) > 0;
 }
 
+std::vector<Tensor> detail::kept_casts_of(const std::vector<Tensor>& params, DType dtype) {
+  if (g_keepers == 0) return {};
+  std::lock_guard<std::mutex> g(g_kept_mu);
+  std::vector<Tensor> copies;
+  for (const Tensor& p : params) {
+    auto it = g_kept.find(p.impl_ptr().get());
+    if (it == g_kept.end() || it->second.dtype() != dtype || p.impl()->grad_fn) break;
+    copies.push_back(make_view(it->second, p.shape(), p.strides(), it->second.offset()));
+  }
+  if (copies.size() == params.size()) return copies;
+  for (const Tensor& p : params)
+    if (p.defined() && p.dtype() == DType::F32 && !p.impl()->grad_fn) g_wanted.insert(p.impl_ptr().get());
+  return {};
+}
+
 bool detail::has_kept_cast(const Tensor& param) {
   std::lock_guard<std::mutex> g(g_kept_mu);
   return g_kept.count(param.impl_ptr().get()) > 0;

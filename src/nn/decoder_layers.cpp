@@ -43,13 +43,17 @@ Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
 
 // autocast(stacked_rows(ws)), or, when autocast hands out registered 16-bit copies of all of
 // them (fsdp's gathered copies, which lie back to back in their unit's store), the stack of those:
-// the f32 weights may have no memory on this rank.
+// the f32 weights may have no memory on this rank. Kept casts (LEANTRAIN_KEEP_CASTS) the same:
+// the optimizer places a stack's kept copies back to back (Optimizer::ensure_kept), so their
+// stack is a view and the step casts nothing.
 Tensor autocast_stacked(const std::vector<Tensor>& ws) {
   if (const std::optional<DType> dt = autocast_dtype()) {
     std::vector<Tensor> copies;
     for (const Tensor& w : ws)
       if (const Tensor* c = detail::precast_of(w, *dt)) copies.push_back(*c);
     if (copies.size() == ws.size()) return stacked_copies(copies, ws);
+    if (ws.size() > 1)
+      if (std::vector<Tensor> kept = detail::kept_casts_of(ws, *dt); !kept.empty()) return stacked_copies(kept, ws);
   }
   return autocast(stacked_rows(ws));
 }

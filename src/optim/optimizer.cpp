@@ -3,6 +3,7 @@
 // bf16-state variants slot in without touching the step logic.
 #include "leantrain/optim.h"
 
+#include <deque>
 #include <unordered_set>
 
 #include "backend/dry_compute.h"
@@ -72,13 +73,37 @@ void Optimizer::drop_kept() {
 }
 
 // The kept cast of an f32 parameter autocast has asked for, allocated (for real on a dry step,
-// like the state) on the first update that finds it wanted.
+// like the state) on the first update that finds it wanted. Parameters that lie back to back in
+// one store (a stacked GEMM's q | k | v, gate | up) get their copies back to back in one
+// allocation, together, so that the stack of the copies is a view too (nn::stacked_copies).
 void Optimizer::ensure_kept(Slot& s) {
-  if (!kept_dtype_ || s.kept.defined() || s.param.dtype() != DType::F32 || !s.param.is_contiguous() ||
-      !detail::cast_wanted(s.param))
-    return;
+  auto wants = [&](const Slot& t) {
+    return !t.kept.defined() && t.param.dtype() == DType::F32 && t.param.is_contiguous() && t.param.storage() &&
+           detail::cast_wanted(t.param);
+  };
+  if (!kept_dtype_ || !wants(s)) return;
+  // The run of wanting slots around s whose parameters follow one another (updates inside the
+  // backward meet a stack's last parameter first).
+  auto find = [&](auto&& is_it) -> Slot* {
+    for (auto& group : groups_)
+      for (Slot& t : group)
+        if (&t != &s && t.param.storage() == s.param.storage() && is_it(t) && wants(t)) return &t;
+    return nullptr;
+  };
+  std::deque<Slot*> run{&s};
+  while (Slot* next = find([&](const Slot& t) { return t.param.offset() == run.back()->param.offset() + run.back()->param.numel(); }))
+    run.push_back(next);
+  while (Slot* prev = find([&](const Slot& t) { return t.param.offset() + t.param.numel() == run.front()->param.offset(); }))
+    run.push_front(prev);
+  int64_t numel = 0;
+  for (Slot* t : run) numel += t->param.numel();
   MemoryCategoryScope scope(Category::Parameter);
-  s.kept = Tensor::empty(s.param.shape(), *kept_dtype_, s.param.device());
+  const Tensor block = Tensor::empty({numel}, *kept_dtype_, s.param.device());
+  int64_t at = 0;
+  for (Slot* t : run) {
+    t->kept = make_view(block, t->param.shape(), contiguous_strides(t->param.shape()), block.offset() + at);
+    at += t->param.numel();
+  }
 }
 
 void Optimizer::ensure_state(Slot& s) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "backend/dry_compute.h"
 #include "leantrain/autocast.h"
@@ -131,4 +132,52 @@ TEST(KeptCasts, TrainerRunsTrainTheSameBits) {
       EXPECT_GT(extra, 0) << what << ": no copy was kept";
       EXPECT_LE(extra, all16) << what;
     }
+}
+
+// A LLaMA block's q | k | v and gate | up run as one GEMM over their stacked weights: their kept
+// copies are allocated back to back (one allocation a stack), so the stack of the copies is a view
+// and no step after the first casts them; the losses are the plain run's, bit for bit, with the
+// usual step and with updates inside the backward (which meet a stack's last weight first).
+TEST(KeptCasts, StackedWeightsKeepTheirCopiesBackToBack) {
+  TempDir tmp;
+  for (bool fused : {false, true}) {
+    RunConfig c = tiny_gpt(tmp.path);
+    c.model = "llama-tiny";
+    c.data = "synthetic";
+    c.precision = Precision::MixedBf16;
+    c.fused_step = fused;
+    c.steps = 4;
+    const std::string what = fused ? "fused" : "plain";
+    const RunResult plain = train(c);
+    KnobEnv on("LEANTRAIN_KEEP_CASTS", "1");
+    EXPECT_EQ(train(c).losses, plain.losses) << what;
+
+    TrainerRun r(c);
+    for (int i = 0; i < 2; ++i) r->step();
+    std::map<std::string, Tensor> by_name;
+    for (auto& [n, p] : r->model().named_trainable_parameters()) by_name[n] = p;
+    int stacks = 0;
+    for (auto& [n, p] : by_name) {
+      const auto stack_of = [&](const std::string& first, const std::vector<std::string>& names) {
+        std::vector<Tensor> ws;
+        for (const std::string& m : names) ws.push_back(by_name.at(n.substr(0, n.size() - first.size()) + m));
+        return ws;
+      };
+      std::vector<Tensor> ws;
+      if (n.ends_with("q_proj.weight")) ws = stack_of("q_proj.weight", {"q_proj.weight", "k_proj.weight", "v_proj.weight"});
+      if (n.ends_with("gate_proj.weight")) ws = stack_of("gate_proj.weight", {"gate_proj.weight", "up_proj.weight"});
+      if (ws.empty()) continue;
+      ++stacks;
+      const std::vector<Tensor> kept = detail::kept_casts_of(ws, DType::BF16);
+      ASSERT_EQ(kept.size(), ws.size()) << what << " " << n << ": a weight of the stack has no kept copy";
+      for (size_t i = 1; i < kept.size(); ++i) {
+        EXPECT_EQ(kept[i].storage(), kept[0].storage()) << what << " " << n;
+        EXPECT_EQ(kept[i].offset(), kept[i - 1].offset() + kept[i - 1].numel()) << what << " " << n;
+      }
+      AutocastGuard bf16(DType::BF16);
+      NoGradGuard no;
+      for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(bytes_of(kept[i]), bytes_of(cast(ws[i], DType::BF16))) << what << " " << n;
+    }
+    EXPECT_EQ(stacks, 2 * 2) << what << ": llama-tiny has two blocks, each with two stacks";
+  }
 }
