@@ -11,7 +11,7 @@
 #   5. the randomized plan sweep, seed 7.
 #   BUILD=build-gpu OLD=build-old OUT=$OUT bash bench/issue46_call22.sh
 # UNIT_FILTER, SWEEP_SEED, SWEEP_N and CALL (the archive's name) change the tests, the sweep's
-# seed (7) and size (60) and the name for a later call (bench/issue46_call23.sh); NEW_ENV (e.g.
+# seed (7) and size (60) and the name for a later call (bench/issue46_call24.sh once did); NEW_ENV (e.g.
 # LEANTRAIN_GRADIENT_PARTS=1) is set for BUILD's runs, the timeline, GPT-2's and the sweep's.
 set -u
 CALL=${CALL:-call22}; CALL_OUT_DEFAULT=/tmp/$CALL; source bench/call_lib.sh
