@@ -577,12 +577,14 @@ TEST(Qwen35Model, PackedDocumentsEqualEachDocumentAloneTinyF32) {
   // across the chunks of 64, one document of 3 tokens (shorter than the kernel). To f32 rounding
   // (the f64 test above is exact to 1e-10): the chunks fall elsewhere in a document alone, and the
   // decay parameters' gradients sum every token's term (A_log and dt_bias differ by 3e-5 to 1.4e-4
-  // with the compiler; expect_documents_apart gives them 10x the tolerance).
+  // with the compiler; expect_documents_apart gives them 10x the tolerance). 3e-4, not 1e-4: on the
+  // GPU machine's CPU the other gradients that sum over tokens (the embedding, the first norm, the
+  // convolution, in_proj_qkv) differed by 1.06e-4 to 1.44e-4 (call24), under 1e-4 on this one.
   auto cfg = models::config_from_preset("qwen3.5-tiny");
   auto m = std::dynamic_pointer_cast<Qwen35>(cfg->build(nn::InitOptions{.seed = 5}));
   ASSERT_TRUE(m);
   randomize(*m, 24);
-  expect_documents_apart(*m, ids_of(3, 140, 4096, 24), {{3, 70, 67}, {64, 76}, {100, 40}}, 1e-4);
+  expect_documents_apart(*m, ids_of(3, 140, 4096, 24), {{3, 70, 67}, {64, 76}, {100, 40}}, 3e-4);
 }
 
 TEST(Qwen35Model, KeyPaddingBeforeOrAfterTheRealTokensChangesNothingForThem) {
