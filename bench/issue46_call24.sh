@@ -7,7 +7,7 @@
 #      checkpointed config (--checkpoint blocks --fused-step): OLD, then BUILD plain (the norm
 #      queued early), with LEANTRAIN_GRADIENT_PARTS=1 (gp) and with it and LEANTRAIN_KEEP_CASTS=1
 #      (gpkc); alternating, two rounds; every row's peaks beside its plan (tinyllama.jsonl);
-#   3. the CUPTI timeline of BUILD's default step with both knobs (copies and casts left);
+#   3. the CUPTI timeline of BUILD's default step and checkpointed config with both knobs;
 #   4. GPT-2 124M beside llm.c's cuDNN build (LLMC), two rounds: the lean default and the fast
 #      config (--lean-saves 0 --loss-chunk 8192, eager head, kept casts; GPT-2 stacks no weights);
 #   5. `leantrain train` GPT-2 with both knobs beside its plan, and 40 steps of it (lean and fast)
@@ -36,10 +36,13 @@ BUILD=$NEW
 else
 mkdir -p "$OUT/lib"
 if bash bench/gpu_timeline/build.sh "$OUT/lib" > /dev/null; then
-  env $GP $KC CUDA_INJECTION64_PATH=$OUT/lib/libgpu_timeline.so GPU_TIMELINE_OUT=$OUT/tl-mfu.csv timeout 150 "./$BUILD/leantrain" train \
-    $TL_FLAGS --device cuda --steps 8 --eval-batches 0 --log-every 4 > "$OUT/tl-mfu-traced.log" 2>&1
-  python3 bench/gpu_timeline/gaps.py "$OUT/tl-mfu.csv" --skip 3 > "$OUT/gaps-tl-mfu.md" 2>&1
-  sed -n '1,/^largest/p' "$OUT/gaps-tl-mfu.md" | tail -8; xz -T8 -f "$OUT/tl-mfu.csv"
+  for cfg in "mfu|" "ckpt|--checkpoint blocks --fused-step"; do
+    IFS='|' read -r name flags <<< "$cfg"
+    env $GP $KC CUDA_INJECTION64_PATH=$OUT/lib/libgpu_timeline.so GPU_TIMELINE_OUT=$OUT/tl-$name.csv timeout 150 "./$BUILD/leantrain" \
+      train $TL_FLAGS $flags --device cuda --steps 8 --eval-batches 0 --log-every 4 > "$OUT/tl-$name-traced.log" 2>&1
+    python3 bench/gpu_timeline/gaps.py "$OUT/tl-$name.csv" --skip 3 > "$OUT/gaps-tl-$name.md" 2>&1
+    sed -n '1,/^largest/p' "$OUT/gaps-tl-$name.md" | tail -8; xz -T8 -f "$OUT/tl-$name.csv"
+  done
 fi
 rm -rf "$OUT/lib"
 el "timeline"
