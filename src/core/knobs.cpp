@@ -90,9 +90,9 @@ constexpr Knob kKnobs[] = {
      "1 under a -mixed precision: each optimizer update also writes its parameter's 16-bit copy (AdamW in its "
      "update kernel), kept between steps, so the forward casts no weight but the stacked ones (q|k|v, gate|up, "
      "cast as one stack) (+2 bytes a cast parameter)"},
-    {"LEANTRAIN_GRADIENT_PARTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
-     "1: a stacked weight's gradient (q|k|v, gate|up as one GEMM) stays one buffer and each weight's .grad is "
-     "its block of it, instead of a copy each (TinyLlama: 110 copies, 1.7 ms a step); opt-in until timed on a GPU"},
+    {"LEANTRAIN_GRADIENT_PARTS", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "kernels",
+     "a stacked weight's gradient (q|k|v, gate|up as one GEMM) stays one buffer and each weight's .grad is "
+     "its block of it; 0: a copy each (TinyLlama on an H100: 1.9 ms a step slower, reserved 15 MB higher)"},
     {"LEANTRAIN_OPT_STREAM_GRID", T::Integer, "8", 0, 64, "", M::No, U::Run, "kernels",
      "blocks per SM that an optimizer kernel on the optimizer stream launches at most (0: one a chunk, no cap)"},
     {"LEANTRAIN_OPT_STREAM_LAG", T::Integer, "8", 1, 1 << 20, "", M::Yes, U::Run, "kernels",

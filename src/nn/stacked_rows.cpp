@@ -27,7 +27,7 @@ bool back_to_back(const std::vector<Tensor>& ws) {
   return true;
 }
 
-// LEANTRAIN_GRADIENT_PARTS=1: the stacked gradient's blocks become the weights' .grad in place
+// LEANTRAIN_GRADIENT_PARTS (on by default): the stacked gradient's blocks become the weights' .grad in place
 // (read at each backward: the tests turn it on and off).
 bool gradient_parts_on() { return knob_on("LEANTRAIN_GRADIENT_PARTS"); }
 

@@ -1,8 +1,8 @@
-// With LEANTRAIN_GRADIENT_PARTS=1 a stacked weight's gradient (stacked_rows: q | k | v or gate | up
+// By default (LEANTRAIN_GRADIENT_PARTS=1) a stacked weight's gradient (stacked_rows: q | k | v or gate | up
 // as one GEMM) becomes its weights' .grad in place: each weight's row block of the one gradient
 // buffer, not a copy (autograd/gradient_parts.h). The values are those of separate weights, a
 // second backward adds into the blocks, a gradient someone else still holds is copied as before,
-// and without the knob every weight gets a copy.
+// and with the knob at 0 every weight gets a copy.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -80,7 +80,14 @@ TEST(GradientParts, AGradientSomeoneElseHoldsIsCopied) {
   EXPECT_NE(s.ws[0].grad().storage(), s.ws[1].grad().storage());
 }
 
-TEST(GradientParts, OffByDefault) {
+TEST(GradientParts, OnByDefaultAndOffWithTheKnobAtZero) {
+  {
+    Stack s = back_to_back(7);
+    Generator gen(8);
+    sum_all(linear(randn({3, 7}, gen, 1.0f, DType::F64), nn::stacked_rows(s.ws), Tensor())).backward();
+    EXPECT_EQ(s.ws[0].grad().storage(), s.ws[1].grad().storage());
+  }
+  test::KnobEnv off("LEANTRAIN_GRADIENT_PARTS", "0");
   Stack s = back_to_back(7);
   Generator gen(8);
   sum_all(linear(randn({3, 7}, gen, 1.0f, DType::F64), nn::stacked_rows(s.ws), Tensor())).backward();
