@@ -7,7 +7,8 @@
 #      checkpointed config (--checkpoint blocks --fused-step): OLD, then BUILD plain (the norm
 #      queued early), with LEANTRAIN_GRADIENT_PARTS=1 (gp) and with it and LEANTRAIN_KEEP_CASTS=1
 #      (gpkc); alternating, two rounds; every row's peaks beside its plan (tinyllama.jsonl);
-#   3. the CUPTI timeline of BUILD's default step and checkpointed config with both knobs;
+#   3. the CUPTI timeline of BUILD's default step and checkpointed config with both knobs; both
+#      knobs with the updates on their own stream (LEANTRAIN_OPT_STREAM=1) beside them without;
 #   4. GPT-2 124M beside llm.c's cuDNN build (LLMC), two rounds: the lean default and the fast
 #      config (--lean-saves 0 --loss-chunk 8192, eager head, kept casts; GPT-2 stacks no weights);
 #   5. `leantrain train` GPT-2 with both knobs beside its plan, and 40 steps of it (lean and fast)
@@ -46,6 +47,15 @@ if bash bench/gpu_timeline/build.sh "$OUT/lib" > /dev/null; then
 fi
 rm -rf "$OUT/lib"
 el "timeline"
+# The updates on a stream of their own beside the backward (LEANTRAIN_OPT_STREAM=1), with both knobs:
+# the checkpointed config, and the default step as --fused-step; two rounds beside the plain gpkc rows.
+for round in 1 2; do
+  tinyllama_run ckpt-gpkc "--checkpoint blocks --fused-step" $GP $KC
+  tinyllama_run ckpt-gpkc-os1 "--checkpoint blocks --fused-step" $GP $KC LEANTRAIN_OPT_STREAM=1
+  tinyllama_run mfu-gpkc "" $GP $KC
+  tinyllama_run fused-gpkc-os1 "--fused-step" $GP $KC LEANTRAIN_OPT_STREAM=1
+done
+el "opt stream"
 FAST="--lean-saves 0 --loss-chunk 8192"; E="LEANTRAIN_LOSS_CHUNK_EAGER=1 $KC"
 gpt2_beside_llmc "lean||" "fast|$FAST|$E"
 train_vs_plan gpt2 "$E $GP" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
