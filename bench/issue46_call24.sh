@@ -35,6 +35,8 @@ for round in 1 2; do
 done
 BUILD=$NEW
 else
+# GPT2_ONLY=1: only GPT-2 beside llm.c and `leantrain train` GPT-2 (what the device time left allowed).
+if [ "${GPT2_ONLY:-0}" != 1 ]; then
 mkdir -p "$OUT/lib"
 if bash bench/gpu_timeline/build.sh "$OUT/lib" > /dev/null; then
   for cfg in "mfu|" "ckpt|--checkpoint blocks --fused-step"; do
@@ -56,21 +58,22 @@ for round in 1 2; do
   tinyllama_run fused-gpkc-os1 "--fused-step" $GP $KC LEANTRAIN_OPT_STREAM=1
 done
 el "opt stream"
+fi
 FAST="--lean-saves 0 --loss-chunk 8192"; E="LEANTRAIN_LOSS_CHUNK_EAGER=1 $KC"
 gpt2_beside_llmc "lean||" "fast|$FAST|$E"
-train_vs_plan gpt2 "$E $GP" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
+[ "${GPT2_ONLY:-0}" != 1 ] && train_vs_plan gpt2 "$E $GP" --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 --precision bf16-mixed --no-lean-saves \
   --attention-kernel cudnn --loss-chunk 8192
 el "gpt2 train"
 # `leantrain train` itself on the fast config, 40 steps (the loader's host-made batches, the norm and
 # clip as llm.c does them), for its tokens/s beside leantrain_bench's.
-for v in "lean||" "fast|$FAST|$E"; do
+for v in "lean||" "fast|--no-lean-saves --loss-chunk 8192|$E"; do
   IFS='|' read -r label flags envs <<< "$v"
   smi_peak env $envs timeout 150 "./$BUILD/leantrain" train --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 \
     --precision bf16-mixed --attention-kernel cudnn $flags --device cuda --steps 40 --eval-batches 0 --log-every 10 \
     --metrics-json "$OUT/train40-$label.json" > "$OUT/train40-$label.log" 2>&1
   echo "gpt2 train 40 steps $label: $(python3 -c "import json;d=json.load(open('$OUT/train40-$label.json'));print(round(d['steady_items_per_s']),'tok/s', round(16384e3/d['steady_items_per_s'],2),'ms')" 2>&1 | tail -1)"
 done
-env $GP $KC OUT=$OUT/sweep8 bash bench/plan_sweep.sh 8 "${SWEEP_N:-30}" | tail -3
+[ "${GPT2_ONLY:-0}" != 1 ] && env $GP $KC OUT=$OUT/sweep8 bash bench/plan_sweep.sh 8 "${SWEEP_N:-30}" | tail -3
 el "sweep"
 fi
 tar -C "$OUT" -czf "$OUT/$CALL.tgz" --exclude="$CALL.tgz" . 2>/dev/null
