@@ -157,7 +157,8 @@ TEST(KeptCasts, StackedWeightsKeepTheirCopiesBackToBack) {
     std::map<std::string, Tensor> by_name;
     for (auto& [n, p] : r->model().named_trainable_parameters()) by_name[n] = p;
     int stacks = 0;
-    for (auto& [n, p] : by_name) {
+    for (const auto& entry : by_name) {
+      const std::string& n = entry.first;  // a named variable: clang's C++20 cannot capture a binding
       const auto stack_of = [&](const std::string& first, const std::vector<std::string>& names) {
         std::vector<Tensor> ws;
         for (const std::string& m : names) ws.push_back(by_name.at(n.substr(0, n.size() - first.size()) + m));
