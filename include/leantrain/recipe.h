@@ -69,6 +69,7 @@ struct RunConfig {
   Precision precision = Precision::True32;
   MasterWeights master_weights = MasterWeights::None;  // Fp32: f32 master copies of the 16-bit parameters (-true)
   bool fused_step = false;              // optimizer step inside backward: no gradient buffer is kept
+  bool keep_casts = false;              // -mixed: each update writes its weight's 16-bit copy, kept between steps
   bool lean_saves = true;               // blocks recompute norm and GELU outputs in backward (nn::set_lean_saves)
   bool stochastic_rounding = false;     // round 16-bit parameter updates stochastically (-true, no master weights)
   // Activation checkpointing (docs/activation-checkpointing.md): none | blocks | every:K |

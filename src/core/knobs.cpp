@@ -87,9 +87,9 @@ constexpr Knob kKnobs[] = {
      "1: --loss-chunk's head makes its gradients in the forward (dlogits right away, kept as dHidden and dW) "
      "instead of recomputing the logits in the backward: no second head GEMM"},
     {"LEANTRAIN_KEEP_CASTS", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
-     "1 under a -mixed precision: each optimizer update also writes its parameter's 16-bit copy (AdamW in its "
-     "update kernel), kept between steps, so the forward casts no weight but the stacked ones (q|k|v, gate|up, "
-     "cast as one stack) (+2 bytes a cast parameter)"},
+     "1: --keep-casts (for leantrain_bench, which has no flag for it): under a -mixed precision each optimizer "
+     "update also writes its parameter's 16-bit copy (AdamW in its update kernel), kept between steps, so the "
+     "forward casts no weight (+2 bytes a cast parameter)"},
     {"LEANTRAIN_GRADIENT_PARTS", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "kernels",
      "a stacked weight's gradient (q|k|v, gate|up as one GEMM) stays one buffer and each weight's .grad is "
      "its block of it; 0: a copy each (TinyLlama on an H100: 1.9 ms a step slower, reserved 15 MB higher)"},

@@ -44,6 +44,16 @@ void validate_precision(const RunConfig& c) {
     usage("--stochastic-rounding with --master-weights fp32",
           "the f32 master copies already keep every update, so there is nothing to round stochastically",
           "drop one of them: master weights cost 4 bytes per parameter, stochastic rounding none");
+  if (c.keep_casts && !precision_policy(c.precision).compute_dtype)
+    usage("--keep-casts with --precision " + precision,
+          "it keeps the 16-bit copies that a -mixed precision casts its f32 weights to, and this precision casts none",
+          "use --precision bf16-mixed or 16-mixed, or drop --keep-casts");
+  if (c.keep_casts && c.offload != OffloadKind::None)
+    usage("--keep-casts with --offload " + name_of(c.offload), "the host optimizer writes the weights, not their copies",
+          "drop --keep-casts");
+  if (c.keep_casts && c.strategy == StrategyKind::Fsdp)
+    usage("--keep-casts with --strategy fsdp", "fsdp gathers each block's 16-bit weights for every forward anyway",
+          "drop --keep-casts, or use --strategy ddp, zero1 or zero2");
   if (!c.fused_step) return;
   int64_t mb = c.micro_batch ? c.micro_batch : c.batch;
   // With micro-batches the step runs breadth-first (Trainer::step): every micro-batch's forward

@@ -154,6 +154,11 @@ std::vector<RecipeField> make_fields() {
   add({"fused_step", "--fused-step", K::Switch, &C::fused_step, g,
        "Run the optimizer step inside backward: no gradient buffer is kept", true, Echo::IfChanged, nullptr, nullptr,
        "--no-fused-step"});
+  add({"keep_casts", "--keep-casts", K::Switch, &C::keep_casts, g,
+       "With a -mixed precision, keep each weight's 16-bit copy between steps, written by its optimizer update, so the "
+       "forward casts no weight (+2 bytes a weight; no higher peak without --checkpoint, which casts one block at a "
+       "time)"})
+      .older_saves_lack = true;  // saved before the flag: every run cast its weights each step
 
   g = "Activation checkpointing and offload";
   add({"lean_saves", "--lean-saves", K::Switch, &C::lean_saves, g,

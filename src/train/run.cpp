@@ -145,6 +145,7 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
   if (cfg.precision != Precision::True32 || cfg.fused_step)
     say(obs, "precision " + name_of(cfg.precision) + (cfg.master_weights == MasterWeights::Fp32 ? " with f32 master weights" : "") +
                  (cfg.stochastic_rounding ? " with stochastic rounding" : "") +
+                 (cfg.keep_casts ? " with kept 16-bit weight copies" : "") +
                  (cfg.fused_step ? "; optimizer step fused into backward" : ""));
   if (std::string w = precision_warning(cfg); !w.empty()) say(obs, w);
   if (!checkpointing.empty()) say(obs, checkpointing);

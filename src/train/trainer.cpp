@@ -60,7 +60,9 @@ std::unique_ptr<Optimizer> build_optimizer(const RunConfig& c, const std::vector
   if (c.state_dtype != StateDtype::Auto) oc.state_dtype = c.state_dtype == StateDtype::Bf16 ? DType::BF16 : DType::F32;
   // Biases and norm weights do not decay, as in every transformer recipe.
   std::unique_ptr<Optimizer> opt = make_optimizer(oc, decay_groups(named));
-  if (knob_on("LEANTRAIN_KEEP_CASTS"))  // the 16-bit weight copies kept between steps (a -mixed policy)
+  // --keep-casts (LEANTRAIN_KEEP_CASTS=1 its environment form, which leantrain_bench reads too): the
+  // 16-bit weight copies kept between steps (a -mixed policy).
+  if (c.keep_casts || knob_on("LEANTRAIN_KEEP_CASTS"))
     if (const std::optional<DType> dt = precision_policy(c.precision).compute_dtype) opt->set_kept_casts(*dt);
   return opt;
 }

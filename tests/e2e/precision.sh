@@ -68,4 +68,15 @@ if "$LT" train --model vit-tiny --data synthetic --steps 2 --batch 8 --micro-bat
 if "$LT" train --model vit-tiny --data synthetic --steps 2 --batch 8 --device cpu --eval-batches 1 --fused-step --clip 1 \
   >"$WORK/fc" 2>&1; then ok; else fail "--fused-step --clip 1 failed: $(tail -2 "$WORK/fc")"; fi
 expect_error 2 "--fused-step with --precision 16-mixed" "$LT" train --fused-step --precision 16-mixed
+
+# --keep-casts: the same losses as casting each step; refused where there is nothing to keep.
+expect_ok "$LT" train "${GPT[@]}" --steps 3 --precision bf16-mixed --keep-casts --metrics "$WORK/kept.jsonl"
+expect_grep "^precision bf16-mixed with kept 16-bit weight copies$" "$WORK/out"
+if [ "$(losses "$WORK/kept.jsonl")" = "$(losses "$WORK/mixed.jsonl")" ] && [ -n "$(losses "$WORK/kept.jsonl")" ]; then ok; else
+  fail "--keep-casts changed the losses: $(losses "$WORK/kept.jsonl" | tr '\n' ' ') vs $(losses "$WORK/mixed.jsonl" | tr '\n' ' ')"; fi
+expect_error 2 "--keep-casts with --precision 32-true: it keeps the 16-bit copies" "$LT" train --keep-casts
+expect_error 2 "--keep-casts with --precision bf16-true" "$LT" plan --keep-casts --precision bf16-true
+expect_error 2 "--keep-casts with --offload optimizer: the host optimizer writes the weights" \
+  "$LT" train --keep-casts --precision bf16-mixed --offload optimizer
+expect_error 2 "--keep-casts with --strategy fsdp" "$LT" train --keep-casts --precision bf16-mixed --strategy fsdp --devices 2
 finish

@@ -108,7 +108,7 @@ TEST(KeptCasts, ADryUpdateKeepsNothing) {
   for (auto& [n, p] : net.params) expect_kept_is_the_cast(p, DType::BF16, n);
 }
 
-// The trainer with LEANTRAIN_KEEP_CASTS: the same losses bit for bit as without, for the usual step
+// The trainer with --keep-casts: the same losses bit for bit as without, for the usual step
 // and --fused-step, AdamW and SGD; the copies are parameter memory (at most 2 bytes a parameter).
 TEST(KeptCasts, TrainerRunsTrainTheSameBits) {
   TempDir tmp;
@@ -120,8 +120,9 @@ TEST(KeptCasts, TrainerRunsTrainTheSameBits) {
       c.fused_step = fused;
       c.steps = 5;
       const RunResult plain = train(c);
-      KnobEnv on("LEANTRAIN_KEEP_CASTS", "1");
-      const RunResult kept = train(c);
+      RunConfig with = c;
+      with.keep_casts = true;  // --keep-casts
+      const RunResult kept = train(with);
       const std::string what = name_of(k) + (fused ? " fused" : "");
       EXPECT_EQ(kept.losses, plain.losses) << what;
       const int64_t extra = kept.memory.category[int(Category::Parameter)].peak -
@@ -149,7 +150,7 @@ TEST(KeptCasts, StackedWeightsKeepTheirCopiesBackToBack) {
     c.steps = 4;
     const std::string what = fused ? "fused" : "plain";
     const RunResult plain = train(c);
-    KnobEnv on("LEANTRAIN_KEEP_CASTS", "1");
+    KnobEnv on("LEANTRAIN_KEEP_CASTS", "1");  // the flag's environment form (leantrain_bench's)
     EXPECT_EQ(train(c).losses, plain.losses) << what;
 
     TrainerRun r(c);

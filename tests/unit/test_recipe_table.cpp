@@ -116,8 +116,8 @@ TEST(RecipeTable, EveryFieldDiffersInTheTestConfig) {
   for (const RecipeField& f : recipe_fields()) {
     const std::string k = f.key;
     if (k == "model_config" || k == "resume" || k == "offload_dir" || k == "host_memory_limit" || k == "offload" ||
-        k == "master_weights" || k == "stochastic_rounding" || k == "fused_step" || k == "nesterov" || k == "dampening" ||
-        k == "memory_history" || k == "memory_snapshot" || k == "memory_report" || k == "log_every" || k == "stop_at" ||
+        k == "master_weights" || k == "stochastic_rounding" || k == "fused_step" || k == "keep_casts" || k == "nesterov" ||
+        k == "dampening" || k == "memory_history" || k == "memory_snapshot" || k == "memory_report" || k == "log_every" || k == "stop_at" ||
         k == "debug_nan_at_step")
       continue;  // each excludes another changed field (--config replaces --model, ...) or is a side output
     EXPECT_FALSE(field_is_default(f, c)) << f.flag;
