@@ -259,10 +259,6 @@ struct GradNorm {
 // grad_scale inside its step. pre_scale is a factor the grads still carry (1/loss scale).
 // max_norm <= 0 only measures. On the meta device the norm is 0 (no data) and grad_scale pre_scale.
 GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, float pre_scale = 1.0f);
-// clip_grad_norm in two halves: the sums of squares queued (one f32 or f64 [1] a device, in
-// Workspace), then read (a wait for each device) and added.
-std::vector<Tensor> queue_sum_squares(const std::vector<Tensor>& params);
-double read_sum_squares(const std::vector<Tensor>& sums);
 // The same from a sum of squared gradient entries already taken (the fused step's norm pass).
 GradNorm grad_norm_from_sum_squares(double sum_squares, double max_norm, float pre_scale = 1.0f);
 

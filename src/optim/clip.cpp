@@ -13,7 +13,7 @@ namespace lt {
 
 bool GradNorm::finite() const { return std::isfinite(norm); }
 
-std::vector<Tensor> queue_sum_squares(const std::vector<Tensor>& params) {
+GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, float pre_scale) {
   // Grads by device, in the order devices first appear (deterministic allocation order).
   std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (const Tensor& p : params) {
@@ -25,7 +25,7 @@ std::vector<Tensor> queue_sum_squares(const std::vector<Tensor>& params) {
     if (it == by_device.end()) it = by_device.insert(by_device.end(), {g.device(), {}});
     it->second.push_back(g);
   }
-  std::vector<Tensor> sums;
+  double sum = 0;
   for (auto& [dev, grads] : by_device) {
     // f64 accumulator where every grad is f64 on the CPU (exact tests), f32 [1] otherwise.
     bool all_f64 = dev.is_cpu() && std::all_of(grads.begin(), grads.end(), [](auto& g) { return g.dtype() == DType::F64; });
@@ -35,20 +35,9 @@ std::vector<Tensor> queue_sum_squares(const std::vector<Tensor>& params) {
       acc = zeros({1}, all_f64 ? DType::F64 : DType::F32, dev);
     }
     backend_for(dev).sum_squares(acc, grads);
-    sums.push_back(acc);
+    if (!dev.is_meta()) sum += acc.item();
   }
-  return sums;
-}
-
-double read_sum_squares(const std::vector<Tensor>& sums) {
-  double sum = 0;
-  for (const Tensor& acc : sums)
-    if (!acc.device().is_meta()) sum += acc.item();
-  return sum;
-}
-
-GradNorm clip_grad_norm(const std::vector<Tensor>& params, double max_norm, float pre_scale) {
-  return grad_norm_from_sum_squares(read_sum_squares(queue_sum_squares(params)), max_norm, pre_scale);
+  return grad_norm_from_sum_squares(sum, max_norm, pre_scale);
 }
 
 GradNorm grad_norm_from_sum_squares(double sum_squares, double max_norm, float pre_scale) {

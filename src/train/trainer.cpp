@@ -266,15 +266,6 @@ StepOutcome Trainer::step() {
   // Updates that ran beside the backward (LEANTRAIN_OPT_STREAM): the compute stream waits for them
   // before anything reads a parameter again.
   if (fused) fused->join();
-  // With no hook between backward and the norm (one device, no loss scaling, no sharding), the
-  // norm's kernels are queued before the losses are read: one wait for the device instead of a
-  // wait, an idle GPU while the host queues the norm, and a second wait (TinyLlama: ~0.35 ms).
-  const bool norm_queued = hooks_.empty() && !fused;
-  std::vector<Tensor> norm_sums;
-  if (norm_queued) {
-    MemoryCategoryScope ws(Category::Workspace);
-    norm_sums = queue_sum_squares(params_);
-  }
   for (size_t i = 0; i < losses.size(); ++i) take_loss(losses[i], int64_t(i));
   losses.clear();
   out.loss = loss_sum / double(k);
@@ -296,9 +287,7 @@ StepOutcome Trainer::step() {
     GradNorm gn;
     {
       MemoryCategoryScope ws(Category::Workspace);
-      gn = norm_queued ? grad_norm_from_sum_squares(read_sum_squares(norm_sums), cfg_.clip, pre)
-                       : clip_grad_norm(params_, cfg_.clip, pre);
-      norm_sums.clear();
+      gn = clip_grad_norm(params_, cfg_.clip, pre);
     }
     // A rank holding a shard of the gradients has its shard's norm: clip by the whole one.
     for (auto& h : hooks_)
