@@ -30,16 +30,23 @@ std::unordered_map<const TensorImpl*, Tensor> g_kept;
 std::unordered_set<const TensorImpl*> g_wanted;
 std::atomic<int> g_keepers{0};  // armed keepers (detail::arm_kept_casts): 0 skips every lookup
 
+// A view of the kept copy of `p` in `dtype`, not recorded, or an undefined tensor. The caller holds
+// g_kept_mu.
+Tensor kept_view(const Tensor& p, DType dtype) {
+  auto it = g_kept.find(p.impl_ptr().get());
+  if (it == g_kept.end() || it->second.dtype() != dtype) return Tensor();
+  return make_view(it->second, p.shape(), p.strides(), it->second.offset());
+}
+
 // A view of the kept copy of `p` in `dtype` (recorded as a cast of p when gradients are wanted),
 // or an undefined tensor; marks p wanted when it has none.
 Tensor kept_cast_of(const Tensor& p, DType dtype) {
   std::lock_guard<std::mutex> g(g_kept_mu);
-  auto it = g_kept.find(p.impl_ptr().get());
-  if (it == g_kept.end() || it->second.dtype() != dtype) {
+  Tensor c = kept_view(p, dtype);
+  if (!c.defined()) {
     g_wanted.insert(p.impl_ptr().get());
     return Tensor();
   }
-  Tensor c = make_view(it->second, p.shape(), p.strides(), it->second.offset());
   if (p.requires_grad() && grad_enabled()) detail::record_cast(c, p);
   return c;
 }
@@ -73,9 +80,9 @@ std::vector<Tensor> detail::kept_casts_of(const std::vector<Tensor>& params, DTy
   std::lock_guard<std::mutex> g(g_kept_mu);
   std::vector<Tensor> copies;
   for (const Tensor& p : params) {
-    auto it = g_kept.find(p.impl_ptr().get());
-    if (it == g_kept.end() || it->second.dtype() != dtype || p.impl()->grad_fn) break;
-    copies.push_back(make_view(it->second, p.shape(), p.strides(), it->second.offset()));
+    Tensor c = p.impl()->grad_fn ? Tensor() : kept_view(p, dtype);
+    if (!c.defined()) break;
+    copies.push_back(std::move(c));
   }
   if (copies.size() == params.size()) return copies;
   for (const Tensor& p : params)
