@@ -43,7 +43,7 @@ Linear* fusable_linear(const Child<UnaryModule>& c, LoraLinear** lora) {
 
 // autocast(stacked_rows(ws)), or, when autocast hands out registered 16-bit copies of all of
 // them (fsdp's gathered copies, which lie back to back in their unit's store), the stack of those:
-// the f32 weights may have no memory on this rank. Kept casts (LEANTRAIN_KEEP_CASTS) the same:
+// the f32 weights may have no memory on this rank. Kept casts (--keep-casts) the same:
 // the optimizer places a stack's kept copies back to back (Optimizer::ensure_kept), so their
 // stack is a view and the step casts nothing.
 Tensor autocast_stacked(const std::vector<Tensor>& ws) {
