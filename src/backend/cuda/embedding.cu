@@ -201,6 +201,19 @@ struct RopeTable {
   float inv_freq[kRopeMaxHalf];
 };
 
+// The block's rh angles at position `at` (double sincos, rounded to f32) into shared memory; the
+// caller synchronises before reading them.
+__device__ __forceinline__ void rope_angles(float* cs_s, float* sn_s, const RopeTable& table, int64_t at, int rh,
+                                            bool inverse) {
+  for (int k = threadIdx.x; k < rh; k += blockDim.x) {
+    const float angle = __fmul_rn(table.inv_freq[k], float(at));
+    double s, cth;
+    sincos(double(angle), &s, &cth);
+    cs_s[k] = float(cth);
+    sn_s[k] = inverse ? -float(s) : float(s);
+  }
+}
+
 // One block per position t (grid-stride): the D/2 angles' sin and cos (double sincos, rounded to
 // f32) into shared memory once, then every pair of the R x N rows at that position rotated by the
 // block's threads (consecutive threads, consecutive pairs of a row). The sincos runs T * D/2 times,
@@ -218,13 +231,7 @@ __global__ void rope_kernel(T* out, const T* x, int R, int64_t T_len, int N, int
     const int p = int(pt / T_len);
     const int64_t t = pt - int64_t(p) * T_len;
     const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
-    for (int k = threadIdx.x; k < rh; k += blockDim.x) {
-      const float angle = __fmul_rn(table.inv_freq[k], float(at));
-      double s, cth;
-      sincos(double(angle), &s, &cth);
-      cs_s[k] = float(cth);
-      sn_s[k] = inverse ? -float(s) : float(s);
-    }
+    rope_angles(cs_s, sn_s, table, at, rh, inverse);
     __syncthreads();
     for (int i = threadIdx.x; i < work; i += blockDim.x) {
       const int rn = i / half, k = i - rn * half, b = p * per + rn / N, n = rn - (rn / N) * N;
@@ -267,13 +274,7 @@ __global__ void rope_vec_kernel(T* out, const T* x, int R, int64_t T_len, int N,
     const int p = int(pt / T_len);
     const int64_t t = pt - int64_t(p) * T_len;
     const int64_t at = pos ? int64_t(pos[pt]) : pos_offset + t;
-    for (int k = threadIdx.x; k < rh; k += blockDim.x) {
-      const float angle = __fmul_rn(table.inv_freq[k], float(at));
-      double s, cth;
-      sincos(double(angle), &s, &cth);
-      cs_s[k] = float(cth);
-      sn_s[k] = inverse ? -float(s) : float(s);
-    }
+    rope_angles(cs_s, sn_s, table, at, rh, inverse);
     __syncthreads();
     for (int i = threadIdx.x; i < work; i += blockDim.x) {
       const int rn = i / units, u = i - rn * units, b = p * per + rn / N, n = rn - (rn / N) * N;
