@@ -69,6 +69,13 @@ class Optimizer {
   // a skipped step is that of an applied one, which the plan assumes. An update that computes
   // outside the backends (the host step of --offload optimizer) checks DryCompute::active().
   void dry_step(float grad_scale = 1.0f);
+  // The trainer's unclipped step: updates as step() does and adds every gradient's sum of squares
+  // into `sumsq` (f32 [1] on the parameters' device) from the update's own read of the gradients,
+  // leaving the elements whose gradient is not finite as they were. Only where measures_norm().
+  void step_measuring(const Tensor& sumsq);
+  // Whether step_measuring can run: the update kernel sums the squares (AdamW) and every parameter
+  // is updated in place on the one device they share (no master copies, no state elsewhere).
+  bool measures_norm() const;
   // Updates the parameter of that name (must have a grad), e.g. from a post-accumulate-grad hook.
   void step_param(const std::string& name, float grad_scale = 1.0f);
   // The same, finding the name of `param` (a linear search: prefer the name).
@@ -144,6 +151,10 @@ class Optimizer {
   // Whether update() writes each slot's kept cast itself (with the new values); else the base
   // copies it after the update.
   virtual bool writes_kept_casts() const { return false; }
+  // Whether update() honours measuring() (AdamWArgs::sumsq).
+  virtual bool update_measures_norm() const { return false; }
+  // step_measuring's accumulator while it runs, else undefined.
+  const Tensor& measuring() const { return measuring_; }
   // The stochastic-rounding stream of `s` for its coming update (step s.step + 1), for
   // StochasticRounding::streams; only meaningful while stochastic_rounding() is on.
   uint64_t sr_stream_of(const Slot& s) const;
@@ -171,6 +182,7 @@ class Optimizer {
   bool sr_ = false;
   uint64_t sr_seed_ = 0;
   std::optional<DType> kept_dtype_;  // set_kept_casts
+  Tensor measuring_;                 // step_measuring
 };
 
 // torch.optim.SGD: g += wd*p; buf = momentum*buf + (1-dampening)*g (buf = g at the first step);
@@ -219,6 +231,7 @@ class AdamW : public Optimizer {
   std::vector<Tensor> make_state(const Tensor& param, Device device) const override;
   void update(const std::vector<Slot*>& slots, float grad_scale) override;
   bool writes_kept_casts() const override { return true; }
+  bool update_measures_norm() const override { return true; }
 
  private:
   AdamWOptions opt_;

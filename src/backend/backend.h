@@ -103,6 +103,11 @@ struct AdamWArgs {
   // size that receives the updated f32 parameter rounded to nearest (a kept cast, the same bits
   // as cast()), written by the update itself.
   std::span<const Tensor> kept{};
+  // Defined (f32 [1], on the parameters' device; the trainer's unclipped step): the update also
+  // adds the sum of squares of the gradients as passed (before grad_scale) into it, in a fixed
+  // order, and leaves every element whose gradient is not finite as it was (parameter, moments,
+  // kept cast), so the step's norm comes from the update's own read of the gradients.
+  Tensor sumsq{};
 };
 
 struct SgdArgs {

@@ -42,6 +42,7 @@ void AdamW::update(const std::vector<Slot*>& slots, float grad_scale) {
   const std::vector<uint64_t> streams = sr_streams(slots);
   a.sr.streams = streams;
   if (any_kept) a.kept = kept;  // written by the update kernel, with the new values
+  a.sumsq = measuring();
   backend_for(first.param.device()).adamw_step(params, grads, m, v, a);
 }
 

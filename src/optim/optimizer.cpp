@@ -217,6 +217,31 @@ void Optimizer::step(float grad_scale) {
   }
 }
 
+bool Optimizer::measures_norm() const {
+  if (!update_measures_norm() || master_ || state_device_) return false;
+  const Slot* first = nullptr;
+  for (const auto& group : groups_)
+    for (const Slot& s : group) {
+      if (!first) first = &s;
+      if (!(s.param.device() == first->param.device())) return false;
+    }
+  return first != nullptr;
+}
+
+void Optimizer::step_measuring(const Tensor& sumsq) {
+  LT_CHECK(measures_norm(), std::string(name()) + ": step_measuring where the update cannot measure the norm",
+           "it needs an update kernel that sums the squares, no master copies and one device",
+           "call step() and clip_grad_norm() instead");
+  measuring_ = sumsq;
+  try {
+    step(1.0f);
+  } catch (...) {
+    measuring_ = Tensor();
+    throw;
+  }
+  measuring_ = Tensor();
+}
+
 void Optimizer::dry_step(float grad_scale) {
   std::vector<int64_t> steps;
   for (const auto& group : groups_)

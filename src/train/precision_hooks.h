@@ -19,6 +19,7 @@ class LossScaleHook : public StepHook {
   Tensor scale_loss(const Tensor& loss) override;
   float grad_pre_scale() const override { return float(1.0 / scaler_.scale()); }
   bool skip_nonfinite_step(Trainer&) override;
+  bool norm_before_update() const override { return true; }  // an overflow skips the update
   void after_step(Trainer&, bool applied) override;
   std::string state() const override { return scaler_.state_json(); }
   void load_state(const std::string& s) override { scaler_.load_state_json(s); }

@@ -5,6 +5,7 @@
 #include "leantrain/ops.h"
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 
@@ -177,6 +178,20 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       if (obs.on_save) obs.on_save(cfg.save, trainer.steps_done());
     }
   };
+  // A step whose gradient norm is read at the next step (StepOutcome::grad_norm_pending) writes
+  // its metrics line then.
+  struct Unwritten {
+    int64_t step;
+    StepOutcome o;
+    double seconds;
+  };
+  std::optional<Unwritten> unwritten;
+  auto write_unwritten = [&]() {
+    if (!unwritten) return;
+    unwritten->o.grad_norm = trainer.grad_norm_of(unwritten->step);
+    metrics.step(unwritten->step, unwritten->o, unwritten->seconds);
+    unwritten.reset();
+  };
   try {
     // No synchronisation between steps: while the GPU runs a step's optimizer kernels the host
     // writes the metrics, takes the next batch and enqueues its forward, so the GPU goes from
@@ -201,7 +216,9 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
       result.step_seconds.push_back(sec);
       result.final_loss = o.loss;
       result.final_metrics = o.metrics;
-      metrics.step(s, o, sec);
+      write_unwritten();
+      if (o.grad_norm_pending) unwritten = Unwritten{s, o, sec};
+      else metrics.step(s, o, sec);
       if (obs.on_step) {
         double el = seconds_since(t0);
         MemoryStats ms = allocator_for(device).stats();
@@ -222,11 +239,13 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
         obs.on_step(p);
       }
       if (cfg.eval_every > 0 && s % cfg.eval_every == 0 && s < end) {
+        write_unwritten();
         evaluate_and_save();
         last = Clock::now();  // the evaluation's time is not the next step's
       }
     }
     backend_for(device).synchronize();  // the last update, before the memory snapshot and evaluation
+    write_unwritten();                   // its norm (checked: a non-finite one stops the run here)
     if (!cfg.memory_snapshot.empty()) {  // while the model and optimizer state are still alive
       write_memory_snapshot(allocator_for(device), cfg.memory_snapshot);
       write_memory_snapshot_pickle(allocator_for(device), pickle_path_for(cfg.memory_snapshot));
@@ -235,6 +254,12 @@ RunResult train(const RunConfig& cfg, const RunObserver& obs) {
     }
     evaluate_and_save();
   } catch (const NumericError& e) {
+    // The last good step's line, when its norm was read (a NaN loss of the step after it).
+    try {
+      if (unwritten && std::isfinite(trainer.grad_norm_of(unwritten->step))) write_unwritten();
+    } catch (const Error&) {
+      // its own norm is the non-finite one: the error says so
+    }
     throw good.with_note(e);  // which checkpoint is good, exactly
   }
   metrics.close();

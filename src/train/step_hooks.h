@@ -46,6 +46,11 @@ class StepHook {
   // Called when the gradients hold an inf/NaN. Return true to skip the step (loss scaling) rather
   // than stop the run with a NumericError. Every hook is asked.
   virtual bool skip_nonfinite_step(Trainer&) { return false; }
+  // True when the step must know the gradient norm before the optimizer runs (a loss scale that
+  // may skip the step; ranks whose norms are combined). Otherwise an unclipped step takes the norm
+  // from the update's own read of the gradients (Optimizer::step_measuring) and checks it at the
+  // next step.
+  virtual bool norm_before_update() const { return false; }
   // True when this hook already stepped the optimizer during backward.
   virtual bool owns_optimizer_step() const { return false; }
   // The optimizer-in-backward this hook runs, if any (the loop drives its norm pass for --clip).

@@ -266,6 +266,9 @@ StepOutcome Trainer::step() {
   // Updates that ran beside the backward (LEANTRAIN_OPT_STREAM): the compute stream waits for them
   // before anything reads a parameter again.
   if (fused) fused->join();
+  // The previous step's norm, measured by its update (ahead of this step's forward in the stream),
+  // then this step's losses: one wait for the device, which the loss read makes anyway.
+  settle_norm();
   for (size_t i = 0; i < losses.size(); ++i) take_loss(losses[i], int64_t(i));
   losses.clear();
   out.loss = loss_sum / double(k);
@@ -281,9 +284,28 @@ StepOutcome Trainer::step() {
   bool owned = false;
   for (auto& h : hooks_) owned = owned || h->owns_optimizer_step();
 
-  if (apply && !owned) {
-    float pre = 1.0f;
-    for (auto& h : hooks_) pre *= h->grad_pre_scale();
+  float pre = 1.0f;
+  for (auto& h : hooks_) pre *= h->grad_pre_scale();
+  if (apply && !owned && norm_in_update(pre)) {
+    // Unclipped: the norm needs no pass of its own. The update sums the gradients' squares as it
+    // reads them (leaving an element whose gradient is not finite as it was), and the norm is
+    // read and checked at the next step, so the host goes on to the next batch while the update
+    // runs (docs/decisions.md, "The unclipped step's norm comes from its update").
+    Tensor sumsq;
+    {
+      MemoryCategoryScope ws(Category::Workspace);
+      sumsq = zeros({1}, DType::F32, params_.front().device());
+    }
+    trace_.mark(StepTrace::Norm);
+    {
+      MemoryCategoryScope st(Category::OptimizerState);
+      opt_->step_measuring(sumsq);
+    }
+    trace_.mark(StepTrace::Optimizer);
+    pending_ = PendingNorm{std::move(sumsq), step_number, out.loss, std::nullopt};
+    out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    out.grad_norm_pending = true;
+  } else if (apply && !owned) {
     GradNorm gn;
     {
       MemoryCategoryScope ws(Category::Workspace);
@@ -324,7 +346,44 @@ StepOutcome Trainer::step() {
   return out;
 }
 
+bool Trainer::norm_in_update(float pre_scale) const {
+  static const bool on = knob_on("LEANTRAIN_NORM_IN_UPDATE");
+  if (!on || cfg_.clip > 0 || pre_scale != 1.0f || params_.empty() || !opt_->measures_norm()) return false;
+  for (const auto& h : hooks_)
+    if (h->norm_before_update()) return false;
+  return true;
+}
+
+double Trainer::read_pending_norm() {
+  if (!pending_.norm) {
+    const double sum = pending_.sumsq.device().is_meta() ? 0.0 : pending_.sumsq.item();  // a plan has no values
+    pending_.norm = std::sqrt(sum);
+  }
+  const double norm = *pending_.norm;
+  if (!std::isfinite(norm))
+    throw NumericError("the gradient norm is " + short_number(norm, 3) + " at step " + std::to_string(pending_.step),
+                       "training diverged (the loss was " + short_number(pending_.loss, 3) +
+                           "); the update left the non-finite gradients' elements as they were",
+                       "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
+                           ", or clip gradients with --clip 1.0");
+  return norm;
+}
+
+void Trainer::settle_norm() {
+  if (!pending_.sumsq.defined()) return;
+  const double norm = read_pending_norm();
+  settled_ = {pending_.step, norm};
+  pending_ = PendingNorm{};
+}
+
+double Trainer::grad_norm_of(int64_t step) {
+  if (pending_.sumsq.defined() && pending_.step == step) return read_pending_norm();
+  if (settled_.first == step) return settled_.second;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 EvalInfo Trainer::evaluate() {
+  settle_norm();  // before the weights are read (and saved after)
   InferenceModeGuard inference;
   MemoryCategoryScope act(Category::Activation);
   AutocastGuard autocast(precision_policy(cfg_.precision).compute_dtype);

@@ -4,6 +4,7 @@
 // temporaries under activation, .grad under gradient, optimizer state under optimizer_state.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "leantrain/optim.h"
@@ -15,7 +16,10 @@ namespace lt {
 
 struct StepOutcome {
   double loss = 0;       // mean over the micro-batches
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping; NaN while grad_norm_pending
+  // An unclipped step's norm comes from the update's own read of the gradients and is read back
+  // at the next step (no wait for the update here): Trainer::grad_norm_of(step) has it.
+  bool grad_norm_pending = false;
   double lr = 0;
   bool applied = true;   // false when a hook skipped the update
   int64_t items = 0;     // images or tokens consumed
@@ -53,6 +57,11 @@ class Trainer {
   // Restores the step counter (the rest is restored by the checkpoint reader).
   void set_steps_done(int64_t s) { step_ = s; }
 
+  // The gradient norm of `step` (1-based) when it was pending (StepOutcome::grad_norm_pending):
+  // waits for that step's update if needed. Throws NumericError, naming the step, when it is not
+  // finite. NaN for a step it no longer holds. Allocates and frees nothing.
+  double grad_norm_of(int64_t step);
+
  private:
   RunConfig cfg_;
   Task& task_;
@@ -62,6 +71,19 @@ class Trainer {
   std::vector<std::unique_ptr<StepHook>> hooks_;
   int64_t step_ = 0, total_steps_ = 0, micro_batch_ = 0;
   StepTrace trace_{task_.device};  // LEANTRAIN_STEP_TRACE
+  // The last unclipped step's sum of squares (f32 [1]), held until the next step has read its
+  // losses or an evaluation starts (settle_norm): the same moments in a plan as in a run.
+  struct PendingNorm {
+    Tensor sumsq;
+    int64_t step = 0;
+    double loss = 0;
+    std::optional<double> norm;  // read already
+  } pending_;
+  std::pair<int64_t, double> settled_{0, 0.0};  // (step, norm) of the last settled one
+  // Reads and checks the pending norm (throws NumericError on a non-finite one) and frees it.
+  void settle_norm();
+  double read_pending_norm();
+  bool norm_in_update(float pre_scale) const;
 };
 
 // Steps a run takes: --steps, else ceil(--epochs x steps per epoch), one epoch by default.

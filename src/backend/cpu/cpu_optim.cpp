@@ -28,9 +28,11 @@ template <class F> void dispatch_param_state(DType param, DType state, F&& f) {
   dispatch_float(param, [&](auto p) { dispatch_float(state, [&](auto s) { f(p, s); }); });
 }
 
-template <class T, class S>
-void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWArgs& a,
-               const SrStream& sr) {
+// Measure: also returns the gradient's sum of squares (double, element order, as sum_squares
+// sums a tensor) and leaves the elements whose gradient is not finite as they were.
+template <class T, class S, bool Measure>
+double adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWArgs& a,
+                 const SrStream& sr) {
   using A = acc_t<T>;
   // Distinct tensors: restrict lets the compiler vectorise the loop.
   T* __restrict p = param.data<T>();
@@ -43,7 +45,13 @@ void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const T
   const A bc2_sqrt = A(std::sqrt(1.0 - std::pow(double(a.beta2), double(a.step))));
   const A step_size = lr / bc1;
   const int64_t n = param.numel();
+  double sq = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if constexpr (Measure) {
+      const double raw = double(ld(g, i));
+      sq += raw * raw;
+      if (!std::isfinite(raw)) continue;
+    }
     const A gi = A(ld(g, i)) * gs;
     const A mi = b1 * A(ld(pm, i)) + (A(1) - b1) * gi;
     const A vi = b2 * A(ld(pv, i)) + (A(1) - b2) * gi * gi;
@@ -52,6 +60,7 @@ void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const T
     st(pm, i, acc_t<S>(mi));
     st(pv, i, acc_t<S>(vi));
   }
+  return sq;
 }
 
 template <class T, class S>
@@ -80,13 +89,18 @@ void CpuBackend::adamw_step(std::span<const Tensor> params, std::span<const Tens
                             std::span<const Tensor> v, const AdamWArgs& args) {
   LT_ASSERT(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size());
   LT_ASSERT(args.kept.empty() || args.kept.size() == params.size());
+  const bool measure = args.sumsq.defined();
+  LT_ASSERT(!measure || (args.sumsq.dtype() == DType::F32 && args.sumsq.numel() == 1));
+  double total = 0;  // tensor by tensor, as sum_squares adds them
   for (size_t k = 0; k < params.size(); ++k) {
     dispatch_param_state(params[k].dtype(), m[k].dtype(), [&](auto t, auto s) {
-      adamw_one<decltype(t), decltype(s)>(params[k], grads[k], m[k], v[k], args,
-                                          sr_stream_of(args.sr, params.size(), k));
+      const SrStream sr = sr_stream_of(args.sr, params.size(), k);
+      if (measure) total += adamw_one<decltype(t), decltype(s), true>(params[k], grads[k], m[k], v[k], args, sr);
+      else adamw_one<decltype(t), decltype(s), false>(params[k], grads[k], m[k], v[k], args, sr);
     });
     if (!args.kept.empty() && args.kept[k].defined()) copy(args.kept[k], params[k]);  // the cast's rounding
   }
+  if (measure) args.sumsq.data<float>()[0] += float(total);
 }
 
 void CpuBackend::sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads,

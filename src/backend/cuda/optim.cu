@@ -26,7 +26,14 @@ using Sr = SrTable<kMaxTensors>;  // +2.5 KiB of parameters
 
 struct AdamWConst {
   float beta1, beta2, eps, decay, step_size, bc2_sqrt, grad_scale;
+  bool measure;  // AdamWArgs::sumsq: sum the gradients' squares, leave non-finite ones' elements
 };
+
+// AdamWArgs::sumsq's per-block partial sums (a fixed grid, then one block adds them in order), in
+// a small static buffer as sum_squares keeps its own: the update has no scratch of its own. Only
+// the compute stream's unclipped step measures, one launch at a time.
+constexpr int kMaxSumsqParts = 1024;
+__device__ float g_adamw_sumsq_parts[kMaxSumsqParts];
 
 // One element's update: p, g, m, v in; the new p, m, v out (f32, cpu_optim.cpp's operations).
 __device__ __forceinline__ void adamw_update(const AdamWConst& c, float& p, float g, float& m, float& v) {
@@ -54,6 +61,7 @@ __device__ __forceinline__ void store_kept4(void* kept, uint8_t dt, int64_t j, c
 // f32-state policies) moves float4s; any other mix reads and writes each element by its dtype.
 // The same update either way.
 __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) {
+  float sq = 0.f;  // c.measure: this thread's squares, in a fixed order
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -77,10 +85,18 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
       for (int64_t j = start / 4 + threadIdx.x; j < end4; j += blockDim.x) {
         float4 pj = p4[j], mj = m4[j], vj = v4[j];
         const float4 gj = g4[j];
-        adamw_update(c, pj.x, gj.x, mj.x, vj.x);
-        adamw_update(c, pj.y, gj.y, mj.y, vj.y);
-        adamw_update(c, pj.z, gj.z, mj.z, vj.z);
-        adamw_update(c, pj.w, gj.w, mj.w, vj.w);
+        if (c.measure) {
+          sq += gj.x * gj.x + gj.y * gj.y + gj.z * gj.z + gj.w * gj.w;
+          if (isfinite(gj.x)) adamw_update(c, pj.x, gj.x, mj.x, vj.x);
+          if (isfinite(gj.y)) adamw_update(c, pj.y, gj.y, mj.y, vj.y);
+          if (isfinite(gj.z)) adamw_update(c, pj.z, gj.z, mj.z, vj.z);
+          if (isfinite(gj.w)) adamw_update(c, pj.w, gj.w, mj.w, vj.w);
+        } else {
+          adamw_update(c, pj.x, gj.x, mj.x, vj.x);
+          adamw_update(c, pj.y, gj.y, mj.y, vj.y);
+          adamw_update(c, pj.z, gj.z, mj.z, vj.z);
+          adamw_update(c, pj.w, gj.w, mj.w, vj.w);
+        }
         p4[j] = pj;
         m4[j] = mj;
         v4[j] = vj;
@@ -89,9 +105,14 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
       first = end4 * 4;
     }
     for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+      const float gi = load_float(g, i, t.dtype[1][k]);
+      if (c.measure) {
+        sq += gi * gi;
+        if (!isfinite(gi)) continue;
+      }
       float pi = load_float(p, i, t.dtype[0][k]), mi = load_float(m, i, t.dtype[2][k]);
       float vi = load_float(v, i, t.dtype[3][k]);
-      adamw_update(c, pi, load_float(g, i, t.dtype[1][k]), mi, vi);
+      adamw_update(c, pi, gi, mi, vi);
       store_param(p, i, t.dtype[0][k], pi, sr.on, sr.stream[k]);
       store_float(m, i, t.dtype[2][k], mi);
       store_float(v, i, t.dtype[3][k], vi);
@@ -100,6 +121,17 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
       if (kept) store_float(kept, i, kdt, load_float(p, i, t.dtype[0][k]));
     }
   }
+  if (c.measure) {
+    sq = block_sum(sq);
+    if (threadIdx.x == 0) g_adamw_sumsq_parts[blockIdx.x] = sq;
+  }
+}
+
+// Adds the launch's partial sums (in block order) into out.
+__global__ void adamw_sumsq_final_kernel(float* out, int parts) {
+  float s = threadIdx.x < parts ? g_adamw_sumsq_parts[threadIdx.x] : 0.f;
+  s = block_sum(s);
+  if (threadIdx.x == 0) out[0] += s;
 }
 
 struct SgdConst {
@@ -161,6 +193,16 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   c.bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step))));
   c.step_size = args.lr / bc1;
   c.grad_scale = args.grad_scale;
+  c.measure = args.sumsq.defined();
+  if (c.measure) {
+    const Tensor& q = args.sumsq;
+    LT_CHECK(q.device() == Device::cuda(device_index_) && q.dtype() == DType::F32 && q.numel() == 1,
+             "adamw_step: sumsq must be one f32 on cuda:" + std::to_string(device_index_),
+             std::string(dtype_name(q.dtype())) + " " + shape_str(q.shape()) + " on " + q.device().str(),
+             "allocate f32 [1] on the parameters' device");
+    LT_CHECK(current_stream_id() != kOptimStream, "adamw_step: a measured update on the optimizer stream",
+             "its partial sums live in one static buffer of the compute stream's", "measure on the compute stream");
+  }
   if (!args.kept.empty()) {
     LT_CHECK(args.kept.size() == params.size(), "adamw_step: " + std::to_string(args.kept.size()) + " kept casts for " +
                                                     std::to_string(params.size()) + " parameters",
@@ -178,9 +220,14 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   const std::span<const Tensor> lists[5] = {params, grads, m, v, args.kept};
   SrCursor<kMaxTensors> sr(params, args.sr);
   mt_for_each_table<5, kMaxTensors>(lists, [&](const AdamWTable& t, int64_t chunks) {
-    adamw_kernel<<<grid_for_chunks(chunks, device_index_), kMtThreads, 0, current_stream()>>>(t, chunks, c,
-                                                                                              sr.take(t.count));
+    const unsigned grid = c.measure ? std::min(grid_for_chunks(chunks, device_index_), unsigned(kMaxSumsqParts))
+                                    : grid_for_chunks(chunks, device_index_);
+    adamw_kernel<<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("adamw_kernel");
+    if (c.measure) {
+      adamw_sumsq_final_kernel<<<1, kMaxSumsqParts, 0, current_stream()>>>(args.sumsq.data<float>(), int(grid));
+      LT_CUDA_LAUNCH_CHECK("adamw_sumsq_final_kernel");
+    }
   });
 }
 
