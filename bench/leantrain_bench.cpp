@@ -66,6 +66,7 @@
 #include "backend/backend.h"
 #include "backend/moe_kernels.h"
 #include "core/knobs.h"
+#include "data/host_bytes.h"
 #include "data/synthetic.h"
 #include "leantrain/data.h"
 #include "leantrain/autocast.h"
@@ -420,11 +421,10 @@ int throughput(const std::map<std::string, std::string>& f) {
       }
       x = from_ints(xs, {B, T}, DType::I64, dev);
       y = from_ints(ys, {B, T}, DType::I64, dev);
-      if (dev.is_cuda())
-        for (auto [t, v] : {std::pair{&x, &xs}, std::pair{&y, &ys}}) {
-          const char* p = reinterpret_cast<const char*>(v->data());
-          t->storage()->host_copy = std::make_shared<const std::vector<char>>(p, p + t->nbytes());
-        }
+      if (dev.is_cuda()) {
+        keep_host_bytes(x, xs.data());
+        keep_host_bytes(y, ys.data());
+      }
     }
     if (i == warmup) allocator_for(dev).reset_peak_stats();
     be.synchronize();

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "core/checked_math.h"
 #include "backend/event.h"
+#include "data/host_bytes.h"
 #include "leantrain/data.h"
 #include "leantrain/error.h"
 #include "leantrain/random.h"
@@ -334,13 +335,9 @@ void DataLoader::to_device(const HostBatch& h, Batch& out) {
   // Integer inputs (token ids) and the targets keep their bytes on the host too: the embedding's
   // and the loss's checks read them there instead of waiting for the device mid-step.
   if (opt_.device.is_cuda()) {
-    auto keep = [](const Tensor& dst, const void* src) {
-      const char* p = static_cast<const char*>(src);
-      dst.storage()->host_copy = std::make_shared<const std::vector<char>>(p, p + dst.nbytes());
-    };
-    if (ds_->input_dtype() == DType::I64 || ds_->input_dtype() == DType::I32) keep(out.inputs, h.inputs);
-    keep(out.targets, h.targets);
-    if (out.doc_pos.defined()) keep(out.doc_pos, h.doc_pos);  // GPT-2's position lookup reads them
+    if (ds_->input_dtype() == DType::I64 || ds_->input_dtype() == DType::I32) keep_host_bytes(out.inputs, h.inputs);
+    keep_host_bytes(out.targets, h.targets);
+    if (out.doc_pos.defined()) keep_host_bytes(out.doc_pos, h.doc_pos);  // GPT-2's position lookup reads them
   }
   const Buffer& buf = buffers_[size_t(h.buffer)];
   if (buf.pinned) {
