@@ -93,9 +93,9 @@ constexpr Knob kKnobs[] = {
     {"LEANTRAIN_GRADIENT_PARTS", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "kernels",
      "a stacked weight's gradient (q|k|v, gate|up as one GEMM) stays one buffer and each weight's .grad is "
      "its block of it; 0: a copy each (TinyLlama on an H100: 1.9 ms a step slower, reserved 15 MB higher)"},
-    {"LEANTRAIN_NORM_IN_UPDATE", T::Switch, "1", 0, 0, "", M::Yes, U::Run, "kernels",
-     "an unclipped AdamW step takes the gradient norm from the update's own read of the gradients and checks "
-     "it at the next step; 0: a pass of its own before the update, read before it starts"},
+    {"LEANTRAIN_NORM_IN_UPDATE", T::Switch, "0", 0, 0, "", M::Yes, U::Run, "kernels",
+     "1: an unclipped AdamW step takes the gradient norm from the update's own read of the gradients (no pass "
+     "of its own, no wait before the update) and checks it at the next step; opt-in until a GPU times it"},
     {"LEANTRAIN_OPT_STREAM_GRID", T::Integer, "8", 0, 64, "", M::No, U::Run, "kernels",
      "blocks per SM that an optimizer kernel on the optimizer stream launches at most (0: one a chunk, no cap)"},
     {"LEANTRAIN_OPT_STREAM_LAG", T::Integer, "8", 1, 1 << 20, "", M::Yes, U::Run, "kernels",

@@ -290,7 +290,7 @@ StepOutcome Trainer::step() {
     // Unclipped: the norm needs no pass of its own. The update sums the gradients' squares as it
     // reads them (leaving an element whose gradient is not finite as it was), and the norm is
     // read and checked at the next step, so the host goes on to the next batch while the update
-    // runs (docs/decisions.md, "The unclipped step's norm comes from its update").
+    // runs (docs/decisions.md, "The unclipped step's norm can come from its update").
     Tensor sumsq;
     {
       MemoryCategoryScope ws(Category::Workspace);
@@ -347,8 +347,7 @@ StepOutcome Trainer::step() {
 }
 
 bool Trainer::norm_in_update(float pre_scale) const {
-  static const bool on = knob_on("LEANTRAIN_NORM_IN_UPDATE");
-  if (!on || cfg_.clip > 0 || pre_scale != 1.0f || params_.empty() || !opt_->measures_norm()) return false;
+  if (!norm_in_update_on_ || cfg_.clip > 0 || pre_scale != 1.0f || params_.empty() || !opt_->measures_norm()) return false;
   for (const auto& h : hooks_)
     if (h->norm_before_update()) return false;
   return true;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/knobs.h"
 #include "leantrain/optim.h"
 #include "train/step_hooks.h"
 #include "train/step_trace.h"
@@ -80,6 +81,8 @@ class Trainer {
     std::optional<double> norm;  // read already
   } pending_;
   std::pair<int64_t, double> settled_{0, 0.0};  // (step, norm) of the last settled one
+  // LEANTRAIN_NORM_IN_UPDATE, read once: a run (and its plan) keeps one way for all its steps.
+  const bool norm_in_update_on_ = knob_on("LEANTRAIN_NORM_IN_UPDATE");
   // Reads and checks the pending norm (throws NumericError on a non-finite one) and frees it.
   void settle_norm();
   double read_pending_norm();

@@ -12,7 +12,9 @@
 #include "leantrain/error.h"
 #include "leantrain/ops.h"
 #include "leantrain/optim.h"
+#include "leantrain/plan.h"
 #include "leantrain/random.h"
+#include "knob_env.h"
 #include "train_test_util.h"
 
 using namespace lt;
@@ -116,19 +118,31 @@ std::vector<nlohmann::json> metric_lines(const std::string& path) {
 
 }  // namespace
 
-// An unclipped run writes every step's norm (read a step later), the one a clip too large to act
-// would have measured before the update, with the same losses bit for bit.
+// With LEANTRAIN_NORM_IN_UPDATE=1 an unclipped run writes every step's norm (read a step later),
+// the one the separate pass measures before the update (off, the default), with the same losses
+// bit for bit; a plan predicts the run's peaks either way (the accumulator's 512-byte block lives
+// into the next step).
 TEST(NormInUpdate, TheRunReportsEveryStepsNormAsTheSeparatePassDid) {
   TempDir tmp;
   RunConfig c = test::tiny_gpt(tmp.path);
   c.steps = 5;
   c.eval_every = 2;  // an evaluation between steps reads the pending norm first
   c.metrics = (tmp.path / "in_update.jsonl").string();
-  RunResult in_update = train(c);
   RunConfig sep = c;
-  sep.clip = 1e30;  // the norm pass before the update, a coefficient of 1
   sep.metrics = (tmp.path / "separate.jsonl").string();
-  RunResult separate = train(sep);
+  auto run_beside_plan = [&](const RunConfig& cfg) {
+    const PlanResult p = plan_run(cfg, PlanOptions{"cpu"});
+    const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
+    RunResult r = train(cfg);
+    EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << cfg.metrics;
+    return r;
+  };
+  RunResult separate = run_beside_plan(sep);
+  RunResult in_update;
+  {
+    test::KnobEnv on("LEANTRAIN_NORM_IN_UPDATE", "1");
+    in_update = run_beside_plan(c);
+  }
   EXPECT_EQ(in_update.losses, separate.losses);
   const auto a = metric_lines(c.metrics), b = metric_lines(sep.metrics);
   ASSERT_EQ(a.size(), 5u);
@@ -166,9 +180,19 @@ class PoisonGrad : public StepHook {
 
 }  // namespace
 
+TEST(NormInUpdate, OffByDefaultTheStepReportsItsNormAtOnce) {
+  TempDir tmp;
+  TrainerRun run(test::tiny_gpt(tmp.path));
+  const StepOutcome o = run->step();
+  EXPECT_FALSE(o.grad_norm_pending);
+  EXPECT_TRUE(std::isfinite(o.grad_norm));
+  EXPECT_GT(o.grad_norm, 0.0);
+}
+
 TEST(NormInUpdate, ANonFiniteGradientStopsTheRunAtTheNextStepNamingItsOwn) {
   TempDir tmp;
   RunConfig c = test::tiny_gpt(tmp.path);
+  test::KnobEnv on("LEANTRAIN_NORM_IN_UPDATE", "1");
   TrainerRun run(c);
   run->add_hook(std::make_unique<PoisonGrad>(2));
   StepOutcome first = run->step();

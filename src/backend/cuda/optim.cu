@@ -26,7 +26,6 @@ using Sr = SrTable<kMaxTensors>;  // +2.5 KiB of parameters
 
 struct AdamWConst {
   float beta1, beta2, eps, decay, step_size, bc2_sqrt, grad_scale;
-  bool measure;  // AdamWArgs::sumsq: sum the gradients' squares, leave non-finite ones' elements
 };
 
 // AdamWArgs::sumsq's per-block partial sums (a fixed grid, then one block adds them in order), in
@@ -59,9 +58,12 @@ __device__ __forceinline__ void store_kept4(void* kept, uint8_t dt, int64_t j, c
 // Lists: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 the kept cast (null: none). A tensor whose
 // first four lists are all f32 and 16-byte aligned (parameters, gradients and moments of the
 // f32-state policies) moves float4s; any other mix reads and writes each element by its dtype.
-// The same update either way.
+// The same update either way. Measure (AdamWArgs::sumsq): each block also sums the squares of the
+// gradients it reads into its partial, and an element whose gradient is not finite is left as it
+// was; a template argument, so that the usual update's code is the one it always was.
+template <bool Measure>
 __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) {
-  float sq = 0.f;  // c.measure: this thread's squares, in a fixed order
+  float sq = 0.f;  // Measure: this thread's squares, in a fixed order
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int k = mt_find(t, ch);
     const int64_t start = (ch - t.first_chunk[k]) * kMtChunk;
@@ -85,7 +87,7 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
       for (int64_t j = start / 4 + threadIdx.x; j < end4; j += blockDim.x) {
         float4 pj = p4[j], mj = m4[j], vj = v4[j];
         const float4 gj = g4[j];
-        if (c.measure) {
+        if constexpr (Measure) {
           sq += gj.x * gj.x + gj.y * gj.y + gj.z * gj.z + gj.w * gj.w;
           if (isfinite(gj.x)) adamw_update(c, pj.x, gj.x, mj.x, vj.x);
           if (isfinite(gj.y)) adamw_update(c, pj.y, gj.y, mj.y, vj.y);
@@ -106,7 +108,7 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
     }
     for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
       const float gi = load_float(g, i, t.dtype[1][k]);
-      if (c.measure) {
+      if constexpr (Measure) {
         sq += gi * gi;
         if (!isfinite(gi)) continue;
       }
@@ -121,7 +123,7 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
       if (kept) store_float(kept, i, kdt, load_float(p, i, t.dtype[0][k]));
     }
   }
-  if (c.measure) {
+  if constexpr (Measure) {
     sq = block_sum(sq);
     if (threadIdx.x == 0) g_adamw_sumsq_parts[blockIdx.x] = sq;
   }
@@ -193,8 +195,8 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   c.bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(args.beta2), double(args.step))));
   c.step_size = args.lr / bc1;
   c.grad_scale = args.grad_scale;
-  c.measure = args.sumsq.defined();
-  if (c.measure) {
+  const bool measure = args.sumsq.defined();
+  if (measure) {
     const Tensor& q = args.sumsq;
     LT_CHECK(q.device() == Device::cuda(device_index_) && q.dtype() == DType::F32 && q.numel() == 1,
              "adamw_step: sumsq must be one f32 on cuda:" + std::to_string(device_index_),
@@ -220,11 +222,15 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   const std::span<const Tensor> lists[5] = {params, grads, m, v, args.kept};
   SrCursor<kMaxTensors> sr(params, args.sr);
   mt_for_each_table<5, kMaxTensors>(lists, [&](const AdamWTable& t, int64_t chunks) {
-    const unsigned grid = c.measure ? std::min(grid_for_chunks(chunks, device_index_), unsigned(kMaxSumsqParts))
-                                    : grid_for_chunks(chunks, device_index_);
-    adamw_kernel<<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
+    unsigned grid = grid_for_chunks(chunks, device_index_);
+    if (measure) {
+      grid = std::min(grid, unsigned(kMaxSumsqParts));
+      adamw_kernel<true><<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
+    } else {
+      adamw_kernel<false><<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
+    }
     LT_CUDA_LAUNCH_CHECK("adamw_kernel");
-    if (c.measure) {
+    if (measure) {
       adamw_sumsq_final_kernel<<<1, kMaxSumsqParts, 0, current_stream()>>>(args.sumsq.data<float>(), int(grid));
       LT_CUDA_LAUNCH_CHECK("adamw_sumsq_final_kernel");
     }
