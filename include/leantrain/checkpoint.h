@@ -31,6 +31,10 @@ struct CheckpointOptions {
   // the cheap ops between them (norms, activations, residual adds, dropout).
   bool keep_matmul_outputs = false;
   const char* name = "checkpoint";
+  // The module (a Module*) whose forward is the region's function: while the recomputation runs
+  // it, nothing reads that module's output, and it may skip what only feeds it (Note [Unread
+  // region output], src/autograd/unread_output.h). nullptr: none.
+  const void* output_unread_module = nullptr;
 };
 
 // True while a checkpointed region's forward is being re-run during backward (on this thread).

@@ -110,8 +110,14 @@ class GatedMlp : public UnaryModule {
   GatedMlp(ParamFactory& pf, const GatedMlpOptions& o);
   const char* type_name() const override { return type_; }
   Tensor forward(const Tensor& x) override;
+  // The forward when nothing reads its output (a checkpointed block's recomputation, Note
+  // [Unread region output]): the same graph and allocations, the gate | up product computed (the
+  // backward reads it), the SwiGLU and down_proj product run dry. Undefined when down_proj is not
+  // a plain linear (LoRA, quantized: their intermediates are read); call forward then.
+  Tensor forward_unread_output(const Tensor& x);
 
  private:
+  Tensor forward_impl(const Tensor& x, bool unread_output);
   const char* type_;
   GateAct act_;
   Child<UnaryModule> gate_proj_, up_proj_, down_proj_;

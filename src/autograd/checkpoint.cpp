@@ -11,6 +11,7 @@
 
 #include "autograd/forward_context.h"
 #include "autograd/kept_outputs.h"
+#include "autograd/unread_output.h"
 #include "autograd/routed_params.h"
 
 #include "leantrain/error.h"
@@ -20,6 +21,8 @@ namespace lt {
 namespace {
 
 thread_local int t_recomputing = 0;  // nesting depth of recomputations on this thread
+thread_local const void* t_unread_output_of = nullptr;  // Note [Unread region output]
+thread_local long long t_unread_tails = 0;
 
 struct RecomputingScope {
   RecomputingScope() { ++t_recomputing; }
@@ -81,7 +84,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
                                        const std::vector<bool>& need, const std::vector<Generator*>& gens,
                                        const std::vector<uint64_t>& forward_offsets, const std::vector<Tensor>* routed,
                                        size_t n_params, detail::KeptOutputs* kept, const ForwardContext& context,
-                                       const Tensor& grad_out) {
+                                       const void* output_of, const Tensor& grad_out) {
   MemoryCategoryScope act(Category::Activation);  // recomputed tensors are activations
   ForwardContextScope forward_state(context);     // the forward's (its MoE loss sums), not the caller's
   std::vector<std::shared_ptr<CaptureNode>> caps(saved.size());
@@ -109,6 +112,7 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
       if (kept) kept->replay = true, kept->next = 0;  // from the start again (a retained graph reruns it)
       detail::KeptOutputsScope scope(kept);
       RecomputingScope recomputing;
+      detail::UnreadOutputOfScope unread(output_of);  // nothing reads `out`'s values (graph_handle below)
       try {
         out = fn(xs);
       } catch (...) {
@@ -145,6 +149,20 @@ std::vector<Tensor> recompute_backward(const CheckpointFn& fn, const std::vector
 }  // namespace
 
 bool recomputing_checkpoint() { return t_recomputing > 0; }
+
+namespace detail {
+
+UnreadOutputOfScope::UnreadOutputOfScope(const void* module) : prev_(t_unread_output_of) {
+  t_unread_output_of = module;
+}
+UnreadOutputOfScope::~UnreadOutputOfScope() { t_unread_output_of = prev_; }
+
+bool output_unread(const void* module) { return module != nullptr && module == t_unread_output_of; }
+
+long long unread_tails_run() { return t_unread_tails; }
+void count_unread_tail() { ++t_unread_tails; }
+
+}  // namespace detail
 
 RouteParamGradsScope::RouteParamGradsScope() { ++t_route_param_grads; }
 RouteParamGradsScope::~RouteParamGradsScope() { --t_route_param_grads; }
@@ -193,9 +211,11 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, con
   // engine sums them over every use (every micro-batch) before their AccumulateGrad runs once.
   std::shared_ptr<const std::vector<Tensor>> routed;
   if (t_route_param_grads > 0) routed = std::make_shared<const std::vector<Tensor>>(opts.params);
+  const void* output_of = opts.output_unread_module;
   record(out, opts.name, edges,
-         [fn, saved, need, gens, offsets, routed, n_params, captured, kept, context](const Tensor& g) {
-           return recompute_backward(fn, saved, need, gens, offsets, routed.get(), n_params, kept.get(), context, g);
+         [fn, saved, need, gens, offsets, routed, n_params, captured, kept, context, output_of](const Tensor& g) {
+           return recompute_backward(fn, saved, need, gens, offsets, routed.get(), n_params, kept.get(), context,
+                                     output_of, g);
   });
   return out;
 }

@@ -1,7 +1,10 @@
 #include <typeinfo>
 
+#include "autograd/unread_output.h"
+#include "backend/dry_compute.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
+#include "leantrain/nn_llama.h"
 
 namespace lt::nn {
 
@@ -39,6 +42,14 @@ Tensor PreNormBlock::forward(const Tensor& x, const TokenMask& mask) {
     }
     if (auto* ln = dynamic_cast<RMSNorm*>(ln_2_.get())) {
       auto [h, y] = ln->forward_add(a, x);
+      // A checkpointed block's recomputation: nothing reads the block's output, so the MLP's last
+      // product and the residual add run dry (Note [Unread region output]).
+      if (detail::output_unread(static_cast<const Module*>(this)) && !mlp_->forward_wrapper())
+        if (auto* gated = dynamic_cast<GatedMlp*>(mlp_.get()))
+          if (Tensor m = gated->forward_unread_output(y); m.defined()) {
+            DryCompute dry(true);
+            return add(h, m);
+          }
       return add(h, (*mlp_)(y));
     }
   }

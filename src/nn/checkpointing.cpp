@@ -4,6 +4,7 @@
 #include <charconv>
 #include <regex>
 
+#include "core/knobs.h"
 #include "leantrain/autocast.h"
 #include "leantrain/checkpoint.h"
 #include "leantrain/nn_encoder.h"
@@ -68,6 +69,10 @@ void checkpoint_module(Module& m, bool keep_matmul_outputs) {
     CheckpointOptions o = opts;
     // Now, not at install time: a feature may have swapped or frozen some since. Frozen ones get no grad.
     o.params = self.trainable_parameters();
+    // The region is this module's forward: its recomputation may skip what only feeds the output
+    // (Note [Unread region output]). Not under the selective policy, which replays kept results.
+    if (!o.keep_matmul_outputs && knob_on("LEANTRAIN_RECOMPUTE_TAIL"))
+      o.output_unread_module = static_cast<const Module*>(&self);
     // `forward` binds the other arguments (masks) by value; the copy keeps them for the backward.
     Module::ForwardFn fn = forward;
     if (inner) fn = [inner, &self, forward](const Tensor& in) { return inner(self, in, forward); };

@@ -3,8 +3,11 @@
 // a projection has been wrapped (a checkpointed or sharded Linear) or replaced by another module,
 // its module is called instead, so every feature that acts on Linears still sees its calls. LoRA
 // adapters on plain Linears keep the one GEMM and add their updates after it.
+#include <optional>
 #include <typeinfo>
 
+#include "autograd/unread_output.h"
+#include "backend/dry_compute.h"
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn_llama.h"
@@ -188,12 +191,27 @@ GatedMlp::GatedMlp(ParamFactory& pf, const GatedMlpOptions& o) : type_(o.type), 
       "down_proj", std::make_shared<Linear>(pf, f, c, LinearOptions{.bias = o.bias, .weight_init = o.init}));
 }
 
-Tensor GatedMlp::forward(const Tensor& x) {
+Tensor GatedMlp::forward(const Tensor& x) { return forward_impl(x, false); }
+
+Tensor GatedMlp::forward_unread_output(const Tensor& x) {
+  if (!plain_linear(down_proj_)) return Tensor();
+  return forward_impl(x, true);
+}
+
+Tensor GatedMlp::forward_impl(const Tensor& x, bool unread_output) {
   Tensor gate_up = fused_linear(x, {&gate_proj_, &up_proj_});
   // down_proj over the activation in one op that recomputes the activation in its backward
   // instead of keeping it: the MLP keeps x and gate | up, nothing F wide besides.
   Linear* down = plain_linear(down_proj_);
-  if (gate_up.defined() && down) return swiglu_linear(gate_up, autocast(down->weight()), autocast(down->bias()), act_);
+  if (gate_up.defined() && down) {
+    // The casts run for real (the backward reads the 16-bit weight); the product only feeds the
+    // unread output, and swiglu_linear's backward reads gate | up and the weight, not its result.
+    const Tensor w = autocast(down->weight()), b = autocast(down->bias());
+    std::optional<DryCompute> dry;
+    if (unread_output) dry.emplace(true), detail::count_unread_tail();
+    return swiglu_linear(gate_up, w, b, act_);
+  }
+  if (unread_output) return Tensor();  // stacked gate | up unavailable: the caller runs forward()
   Tensor h = gate_up.defined() ? swiglu_packed(gate_up, act_) : swiglu((*gate_proj_)(x), (*up_proj_)(x), act_);
   return (*down_proj_)(h);
 }
