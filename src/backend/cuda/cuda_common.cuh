@@ -69,6 +69,13 @@ __device__ __forceinline__ float block_reduce(float v, Op op, float identity) {
   return warp_reduce(v, op);
 }
 __device__ __forceinline__ float block_sum(float v) { return block_reduce(v, SumOp{}, 0.0f); }
+
+// One block adds parts[0, n) (n <= blockDim.x) into out[0] in a fixed tree: the last pass of the
+// per-block partial sums that sum_squares and AdamW's measured update leave in their buffers.
+__device__ __forceinline__ void add_block_partials(float* out, const float* parts, int n) {
+  const float s = block_sum(threadIdx.x < unsigned(n) ? parts[threadIdx.x] : 0.f);
+  if (threadIdx.x == 0) out[0] += s;
+}
 __device__ __forceinline__ float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
 
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }

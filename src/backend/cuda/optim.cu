@@ -130,11 +130,7 @@ __global__ void adamw_kernel(AdamWTable t, int64_t chunks, AdamWConst c, Sr sr) 
 }
 
 // Adds the launch's partial sums (in block order) into out.
-__global__ void adamw_sumsq_final_kernel(float* out, int parts) {
-  float s = threadIdx.x < parts ? g_adamw_sumsq_parts[threadIdx.x] : 0.f;
-  s = block_sum(s);
-  if (threadIdx.x == 0) out[0] += s;
-}
+__global__ void adamw_sumsq_final_kernel(float* out, int parts) { add_block_partials(out, g_adamw_sumsq_parts, parts); }
 
 struct SgdConst {
   float lr, momentum, dampening, weight_decay, grad_scale;

@@ -291,11 +291,7 @@ __global__ void sum_squares_partial_kernel(SqTable t, int64_t chunks) {
   if (threadIdx.x == 0) g_sumsq_partials[blockIdx.x] = s;
 }
 
-__global__ void sum_squares_final_kernel(float* out, int parts) {
-  float s = threadIdx.x < parts ? g_sumsq_partials[threadIdx.x] : 0.f;
-  s = block_sum(s);
-  if (threadIdx.x == 0) out[0] += s;
-}
+__global__ void sum_squares_final_kernel(float* out, int parts) { add_block_partials(out, g_sumsq_partials, parts); }
 
 void check_tensor(const Tensor& t, int dev, const char* op, const char* name) {
   LT_CHECK(t.defined() && t.device() == Device::cuda(dev),
