@@ -142,11 +142,11 @@ class DataParallel final : public StepHook {
     return sum / double(comm_.size());
   }
 
-  // Under zero2 each rank holds the gradients of its shard only: the norm is the root of the
-  // sum of the shards' squared norms (rank order). ddp and zero1 hold them all already.
   // Every rank checks and reports the step's norm before its update, as one (zero2: combined).
   bool norm_before_update() const override { return true; }
 
+  // Under zero2 each rank holds the gradients of its shard only: the norm is the root of the
+  // sum of the shards' squared norms (rank order). ddp and zero1 hold them all already.
   double reduce_grad_norm(double norm) override {
     if (strategy_ == Strategy::Ddp || strategy_ == Strategy::Zero1) return norm;
     std::vector<double> all(size_t(comm_.size()));

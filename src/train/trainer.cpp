@@ -167,9 +167,8 @@ StepOutcome Trainer::step() {
     const GradNorm gn = fused->finish_norm_pass(cfg_.clip);
     out.grad_norm = gn.norm;
     if (!gn.finite())
-      throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " + std::to_string(step_number),
-                         "training diverged; the norm pass found it before any parameter changed",
-                         "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3));
+      throw nonfinite_norm(gn.norm, step_number, "training diverged; the norm pass found it before any parameter changed",
+                           false);
     fused->set_grad_scale(gn.grad_scale);
   };
   // Forward and backward both under the policy's autocast: a recomputed forward sees it too.
@@ -284,9 +283,7 @@ StepOutcome Trainer::step() {
   bool owned = false;
   for (auto& h : hooks_) owned = owned || h->owns_optimizer_step();
 
-  float pre = 1.0f;
-  for (auto& h : hooks_) pre *= h->grad_pre_scale();
-  if (apply && !owned && norm_in_update(pre)) {
+  if (apply && !owned && norm_in_update()) {
     // Unclipped: the norm needs no pass of its own. The update sums the gradients' squares as it
     // reads them (leaving an element whose gradient is not finite as it was), and the norm is
     // read and checked at the next step, so the host goes on to the next batch while the update
@@ -306,6 +303,8 @@ StepOutcome Trainer::step() {
     out.grad_norm = std::numeric_limits<double>::quiet_NaN();
     out.grad_norm_pending = true;
   } else if (apply && !owned) {
+    float pre = 1.0f;
+    for (auto& h : hooks_) pre *= h->grad_pre_scale();
     GradNorm gn;
     {
       MemoryCategoryScope ws(Category::Workspace);
@@ -321,10 +320,8 @@ StepOutcome Trainer::step() {
     if (!gn.finite())
       for (auto& h : hooks_) skip = h->skip_nonfinite_step(*this) || skip;
     if (!gn.finite() && !skip)
-      throw NumericError("the gradient norm is " + short_number(gn.norm, 3) + " at step " + std::to_string(step_number),
-                         "training diverged (the loss was " + short_number(out.loss, 3) + ")",
-                         "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
-                             ", or clip gradients with --clip 1.0");
+      throw nonfinite_norm(gn.norm, step_number, "training diverged (the loss was " + short_number(out.loss, 3) + ")",
+                           true);
     if (skip) {
       apply = false;  // e.g. a loss-scale overflow: no parameter or state changes
       // ... but the same allocations as an applied step (Note [Dry compute], backend/dry_compute.h),
@@ -346,8 +343,16 @@ StepOutcome Trainer::step() {
   return out;
 }
 
-bool Trainer::norm_in_update(float pre_scale) const {
-  if (!norm_in_update_on_ || cfg_.clip > 0 || pre_scale != 1.0f || params_.empty() || !opt_->measures_norm()) return false;
+NumericError Trainer::nonfinite_norm(double norm, int64_t step, const std::string& why, bool suggest_clip) const {
+  return NumericError("the gradient norm is " + short_number(norm, 3) + " at step " + std::to_string(step), why,
+                      "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
+                          (suggest_clip ? ", or clip gradients with --clip 1.0" : ""));
+}
+
+// A loss scale (which may skip the update, and leaves 1/scale on the gradients) and data
+// parallelism say no through their hooks (norm_before_update).
+bool Trainer::norm_in_update() const {
+  if (!norm_in_update_on_ || cfg_.clip > 0 || params_.empty() || !opt_->measures_norm()) return false;
   for (const auto& h : hooks_)
     if (h->norm_before_update()) return false;
   return true;
@@ -360,11 +365,10 @@ double Trainer::read_pending_norm() {
   }
   const double norm = *pending_.norm;
   if (!std::isfinite(norm))
-    throw NumericError("the gradient norm is " + short_number(norm, 3) + " at step " + std::to_string(pending_.step),
-                       "training diverged (the loss was " + short_number(pending_.loss, 3) +
-                           "); the update left the non-finite gradients' elements as they were",
-                       "lower the learning rate, e.g. --lr " + short_number(cfg_.lr / 10, 3) +
-                           ", or clip gradients with --clip 1.0");
+    throw nonfinite_norm(norm, pending_.step,
+                         "training diverged (the loss was " + short_number(pending_.loss, 3) +
+                             "); the update left the non-finite gradients' elements as they were",
+                         true);
   return norm;
 }
 

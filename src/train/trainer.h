@@ -5,9 +5,11 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/knobs.h"
+#include "leantrain/error.h"
 #include "leantrain/optim.h"
 #include "train/step_hooks.h"
 #include "train/step_trace.h"
@@ -86,7 +88,9 @@ class Trainer {
   // Reads and checks the pending norm (throws NumericError on a non-finite one) and frees it.
   void settle_norm();
   double read_pending_norm();
-  bool norm_in_update(float pre_scale) const;
+  bool norm_in_update() const;
+  // The error of a non-finite gradient norm at `step`: `why`, and a lower --lr (and --clip) to try.
+  NumericError nonfinite_norm(double norm, int64_t step, const std::string& why, bool suggest_clip) const;
 };
 
 // Steps a run takes: --steps, else ceil(--epochs x steps per epoch), one epoch by default.

@@ -218,13 +218,10 @@ void CudaBackend::adamw_step(std::span<const Tensor> params, std::span<const Ten
   const std::span<const Tensor> lists[5] = {params, grads, m, v, args.kept};
   SrCursor<kMaxTensors> sr(params, args.sr);
   mt_for_each_table<5, kMaxTensors>(lists, [&](const AdamWTable& t, int64_t chunks) {
-    unsigned grid = grid_for_chunks(chunks, device_index_);
-    if (measure) {
-      grid = std::min(grid, unsigned(kMaxSumsqParts));
-      adamw_kernel<true><<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
-    } else {
-      adamw_kernel<false><<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
-    }
+    const unsigned all = grid_for_chunks(chunks, device_index_);
+    const unsigned grid = measure ? std::min(all, unsigned(kMaxSumsqParts)) : all;  // a partial a block
+    auto* kernel = measure ? adamw_kernel<true> : adamw_kernel<false>;
+    kernel<<<grid, kMtThreads, 0, current_stream()>>>(t, chunks, c, sr.take(t.count));
     LT_CUDA_LAUNCH_CHECK("adamw_kernel");
     if (measure) {
       adamw_sumsq_final_kernel<<<1, kMaxSumsqParts, 0, current_stream()>>>(args.sumsq.data<float>(), int(grid));
