@@ -6,7 +6,8 @@
 #      checkpointed config (--checkpoint blocks --fused-step), each with and without --keep-casts
 #      (the flag, not the knob), the default step also with the norm taken by the update
 #      (LEANTRAIN_NORM_IN_UPDATE=1, -niu rows), the checkpointed config also with its blocks'
-#      unread tails dry (LEANTRAIN_RECOMPUTE_TAIL=1, -tail rows), two rounds, alternating; every
+#      unread tails dry (LEANTRAIN_RECOMPUTE_TAIL=1, -tail rows; -tail-os also with the updates on
+#      the optimizer stream, LEANTRAIN_OPT_STREAM=1), two rounds, alternating; every
 #      row's peaks beside its plan (tinyllama.jsonl);
 #   3. GPT-2 124M beside llm.c's cuDNN build (LLMC), two rounds: leantrain_bench's lean default and
 #      the fast config (--lean-saves 0 --loss-chunk 8192, eager head, kept casts), then
@@ -36,6 +37,7 @@ for round in 1 2; do
   tinyllama_run ckpt-tail "--checkpoint blocks --fused-step" $TAIL
   tinyllama_run ckpt-kc "--checkpoint blocks --fused-step --keep-casts"
   tinyllama_run ckpt-kc-tail "--checkpoint blocks --fused-step --keep-casts" $TAIL
+  tinyllama_run ckpt-tail-os "--checkpoint blocks --fused-step" $TAIL LEANTRAIN_OPT_STREAM=1
   el "tinyllama round $round"
 done
 FAST="--lean-saves 0 --loss-chunk 8192"; E="LEANTRAIN_LOSS_CHUNK_EAGER=1 LEANTRAIN_KEEP_CASTS=1"
