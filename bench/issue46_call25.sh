@@ -12,6 +12,7 @@
 #   3. GPT-2 124M beside llm.c's cuDNN build (LLMC), two rounds: leantrain_bench's lean default and
 #      the fast config (--lean-saves 0 --loss-chunk 8192, eager head, kept casts), then
 #      `leantrain train` on both for 40 steps, the fast one also with LEANTRAIN_NORM_IN_UPDATE=1;
+#      GPT-2 with --checkpoint blocks, with and without the dry tail (fc2's product, the last add);
 #   4. the CUPTI timeline of `leantrain train` GPT-2 (fast config) and of TinyLlama's default
 #      step with --keep-casts, without and with the norm taken by the update, and the checkpointed
 #      config with --keep-casts and the tails dry: where the steps' time goes now;
@@ -49,6 +50,13 @@ for v in "lean||" "fast|--no-lean-saves --loss-chunk 8192 --keep-casts|LEANTRAIN
     --precision bf16-mixed --attention-kernel cudnn $flags --device cuda --steps 40 --eval-batches 0 --log-every 10 \
     --metrics-json "$OUT/train40-$label.json" > "$OUT/train40-$label.log" 2>&1
   echo "gpt2 train 40 steps $label: $(python3 -c "import json;d=json.load(open('$OUT/train40-$label.json'));print(round(d['steady_items_per_s']),'tok/s', round(16384e3/d['steady_items_per_s'],2),'ms, peak',d['peak_allocated_bytes'],d['peak_reserved_bytes'])" 2>&1 | tail -1)"
+done
+for v in "ckpt|" "ckpt-tail|$TAIL"; do  # GPT-2's checkpointed blocks: fc2's product and the last add dry
+  IFS='|' read -r label envs <<< "$v"
+  env $envs timeout 150 "./$BUILD/leantrain" train --model gpt2-124m --data synthetic --batch 16 --seq-len 1024 \
+    --precision bf16-mixed --attention-kernel cudnn --checkpoint blocks --device cuda --steps 30 --eval-batches 0 \
+    --log-every 10 --metrics-json "$OUT/gpt2-$label.json" > "$OUT/gpt2-$label.log" 2>&1
+  echo "gpt2 checkpointed $label: $(python3 -c "import json;d=json.load(open('$OUT/gpt2-$label.json'));print(round(d['steady_items_per_s']),'tok/s, peak',d['peak_allocated_bytes'],d['peak_reserved_bytes'])" 2>&1 | tail -1)"
 done
 el "gpt2"
 else

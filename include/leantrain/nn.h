@@ -328,6 +328,10 @@ class Linear : public UnaryModule {
   Linear(Tensor weight, Tensor bias, WeightLayout layout = WeightLayout::OutIn);
   const char* type_name() const override { return layout_ == WeightLayout::InOut ? "Conv1D" : "Linear"; }
   Tensor forward(const Tensor& x) override;  // [..., in] -> [..., out]
+  // forward(x) when nothing reads the result (a checkpointed block's recomputation, Note [Unread
+  // region output]): the casts run, the product runs dry unless x must first be made contiguous
+  // (the backward reads that copy). Bypasses the forward wrapper.
+  Tensor forward_unread_output(const Tensor& x);
   // gelu(forward(x), Tanh) as one op (linear_gelu: the GELU in the GEMM's epilogue on the GPU).
   // Bypasses the forward wrapper: callers use it only when this module has none.
   Tensor forward_gelu_tanh(const Tensor& x);
@@ -336,7 +340,11 @@ class Linear : public UnaryModule {
   // forward wrapper. Both bypass the forward wrapper.
   LinearGelu forward_gelu_parts(const Tensor& x, GeluApprox approx);
   // keep_act: gelu_linear's keep_act (the GELU's output saved for the weight gradient).
-  Tensor forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act = false);
+  // output_unread: nothing reads the result (a checkpointed block's recomputation, Note [Unread
+  // region output]): the casts run, the product runs dry (unless the GELU it would keep is
+  // computed here).
+  Tensor forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act = false,
+                            bool output_unread = false);
   bool weight_in_out() const { return layout_ == WeightLayout::InOut; }
   const Tensor& weight() const { return *weight_; }
   Tensor bias() const { return bias_ ? *bias_ : Tensor(); }
@@ -482,13 +490,21 @@ class Mlp : public UnaryModule {
   Tensor forward(const Tensor& x) override;
   // forward(ln(x)) with ln folded into fc1 (layer_norm_linear) when fc1, the GELU and fc2 are
   // plain modules and x has fc1's compute dtype; undefined when it cannot (call forward then).
-  Tensor forward_normed(const Tensor& x, LayerNorm& ln);
+  // output_unread as forward_unread_output's.
+  Tensor forward_normed(const Tensor& x, LayerNorm& ln, bool output_unread = false);
+  // The forward when nothing reads its output (a checkpointed block's recomputation, Note
+  // [Unread region output]): fc2's product runs dry when fc2 is a plain linear after the fused
+  // GELU and the dropout does nothing; the same graph, allocations and saved tensors.
+  Tensor forward_unread_output(const Tensor& x) { return forward_impl(x, true); }
   // false: keep the GELU's output for fc2 (one elementwise pass less in backward, 4C more kept
   // per token); see set_lean_saves().
   void set_lean_saves(bool on) { lean_saves_ = on; }
   bool lean_saves() const { return lean_saves_; }
 
  private:
+  Tensor forward_impl(const Tensor& x, bool output_unread);
+  // Whether fc2's output may go unread: the dropout after it passes it through (no mask to draw).
+  bool dropout_idle() const;
   Child<UnaryModule> fc1_, fc2_, act_, drop_;
   bool lean_saves_ = true;
 };

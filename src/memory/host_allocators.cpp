@@ -1,16 +1,25 @@
 #include "memory/host_allocators.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "leantrain/cuda_info.h"
 
 namespace lt {
 
+namespace {
+std::atomic<bool> g_fill_new_blocks{false};
+}  // namespace
+
+void set_cpu_fill_new_blocks(bool on) { g_fill_new_blocks = on; }
+
 bool CpuAllocator::do_allocate(Block& b) {
   if (limit_ >= 0 && stats_.reserved_bytes.current + b.size > limit_) return false;
   void* p = std::aligned_alloc(64, size_t(b.size));
   if (!p) return false;
+  if (g_fill_new_blocks) std::memset(p, 0xFF, size_t(b.size));
   b.ptr = p;
   b.addr = reinterpret_cast<uint64_t>(p);
   note_segment_alloc(b.addr, b.size);

@@ -7,6 +7,11 @@
 
 namespace lt {
 
+// For tests: while on, every new CPU block is filled with 0xFF bytes (NaN in every float format),
+// so that a read of memory nothing wrote (say, a dry-run op's output read for real) shows up as
+// NaN rather than as the values a freed block happened to hold. Off by default.
+void set_cpu_fill_new_blocks(bool on);
+
 class CpuAllocator final : public Allocator {
  public:
   CpuAllocator() : Allocator(Device::cpu()) {}

@@ -1,3 +1,4 @@
+#include <optional>
 #include <typeinfo>
 
 #include "autograd/unread_output.h"
@@ -24,6 +25,15 @@ PreNormBlock::PreNormBlock(const char* type, std::shared_ptr<UnaryModule> ln_1, 
 // saved) unless ln_2 has a forward wrapper (a checkpointed ln_2 must run through it).
 Tensor PreNormBlock::forward(const Tensor& x, const TokenMask& mask) {
   if (post_attn_) return forward_post_norms(x, mask);
+  // A checkpointed block's recomputation: nothing reads the block's output, so the residual add
+  // that makes it, and the MLP's last product when the MLP can leave it, run dry (Note [Unread
+  // region output]); their backward nodes read neither result.
+  const bool unread = detail::output_unread(static_cast<const Module*>(this)) && !mlp_->forward_wrapper();
+  auto residual = [unread](const Tensor& h, const Tensor& m) {
+    std::optional<DryCompute> dry;
+    if (unread) dry.emplace(true);
+    return add(h, m);
+  };
   Tensor a;
   if (LayerNorm* ln = plain_layer_norm(ln_1_.get()); lean_saves_ && ln && !attn_->forward_wrapper())
     a = attn_->forward_normed(x, *ln, mask);
@@ -31,25 +41,21 @@ Tensor PreNormBlock::forward(const Tensor& x, const TokenMask& mask) {
   auto* mlp = dynamic_cast<Mlp*>(mlp_.get());
   if (LayerNorm* ln = plain_layer_norm(ln_2_.get()); lean_saves_ && ln && mlp && !mlp->forward_wrapper()) {
     Tensor h = add(x, a);
-    Tensor m = mlp->forward_normed(h, *ln);
-    if (m.defined()) return add(h, m);
+    Tensor m = mlp->forward_normed(h, *ln, unread);
+    if (m.defined()) return residual(h, m);
     return add(h, (*mlp_)((*ln_2_)(h)));
   }
   if (!ln_2_->forward_wrapper()) {
     if (auto* ln = dynamic_cast<LayerNorm*>(ln_2_.get())) {
       auto [h, y] = ln->forward_add(a, x);
+      if (unread && mlp) return residual(h, mlp->forward_unread_output(y));
       return add(h, (*mlp_)(y));
     }
     if (auto* ln = dynamic_cast<RMSNorm*>(ln_2_.get())) {
       auto [h, y] = ln->forward_add(a, x);
-      // A checkpointed block's recomputation: nothing reads the block's output, so the MLP's last
-      // product and the residual add run dry (Note [Unread region output]).
-      if (detail::output_unread(static_cast<const Module*>(this)) && !mlp_->forward_wrapper())
+      if (unread)
         if (auto* gated = dynamic_cast<GatedMlp*>(mlp_.get()))
-          if (Tensor m = gated->forward_unread_output(y); m.defined()) {
-            DryCompute dry(true);
-            return add(h, m);
-          }
+          if (Tensor m = gated->forward_unread_output(y); m.defined()) return residual(h, m);
       return add(h, (*mlp_)(y));
     }
   }

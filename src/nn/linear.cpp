@@ -1,7 +1,10 @@
 // Linear in both reference layouts. The Conv1D layout [in, out] (GPT-2) runs as x @ W + b so
 // checkpoints load without a transpose; the torch layout [out, in] uses lt::linear.
+#include <optional>
 #include <typeinfo>
 
+#include "autograd/unread_output.h"
+#include "backend/dry_compute.h"
 #include "leantrain/autocast.h"
 #include "leantrain/error.h"
 #include "leantrain/nn.h"
@@ -34,6 +37,13 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
 }
 
+Tensor Linear::forward_unread_output(const Tensor& x) {
+  const Tensor xc = autocast(x), w = autocast(*weight_), b = autocast(bias());
+  std::optional<DryCompute> dry;
+  if (xc.is_contiguous()) dry.emplace(true), detail::count_unread_tail();
+  return linear(xc, w, b, layout_ == WeightLayout::InOut);
+}
+
 Tensor Linear::forward_gelu_tanh(const Tensor& x) {
   return linear_gelu(autocast(x), autocast(*weight_), autocast(bias()), layout_ == WeightLayout::InOut);
 }
@@ -42,11 +52,17 @@ LinearGelu Linear::forward_gelu_parts(const Tensor& x, GeluApprox approx) {
   return linear_gelu_parts(autocast(x), autocast(*weight_), autocast(bias()), approx, weight_in_out());
 }
 
-Tensor Linear::forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act) {
+Tensor Linear::forward_after_gelu(const Tensor& pre, const Tensor& act, GeluApprox approx, bool keep_act,
+                                  bool output_unread) {
   Tensor p = autocast(pre);
   // act is gelu(pre) only while the cast left pre as it was.
-  return gelu_linear(p, autocast(*weight_), autocast(bias()), approx, weight_in_out(),
-                     p.dtype() == pre.dtype() ? act : Tensor(), keep_act);
+  const Tensor a = p.dtype() == pre.dtype() ? act : Tensor();
+  // The casts run for real: the backward reads the 16-bit weight. So does a GELU computed here to
+  // be kept.
+  const Tensor w = autocast(*weight_), b = autocast(bias());
+  std::optional<DryCompute> dry;
+  if (output_unread && (a.defined() || !keep_act) && p.is_contiguous()) dry.emplace(true), detail::count_unread_tail();
+  return gelu_linear(p, w, b, approx, weight_in_out(), a, keep_act);
 }
 
 Linear* plain_linear(UnaryModule* m) {

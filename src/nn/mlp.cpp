@@ -20,9 +20,17 @@ Mlp::Mlp(ParamFactory& pf, const MlpOptions& o) {
 // GEMM epilogue on the GPU. A forward wrapper on fc1 or fc2 (checkpointing, offload, the
 // profiler's call recording), one on the GELU that does more than recompute it, or a replaced
 // module sends it through the modules one by one.
-Tensor Mlp::forward(const Tensor& x) {
+bool Mlp::dropout_idle() const {
+  const auto* d = dynamic_cast<const Dropout*>(drop_.get());
+  return d && typeid(*d) == typeid(Dropout) && !d->forward_wrapper() && (d->p() == 0.0 || !d->is_training());
+}
+
+Tensor Mlp::forward(const Tensor& x) { return forward_impl(x, false); }
+
+Tensor Mlp::forward_impl(const Tensor& x, bool output_unread) {
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
+  const bool unread = output_unread && dropout_idle();
   if (!lean_saves_) {
     // The GELU's output kept for fc2's weight gradient, and its input for its derivative, which
     // rides in the epilogue of fc2's input-gradient GEMM (gelu_linear with keep_act): no GELU
@@ -30,31 +38,34 @@ Tensor Mlp::forward(const Tensor& x) {
     if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->approx() == GeluApprox::Tanh &&
         !act->forward_wrapper()) {
       LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
-      return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), /*keep_act=*/true));
+      return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), /*keep_act=*/true, unread));
     }
     if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
       return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
+    if (unread && fc2) return (*drop_)(fc2->forward_unread_output((*act_)((*fc1_)(x))));
     return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
   }
   if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->recomputed_or_unwrapped()) {
     LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
-    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx()));
+    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), false, unread));
   }
+  if (unread && fc2) return (*drop_)(fc2->forward_unread_output((*act_)((*fc1_)(x))));
   return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
 }
 
-Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln) {
+Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln, bool output_unread) {
   if (!lean_saves_) return Tensor();
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
   if (!fc1 || !fc2 || !act || typeid(*act) != typeid(Gelu) || !act->recomputed_or_unwrapped()) return Tensor();
   if (compute_dtype_of(fc1->weight()) != x.dtype()) return Tensor();
+  const bool unread = output_unread && dropout_idle();
   if (act->approx() == GeluApprox::Tanh) {  // the GELU rides in fc1's GEMM epilogue
     LinearGelu h = ln.forward_linear_gelu(x, autocast(fc1->weight()), autocast(fc1->bias()), fc1->weight_in_out());
-    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx()));
+    return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), false, unread));
   }
   Tensor pre = ln.forward_linear(x, autocast(fc1->weight()), autocast(fc1->bias()), fc1->weight_in_out());
-  return (*drop_)(fc2->forward_after_gelu(pre, Tensor(), act->approx()));
+  return (*drop_)(fc2->forward_after_gelu(pre, Tensor(), act->approx(), false, unread));
 }
 
 }  // namespace lt::nn

@@ -1,6 +1,6 @@
 // LEANTRAIN_RECOMPUTE_TAIL=1 (Note [Unread region output], src/autograd/unread_output.h): a
-// checkpointed LLaMA-family block's recomputation runs its down_proj product and last residual
-// add dry. The losses and the trained weights are the same bits, the plan and the run's peaks do
+// checkpointed block's recomputation runs its MLP's last product (a LLaMA-family down_proj, a
+// GPT-2 or ViT fc2) and last residual add dry. The losses and the trained weights are the same bits, the plan and the run's peaks do
 // not move, the dry tails really run (counted), and only where the block is the region.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include "autograd/unread_output.h"
 #include "leantrain/device.h"
 #include "knob_env.h"
+#include "memory/host_allocators.h"
 #include "leantrain/plan.h"
 #include "train/recipe_table.h"
 #include "train_test_util.h"
@@ -39,7 +40,15 @@ RunConfig llama_run(const TempDir& tmp, const std::string& checkpoint, bool fuse
   return c;
 }
 
-Trained train_llama(const RunConfig& c) {
+// New CPU blocks hold NaN while a run trains: a dry output that something reads for real (or a
+// freed block's old values standing in for it) makes NaN losses or weights, not equal ones.
+struct FillNewBlocks {
+  FillNewBlocks() { set_cpu_fill_new_blocks(true); }
+  ~FillNewBlocks() { set_cpu_fill_new_blocks(false); }
+};
+
+Trained train_run(const RunConfig& c) {
+  FillNewBlocks fill;
   Trained t;
   t.planned_peak = plan_run(c, PlanOptions{"cpu"}).peak_allocated;
   const long long before_tails = detail::unread_tails_run();
@@ -63,11 +72,11 @@ TEST(RecomputeTail, SameBitsAndPeaksWithTheTailsDry) {
   for (bool fused : {false, true}) {
     const RunConfig c = llama_run(tmp, "blocks", fused);
     const std::string what = fused ? "fused step" : "plain step";
-    const Trained plain = train_llama(c);
+    const Trained plain = train_run(c);
     Trained dry;
     {
       KnobEnv on("LEANTRAIN_RECOMPUTE_TAIL", "1");
-      dry = train_llama(c);
+      dry = train_run(c);
     }
     EXPECT_EQ(plain.dry_tails, 0) << what;
     EXPECT_GT(dry.dry_tails, 0) << what;  // llama-tiny's blocks, once per block and step
@@ -76,6 +85,36 @@ TEST(RecomputeTail, SameBitsAndPeaksWithTheTailsDry) {
     EXPECT_EQ(dry.planned_peak, plain.planned_peak) << what;
     EXPECT_EQ(dry.peak, plain.peak) << what;
   }
+}
+
+// GPT-2 and ViT blocks (LayerNorm, GELU MLP): fc2's product dry, with the lean saves (the
+// norm folded into fc1) and without them (fc2 keeping the GELU's output), f32 and bf16-mixed.
+TEST(RecomputeTail, GeluBlocksSameBitsAndPeaks) {
+  TempDir tmp;
+  for (const char* model : {"gpt2-tiny", "vit-tiny"})
+    for (bool lean : {true, false})
+      for (Precision precision : {Precision::True32, Precision::MixedBf16}) {
+        RunConfig c = test::tiny_gpt(tmp.path);
+        if (std::string(model) == "vit-tiny")
+          c.model = model, c.data = "synthetic", c.dim = 0, c.depth = 0, c.heads = 0, c.seq_len = 0;
+        c.precision = precision;
+        c.lean_saves = lean;
+        c.checkpoint = parse_checkpoint_flag("blocks");
+        c.steps = 3;
+        const std::string what = std::string(model) + (lean ? " lean" : " keep-saves") +
+                                 (precision == Precision::True32 ? " f32" : " bf16-mixed");
+        const Trained plain = train_run(c);
+        Trained dry;
+        {
+          KnobEnv on("LEANTRAIN_RECOMPUTE_TAIL", "1");
+          dry = train_run(c);
+        }
+        EXPECT_GT(dry.dry_tails, 0) << what;
+        EXPECT_EQ(dry.losses, plain.losses) << what;
+        EXPECT_EQ(dry.weights, plain.weights) << what;
+        EXPECT_EQ(dry.planned_peak, plain.planned_peak) << what;
+        EXPECT_EQ(dry.peak, plain.peak) << what;
+      }
 }
 
 // The block must be the region: checkpointing only its MLP (whose output the block reads), or
@@ -87,10 +126,10 @@ TEST(RecomputeTail, OnlyWhereTheBlockIsTheRegion) {
     Trained t;
     {
       KnobEnv on("LEANTRAIN_RECOMPUTE_TAIL", "1");
-      t = train_llama(c);
+      t = train_run(c);
     }
     EXPECT_EQ(t.dry_tails, 0) << spec;
-    EXPECT_EQ(train_llama(c).losses, t.losses) << spec;
+    EXPECT_EQ(train_run(c).losses, t.losses) << spec;
   }
 }
 
