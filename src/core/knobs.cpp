@@ -97,8 +97,9 @@ constexpr Knob kKnobs[] = {
      "1: an unclipped AdamW step takes the gradient norm from the update's own read of the gradients (no pass "
      "of its own, no wait before the update) and checks it at the next step; opt-in until a GPU times it"},
     {"LEANTRAIN_RECOMPUTE_TAIL", T::Switch, "0", 0, 0, "", M::No, U::Run, "kernels",
-     "1: a checkpointed LLaMA-family block's recomputation runs its down_proj product and last residual add "
-     "dry (same allocations, no kernels): nothing reads the region's output; opt-in until a GPU times it"},
+     "1: a checkpointed block's recomputation runs its MLP's last product (LLaMA down_proj, GPT-2/ViT fc2) and "
+     "last residual add dry (same allocations, no kernels): nothing reads the region's output; opt-in until a "
+     "GPU times it"},
     {"LEANTRAIN_OPT_STREAM_GRID", T::Integer, "8", 0, 64, "", M::No, U::Run, "kernels",
      "blocks per SM that an optimizer kernel on the optimizer stream launches at most (0: one a chunk, no cap)"},
     {"LEANTRAIN_OPT_STREAM_LAG", T::Integer, "8", 1, 1 << 20, "", M::Yes, U::Run, "kernels",
