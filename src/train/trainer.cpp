@@ -146,10 +146,19 @@ StepOutcome Trainer::step() {
   // so it still checks each loss before its backward.
   const bool read_after = !fused;
   std::vector<Tensor> losses;
+  // Unclipped with the norm from the update: each loss is copied to the host as its forward ends
+  // and read there, so the host waits for the forwards, not for the backward queued behind them.
+  const bool early_reads = read_after && norm_in_update();
+  if (early_reads) {
+    if (!loss_readback_) loss_readback_ = std::make_unique<ScalarReadback>(device(), size_t(k));
+    loss_readback_->clear();
+  }
   // The loss of micro-batch i, reduced over the ranks and checked: a non-finite one stops the run
   // (every rank alike, since they check the same mean) before any parameter changes.
   auto take_loss = [&](const Tensor& loss, int64_t i) {
-    double value = device().is_meta() ? 0.0 : loss.item();  // a plan's dry-run has no values
+    double value = device().is_meta()  ? 0.0  // a plan's dry-run has no values
+                   : early_reads ? loss_readback_->read(size_t(i))
+                                 : loss.item();
     for (auto& h : hooks_) value = h->reduce_loss(value);
     if (!std::isfinite(value)) {
       std::string where = "at step " + std::to_string(step_number) +
@@ -254,8 +263,12 @@ StepOutcome Trainer::step() {
     }
     Tensor loss = micro_batch_loss(task_, model(), b);
     if (cfg_.debug_nan_at_step == step_number) loss = scale(loss, std::numeric_limits<double>::quiet_NaN());
-    if (read_after) losses.push_back(loss.detach());
-    else take_loss(loss, i);
+    if (read_after) {
+      losses.push_back(loss.detach());
+      if (early_reads) loss_readback_->push(losses.back());
+    } else {
+      take_loss(loss, i);
+    }
     trace_.mark(StepTrace::Forward);
     Tensor scaled = backward_root(std::move(loss));
     b = Batch();  // the inputs are not needed by backward unless a node saved them
@@ -299,6 +312,9 @@ StepOutcome Trainer::step() {
       opt_->step_measuring(sumsq);
     }
     trace_.mark(StepTrace::Optimizer);
+    if (!norm_readback_) norm_readback_ = std::make_unique<ScalarReadback>(device(), 1);
+    norm_readback_->clear();
+    norm_readback_->push(sumsq);  // copied as the update ends; read at the next step
     pending_ = PendingNorm{std::move(sumsq), step_number, out.loss, std::nullopt};
     out.grad_norm = std::numeric_limits<double>::quiet_NaN();
     out.grad_norm_pending = true;
@@ -360,7 +376,9 @@ bool Trainer::norm_in_update() const {
 
 double Trainer::read_pending_norm() {
   if (!pending_.norm) {
-    const double sum = pending_.sumsq.device().is_meta() ? 0.0 : pending_.sumsq.item();  // a plan has no values
+    const double sum = pending_.sumsq.device().is_meta() ? 0.0  // a plan has no values
+                       : norm_readback_ && norm_readback_->size() ? norm_readback_->read(0)
+                                                                  : pending_.sumsq.item();
     pending_.norm = std::sqrt(sum);
   }
   const double norm = *pending_.norm;
@@ -377,6 +395,7 @@ void Trainer::settle_norm() {
   const double norm = read_pending_norm();
   settled_ = {pending_.step, norm};
   pending_ = PendingNorm{};
+  if (norm_readback_) norm_readback_->clear();
 }
 
 double Trainer::grad_norm_of(int64_t step) {

@@ -11,6 +11,7 @@
 #include "core/knobs.h"
 #include "leantrain/error.h"
 #include "leantrain/optim.h"
+#include "train/scalar_readback.h"
 #include "train/step_hooks.h"
 #include "train/step_trace.h"
 #include "train/task.h"
@@ -83,6 +84,10 @@ class Trainer {
     std::optional<double> norm;  // read already
   } pending_;
   std::pair<int64_t, double> settled_{0, 0.0};  // (step, norm) of the last settled one
+  // The norm-in-update path reads its losses and its norm where the stream made them, not at the
+  // stream's tail (train/scalar_readback.h): the host then prepares the update while the backward
+  // runs. Made at the first such step.
+  std::unique_ptr<ScalarReadback> loss_readback_, norm_readback_;
   // LEANTRAIN_NORM_IN_UPDATE, read once: a run (and its plan) keeps one way for all its steps.
   const bool norm_in_update_on_ = knob_on("LEANTRAIN_NORM_IN_UPDATE");
   // Reads and checks the pending norm (throws NumericError on a non-finite one) and frees it.

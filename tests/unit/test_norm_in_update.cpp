@@ -133,8 +133,11 @@ TEST(NormInUpdate, TheRunReportsEveryStepsNormAsTheSeparatePassDid) {
   auto run_beside_plan = [&](const RunConfig& cfg) {
     const PlanResult p = plan_run(cfg, PlanOptions{"cpu"});
     const int64_t before = allocator_for(Device::cpu()).stats().allocated_bytes.current;
+    const int64_t pinned_before = pinned_host_allocator(Device::cpu()).stats().allocated_bytes.current;
     RunResult r = train(cfg);
     EXPECT_EQ(r.memory.allocated_bytes.peak - before, p.peak_allocated) << cfg.metrics;
+    // The loss and norm readbacks' pinned slots are counted in the plan as in the run.
+    EXPECT_EQ(r.pinned_host.allocated_bytes.peak - pinned_before, p.pinned_host.allocated_bytes.peak) << cfg.metrics;
     return r;
   };
   RunResult separate = run_beside_plan(sep);
