@@ -28,7 +28,7 @@ CALL=call25-part$PART; CALL_OUT_DEFAULT=/tmp/$CALL; source bench/call_lib.sh
 TL_FLAGS="--model tinyllama-1.1b --data synthetic --batch 4 --seq-len 1024 --precision bf16-mixed --attention-kernel cudnn"
 NIU=LEANTRAIN_NORM_IN_UPDATE=1 TAIL=LEANTRAIN_RECOMPUTE_TAIL=1
 if [ "$PART" = 1 ]; then
-gpu_tests 'NormInUpdate*:RecomputeTail*:CheckpointTrain*:GradientParts*:KeptCasts*:FusedStep*:Llama*:*Rope*:*MoeCuda*:*F32WeightGrads*:LinearCrossEntropy*:Qwen*:Gemma*:*Clip*:*GradNorm*:*Adam*'
+gpu_tests 'NormInUpdate*:ScalarReadback*:RecomputeTail*:CheckpointTrain*:GradientParts*:KeptCasts*:FusedStep*:Llama*:*Rope*:*MoeCuda*:*F32WeightGrads*:LinearCrossEntropy*:Qwen*:Gemma*:*Clip*:*GradNorm*:*Adam*'
 for round in 1 2; do
   tinyllama_run mfu ""
   tinyllama_run mfu-niu "" $NIU
