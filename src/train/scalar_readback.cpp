@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
+#include "leantrain/ops.h"
 
 namespace lt {
 
