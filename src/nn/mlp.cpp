@@ -31,6 +31,11 @@ Tensor Mlp::forward_impl(const Tensor& x, bool output_unread) {
   Linear *fc1 = plain_linear(fc1_.get()), *fc2 = plain_linear(fc2_.get());
   auto* act = dynamic_cast<Gelu*>(act_.get());
   const bool unread = output_unread && dropout_idle();
+  // Module by module; fc2's product dry when nothing reads it.
+  auto through_modules = [&] {
+    Tensor h = (*act_)((*fc1_)(x));
+    return (*drop_)(unread && fc2 ? fc2->forward_unread_output(h) : (*fc2_)(h));
+  };
   if (!lean_saves_) {
     // The GELU's output kept for fc2's weight gradient, and its input for its derivative, which
     // rides in the epilogue of fc2's input-gradient GEMM (gelu_linear with keep_act): no GELU
@@ -42,15 +47,13 @@ Tensor Mlp::forward_impl(const Tensor& x, bool output_unread) {
     }
     if (fc1 && act && act->approx() == GeluApprox::Tanh && !fc1->forward_wrapper() && !act->forward_wrapper())
       return (*drop_)((*fc2_)(fc1->forward_gelu_tanh(x)));
-    if (unread && fc2) return (*drop_)(fc2->forward_unread_output((*act_)((*fc1_)(x))));
-    return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
+    return through_modules();
   }
   if (fc1 && fc2 && act && typeid(*act) == typeid(Gelu) && act->recomputed_or_unwrapped()) {
     LinearGelu h = fc1->forward_gelu_parts(x, act->approx());
     return (*drop_)(fc2->forward_after_gelu(h.pre, h.act, act->approx(), false, unread));
   }
-  if (unread && fc2) return (*drop_)(fc2->forward_unread_output((*act_)((*fc1_)(x))));
-  return (*drop_)((*fc2_)((*act_)((*fc1_)(x))));
+  return through_modules();
 }
 
 Tensor Mlp::forward_normed(const Tensor& x, LayerNorm& ln, bool output_unread) {

@@ -1,9 +1,9 @@
 #include "train/scalar_readback.h"
 
 #include <cstdint>
-#include <cstring>
 
 #include "backend/backend.h"
+#include "core/raw_view.h"
 #include "leantrain/error.h"
 #include "leantrain/memory.h"
 #include "leantrain/ops.h"
@@ -13,19 +13,6 @@ namespace lt {
 namespace {
 
 constexpr int64_t kSlotBytes = 8;  // the widest scalar (f64, i64)
-
-double value_of(const unsigned char* p, DType t) {
-  switch (t) {
-    case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DType::F64: { double d; std::memcpy(&d, p, 8); return d; }
-    case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-    case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_float(h); }
-    case DType::I32: { int32_t i; std::memcpy(&i, p, 4); return double(i); }
-    case DType::I64: { int64_t i; std::memcpy(&i, p, 8); return double(i); }
-    case DType::U8: return double(*p);
-  }
-  return 0.0;
-}
 
 }  // namespace
 
@@ -75,7 +62,8 @@ double ScalarReadback::read(size_t slot) {
     return v;
   }
   s.copied->synchronize();
-  return value_of(static_cast<const unsigned char*>(pinned_->data()) + kSlotBytes * int64_t(slot), s.dtype);
+  // The slot's bytes as a CPU tensor: item() converts them as it does any tensor's.
+  return raw_view(static_cast<const unsigned char*>(pinned_->data()) + kSlotBytes * int64_t(slot), {1}, s.dtype).item();
 }
 
 }  // namespace lt

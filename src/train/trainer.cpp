@@ -156,9 +156,9 @@ StepOutcome Trainer::step() {
   // The loss of micro-batch i, reduced over the ranks and checked: a non-finite one stops the run
   // (every rank alike, since they check the same mean) before any parameter changes.
   auto take_loss = [&](const Tensor& loss, int64_t i) {
-    double value = device().is_meta()  ? 0.0  // a plan's dry-run has no values
-                   : early_reads ? loss_readback_->read(size_t(i))
-                                 : loss.item();
+    double value = early_reads          ? loss_readback_->read(size_t(i))  // 0 in a plan too
+                   : device().is_meta() ? 0.0                              // a plan's dry-run has no values
+                                        : loss.item();
     for (auto& h : hooks_) value = h->reduce_loss(value);
     if (!std::isfinite(value)) {
       std::string where = "at step " + std::to_string(step_number) +
@@ -376,9 +376,7 @@ bool Trainer::norm_in_update() const {
 
 double Trainer::read_pending_norm() {
   if (!pending_.norm) {
-    const double sum = pending_.sumsq.device().is_meta() ? 0.0  // a plan has no values
-                       : norm_readback_ && norm_readback_->size() ? norm_readback_->read(0)
-                                                                  : pending_.sumsq.item();
+    const double sum = norm_readback_->read(0);  // pushed with the pending sum (0 in a plan)
     pending_.norm = std::sqrt(sum);
   }
   const double norm = *pending_.norm;
